@@ -1,0 +1,19 @@
+# levee build and test targets. `make test` is what CI runs (.ci/run).
+GO ?= go
+
+.PHONY: test vet race bench proto tidy
+
+## test: vet and run every test with the race detector.
+test: vet
+	$(GO) test -race -count=1 ./...
+
+vet:
+	$(GO) vet ./...
+
+## bench: run the benchmarks that back the performance goals (see README).
+bench:
+	$(GO) test -run='^$$' -bench=. -benchmem -count=5 ./...
+
+## proto: regenerate the committed gRPC code of the example service.
+proto:
+	./examples/inventory/proto/generate.sh
