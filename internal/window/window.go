@@ -1,0 +1,122 @@
+// Package window provides a sliding window of time bins with running totals,
+// shared by the time-based breaker window and the adaptive throttle.
+//
+// A Bins value is not safe for concurrent use; its owner serialises access
+// (the owners keep the critical section to a few integer operations).
+// Time is an int64 count of nanoseconds from an origin chosen by the owner,
+// so callers inject time freely and tests never sleep.
+package window
+
+import (
+	"fmt"
+	"time"
+)
+
+// Sums holds up to three counters, for one bin or for the whole window. The
+// meaning of each counter belongs to the owner (for example requests and
+// accepts, or calls, failures and slow calls).
+type Sums [3]int64
+
+// Bins is a ring of n time bins of equal width covering a sliding window of
+// n × width. The window at time t holds the bin containing t and the n-1
+// bins before it; older bins expire as time advances. Totals over the window
+// are kept up to date incrementally, so Add and Total cost O(1) amortised.
+//
+// Time that goes backwards (an earlier now than one already seen) is treated
+// as the newest bin's time: the sample is counted, nothing expires.
+//
+// The zero value is not usable; call New. Not safe for concurrent use.
+type Bins struct {
+	width   int64 // nanoseconds per bin
+	bins    []Sums
+	last    int64 // absolute bin number (floor(now/width)) of the newest bin
+	started bool
+	total   Sums
+}
+
+// New returns a window of the given size split into n bins of size/n each.
+// It panics if size/n is not at least one nanosecond or n < 1.
+func New(size time.Duration, n int) *Bins {
+	if n < 1 {
+		panic(fmt.Sprintf("window: bins must be >= 1, got %d", n))
+	}
+	if size <= 0 || size/time.Duration(n) <= 0 {
+		panic(fmt.Sprintf("window: size must be >= bins nanoseconds, got size %v for %d bins", size, n))
+	}
+	return &Bins{width: int64(size / time.Duration(n)), bins: make([]Sums, n)}
+}
+
+// Width returns the duration of one bin.
+func (w *Bins) Width() time.Duration { return time.Duration(w.width) }
+
+// Len returns the number of bins.
+func (w *Bins) Len() int { return len(w.bins) }
+
+// Add counts s in the bin containing now and returns the totals over the
+// window at now, s included.
+func (w *Bins) Add(now int64, s Sums) Sums {
+	i := w.advance(now)
+	b := &w.bins[i]
+	for k := range s {
+		b[k] += s[k]
+		w.total[k] += s[k]
+	}
+	return w.total
+}
+
+// Total returns the totals over the window at now, expiring old bins.
+func (w *Bins) Total(now int64) Sums {
+	w.advance(now)
+	return w.total
+}
+
+// Reset empties every bin.
+func (w *Bins) Reset() {
+	clear(w.bins)
+	w.total = Sums{}
+	w.started = false
+}
+
+// advance moves the window so that its newest bin contains now and returns
+// that bin's index in the ring.
+func (w *Bins) advance(now int64) int {
+	abs := floorDiv(now, w.width)
+	n := int64(len(w.bins))
+	switch {
+	case !w.started:
+		w.started = true
+		w.last = abs
+	case abs <= w.last:
+		// Same bin, or time went backwards: count in the newest bin.
+	case abs-w.last >= n:
+		clear(w.bins)
+		w.total = Sums{}
+		w.last = abs
+	default:
+		for a := w.last + 1; a <= abs; a++ {
+			b := &w.bins[mod(a, n)]
+			for k := range b {
+				w.total[k] -= b[k]
+			}
+			*b = Sums{}
+		}
+		w.last = abs
+	}
+	return int(mod(w.last, n))
+}
+
+func floorDiv(a, b int64) int64 {
+	q := a / b
+	if a%b != 0 && a < 0 {
+		q--
+	}
+	return q
+}
+
+func mod(a, n int64) int64 {
+	m := a % n
+	if m < 0 {
+		m += n
+	}
+	return m
+}
