@@ -1,0 +1,60 @@
+package inventory_test
+
+import (
+	"context"
+	"fmt"
+	"log"
+	"net"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
+
+	"github.com/levee-go/levee/examples/inventory"
+	inventoryv1 "github.com/levee-go/levee/examples/inventory/proto/corecart/inventory/v1"
+)
+
+// Serve the inventory service on a loopback port, allocate stock, retry the
+// same order and run out of stock.
+func Example() {
+	srv := inventory.NewServer(
+		inventory.WithStock("mug", 10),
+		inventory.WithCPUWork(0), // no simulated CPU work in this example
+	)
+	gs := grpc.NewServer()
+	inventory.Register(gs, srv) // also health and reflection
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		log.Fatal(err)
+	}
+	go gs.Serve(lis)
+	defer gs.Stop()
+
+	conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer conn.Close()
+	c := inventoryv1.NewInventoryServiceClient(conn)
+	ctx := context.Background()
+
+	req := &inventoryv1.AllocateRequest{Sku: "mug", Quantity: 4, OrderId: "order-1"}
+	first, _ := c.Allocate(ctx, req)
+	retry, _ := c.Allocate(ctx, req) // a retry returns the first answer
+	fmt.Println("allocated", first.GetQuantity(), "remaining", first.GetRemaining())
+	fmt.Println("retried   ", retry.GetQuantity(), "remaining", retry.GetRemaining())
+
+	_, err = c.Allocate(ctx, &inventoryv1.AllocateRequest{Sku: "mug", Quantity: 7, OrderId: "order-2"})
+	fmt.Println(status.Code(err))
+
+	stock, _ := c.GetStock(ctx, &inventoryv1.GetStockRequest{Sku: "mug"})
+	fmt.Println("available", stock.GetAvailable())
+	st := srv.Stats()
+	fmt.Println("applied", st.Allocated, "replayed", st.Replayed, "late", st.Late)
+	// Output:
+	// allocated 4 remaining 6
+	// retried    4 remaining 6
+	// FailedPrecondition
+	// available 6
+	// applied 1 replayed 1 late 0
+}

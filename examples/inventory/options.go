@@ -1,0 +1,106 @@
+package inventory
+
+import (
+	"fmt"
+	"time"
+)
+
+// Defaults of a Server built without options.
+const (
+	// DefaultCPUWork is the CPU time one Allocate burns when WithCPUWork is
+	// not given.
+	DefaultCPUWork = 5 * time.Millisecond
+
+	// DefaultStock is the units each SKU of the default catalogue starts
+	// with: large enough that no demo or load test runs out.
+	DefaultStock int64 = 1 << 40
+
+	// DefaultOrderMemory is how many order ids a Server remembers when
+	// WithOrderMemory is not given (a few megabytes of memory).
+	DefaultOrderMemory = 100_000
+)
+
+// DefaultSKUs returns the SKUs of the default catalogue, each stocked with
+// DefaultStock units. The catalogue is used when no WithStock option is given.
+// The returned slice is a fresh copy.
+func DefaultSKUs() []string {
+	return []string{"SKU-0001", "SKU-0002", "SKU-0003", "SKU-0004", "SKU-0005", "SKU-0006", "SKU-0007", "SKU-0008"}
+}
+
+// Option configures a Server built by NewServer.
+type Option func(*options)
+
+type options struct {
+	stock       map[string]int64
+	skus        []string // catalogue order, for deterministic listings
+	cpuWork     time.Duration
+	iterations  int // >= 0 when set by WithWorkIterations; -1 otherwise
+	orderMemory int
+}
+
+func defaultOptions() options {
+	return options{
+		cpuWork:     DefaultCPUWork,
+		iterations:  -1,
+		orderMemory: DefaultOrderMemory,
+	}
+}
+
+// WithStock adds sku to the catalogue with units available. When at least one
+// WithStock is given, the default catalogue (DefaultSKUs) is not used; giving
+// the same sku twice keeps the last units. It panics when sku is empty or
+// units is negative.
+func WithStock(sku string, units int64) Option {
+	if sku == "" {
+		panic("inventory: WithStock: sku must not be empty")
+	}
+	if units < 0 {
+		panic(fmt.Sprintf("inventory: WithStock(%q): units must be >= 0, got %d", sku, units))
+	}
+	return func(o *options) {
+		if o.stock == nil {
+			o.stock = make(map[string]int64)
+		}
+		if _, ok := o.stock[sku]; !ok {
+			o.skus = append(o.skus, sku)
+		}
+		o.stock[sku] = units
+	}
+}
+
+// WithCPUWork sets the CPU time each Allocate burns before it touches the
+// stock (default DefaultCPUWork, 5 ms; 0 disables the work). The duration is
+// turned into a number of SHA-256 iterations with a calibration measured once
+// per process, so the work is a fixed amount of computation that takes about
+// d on an idle core and longer on a busy one. WithWorkIterations, if given,
+// takes precedence. It panics when d is negative.
+func WithCPUWork(d time.Duration) Option {
+	if d < 0 {
+		panic(fmt.Sprintf("inventory: WithCPUWork: duration must be >= 0, got %v", d))
+	}
+	return func(o *options) { o.cpuWork = d }
+}
+
+// WithWorkIterations sets the work of each Allocate as an exact number of
+// SHA-256 iterations over a 64-byte block (about 0.2-0.5 µs each on current
+// x86 cores), skipping the calibration. It takes precedence over WithCPUWork.
+// It panics when n is negative.
+func WithWorkIterations(n int) Option {
+	if n < 0 {
+		panic(fmt.Sprintf("inventory: WithWorkIterations: n must be >= 0, got %d", n))
+	}
+	return func(o *options) { o.iterations = n }
+}
+
+// WithOrderMemory sets how many order ids the server remembers for
+// idempotency (default DefaultOrderMemory). When a new order would exceed it,
+// the oldest remembered order is forgotten: if it still held stock, that
+// stock stays allocated for good (counted as committed in StockLevel), a
+// Release of it answers NOT_FOUND and a retried Allocate of it would be
+// applied again. It panics when n < 1.
+func WithOrderMemory(n int) Option {
+	if n < 1 {
+		panic(fmt.Sprintf("inventory: WithOrderMemory: n must be >= 1, got %d", n))
+	}
+	return func(o *options) { o.orderMemory = n }
+}

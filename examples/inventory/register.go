@@ -1,0 +1,28 @@
+package inventory
+
+import (
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/reflection"
+
+	inventoryv1 "github.com/levee-go/levee/examples/inventory/proto/corecart/inventory/v1"
+)
+
+// ServiceName is the full gRPC name of the inventory service.
+const ServiceName = "corecart.inventory.v1.InventoryService"
+
+// Register registers srv as the InventoryService of s, together with the
+// standard health service (reporting SERVING for the server as a whole, "",
+// and for ServiceName) and server reflection, so grpcurl and ghz work without
+// proto files. Call it before s.Serve. It returns the health server so the
+// caller can report NOT_SERVING during a graceful shutdown (health.Server.Shutdown).
+func Register(s *grpc.Server, srv *Server) *health.Server {
+	inventoryv1.RegisterInventoryServiceServer(s, srv)
+	hs := health.NewServer()
+	hs.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
+	hs.SetServingStatus(ServiceName, healthpb.HealthCheckResponse_SERVING)
+	healthpb.RegisterHealthServer(s, hs)
+	reflection.Register(s)
+	return hs
+}
