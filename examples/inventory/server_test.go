@@ -566,7 +566,7 @@ func TestHealthAndReflection(t *testing.T) {
 	for _, s := range list.GetListServicesResponse().GetService() {
 		got[s.GetName()] = true
 	}
-	for _, want := range []string{ServiceName, "grpc.health.v1.Health", "grpc.reflection.v1.ServerReflection"} {
+	for _, want := range []string{ServiceName, "grpc.health.v1.Health", "grpc.reflection.v1.ServerReflection", "grpc.reflection.v1alpha.ServerReflection"} {
 		if !got[want] {
 			t.Errorf("reflection ListServices = %v, want it to include %q", got, want)
 		}
