@@ -22,6 +22,17 @@ var ErrInvalid = errors.New("loadgen: invalid argument")
 // A CallFunc is called from many goroutines at once.
 type CallFunc func(ctx context.Context) error
 
+type requestIDKey struct{}
+
+// RequestID returns the id of the request a CallFunc is running: 1, 2, 3…
+// in order of start within a Run, the same for every attempt of a request,
+// so a CallFunc can derive an idempotency key from it. ok is false for a
+// context that did not come from a Generator.
+func RequestID(ctx context.Context) (id uint64, ok bool) {
+	id, ok = ctx.Value(requestIDKey{}).(uint64)
+	return id, ok
+}
+
 // Phase is one stretch of the schedule: Rate requests per second for
 // Duration. A Rate of 0 is an idle phase.
 type Phase struct {
@@ -234,6 +245,7 @@ type run struct {
 	rec      *recorder
 	wg       sync.WaitGroup
 	inFlight atomic.Int64
+	nextID   uint64 // last request id issued; only the scheduler touches it
 	total    time.Duration
 
 	// Running counters for the progress line, by completion time.
@@ -329,17 +341,20 @@ func (r *run) launch(ctx context.Context, at time.Duration, phase int) {
 	r.rec.offer(at, phase)
 	r.inFlight.Add(1)
 	r.wg.Add(1)
+	r.nextID++
+	id := r.nextID
 	go func() {
 		defer r.wg.Done()
 		defer r.inFlight.Add(-1)
-		r.do(ctx, at, phase)
+		r.do(ctx, id, at, phase)
 	}()
 }
 
 // do runs one request to its final outcome, retrying as the policy says,
 // and records it.
-func (r *run) do(ctx context.Context, at time.Duration, phase int) {
+func (r *run) do(ctx context.Context, id uint64, at time.Duration, phase int) {
 	o := &r.g.opts
+	ctx = context.WithValue(ctx, requestIDKey{}, id)
 	retries := 0
 	var err error
 	for attempt := 1; ; attempt++ {

@@ -589,6 +589,42 @@ func TestResultJSONRoundTrip(t *testing.T) {
 	}
 }
 
+func TestRequestIDIsStableAcrossRetries(t *testing.T) {
+	var mu sync.Mutex
+	seen := map[uint64]int{} // request id -> attempts
+	call := func(ctx context.Context) error {
+		id, ok := RequestID(ctx)
+		if !ok {
+			return errors.New("no request id")
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		seen[id]++
+		if seen[id] == 1 {
+			return Pushback(status.Error(codes.Unavailable, "again"), 0)
+		}
+		return nil
+	}
+	g, clk := newTestGen(t, call, []Phase{{Name: "p", Duration: time.Second, Rate: 5}}, WithRetry(RetryPolicy{MaxAttempts: 2}))
+	wait := runAsync(context.Background(), g)
+	waitFor(t, "scheduler to wait", func() bool { return clk.pending() == 1 })
+	clk.Advance(time.Second)
+	res, err := wait()
+	if err != nil {
+		t.Fatalf("Run() error = %v", err)
+	}
+	want := map[uint64]int{1: 2, 2: 2, 3: 2, 4: 2, 5: 2}
+	if !reflect.DeepEqual(seen, want) {
+		t.Errorf("attempts by request id = %v, want %v", seen, want)
+	}
+	if res.Total.Succeeded != 5 || res.Total.Retries != 5 {
+		t.Errorf("Succeeded, Retries = %d, %d; want 5, 5", res.Total.Succeeded, res.Total.Retries)
+	}
+	if _, ok := RequestID(context.Background()); ok {
+		t.Errorf("RequestID(context.Background()) ok = true, want false")
+	}
+}
+
 func TestParseCode(t *testing.T) {
 	tests := []struct {
 		give    string
