@@ -1,0 +1,763 @@
+package bulkhead
+
+import (
+	"context"
+	"errors"
+	"math/rand/v2"
+	"runtime"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+)
+
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m)
+}
+
+func wantPanic(t *testing.T, name, want string, f func()) {
+	t.Helper()
+	defer func() {
+		t.Helper()
+		r := recover()
+		if r == nil {
+			t.Errorf("%s did not panic, want panic containing %q", name, want)
+			return
+		}
+		msg, _ := r.(string)
+		if !strings.Contains(msg, want) {
+			t.Errorf("%s panicked with %q, want it to contain %q", name, msg, want)
+		}
+	}()
+	f()
+}
+
+func TestBadInputPanics(t *testing.T) {
+	tests := []struct {
+		name string
+		give func()
+		want string
+	}{
+		{"New(0)", func() { New(0) }, "bulkhead: limit must be between 1 and 1048576, got 0"},
+		{"New(-3)", func() { New(-3) }, "got -3"},
+		{"New(MaxLimit+1)", func() { New(MaxLimit + 1) }, "got 1048577"},
+		{"WithQueue(-1)", func() { New(1, WithQueue(-1)) }, "bulkhead: WithQueue length must be between 0 and 1073741824, got -1"},
+		{"WithMaxWait(-1s)", func() { New(1, WithMaxWait(-time.Second)) }, "bulkhead: WithMaxWait must be >= 0, got -1s"},
+		{"New with adaptive option", func() { New(1, WithProbeInterval(time.Second)) }, "bulkhead: WithProbeInterval is an option of NewAdaptive, not New"},
+		{"SetLimit(0)", func() { New(1).SetLimit(0) }, "bulkhead: limit must be between 1 and 1048576, got 0"},
+		{"WithInitialLimit(0)", func() { NewAdaptive(WithInitialLimit(0)) }, "bulkhead: WithInitialLimit must be between 1 and 1048576, got 0"},
+		{"WithLimitBounds(0, 10)", func() { NewAdaptive(WithLimitBounds(0, 10)) }, "floor 0, ceiling 10"},
+		{"WithLimitBounds(5, 4)", func() { NewAdaptive(WithLimitBounds(5, 4)) }, "floor 5, ceiling 4"},
+		{"WithLatencyCeiling(-1ms)", func() { NewAdaptive(WithLatencyCeiling(-time.Millisecond)) }, "bulkhead: WithLatencyCeiling must be >= 0, got -1ms"},
+		{"WithProbeInterval(0)", func() { NewAdaptive(WithProbeInterval(0)) }, "bulkhead: WithProbeInterval must be > 0, got 0s"},
+		{"NewAdaptive WithQueue(-2)", func() { NewAdaptive(WithQueue(-2)) }, "got -2"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) { wantPanic(t, tt.name, tt.want, tt.give) })
+	}
+}
+
+// TestSteps walks one Bulkhead through fixed steps, like x/time/rate's
+// step tables.
+func TestSteps(t *testing.T) {
+	b := New(2)
+	var held []Permit
+	type step struct {
+		name       string
+		give       func() bool
+		want       bool
+		wantFlight int
+	}
+	acquire := func() bool {
+		p, ok := b.TryAcquire()
+		if ok {
+			held = append(held, p)
+		}
+		return ok
+	}
+	release := func(i int) func() bool { return func() bool { return held[i].Release() } }
+	steps := []step{
+		{"TryAcquire #0", acquire, true, 1},
+		{"TryAcquire #1", acquire, true, 2},
+		{"TryAcquire when full", acquire, false, 2},
+		{"permit0.Release", release(0), true, 1},
+		{"permit0.Release again", release(0), false, 1},
+		{"TryAcquire #2 reuses the slot", acquire, true, 2},
+		{"permit0.Release after its slot was reused", release(0), false, 2},
+		{"permit1.Release", release(1), true, 1},
+		{"permit2.Release", release(2), true, 0},
+		{"permit2.Release again", release(2), false, 0},
+		{"permit1.Release again", release(1), false, 0},
+		{"zero Permit.Release", func() bool { return Permit{}.Release() }, false, 0},
+		{"zero Permit.Done", func() bool { return Permit{}.Done(time.Second, nil) }, false, 0},
+	}
+	for _, s := range steps {
+		if got := s.give(); got != s.want {
+			t.Fatalf("%s = %v, want %v", s.name, got, s.want)
+		}
+		if got := b.InFlight(); got != s.wantFlight {
+			t.Fatalf("after %s: InFlight() = %d, want %d", s.name, got, s.wantFlight)
+		}
+	}
+	if got, want := b.Stats(), (Stats{Admitted: 3, Refused: 1}); got != want {
+		t.Errorf("Stats() = %+v, want %+v", got, want)
+	}
+}
+
+func TestCopiedPermitReleasesOnce(t *testing.T) {
+	b := New(1)
+	p, _ := b.TryAcquire()
+	q := p
+	if !q.Release() {
+		t.Fatal("copy.Release() = false, want true")
+	}
+	if p.Release() {
+		t.Error("original.Release() after copy.Release() = true, want false")
+	}
+	if p.Done(time.Millisecond, nil) || p.DoneAt(time.Now(), time.Millisecond, nil) {
+		t.Error("Done/DoneAt of a released permit = true, want false")
+	}
+	if got := b.InFlight(); got != 0 {
+		t.Errorf("InFlight() = %d, want 0", got)
+	}
+}
+
+func TestZeroValueRefuses(t *testing.T) {
+	var b Bulkhead
+	if _, ok := b.TryAcquire(); ok {
+		t.Error("zero Bulkhead.TryAcquire() ok = true, want false")
+	}
+	if _, err := b.Acquire(context.Background()); !errors.Is(err, ErrFull) {
+		t.Errorf("zero Bulkhead.Acquire() = %v, want ErrFull", err)
+	}
+	var a Adaptive
+	if _, ok := a.TryAcquire(); ok {
+		t.Error("zero Adaptive.TryAcquire() ok = true, want false")
+	}
+}
+
+// TestModel runs random operations against a plain counter model.
+func TestModel(t *testing.T) {
+	rng := rand.New(rand.NewPCG(7, 11))
+	b := New(3)
+	limit, admitted, refused := 3, uint64(0), uint64(0)
+	var held, stale []Permit
+	for i := range 20000 {
+		switch op := rng.IntN(10); {
+		case op < 4:
+			p, ok := b.TryAcquire()
+			want := len(held) < limit
+			if ok != want {
+				t.Fatalf("step %d: TryAcquire() ok = %v, want %v (held %d, limit %d)", i, ok, want, len(held), limit)
+			}
+			if ok {
+				held = append(held, p)
+				admitted++
+			} else {
+				refused++
+			}
+		case op < 7 && len(held) > 0:
+			j := rng.IntN(len(held))
+			p := held[j]
+			held = append(held[:j], held[j+1:]...)
+			if !p.Release() {
+				t.Fatalf("step %d: Release() of a held permit = false, want true", i)
+			}
+			stale = append(stale, p)
+		case op < 9 && len(stale) > 0:
+			if stale[rng.IntN(len(stale))].Release() {
+				t.Fatalf("step %d: Release() of a released permit = true, want false", i)
+			}
+		case op == 9:
+			limit = 1 + rng.IntN(8)
+			b.SetLimit(limit)
+		}
+		if got := b.InFlight(); got != len(held) {
+			t.Fatalf("step %d: InFlight() = %d, want %d", i, got, len(held))
+		}
+	}
+	if got, want := b.Stats(), (Stats{Admitted: admitted, Refused: refused}); got != want {
+		t.Errorf("Stats() = %+v, want %+v", got, want)
+	}
+}
+
+// TestBoundUnderContention counts the calls inside the critical section
+// with many goroutines and checks the limit is never exceeded.
+func TestBoundUnderContention(t *testing.T) {
+	tests := []struct {
+		name    string
+		limit   int
+		queue   int
+		acquire bool
+	}{
+		{"TryAcquire", 4, 0, false},
+		{"Acquire with queue", 4, 64, true},
+		{"Acquire without queue", 3, 0, true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			const goroutines, iters = 16, 2000
+			b := New(tt.limit, WithQueue(tt.queue))
+			var cur, peak, inside, fails atomic.Int64
+			var wg sync.WaitGroup
+			for range goroutines {
+				wg.Go(func() {
+					for range iters {
+						var p Permit
+						var ok bool
+						if tt.acquire {
+							var err error
+							p, err = b.Acquire(context.Background())
+							ok = err == nil
+							if err != nil && !errors.Is(err, ErrFull) {
+								t.Errorf("Acquire() = %v, want nil or ErrFull", err)
+								return
+							}
+						} else {
+							p, ok = b.TryAcquire()
+						}
+						if !ok {
+							fails.Add(1)
+							runtime.Gosched()
+							continue
+						}
+						n := cur.Add(1)
+						for {
+							m := peak.Load()
+							if n <= m || peak.CompareAndSwap(m, n) {
+								break
+							}
+						}
+						inside.Add(1)
+						runtime.Gosched()
+						cur.Add(-1)
+						if !p.Release() {
+							t.Error("Release() of a held permit = false")
+						}
+					}
+				})
+			}
+			wg.Wait()
+			if got := peak.Load(); got > int64(tt.limit) || got < 1 {
+				t.Errorf("peak concurrency = %d, want 1..%d", got, tt.limit)
+			}
+			if got := b.InFlight(); got != 0 {
+				t.Errorf("InFlight() after all released = %d, want 0", got)
+			}
+			st := b.Stats()
+			if st.Admitted != uint64(inside.Load()) || st.Refused != uint64(fails.Load()) {
+				t.Errorf("Stats() = %+v, want Admitted %d, Refused %d", st, inside.Load(), fails.Load())
+			}
+			if tt.queue > 0 && fails.Load() != 0 {
+				t.Errorf("%d Acquire calls refused with a queue longer than the goroutines, want 0", fails.Load())
+			}
+		})
+	}
+}
+
+// TestBoundWhileLimitChanges moves the limit between 1 and 6 while
+// goroutines hammer the bulkhead: concurrency never exceeds the largest
+// limit, and nothing leaks.
+func TestBoundWhileLimitChanges(t *testing.T) {
+	b := New(3, WithQueue(8))
+	var cur, peak atomic.Int64
+	var wg sync.WaitGroup
+	stop := make(chan struct{})
+	for range 8 {
+		wg.Go(func() {
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				p, err := b.Acquire(context.Background())
+				if err != nil {
+					runtime.Gosched()
+					continue
+				}
+				n := cur.Add(1)
+				for m := peak.Load(); n > m && !peak.CompareAndSwap(m, n); m = peak.Load() {
+				}
+				runtime.Gosched()
+				cur.Add(-1)
+				p.Release()
+			}
+		})
+	}
+	for i := range 2000 {
+		b.SetLimit(1 + i%6)
+		runtime.Gosched()
+	}
+	b.SetLimit(6) // no waiter may be left behind a small limit
+	close(stop)
+	wg.Wait()
+	if got := peak.Load(); got > 6 {
+		t.Errorf("peak concurrency = %d, want <= 6", got)
+	}
+	if got, w := b.InFlight(), b.Waiting(); got != 0 || w != 0 {
+		t.Errorf("InFlight(), Waiting() = %d, %d, want 0, 0", got, w)
+	}
+	for i := range 6 {
+		if _, ok := b.TryAcquire(); !ok {
+			t.Fatalf("TryAcquire #%d after the run = false, want true (a slot leaked)", i)
+		}
+	}
+}
+
+func waitUntil(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	for i := 0; !cond(); i++ {
+		if i > 10_000_000 {
+			t.Fatalf("gave up waiting for %s", what)
+		}
+		runtime.Gosched()
+	}
+}
+
+func TestAcquireFIFO(t *testing.T) {
+	const n = 8
+	b := New(1, WithQueue(n))
+	p0, _ := b.TryAcquire()
+	var mu sync.Mutex
+	var order []int
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Go(func() {
+			p, err := b.Acquire(context.Background())
+			if err != nil {
+				t.Errorf("waiter %d: Acquire() = %v, want nil", i, err)
+				return
+			}
+			mu.Lock()
+			order = append(order, i)
+			mu.Unlock()
+			p.Release()
+		})
+		waitUntil(t, "waiter to queue", func() bool { return b.Waiting() == i+1 })
+	}
+	// Neither TryAcquire nor a free slot lets anyone barge past the queue.
+	if _, ok := b.TryAcquire(); ok {
+		t.Fatal("TryAcquire() with waiters queued = true, want false")
+	}
+	p0.Release()
+	wg.Wait()
+	for i, got := range order {
+		if got != i {
+			t.Fatalf("admission order = %v, want 0..%d", order, n-1)
+		}
+	}
+	if len(order) != n {
+		t.Fatalf("admitted %d waiters, want %d", len(order), n)
+	}
+}
+
+func TestReleaseHandsSlotToWaiterNotBarger(t *testing.T) {
+	b := New(1, WithQueue(1))
+	p0, _ := b.TryAcquire()
+	got := make(chan Permit)
+	go func() {
+		p, err := b.Acquire(context.Background())
+		if err != nil {
+			t.Errorf("Acquire() = %v", err)
+		}
+		got <- p
+	}()
+	waitUntil(t, "waiter to queue", func() bool { return b.Waiting() == 1 })
+	p0.Release()
+	// The slot now belongs to the waiter even if it has not run yet.
+	if _, ok := b.TryAcquire(); ok {
+		t.Fatal("TryAcquire() right after a hand-off = true, want false")
+	}
+	p := <-got
+	if got := b.InFlight(); got != 1 {
+		t.Errorf("InFlight() = %d, want 1", got)
+	}
+	p.Release()
+}
+
+func TestQueueBound(t *testing.T) {
+	b := New(1, WithQueue(2))
+	p0, _ := b.TryAcquire()
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	for range 2 {
+		wg.Go(func() {
+			if _, err := b.Acquire(ctx); !errors.Is(err, context.Canceled) {
+				t.Errorf("queued Acquire() = %v, want context.Canceled", err)
+			}
+		})
+	}
+	waitUntil(t, "two waiters", func() bool { return b.Waiting() == 2 })
+	if _, err := b.Acquire(context.Background()); !errors.Is(err, ErrFull) {
+		t.Errorf("Acquire() with a full queue = %v, want ErrFull", err)
+	}
+	cancel()
+	wg.Wait()
+	if got := b.Waiting(); got != 0 {
+		t.Errorf("Waiting() after cancel = %d, want 0", got)
+	}
+	st := b.Stats()
+	if st.Refused != 1 || st.Canceled != 2 {
+		t.Errorf("Stats() = %+v, want Refused 1, Canceled 2", st)
+	}
+	p0.Release()
+	if got := b.InFlight(); got != 0 {
+		t.Errorf("InFlight() = %d, want 0", got)
+	}
+}
+
+// fakeTimers replaces the max-wait timer with channels the test fires.
+type fakeTimers struct {
+	mu     sync.Mutex
+	timers []chan time.Time
+	waits  []time.Duration
+}
+
+func (f *fakeTimers) install(c *core) {
+	c.newTimer = func(d time.Duration) (<-chan time.Time, func() bool) {
+		ch := make(chan time.Time, 1)
+		f.mu.Lock()
+		f.timers = append(f.timers, ch)
+		f.waits = append(f.waits, d)
+		f.mu.Unlock()
+		return ch, func() bool { return true }
+	}
+}
+
+func (f *fakeTimers) fire(i int) {
+	f.mu.Lock()
+	ch := f.timers[i]
+	f.mu.Unlock()
+	ch <- time.Time{}
+}
+
+func (f *fakeTimers) count() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return len(f.timers)
+}
+
+func TestMaxWaitTimeout(t *testing.T) {
+	b := New(1, WithQueue(4), WithMaxWait(250*time.Millisecond))
+	var ft fakeTimers
+	ft.install(&b.c)
+	p0, _ := b.TryAcquire()
+	errc := make(chan error)
+	go func() {
+		_, err := b.Acquire(context.Background())
+		errc <- err
+	}()
+	waitUntil(t, "timer armed", func() bool { return ft.count() == 1 })
+	if ft.waits[0] != 250*time.Millisecond {
+		t.Errorf("timer armed for %v, want 250ms", ft.waits[0])
+	}
+	ft.fire(0)
+	err := <-errc
+	if !errors.Is(err, ErrTimeout) {
+		t.Fatalf("Acquire() = %v, want ErrTimeout", err)
+	}
+	if want := "bulkhead: timed out waiting for a slot (max wait 250ms)"; err.Error() != want {
+		t.Errorf("Acquire() error = %q, want %q", err, want)
+	}
+	if got := b.Waiting(); got != 0 {
+		t.Errorf("Waiting() = %d, want 0", got)
+	}
+	if got := b.Stats().TimedOut; got != 1 {
+		t.Errorf("Stats().TimedOut = %d, want 1", got)
+	}
+	p0.Release()
+	if _, ok := b.TryAcquire(); !ok {
+		t.Error("TryAcquire() after the timed-out waiter = false, want true")
+	}
+}
+
+func TestAcquireContext(t *testing.T) {
+	t.Run("canceled while queued", func(t *testing.T) {
+		b := New(1, WithQueue(1))
+		p0, _ := b.TryAcquire()
+		ctx, cancel := context.WithCancel(context.Background())
+		errc := make(chan error)
+		go func() {
+			_, err := b.Acquire(ctx)
+			errc <- err
+		}()
+		waitUntil(t, "waiter", func() bool { return b.Waiting() == 1 })
+		cancel()
+		err := <-errc
+		if !errors.Is(err, context.Canceled) {
+			t.Fatalf("Acquire() = %v, want context.Canceled", err)
+		}
+		if !strings.HasPrefix(err.Error(), "bulkhead: ") {
+			t.Errorf("Acquire() error %q lacks the package prefix", err)
+		}
+		p0.Release()
+		if got, w := b.InFlight(), b.Waiting(); got != 0 || w != 0 {
+			t.Errorf("InFlight(), Waiting() = %d, %d, want 0, 0", got, w)
+		}
+	})
+	t.Run("already ended", func(t *testing.T) {
+		b := New(1)
+		ctx, cancel := context.WithCancel(context.Background())
+		cancel()
+		if _, err := b.Acquire(ctx); !errors.Is(err, context.Canceled) {
+			t.Errorf("Acquire(canceled ctx) = %v, want context.Canceled", err)
+		}
+		if got := b.InFlight(); got != 0 {
+			t.Errorf("InFlight() = %d, want 0", got)
+		}
+	})
+	t.Run("canceled with cause", func(t *testing.T) {
+		b := New(1, WithQueue(1))
+		p0, _ := b.TryAcquire()
+		defer p0.Release()
+		cause := errors.New("client went away")
+		ctx, cancel := context.WithCancelCause(context.Background())
+		errc := make(chan error)
+		go func() {
+			_, err := b.Acquire(ctx)
+			errc <- err
+		}()
+		waitUntil(t, "waiter", func() bool { return b.Waiting() == 1 })
+		cancel(cause)
+		err := <-errc
+		if !errors.Is(err, context.Canceled) || !errors.Is(err, cause) {
+			t.Errorf("Acquire() = %v, want it to wrap context.Canceled and the cause", err)
+		}
+	})
+	t.Run("free slot", func(t *testing.T) {
+		b := New(1)
+		p, err := b.Acquire(context.Background())
+		if err != nil || !p.Release() {
+			t.Errorf("Acquire() on a free bulkhead = %v, want a permit", err)
+		}
+	})
+}
+
+// TestGrantedWhileGivingUp forces the race in which a slot is handed to a
+// waiter at the moment its context ends: the waiter must pass the slot on.
+func TestGrantedWhileGivingUp(t *testing.T) {
+	b := New(1, WithQueue(2))
+	p0, _ := b.TryAcquire()
+	var once sync.Once
+	b.c.onGiveUp = func() { once.Do(func() { p0.Release() }) }
+	ctx1, cancel1 := context.WithCancel(context.Background())
+	err1 := make(chan error)
+	go func() {
+		_, err := b.Acquire(ctx1)
+		err1 <- err
+	}()
+	waitUntil(t, "first waiter", func() bool { return b.Waiting() == 1 })
+	got2 := make(chan Permit)
+	go func() {
+		p, err := b.Acquire(context.Background())
+		if err != nil {
+			t.Errorf("second waiter: Acquire() = %v", err)
+		}
+		got2 <- p
+	}()
+	waitUntil(t, "second waiter", func() bool { return b.Waiting() == 2 })
+	cancel1()
+	if err := <-err1; !errors.Is(err, context.Canceled) {
+		t.Errorf("first waiter: Acquire() = %v, want context.Canceled", err)
+	}
+	p2 := <-got2
+	if got := b.InFlight(); got != 1 {
+		t.Errorf("InFlight() = %d, want 1 (the second waiter)", got)
+	}
+	if !p2.Release() {
+		t.Error("second waiter's Release() = false")
+	}
+	if got := b.InFlight(); got != 0 {
+		t.Errorf("InFlight() = %d, want 0", got)
+	}
+	if got := b.Stats().Admitted; got != 2 {
+		t.Errorf("Stats().Admitted = %d, want 2 (the slot given to the leaving waiter is not an admission)", got)
+	}
+}
+
+// TestCancelRaceStress cancels waiters at random moments while slots are
+// released: no slot may leak.
+func TestCancelRaceStress(t *testing.T) {
+	const limit = 2
+	b := New(limit, WithQueue(64))
+	var wg sync.WaitGroup
+	for g := range 8 {
+		wg.Go(func() {
+			rng := rand.New(rand.NewPCG(uint64(g), 3))
+			for range 300 {
+				ctx, cancel := context.WithCancel(context.Background())
+				done := make(chan struct{})
+				go func() {
+					for range rng.IntN(4) {
+						runtime.Gosched()
+					}
+					cancel()
+					close(done)
+				}()
+				p, err := b.Acquire(ctx)
+				if err == nil {
+					runtime.Gosched()
+					p.Release()
+				} else if !errors.Is(err, context.Canceled) {
+					t.Errorf("Acquire() = %v", err)
+				}
+				<-done
+			}
+		})
+	}
+	wg.Wait()
+	if got, w := b.InFlight(), b.Waiting(); got != 0 || w != 0 {
+		t.Fatalf("InFlight(), Waiting() = %d, %d, want 0, 0", got, w)
+	}
+	for i := range limit {
+		if _, ok := b.TryAcquire(); !ok {
+			t.Fatalf("TryAcquire #%d = false, want true (a slot leaked)", i)
+		}
+	}
+}
+
+func TestSetLimit(t *testing.T) {
+	t.Run("grow wakes waiters", func(t *testing.T) {
+		b := New(1, WithQueue(3))
+		p0, _ := b.TryAcquire()
+		var wg sync.WaitGroup
+		permits := make(chan Permit, 3)
+		for range 3 {
+			wg.Go(func() {
+				p, err := b.Acquire(context.Background())
+				if err != nil {
+					t.Errorf("Acquire() = %v", err)
+				}
+				permits <- p
+			})
+		}
+		waitUntil(t, "three waiters", func() bool { return b.Waiting() == 3 })
+		b.SetLimit(3)
+		first := []Permit{<-permits, <-permits}
+		if got, w := b.InFlight(), b.Waiting(); got != 3 || w != 1 {
+			t.Errorf("after SetLimit(3): InFlight(), Waiting() = %d, %d, want 3, 1", got, w)
+		}
+		b.SetLimit(100) // grows the slot table beyond its first chunk
+		wg.Wait()
+		if got := b.InFlight(); got != 4 {
+			t.Errorf("after SetLimit(100): InFlight() = %d, want 4", got)
+		}
+		close(permits)
+		for p := range permits {
+			first = append(first, p)
+		}
+		for _, p := range first {
+			if !p.Release() {
+				t.Error("Release() of a waiter's permit = false")
+			}
+		}
+		p0.Release()
+		var held []Permit
+		for range 100 {
+			p, ok := b.TryAcquire()
+			if !ok {
+				t.Fatalf("TryAcquire #%d under limit 100 = false", len(held))
+			}
+			held = append(held, p)
+		}
+		if _, ok := b.TryAcquire(); ok {
+			t.Error("TryAcquire #101 under limit 100 = true, want false")
+		}
+		for _, p := range held {
+			p.Release()
+		}
+	})
+	t.Run("shrink lets calls finish", func(t *testing.T) {
+		b := New(3)
+		var held []Permit
+		for range 3 {
+			p, _ := b.TryAcquire()
+			held = append(held, p)
+		}
+		b.SetLimit(1)
+		if got := b.Limit(); got != 1 {
+			t.Errorf("Limit() = %d, want 1", got)
+		}
+		if got := b.InFlight(); got != 3 {
+			t.Errorf("InFlight() = %d, want 3 (calls in flight keep running)", got)
+		}
+		held[0].Release()
+		if _, ok := b.TryAcquire(); ok {
+			t.Error("TryAcquire() with 2 in flight over limit 1 = true, want false")
+		}
+		held[1].Release()
+		held[2].Release()
+		if _, ok := b.TryAcquire(); !ok {
+			t.Error("TryAcquire() with 0 in flight under limit 1 = false, want true")
+		}
+	})
+	t.Run("shrink with waiters", func(t *testing.T) {
+		b := New(2, WithQueue(1))
+		p1, _ := b.TryAcquire()
+		p2, _ := b.TryAcquire()
+		got := make(chan Permit)
+		go func() {
+			p, _ := b.Acquire(context.Background())
+			got <- p
+		}()
+		waitUntil(t, "waiter", func() bool { return b.Waiting() == 1 })
+		b.SetLimit(1)
+		p1.Release() // 1 in flight, limit 1: the waiter keeps waiting
+		if w := b.Waiting(); w != 1 {
+			t.Errorf("Waiting() = %d, want 1", w)
+		}
+		p2.Release() // now there is room
+		p := <-got
+		if n := b.InFlight(); n != 1 {
+			t.Errorf("InFlight() = %d, want 1", n)
+		}
+		p.Release()
+	})
+}
+
+func TestAllocs(t *testing.T) {
+	b := New(4)
+	if n := testing.AllocsPerRun(1000, func() {
+		p, ok := b.TryAcquire()
+		if !ok {
+			panic("refused")
+		}
+		p.Release()
+	}); n != 0 {
+		t.Errorf("Bulkhead TryAcquire+Release allocs = %v, want 0", n)
+	}
+	if n := testing.AllocsPerRun(1000, func() {
+		p, err := b.Acquire(context.Background())
+		if err != nil {
+			panic(err)
+		}
+		p.Done(time.Millisecond, nil)
+	}); n != 0 {
+		t.Errorf("Bulkhead Acquire+Done (free slot) allocs = %v, want 0", n)
+	}
+	full := New(1)
+	full.TryAcquire()
+	if n := testing.AllocsPerRun(1000, func() {
+		if _, ok := full.TryAcquire(); ok {
+			panic("admitted")
+		}
+	}); n != 0 {
+		t.Errorf("Bulkhead TryAcquire refused allocs = %v, want 0", n)
+	}
+	a := NewAdaptive()
+	now := time.Unix(1000, 0)
+	if n := testing.AllocsPerRun(1000, func() {
+		p, ok := a.TryAcquire()
+		if !ok {
+			panic("refused")
+		}
+		now = now.Add(time.Millisecond)
+		p.DoneAt(now, 5*time.Millisecond, nil)
+	}); n != 0 {
+		t.Errorf("Adaptive TryAcquire+DoneAt allocs = %v, want 0", n)
+	}
+}

@@ -1,0 +1,404 @@
+package bulkhead
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// MaxLimit is the largest concurrency limit a Bulkhead or an Adaptive
+// accepts.
+const MaxLimit = 1 << 20
+
+// MaxQueue is the largest wait-queue length WithQueue accepts.
+const MaxQueue = 1 << 30
+
+const (
+	inflightMask = 1<<32 - 1
+	oneWaiter    = 1 << 32
+	chunkBits    = 6
+	chunkSize    = 1 << chunkBits
+)
+
+// slot is one unit of concurrency. A Permit names a slot and the slot's
+// generation when it was handed out; gen is odd while the slot is held and
+// even while it is free, so (gen+1)/2 counts the admissions through it and
+// a Permit whose generation is stale can never free a slot again.
+type slot struct {
+	gen  atomic.Uint64
+	next atomic.Uint32 // index+1 of the next free slot; 0 ends the list
+	idx  uint32
+	c    *core
+	_    [64 - 8 - 4 - 4 - 8]byte // one slot per cache line
+}
+
+type chunk [chunkSize]slot
+
+// waiter is one queued Acquire. All fields but ready are guarded by core.mu.
+type waiter struct {
+	ready      chan struct{} // closed when granted
+	s          *slot         // the slot granted
+	granted    bool
+	prev, next *waiter
+}
+
+// core is the semaphore shared by Bulkhead and Adaptive.
+//
+// The admission word state holds the in-flight count (low 32 bits) and the
+// number of queued waiters (high 32 bits). TryAcquire and the release of a
+// slot when nobody waits are a compare-and-swap on it; everything that
+// involves waiters runs under mu, and waiters only change under mu, so a
+// non-zero waiter count freezes the word for lock-free callers: they see
+// it and take the locked path (no barging past the queue).
+//
+// Free slots form a lock-free stack (head word: tag<<32 | index+1). A slot
+// is pushed back before the in-flight count drops and popped after it rose,
+// so the number of slots held never exceeds the count and a pop after an
+// admission always finds a slot.
+type core struct {
+	state atomic.Uint64
+	free  atomic.Uint64
+	_     [64 - 16]byte
+
+	limit   atomic.Int64
+	table   atomic.Pointer[[]*chunk]
+	ad      *Adaptive // nil for a fixed Bulkhead
+	_       [64 - 24]byte
+	refused atomic.Uint64
+	_       [64 - 8]byte
+
+	timedOut atomic.Uint64
+	canceled atomic.Uint64
+
+	maxQueue   uint64
+	maxWait    time.Duration
+	errTimeout error
+
+	mu         sync.Mutex
+	head, tail *waiter
+	nslots     int
+
+	// Test hooks, nil in production.
+	newTimer func(d time.Duration) (<-chan time.Time, func() bool)
+	onGiveUp func() // runs when a waiter gives up, before it takes mu
+}
+
+func (c *core) init(limit int, o *options) {
+	c.maxQueue = uint64(o.queue)
+	c.maxWait = o.maxWait
+	if o.maxWait > 0 {
+		c.errTimeout = fmt.Errorf("%w (max wait %v)", ErrTimeout, o.maxWait)
+	}
+	c.setLimit(limit)
+}
+
+func checkLimit(what string, n int) {
+	if n < 1 || n > MaxLimit {
+		panic(fmt.Sprintf("bulkhead: %s must be between 1 and %d, got %d", what, MaxLimit, n))
+	}
+}
+
+func (c *core) slotAt(i uint32) *slot {
+	t := *c.table.Load()
+	return &t[i>>chunkBits][i&(chunkSize-1)]
+}
+
+func (c *core) push(s *slot) {
+	for {
+		h := c.free.Load()
+		s.next.Store(uint32(h))
+		if c.free.CompareAndSwap(h, (h>>32+1)<<32|uint64(s.idx+1)) {
+			return
+		}
+	}
+}
+
+func (c *core) pop() *slot {
+	for {
+		h := c.free.Load()
+		i := uint32(h)
+		if i == 0 {
+			panic("bulkhead: internal error: admitted with no free slot")
+		}
+		s := c.slotAt(i - 1)
+		if c.free.CompareAndSwap(h, (h>>32+1)<<32|uint64(s.next.Load())) {
+			return s
+		}
+	}
+}
+
+// take pops a slot for a call already counted in state.
+func (c *core) take() Permit {
+	s := c.pop()
+	return Permit{s: s, gen: s.gen.Add(1)}
+}
+
+// admit counts one more call in flight unless the limit is reached or
+// someone is queued.
+func (c *core) admit() bool {
+	lim := uint64(c.limit.Load())
+	for {
+		st := c.state.Load()
+		if st>>32 != 0 || st&inflightMask >= lim {
+			return false
+		}
+		if c.state.CompareAndSwap(st, st+1) {
+			return true
+		}
+	}
+}
+
+func (c *core) tryAcquire() (Permit, bool) {
+	if !c.admit() {
+		c.refused.Add(1)
+		return Permit{}, false
+	}
+	return c.take(), true
+}
+
+// put returns slot s (already marked free by its generation) and gives its
+// place to the oldest waiter, or drops the in-flight count.
+func (c *core) put(s *slot) {
+	c.push(s)
+	for {
+		st := c.state.Load()
+		if st>>32 != 0 {
+			c.putSlow()
+			return
+		}
+		if c.state.CompareAndSwap(st, st-1) {
+			return
+		}
+	}
+}
+
+func (c *core) putSlow() {
+	c.mu.Lock()
+	for {
+		st := c.state.Load()
+		if st>>32 != 0 && int64(st&inflightMask) <= c.limit.Load() {
+			// Hand our place to the oldest waiter: in-flight stays, one
+			// waiter fewer.
+			if c.state.CompareAndSwap(st, st-oneWaiter) {
+				c.grant(c.dequeue())
+				break
+			}
+			continue
+		}
+		// Over the limit (it shrank) or the queue emptied meanwhile.
+		if c.state.CompareAndSwap(st, st-1) {
+			break
+		}
+	}
+	c.mu.Unlock()
+}
+
+// grant hands a slot to w, whose place is already counted. Needs mu.
+func (c *core) grant(w *waiter) {
+	w.s = c.pop()
+	w.granted = true
+	close(w.ready)
+}
+
+// dispatch admits waiters while there is room. Needs mu.
+func (c *core) dispatch() {
+	for {
+		st := c.state.Load()
+		if st>>32 == 0 || int64(st&inflightMask) >= c.limit.Load() {
+			return
+		}
+		if c.state.CompareAndSwap(st, st+1-oneWaiter) {
+			c.grant(c.dequeue())
+		}
+	}
+}
+
+func (c *core) enqueue(w *waiter) {
+	w.prev = c.tail
+	if c.tail == nil {
+		c.head = w
+	} else {
+		c.tail.next = w
+	}
+	c.tail = w
+}
+
+func (c *core) dequeue() *waiter {
+	w := c.head
+	c.unlink(w)
+	return w
+}
+
+func (c *core) unlink(w *waiter) {
+	if w.prev == nil {
+		c.head = w.next
+	} else {
+		w.prev.next = w.next
+	}
+	if w.next == nil {
+		c.tail = w.prev
+	} else {
+		w.next.prev = w.prev
+	}
+	w.prev, w.next = nil, nil
+}
+
+// setLimit changes the limit, growing the slot table first if needed so
+// that there are always at least as many slots as calls admitted.
+func (c *core) setLimit(n int) {
+	c.mu.Lock()
+	if n > c.nslots {
+		c.grow(n)
+	}
+	c.limit.Store(int64(n))
+	c.dispatch()
+	c.mu.Unlock()
+}
+
+// grow adds slots until there are at least n. Needs mu.
+func (c *core) grow(n int) {
+	var t []*chunk
+	if p := c.table.Load(); p != nil {
+		t = *p
+	}
+	old := c.nslots
+	nt := make([]*chunk, (n+chunkSize-1)/chunkSize)
+	copy(nt, t)
+	for i := len(t); i < len(nt); i++ {
+		nt[i] = new(chunk)
+	}
+	c.table.Store(&nt)
+	c.nslots = len(nt) * chunkSize
+	// Push the new slots highest index first so low indices are reused
+	// first.
+	for i := c.nslots - 1; i >= old; i-- {
+		s := &nt[i>>chunkBits][i&(chunkSize-1)]
+		s.idx = uint32(i)
+		s.c = c
+		c.push(s)
+	}
+}
+
+func (c *core) acquire(ctx context.Context) (Permit, error) {
+	if err := ctx.Err(); err != nil {
+		c.canceled.Add(1)
+		return Permit{}, ctxError(ctx, err)
+	}
+	if c.admit() {
+		return c.take(), nil
+	}
+	if c.maxQueue == 0 {
+		c.refused.Add(1)
+		return Permit{}, ErrFull
+	}
+	c.mu.Lock()
+	for {
+		st := c.state.Load()
+		if st>>32 == 0 && int64(st&inflightMask) < c.limit.Load() {
+			if c.state.CompareAndSwap(st, st+1) {
+				c.mu.Unlock()
+				return c.take(), nil
+			}
+			continue
+		}
+		if st>>32 >= c.maxQueue {
+			c.mu.Unlock()
+			c.refused.Add(1)
+			return Permit{}, ErrFull
+		}
+		if c.state.CompareAndSwap(st, st+oneWaiter) {
+			break
+		}
+	}
+	w := &waiter{ready: make(chan struct{})}
+	c.enqueue(w)
+	c.mu.Unlock()
+
+	var timeout <-chan time.Time
+	if c.maxWait > 0 {
+		newTimer := c.newTimer
+		if newTimer == nil {
+			newTimer = realTimer
+		}
+		ch, stop := newTimer(c.maxWait)
+		defer stop()
+		timeout = ch
+	}
+	select {
+	case <-w.ready:
+		return Permit{s: w.s, gen: w.s.gen.Add(1)}, nil
+	case <-ctx.Done():
+		c.giveUp(w)
+		c.canceled.Add(1)
+		return Permit{}, ctxError(ctx, ctx.Err())
+	case <-timeout:
+		c.giveUp(w)
+		c.timedOut.Add(1)
+		return Permit{}, c.errTimeout
+	}
+}
+
+// giveUp takes w out of the queue, or, if a slot was granted to w at the
+// moment it gave up, passes that slot on.
+func (c *core) giveUp(w *waiter) {
+	if c.onGiveUp != nil {
+		c.onGiveUp()
+	}
+	c.mu.Lock()
+	if w.granted {
+		c.mu.Unlock()
+		c.put(w.s)
+		return
+	}
+	c.unlink(w)
+	for {
+		st := c.state.Load()
+		if c.state.CompareAndSwap(st, st-oneWaiter) {
+			break
+		}
+	}
+	c.mu.Unlock()
+}
+
+func realTimer(d time.Duration) (<-chan time.Time, func() bool) {
+	t := time.NewTimer(d)
+	return t.C, t.Stop
+}
+
+func ctxError(ctx context.Context, err error) error {
+	if cause := context.Cause(ctx); cause != nil && cause != err {
+		return fmt.Errorf("bulkhead: gave up waiting for a slot: %w (cause: %w)", err, cause)
+	}
+	return fmt.Errorf("bulkhead: gave up waiting for a slot: %w", err)
+}
+
+func (c *core) inFlight() int { return int(c.state.Load() & inflightMask) }
+func (c *core) waiting() int  { return int(c.state.Load() >> 32) }
+
+func (c *core) stats() Stats {
+	var admitted uint64
+	if p := c.table.Load(); p != nil {
+		for _, ch := range *p {
+			for i := range ch {
+				admitted += (ch[i].gen.Load() + 1) / 2
+			}
+		}
+	}
+	return Stats{
+		Admitted: admitted,
+		Refused:  c.refused.Load(),
+		TimedOut: c.timedOut.Load(),
+		Canceled: c.canceled.Load(),
+	}
+}
+
+// Stats are cumulative counters of a Bulkhead or an Adaptive, read with
+// atomic loads (for a metrics exporter). Counters never decrease.
+type Stats struct {
+	Admitted uint64 // calls given a slot
+	Refused  uint64 // TryAcquire false, or Acquire with ErrFull
+	TimedOut uint64 // Acquire gave up after the maximum wait
+	Canceled uint64 // Acquire gave up because its context ended
+}

@@ -1,0 +1,40 @@
+// Package bulkhead limits how many calls run at once.
+//
+// A Bulkhead is a fixed limit (seed 002's semaphore, done properly): TryAcquire
+// fails fast when every slot is taken, and Acquire may wait in a bounded
+// FIFO queue for a bounded time. An Adaptive is a limit that follows
+// measured latency (TCP Vegas style) for bottlenecks that are not the CPU:
+// a database pool, a downstream service, a disk.
+//
+// Both hand out a Permit, a small value that the caller finishes exactly
+// once:
+//
+//	p, ok := b.TryAcquire()
+//	if !ok {
+//		return errOverloaded // refused in nanoseconds, no allocation
+//	}
+//	start := time.Now()
+//	err := work()
+//	p.Done(time.Since(start), err)
+//
+// Finishing is idempotent: a second Release or Done of the same permit, or
+// of a copy, is a no-op that returns false, so the in-flight count can
+// never be released twice or drop below zero.
+//
+// Admission and release are lock-free while nobody is queued: one
+// compare-and-swap on a word holding the in-flight and queued counts, and a
+// lock-free free list of slots. Nothing allocates on that path. Queued
+// Acquire calls take a mutex and allocate their wait entry; a slot freed
+// while calls are queued goes straight to the oldest of them.
+//
+// Errors: ErrFull when there is no slot and no room in the queue;
+// an error wrapping ErrTimeout after the maximum wait; an error wrapping
+// the context's error (and cause) when the context ends first.
+//
+// Invalid configuration (limit < 1, negative queue length or maximum wait,
+// a floor above the ceiling) panics at construction with a message naming
+// the bad value; nothing is silently clamped except WithInitialLimit into
+// WithLimitBounds.
+//
+// The package imports only the standard library and starts no goroutines.
+package bulkhead
