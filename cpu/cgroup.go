@@ -1,0 +1,276 @@
+package cpu
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// NewCgroupV2 returns the cgroup v2 source for this process: usage_usec
+// of cpu.stat in the process's own cgroup (found through
+// /proc/self/cgroup and /proc/self/mountinfo) against the allowance, with
+// the quota read from cpu.max in that cgroup and its ancestors (the
+// smallest wins) at every sample. It also reports the cgroup's throttling
+// counters and cpu.pressure. root is the filesystem root ("" or "/" in
+// production; tests pass a fixture tree).
+//
+// It takes a first sample and returns its error, which names the file
+// that could not be read. In the root cgroup the counters cover every
+// process on the host; String says so, and [Detect] skips such a source.
+func NewCgroupV2(root string) (Source, error) {
+	s, err := newCgroupV2(cleanRoot(root), defaultEnv())
+	if err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// NewCgroupV1 returns the cgroup v1 source for this process: cpuacct.usage
+// of its own cpuacct cgroup against the allowance, with the quota from
+// cpu.cfs_quota_us / cpu.cfs_period_us of its cpu cgroup and ancestors
+// (the smallest wins) re-read at every sample, and the throttling counters
+// of cpu.stat. CPU pressure, when present, is the host's
+// /proc/pressure/cpu. root is as for [NewCgroupV2].
+func NewCgroupV1(root string) (Source, error) {
+	s, err := newCgroupV1(cleanRoot(root), defaultEnv())
+	if err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+type cgroupV2 struct {
+	env      sysenv
+	dir, top string
+	isRoot   bool
+}
+
+func newCgroupV2(root string, env sysenv) (*cgroupV2, error) {
+	mounts, err := readMounts(root)
+	if err != nil {
+		return nil, fmt.Errorf("cpu: cgroup v2: %w", err)
+	}
+	m, ok := findMount(mounts, "cgroup2", "")
+	if !ok {
+		return nil, fmt.Errorf("%w: cgroup v2 (no cgroup2 line in %s)", ErrNotMounted, filepath.Join(root, procMountinfo))
+	}
+	paths, err := readCgroupPaths(root)
+	if err != nil {
+		return nil, fmt.Errorf("cpu: cgroup v2: %w", err)
+	}
+	if !paths.hasV2 {
+		return nil, fmt.Errorf("%w: cgroup v2 (no 0:: line in %s)", ErrNotMounted, filepath.Join(root, procCgroup))
+	}
+	dir, top, isRoot, err := cgroupDir(root, m, paths.v2)
+	if err != nil {
+		return nil, fmt.Errorf("cpu: cgroup v2: %w", err)
+	}
+	if isRoot {
+		// Inside a cgroup namespace the process's own cgroup looks like
+		// the root; the real root has no cpu.max.
+		if _, err := os.Stat(filepath.Join(dir, "cpu.max")); err == nil {
+			isRoot = false
+		}
+	}
+	s := &cgroupV2{env: env, dir: dir, top: top, isRoot: isRoot}
+	if _, err := s.Sample(); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+var v2StatKeys = []string{"usage_usec", "nr_periods", "nr_throttled", "throttled_usec"}
+
+func (s *cgroupV2) Sample() (Sample, error) {
+	quota, err := v2Quota(s.dir, s.top)
+	if err != nil {
+		return Sample{}, fmt.Errorf("cpu: cgroup v2: %w", err)
+	}
+	allow, err := s.env.allowance(quota)
+	if err != nil {
+		return Sample{}, err
+	}
+	var vals [4]uint64
+	name := filepath.Join(s.dir, "cpu.stat")
+	found, err := readKV(name, v2StatKeys, vals[:])
+	now := s.env.now()
+	if err != nil {
+		return Sample{}, fmt.Errorf("cpu: cgroup v2: %w", err)
+	}
+	if found&1 == 0 {
+		return Sample{}, fmt.Errorf("cpu: cgroup v2: %w", formatError("has no usage_usec line", name))
+	}
+	smp := Sample{
+		Time:      now,
+		Usage:     time.Duration(vals[0]) * time.Microsecond,
+		Allowance: allow,
+		Quota:     quota,
+	}
+	if found&0b1110 == 0b1110 {
+		smp.HasThrottling = true
+		smp.Throttling = Throttling{Periods: vals[1], Throttled: vals[2], ThrottledTime: time.Duration(vals[3]) * time.Microsecond}
+	}
+	smp.Pressure, smp.HasPressure = readPressure(filepath.Join(s.dir, "cpu.pressure"))
+	return smp, nil
+}
+
+func (s *cgroupV2) String() string {
+	if s.isRoot {
+		return "cgroup v2 " + s.dir + " (root cgroup: counts every process on the host)"
+	}
+	return "cgroup v2 " + s.dir
+}
+
+// v2Quota returns the smallest cpu.max quota, in CPUs, from dir up to top;
+// 0 when none is set.
+func v2Quota(dir, top string) (float64, error) {
+	q := 0.0
+	for d := dir; ; d = filepath.Dir(d) {
+		name := filepath.Join(d, "cpu.max")
+		data, err := os.ReadFile(name)
+		switch {
+		case notExist(err):
+		case err != nil:
+			return 0, err
+		default:
+			f := strings.Fields(string(data))
+			if len(f) != 2 {
+				return 0, formatError("%q is not \"quota period\"", name, strings.TrimSpace(string(data)))
+			}
+			if f[0] != "max" {
+				quota, err1 := strconv.ParseFloat(f[0], 64)
+				period, err2 := strconv.ParseFloat(f[1], 64)
+				if err1 != nil || err2 != nil || quota <= 0 || period <= 0 {
+					return 0, formatError("%q is not \"quota period\"", name, strings.TrimSpace(string(data)))
+				}
+				if c := quota / period; q == 0 || c < q {
+					q = c
+				}
+			}
+		}
+		if d == top || len(d) <= len(top) || d == filepath.Dir(d) {
+			return q, nil
+		}
+	}
+}
+
+type cgroupV1 struct {
+	env     sysenv
+	acctDir string // cpuacct cgroup
+	cpuDir  string // cpu cgroup ("" when the cpu controller is not mounted)
+	cpuTop  string
+	isRoot  bool
+	psi     string
+}
+
+func newCgroupV1(root string, env sysenv) (*cgroupV1, error) {
+	mounts, err := readMounts(root)
+	if err != nil {
+		return nil, fmt.Errorf("cpu: cgroup v1: %w", err)
+	}
+	am, ok := findMount(mounts, "cgroup", "cpuacct")
+	if !ok {
+		return nil, fmt.Errorf("%w: cgroup v1 cpuacct (not in %s)", ErrNotMounted, filepath.Join(root, procMountinfo))
+	}
+	paths, err := readCgroupPaths(root)
+	if err != nil {
+		return nil, fmt.Errorf("cpu: cgroup v1: %w", err)
+	}
+	ap, ok := paths.v1["cpuacct"]
+	if !ok {
+		return nil, fmt.Errorf("%w: cgroup v1 (no cpuacct line in %s)", ErrNotMounted, filepath.Join(root, procCgroup))
+	}
+	s := &cgroupV1{env: env, psi: filepath.Join(root, procPressure)}
+	s.acctDir, _, s.isRoot, err = cgroupDir(root, am, ap)
+	if err != nil {
+		return nil, fmt.Errorf("cpu: cgroup v1: %w", err)
+	}
+	if cm, ok := findMount(mounts, "cgroup", "cpu"); ok {
+		if cp, ok := paths.v1["cpu"]; ok {
+			s.cpuDir, s.cpuTop, _, err = cgroupDir(root, cm, cp)
+			if err != nil {
+				return nil, fmt.Errorf("cpu: cgroup v1: %w", err)
+			}
+		}
+	}
+	if _, err := s.Sample(); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+var v1StatKeys = []string{"nr_periods", "nr_throttled", "throttled_time"}
+
+func (s *cgroupV1) Sample() (Sample, error) {
+	var quota float64
+	if s.cpuDir != "" {
+		var err error
+		if quota, err = v1Quota(s.cpuDir, s.cpuTop); err != nil {
+			return Sample{}, fmt.Errorf("cpu: cgroup v1: %w", err)
+		}
+	}
+	allow, err := s.env.allowance(quota)
+	if err != nil {
+		return Sample{}, err
+	}
+	usage, err := readUint(filepath.Join(s.acctDir, "cpuacct.usage"))
+	now := s.env.now()
+	if err != nil {
+		return Sample{}, fmt.Errorf("cpu: cgroup v1: %w", err)
+	}
+	smp := Sample{Time: now, Usage: time.Duration(usage), Allowance: allow, Quota: quota}
+	if s.cpuDir != "" {
+		var vals [3]uint64
+		if found, err := readKV(filepath.Join(s.cpuDir, "cpu.stat"), v1StatKeys, vals[:]); err == nil && found == 0b111 {
+			smp.HasThrottling = true
+			smp.Throttling = Throttling{Periods: vals[0], Throttled: vals[1], ThrottledTime: time.Duration(vals[2])}
+		}
+	}
+	smp.Pressure, smp.HasPressure = readPressure(s.psi)
+	return smp, nil
+}
+
+func (s *cgroupV1) String() string {
+	if s.isRoot {
+		return "cgroup v1 " + s.acctDir + " (root cgroup: counts every process on the host)"
+	}
+	return "cgroup v1 " + s.acctDir
+}
+
+// v1Quota returns the smallest cpu.cfs_quota_us / cpu.cfs_period_us, in
+// CPUs, from dir up to top; 0 when none is set (quota -1).
+func v1Quota(dir, top string) (float64, error) {
+	q := 0.0
+	for d := dir; ; d = filepath.Dir(d) {
+		qname := filepath.Join(d, "cpu.cfs_quota_us")
+		data, err := os.ReadFile(qname)
+		switch {
+		case notExist(err):
+		case err != nil:
+			return 0, err
+		default:
+			quota, err := strconv.ParseInt(strings.TrimSpace(string(data)), 10, 64)
+			if err != nil {
+				return 0, formatError("%q is not a number", qname, strings.TrimSpace(string(data)))
+			}
+			if quota > 0 {
+				period, err := readUint(filepath.Join(d, "cpu.cfs_period_us"))
+				if err != nil {
+					return 0, err
+				}
+				if period == 0 {
+					return 0, formatError("period 0", filepath.Join(d, "cpu.cfs_period_us"))
+				}
+				if c := float64(quota) / float64(period); q == 0 || c < q {
+					q = c
+				}
+			}
+		}
+		if d == top || len(d) <= len(top) || d == filepath.Dir(d) {
+			return q, nil
+		}
+	}
+}

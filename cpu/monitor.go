@@ -1,0 +1,284 @@
+package cpu
+
+import (
+	"fmt"
+	"math"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Defaults of [Monitor].
+const (
+	DefaultInterval  = 250 * time.Millisecond
+	DefaultSmoothing = 500 * time.Millisecond
+	DefaultThreshold = 0.8
+	DefaultCooldown  = 5 * time.Second
+)
+
+// Option configures a [Monitor].
+type Option func(*options)
+
+type options struct {
+	interval  time.Duration
+	smoothing time.Duration
+	threshold float64
+	cooldown  time.Duration
+}
+
+// WithInterval sets how often the sampler reads the source. Default
+// [DefaultInterval] (250 ms). It panics if d <= 0.
+func WithInterval(d time.Duration) Option {
+	if d <= 0 {
+		panic(fmt.Sprintf("cpu: interval must be > 0, got %v", d))
+	}
+	return func(o *options) { o.interval = d }
+}
+
+// WithSmoothing sets the time constant tau of the exponentially weighted
+// moving average: an observation covering dt moves the smoothed value by
+// the fraction 1 − exp(−dt/tau) of the difference, so a late sample
+// weighs as much as the time it covers. 0 disables smoothing. Default
+// [DefaultSmoothing] (500 ms: a step from 0.3 to 0.9 reaches 0.8 in about
+// 0.9 s). It panics if d < 0.
+func WithSmoothing(d time.Duration) Option {
+	if d < 0 {
+		panic(fmt.Sprintf("cpu: smoothing must be >= 0, got %v", d))
+	}
+	return func(o *options) { o.smoothing = d }
+}
+
+// WithThreshold sets the smoothed utilisation at or above which the
+// monitor is saturated. Default [DefaultThreshold] (0.8). It panics unless
+// 0 < f <= 1.
+func WithThreshold(f float64) Option {
+	if !(f > 0 && f <= 1) {
+		panic(fmt.Sprintf("cpu: threshold must be in (0, 1], got %v", f))
+	}
+	return func(o *options) { o.threshold = f }
+}
+
+// WithCooldown sets how long utilisation must stay below the threshold
+// before the monitor stops being saturated. Default [DefaultCooldown]
+// (5 s). It panics if d < 0.
+func WithCooldown(d time.Duration) Option {
+	if d < 0 {
+		panic(fmt.Sprintf("cpu: cooldown must be >= 0, got %v", d))
+	}
+	return func(o *options) { o.cooldown = d }
+}
+
+// Monitor turns a [Source] (or values fed through [Monitor.Update]) into
+// a smoothed utilisation and a saturation flag with hysteresis: it becomes
+// saturated when the smoothed utilisation reaches the threshold and stays
+// saturated until the cooldown has passed since the last observation at
+// or above it.
+//
+// Utilization and Saturated are single atomic loads, meant for admission
+// paths. Create a Monitor with [NewMonitor] (sampling goroutine) or
+// [NewManual]; the zero value is not usable. A Monitor is safe for
+// concurrent use. Close stops the sampler.
+type Monitor struct {
+	util atomic.Uint64 // math.Float64bits of the smoothed utilisation
+	sat  atomic.Bool
+
+	opts options
+	src  Source // nil for a manual monitor
+
+	mu        sync.Mutex
+	have      bool
+	last      time.Time // time of the last observation
+	lastAbove time.Time // time of the last observation at or above the threshold
+	smoothed  float64
+	raw       float64
+	prev      Sample
+	samples   uint64
+	late      uint64
+	errs      uint64
+	err       error
+
+	stop      chan struct{}
+	done      chan struct{}
+	closeOnce sync.Once
+}
+
+func newMonitor(src Source, opts []Option) *Monitor {
+	m := &Monitor{
+		src: src,
+		opts: options{
+			interval:  DefaultInterval,
+			smoothing: DefaultSmoothing,
+			threshold: DefaultThreshold,
+			cooldown:  DefaultCooldown,
+		},
+	}
+	for _, o := range opts {
+		o(&m.opts)
+	}
+	return m
+}
+
+// NewMonitor takes a first sample of src and starts a goroutine that
+// samples it every interval; Close stops it. Each utilisation is computed
+// over the time that really elapsed between two samples, so a sampler
+// that runs late in an overloaded process still reads right. It returns
+// the first sample's error, if any. It panics if src is nil.
+func NewMonitor(src Source, opts ...Option) (*Monitor, error) {
+	if src == nil {
+		panic("cpu: NewMonitor with nil Source")
+	}
+	m := newMonitor(src, opts)
+	first, err := src.Sample()
+	if err != nil {
+		return nil, err
+	}
+	m.prev = first
+	m.stop = make(chan struct{})
+	m.done = make(chan struct{})
+	go m.run()
+	return m, nil
+}
+
+// NewManual returns a Monitor without a source or goroutine, driven by
+// [Monitor.Update] alone: for tests and for callers that feed their own
+// signal.
+func NewManual(opts ...Option) *Monitor {
+	return newMonitor(nil, opts)
+}
+
+func (m *Monitor) run() {
+	defer close(m.done)
+	t := time.NewTicker(m.opts.interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-m.stop:
+			return
+		case <-t.C:
+			m.sample()
+		}
+	}
+}
+
+// sample reads the source once and feeds the result.
+func (m *Monitor) sample() {
+	s, err := m.src.Sample()
+	m.mu.Lock()
+	if err != nil {
+		m.errs++
+		m.err = err
+		m.mu.Unlock()
+		return
+	}
+	prev := m.prev
+	m.prev = s
+	m.samples++
+	m.err = nil
+	if s.Time.Sub(prev.Time) > m.opts.interval*3/2 {
+		m.late++
+	}
+	m.observe(s.Time, Utilization(prev, s))
+	m.mu.Unlock()
+}
+
+// Update feeds one utilisation observation (a fraction of the allowance,
+// clamped to [0, 1]) made at now. It is how a manual monitor is driven; on
+// a sampling monitor it interleaves with the samples. It panics if v is
+// NaN or negative.
+func (m *Monitor) Update(now time.Time, v float64) {
+	if !(v >= 0) {
+		panic(fmt.Sprintf("cpu: utilization must be >= 0, got %v", v))
+	}
+	if v > 1 {
+		v = 1
+	}
+	m.mu.Lock()
+	m.observe(now, v)
+	m.mu.Unlock()
+}
+
+// observe updates the smoothed value and the saturation flag; m.mu held.
+func (m *Monitor) observe(now time.Time, v float64) {
+	m.raw = v
+	if !m.have || m.opts.smoothing == 0 {
+		m.smoothed = v
+	} else if dt := now.Sub(m.last); dt > 0 {
+		a := 1 - math.Exp(-float64(dt)/float64(m.opts.smoothing))
+		m.smoothed += a * (v - m.smoothed)
+	}
+	if !m.have || now.After(m.last) {
+		m.last = now
+	}
+	m.have = true
+	m.util.Store(math.Float64bits(m.smoothed))
+	if m.smoothed >= m.opts.threshold {
+		m.lastAbove = now
+		m.sat.Store(true)
+	} else if m.sat.Load() && now.Sub(m.lastAbove) >= m.opts.cooldown {
+		m.sat.Store(false)
+	}
+}
+
+// Utilization returns the smoothed utilisation, a fraction in [0, 1] of
+// the CPU this process may use; 0 before the first observation.
+func (m *Monitor) Utilization() float64 {
+	return math.Float64frombits(m.util.Load())
+}
+
+// Saturated reports whether the monitor is saturated: the smoothed
+// utilisation reached the threshold and has not yet stayed below it for
+// the cooldown. It changes only when an observation arrives.
+func (m *Monitor) Saturated() bool {
+	return m.sat.Load()
+}
+
+// Threshold returns the saturation threshold.
+func (m *Monitor) Threshold() float64 { return m.opts.threshold }
+
+// Stats is a snapshot of a [Monitor] for logs and metrics.
+type Stats struct {
+	Source      string  // the source's String, "manual" for NewManual
+	Utilization float64 // smoothed utilisation
+	Raw         float64 // last unsmoothed observation
+	Saturated   bool
+	Threshold   float64
+	Last        Sample // last successful sample (zero for a manual monitor)
+	Samples     uint64 // successful samples since start (after the first)
+	Late        uint64 // samples taken more than 1.5 intervals after the previous one
+	Errors      uint64 // failed samples
+	Err         error  // error of the last sample, nil if it succeeded
+}
+
+// Stats returns a snapshot. It takes a lock; do not call it on an
+// admission path.
+func (m *Monitor) Stats() Stats {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	st := Stats{
+		Source:      "manual",
+		Utilization: m.smoothed,
+		Raw:         m.raw,
+		Saturated:   m.sat.Load(),
+		Threshold:   m.opts.threshold,
+		Samples:     m.samples,
+		Late:        m.late,
+		Errors:      m.errs,
+		Err:         m.err,
+	}
+	if m.src != nil {
+		st.Source = m.src.String()
+		st.Last = m.prev
+	}
+	return st
+}
+
+// Close stops the sampling goroutine and waits for it to exit. It is
+// idempotent and does nothing on a manual monitor. Utilization and
+// Saturated keep their last values.
+func (m *Monitor) Close() {
+	if m.stop == nil {
+		return
+	}
+	m.closeOnce.Do(func() { close(m.stop) })
+	<-m.done
+}
