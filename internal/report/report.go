@@ -1,0 +1,158 @@
+// Package report turns load generator results into what `levee load` and
+// `levee demo` show: a side-by-side text table per phase (one column per
+// run, e.g. unprotected and protected) and a self-contained HTML report
+// with charts over time drawn as inline SVG (no scripts, no network).
+//
+// A run is a [loadgen.Result] plus, optionally, samples of the server's own
+// counters taken about once a second (handler runs finished, wasted work,
+// CPU utilisation, the load-shedding scale). Everything the server did not
+// report is shown as "-" in the table and left out of the charts.
+package report
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"time"
+
+	"github.com/levee-go/levee/internal/loadgen"
+)
+
+// ErrNoRuns is returned when a Comparison has no run with a result.
+var ErrNoRuns = errors.New("report: no runs to report")
+
+// Comparison is what a report shows: runs of the same schedule side by
+// side. The zero value has no runs and cannot be reported.
+type Comparison struct {
+	// Title heads the HTML report. Default "levee load report".
+	Title string
+	// Capacity is the server's capacity in calls/s, used to show goodput
+	// as a share of it; 0 when unknown.
+	Capacity float64
+	// Runs are shown in order, one column each. All should have run the
+	// same phases; phases are matched by position.
+	Runs []Run
+	// Notes are extra lines shown under the title of the HTML report
+	// (e.g. how capacity was measured).
+	Notes []string
+}
+
+// Run is one load run and what its server reported.
+type Run struct {
+	// Name labels the run's column ("unprotected", "protected").
+	Name string
+	// Result is the load generator's result. Required.
+	Result *loadgen.Result
+	// Server holds samples of the server's counters ordered by At; nil
+	// when the server was not observed.
+	Server []ServerSample
+}
+
+// ServerSample is the server's state at one moment of a run.
+type ServerSample struct {
+	// At is when the sample was taken, from Result.Start.
+	At time.Duration `json:"at_ns"`
+	// Calls is the number of handler runs finished since the server
+	// started.
+	Calls uint64 `json:"calls"`
+	// Wasted is the number of those runs that finished after their
+	// caller's deadline had passed or the caller had gone: work nobody
+	// received.
+	Wasted uint64 `json:"wasted"`
+	// CPU is the server's CPU utilisation (0..1 of the CPUs it may use)
+	// over the interval since the previous sample; NaN when unknown.
+	CPU float64 `json:"cpu"`
+	// Scale is the load-shedding scale (1 = limits at full size) at At;
+	// NaN when the server has none.
+	Scale float64 `json:"scale"`
+}
+
+// phaseView is one run's numbers for one phase, as the table and HTML show
+// them.
+type phaseView struct {
+	stats     loadgen.Stats
+	seconds   float64
+	calls     int64 // server handler runs in the phase; -1 unknown
+	wasted    int64 // -1 unknown
+	cpu       float64
+	hasServer bool
+}
+
+func (v phaseView) goodput() float64 { return float64(v.stats.Succeeded) / v.seconds }
+
+// view computes run r's numbers for phase i.
+func view(r Run, i int) (phaseView, bool) {
+	if r.Result == nil || i >= len(r.Result.Phases) {
+		return phaseView{}, false
+	}
+	p := r.Result.Phases[i]
+	v := phaseView{stats: p.Stats, seconds: p.Duration.Seconds(), calls: -1, wasted: -1, cpu: math.NaN()}
+	if len(r.Server) == 0 {
+		return v, true
+	}
+	start, end := p.Offset, p.Offset+p.Duration
+	last := i == len(r.Result.Phases)-1
+	var calls, wasted uint64
+	var cpuSum float64
+	var cpuN int
+	prev := ServerSample{At: -1}
+	for j, s := range r.Server {
+		if j > 0 {
+			prev = r.Server[j-1]
+		}
+		// A sample covers (prev.At, s.At]; count it in the phase where its
+		// interval ends. Samples after the schedule (in-flight calls
+		// finishing) belong to the last phase.
+		in := s.At > start && (s.At <= end || last)
+		if !in || j == 0 {
+			continue
+		}
+		calls += s.Calls - prev.Calls
+		wasted += s.Wasted - prev.Wasted
+		if !math.IsNaN(s.CPU) {
+			cpuSum += s.CPU
+			cpuN++
+		}
+		v.hasServer = true
+	}
+	if v.hasServer {
+		v.calls, v.wasted = int64(calls), int64(wasted)
+		if cpuN > 0 {
+			v.cpu = cpuSum / float64(cpuN)
+		}
+	}
+	return v, true
+}
+
+func check(c *Comparison) error {
+	if c == nil || len(c.Runs) == 0 {
+		return ErrNoRuns
+	}
+	for i, r := range c.Runs {
+		if r.Result == nil {
+			return fmt.Errorf("report: run %d %q has no result", i, r.Name)
+		}
+	}
+	return nil
+}
+
+// fmtDur formats a latency compactly with about three significant digits.
+func fmtDur(d time.Duration) string {
+	ms := float64(d) / float64(time.Millisecond)
+	switch {
+	case ms < 10:
+		return fmt.Sprintf("%.2fms", ms)
+	case ms < 100:
+		return fmt.Sprintf("%.1fms", ms)
+	case ms < 1000:
+		return fmt.Sprintf("%.0fms", ms)
+	}
+	return fmt.Sprintf("%.2fs", ms/1000)
+}
+
+func pct(part, whole float64) string {
+	if whole <= 0 {
+		return "-"
+	}
+	return fmt.Sprintf("%.1f%%", 100*part/whole)
+}
