@@ -70,6 +70,10 @@ func (w *Bins) Total(now int64) Sums {
 	return w.total
 }
 
+// Sum returns the totals as of the latest time seen, without expiring
+// anything.
+func (w *Bins) Sum() Sums { return w.total }
+
 // Reset empties every bin.
 func (w *Bins) Reset() {
 	clear(w.bins)

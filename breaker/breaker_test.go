@@ -1,0 +1,328 @@
+package breaker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+// localErr is a local refusal from some other guard.
+type localErr struct{}
+
+func (localErr) Error() string      { return "other guard: refused" }
+func (localErr) LocalRefusal() bool { return true }
+
+func TestLocalRefusals(t *testing.T) {
+	refusals := []struct {
+		name string
+		give error
+	}{
+		{name: "other breaker open", give: ErrOpen},
+		{name: "wrapped", give: fmt.Errorf("calling inventory: %w", ErrTooManyCalls)},
+		{name: "joined", give: errors.Join(errors.New("x"), localErr{})},
+		{name: "custom marker", give: localErr{}},
+	}
+	for _, rr := range refusals {
+		t.Run(rr.name, func(t *testing.T) {
+			tests := []struct {
+				name string
+				give []Option
+				want State
+			}{
+				{name: "ignored by default", give: nil, want: StateClosed},
+				{name: "failure when counted", give: []Option{WithLocalRefusalsCounted(true)}, want: StateOpen},
+				{name: "classifier not consulted", give: []Option{WithClassifier(func(error) Outcome { return Failure })}, want: StateClosed},
+			}
+			for _, tt := range tests {
+				b := New(append([]Option{WithCountWindow(3), WithMinimumCalls(3)}, tt.give...)...)
+				for range 3 {
+					call(t, b, 0, rr.give, 0)
+				}
+				if got := b.StateAt(at(0)); got != tt.want {
+					t.Errorf("%s: after 3 calls finished with %v, state = %v, want %v", tt.name, rr.give, got, tt.want)
+				}
+			}
+		})
+	}
+}
+
+func TestDefaultClassifier(t *testing.T) {
+	tests := []struct {
+		name string
+		give error
+		want Outcome
+	}{
+		{name: "nil", give: nil, want: Success},
+		{name: "error", give: errBoom, want: Failure},
+		{name: "deadline", give: context.DeadlineExceeded, want: Failure},
+		{name: "canceled", give: fmt.Errorf("rpc: %w", context.Canceled), want: Ignore},
+	}
+	for _, tt := range tests {
+		if got := DefaultClassifier(tt.give); got != tt.want {
+			t.Errorf("DefaultClassifier(%v) = %v, want %v", tt.give, got, tt.want)
+		}
+	}
+}
+
+func TestStateChangeCallback(t *testing.T) {
+	var got []string
+	var b *Breaker
+	b = New(WithCountWindow(1), WithMinimumCalls(1), WithWaitInOpen(time.Second), WithHalfOpenCalls(1),
+		WithOnStateChange(func(from, to State) {
+			// Not under the lock: calling back into the breaker must not deadlock.
+			_ = b.Snapshot()
+			_ = b.StateAt(at(0))
+			got = append(got, from.String()+">"+to.String())
+			if to == StateClosed && len(got) < 5 {
+				b.ForceOpen() // a change made by the callback is delivered after it returns
+			}
+		}))
+	call(t, b, 0, errBoom, 0)
+	call(t, b, time.Second, nil, 0)
+	b.Disable()
+	b.Reset()
+	b.Reset() // closed to closed: a new generation but no change
+	want := []string{"closed>open", "open>half-open", "half-open>closed", "closed>forced-open", "forced-open>disabled", "disabled>closed"}
+	if strings.Join(got, " ") != strings.Join(want, " ") {
+		t.Fatalf("state changes = %v, want %v", got, want)
+	}
+	if g := b.Snapshot().Generation; g != 7 {
+		t.Fatalf("Snapshot().Generation = %d, want 7", g)
+	}
+}
+
+func TestCallbackPanicDoesNotWedgeDelivery(t *testing.T) {
+	n := 0
+	b := New(WithOnStateChange(func(from, to State) {
+		n++
+		if to == StateForcedOpen {
+			panic("callback bug")
+		}
+	}))
+	func() {
+		defer func() { _ = recover() }()
+		b.ForceOpen()
+	}()
+	b.Reset()
+	if n != 2 {
+		t.Fatalf("callback calls = %d, want 2 (delivery continues after a panic)", n)
+	}
+}
+
+func TestExecute(t *testing.T) {
+	b := New(WithCountWindow(2), WithMinimumCalls(2), WithSlowCalls(time.Second, 100))
+	now := t0
+	b.o.now = func() time.Time { return now }
+	if err := b.Execute(func() error { now = now.Add(2 * time.Second); return nil }); err != nil {
+		t.Fatalf("Breaker.Execute(ok) = %v, want nil", err)
+	}
+	func() {
+		defer func() {
+			if r := recover(); r != "boom" {
+				t.Fatalf("recover() = %v, want the call's panic", r)
+			}
+		}()
+		_ = b.Execute(func() error { panic("boom") })
+	}()
+	s := b.Snapshot()
+	if s.State != StateOpen || s.SlowCalls != 1 || s.Failures != 1 || s.Successes != 1 {
+		t.Fatalf("Snapshot() = %+v, want open with 1 slow success and 1 failure (the panic)", s)
+	}
+	ran := false
+	if err := b.Execute(func() error { ran = true; return nil }); err != ErrOpen || ran {
+		t.Fatalf("Breaker.Execute while open = %v (ran %v), want ErrOpen without running", err, ran)
+	}
+	if got := b.Snapshot().Rejected; got != 1 {
+		t.Fatalf("Snapshot().Rejected = %d, want 1", got)
+	}
+}
+
+// The closed-state path, refusals and probes allocate nothing.
+func TestAllocs(t *testing.T) {
+	closed := New()
+	timed := New(WithTimeWindow(time.Minute, 60))
+	open := New()
+	open.ForceOpen()
+	tests := []struct {
+		name string
+		give func()
+	}{
+		{name: "Allow+Done", give: func() { p, _ := closed.Allow(); p.Done(nil, time.Millisecond) }},
+		{name: "AllowAt+Done failure", give: func() { p, _ := closed.AllowAt(t0); p.Done(errBoom, time.Millisecond) }},
+		{name: "Execute", give: func() { _ = closed.Execute(nop) }},
+		{name: "time window Execute", give: func() { _ = timed.Execute(nop) }},
+		{name: "refused", give: func() { _, _ = open.Allow() }},
+	}
+	for _, tt := range tests {
+		if a := testing.AllocsPerRun(1000, tt.give); a != 0 {
+			t.Errorf("%s: allocs per run = %v, want 0", tt.name, a)
+		}
+	}
+	// Half-open probes.
+	b := New(WithCountWindow(1), WithMinimumCalls(1), WithHalfOpenCalls(1_000_000), WithWaitInOpen(time.Second))
+	call(t, b, 0, errBoom, 0)
+	now := at(time.Second)
+	if a := testing.AllocsPerRun(1000, func() { p, _ := b.AllowAt(now); p.Done(nil, 0) }); a != 0 {
+		t.Errorf("half-open probe: allocs per run = %v, want 0", a)
+	}
+}
+
+func nop() error { return nil }
+
+// Healthy traffic from many goroutines is recorded exactly.
+func TestConcurrentExactCounts(t *testing.T) {
+	const workers, per = 8, 2000
+	tests := []struct {
+		name       string
+		give       Option
+		wantWindow int64
+	}{
+		{name: "count window", give: WithCountWindow(100), wantWindow: 100},
+		{name: "time window", give: WithTimeWindow(time.Hour, 60), wantWindow: workers * per},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			b := New(tt.give)
+			var wg sync.WaitGroup
+			for range workers {
+				wg.Go(func() {
+					for range per {
+						p, err := b.Allow()
+						if err != nil {
+							t.Errorf("Breaker.Allow() error = %v, want nil", err)
+							return
+						}
+						p.Done(nil, time.Millisecond)
+					}
+				})
+			}
+			wg.Wait()
+			s := b.Snapshot()
+			if s.Successes != workers*per || s.WindowCalls != tt.wantWindow || s.WindowFailures != 0 {
+				t.Fatalf("Snapshot() = %+v, want %d successes, %d in the window", s, workers*per, tt.wantWindow)
+			}
+		})
+	}
+}
+
+// Many goroutines push a breaker through every state; the race detector
+// watches, and the books must balance: every finished call is recorded,
+// ignored or dropped as late, at most once.
+func TestConcurrentStateChanges(t *testing.T) {
+	var changes atomic.Int64
+	b := New(WithCountWindow(20), WithMinimumCalls(10), WithFailureRate(30), WithWaitInOpen(time.Millisecond),
+		WithHalfOpenCalls(3), WithMaxWaitInHalfOpen(5*time.Millisecond),
+		WithOnStateChange(func(from, to State) { changes.Add(1) }))
+	var clock atomic.Int64
+	const workers, per = 8, 3000
+	var wg sync.WaitGroup
+	var admitted, refused atomic.Uint64
+	for w := range workers {
+		wg.Go(func() {
+			for i := range per {
+				now := at(time.Duration(clock.Add(int64(50 * time.Microsecond))))
+				p, err := b.AllowAt(now)
+				if err != nil {
+					if !errors.Is(err, ErrOpen) {
+						t.Errorf("Breaker.AllowAt error = %v, want ErrOpen or ErrTooManyCalls", err)
+					}
+					refused.Add(1)
+					continue
+				}
+				admitted.Add(1)
+				var cerr error
+				if (i+w)%3 == 0 {
+					cerr = errBoom
+				}
+				p.Done(cerr, time.Duration(i%7)*time.Microsecond)
+			}
+		})
+	}
+	wg.Wait()
+	s := b.Snapshot()
+	if s.Rejected != refused.Load() {
+		t.Errorf("Snapshot().Rejected = %d, want %d", s.Rejected, refused.Load())
+	}
+	books := s.Successes + s.Failures + s.Ignored + s.Late
+	// An outcome racing with a state change may land in the generation that
+	// just ended after it was summed; at most one per worker per change.
+	if books > admitted.Load() || books+uint64(changes.Load())*workers < admitted.Load() {
+		t.Errorf("recorded+ignored+late = %d, want %d (within %d)", books, admitted.Load(), changes.Load()*workers)
+	}
+	t.Logf("%d state changes, %d admitted, %d refused, %d late", changes.Load(), admitted.Load(), refused.Load(), s.Late)
+	if changes.Load() < 3 {
+		t.Errorf("state changes = %d, want the workload to cycle through states", changes.Load())
+	}
+}
+
+func TestOptionPanics(t *testing.T) {
+	tests := []struct {
+		name string
+		give func()
+		want string
+	}{
+		{name: "count window", give: func() { WithCountWindow(0) }, want: "breaker: count window size must be in [1, 1000000], got 0"},
+		{name: "time window", give: func() { WithTimeWindow(time.Second, 0) }, want: "breaker: time window needs size > 0"},
+		{name: "failure rate", give: func() { WithFailureRate(150) }, want: "breaker: failure rate must be in (0, 100] percent, got 150"},
+		{name: "slow threshold", give: func() { WithSlowCalls(0, 50) }, want: "breaker: slow call threshold must be > 0, got 0s"},
+		{name: "slow rate", give: func() { WithSlowCalls(time.Second, 0) }, want: "breaker: slow call rate must be in (0, 100] percent, got 0"},
+		{name: "minimum calls", give: func() { WithMinimumCalls(0) }, want: "breaker: minimum calls must be >= 1, got 0"},
+		{name: "wait", give: func() { WithWaitInOpen(-time.Second) }, want: "breaker: wait in open must be > 0, got -1s"},
+		{name: "growth", give: func() { WithWaitGrowth(0.5, time.Minute) }, want: "breaker: wait growth factor must be >= 1 and finite, got 0.5"},
+		{name: "growth max", give: func() { WithWaitGrowth(2, 0) }, want: "breaker: maximum wait in open must be > 0, got 0s"},
+		{name: "half-open calls", give: func() { WithHalfOpenCalls(0) }, want: "breaker: half-open calls must be in [1, 1000000], got 0"},
+		{name: "half-open wait", give: func() { WithMaxWaitInHalfOpen(-1) }, want: "breaker: max wait in half-open must be >= 0, got -1ns"},
+		{name: "classifier", give: func() { WithClassifier(nil) }, want: "breaker: classifier must not be nil"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			defer func() {
+				msg, _ := recover().(string)
+				if !strings.HasPrefix(msg, tt.want) {
+					t.Fatalf("panic = %q, want prefix %q", msg, tt.want)
+				}
+			}()
+			tt.give()
+		})
+	}
+}
+
+func TestStrings(t *testing.T) {
+	tests := []struct {
+		give fmt.Stringer
+		want string
+	}{
+		{StateClosed, "closed"}, {StateOpen, "open"}, {StateHalfOpen, "half-open"},
+		{StateForcedOpen, "forced-open"}, {StateDisabled, "disabled"}, {State(9), "State(9)"},
+		{Success, "success"}, {Failure, "failure"}, {Ignore, "ignore"}, {Outcome(7), "Outcome(7)"},
+	}
+	for _, tt := range tests {
+		if got := tt.give.String(); got != tt.want {
+			t.Errorf("String() = %q, want %q", got, tt.want)
+		}
+	}
+	if ErrOpen.Error() != "breaker: circuit open" {
+		t.Errorf("ErrOpen = %q", ErrOpen)
+	}
+	if errors.Is(ErrOpen, ErrTooManyCalls) {
+		t.Errorf("errors.Is(ErrOpen, ErrTooManyCalls) = true, want false")
+	}
+}
+
+func TestUnpackSigned(t *testing.T) {
+	tests := []struct{ calls, fails, slow int64 }{
+		{0, 0, 0}, {5, 3, 1}, {-1, 2, 0}, {3, -1, 2}, {0, 0, -1}, {1_000_000, 1_000_000, 1_000_000}, {-2, -2, -2},
+	}
+	for _, tt := range tests {
+		w := uint64(tt.calls) + uint64(tt.fails)<<failShift + uint64(tt.slow)<<slowShift
+		c, f, s := unpack(w)
+		if c != tt.calls || f != tt.fails || s != tt.slow {
+			t.Errorf("unpack(pack(%d, %d, %d)) = %d, %d, %d", tt.calls, tt.fails, tt.slow, c, f, s)
+		}
+	}
+}
