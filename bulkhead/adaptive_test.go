@@ -59,12 +59,12 @@ func TestAdaptiveWindowRules(t *testing.T) {
 		err  error
 		want int
 	}{
-		{name: "at minimum grows by 6·lg", peak: 20, give: base, want: 27},       // 20 + 7.8
-		{name: "queue 2 grows by lg", peak: 20, give: 11111111, want: 21},         // 20 + 1.3
-		{name: "queue 5 holds", peak: 20, give: 13333333, want: 20},               // in band
-		{name: "queue 8.5 shrinks by lg", peak: 20, give: 17391304, want: 18},     // 20 − 1.3
+		{name: "at minimum grows by 6·lg", peak: 20, give: base, want: 27},                        // 20 + 7.8
+		{name: "queue 2 grows by lg", peak: 20, give: 11111111, want: 21},                         // 20 + 1.3
+		{name: "queue 5 holds", peak: 20, give: 13333333, want: 20},                               // in band
+		{name: "queue 8.5 shrinks by lg", peak: 20, give: 17391304, want: 18},                     // 20 − 1.3
 		{name: "queue 15 sheds half the excess", peak: 20, give: 40 * time.Millisecond, want: 16}, // 20 − (15−7.8)/2
-		{name: "app-limited window does not grow", peak: 9, give: base, want: 20}, // 2·9 < 20
+		{name: "app-limited window does not grow", peak: 9, give: base, want: 20},                 // 2·9 < 20
 		{name: "half-used window grows", peak: 10, give: base, want: 27},
 		{name: "drop shrinks by 10%", peak: 20, give: base, err: errOverload, want: 18},
 		{name: "latency ceiling shrinks even in band", opts: []Option{WithLatencyCeiling(12 * time.Millisecond)}, peak: 20, give: 13333333, want: 18},
