@@ -82,8 +82,8 @@ func TestSaturationSteps(t *testing.T) {
 			},
 		},
 		{
-			name: "values above 1 are clamped",
-			opts: []Option{WithSmoothing(0)},
+			name:  "values above 1 are clamped",
+			opts:  []Option{WithSmoothing(0)},
 			steps: []step{{0, 3, true}},
 		},
 		{
@@ -175,10 +175,10 @@ func TestMonitorSamples(t *testing.T) {
 	src := &scriptSource{
 		samples: []Sample{
 			at(0, 0),
-			at(250*time.Millisecond, 450*time.Millisecond),    // 0.9 of 2 CPUs
-			at(1250*time.Millisecond, 1450*time.Millisecond),  // late: 1 s at 0.5
-			{},                                                // error
-			at(1500*time.Millisecond, 1550*time.Millisecond),  // 0.2
+			at(250*time.Millisecond, 450*time.Millisecond),   // 0.9 of 2 CPUs
+			at(1250*time.Millisecond, 1450*time.Millisecond), // late: 1 s at 0.5
+			{}, // error
+			at(1500*time.Millisecond, 1550*time.Millisecond), // 0.2
 		},
 		errs: []error{nil, nil, nil, errors.New("cpu: boom /x/cpu.stat"), nil},
 	}

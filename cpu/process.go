@@ -73,7 +73,7 @@ func ownQuota(root string) func() (float64, error) {
 	if err != nil {
 		return nil
 	}
-	if m, ok := findMount(mounts, "cgroup2", ""); ok && paths.hasV2 {
+	if m, ok := findMount(mounts, "cgroup2", ""); ok && paths.hasV2 && v2HasCPU(root) {
 		if dir, top, isRoot, err := cgroupDir(root, m, paths.v2); err == nil && !isRoot {
 			return func() (float64, error) { return v2Quota(dir, top) }
 		}

@@ -181,6 +181,11 @@ func TestSourcesTwoSamples(t *testing.T) {
 			},
 			want: 0.4, wantAllow: 2, wantIn: "process ",
 		},
+		{
+			name: "process in a v1 container uses its quota", give: "v1", ctor: procCtor,
+			between: func(t *testing.T, r string, f *fakeSys) { f.cputime += 400 * time.Millisecond },
+			want:    0.8, wantAllow: 0.5, wantQuota: 0.5, wantIn: "process ",
+		},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
