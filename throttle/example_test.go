@@ -1,0 +1,40 @@
+package throttle_test
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/levee-go/levee/throttle"
+)
+
+func Example() {
+	th := throttle.New() // K = 2 over 2 minutes
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+
+	// The backend accepted 30 of the last 100 calls.
+	for i := range 100 {
+		th.RecordAt(t0, i < 30)
+	}
+	fmt.Printf("drop probability %.2f\n", th.ProbabilityAt(t0))
+
+	// Two minutes later that history has expired.
+	fmt.Printf("drop probability %.2f\n", th.ProbabilityAt(t0.Add(2*time.Minute)))
+	// Output:
+	// drop probability 0.40
+	// drop probability 0.00
+}
+
+// The per-call pattern: decide, call, report.
+func ExampleThrottle_AllowAt() {
+	th := throttle.New()
+	call := func(now time.Time) error {
+		if !th.AllowAt(now) {
+			return throttle.ErrThrottled // fail locally; the backend never sees it
+		}
+		accepted := true // e.g. the backend did not answer RESOURCE_EXHAUSTED
+		th.RecordAt(now.Add(3*time.Millisecond), accepted)
+		return nil
+	}
+	fmt.Println(call(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)))
+	// Output: <nil>
+}

@@ -1,0 +1,300 @@
+package throttle
+
+import (
+	"math"
+	"math/rand/v2"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+var t0 = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+
+func TestProbabilityFormula(t *testing.T) {
+	tests := []struct {
+		name              string
+		k                 float64
+		requests, accepts int
+		want              float64
+	}{
+		{name: "empty window", k: 2, want: 0},
+		{name: "all accepted", k: 2, requests: 100, accepts: 100, want: 0},
+		{name: "exactly one in K accepted", k: 2, requests: 100, accepts: 50, want: 0},
+		{name: "one in five accepted", k: 2, requests: 100, accepts: 20, want: 60.0 / 101},
+		{name: "none accepted", k: 2, requests: 99, accepts: 0, want: 0.99},
+		{name: "one failure", k: 2, requests: 1, accepts: 0, want: 0.5},
+		{name: "K 1.5", k: 1.5, requests: 100, accepts: 40, want: 40.0 / 101},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			th := New(WithK(tt.k))
+			for i := range tt.requests {
+				th.RecordAt(t0, i < tt.accepts)
+			}
+			if got := th.ProbabilityAt(t0); math.Abs(got-tt.want) > 1e-12 {
+				t.Fatalf("Throttle.ProbabilityAt(t0) = %v, want %v", got, tt.want)
+			}
+		})
+	}
+}
+
+// Old bins expire as (injected) time passes.
+func TestWindowExpires(t *testing.T) {
+	th := New() // 2 minutes in 1-second bins
+	for range 99 {
+		th.RecordAt(t0, false)
+	}
+	for range 99 {
+		th.RecordAt(t0.Add(time.Minute), false)
+	}
+	steps := []struct {
+		name string
+		at   time.Duration
+		want float64
+	}{
+		{name: "both minutes in the window", at: time.Minute, want: 198.0 / 199},
+		{name: "last instant of the first bin's window", at: 2*time.Minute - time.Nanosecond, want: 198.0 / 199},
+		{name: "first bin expired", at: 2 * time.Minute, want: 0.99},
+		{name: "everything expired", at: 3 * time.Minute, want: 0},
+	}
+	for _, st := range steps {
+		if got := th.ProbabilityAt(t0.Add(st.at)); math.Abs(got-st.want) > 1e-12 {
+			t.Fatalf("%s: Throttle.ProbabilityAt(t0+%v) = %v, want %v", st.name, st.at, got, st.want)
+		}
+	}
+	if s := th.SnapshotAt(t0.Add(3 * time.Minute)); s.Requests != 0 || s.Accepts != 0 {
+		t.Fatalf("Throttle.SnapshotAt(t0+3m) = %+v, want an empty window", s)
+	}
+}
+
+// backend answers the calls of a simulation.
+type backend interface {
+	attempt()   // a call was presented to the client (sent or not)
+	send() bool // a call reached the backend: accepted?
+}
+
+// fraction accepts each call it receives with probability a.
+type fraction struct {
+	a   float64
+	rng *rand.Rand
+}
+
+func (f *fraction) attempt()   {}
+func (f *fraction) send() bool { return f.rng.Float64() < f.a }
+
+// capacity accepts at most a fraction a of the calls the client attempts:
+// every attempt adds a to its credit (capped), an accepted call spends 1.
+type capacity struct {
+	a, credit float64
+}
+
+func (c *capacity) attempt() { c.credit = min(c.credit+c.a, 10) }
+func (c *capacity) send() bool {
+	if c.credit >= 1 {
+		c.credit--
+		return true
+	}
+	return false
+}
+
+// simulate presents n calls to th, one every step from start, and returns
+// the fraction dropped among the calls after the first warm ones.
+func simulate(th *Throttle, be backend, start time.Time, step time.Duration, n, warm int) float64 {
+	dropped := 0
+	now := start
+	for i := range n {
+		now = now.Add(step)
+		be.attempt()
+		if !th.AllowAt(now) {
+			if i >= warm {
+				dropped++
+			}
+			continue
+		}
+		th.RecordAt(now, be.send())
+	}
+	return float64(dropped) / float64(n-warm)
+}
+
+// With a backend accepting a fraction a of requests the local drop rate
+// converges to max(0, 1 − K·a). 100 calls a second for 8 minutes; the rate
+// is measured over the last 4 (24000 calls), after two full windows. The
+// tolerance, 0.02, is about six standard errors of a binomial drop count.
+func TestDropRateConverges(t *testing.T) {
+	const k, tol = 2.0, 0.02
+	tests := []struct {
+		name      string
+		a         float64
+		counted   bool // WithThrottledCounted
+		capacity  bool // capacity backend instead of fraction
+		wantModel string
+		want      float64
+	}{
+		{name: "fraction 0.1", a: 0.1, want: 1 - k*0.1},
+		{name: "fraction 0.25", a: 0.25, want: 1 - k*0.25},
+		{name: "fraction 0.4", a: 0.4, want: 1 - k*0.4},
+		{name: "fraction 0.5", a: 0.5, want: 0},
+		{name: "fraction 0.9", a: 0.9, want: 0},
+		{name: "capacity 0.1 counting throttled", a: 0.1, counted: true, capacity: true, want: 1 - k*0.1},
+		{name: "capacity 0.25 counting throttled", a: 0.25, counted: true, capacity: true, want: 1 - k*0.25},
+		{name: "capacity 0.4 counting throttled", a: 0.4, counted: true, capacity: true, want: 1 - k*0.4},
+		{name: "capacity 0.6 counting throttled", a: 0.6, counted: true, capacity: true, want: 0},
+		{name: "capacity 0.125 counting sent only", a: 0.125, capacity: true, want: 1 - math.Sqrt(k*0.125)},
+		{name: "capacity 0.32 counting sent only", a: 0.32, capacity: true, want: 1 - math.Sqrt(k*0.32)},
+	}
+	for i, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			rng := rand.New(rand.NewPCG(uint64(i), 42))
+			th := New(WithK(k), WithThrottledCounted(tt.counted), WithRandom(rng.Float64))
+			var be backend = &fraction{a: tt.a, rng: rng}
+			if tt.capacity {
+				be = &capacity{a: tt.a}
+			}
+			got := simulate(th, be, t0, 10*time.Millisecond, 48000, 24000)
+			t.Logf("a = %v: drop rate %.4f, want %.4f", tt.a, got, tt.want)
+			if math.Abs(got-tt.want) > tol {
+				t.Fatalf("drop rate = %.4f, want %.4f ± %v", got, tt.want, tol)
+			}
+		})
+	}
+}
+
+// After the backend recovers, counting only sent calls the throttle stops
+// dropping within one window; counting throttled calls too, it is still
+// dropping most calls a window later (why that is not the default).
+func TestRecovery(t *testing.T) {
+	tests := []struct {
+		name     string
+		counted  bool
+		wantDrop func(float64) bool
+		want     string
+	}{
+		{name: "sent only", counted: false, wantDrop: func(p float64) bool { return p == 0 }, want: "0"},
+		{name: "throttled counted", counted: true, wantDrop: func(p float64) bool { return p > 0.5 }, want: "> 0.5"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			rng := rand.New(rand.NewPCG(7, 7))
+			th := New(WithThrottledCounted(tt.counted), WithRandom(rng.Float64))
+			be := &fraction{a: 0.2, rng: rng}
+			step := 10 * time.Millisecond
+			simulate(th, be, t0, step, 24000, 0) // 4 minutes failing 80%
+			recovered := t0.Add(24000 * step)
+			be.a = 1
+			simulate(th, be, recovered, step, 12000, 0) // one window healthy
+			p := th.ProbabilityAt(recovered.Add(2 * time.Minute))
+			t.Logf("drop probability one window after recovery: %.4f", p)
+			if !tt.wantDrop(p) {
+				t.Fatalf("Throttle.ProbabilityAt(recovery+2m) = %v, want %s", p, tt.want)
+			}
+		})
+	}
+}
+
+// Many goroutines deciding and recording at once: the race detector
+// watches and every call is accounted for exactly.
+func TestConcurrent(t *testing.T) {
+	for _, counted := range []bool{false, true} {
+		th := New(WithWindow(time.Hour, 60), WithThrottledCounted(counted))
+		var clock atomic.Int64
+		const workers, per = 8, 3000
+		var recorded, accepted atomic.Int64
+		var wg sync.WaitGroup
+		for w := range workers {
+			wg.Go(func() {
+				for i := range per {
+					now := t0.Add(time.Duration(clock.Add(int64(time.Millisecond))))
+					if !th.AllowAt(now) {
+						continue
+					}
+					ok := (i+w)%4 == 0 // the backend accepts a quarter
+					th.RecordAt(now, ok)
+					recorded.Add(1)
+					if ok {
+						accepted.Add(1)
+					}
+				}
+			})
+		}
+		wg.Wait()
+		s := th.SnapshotAt(t0.Add(time.Duration(clock.Load())))
+		wantRequests := recorded.Load()
+		if counted {
+			wantRequests += int64(s.Throttled)
+		}
+		if s.Allowed+s.Throttled != workers*per || int64(s.Allowed) != recorded.Load() ||
+			s.Requests != wantRequests || s.Accepts != accepted.Load() || s.Throttled == 0 {
+			t.Fatalf("counted %v: Throttle.SnapshotAt = %+v, want %d decisions, %d allowed, %d requests, %d accepts, some throttled",
+				counted, s, workers*per, recorded.Load(), wantRequests, accepted.Load())
+		}
+	}
+}
+
+func TestAllocs(t *testing.T) {
+	th := New(WithThrottledCounted(true))
+	for range 100 {
+		th.RecordAt(t0, false) // P ≈ 0.99: the drop path runs too
+	}
+	now := t0
+	tests := []struct {
+		name string
+		give func()
+	}{
+		{name: "AllowAt", give: func() { now = now.Add(time.Millisecond); th.AllowAt(now) }},
+		{name: "RecordAt", give: func() { th.RecordAt(now, true) }},
+		{name: "Allow+Record", give: func() { th.Allow(); th.Record(false) }},
+		{name: "ProbabilityAt", give: func() { th.ProbabilityAt(now) }},
+	}
+	for _, tt := range tests {
+		if a := testing.AllocsPerRun(1000, tt.give); a != 0 {
+			t.Errorf("%s: allocs per run = %v, want 0", tt.name, a)
+		}
+	}
+}
+
+// Allow, Record and Probability are the explicit forms at the clock's time.
+func TestWallClockForms(t *testing.T) {
+	th := New(WithRandom(func() float64 { return 0.5 }))
+	now := t0
+	th.o.now = func() time.Time { return now }
+	for range 9 {
+		th.Record(false)
+	}
+	if got := th.Probability(); got != 0.9 {
+		t.Fatalf("Throttle.Probability() = %v, want 0.9", got)
+	}
+	if th.Allow() { // 0.5 < 0.9: dropped
+		t.Fatalf("Throttle.Allow() = true, want false")
+	}
+	now = now.Add(2 * time.Minute)
+	if !th.Allow() || th.Snapshot().Requests != 0 {
+		t.Fatalf("two minutes later: Throttle.Allow() = false or window not empty, want true and empty")
+	}
+}
+
+func TestOptionPanics(t *testing.T) {
+	tests := []struct {
+		name string
+		give func()
+		want string
+	}{
+		{name: "K below 1", give: func() { WithK(0.5) }, want: "throttle: K must be >= 1 and finite, got 0.5"},
+		{name: "K NaN", give: func() { WithK(math.NaN()) }, want: "throttle: K must be >= 1 and finite, got NaN"},
+		{name: "window", give: func() { WithWindow(time.Minute, 0) }, want: "throttle: window needs size > 0"},
+		{name: "bins too fine", give: func() { WithWindow(time.Second, 10000) }, want: "throttle: window needs size > 0"},
+		{name: "random", give: func() { WithRandom(nil) }, want: "throttle: random source must not be nil"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			defer func() {
+				msg, _ := recover().(string)
+				if !strings.HasPrefix(msg, tt.want) {
+					t.Fatalf("panic = %q, want prefix %q", msg, tt.want)
+				}
+			}()
+			tt.give()
+		})
+	}
+}
