@@ -1,0 +1,202 @@
+package breaker
+
+import (
+	"errors"
+	"math/rand/v2"
+	"testing"
+	"time"
+)
+
+// model is a plain, sequential restatement of the documented state machine
+// (count window): slices and recounts instead of packed atomics.
+type model struct {
+	size, minCalls, probes int
+	rate, slowRate         float64
+	slowT, wait, growMax   time.Duration
+	grow                   float64
+	maxHalfOpen            time.Duration
+
+	state   State
+	gen     int
+	window  []rec // closed: last size calls; half-open: finished probes
+	issued  int    // half-open permits out
+	until   time.Duration
+	trips   int
+	changes int
+	closes  int // half-open → closed
+}
+
+type rec struct{ fail, slow bool }
+
+func (m *model) exceeded(calls []rec) bool {
+	f, s := 0, 0
+	for _, c := range calls {
+		if c.fail {
+			f++
+		}
+		if c.slow {
+			s++
+		}
+	}
+	n := float64(len(calls))
+	return float64(f)*100 >= m.rate*n || float64(s)*100 >= m.slowRate*n
+}
+
+func (m *model) enter(s State, now time.Duration) {
+	m.gen++
+	if s != m.state {
+		m.changes++
+	}
+	m.state, m.window, m.issued = s, nil, 0
+	switch s {
+	case StateClosed:
+		m.trips = 0
+		if m.gen > 1 {
+			m.closes++
+		}
+	case StateOpen:
+		m.trips++
+		w := m.wait
+		for range m.trips - 1 {
+			w = min(time.Duration(float64(w)*m.grow), m.growMax)
+		}
+		m.until = now + min(w, m.growMax)
+	case StateHalfOpen:
+		m.until = now + m.maxHalfOpen
+	}
+}
+
+func (m *model) allow(now time.Duration) (int, error) {
+	if m.state == StateOpen && now >= m.until {
+		m.enter(StateHalfOpen, now)
+	}
+	if m.state == StateHalfOpen && now >= m.until {
+		m.enter(StateOpen, now)
+	}
+	switch m.state {
+	case StateOpen:
+		return 0, ErrOpen
+	case StateHalfOpen:
+		if m.issued == m.probes {
+			return 0, ErrTooManyCalls
+		}
+		m.issued++
+	}
+	return m.gen, nil
+}
+
+func (m *model) done(gen int, err error, d, end time.Duration) {
+	if gen != m.gen {
+		return // late
+	}
+	if errors.Is(err, errIgnored) {
+		if m.state == StateHalfOpen {
+			m.issued--
+		}
+		return
+	}
+	m.window = append(m.window, rec{fail: err != nil, slow: d > m.slowT})
+	switch m.state {
+	case StateClosed:
+		if len(m.window) > m.size {
+			m.window = m.window[1:]
+		}
+		if len(m.window) >= min(m.minCalls, m.size) && m.exceeded(m.window) {
+			m.enter(StateOpen, end)
+		}
+	case StateHalfOpen:
+		if len(m.window) == m.probes {
+			if m.exceeded(m.window) {
+				m.enter(StateOpen, end)
+			} else {
+				m.enter(StateClosed, end)
+			}
+		}
+	}
+}
+
+var errIgnored = errors.New("ignored")
+
+// TestMatchesModel drives the breaker and the model with the same random
+// sequences of admissions, completions (in any order, late ones included)
+// and time steps, and compares every decision and state.
+func TestMatchesModel(t *testing.T) {
+	closes := 0
+	for seed := range uint64(40) {
+		rng := rand.New(rand.NewPCG(seed, 99))
+		m := &model{
+			size: 1 + rng.IntN(12), minCalls: 1 + rng.IntN(12), probes: 1 + rng.IntN(4),
+			rate: float64(10 + rng.IntN(90)), slowRate: float64(10 + rng.IntN(90)),
+			slowT: 100 * time.Millisecond, wait: time.Second, grow: 2, growMax: 5 * time.Second,
+			maxHalfOpen: time.Duration(1+rng.IntN(3)) * time.Second,
+		}
+		b := New(WithCountWindow(m.size), WithMinimumCalls(m.minCalls), WithHalfOpenCalls(m.probes),
+			WithFailureRate(m.rate), WithSlowCalls(m.slowT, m.slowRate), WithWaitInOpen(m.wait),
+			WithWaitGrowth(m.grow, m.growMax), WithMaxWaitInHalfOpen(m.maxHalfOpen),
+			WithClassifier(func(err error) Outcome {
+				switch {
+				case err == nil:
+					return Success
+				case errors.Is(err, errIgnored):
+					return Ignore
+				}
+				return Failure
+			}))
+		type pending struct {
+			p     Permit
+			gen   int
+			start time.Duration
+		}
+		var out []pending
+		now := time.Duration(0)
+		for step := range 3000 {
+			switch op := rng.IntN(10); {
+			case op < 4:
+				gen, werr := m.allow(now)
+				p, err := b.AllowAt(at(now))
+				if err != werr {
+					t.Fatalf("seed %d step %d: Breaker.AllowAt(t0+%v) error = %v, want %v", seed, step, now, err, werr)
+				}
+				if err == nil {
+					out = append(out, pending{p, gen, now})
+				}
+			case op < 8 && len(out) > 0:
+				i := rng.IntN(len(out))
+				c := out[i]
+				out = append(out[:i], out[i+1:]...)
+				var err error
+				switch rng.IntN(5) {
+				case 0, 1:
+					err = errBoom
+				case 2:
+					err = errIgnored
+				}
+				// Calls finish no earlier than now and at most 200ms later.
+				d := now - c.start + time.Duration(rng.IntN(200))*time.Millisecond
+				m.done(c.gen, err, d, c.start+d)
+				c.p.Done(err, d)
+			default:
+				now += time.Duration(rng.IntN(800)) * time.Millisecond
+			}
+			s := b.Snapshot()
+			fails := int64(0)
+			for _, r := range m.window {
+				if r.fail {
+					fails++
+				}
+			}
+			if s.State != m.state || s.WindowCalls != int64(len(m.window)) || s.WindowFailures != fails {
+				t.Fatalf("seed %d step %d: Snapshot() state %v window %d calls %d failures, model %v %d %d",
+					seed, step, s.State, s.WindowCalls, s.WindowFailures, m.state, len(m.window), fails)
+			}
+		}
+		closes += m.closes
+		if m.changes < 5 {
+			t.Errorf("seed %d: only %d state changes; the sequence does not exercise the machine", seed, m.changes)
+		}
+	}
+	if closes < 40 {
+		t.Errorf("half-open → closed %d times over all seeds, want the sequences to reach it often", closes)
+	}
+	t.Logf("%d closings from half-open over all seeds", closes)
+}
