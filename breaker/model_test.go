@@ -19,7 +19,7 @@ type model struct {
 	state   State
 	gen     int
 	window  []rec // closed: last size calls; half-open: finished probes
-	issued  int    // half-open permits out
+	issued  int   // half-open permits out
 	until   time.Duration
 	trips   int
 	changes int
