@@ -117,3 +117,14 @@ func TestAddAllocs(t *testing.T) {
 		t.Fatalf("Bins.Add allocs = %v, want 0", a)
 	}
 }
+
+func TestSumDoesNotExpire(t *testing.T) {
+	w := New(2*time.Second, 2)
+	w.Add(0, Sums{4})
+	if got := w.Sum(); got != (Sums{4}) {
+		t.Fatalf("Bins.Sum() = %v, want [4 0 0]", got)
+	}
+	if got := w.Total(int64(5 * time.Second)); got != (Sums{}) {
+		t.Fatalf("Bins.Total(5s) = %v, want zero", got)
+	}
+}
