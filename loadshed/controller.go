@@ -1,0 +1,182 @@
+package loadshed
+
+import (
+	"fmt"
+	"math"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// A Scaler is a limit that can be scaled: the Controller calls SetScaleAt
+// with a factor in (0, 1] whenever its scale changes.
+// *ratelimit.Limiter implements it. SetScaleAt runs under the
+// Controller's lock: it must be quick and must not call the Controller.
+type Scaler interface {
+	SetScaleAt(now time.Time, f float64)
+}
+
+// ScalerFunc adapts a function to [Scaler].
+type ScalerFunc func(now time.Time, f float64)
+
+// SetScaleAt calls f(now, scale).
+func (f ScalerFunc) SetScaleAt(now time.Time, scale float64) { f(now, scale) }
+
+// Signal is the CPU signal a Controller follows; *cpu.Monitor implements
+// it.
+type Signal interface {
+	Utilization() float64
+	Saturated() bool
+}
+
+// Change describes one change of a Controller's scale.
+type Change struct {
+	Time        time.Time // the observation's time
+	From, To    float64   // scale before and after
+	Utilization float64   // the observation that caused it
+	Saturated   bool
+}
+
+// Option configures a [Controller].
+type Option func(*options)
+
+type options struct {
+	onChange func(Change)
+}
+
+// WithOnChange registers fn to be called after each change of the scale,
+// for logs and metrics. It is called on the goroutine that made the
+// observation, after the Controller's lock is released, so it may call
+// the Controller. If observations are made concurrently, calls may
+// overlap and arrive out of order; Change.Time orders them. Default none.
+func WithOnChange(fn func(Change)) Option {
+	return func(o *options) { o.onChange = fn }
+}
+
+// Controller owns a scale factor in (0, 1], moves it with a [Policy] from
+// the CPU signal, and applies it to its targets. Drive it with
+// [Controller.Observe] (explicit time), or let [Controller.Follow] run a
+// goroutine that observes a [Signal] at an interval.
+//
+// Scale is one atomic load, for admission paths and metrics. Create one
+// with [New]; the zero value is not usable. A Controller is safe for
+// concurrent use.
+type Controller struct {
+	scale atomic.Uint64 // math.Float64bits
+
+	mu      sync.Mutex
+	run     runner
+	targets []Scaler
+	applied bool
+	opts    options
+
+	followMu sync.Mutex
+	stop     chan struct{}
+	done     chan struct{}
+	closed   bool
+}
+
+// New returns a Controller with policy p (use AIMD{} for the defaults)
+// applying its scale to targets (which may be empty: read Scale instead).
+// The scale starts at the policy's ceiling (1 unless AIMD.Ceiling is set)
+// and is first applied at the first observation. It panics on a nil
+// policy, a nil target or an invalid policy field.
+func New(p Policy, targets []Scaler, opts ...Option) *Controller {
+	if p == nil {
+		panic("loadshed: New with nil Policy")
+	}
+	for i, t := range targets {
+		if t == nil {
+			panic(fmt.Sprintf("loadshed: target %d is nil", i))
+		}
+	}
+	c := &Controller{run: p.newRunner(), targets: append([]Scaler(nil), targets...)}
+	for _, o := range opts {
+		o(&c.opts)
+	}
+	c.scale.Store(math.Float64bits(c.run.initial()))
+	return c
+}
+
+// Scale returns the current scale factor.
+func (c *Controller) Scale() float64 {
+	return math.Float64frombits(c.scale.Load())
+}
+
+// Observe feeds one reading of the CPU signal made at now (utilisation in
+// [0, 1] and the saturation flag), applies the resulting scale to the
+// targets if it changed, and returns it. It panics if utilization is NaN.
+func (c *Controller) Observe(now time.Time, utilization float64, saturated bool) float64 {
+	if math.IsNaN(utilization) {
+		panic("loadshed: utilization is NaN")
+	}
+	c.mu.Lock()
+	from := c.Scale()
+	to := c.run.next(now, from, utilization, saturated)
+	changed := to != from
+	if changed || !c.applied {
+		c.scale.Store(math.Float64bits(to))
+		for _, t := range c.targets {
+			t.SetScaleAt(now, to)
+		}
+		c.applied = true
+	}
+	c.mu.Unlock()
+	if changed && c.opts.onChange != nil {
+		c.opts.onChange(Change{Time: now, From: from, To: to, Utilization: utilization, Saturated: saturated})
+	}
+	return to
+}
+
+// Follow starts a goroutine that, every interval, observes sig at
+// time.Now; Close stops it. It panics if interval <= 0, if sig is nil, or
+// if the Controller already follows a signal or is closed.
+func (c *Controller) Follow(sig Signal, interval time.Duration) {
+	if sig == nil {
+		panic("loadshed: Follow with nil Signal")
+	}
+	if interval <= 0 {
+		panic(fmt.Sprintf("loadshed: Follow interval must be > 0, got %v", interval))
+	}
+	c.followMu.Lock()
+	defer c.followMu.Unlock()
+	if c.closed {
+		panic("loadshed: Follow on a closed Controller")
+	}
+	if c.stop != nil {
+		panic("loadshed: Follow called twice")
+	}
+	c.stop, c.done = make(chan struct{}), make(chan struct{})
+	go c.follow(sig, interval, c.stop, c.done)
+}
+
+func (c *Controller) follow(sig Signal, interval time.Duration, stop <-chan struct{}, done chan<- struct{}) {
+	defer close(done)
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	c.Observe(time.Now(), sig.Utilization(), sig.Saturated())
+	for {
+		select {
+		case <-stop:
+			return
+		case <-t.C:
+			c.Observe(time.Now(), sig.Utilization(), sig.Saturated())
+		}
+	}
+}
+
+// Close stops the goroutine started by Follow, if any, and waits for it
+// to exit (so it must not be called from a WithOnChange callback running
+// on that goroutine). The scale and the targets keep their last values.
+// Close is idempotent; Observe still works after it.
+func (c *Controller) Close() {
+	c.followMu.Lock()
+	stop, done, closed := c.stop, c.done, c.closed
+	c.closed = true
+	c.followMu.Unlock()
+	if closed || stop == nil {
+		return
+	}
+	close(stop)
+	<-done
+}
