@@ -47,11 +47,11 @@ type waiter struct {
 // core is the semaphore shared by Bulkhead and Adaptive.
 //
 // The admission word state holds the in-flight count (low 32 bits) and the
-// number of queued waiters (high 32 bits). TryAcquire and the release of a
-// slot when nobody waits are a compare-and-swap on it; everything that
-// involves waiters runs under mu, and waiters only change under mu, so a
-// non-zero waiter count freezes the word for lock-free callers: they see
-// it and take the locked path (no barging past the queue).
+// number of queued waiters (high 32 bits). TryAcquire is a compare-and-swap
+// on it and a release an atomic add; everything that involves waiters runs
+// under mu, and waiters only change under mu. A non-zero waiter count makes
+// lock-free admission refuse (no barging past the queue), and a release
+// that sees one hands the freed place on under mu.
 //
 // Free slots form a lock-free stack (head word: tag<<32 | index+1). A slot
 // is pushed back before the in-flight count drops and popped after it rose,
@@ -158,41 +158,18 @@ func (c *core) tryAcquire() (Permit, bool) {
 	return c.take(), true
 }
 
-// put returns slot s (already marked free by its generation) and gives its
-// place to the oldest waiter, or drops the in-flight count.
+// put returns slot s (already marked free by its generation) and drops the
+// in-flight count. If someone is queued, the freed place goes to the
+// oldest waiter: while waiters exist no lock-free caller can take it (they
+// see the waiter count), and dispatch runs after the decrement, so it sees
+// the room.
 func (c *core) put(s *slot) {
 	c.push(s)
-	for {
-		st := c.state.Load()
-		if st>>32 != 0 {
-			c.putSlow()
-			return
-		}
-		if c.state.CompareAndSwap(st, st-1) {
-			return
-		}
+	if st := c.state.Add(^uint64(0)); st>>32 != 0 {
+		c.mu.Lock()
+		c.dispatch()
+		c.mu.Unlock()
 	}
-}
-
-func (c *core) putSlow() {
-	c.mu.Lock()
-	for {
-		st := c.state.Load()
-		if st>>32 != 0 && int64(st&inflightMask) <= c.limit.Load() {
-			// Hand our place to the oldest waiter: in-flight stays, one
-			// waiter fewer.
-			if c.state.CompareAndSwap(st, st-oneWaiter) {
-				c.grant(c.dequeue())
-				break
-			}
-			continue
-		}
-		// Over the limit (it shrank) or the queue emptied meanwhile.
-		if c.state.CompareAndSwap(st, st-1) {
-			break
-		}
-	}
-	c.mu.Unlock()
 }
 
 // grant hands a slot to w, whose place is already counted. Needs mu.
