@@ -46,11 +46,12 @@ const (
 // baseline follows a long incident's latency up:
 //
 //   - The no-load latency only moves down between probes. It is re-measured
-//     by a probe every WithProbeInterval (default 10s, and also soon after
-//     it drops by more than 10%): the limit is cut to a quarter, the probe
-//     waits until the calls in flight have drained below that, and then
-//     takes the mean latency of calls admitted after the drain as the new
-//     minimum; then the limit is restored. Because queued calls are never
+//     by a probe after the first window, then every WithProbeInterval
+//     (default 10s), and also soon after it drops by more than 10%: the
+//     limit is cut to a quarter, the probe waits until the calls in flight
+//     have drained to that, and then takes the mean latency of ten calls
+//     admitted after the drain as the new minimum; then the limit is
+//     restored. Because queued calls are never
 //     measured, queueing delay can never enter the baseline.
 //   - WithLatencyCeiling sets an absolute bound: a window whose mean
 //     latency is above it shrinks the limit by 10% and never grows it.
@@ -136,7 +137,8 @@ func (a *Adaptive) Waiting() int { return a.c.waiting() }
 // before the first window.
 func (a *Adaptive) MinLatency() time.Duration { return time.Duration(a.minLatency.Load()) }
 
-// Probes returns how many minimum-latency probes have completed.
+// Probes returns how many minimum-latency probes have ended (completed,
+// or abandoned when no clean sample came within one probe interval).
 func (a *Adaptive) Probes() uint64 { return a.probes.Load() }
 
 // Stats returns the cumulative counters; see Bulkhead.Stats.

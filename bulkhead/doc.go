@@ -21,9 +21,10 @@
 // of a copy, is a no-op that returns false, so the in-flight count can
 // never be released twice or drop below zero.
 //
-// Admission and release are lock-free while nobody is queued: one
-// compare-and-swap on a word holding the in-flight and queued counts, and a
-// lock-free free list of slots. Nothing allocates on that path. Queued
+// Admission and release are lock-free while nobody is queued: a
+// compare-and-swap (admission) or an atomic add (release) on a word holding
+// the in-flight and queued counts, a lock-free free list of slots, and the
+// slot's generation. Nothing allocates on that path. Queued
 // Acquire calls take a mutex and allocate their wait entry; a slot freed
 // while calls are queued goes straight to the oldest of them.
 //
