@@ -132,9 +132,14 @@ func WriteHTML(w io.Writer, c *Comparison) error {
 // chartsOf returns the charts of one kind, one per run, on a shared scale;
 // nil when no run has data for that kind.
 func chartsOf(c *Comparison, kind string) []chart {
+	// The x axis covers the schedule and the server samples taken while
+	// the last calls finished.
 	var xMax float64
 	for _, r := range c.Runs {
 		xMax = math.Max(xMax, r.Result.Duration.Seconds())
+		if n := len(r.Server); n > 0 {
+			xMax = math.Max(xMax, r.Server[n-1].At.Seconds())
+		}
 	}
 	charts := make([]chart, len(c.Runs))
 	for j, r := range c.Runs {
@@ -188,14 +193,24 @@ func phaseMarks(res *loadgen.Result) []mark {
 	return ms
 }
 
-// perSecond returns a series of f over the result's seconds, each value
-// placed at the middle of its second.
+// perSecond returns a series of f over the result's seconds as steps: each
+// value is drawn flat across its second.
 func perSecond(res *loadgen.Result, f func(s loadgen.Second) float64) []point {
-	pts := make([]point, len(res.Seconds))
-	for i, s := range res.Seconds {
-		pts[i] = point{x: (s.Offset + s.Length/2).Seconds(), y: f(s)}
+	pts := make([]point, 0, 2*len(res.Seconds))
+	for _, s := range res.Seconds {
+		y := f(s)
+		pts = append(pts, point{x: s.Offset.Seconds(), y: y}, point{x: (s.Offset + s.Length).Seconds(), y: y})
 	}
 	return pts
+}
+
+// step appends a value that holds over the interval (from, to], clipped to
+// x >= 0.
+func step(pts []point, from, to time.Duration, y float64) []point {
+	if to <= 0 {
+		return pts
+	}
+	return append(pts, point{x: max(from, 0).Seconds(), y: y}, point{x: to.Seconds(), y: y})
 }
 
 func throughputSeries(r Run) []series {
@@ -216,7 +231,7 @@ func throughputSeries(r Run) []series {
 			if dt <= 0 {
 				continue
 			}
-			pts = append(pts, point{x: (a.At + (b.At-a.At)/2).Seconds(), y: float64(b.Wasted-a.Wasted) / dt})
+			pts = step(pts, a.At, b.At, float64(b.Wasted-a.Wasted)/dt)
 		}
 		ss = append(ss, series{name: seriesWasted, color: wastedColor, dashed: true, points: pts})
 	}
@@ -249,11 +264,12 @@ func serverSeries(samples []ServerSample) []series {
 		return nil
 	}
 	var cpu, scale []point
-	for _, s := range samples {
-		if !math.IsNaN(s.CPU) {
-			cpu = append(cpu, point{x: s.At.Seconds(), y: 100 * s.CPU})
+	for i, s := range samples {
+		// CPU is measured over the interval since the previous sample.
+		if !math.IsNaN(s.CPU) && i > 0 {
+			cpu = step(cpu, samples[i-1].At, s.At, 100*s.CPU)
 		}
-		if !math.IsNaN(s.Scale) {
+		if !math.IsNaN(s.Scale) && s.At >= 0 {
 			scale = append(scale, point{x: s.At.Seconds(), y: 100 * s.Scale})
 		}
 	}

@@ -10,6 +10,7 @@
 package report
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"math"
@@ -65,6 +66,26 @@ type ServerSample struct {
 	// Scale is the load-shedding scale (1 = limits at full size) at At;
 	// NaN when the server has none.
 	Scale float64 `json:"scale"`
+}
+
+// MarshalJSON writes CPU and Scale as null when they are unknown (NaN),
+// which JSON cannot represent.
+func (s ServerSample) MarshalJSON() ([]byte, error) {
+	type plain struct {
+		At     time.Duration `json:"at_ns"`
+		Calls  uint64        `json:"calls"`
+		Wasted uint64        `json:"wasted"`
+		CPU    *float64      `json:"cpu"`
+		Scale  *float64      `json:"scale"`
+	}
+	p := plain{At: s.At, Calls: s.Calls, Wasted: s.Wasted}
+	if !math.IsNaN(s.CPU) && !math.IsInf(s.CPU, 0) {
+		p.CPU = &s.CPU
+	}
+	if !math.IsNaN(s.Scale) && !math.IsInf(s.Scale, 0) {
+		p.Scale = &s.Scale
+	}
+	return json.Marshal(p)
 }
 
 // phaseView is one run's numbers for one phase, as the table and HTML show

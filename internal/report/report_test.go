@@ -2,6 +2,7 @@ package report
 
 import (
 	"bytes"
+	"encoding/json"
 	"encoding/xml"
 	"errors"
 	"flag"
@@ -358,6 +359,23 @@ func TestViewAttributesServerSamplesToPhases(t *testing.T) {
 					tt.give, ok, v.hasServer, v.calls, v.wasted, v.cpu, tt.wantCalls, tt.wantWasted, tt.wantCPU)
 			}
 		})
+	}
+}
+
+func TestServerSampleJSON(t *testing.T) {
+	tests := []struct {
+		name string
+		give ServerSample
+		want string
+	}{
+		{name: "unknown", give: ServerSample{At: time.Second, Calls: 3, Wasted: 1, CPU: math.NaN(), Scale: math.NaN()}, want: `{"at_ns":1000000000,"calls":3,"wasted":1,"cpu":null,"scale":null}`},
+		{name: "known", give: ServerSample{Calls: 3, CPU: 0.5, Scale: 1}, want: `{"at_ns":0,"calls":3,"wasted":0,"cpu":0.5,"scale":1}`},
+	}
+	for _, tt := range tests {
+		got, err := json.Marshal(tt.give)
+		if err != nil || string(got) != tt.want {
+			t.Errorf("json.Marshal(%s) = %s, %v; want %s", tt.name, got, err, tt.want)
+		}
 	}
 }
 

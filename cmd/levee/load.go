@@ -1,0 +1,256 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"google.golang.org/grpc/codes"
+
+	"github.com/levee-go/levee/internal/loadgen"
+	"github.com/levee-go/levee/internal/report"
+)
+
+// loadFlags are the load-shaping flags shared by `levee load` and `levee
+// demo`.
+type loadFlags struct {
+	deadline    time.Duration
+	arrivals    string
+	retries     int
+	retryOn     string
+	maxInFlight int
+	conns       int
+	quiet       bool
+}
+
+func (f *loadFlags) register(fs interface {
+	DurationVar(*time.Duration, string, time.Duration, string)
+	StringVar(*string, string, string, string)
+	IntVar(*int, string, int, string)
+	BoolVar(*bool, string, bool, string)
+}, defaultArrivals string) {
+	fs.DurationVar(&f.deadline, "deadline", time.Second, "deadline of each attempt")
+	fs.StringVar(&f.arrivals, "arrivals", defaultArrivals, "request spacing: constant or poisson")
+	fs.IntVar(&f.retries, "retries", 0, "client retries per request (0: none); they honour the server's pushback")
+	fs.StringVar(&f.retryOn, "retry-on", "RESOURCE_EXHAUSTED,UNAVAILABLE", "comma-separated status `codes` that are retried")
+	fs.IntVar(&f.maxInFlight, "max-in-flight", 10000, "generator safety cap on requests in flight; requests over it are counted as dropped")
+	fs.IntVar(&f.conns, "conns", 1, "gRPC connections to spread the load over")
+	fs.BoolVar(&f.quiet, "quiet", false, "no progress line on stderr")
+}
+
+// options validates the flags and returns the generator options.
+func (f *loadFlags) options(progress io.Writer) ([]loadgen.Option, error) {
+	if err := positive("deadline", f.deadline); err != nil {
+		return nil, err
+	}
+	arr, err := loadgen.ParseArrivals(f.arrivals)
+	if err != nil {
+		return nil, usageError("-arrivals: must be constant or poisson, got %q", f.arrivals)
+	}
+	if f.retries < 0 {
+		return nil, usageError("-retries must be >= 0, got %d", f.retries)
+	}
+	if f.maxInFlight < 1 {
+		return nil, usageError("-max-in-flight must be >= 1, got %d", f.maxInFlight)
+	}
+	if f.conns < 1 || f.conns > 64 {
+		return nil, usageError("-conns must be in 1..64, got %d", f.conns)
+	}
+	var retryCodes []codes.Code
+	for _, name := range strings.Split(f.retryOn, ",") {
+		if name = strings.TrimSpace(name); name == "" {
+			continue
+		}
+		c, err := loadgen.ParseCode(name)
+		if err != nil {
+			return nil, usageError("-retry-on: unknown status code %q", name)
+		}
+		retryCodes = append(retryCodes, c)
+	}
+	opts := []loadgen.Option{
+		loadgen.WithDeadline(f.deadline),
+		loadgen.WithArrivals(arr),
+		loadgen.WithMaxInFlight(f.maxInFlight),
+	}
+	if f.retries > 0 {
+		opts = append(opts, loadgen.WithRetry(loadgen.RetryPolicy{MaxAttempts: f.retries + 1, Codes: retryCodes}))
+	}
+	if !f.quiet && progress != nil {
+		opts = append(opts, loadgen.WithProgress(progress))
+	}
+	return opts, nil
+}
+
+// parsePhases parses "name:duration:rate,..." (e.g.
+// "normal:10s:100,spike:10s:2000").
+func parsePhases(s string) ([]loadgen.Phase, error) {
+	var phases []loadgen.Phase
+	for i, part := range strings.Split(s, ",") {
+		fields := strings.Split(strings.TrimSpace(part), ":")
+		if len(fields) != 3 || fields[0] == "" {
+			return nil, usageError("-phases: phase %d %q: want name:duration:rate, e.g. spike:10s:2000", i+1, part)
+		}
+		d, err := time.ParseDuration(fields[1])
+		if err != nil {
+			return nil, usageError("-phases: phase %q: bad duration %q", fields[0], fields[1])
+		}
+		if d <= 0 {
+			return nil, usageError("-phases: phase %q: duration must be > 0, got %v", fields[0], d)
+		}
+		rate, err := strconv.ParseFloat(fields[2], 64)
+		if err != nil || !(rate >= 0 && rate <= 1e7) {
+			return nil, usageError("-phases: phase %q: rate must be a number of calls/s in 0..1e7, got %q", fields[0], fields[2])
+		}
+		phases = append(phases, loadgen.Phase{Name: fields[0], Duration: d, Rate: rate})
+	}
+	return phases, nil
+}
+
+func (c *cli) load(ctx context.Context, args []string) error {
+	fs := c.newFlagSet("load", "Drive open-loop Allocate load against a running inventory server and report\ngoodput, refusals, timeouts and latency percentiles per phase.")
+	addr := fs.String("target", "127.0.0.1:50051", "gRPC `address` of the server")
+	rate := fs.Float64("rate", 100, "calls/s (ignored with -phases)")
+	duration := fs.Duration("duration", 10*time.Second, "how long to run (ignored with -phases)")
+	phasesFlag := fs.String("phases", "", "schedule as `name:duration:rate,...` (e.g. normal:10s:100,spike:10s:2000)")
+	jsonOut := fs.String("json", "", "write the full result as JSON to this `file` (- for stdout)")
+	htmlOut := fs.String("html", "", "write an HTML report to this `file`")
+	statsAddr := fs.String("stats", "", "HTTP `address` of the server's /stats (its -metrics-addr), to report wasted work and CPU")
+	capacity := fs.Float64("capacity", 0, "server capacity in calls/s, to show goodput as a share of it (0: unknown)")
+	var lf loadFlags
+	lf.register(fs, "constant")
+	if err := c.parse(fs, args); err != nil {
+		return err
+	}
+	var phases []loadgen.Phase
+	if *phasesFlag != "" {
+		var err error
+		if phases, err = parsePhases(*phasesFlag); err != nil {
+			return err
+		}
+	} else {
+		if err := positive("duration", *duration); err != nil {
+			return err
+		}
+		if !(*rate >= 0 && *rate <= 1e7) {
+			return usageError("-rate must be in 0..1e7 calls/s, got %v", *rate)
+		}
+		phases = []loadgen.Phase{{Name: "load", Duration: *duration, Rate: *rate}}
+	}
+	if *capacity < 0 {
+		return usageError("-capacity must be >= 0, got %v", *capacity)
+	}
+	opts, err := lf.options(c.stderr)
+	if err != nil {
+		return err
+	}
+
+	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	t, err := dial(ctx, *addr, lf.conns, c.readyTimeout)
+	if err != nil {
+		return err
+	}
+	defer t.Close()
+	var stats *statsClient
+	if *statsAddr != "" {
+		stats = newStatsClient(*statsAddr, statsTimeout)
+		defer stats.Close()
+		if _, err := stats.fetch(ctx, time.Now()); err != nil {
+			return fmt.Errorf("-stats %s: %w", *statsAddr, err)
+		}
+	}
+
+	run, runErr := runLoad(ctx, t, stats, statsDrain, phases, opts)
+	if run.Result == nil {
+		return runErr
+	}
+	run.Name = *addr
+	cmp := &report.Comparison{Title: "levee load " + *addr, Capacity: *capacity, Runs: []report.Run{run}}
+	if err := report.WriteTable(c.stdout, cmp); err != nil {
+		return err
+	}
+	if *jsonOut != "" {
+		if err := writeJSON(*jsonOut, c.stdout, run.Result); err != nil {
+			return err
+		}
+	}
+	if *htmlOut != "" {
+		if err := writeHTML(*htmlOut, cmp); err != nil {
+			return err
+		}
+		fmt.Fprintf(c.stdout, "\nwrote %s\n", *htmlOut)
+	}
+	if runErr != nil && ctx.Err() != nil {
+		return fmt.Errorf("interrupted; the report covers the part that ran")
+	}
+	return runErr
+}
+
+// runLoad runs phases against t and, if stats is not nil, reads what the
+// server recorded meanwhile.
+func runLoad(ctx context.Context, t *target, stats *statsClient, drain time.Duration, phases []loadgen.Phase, opts []loadgen.Option) (report.Run, error) {
+	runID := fmt.Sprintf("load-%d", time.Now().UnixNano())
+	gen, err := loadgen.New(t.allocateCall(runID), phases, opts...)
+	if err != nil {
+		return report.Run{}, usageError("%v", err)
+	}
+	res, runErr := gen.Run(ctx)
+	run := report.Run{Result: res}
+	if stats != nil {
+		// A fresh context: the samples are wanted even after an interrupt.
+		sctx, cancel := context.WithTimeout(context.Background(), statsTimeout)
+		samples, err := serverSamples(sctx, stats, res.Start, drain)
+		cancel()
+		run.Server = samples
+		if err != nil && runErr == nil {
+			runErr = fmt.Errorf("reading server stats: %w", err)
+		}
+	}
+	return run, runErr
+}
+
+// Reading a server's stats after a run: the server may still be busy with
+// the calls it accepted, so wait up to statsDrain for its handlers to
+// finish and up to statsTimeout in all.
+const (
+	statsDrain   = 5 * time.Second
+	statsTimeout = 20 * time.Second
+)
+
+func writeJSON(path string, stdout io.Writer, v any) error {
+	b, err := json.MarshalIndent(v, "", "  ")
+	if err != nil {
+		return err
+	}
+	b = append(b, '\n')
+	if path == "-" {
+		_, err = stdout.Write(b)
+		return err
+	}
+	if err := os.WriteFile(path, b, 0o644); err != nil {
+		return fmt.Errorf("writing JSON: %w", err)
+	}
+	return nil
+}
+
+func writeHTML(path string, cmp *report.Comparison) error {
+	f, err := os.Create(path)
+	if err != nil {
+		return fmt.Errorf("writing HTML report: %w", err)
+	}
+	if err := report.WriteHTML(f, cmp); err != nil {
+		f.Close()
+		return fmt.Errorf("writing HTML report: %w", err)
+	}
+	if err := f.Close(); err != nil {
+		return fmt.Errorf("writing HTML report: %w", err)
+	}
+	return nil
+}

@@ -1,0 +1,168 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"runtime"
+	"slices"
+	"strconv"
+	"syscall"
+	"time"
+
+	"google.golang.org/grpc"
+
+	"github.com/levee-go/levee/examples/inventory"
+	inventoryv1 "github.com/levee-go/levee/examples/inventory/proto/corecart/inventory/v1"
+)
+
+// shutdownGrace bounds a graceful stop: calls still running after it are
+// cut off.
+const shutdownGrace = 5 * time.Second
+
+// listeningPrefix starts the line `levee serve` prints once it accepts
+// calls; `levee demo` reads the addresses from it.
+const listeningPrefix = "levee serve: listening"
+
+func (c *cli) serve(ctx context.Context, args []string) error {
+	fs := c.newFlagSet("serve", "Serve the CoreCart inventory service (gRPC, with health and reflection),\nprotected by levee unless -unprotected.")
+	addr := fs.String("addr", "127.0.0.1:50051", "gRPC listen `address`")
+	metricsAddr := fs.String("metrics-addr", "", "HTTP listen `address` for /metrics and /stats (empty: off)")
+	capacity := &capacityFlag{auto: true}
+	fs.Var(capacity, "capacity", "sustainable Allocate `calls/s` the protection is sized from (auto: estimate by timing the handler)")
+	cpuWork := fs.Duration("cpu-work", inventory.DefaultCPUWork, "CPU time each Allocate burns")
+	unprotected := fs.Bool("unprotected", false, "serve without any protection")
+	pinCPU := fs.Int("cpu", -1, "pin the server to this CPU (Linux; -1: no pinning)")
+	if err := c.parse(fs, args); err != nil {
+		return err
+	}
+	if *cpuWork < 0 {
+		return usageError("-cpu-work must be >= 0, got %v", *cpuWork)
+	}
+	if *pinCPU < -1 || *pinCPU >= maxCPUs {
+		return usageError("-cpu must be a CPU number in 0..%d or -1, got %d", maxCPUs-1, *pinCPU)
+	}
+	if *pinCPU >= 0 {
+		// The CPU may lie outside this process's current affinity (the demo
+		// starts its servers from a pinned process): the kernel accepts any
+		// CPU of the cgroup's cpuset.
+		if err := pinProcess([]int{*pinCPU}); err != nil {
+			return fmt.Errorf("-cpu %d: %w", *pinCPU, err)
+		}
+	}
+
+	ctx, stopSignals := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
+	defer stopSignals()
+
+	srv := inventory.NewServer(inventory.WithCPUWork(*cpuWork))
+	capValue, capHow := capacity.value, "given"
+	if capacity.auto {
+		capValue, capHow = estimateCapacity(*cpuWork), "estimated"
+	}
+
+	lis, err := net.Listen("tcp", *addr)
+	if err != nil {
+		return fmt.Errorf("listening on -addr %s: %w", *addr, err)
+	}
+	defer lis.Close()
+	var httpLis net.Listener
+	var mux *http.ServeMux
+	if *metricsAddr != "" {
+		httpLis, err = net.Listen("tcp", *metricsAddr)
+		if err != nil {
+			return fmt.Errorf("listening on -metrics-addr %s: %w", *metricsAddr, err)
+		}
+		defer httpLis.Close()
+		mux = http.NewServeMux()
+	}
+
+	g := &gauges{}
+	params := policyParams{Capacity: capValue, CPUWork: *cpuWork, Mux: mux, Gauges: g}
+	var opts []grpc.ServerOption
+	stopPolicy := func() {}
+	if !*unprotected {
+		opts, stopPolicy, err = protection(params)
+		if err != nil {
+			return fmt.Errorf("protection policy: %w", err)
+		}
+	}
+	defer stopPolicy()
+
+	gs := grpc.NewServer(opts...)
+	hs := inventory.Register(gs, srv)
+	serveErr := make(chan error, 2)
+	go func() { serveErr <- gs.Serve(lis) }()
+
+	var hsrv *http.Server
+	httpAddr := "off"
+	if mux != nil {
+		rec := startStatsRecorder(srv, g, !*unprotected, capValue, time.Second)
+		defer rec.Stop()
+		mux.Handle("/stats", rec)
+		hsrv = &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+		go func() {
+			if err := hsrv.Serve(httpLis); !errors.Is(err, http.ErrServerClosed) {
+				serveErr <- fmt.Errorf("metrics server: %w", err)
+			}
+		}()
+		httpAddr = httpLis.Addr().String()
+	}
+
+	mode := "protected"
+	if *unprotected {
+		mode = "unprotected"
+	}
+	fmt.Fprintf(c.stdout, "%s grpc=%s http=%s mode=%s capacity=%s (%s) cpu-work=%v gomaxprocs=%d\n",
+		listeningPrefix, lis.Addr(), httpAddr, mode, strconv.FormatFloat(capValue, 'f', 1, 64), capHow, *cpuWork, runtime.GOMAXPROCS(0))
+
+	select {
+	case <-ctx.Done():
+	case err = <-serveErr:
+	}
+
+	// Graceful stop: report NOT_SERVING, let running calls finish within
+	// the grace period, then cut off what is left.
+	hs.Shutdown()
+	stopped := make(chan struct{})
+	go func() {
+		gs.GracefulStop()
+		close(stopped)
+	}()
+	select {
+	case <-stopped:
+	case <-time.After(shutdownGrace):
+		gs.Stop()
+		<-stopped
+	}
+	if hsrv != nil {
+		sctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		_ = hsrv.Shutdown(sctx)
+	}
+	if err != nil {
+		return fmt.Errorf("serving: %w", err)
+	}
+	return nil
+}
+
+// estimateCapacity estimates the Allocate calls/s this process can serve:
+// GOMAXPROCS divided by the handler's median run time, timed in-process on
+// a scratch server. It ignores gRPC's own cost per call, so it is an upper
+// bound that the protection's CPU signal corrects.
+func estimateCapacity(cpuWork time.Duration) float64 {
+	scratch := inventory.NewServer(inventory.WithCPUWork(cpuWork), inventory.WithStock("estimate", 1<<40))
+	const runs = 15
+	times := make([]time.Duration, 0, runs)
+	for i := range runs {
+		start := time.Now()
+		_, _ = scratch.Allocate(context.Background(), &inventoryv1.AllocateRequest{Sku: "estimate", Quantity: 1, OrderId: "estimate-" + strconv.Itoa(i)})
+		times = append(times, time.Since(start))
+	}
+	slices.Sort(times)
+	median := max(times[runs/2], time.Microsecond)
+	return float64(runtime.GOMAXPROCS(0)) / median.Seconds()
+}
