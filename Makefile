@@ -6,6 +6,8 @@ GO ?= go
 ## test: vet and run every test with the race detector.
 test: vet
 	$(GO) test -race -count=1 ./...
+	@# Full-size memory tests that the race detector makes too slow.
+	$(GO) test -count=1 -run 'Flood' ./ratelimit
 
 vet:
 	$(GO) vet ./...

@@ -1,0 +1,442 @@
+package ratelimit
+
+import (
+	"fmt"
+	"hash/maphash"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Defaults of Keyed.
+const (
+	// DefaultMaxKeys is the default cap on the number of keys a Keyed tracks.
+	DefaultMaxKeys = 100_000
+	// DefaultIdleTimeout is how long a bucket must have been full before
+	// the sweeper evicts it.
+	DefaultIdleTimeout = time.Minute
+)
+
+// KeyedOption configures a Keyed.
+type KeyedOption func(*keyedOptions)
+
+type keyedOptions struct {
+	maxKeys int
+	idle    time.Duration
+	sweep   time.Duration
+	shards  int
+}
+
+// WithMaxKeys caps the number of keys tracked (default DefaultMaxKeys). The
+// cap is enforced per shard (MaxKeys divided by the shard count, rounded
+// up), so no global counter is contended. A new key that finds its shard
+// full first evicts the already-full buckets among a random sample of 16 of that shard; if none
+// is, the key shares one overflow bucket, with the same rate and burst as a
+// key's, with every other key that found no room. Memory is therefore
+// bounded whatever the number of distinct keys, and a flood of new keys gets
+// one key's allowance in total rather than one each.
+func WithMaxKeys(n int) KeyedOption { return func(o *keyedOptions) { o.maxKeys = n } }
+
+// WithIdleTimeout sets how long a bucket must have been full (refilled to
+// its burst and not used since) before the sweeper evicts it (default
+// DefaultIdleTimeout). A full bucket is indistinguishable from a new one, so
+// eviction never changes an answer; the timeout only avoids churn.
+func WithIdleTimeout(d time.Duration) KeyedOption { return func(o *keyedOptions) { o.idle = d } }
+
+// WithSweepInterval sets how often a background goroutine evicts idle
+// buckets (default: half the idle timeout). Zero or less starts no
+// goroutine; eviction then happens only when a shard is at its cap, or
+// when Sweep is called.
+func WithSweepInterval(d time.Duration) KeyedOption { return func(o *keyedOptions) { o.sweep = d } }
+
+// WithShards sets the number of shards, rounded up to a power of two
+// (default: 16 × GOMAXPROCS, at least 64). Keys in different shards never
+// contend.
+func WithShards(n int) KeyedOption { return func(o *keyedOptions) { o.shards = n } }
+
+// Keyed is a set of token buckets by key — a client, a tenant, a method, a
+// downstream — all with the same rate and burst. Each bucket is a lock-free
+// GCRA word like Limiter's; keys are spread over shards, each a map under a
+// read-write lock taken for reading on every admission of a known key.
+//
+// Memory is bounded: buckets that have been full for the idle timeout are
+// evicted by a sweeper goroutine, and the number of keys is capped (see
+// WithMaxKeys for what a new key gets at the cap).
+//
+// Use NewKeyed; the zero value is not usable. Call Close to stop the sweeper.
+// A Keyed is safe for concurrent use by multiple goroutines.
+type Keyed struct {
+	cfg       atomic.Pointer[bucketConfig]
+	seed      maphash.Seed
+	mask      uint64
+	shards    []keyedShard
+	perShard  int
+	idle      int64 // ns
+	epoch     time.Time
+	overflow  atomic.Int64 // the shared bucket of keys that found no room
+	overflows atomic.Uint64
+	evicted   atomic.Uint64
+
+	mu        sync.Mutex // serialises SetLimit and SetBurst
+	stop      chan struct{}
+	done      chan struct{}
+	closeOnce sync.Once
+}
+
+type keyedShard struct {
+	mu sync.RWMutex
+	m  map[string]*atomic.Int64
+	_  [40]byte // keep neighbouring shards' locks on separate cache lines
+}
+
+// NewKeyed returns a Keyed whose buckets refill at rate r and hold at most b
+// tokens, each starting full. It panics if r is negative or NaN, b < 1, or
+// an option is out of range (max keys < 1, negative idle timeout).
+func NewKeyed(r Limit, b int, opts ...KeyedOption) *Keyed {
+	checkLimit("NewKeyed", r)
+	checkBurst("NewKeyed", b)
+	o := keyedOptions{maxKeys: DefaultMaxKeys, idle: DefaultIdleTimeout, sweep: -1}
+	for _, opt := range opts {
+		opt(&o)
+	}
+	if o.maxKeys < 1 {
+		panic(fmt.Sprintf("ratelimit: NewKeyed: max keys must be >= 1, got %d", o.maxKeys))
+	}
+	if o.idle < 0 {
+		panic(fmt.Sprintf("ratelimit: NewKeyed: idle timeout must be >= 0, got %v", o.idle))
+	}
+	if o.sweep < 0 {
+		o.sweep = max(o.idle/2, time.Second)
+	}
+	n := o.shards
+	if n <= 0 {
+		n = max(64, 16*runtime.GOMAXPROCS(0))
+	}
+	n = nextPow2(min(n, 1<<16))
+	k := &Keyed{
+		seed:     maphash.MakeSeed(),
+		mask:     uint64(n - 1),
+		shards:   make([]keyedShard, n),
+		perShard: (o.maxKeys + n - 1) / n,
+		idle:     int64(o.idle),
+		epoch:    time.Now(),
+	}
+	for i := range k.shards {
+		k.shards[i].m = make(map[string]*atomic.Int64)
+	}
+	c := newBucketConfig(r, b, 1)
+	k.cfg.Store(&c)
+	k.overflow.Store(pack(farPast, c.gen))
+	if o.sweep > 0 {
+		k.stop, k.done = make(chan struct{}), make(chan struct{})
+		go k.sweeper(o.sweep)
+	}
+	return k
+}
+
+func nextPow2(n int) int {
+	p := 1
+	for p < n {
+		p <<= 1
+	}
+	return p
+}
+
+// Allow reports whether one event for key may happen now, and takes its
+// token if so.
+func (k *Keyed) Allow(key string) bool {
+	return k.allowAt(key, int64(time.Since(k.epoch)), 1)
+}
+
+// AllowN reports whether n events for key may happen at instant now, and
+// takes their tokens if so. n ≤ 0 and n above the burst behave as in
+// Limiter.AllowN.
+func (k *Keyed) AllowN(key string, now time.Time, n int) bool {
+	return k.allowAt(key, clampNow(int64(now.Sub(k.epoch))), n)
+}
+
+func (k *Keyed) allowAt(key string, now int64, n int) bool {
+	if n <= 0 {
+		return true
+	}
+	c := k.cfg.Load()
+	if c.inf {
+		return true
+	}
+	if n > c.burstEff {
+		return false
+	}
+	sh := &k.shards[maphash.String(k.seed, key)&k.mask]
+	sh.mu.RLock()
+	if b := sh.m[key]; b != nil {
+		// The read lock is held across the CAS so that neither the sweeper
+		// nor a reconfiguration can change the bucket under it.
+		ok := k.take(b, now, n)
+		sh.mu.RUnlock()
+		return ok
+	}
+	sh.mu.RUnlock()
+	return k.insert(sh, key, now, n)
+}
+
+// take admits n tokens from the bucket word w under the configuration whose
+// generation the word carries; while a reconfiguration is between converting
+// the word and publishing its configuration, it waits.
+func (k *Keyed) take(w *atomic.Int64, now int64, n int) bool {
+	for {
+		s := w.Load()
+		c := k.cfg.Load()
+		if s&genMask != c.gen {
+			runtime.Gosched()
+			continue
+		}
+		tat, _ := unpack(s)
+		newTat, ok := c.take(tat, now, n)
+		if !ok {
+			return false
+		}
+		if w.CompareAndSwap(s, pack(newTat, c.gen)) {
+			return true
+		}
+	}
+}
+
+// insert handles a key with no bucket: it creates one, or at the cap evicts
+// full buckets of the shard first, or falls back to the overflow bucket.
+func (k *Keyed) insert(sh *keyedShard, key string, now int64, n int) bool {
+	sh.mu.Lock()
+	c := k.cfg.Load()             // stable while a shard lock is held
+	if b := sh.m[key]; b != nil { // created meanwhile
+		ok := k.take(b, now, n)
+		sh.mu.Unlock()
+		return ok
+	}
+	if len(sh.m) >= k.perShard {
+		k.evictSample(sh, c, now)
+	}
+	if len(sh.m) >= k.perShard {
+		sh.mu.Unlock()
+		k.overflows.Add(1)
+		return k.take(&k.overflow, now, n)
+	}
+	b := new(atomic.Int64)
+	b.Store(pack(farPast, c.gen))
+	ok := k.take(b, now, n)
+	// Copy the key so a caller's string built over a larger buffer (a
+	// metadata value, say) is not kept alive by the map.
+	sh.m[string([]byte(key))] = b
+	sh.mu.Unlock()
+	return ok
+}
+
+// evictLocked deletes the shard's buckets that have been full for at least
+// idle ns at now. The shard's write lock must be held.
+func (k *Keyed) evictLocked(sh *keyedShard, c *bucketConfig, now, idle int64) int {
+	t := c.clock(now)
+	var n int
+	for key, b := range sh.m {
+		tat, _ := unpack(b.Load())
+		if c.inf || tat+idle <= t {
+			delete(sh.m, key)
+			n++
+		}
+	}
+	k.evicted.Add(uint64(n))
+	return n
+}
+
+// evictSampleSize bounds the work a new key does at the cap: it looks at this
+// many buckets of its shard (Go's map iteration starts at a random place, so
+// they are a random sample) and evicts the full ones. A flood of new keys
+// therefore costs constant time per key, not a scan of the shard.
+const evictSampleSize = 16
+
+func (k *Keyed) evictSample(sh *keyedShard, c *bucketConfig, now int64) {
+	t := c.clock(now)
+	var seen, n int
+	for key, b := range sh.m {
+		if seen == evictSampleSize {
+			break
+		}
+		seen++
+		if tat, _ := unpack(b.Load()); c.inf || tat <= t {
+			delete(sh.m, key)
+			n++
+		}
+	}
+	k.evicted.Add(uint64(n))
+}
+
+// Sweep evicts, at instant now, every bucket that has been full for the
+// idle timeout, and returns how many it evicted. The sweeper goroutine calls
+// it periodically; tests and callers without a sweeper may call it directly.
+func (k *Keyed) Sweep(now time.Time) int {
+	return k.sweepAt(clampNow(int64(now.Sub(k.epoch))))
+}
+
+func (k *Keyed) sweepAt(now int64) int {
+	var n int
+	for i := range k.shards {
+		sh := &k.shards[i]
+		sh.mu.Lock()
+		n += k.evictLocked(sh, k.cfg.Load(), now, k.idle)
+		sh.mu.Unlock()
+	}
+	return n
+}
+
+func (k *Keyed) sweeper(every time.Duration) {
+	defer close(k.done)
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-k.stop:
+			return
+		case <-t.C:
+			k.sweepAt(int64(time.Since(k.epoch)))
+		}
+	}
+}
+
+// Close stops the sweeper goroutine, if any, and waits for it to exit. The
+// Keyed stays usable; idle buckets are then evicted only at the cap or by
+// Sweep. Close is idempotent.
+func (k *Keyed) Close() error {
+	k.closeOnce.Do(func() {
+		if k.stop != nil {
+			close(k.stop)
+			<-k.done
+		}
+	})
+	return nil
+}
+
+// Len returns the number of keys with a bucket.
+func (k *Keyed) Len() int {
+	var n int
+	for i := range k.shards {
+		sh := &k.shards[i]
+		sh.mu.RLock()
+		n += len(sh.m)
+		sh.mu.RUnlock()
+	}
+	return n
+}
+
+// KeyedStats are counters of a Keyed since it was created.
+type KeyedStats struct {
+	Keys      int    // keys with a bucket now
+	Evicted   uint64 // buckets evicted, by the sweeper or at the cap
+	Overflows uint64 // admissions decided by the overflow bucket at the cap
+}
+
+// Stats returns the Keyed's counters.
+func (k *Keyed) Stats() KeyedStats {
+	return KeyedStats{Keys: k.Len(), Evicted: k.evicted.Load(), Overflows: k.overflows.Load()}
+}
+
+// Tokens returns the tokens available to key at instant now (the burst for a
+// key without a bucket).
+func (k *Keyed) Tokens(key string, now time.Time) float64 {
+	c := k.cfg.Load()
+	t := clampNow(int64(now.Sub(k.epoch)))
+	sh := &k.shards[maphash.String(k.seed, key)&k.mask]
+	sh.mu.RLock()
+	defer sh.mu.RUnlock()
+	if b := sh.m[key]; b != nil {
+		tat, _ := unpack(b.Load())
+		return c.tokens(tat, t)
+	}
+	return float64(c.burstEff)
+}
+
+// RetryAfter returns how long after instant now n tokens will be available
+// to key, as Limiter.RetryAfter does.
+func (k *Keyed) RetryAfter(key string, now time.Time, n int) time.Duration {
+	c := k.cfg.Load()
+	t := clampNow(int64(now.Sub(k.epoch)))
+	if c.inf || n <= 0 {
+		return 0
+	}
+	if n > c.burstEff {
+		return time.Duration(1<<63 - 1)
+	}
+	sh := &k.shards[maphash.String(k.seed, key)&k.mask]
+	sh.mu.RLock()
+	b := sh.m[key]
+	var tat int64 = farPast
+	if b != nil {
+		tat, _ = unpack(b.Load())
+	}
+	sh.mu.RUnlock()
+	ct := c.clock(t)
+	wait := max(tat, ct) + int64(n)*c.interval - ct - c.tau
+	switch {
+	case wait <= 0:
+		return 0
+	case c.frozen:
+		return time.Duration(1<<63 - 1)
+	}
+	return time.Duration(wait)
+}
+
+// Limit returns the rate of every bucket.
+func (k *Keyed) Limit() Limit { return k.cfg.Load().limit }
+
+// Burst returns the burst of every bucket.
+func (k *Keyed) Burst() int { return k.cfg.Load().burst }
+
+// SetLimitAt sets the rate of every bucket at instant now, keeping the
+// tokens each has earned. It holds every shard's lock while it converts the
+// buckets, so it costs time proportional to the number of keys: it is meant
+// for configuration changes, not for per-request adjustment. It panics if r
+// is negative or NaN.
+func (k *Keyed) SetLimitAt(now time.Time, r Limit) {
+	checkLimit("SetLimit", r)
+	k.reconfigure(now, func(c *bucketConfig) { c.limit = r })
+}
+
+// SetBurstAt sets the burst of every bucket at instant now, keeping the
+// tokens each has earned up to the new burst; see SetLimitAt for its cost.
+// It panics if b < 1.
+func (k *Keyed) SetBurstAt(now time.Time, b int) {
+	checkBurst("SetBurst", b)
+	k.reconfigure(now, func(c *bucketConfig) { c.burst = b })
+}
+
+func (k *Keyed) reconfigure(at time.Time, edit func(*bucketConfig)) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	now := clampNow(int64(at.Sub(k.epoch)))
+	old := k.cfg.Load()
+	nc := *old
+	edit(&nc)
+	nc.derive()
+	if nc == *old {
+		return
+	}
+	nc.gen = (old.gen + 1) & genMask
+	for i := range k.shards {
+		k.shards[i].mu.Lock()
+	}
+	for i := range k.shards {
+		for _, b := range k.shards[i].m {
+			tat, _ := unpack(b.Load())
+			b.Store(pack(convert(old, &nc, tat, now), nc.gen))
+		}
+	}
+	// The overflow bucket is used outside the shard locks: convert it by CAS.
+	for {
+		s := k.overflow.Load()
+		tat, _ := unpack(s)
+		if k.overflow.CompareAndSwap(s, pack(convert(old, &nc, tat, now), nc.gen)) {
+			break
+		}
+	}
+	k.cfg.Store(&nc)
+	for i := range k.shards {
+		k.shards[i].mu.Unlock()
+	}
+}
