@@ -290,6 +290,9 @@ func (r *run) schedule(ctx context.Context) error {
 					r.rec.closeAll()
 					return err
 				}
+				// How late the scheduler is: large values mean this
+				// machine could not keep up with the schedule.
+				r.rec.lag(i, r.g.clock.Now().Sub(r.start)-next)
 				r.launch(ctx, next, i)
 				k++
 				if r.g.opts.arrivals == Poisson {

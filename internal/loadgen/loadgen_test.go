@@ -129,6 +129,10 @@ func TestOpenLoopSlowCallsDoNotDelaySchedule(t *testing.T) {
 	if res.Total.Offered != 100 || res.Total.Succeeded != 100 || res.Total.Dropped != 0 {
 		t.Errorf("Total = offered %d, succeeded %d, dropped %d; want 100, 100, 0", res.Total.Offered, res.Total.Succeeded, res.Total.Dropped)
 	}
+	// Every request started exactly on schedule.
+	if lag := res.StartLag; lag.Count != 100 || lag.Max > time.Microsecond {
+		t.Errorf("StartLag count/max = %d/%v, want 100/≤1µs (on schedule)", lag.Count, lag.Max)
+	}
 	// All calls answered at t=1s; the call scheduled at k*10ms waited 1s-k*10ms.
 	lat := res.Total.Success
 	if !near(lat.Max, time.Second, 0.01) || !near(lat.Min, 10*time.Millisecond, 0.01) || !near(lat.P50, 500*time.Millisecond, 0.03) {
@@ -159,6 +163,13 @@ func TestBehindScheduleCatchesUp(t *testing.T) {
 	// The request scheduled at 10ms ran at 1s: 990ms late.
 	if lat := res.Total.Success; !near(lat.Max, 990*time.Millisecond, 0.01) {
 		t.Errorf("Success.Max = %v, want about 990ms", lat.Max)
+	}
+	// And the generator reports its own lateness.
+	if lag := res.Phases[0].StartLag; lag.Count != 100 || !near(lag.Max, 990*time.Millisecond, 0.01) || lag.Min > time.Microsecond {
+		t.Errorf("Phases[0].StartLag count/min/max = %d/%v/%v, want 100/≤1µs/about 990ms", lag.Count, lag.Min, lag.Max)
+	}
+	if res.StartLag.Count != 100 {
+		t.Errorf("StartLag.Count = %d, want 100", res.StartLag.Count)
 	}
 }
 
@@ -526,7 +537,7 @@ func TestProgressLine(t *testing.T) {
 		give string
 		want []string
 	}{
-		{name: "first tick", give: lines[0], want: []string{"loadgen:   1s idle", "offered    50/s", "ok     0", "refused    50", "dropped    0", "in flight     0"}},
+		{name: "first tick", give: lines[0], want: []string{"loadgen:   1s spike", "offered    50/s", "ok     0", "refused    50", "dropped    0", "in flight     0"}},
 		{name: "second tick", give: lines[1], want: []string{"loadgen:   2s idle", "offered     0/s", "refused     0"}},
 		{name: "summary", give: lines[2], want: []string{"loadgen: done 2.5s  offered 50  ok 0  refused 50  timed out 0  failed 0  dropped 0"}},
 	}

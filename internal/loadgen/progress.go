@@ -39,7 +39,8 @@ func (r *run) writeProgress(final bool) {
 	}
 	r.lastProgress = now
 	elapsed := min(r.g.clock.Now().Sub(r.start), r.total)
-	phase := r.phaseAt(elapsed)
+	// Name the phase of the second the line reports on.
+	phase := r.phaseAt(max(elapsed-time.Second/2, 0))
 	elapsed = elapsed.Truncate(time.Second)
 	if final {
 		fmt.Fprintf(r.progressOut, "loadgen: done %v  offered %d  ok %d  refused %d  timed out %d  failed %d  dropped %d\n",

@@ -28,6 +28,12 @@ type Result struct {
 	Seconds []Second `json:"seconds"`
 	// Total covers the whole run.
 	Total Stats `json:"total"`
+	// StartLag is how late the generator started requests against their
+	// schedule over the whole run (dropped ones included). Latencies
+	// count from the schedule, so lag is charged to the request; a large
+	// lag means the generating machine was saturated and the results
+	// describe it as much as the server.
+	StartLag Latency `json:"start_lag"`
 }
 
 // PhaseResult is the outcome of one phase.
@@ -36,6 +42,9 @@ type PhaseResult struct {
 	// Offset is where the phase starts, from Result.Start.
 	Offset time.Duration `json:"offset_ns"`
 	Stats
+	// StartLag is how late the generator started this phase's requests
+	// against their schedule (see Result.StartLag).
+	StartLag Latency `json:"start_lag"`
 }
 
 // Second is the outcome of the requests scheduled in one second.
@@ -208,6 +217,10 @@ type recorder struct {
 	pool     []*hdrhistogram.Histogram
 	nClosed  int // seconds [0, nClosed) are closed
 	lengths  []time.Duration
+
+	// Start lag per phase and in total. Only the scheduler writes them.
+	phaseLag []*hdrhistogram.Histogram
+	totalLag *hdrhistogram.Histogram
 }
 
 func newRecorder(phases []Phase, total time.Duration, refusalCodes []codes.Code) *recorder {
@@ -226,10 +239,21 @@ func newRecorder(phases []Phase, total time.Duration, refusalCodes []codes.Code)
 		}
 	}
 	r.total.success, r.total.refusal = newHist(3), newHist(3)
+	r.totalLag = newHist(2)
 	for i := range r.phases {
 		r.phases[i].success, r.phases[i].refusal = newHist(3), newHist(3)
+		r.phaseLag = append(r.phaseLag, newHist(2))
 	}
 	return r
+}
+
+// lag records how late the scheduler issued a request of phase. Only the
+// scheduling goroutine calls it, so it takes no lock; result reads the
+// histograms after the scheduler has returned.
+func (r *recorder) lag(phase int, d time.Duration) {
+	d = max(d, 0)
+	record(r.phaseLag[phase], d)
+	record(r.totalLag, d)
 }
 
 func (r *recorder) classify(err error) (outcome, codes.Code) {
@@ -341,12 +365,13 @@ func (r *recorder) result(start time.Time, g *Generator) *Result {
 		Arrivals: g.opts.arrivals.String(),
 		Deadline: g.opts.deadline,
 		Total:    r.total.stats(),
+		StartLag: latencyOf(r.totalLag),
 		Phases:   make([]PhaseResult, len(r.phases)),
 		Seconds:  make([]Second, len(r.seconds)),
 	}
 	var off time.Duration
 	for i, p := range g.phases {
-		res.Phases[i] = PhaseResult{Phase: p, Offset: off, Stats: r.phases[i].stats()}
+		res.Phases[i] = PhaseResult{Phase: p, Offset: off, Stats: r.phases[i].stats(), StartLag: latencyOf(r.phaseLag[i])}
 		off += p.Duration
 	}
 	res.Duration = off
