@@ -24,6 +24,7 @@ type childServer struct {
 	grpcAddr string
 	httpAddr string
 	line     string        // the listening line it printed
+	workIter string        // the SHA-256 rounds per Allocate it reported
 	exited   chan struct{} // closed when the process has exited
 	waitErr  error         // valid once exited is closed
 }
@@ -75,6 +76,9 @@ func (c *cli) startServer(ctx context.Context, cpu int, args ...string) (*childS
 			}
 			if v, ok := strings.CutPrefix(f, "http="); ok {
 				s.httpAddr = v
+			}
+			if v, ok := strings.CutPrefix(f, "work-iterations="); ok {
+				s.workIter = v
 			}
 		}
 		if s.grpcAddr == "" || s.httpAddr == "" || s.httpAddr == "off" {

@@ -47,6 +47,8 @@ type demoResult struct {
 	Capacity float64
 	// Measured tells whether Capacity was measured (not given).
 	Measured bool
+	// WorkIterations is the SHA-256 rounds per Allocate of both servers.
+	WorkIterations string
 	// Comparison holds the unprotected and the protected run, in that
 	// order.
 	Comparison *report.Comparison
@@ -154,9 +156,14 @@ func (c *cli) runDemo(ctx context.Context, cfg *demoConfig) (*demoResult, error)
 
 	res := &demoResult{Capacity: cfg.capacity.value, Measured: cfg.capacity.auto}
 	cpuWork := cfg.cpuWork.String()
+	// Each server turns -cpu-work into SHA-256 rounds by timing its CPU, a
+	// measurement that a busy machine skews. The protected server is given
+	// the unprotected one's rounds so that both do the same work per call.
+	var workIterations string
 
 	// 1. The unprotected server: measure its capacity, then overload it.
-	unprotected, err := c.demoRun(ctx, cfg, plan, "unprotected", func(t *target) error {
+	unprotected, err := c.demoRun(ctx, cfg, plan, "unprotected", func(srv *childServer, t *target) error {
+		workIterations = srv.workIter
 		if !cfg.capacity.auto {
 			return nil
 		}
@@ -175,11 +182,22 @@ func (c *cli) runDemo(ctx context.Context, cfg *demoConfig) (*demoResult, error)
 
 	// 2. The protected server, told the capacity, under the same load.
 	capArg := strconv.FormatFloat(res.Capacity, 'f', 1, 64)
-	protected, err := c.demoRun(ctx, cfg, plan, "protected", nil, &res.Capacity, "-cpu-work", cpuWork, "-capacity", capArg)
+	protectedArgs := []string{"-cpu-work", cpuWork, "-capacity", capArg}
+	if workIterations != "" {
+		protectedArgs = append(protectedArgs, "-work-iterations", workIterations)
+	}
+	sameWork := func(srv *childServer, _ *target) error {
+		if srv.workIter != workIterations {
+			return fmt.Errorf("server burns %s SHA-256 rounds per call, want %s like the unprotected one", srv.workIter, workIterations)
+		}
+		return nil
+	}
+	protected, err := c.demoRun(ctx, cfg, plan, "protected", sameWork, &res.Capacity, protectedArgs...)
 	if err != nil {
 		return nil, err
 	}
 
+	res.WorkIterations = workIterations
 	phases := demoPhases(cfg, res.Capacity)
 	how := "given with -capacity"
 	if res.Measured {
@@ -190,7 +208,7 @@ func (c *cli) runDemo(ctx context.Context, cfg *demoConfig) (*demoResult, error)
 		Capacity: res.Capacity,
 		Runs:     []report.Run{unprotected, protected},
 		Notes: []string{
-			fmt.Sprintf("Capacity %.0f calls/s, %s. Each Allocate burns %v of CPU.", res.Capacity, how, cfg.cpuWork),
+			fmt.Sprintf("Capacity %.0f calls/s, %s. Each Allocate burns about %v of CPU (%s SHA-256 rounds in both servers).", res.Capacity, how, cfg.cpuWork, workIterations),
 			fmt.Sprintf("Phases: %s %v at %.0f/s, %s %v at %.0f/s, %s %v at %.0f/s; %s arrivals, deadline %v, retries %d.",
 				phases[0].Name, phases[0].Duration, phases[0].Rate, phases[1].Name, phases[1].Duration, phases[1].Rate,
 				phases[2].Name, phases[2].Duration, phases[2].Rate, cfg.loadFlags.arrivals, cfg.loadFlags.deadline, cfg.loadFlags.retries),
@@ -213,7 +231,7 @@ func demoPhases(cfg *demoConfig, capacity float64) []loadgen.Phase {
 
 // demoRun starts a server with serveArgs, runs before (if any) against it,
 // then the scenario sized from *capacity, and stops the server.
-func (c *cli) demoRun(ctx context.Context, cfg *demoConfig, plan cpuPlan, name string, before func(*target) error, capacity *float64, serveArgs ...string) (report.Run, error) {
+func (c *cli) demoRun(ctx context.Context, cfg *demoConfig, plan cpuPlan, name string, before func(*childServer, *target) error, capacity *float64, serveArgs ...string) (report.Run, error) {
 	srv, err := c.startServer(ctx, plan.server, serveArgs...)
 	if err != nil {
 		return report.Run{}, fmt.Errorf("%s server: %w", name, err)
@@ -228,7 +246,7 @@ func (c *cli) demoRun(ctx context.Context, cfg *demoConfig, plan cpuPlan, name s
 	}
 	defer t.Close()
 	if before != nil {
-		if err := before(t); err != nil {
+		if err := before(srv, t); err != nil {
 			return report.Run{}, fmt.Errorf("%s server: %w", name, err)
 		}
 	}

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -72,6 +73,7 @@ func TestBadInputIsOneLineAndNonZero(t *testing.T) {
 		{name: "serve capacity 0", give: []string{"serve", "-capacity", "0"}, wantCode: exitUsage, want: "-capacity: must be > 0 calls/s"},
 		{name: "serve capacity text", give: []string{"serve", "-capacity", "lots"}, wantCode: exitUsage, want: `want calls/s or "auto", got "lots"`},
 		{name: "demo capacity 0", give: []string{"demo", "-capacity", "0"}, wantCode: exitUsage, want: "-capacity: must be > 0 calls/s"},
+		{name: "serve negative work iterations", give: []string{"serve", "-work-iterations", "-2"}, wantCode: exitUsage, want: "-work-iterations must be >= 0 (or -1), got -2"},
 		{name: "serve negative cpu work", give: []string{"serve", "-cpu-work", "-1ms"}, wantCode: exitUsage, want: "-cpu-work must be >= 0, got -1ms"},
 		{name: "serve bad cpu", give: []string{"serve", "-cpu", "4096"}, wantCode: exitUsage, want: "-cpu must be a CPU number in 0..1023 or -1, got 4096"},
 		{name: "load negative phase", give: []string{"load", "-phases", "normal:1s:10,spike:-2s:100"}, wantCode: exitUsage, want: `-phases: phase "spike": duration must be > 0, got -2s`},
@@ -273,8 +275,8 @@ func TestChildServerStopsGracefully(t *testing.T) {
 	if err != nil {
 		t.Fatalf("startServer() error = %v; stderr:\n%s", err, stderr)
 	}
-	if !strings.Contains(srv.line, "mode=unprotected") || !strings.Contains(srv.line, "gomaxprocs=1") {
-		t.Errorf("listening line = %q, want mode=unprotected and gomaxprocs=1", srv.line)
+	if !strings.Contains(srv.line, "mode=unprotected") || !strings.Contains(srv.line, "gomaxprocs=1") || srv.workIter == "" {
+		t.Errorf("listening line = %q, want mode=unprotected, gomaxprocs=1 and work-iterations", srv.line)
 	}
 	start := time.Now()
 	srv.stop(shutdownGrace + 2*time.Second)
@@ -306,6 +308,9 @@ func TestDemoEndToEnd(t *testing.T) {
 		t.Fatalf("writeDemo() error = %v", err)
 	}
 
+	if n, err := strconv.Atoi(res.WorkIterations); err != nil || n <= 0 {
+		t.Errorf("WorkIterations = %q, want the servers' SHA-256 rounds per call", res.WorkIterations)
+	}
 	if !res.Measured || !(res.Capacity > 0) {
 		t.Fatalf("capacity = %v (measured %v), want a measured capacity > 0", res.Capacity, res.Measured)
 	}

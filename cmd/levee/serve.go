@@ -34,7 +34,8 @@ func (c *cli) serve(ctx context.Context, args []string) error {
 	metricsAddr := fs.String("metrics-addr", "", "HTTP listen `address` for /metrics and /stats (empty: off)")
 	capacity := &capacityFlag{auto: true}
 	fs.Var(capacity, "capacity", "sustainable Allocate `calls/s` the protection is sized from (auto: estimate by timing the handler)")
-	cpuWork := fs.Duration("cpu-work", inventory.DefaultCPUWork, "CPU time each Allocate burns")
+	cpuWork := fs.Duration("cpu-work", inventory.DefaultCPUWork, "CPU time each Allocate burns (turned into SHA-256 rounds by timing this machine)")
+	workIterations := fs.Int("work-iterations", -1, "exact SHA-256 rounds each Allocate burns, overriding -cpu-work (-1: from -cpu-work); the demo gives both its servers the same")
 	unprotected := fs.Bool("unprotected", false, "serve without any protection")
 	pinCPU := fs.Int("cpu", -1, "pin the server to this CPU (Linux; -1: no pinning)")
 	if err := c.parse(fs, args); err != nil {
@@ -42,6 +43,9 @@ func (c *cli) serve(ctx context.Context, args []string) error {
 	}
 	if *cpuWork < 0 {
 		return usageError("-cpu-work must be >= 0, got %v", *cpuWork)
+	}
+	if *workIterations < -1 {
+		return usageError("-work-iterations must be >= 0 (or -1), got %d", *workIterations)
 	}
 	if *pinCPU < -1 || *pinCPU >= maxCPUs {
 		return usageError("-cpu must be a CPU number in 0..%d or -1, got %d", maxCPUs-1, *pinCPU)
@@ -58,10 +62,14 @@ func (c *cli) serve(ctx context.Context, args []string) error {
 	ctx, stopSignals := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
 	defer stopSignals()
 
-	srv := inventory.NewServer(inventory.WithCPUWork(*cpuWork))
+	work := inventory.WithCPUWork(*cpuWork)
+	if *workIterations >= 0 {
+		work = inventory.WithWorkIterations(*workIterations)
+	}
+	srv := inventory.NewServer(work)
 	capValue, capHow := capacity.value, "given"
 	if capacity.auto {
-		capValue, capHow = estimateCapacity(*cpuWork), "estimated"
+		capValue, capHow = estimateCapacity(srv.WorkIterations()), "estimated"
 	}
 
 	lis, err := net.Listen("tcp", *addr)
@@ -116,8 +124,8 @@ func (c *cli) serve(ctx context.Context, args []string) error {
 	if *unprotected {
 		mode = "unprotected"
 	}
-	fmt.Fprintf(c.stdout, "%s grpc=%s http=%s mode=%s capacity=%s (%s) cpu-work=%v gomaxprocs=%d\n",
-		listeningPrefix, lis.Addr(), httpAddr, mode, strconv.FormatFloat(capValue, 'f', 1, 64), capHow, *cpuWork, runtime.GOMAXPROCS(0))
+	fmt.Fprintf(c.stdout, "%s grpc=%s http=%s mode=%s capacity=%s (%s) work-iterations=%d gomaxprocs=%d\n",
+		listeningPrefix, lis.Addr(), httpAddr, mode, strconv.FormatFloat(capValue, 'f', 1, 64), capHow, srv.WorkIterations(), runtime.GOMAXPROCS(0))
 
 	select {
 	case <-ctx.Done():
@@ -153,8 +161,8 @@ func (c *cli) serve(ctx context.Context, args []string) error {
 // GOMAXPROCS divided by the handler's median run time, timed in-process on
 // a scratch server. It ignores gRPC's own cost per call, so it is an upper
 // bound that the protection's CPU signal corrects.
-func estimateCapacity(cpuWork time.Duration) float64 {
-	scratch := inventory.NewServer(inventory.WithCPUWork(cpuWork), inventory.WithStock("estimate", 1<<40))
+func estimateCapacity(iterations int) float64 {
+	scratch := inventory.NewServer(inventory.WithWorkIterations(iterations), inventory.WithStock("estimate", 1<<40))
 	const runs = 15
 	times := make([]time.Duration, 0, runs)
 	for i := range runs {

@@ -28,23 +28,24 @@ func ExampleWriteTable() {
 	}
 	// Output:
 	// phase 1/1 "spike": 10s at 2000/s (10.0× capacity of 200/s)
-	//                           protected
-	//   offered/s                  2000.0
-	//   goodput/s                   195.0
-	//   goodput % of capacity       97.5%
-	//   goodput % of offered         9.8%
-	//   succeeded                    1950
-	//   refused                     18050
-	//     ResourceExhausted         18050
-	//   timed out                       0
-	//   other errors                    0
-	//   dropped by generator            0
-	//   success latency p50        5.00ms
-	//   success latency p90        6.00ms
-	//   success latency p99        8.00ms
-	//   success latency p99.9      9.00ms
-	//   refusal latency p50        0.10ms
-	//   refusal latency p90        0.20ms
-	//   refusal latency p99        0.40ms
-	//   refusal latency p99.9      0.90ms
+	//                             protected
+	//   offered/s                    2000.0
+	//   goodput/s                     195.0
+	//   goodput % of capacity         97.5%
+	//   goodput % of offered           9.8%
+	//   succeeded                      1950
+	//   refused                       18050
+	//     ResourceExhausted           18050
+	//   timed out                         0
+	//   other errors                      0
+	//   dropped by generator              0
+	//   success latency p50          5.00ms
+	//   success latency p90          6.00ms
+	//   success latency p99          8.00ms
+	//   success latency p99.9        9.00ms
+	//   refusal latency p50          0.10ms
+	//   refusal latency p90          0.20ms
+	//   refusal latency p99          0.40ms
+	//   refusal latency p99.9        0.90ms
+	//   generator start lag p99           -
 }

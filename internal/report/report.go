@@ -92,6 +92,7 @@ func (s ServerSample) MarshalJSON() ([]byte, error) {
 // them.
 type phaseView struct {
 	stats     loadgen.Stats
+	lag       loadgen.Latency // the generator's start lag
 	seconds   float64
 	calls     int64 // server handler runs in the phase; -1 unknown
 	wasted    int64 // -1 unknown
@@ -107,7 +108,7 @@ func view(r Run, i int) (phaseView, bool) {
 		return phaseView{}, false
 	}
 	p := r.Result.Phases[i]
-	v := phaseView{stats: p.Stats, seconds: p.Duration.Seconds(), calls: -1, wasted: -1, cpu: math.NaN()}
+	v := phaseView{stats: p.Stats, lag: p.StartLag, seconds: p.Duration.Seconds(), calls: -1, wasted: -1, cpu: math.NaN()}
 	if len(r.Server) == 0 {
 		return v, true
 	}

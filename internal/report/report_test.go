@@ -42,6 +42,10 @@ func fakeResult(refused bool) *loadgen.Result {
 		spike.TimedOut = 1950
 		spike.Failed = map[string]int64{"Internal": 10}
 	}
+	spikeLag := lat(10*time.Microsecond, 50*time.Microsecond, 2000)
+	if !refused {
+		spikeLag = lat(2*time.Millisecond, 35*time.Millisecond, 2000)
+	}
 	res := &loadgen.Result{
 		Start:    time.Unix(1_700_000_000, 0).UTC(),
 		Duration: 4 * time.Second,
@@ -49,7 +53,7 @@ func fakeResult(refused bool) *loadgen.Result {
 		Deadline: time.Second,
 		Phases: []loadgen.PhaseResult{
 			{Phase: loadgen.Phase{Name: "normal", Duration: 2 * time.Second, Rate: 100}, Offset: 0, Stats: normal},
-			{Phase: loadgen.Phase{Name: "spike", Duration: 2 * time.Second, Rate: 1000}, Offset: 2 * time.Second, Stats: spike},
+			{Phase: loadgen.Phase{Name: "spike", Duration: 2 * time.Second, Rate: 1000}, Offset: 2 * time.Second, Stats: spike, StartLag: spikeLag},
 		},
 	}
 	for i := range 4 {
@@ -162,6 +166,7 @@ func TestWriteTableStructure(t *testing.T) {
 		{name: "refusal p99", give: "refusal latency p99", want: []string{"-", "0.80ms"}},
 		{name: "wasted", give: "wasted work", want: []string{"450 (75.0%)", "0 (0.0%)"}},
 		{name: "cpu", give: "server CPU", want: []string{"100%", "100%"}},
+		{name: "start lag", give: "generator start lag p99", want: []string{"35.0ms", "0.05ms"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -85,6 +85,7 @@ func phaseRows(c *Comparison, i int) []row {
 	for _, q := range quantiles {
 		add("refusal latency "+q.name, func(v phaseView) string { return lat(v.stats.Refusal, q.get) })
 	}
+	add("generator start lag p99", func(v phaseView) string { return lat(v.lag, func(l loadgen.Latency) string { return fmtDur(l.P99) }) })
 	if anyRun(func(v phaseView) bool { return v.hasServer }) {
 		add("server handler runs", func(v phaseView) string {
 			if !v.hasServer {
