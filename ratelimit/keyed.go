@@ -440,3 +440,19 @@ func (k *Keyed) reconfigure(at time.Time, edit func(*bucketConfig)) {
 		k.shards[i].mu.Unlock()
 	}
 }
+
+// RefundAt gives back n tokens taken earlier for key, for an event that did
+// not happen, at instant now; see Limiter.RefundAt. A key without a bucket
+// (evicted, or decided by the overflow bucket) is left alone: its bucket is
+// full, or shared.
+func (k *Keyed) RefundAt(key string, now time.Time, n int) {
+	if n <= 0 {
+		return
+	}
+	sh := &k.shards[maphash.String(k.seed, key)&k.mask]
+	sh.mu.RLock()
+	if b := sh.m[key]; b != nil {
+		refundWord(b, k.cfg.Load, clampNow(int64(now.Sub(k.epoch))), n)
+	}
+	sh.mu.RUnlock()
+}

@@ -300,3 +300,17 @@ func ExampleKeyed() {
 	// acme false
 	// globex true
 }
+
+func TestKeyedRefund(t *testing.T) {
+	k := NewKeyed(10, 2, WithSweepInterval(0))
+	defer k.Close()
+	k.AllowN("a", t0, 2)
+	k.RefundAt("a", t0, 1)
+	k.RefundAt("missing", t0, 1) // no bucket: nothing to give back, nothing created
+	if !k.AllowN("a", t0, 1) || k.AllowN("a", t0, 1) {
+		t.Error("after Keyed.RefundAt(a, t0, 1): want exactly one token for a")
+	}
+	if got := k.Len(); got != 1 {
+		t.Errorf("Keyed.Len() = %d, want 1", got)
+	}
+}

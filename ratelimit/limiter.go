@@ -348,3 +348,41 @@ func (l *Limiter) refund(gen, cost int64) {
 		}
 	}
 }
+
+// Refund is shorthand for RefundAt(time.Now(), n).
+func (l *Limiter) Refund(n int) { l.RefundAt(time.Now(), n) }
+
+// RefundAt gives back n tokens taken earlier for an event that did not
+// happen (a later check refused it, say), at instant now. The bucket never
+// holds more than its burst, so tokens that refilled meanwhile are not given
+// twice; n ≤ 0 does nothing. Tokens taken under a configuration that has
+// since changed are converted with the bucket, and a refund then gives back
+// n tokens of the new configuration.
+func (l *Limiter) RefundAt(now time.Time, n int) {
+	if n <= 0 {
+		return
+	}
+	refundWord(&l.state, l.cfg.Load, l.at(now), n)
+}
+
+// refundWord lowers the theoretical arrival time of the bucket word w by n
+// tokens, never below the present.
+func refundWord(w *atomic.Int64, cfg func() *bucketConfig, now int64, n int) {
+	for {
+		s := w.Load()
+		c := cfg()
+		if s&genMask != c.gen {
+			runtime.Gosched()
+			continue
+		}
+		if c.inf {
+			return
+		}
+		tat, _ := unpack(s)
+		t := c.clock(now)
+		newTat := max(tat-int64(min(n, c.burstEff))*c.interval, t)
+		if newTat >= tat || w.CompareAndSwap(s, pack(newTat, c.gen)) {
+			return
+		}
+	}
+}

@@ -433,3 +433,22 @@ func TestLimiterAllocs(t *testing.T) {
 		}
 	}
 }
+
+func TestLimiterRefund(t *testing.T) {
+	lim := NewLimiter(10, 3)
+	runSteps(t, lim, []step{{"take all", t0, 3, true}})
+	lim.RefundAt(t0, 2)
+	runSteps(t, lim, []step{
+		{"two back", t0, 2, true},
+		{"empty", t0, 1, false},
+	})
+	lim.RefundAt(t0, 0) // nothing
+	lim.RefundAt(t9, 5) // the bucket is full by t9: a refund never exceeds the burst
+	runSteps(t, lim, []step{
+		{"burst", t9, 3, true},
+		{"no more than burst", t9, 1, false},
+	})
+	if got := testing.AllocsPerRun(100, func() { lim.RefundAt(t9, 1) }); got != 0 {
+		t.Errorf("Limiter.RefundAt: %v allocations per run, want 0", got)
+	}
+}
