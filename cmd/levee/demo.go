@@ -213,6 +213,9 @@ func (c *cli) runDemo(ctx context.Context, cfg *demoConfig) (*demoResult, error)
 				phases[0].Name, phases[0].Duration, phases[0].Rate, phases[1].Name, phases[1].Duration, phases[1].Rate,
 				phases[2].Name, phases[2].Duration, phases[2].Rate, cfg.loadFlags.arrivals, cfg.loadFlags.deadline, cfg.loadFlags.retries),
 			"Server: " + plan.note + ". " + runtime.GOOS + "/" + runtime.GOARCH + ", " + strconv.Itoa(runtime.NumCPU()) + " CPUs.",
+			"What to look at: goodput in the spike (a protected server keeps near its capacity, an unprotected one collapses), " +
+				"refusal latency (a refusal should cost well under a millisecond), wasted work (handlers that finished after their caller gave up), " +
+				"and how soon the recovery phase is back to 100% of offered.",
 			"Generated " + time.Now().Format(time.RFC1123) + ".",
 		},
 	}

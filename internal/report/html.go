@@ -151,6 +151,9 @@ func chartsOf(c *Comparison, kind string) []chart {
 		case chartLatency:
 			ch.yLabel, ch.yFmt, ch.log = "latency", fmtSeconds, true
 			ch.series = latencySeries(r.Result)
+			if d := r.Result.Deadline; d > 0 {
+				ch.hlines = []mark{{x: d.Seconds(), label: "deadline " + fmtDur(d)}}
+			}
 		case chartServer:
 			ch.yLabel, ch.yFmt = "%", fmtCount
 			ch.series = serverSeries(r.Server)
@@ -178,6 +181,9 @@ func chartsOf(c *Comparison, kind string) []chart {
 			charts[j].yMax = math.Max(100, hi)
 		case kind == chartLatency:
 			charts[j].yMin, charts[j].yMax = math.Min(lo, 1e-4), math.Max(hi, 1e-3)
+			for _, h := range charts[j].hlines {
+				charts[j].yMax = math.Max(charts[j].yMax, h.x)
+			}
 		default:
 			charts[j].yMax = hi
 		}

@@ -277,6 +277,11 @@ func TestWriteHTML(t *testing.T) {
 			t.Errorf("chart %d lacks the phase marks", i)
 		}
 	}
+	for _, i := range []int{2, 3} {
+		if !strings.Contains(svgs[i], `class="hline"`) || !strings.Contains(svgs[i], ">deadline 1.00s</text>") {
+			t.Errorf("latency chart %d lacks the deadline line", i)
+		}
+	}
 	if !strings.Contains(svgs[5], `data-name="`+seriesScale+`"`) || strings.Contains(svgs[4], `data-name="`+seriesScale+`"`) {
 		t.Errorf("the shedding scale should be charted for the protected run only")
 	}

@@ -35,6 +35,7 @@ type chart struct {
 	yFmt   func(float64) string
 	series []series
 	marks  []mark
+	hlines []mark // labelled horizontal lines; x holds the y value
 }
 
 const (
@@ -107,6 +108,11 @@ func (c chart) svg() string {
 		fmt.Fprintf(&b, `<text x="%.1f" y="%d" font-size="%d" fill="%s">%s</text>`, x+3, padT+11, fontSize-1, markC, html.EscapeString(m.label))
 	}
 
+	for _, h := range c.hlines {
+		y := yPos(h.x)
+		fmt.Fprintf(&b, `<line class="hline" x1="%d" x2="%d" y1="%.1f" y2="%.1f" stroke="%s" stroke-dasharray="2 3"/>`, padL, padL+plotW, y, y, markC)
+		fmt.Fprintf(&b, `<text x="%d" y="%.1f" font-size="%d" fill="%s" text-anchor="end">%s</text>`, padL+plotW-3, y-3, fontSize-1, markC, html.EscapeString(h.label))
+	}
 	for i, s := range c.series {
 		fmt.Fprintf(&b, `<g class="series" data-name="%s">`, html.EscapeString(s.name))
 		dash := ""
