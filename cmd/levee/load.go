@@ -119,7 +119,7 @@ func (c *cli) load(ctx context.Context, args []string) error {
 	rate := fs.Float64("rate", 100, "calls/s (ignored with -phases)")
 	duration := fs.Duration("duration", 10*time.Second, "how long to run (ignored with -phases)")
 	phasesFlag := fs.String("phases", "", "schedule as `name:duration:rate,...` (e.g. normal:10s:100,spike:10s:2000)")
-	jsonOut := fs.String("json", "", "write the full result as JSON to this `file` (- for stdout)")
+	jsonOut := fs.String("json", "", "write the full result as JSON to this `file` (-: to stdout, instead of the table)")
 	htmlOut := fs.String("html", "", "write an HTML report to this `file`")
 	statsAddr := fs.String("stats", "", "HTTP `address` of the server's /stats (its -metrics-addr), to report wasted work and CPU")
 	capacity := fs.Float64("capacity", 0, "server capacity in calls/s, to show goodput as a share of it (0: unknown)")
@@ -173,8 +173,10 @@ func (c *cli) load(ctx context.Context, args []string) error {
 	}
 	run.Name = *addr
 	cmp := &report.Comparison{Title: "levee load " + *addr, Capacity: *capacity, Runs: []report.Run{run}}
-	if err := report.WriteTable(c.stdout, cmp); err != nil {
-		return err
+	if *jsonOut != "-" { // with -json - stdout carries the JSON alone
+		if err := report.WriteTable(c.stdout, cmp); err != nil {
+			return err
+		}
 	}
 	if *jsonOut != "" {
 		if err := writeJSON(*jsonOut, c.stdout, run.Result); err != nil {
@@ -185,7 +187,7 @@ func (c *cli) load(ctx context.Context, args []string) error {
 		if err := writeHTML(*htmlOut, cmp); err != nil {
 			return err
 		}
-		fmt.Fprintf(c.stdout, "\nwrote %s\n", *htmlOut)
+		fmt.Fprintf(c.stderr, "wrote %s\n", *htmlOut)
 	}
 	if runErr != nil && ctx.Err() != nil {
 		return fmt.Errorf("interrupted; the report covers the part that ran")

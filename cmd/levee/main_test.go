@@ -229,13 +229,13 @@ func TestServeAndLoad(t *testing.T) {
 		t.Fatalf("levee load exited %d; stderr:\n%s", code, loadErr)
 	}
 	out := loadOut.String()
-	for _, want := range []string{`phase 1/2 "a": 600ms at 40/s (0.4× capacity of 100/s)`, `phase 2/2 "b"`, "goodput/s", "wasted work", "server CPU", "wrote " + htmlPath} {
+	for _, want := range []string{`phase 1/2 "a": 600ms at 40/s (0.4× capacity of 100/s)`, `phase 2/2 "b"`, "goodput/s", "wasted work", "server CPU"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("levee load output lacks %q:\n%s", want, out)
 		}
 	}
-	if !strings.Contains(loadErr.String(), "loadgen: done") {
-		t.Errorf("levee load stderr lacks the progress summary:\n%s", loadErr)
+	if !strings.Contains(loadErr.String(), "loadgen: done") || !strings.Contains(loadErr.String(), "wrote "+htmlPath) {
+		t.Errorf("levee load stderr lacks the progress summary or the HTML note:\n%s", loadErr)
 	}
 	var res loadgen.Result
 	b, err := os.ReadFile(jsonPath)

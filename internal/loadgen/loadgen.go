@@ -17,9 +17,10 @@ import (
 // ErrInvalid is wrapped by every error New returns for bad arguments.
 var ErrInvalid = errors.New("loadgen: invalid argument")
 
-// CallFunc issues one request. ctx carries the per-request deadline; the
-// returned error is classified by its gRPC status code (see [Stats]).
-// A CallFunc is called from many goroutines at once.
+// CallFunc issues one attempt of a request. ctx carries the attempt's
+// deadline and the request's id (see [RequestID]); the returned error is
+// classified by its gRPC status code (see [Stats]). A CallFunc is called
+// from many goroutines at once.
 type CallFunc func(ctx context.Context) error
 
 type requestIDKey struct{}
@@ -34,7 +35,8 @@ func RequestID(ctx context.Context) (id uint64, ok bool) {
 }
 
 // Phase is one stretch of the schedule: Rate requests per second for
-// Duration. A Rate of 0 is an idle phase.
+// Duration. A Rate of 0 is an idle phase. The zero value (no duration) is
+// rejected by New.
 type Phase struct {
 	Name     string        `json:"name"`
 	Duration time.Duration `json:"duration_ns"`
@@ -137,8 +139,9 @@ func WithProgress(w io.Writer) Option { return func(o *options) { o.progress = w
 func WithSeed(seed uint64) Option { return func(o *options) { o.seed = seed } }
 
 // Generator runs a schedule of phases against a CallFunc. Create one with
-// New. It holds only configuration: Run may be called any number of times,
-// also concurrently, each run with its own state.
+// New; the zero value is not usable. It holds only configuration: Run may
+// be called any number of times, also concurrently, each run with its own
+// state.
 type Generator struct {
 	call   CallFunc
 	phases []Phase
