@@ -11,6 +11,7 @@ type fakeClock struct {
 	mu      sync.Mutex
 	now     time.Time
 	waiters []fakeWaiter
+	waits   []string // "after 8ms", "sleep 2ms": what was asked, in order
 }
 
 type fakeWaiter struct {
@@ -26,7 +27,28 @@ func (c *fakeClock) Now() time.Time {
 	return c.now
 }
 
+// Sleep blocks until the clock has been advanced by d.
+func (c *fakeClock) Sleep(d time.Duration) {
+	c.mu.Lock()
+	c.waits = append(c.waits, "sleep "+d.String())
+	c.mu.Unlock()
+	<-c.after(d)
+}
+
 func (c *fakeClock) After(d time.Duration) <-chan time.Time {
+	c.mu.Lock()
+	c.waits = append(c.waits, "after "+d.String())
+	c.mu.Unlock()
+	return c.after(d)
+}
+
+func (c *fakeClock) asked() []string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return append([]string(nil), c.waits...)
+}
+
+func (c *fakeClock) after(d time.Duration) <-chan time.Time {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	ch := make(chan time.Time, 1)

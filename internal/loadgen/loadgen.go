@@ -316,20 +316,32 @@ func (r *run) schedule(ctx context.Context) error {
 	return nil
 }
 
-// waitUntil blocks until offset at from r.start, or ctx ends.
+// preciseWindow is how close to a request's start the scheduler stops
+// using Go timers (millisecond resolution when idle, and they can wake
+// later still) and sleeps precisely instead.
+const preciseWindow = 2 * time.Millisecond
+
+// waitUntil blocks until offset at from r.start, or ctx ends. Far from
+// at it sleeps on a Go timer until preciseWindow before at; the rest it
+// sleeps precisely, so requests start within tens of microseconds of
+// their schedule rather than up to a millisecond late.
 func (r *run) waitUntil(ctx context.Context, at time.Duration) error {
 	for {
 		if err := ctx.Err(); err != nil {
 			return err
 		}
 		d := at - r.g.clock.Now().Sub(r.start)
-		if d <= 0 {
+		switch {
+		case d <= 0:
 			return nil
+		case d <= preciseWindow:
+			r.g.clock.Sleep(d)
+			continue
 		}
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
-		case <-r.g.clock.After(d):
+		case <-r.g.clock.After(d - preciseWindow):
 		}
 	}
 }

@@ -144,6 +144,31 @@ func near(got, want time.Duration, tol float64) bool {
 	return math.Abs(float64(got-want)) <= tol*float64(want)
 }
 
+// TestWaitsPreciselyNearStart checks the scheduler's waiting: a Go timer
+// until preciseWindow before the next start, then a precise sleep.
+func TestWaitsPreciselyNearStart(t *testing.T) {
+	var started atomic.Int64
+	call := func(context.Context) error { started.Add(1); return nil }
+	g, clk := newTestGen(t, call, []Phase{{Name: "p", Duration: 30 * time.Millisecond, Rate: 100}})
+	wait := runAsync(context.Background(), g)
+	for i := int64(1); i <= 3; i++ {
+		waitFor(t, "the timer wait", func() bool { return started.Load() == i && clk.pending() == 1 })
+		clk.Advance(8 * time.Millisecond)
+		waitFor(t, "the precise sleep", func() bool { return clk.pending() == 1 && len(clk.asked()) == int(2*i) })
+		if got := started.Load(); got != i {
+			t.Fatalf("started = %d 2ms before request %d is due, want %d", got, i+1, i)
+		}
+		clk.Advance(2 * time.Millisecond)
+	}
+	if _, err := wait(); err != nil {
+		t.Fatalf("Run() error = %v", err)
+	}
+	want := []string{"after 8ms", "sleep 2ms", "after 8ms", "sleep 2ms", "after 8ms", "sleep 2ms"}
+	if got := clk.asked(); !reflect.DeepEqual(got, want) {
+		t.Errorf("waits = %q, want %q", got, want)
+	}
+}
+
 // TestBehindScheduleCatchesUp shows that when the scheduler wakes late it
 // issues every overdue request at once, each timed from its own slot.
 func TestBehindScheduleCatchesUp(t *testing.T) {
