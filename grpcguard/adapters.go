@@ -1,0 +1,195 @@
+package grpcguard
+
+import (
+	"context"
+	"errors"
+	"math"
+	"sync/atomic"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/levee-go/levee/bulkhead"
+	"github.com/levee-go/levee/ratelimit"
+)
+
+// Reasons given by the built-in guards; constants, so refusals allocate no
+// message of their own.
+const (
+	ReasonRate      = "rate limit exceeded"
+	ReasonKey       = "per-key rate limit exceeded"
+	ReasonFull      = "too many calls in flight"
+	ReasonShed      = "shedding load while CPU is saturated"
+	ReasonDeadline  = "deadline shorter than the method's service time"
+	ReasonExpired   = "deadline already passed"
+	ReasonQueue     = "queueing delay above target"
+	ReasonCanceled  = "caller gave up before the handler started"
+	ReasonBreaker   = "circuit breaker open"
+	ReasonThrottled = "client-side adaptive throttling"
+)
+
+// never is the retry delay of a refusal that no wait can cure.
+const never = time.Duration(math.MaxInt64)
+
+// RateLimit adapts a token bucket: each call takes one token at the
+// instant of its admission. A call refused by a later guard gets its token
+// back. The refusal's retry delay is when the next token will be there.
+func RateLimit(name string, l *ratelimit.Limiter) Guard { return &rateGuard{name: name, l: l} }
+
+type rateGuard struct {
+	name string
+	l    *ratelimit.Limiter
+}
+
+func (g *rateGuard) Name() string { return g.name }
+func (g *rateGuard) cost() int    { return costRate }
+
+func (g *rateGuard) Admit(c Call) Decision {
+	if g.l.AllowN(c.Now, 1) {
+		return Decision{}
+	}
+	return Refuse(ReasonRate, g.l.RetryAfter(c.Now, 1))
+}
+
+func (g *rateGuard) Finish(c Call, _ Permit, o Outcome) {
+	if o.Skipped {
+		g.l.RefundAt(c.Now, 1)
+	}
+}
+
+// PerKey adapts per-key buckets: each call takes one token from the bucket
+// of its rule's key (calls without a key share the bucket of ""). Its
+// refusals are per key and carry a google.rpc.QuotaFailure detail.
+func PerKey(name string, k *ratelimit.Keyed) Guard { return &keyedGuard{name: name, k: k} }
+
+type keyedGuard struct {
+	name string
+	k    *ratelimit.Keyed
+}
+
+func (g *keyedGuard) Name() string { return g.name }
+func (g *keyedGuard) cost() int    { return costKeyed }
+
+func (g *keyedGuard) Admit(c Call) Decision {
+	if g.k.AllowN(c.Key, c.Now, 1) {
+		return Decision{}
+	}
+	d := Refuse(ReasonKey, g.k.RetryAfter(c.Key, c.Now, 1))
+	d.PerKey = true
+	return d
+}
+
+func (g *keyedGuard) Finish(c Call, _ Permit, o Outcome) {
+	if o.Skipped {
+		g.k.RefundAt(c.Key, c.Now, 1)
+	}
+}
+
+// Bulkhead adapts a fixed concurrency limit: an admitted call holds a slot
+// until it finishes (for a stream, for the stream's life). It never waits:
+// a full bulkhead refuses at once, which is what a transport-level check
+// must do. The retry delay is retryAfter, a hint for clients (0: none).
+func Bulkhead(name string, b *bulkhead.Bulkhead, retryAfter time.Duration) Guard {
+	return &slotGuard{name: name, try: b.TryAcquire, retry: retryAfter}
+}
+
+// Adaptive adapts a latency-adaptive concurrency limit like Bulkhead, and
+// reports each call's latency to it. Only overload outcomes count as drops
+// (DEADLINE_EXCEEDED, RESOURCE_EXHAUSTED, UNAVAILABLE): application errors
+// are not the server's capacity speaking.
+func Adaptive(name string, a *bulkhead.Adaptive, retryAfter time.Duration) Guard {
+	return &slotGuard{name: name, try: a.TryAcquire, retry: retryAfter, learn: true}
+}
+
+type slotGuard struct {
+	name  string
+	try   func() (bulkhead.Permit, bool)
+	retry time.Duration
+	learn bool
+}
+
+func (g *slotGuard) Name() string { return g.name }
+func (g *slotGuard) cost() int    { return costSlot }
+
+func (g *slotGuard) Admit(Call) Decision {
+	p, ok := g.try()
+	if !ok {
+		return Refuse(ReasonFull, g.retry)
+	}
+	return Decision{Permit: Permit{slot: p}}
+}
+
+func (g *slotGuard) Finish(_ Call, p Permit, o Outcome) {
+	if o.Skipped || !g.learn {
+		p.slot.Release()
+		return
+	}
+	p.slot.Done(o.Duration, overloadError(o.Err))
+}
+
+// overloadError returns err if it signals overload of the server, nil
+// otherwise.
+func overloadError(err error) error {
+	if err == nil {
+		return nil
+	}
+	if errors.Is(err, context.DeadlineExceeded) {
+		return err
+	}
+	switch status.Code(err) {
+	case codes.DeadlineExceeded, codes.ResourceExhausted, codes.Unavailable:
+		return err
+	}
+	return nil
+}
+
+// ScaleSource is what Shed reads: the current admission scale in (0, 1].
+// *loadshed.Controller satisfies it.
+type ScaleSource interface{ Scale() float64 }
+
+// Shed adapts a load-shedding controller: while its scale is below 1 it
+// admits that fraction of calls, spread evenly (a credit accumulator, not a
+// coin toss, so the share is exact over any run of calls), and refuses the
+// rest with retryAfter as the delay. Use it to shed by the CPU signal
+// without a rate to scale; to scale token buckets instead, give their
+// Limiters to the controller as targets.
+func Shed(name string, src ScaleSource, retryAfter time.Duration) Guard {
+	return &shedGuard{name: name, src: src, retry: retryAfter}
+}
+
+type shedGuard struct {
+	name   string
+	src    ScaleSource
+	retry  time.Duration
+	credit atomic.Uint64 // fixed point, 1<<32 is one call
+}
+
+func (g *shedGuard) Name() string { return g.name }
+func (g *shedGuard) cost() int    { return costShed }
+
+const one = uint64(1) << 32
+
+func (g *shedGuard) Admit(Call) Decision {
+	s := g.src.Scale()
+	if s >= 1 {
+		return Decision{}
+	}
+	add := uint64(max(s, 0) * float64(one))
+	for {
+		cr := g.credit.Load()
+		ncr, ok := cr+add, false
+		if ncr >= one {
+			ncr -= one
+			ok = true
+		}
+		if g.credit.CompareAndSwap(cr, ncr) {
+			if ok {
+				return Decision{}
+			}
+			return Refuse(ReasonShed, g.retry)
+		}
+	}
+}
+
+func (g *shedGuard) Finish(Call, Permit, Outcome) {}

@@ -1,0 +1,153 @@
+package grpcguard
+
+import (
+	"context"
+	"sync/atomic"
+	"time"
+
+	"github.com/levee-go/levee/breaker"
+	"github.com/levee-go/levee/bulkhead"
+)
+
+// Call describes one call being admitted. It is passed by value so that
+// admission allocates nothing.
+type Call struct {
+	// Ctx is the call's context (the stream's, or the client's). Guards may
+	// read values from it but must not keep it.
+	Ctx context.Context
+	// Method is the full method name, "/package.Service/Method".
+	Method string
+	// Key is the value of the rule's key (a tenant, a client address), or
+	// "" when the rule has no key.
+	Key string
+	// Now is the instant of the decision: when the transport or the
+	// interceptor saw the call.
+	Now time.Time
+	// Deadline is the call's deadline, or the zero Time if it has none.
+	Deadline time.Time
+	// Queued is how long the call waited between admission at the
+	// transport and the start of its handler; 0 until the handler starts.
+	Queued time.Duration
+}
+
+// Permit is what an admitted call holds from one guard until it is
+// finished. Built-in guards keep their own tokens in its unexported fields;
+// a custom guard may use Value. The zero Permit holds nothing.
+type Permit struct {
+	// Value is free for custom guards to carry a token from Admit to Finish.
+	Value uint64
+
+	slot bulkhead.Permit
+	brk  breaker.Permit
+}
+
+// Decision is a guard's answer to Admit: admitted with a Permit, or refused
+// with a reason and a delay after which a retry may succeed.
+type Decision struct {
+	// Permit is what the admitted call holds; see Guard.Finish.
+	Permit Permit
+	// Refused is true when the guard refuses the call.
+	Refused bool
+	// Reason says why, in a few words, for the refusal message ("rate limit
+	// exceeded"). It should be a constant: refusals must not allocate.
+	Reason string
+	// RetryAfter is when a retry may succeed; 0 if unknown.
+	RetryAfter time.Duration
+	// PerKey marks a refusal of the call's key rather than of the whole
+	// method; the status then carries a google.rpc.QuotaFailure detail.
+	PerKey bool
+	// DeadlineTooShort marks a refusal because the call could not finish
+	// before its deadline; it ends with DEADLINE_EXCEEDED, whatever the
+	// rule's refusal code, since retrying with the same deadline is futile.
+	DeadlineTooShort bool
+}
+
+// Admit returns an admitting Decision holding p.
+func Admit(p Permit) Decision { return Decision{Permit: p} }
+
+// Refuse returns a refusing Decision.
+func Refuse(reason string, retryAfter time.Duration) Decision {
+	return Decision{Refused: true, Reason: reason, RetryAfter: retryAfter}
+}
+
+// Outcome is how an admitted call ended.
+type Outcome struct {
+	// Err is the handler's (or the server's, on the client side) error; nil
+	// on success.
+	Err error
+	// Duration is how long the call ran, from the start of its handler (or
+	// of the client call) to its end.
+	Duration time.Duration
+	// Skipped is true when the call never ran: a later guard, or the
+	// handler-start check, refused it. Guards give back what they granted
+	// (tokens, slots) and learn nothing from it.
+	Skipped bool
+}
+
+// Guard is the admission contract that every levee guard — token bucket,
+// per-key buckets, bulkhead, adaptive limit, CPU shedder, deadline and
+// queue-delay checks, breaker, throttle — satisfies, so that interceptors,
+// configuration and metrics treat them alike.
+//
+// Admit decides on one call. Every admitted call is finished exactly once
+// with Finish, which is where breakers, throttles and adaptive limits learn.
+// Both must be safe for concurrent use, and should neither block nor
+// allocate on the admitted path.
+type Guard interface {
+	// Name identifies the guard in refusal messages, logs and metrics.
+	Name() string
+	// Admit decides on call c.
+	Admit(c Call) Decision
+	// Finish ends an admitted call once, with the Permit its Admit gave.
+	Finish(c Call, p Permit, o Outcome)
+}
+
+// Rechecker is implemented by guards that look at a call again when its
+// handler is about to start, after any queueing since the transport
+// admitted it: the deadline guard (has the deadline become too short?) and
+// the queue-delay guard (did the call wait too long?). A refusal here
+// finishes the call's permits as skipped.
+type Rechecker interface {
+	Recheck(c Call) Decision
+}
+
+// cost orders guards in a rule: cheapest first, so that a call refused by a
+// cheap check never touches an expensive one, and guards that hold a
+// resource (a slot) come last and are rolled back least often.
+type coster interface{ cost() int }
+
+const (
+	costDeadline = 10 + iota*10
+	costQueue
+	costShed
+	costRate
+	costKeyed
+	costSlot
+	costBreaker
+	costCustom = 1000
+)
+
+func guardCost(g Guard) int {
+	if c, ok := g.(coster); ok {
+		return c.cost()
+	}
+	return costCustom
+}
+
+// counters are the decision counts of one guard within one rule, kept as
+// atomics on the admission path and read by Stats.
+type counters struct {
+	admitted      atomic.Uint64
+	refused       atomic.Uint64
+	shadowRefused atomic.Uint64
+	_             [40]byte // keep each guard's counters off its neighbours' cache line
+}
+
+// GuardStats are the decision counts of one guard under one rule.
+type GuardStats struct {
+	Rule          string // the rule's name (its first method pattern unless named)
+	Guard         string // Guard.Name
+	Admitted      uint64 // calls the guard admitted
+	Refused       uint64 // calls the guard refused
+	ShadowRefused uint64 // calls the guard would have refused, let through by shadow mode
+}

@@ -1,0 +1,254 @@
+package grpcguard
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"sort"
+	"strings"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/peer"
+)
+
+// maxGuards is the most guards one rule may hold.
+const maxGuards = 8
+
+// Rule applies guards to the calls of some methods.
+//
+// Methods are patterns: an exact full method name ("/pkg.Service/Method"),
+// a service wildcard ("/pkg.Service/*"), or "*" for every method no other
+// rule names (the default rule). An empty Methods means "*". A call is
+// governed by the rule of its exact name, else of its service, else by the
+// default rule, else by none.
+type Rule struct {
+	// Name labels the rule in Stats; default: its first method pattern.
+	Name string
+	// Methods are the patterns the rule governs; see Rule.
+	Methods []string
+	// Key extracts the key of per-key guards (PerKey); nil: no key.
+	Key KeyFunc
+	// Guards are the rule's guards, at most 8. They run cheapest first
+	// (deadline, queue delay, shedding, rate, per-key rate, concurrency,
+	// then custom guards, each class in the order given); a refusal gives
+	// back what earlier guards granted.
+	Guards []Guard
+	// Code is the status of a refusal: RESOURCE_EXHAUSTED when zero, or
+	// UNAVAILABLE, say. Deadline refusals always end with DEADLINE_EXCEEDED.
+	Code codes.Code
+	// Shadow computes and counts every decision but refuses nothing, so a
+	// policy can be tried on live traffic first.
+	Shadow bool
+}
+
+// KeyFunc extracts a call's key for per-key guards. md is the call's
+// incoming metadata when it is at hand without a copy (in the transport's
+// tap), and nil otherwise (read it from ctx then).
+type KeyFunc func(ctx context.Context, md metadata.MD) string
+
+// HeaderKey keys calls by the first value of a metadata header, such as
+// "x-tenant-id" (case-insensitive). Calls without it share the key "".
+func HeaderKey(name string) KeyFunc {
+	name = strings.ToLower(name)
+	return func(ctx context.Context, md metadata.MD) string {
+		if md != nil {
+			if v := md[name]; len(v) > 0 {
+				return v[0]
+			}
+			return ""
+		}
+		if v := metadata.ValueFromIncomingContext(ctx, name); len(v) > 0 {
+			return v[0]
+		}
+		return ""
+	}
+}
+
+// PeerKey keys calls by the client's IP address (without the port). With
+// Server.ServerOptions installed, the address is formatted once per
+// connection; otherwise once per call.
+func PeerKey() KeyFunc {
+	return func(ctx context.Context, _ metadata.MD) string {
+		if k, ok := ctx.Value(peerKeyCtx{}).(string); ok {
+			return k
+		}
+		return peerAddrKey(ctx)
+	}
+}
+
+type peerKeyCtx struct{}
+
+func peerAddrKey(ctx context.Context) string {
+	p, ok := peer.FromContext(ctx)
+	if !ok || p.Addr == nil {
+		return ""
+	}
+	switch a := p.Addr.(type) {
+	case *net.TCPAddr:
+		return a.IP.String()
+	default:
+		s := a.String()
+		if host, _, err := net.SplitHostPort(s); err == nil {
+			return host
+		}
+		return s
+	}
+}
+
+// rule is a compiled Rule.
+type rule struct {
+	name     string
+	key      KeyFunc
+	guards   []Guard
+	recheck  []int // indexes of guards that are Recheckers
+	code     codes.Code
+	shadow   bool
+	counters []counters
+}
+
+func compileRule(r Rule) (*rule, error) {
+	name := r.Name
+	if name == "" {
+		name = "*"
+		if len(r.Methods) > 0 {
+			name = r.Methods[0]
+		}
+	}
+	if len(r.Guards) == 0 {
+		return nil, fmt.Errorf("grpcguard: rule %q has no guards", name)
+	}
+	if len(r.Guards) > maxGuards {
+		return nil, fmt.Errorf("grpcguard: rule %q has %d guards, at most %d allowed", name, len(r.Guards), maxGuards)
+	}
+	for i, g := range r.Guards {
+		if g == nil {
+			return nil, fmt.Errorf("grpcguard: rule %q: guard %d is nil", name, i)
+		}
+	}
+	code := r.Code
+	if code == codes.OK {
+		code = codes.ResourceExhausted
+	}
+	guards := append([]Guard(nil), r.Guards...)
+	sort.SliceStable(guards, func(i, j int) bool { return guardCost(guards[i]) < guardCost(guards[j]) })
+	cr := &rule{name: name, key: r.Key, guards: guards, code: code, shadow: r.Shadow, counters: make([]counters, len(guards))}
+	for i, g := range guards {
+		if _, ok := g.(Rechecker); ok {
+			cr.recheck = append(cr.recheck, i)
+		}
+	}
+	return cr, nil
+}
+
+// admit runs the guards on c. It returns the set of guards that admitted
+// (a bit per guard), and, if one refused (and the rule is not in shadow
+// mode), its index and decision; earlier guards are then rolled back.
+func (r *rule) admit(c Call, permits *[maxGuards]Permit) (mask uint32, refused int, d Decision) {
+	for i, g := range r.guards {
+		d = g.Admit(c)
+		if !d.Refused {
+			r.counters[i].admitted.Add(1)
+			permits[i] = d.Permit
+			mask |= 1 << i
+			continue
+		}
+		if r.shadow {
+			r.counters[i].shadowRefused.Add(1)
+			continue
+		}
+		r.counters[i].refused.Add(1)
+		r.finish(c, mask, permits, Outcome{Skipped: true})
+		return 0, i, d
+	}
+	return mask, -1, Decision{}
+}
+
+// recheckAt runs the Rechecker guards at the start of the handler. On a
+// refusal it finishes every admitted guard as skipped.
+func (r *rule) recheckAt(c Call, mask uint32, permits *[maxGuards]Permit) (refused int, d Decision) {
+	for _, i := range r.recheck {
+		d = r.guards[i].(Rechecker).Recheck(c)
+		if !d.Refused {
+			continue
+		}
+		if r.shadow {
+			r.counters[i].shadowRefused.Add(1)
+			continue
+		}
+		r.counters[i].refused.Add(1)
+		r.finish(c, mask, permits, Outcome{Skipped: true})
+		return i, d
+	}
+	return -1, Decision{}
+}
+
+// finish ends the call at every guard in mask, last admitted first.
+func (r *rule) finish(c Call, mask uint32, permits *[maxGuards]Permit, o Outcome) {
+	for i := len(r.guards) - 1; i >= 0; i-- {
+		if mask&(1<<i) != 0 {
+			r.guards[i].Finish(c, permits[i], o)
+		}
+	}
+}
+
+// ruleSet selects the rule of a method.
+type ruleSet struct {
+	exact    map[string]*rule // nil value: exempt
+	services map[string]*rule // by "/pkg.Service"; nil value: exempt
+	def      *rule
+}
+
+func (s *ruleSet) match(method string) *rule {
+	if r, ok := s.exact[method]; ok {
+		return r
+	}
+	if i := strings.LastIndexByte(method, '/'); i > 0 {
+		if r, ok := s.services[method[:i]]; ok {
+			return r
+		}
+	}
+	return s.def
+}
+
+// add registers pattern for r (nil r: exempt). Exemptions are added first
+// and a rule cannot take a pattern already taken.
+func (s *ruleSet) add(pattern string, r *rule) error {
+	name := "exemption"
+	if r != nil {
+		name = fmt.Sprintf("rule %q", r.name)
+	}
+	switch {
+	case pattern == "*":
+		if s.def != nil {
+			return fmt.Errorf("grpcguard: %s: pattern \"*\" is already taken by rule %q", name, s.def.name)
+		}
+		s.def = r
+		return nil
+	case !strings.HasPrefix(pattern, "/") || strings.Count(pattern, "/") != 2 || strings.HasSuffix(pattern, "/"):
+		return fmt.Errorf("grpcguard: %s: method pattern %q is not \"/pkg.Service/Method\", \"/pkg.Service/*\" or \"*\"", name, pattern)
+	case strings.HasSuffix(pattern, "/*"):
+		svc := strings.TrimSuffix(pattern, "/*")
+		if old, ok := s.services[svc]; ok {
+			return taken(name, pattern, old)
+		}
+		s.services[svc] = r
+	default:
+		if strings.Contains(pattern, "*") {
+			return fmt.Errorf("grpcguard: %s: method pattern %q: '*' is allowed only as the whole method", name, pattern)
+		}
+		if old, ok := s.exact[pattern]; ok {
+			return taken(name, pattern, old)
+		}
+		s.exact[pattern] = r
+	}
+	return nil
+}
+
+func taken(name, pattern string, old *rule) error {
+	by := "an exemption"
+	if old != nil {
+		by = fmt.Sprintf("rule %q", old.name)
+	}
+	return fmt.Errorf("grpcguard: %s: method pattern %q is already taken by %s", name, pattern, by)
+}

@@ -1,0 +1,321 @@
+package grpcguard
+
+import (
+	"context"
+	"sync/atomic"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/stats"
+	"google.golang.org/grpc/status"
+	"google.golang.org/grpc/tap"
+)
+
+// DefaultExempt are the method patterns a Server never guards, so that
+// health probes and reflection are never shed: the standard health service
+// and both versions of the reflection service.
+var DefaultExempt = []string{
+	"/grpc.health.v1.Health/*",
+	"/grpc.reflection.v1.ServerReflection/*",
+	"/grpc.reflection.v1alpha.ServerReflection/*",
+}
+
+// Option configures a Server.
+type Option func(*serverOptions)
+
+type serverOptions struct {
+	exempt []string
+}
+
+// WithExempt replaces the exempt method patterns (default DefaultExempt);
+// WithExempt() with no pattern guards every method, health checks included.
+func WithExempt(patterns ...string) Option {
+	return func(o *serverOptions) { o.exempt = patterns }
+}
+
+// Server guards the calls of a gRPC server by rules. It offers the checks
+// at two depths:
+//
+//   - TapHandle runs in the transport, before the stream and its goroutine
+//     exist: every guard of the call's rule decides there, and a refused
+//     call costs the server no goroutine, no handler and no queueing. The
+//     permits it grants (a bulkhead slot) are held until the call ends.
+//   - UnaryServerInterceptor and StreamServerInterceptor run at the start of
+//     the handler. For a call the tap admitted they run the Rechecker guards
+//     (is the deadline still reachable? did the call queue too long?) and
+//     finish the call's permits with its outcome; for a call that did not go
+//     through the tap they run the whole rule.
+//
+// ServerOptions installs all of them. A refusal ends the call with the
+// rule's code (RESOURCE_EXHAUSTED by default), a message naming the guard,
+// a google.rpc.RetryInfo detail, a google.rpc.QuotaFailure detail for a
+// per-key refusal and, from the interceptors, the grpc-retry-pushback-ms
+// trailer. (grpc-go's tap API can set no trailer: a refusal in the tap
+// carries its delay in RetryInfo only.)
+//
+// Streams are admitted once, when they open, and hold their permits for
+// their life.
+//
+// Create one with New. A Server is safe for concurrent use.
+type Server struct {
+	rules ruleSet
+	all   []*rule
+	epoch time.Time
+	clock func() time.Time // for in-package tests; nil: the monotonic clock
+
+	handlerStarts atomic.Uint64 // handlers started on calls this Server guards
+}
+
+// New compiles rules into a Server. It returns an error naming the rule
+// and pattern when a rule has no or too many guards, a nil guard, a
+// malformed method pattern, or a pattern that another rule or an exemption
+// already takes.
+func New(rules []Rule, opts ...Option) (*Server, error) {
+	o := serverOptions{exempt: DefaultExempt}
+	for _, opt := range opts {
+		opt(&o)
+	}
+	s := &Server{
+		rules: ruleSet{exact: map[string]*rule{}, services: map[string]*rule{}},
+		epoch: time.Now(),
+	}
+	for _, p := range o.exempt {
+		if err := s.rules.add(p, nil); err != nil {
+			return nil, err
+		}
+	}
+	for _, r := range rules {
+		cr, err := compileRule(r)
+		if err != nil {
+			return nil, err
+		}
+		methods := r.Methods
+		if len(methods) == 0 {
+			methods = []string{"*"}
+		}
+		for _, m := range methods {
+			if err := s.rules.add(m, cr); err != nil {
+				return nil, err
+			}
+		}
+		s.all = append(s.all, cr)
+	}
+	return s, nil
+}
+
+// now reads the clock: monotonic only, which costs about half of time.Now.
+func (s *Server) now() time.Time {
+	if s.clock != nil {
+		return s.clock()
+	}
+	return s.epoch.Add(time.Since(s.epoch))
+}
+
+// ServerOptions returns the options that install the Server in a
+// grpc.Server: the tap handle, both interceptors (chained, so they compose
+// with others), and a stats handler that formats each connection's peer
+// address once for PeerKey. grpc-go allows one tap handle per server.
+func (s *Server) ServerOptions() []grpc.ServerOption {
+	return []grpc.ServerOption{
+		grpc.InTapHandle(s.TapHandle),
+		grpc.ChainUnaryInterceptor(s.UnaryServerInterceptor()),
+		grpc.ChainStreamInterceptor(s.StreamServerInterceptor()),
+		grpc.StatsHandler(connTagger{}),
+	}
+}
+
+// callState is a call admitted by the tap, carried in its context to the
+// interceptor, which finishes it. If the handler never starts (the caller
+// gave up, the method is unknown, the server stops), the end of the
+// stream's context finishes it instead.
+type callState struct {
+	rule    *rule
+	call    Call
+	mask    uint32
+	permits [maxGuards]Permit
+	phase   atomic.Uint32 // phaseAdmitted → phaseRunning | phaseDone
+	stop    func() bool
+}
+
+const (
+	phaseAdmitted = iota
+	phaseRunning
+	phaseDone
+)
+
+type stateKey struct{}
+
+// TapHandle is the tap.ServerInHandle: it decides on every call with the
+// guards of its rule before grpc-go creates the stream.
+func (s *Server) TapHandle(ctx context.Context, info *tap.Info) (context.Context, error) {
+	r := s.rules.match(info.FullMethodName)
+	if r == nil {
+		return ctx, nil
+	}
+	st := &callState{rule: r}
+	st.call = Call{Ctx: ctx, Method: info.FullMethodName, Now: s.now()}
+	if dl, ok := ctx.Deadline(); ok {
+		st.call.Deadline = dl
+	}
+	if r.key != nil {
+		st.call.Key = r.key(ctx, info.Header)
+	}
+	mask, i, d := r.admit(st.call, &st.permits)
+	if i >= 0 {
+		return nil, refusalStatus(r.code, r.guards[i].Name(), d, st.call.Key).Err()
+	}
+	st.mask = mask
+	st.call.Ctx = nil // the stream's context replaces the transport's
+	ctx = context.WithValue(ctx, stateKey{}, st)
+	st.stop = context.AfterFunc(ctx, st.abandon)
+	return ctx, nil
+}
+
+// abandon finishes a call whose stream ended before its handler started.
+func (st *callState) abandon() {
+	if st.phase.CompareAndSwap(phaseAdmitted, phaseDone) {
+		st.rule.finish(st.call, st.mask, &st.permits, Outcome{Skipped: true})
+	}
+}
+
+// start moves a tap-admitted call to its handler: it runs the rule's
+// rechecks and reports the refusal, if any, with the call finished.
+func (s *Server) start(ctx context.Context, st *callState) (Call, *status.Status, Decision) {
+	c := st.call
+	c.Ctx = ctx
+	now := s.now()
+	c.Queued = now.Sub(c.Now)
+	c.Now = now
+	if !st.phase.CompareAndSwap(phaseAdmitted, phaseRunning) {
+		// The stream's context ended first and abandon finished the call.
+		d := Refuse(ReasonCanceled, 0)
+		return c, status.FromContextError(ctx.Err()), d
+	}
+	s.handlerStarts.Add(1)
+	if i, d := st.rule.recheckAt(c, st.mask, &st.permits); i >= 0 {
+		st.phase.Store(phaseDone)
+		st.stop()
+		return c, refusalStatus(st.rule.code, st.rule.guards[i].Name(), d, c.Key), d
+	}
+	return c, nil, Decision{}
+}
+
+// end finishes a tap-admitted call whose handler ran.
+func (s *Server) end(st *callState, c Call, err error) {
+	st.phase.Store(phaseDone)
+	st.stop()
+	st.rule.finish(c, st.mask, &st.permits, Outcome{Err: err, Duration: s.now().Sub(c.Now)})
+}
+
+// UnaryServerInterceptor returns the unary interceptor; see Server.
+func (s *Server) UnaryServerInterceptor() grpc.UnaryServerInterceptor {
+	return s.unary
+}
+
+func (s *Server) unary(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+	if st, ok := ctx.Value(stateKey{}).(*callState); ok {
+		c, refused, d := s.start(ctx, st)
+		if refused != nil {
+			setPushback(ctx, nil, d)
+			return nil, refused.Err()
+		}
+		resp, err := handler(ctx, req)
+		s.end(st, c, err)
+		return resp, err
+	}
+	r := s.rules.match(info.FullMethod)
+	if r == nil {
+		return handler(ctx, req)
+	}
+	c := s.call(ctx, r, info.FullMethod)
+	var permits [maxGuards]Permit
+	mask, i, d := r.admit(c, &permits)
+	if i >= 0 {
+		setPushback(ctx, nil, d)
+		return nil, refusalStatus(r.code, r.guards[i].Name(), d, c.Key).Err()
+	}
+	s.handlerStarts.Add(1)
+	resp, err := handler(ctx, req)
+	r.finish(c, mask, &permits, Outcome{Err: err, Duration: s.now().Sub(c.Now)})
+	return resp, err
+}
+
+// call describes a call seen first by an interceptor.
+func (s *Server) call(ctx context.Context, r *rule, method string) Call {
+	c := Call{Ctx: ctx, Method: method, Now: s.now()}
+	if dl, ok := ctx.Deadline(); ok {
+		c.Deadline = dl
+	}
+	if r.key != nil {
+		c.Key = r.key(ctx, nil)
+	}
+	return c
+}
+
+// StreamServerInterceptor returns the stream interceptor; see Server.
+func (s *Server) StreamServerInterceptor() grpc.StreamServerInterceptor {
+	return s.stream
+}
+
+func (s *Server) stream(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
+	ctx := ss.Context()
+	if st, ok := ctx.Value(stateKey{}).(*callState); ok {
+		c, refused, d := s.start(ctx, st)
+		if refused != nil {
+			setPushback(ctx, ss, d)
+			return refused.Err()
+		}
+		err := handler(srv, ss)
+		s.end(st, c, err)
+		return err
+	}
+	r := s.rules.match(info.FullMethod)
+	if r == nil {
+		return handler(srv, ss)
+	}
+	c := s.call(ctx, r, info.FullMethod)
+	var permits [maxGuards]Permit
+	mask, i, d := r.admit(c, &permits)
+	if i >= 0 {
+		setPushback(ctx, ss, d)
+		return refusalStatus(r.code, r.guards[i].Name(), d, c.Key).Err()
+	}
+	s.handlerStarts.Add(1)
+	err := handler(srv, ss)
+	r.finish(c, mask, &permits, Outcome{Err: err, Duration: s.now().Sub(c.Now)})
+	return err
+}
+
+// Stats returns the decision counts of every guard of every rule. It
+// allocates; call it at scrape time, not per call.
+func (s *Server) Stats() []GuardStats {
+	var out []GuardStats
+	for _, r := range s.all {
+		for i, g := range r.guards {
+			c := &r.counters[i]
+			out = append(out, GuardStats{
+				Rule:          r.name,
+				Guard:         g.Name(),
+				Admitted:      c.admitted.Load(),
+				Refused:       c.refused.Load(),
+				ShadowRefused: c.shadowRefused.Load(),
+			})
+		}
+	}
+	return out
+}
+
+// HandlerStarts returns how many handlers started on guarded calls.
+func (s *Server) HandlerStarts() uint64 { return s.handlerStarts.Load() }
+
+// connTagger formats each connection's peer address once, for PeerKey.
+type connTagger struct{}
+
+func (connTagger) TagConn(ctx context.Context, _ *stats.ConnTagInfo) context.Context {
+	return context.WithValue(ctx, peerKeyCtx{}, peerAddrKey(ctx))
+}
+func (connTagger) HandleConn(context.Context, stats.ConnStats) {}
+func (connTagger) TagRPC(ctx context.Context, _ *stats.RPCTagInfo) context.Context {
+	return ctx
+}
+func (connTagger) HandleRPC(context.Context, stats.RPCStats) {}

@@ -1,0 +1,95 @@
+package grpcguard
+
+import (
+	"context"
+	"strconv"
+	"time"
+
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/protoadapt"
+	"google.golang.org/protobuf/types/known/durationpb"
+)
+
+// PushbackTrailer is the trailer by which a server tells grpc-go clients
+// with a retry policy how long to wait before retrying (gRFC A6). A negative
+// value asks them not to retry.
+const PushbackTrailer = "grpc-retry-pushback-ms"
+
+// refusalStatus builds the status of a refused call: code (the rule's, or
+// DEADLINE_EXCEEDED for a deadline that cannot be met), a message naming
+// the guard, a google.rpc.RetryInfo detail with the retry delay when there
+// is one, and a google.rpc.QuotaFailure detail for a per-key refusal.
+func refusalStatus(code codes.Code, guard string, d Decision, key string) *status.Status {
+	if d.DeadlineTooShort {
+		code = codes.DeadlineExceeded
+	}
+	st := status.New(code, "levee: "+guard+": "+d.Reason)
+	var details []protoadapt.MessageV1
+	if d.RetryAfter > 0 && d.RetryAfter != never {
+		details = append(details, &errdetails.RetryInfo{RetryDelay: durationpb.New(d.RetryAfter)})
+	}
+	if d.PerKey {
+		details = append(details, &errdetails.QuotaFailure{Violations: []*errdetails.QuotaFailure_Violation{{
+			Subject:     key,
+			Description: d.Reason,
+		}}})
+	}
+	if len(details) == 0 {
+		return st
+	}
+	withDetails, err := st.WithDetails(details...)
+	if err != nil {
+		return st // cannot happen with these well-formed messages
+	}
+	return withDetails
+}
+
+// pushback returns the value of the pushback trailer for a retry delay:
+// whole milliseconds rounded up, -1 for a refusal no wait can cure, and ""
+// when there is no delay to announce.
+func pushback(d Decision) string {
+	switch {
+	case d.DeadlineTooShort || d.RetryAfter == never:
+		return "-1"
+	case d.RetryAfter <= 0:
+		return ""
+	}
+	ms := (d.RetryAfter + time.Millisecond - 1) / time.Millisecond
+	return strconv.FormatInt(int64(ms), 10)
+}
+
+// setPushback attaches the pushback trailer to a unary call's context, or
+// to a stream when ss is not nil.
+func setPushback(ctx context.Context, ss grpc.ServerStream, d Decision) {
+	v := pushback(d)
+	if v == "" {
+		return
+	}
+	md := metadata.Pairs(PushbackTrailer, v)
+	if ss != nil {
+		ss.SetTrailer(md)
+		return
+	}
+	_ = grpc.SetTrailer(ctx, md) // fails only outside a server call
+}
+
+// RetryDelay returns the retry delay a levee refusal carries — its
+// google.rpc.RetryInfo detail — and whether there is one. Clients use it
+// to hold off; the pushback trailer carries the same delay for grpc-go's
+// built-in retries.
+func RetryDelay(err error) (time.Duration, bool) {
+	st, ok := status.FromError(err)
+	if !ok {
+		return 0, false
+	}
+	for _, d := range st.Details() {
+		if ri, ok := d.(*errdetails.RetryInfo); ok && ri.GetRetryDelay() != nil {
+			return ri.GetRetryDelay().AsDuration(), true
+		}
+	}
+	return 0, false
+}
