@@ -208,7 +208,9 @@ func TestRefusals(t *testing.T) {
 			rules: func() []Rule {
 				return []Rule{{Guards: []Guard{Deadline(WithServiceTime(emptyCall, time.Hour))}}}
 			},
-			ctx: func() (context.Context, context.CancelFunc) { return context.WithTimeout(context.Background(), time.Minute) },
+			ctx: func() (context.Context, context.CancelFunc) {
+				return context.WithTimeout(context.Background(), time.Minute)
+			},
 			tap: want{code: codes.DeadlineExceeded, msg: "levee: deadline: deadline shorter than the method's service time"},
 			icpt: want{code: codes.DeadlineExceeded, msg: "levee: deadline: deadline shorter than the method's service time",
 				pushback: "-1"},
