@@ -175,7 +175,8 @@ func (g *shedGuard) Admit(Call) Decision {
 	if s >= 1 {
 		return Decision{}
 	}
-	add := uint64(max(s, 0) * float64(one))
+	// Rounded up, so that a scale of 1/n admits exactly every n-th call.
+	add := uint64(math.Ceil(max(s, 0) * float64(one)))
 	for {
 		cr := g.credit.Load()
 		ncr, ok := cr+add, false
@@ -193,3 +194,8 @@ func (g *shedGuard) Admit(Call) Decision {
 }
 
 func (g *shedGuard) Finish(Call, Permit, Outcome) {}
+
+func (g *rateGuard) timed() bool  { return false }
+func (g *keyedGuard) timed() bool { return false }
+func (g *slotGuard) timed() bool  { return g.learn }
+func (g *shedGuard) timed() bool  { return false }

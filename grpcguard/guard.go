@@ -134,13 +134,26 @@ func guardCost(g Guard) int {
 	return costCustom
 }
 
-// counters are the decision counts of one guard within one rule, kept as
-// atomics on the admission path and read by Stats.
+// timed is implemented by built-in guards to say whether Finish uses the
+// outcome's Duration; a rule whose guards all say no skips the clock read
+// at the end of each call. Guards that do not implement it are given it.
+type timed interface{ timed() bool }
+
+func guardTimed(g Guard) bool {
+	if t, ok := g.(timed); ok {
+		return t.timed()
+	}
+	return true
+}
+
+// counters are the refusals of one guard within one rule, kept as atomics
+// on the refusal path and read by Stats. Admissions are derived from the
+// rule's call count, so the admitted path pays one atomic add per call, not
+// one per guard.
 type counters struct {
-	admitted      atomic.Uint64
 	refused       atomic.Uint64
 	shadowRefused atomic.Uint64
-	_             [40]byte // keep each guard's counters off its neighbours' cache line
+	_             [48]byte // keep each guard's counters off its neighbours' cache line
 }
 
 // GuardStats are the decision counts of one guard under one rule.

@@ -81,30 +81,28 @@ func (g *QueueGuard) Recheck(c Call) Decision {
 	return Decision{}
 }
 
-// observe folds one delay sample taken at now into the interval minimum,
-// and closes the interval when it is over.
+// observe closes the current interval if it is over — judging it by its
+// minimum — and folds one delay sample taken at now into the interval that
+// is then current.
 func (g *QueueGuard) observe(now, delay int64) {
+	st := g.start.Load()
+	if (st == math.MinInt64 || now-st >= g.interval) && g.start.CompareAndSwap(st, now) {
+		m := g.minDelay.Swap(math.MaxInt64)
+		if st != math.MinInt64 {
+			over := m != math.MaxInt64 && m > g.target
+			if over && !g.overloaded.Swap(true) {
+				g.episodes.Add(1)
+			} else if !over {
+				g.overloaded.Store(false)
+			}
+		}
+	}
 	for {
 		m := g.minDelay.Load()
 		if delay >= m || g.minDelay.CompareAndSwap(m, delay) {
-			break
+			return
 		}
 	}
-	st := g.start.Load()
-	if st != math.MinInt64 && now-st < g.interval {
-		return
-	}
-	if !g.start.CompareAndSwap(st, now) {
-		return // another caller closed it
-	}
-	m := g.minDelay.Swap(math.MaxInt64)
-	if st == math.MinInt64 {
-		return // first sample opens the first interval
-	}
-	over := m != math.MaxInt64 && m > g.target
-	if over && !g.overloaded.Swap(true) {
-		g.episodes.Add(1)
-	} else if !over {
-		g.overloaded.Store(false)
-	}
 }
+
+func (g *QueueGuard) timed() bool { return false }

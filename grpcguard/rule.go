@@ -6,6 +6,7 @@ import (
 	"net"
 	"sort"
 	"strings"
+	"sync/atomic"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
@@ -104,6 +105,8 @@ type rule struct {
 	recheck  []int // indexes of guards that are Recheckers
 	code     codes.Code
 	shadow   bool
+	timed    bool // some guard's Finish uses the duration
+	calls    atomic.Uint64
 	counters []counters
 }
 
@@ -137,6 +140,7 @@ func compileRule(r Rule) (*rule, error) {
 		if _, ok := g.(Rechecker); ok {
 			cr.recheck = append(cr.recheck, i)
 		}
+		cr.timed = cr.timed || guardTimed(g)
 	}
 	return cr, nil
 }
@@ -145,10 +149,10 @@ func compileRule(r Rule) (*rule, error) {
 // (a bit per guard), and, if one refused (and the rule is not in shadow
 // mode), its index and decision; earlier guards are then rolled back.
 func (r *rule) admit(c Call, permits *[maxGuards]Permit) (mask uint32, refused int, d Decision) {
+	r.calls.Add(1)
 	for i, g := range r.guards {
 		d = g.Admit(c)
 		if !d.Refused {
-			r.counters[i].admitted.Add(1)
 			permits[i] = d.Permit
 			mask |= 1 << i
 			continue
@@ -251,4 +255,24 @@ func taken(name, pattern string, old *rule) error {
 		by = fmt.Sprintf("rule %q", old.name)
 	}
 	return fmt.Errorf("grpcguard: %s: method pattern %q is already taken by %s", name, pattern, by)
+}
+
+// stats derives each guard's counts: every call reaches the first guard; a
+// call reaches guard i unless an earlier guard refused it (in shadow mode
+// every call reaches every guard). The counters are read one after the
+// other, so under traffic the figures are consistent to within the calls in
+// flight.
+func (r *rule) stats() []GuardStats {
+	out := make([]GuardStats, len(r.guards))
+	reached := r.calls.Load()
+	for i, g := range r.guards {
+		c := &r.counters[i]
+		ref, shadow := c.refused.Load(), c.shadowRefused.Load()
+		out[i] = GuardStats{Rule: r.name, Guard: g.Name(), Refused: ref, ShadowRefused: shadow}
+		if ref+shadow <= reached {
+			out[i].Admitted = reached - ref - shadow
+			reached -= ref // shadow refusals go on to the next guard
+		}
+	}
+	return out
 }

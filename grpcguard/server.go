@@ -204,7 +204,17 @@ func (s *Server) start(ctx context.Context, st *callState) (Call, *status.Status
 func (s *Server) end(st *callState, c Call, err error) {
 	st.phase.Store(phaseDone)
 	st.stop()
-	st.rule.finish(c, st.mask, &st.permits, Outcome{Err: err, Duration: s.now().Sub(c.Now)})
+	st.rule.finish(c, st.mask, &st.permits, s.outcome(st.rule, c, err))
+}
+
+// outcome is the outcome of a call that ran; its duration is measured only
+// if a guard of the rule uses it.
+func (s *Server) outcome(r *rule, c Call, err error) Outcome {
+	o := Outcome{Err: err}
+	if r.timed {
+		o.Duration = s.now().Sub(c.Now)
+	}
+	return o
 }
 
 // UnaryServerInterceptor returns the unary interceptor; see Server.
@@ -236,7 +246,7 @@ func (s *Server) unary(ctx context.Context, req any, info *grpc.UnaryServerInfo,
 	}
 	s.handlerStarts.Add(1)
 	resp, err := handler(ctx, req)
-	r.finish(c, mask, &permits, Outcome{Err: err, Duration: s.now().Sub(c.Now)})
+	r.finish(c, mask, &permits, s.outcome(r, c, err))
 	return resp, err
 }
 
@@ -282,7 +292,7 @@ func (s *Server) stream(srv any, ss grpc.ServerStream, info *grpc.StreamServerIn
 	}
 	s.handlerStarts.Add(1)
 	err := handler(srv, ss)
-	r.finish(c, mask, &permits, Outcome{Err: err, Duration: s.now().Sub(c.Now)})
+	r.finish(c, mask, &permits, s.outcome(r, c, err))
 	return err
 }
 
@@ -291,16 +301,7 @@ func (s *Server) stream(srv any, ss grpc.ServerStream, info *grpc.StreamServerIn
 func (s *Server) Stats() []GuardStats {
 	var out []GuardStats
 	for _, r := range s.all {
-		for i, g := range r.guards {
-			c := &r.counters[i]
-			out = append(out, GuardStats{
-				Rule:          r.name,
-				Guard:         g.Name(),
-				Admitted:      c.admitted.Load(),
-				Refused:       c.refused.Load(),
-				ShadowRefused: c.shadowRefused.Load(),
-			})
-		}
+		out = append(out, r.stats()...)
 	}
 	return out
 }

@@ -1,0 +1,385 @@
+package grpcguard
+
+import (
+	"context"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	testgrpc "google.golang.org/grpc/interop/grpc_testing"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+	"google.golang.org/grpc/tap"
+
+	"github.com/levee-go/levee/bulkhead"
+	"github.com/levee-go/levee/cpu"
+	"github.com/levee-go/levee/loadshed"
+	"github.com/levee-go/levee/ratelimit"
+)
+
+// fakeClock is an injected clock for in-package tests.
+type fakeClock struct {
+	mu sync.Mutex
+	t  time.Time
+}
+
+func (c *fakeClock) now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.t
+}
+
+func (c *fakeClock) advance(d time.Duration) {
+	c.mu.Lock()
+	c.t = c.t.Add(d)
+	c.mu.Unlock()
+}
+
+// refuseFirst refuses its first call with a retry delay and admits the
+// rest, recording when each call arrived.
+type refuseFirst struct {
+	mu       sync.Mutex
+	arrivals []time.Time
+	delay    time.Duration
+}
+
+func (g *refuseFirst) Name() string { return "first" }
+func (g *refuseFirst) Admit(Call) Decision {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.arrivals = append(g.arrivals, time.Now())
+	if len(g.arrivals) == 1 {
+		return Refuse("first call refused", g.delay)
+	}
+	return Decision{}
+}
+func (g *refuseFirst) Finish(Call, Permit, Outcome) {}
+
+// TestRetryPolicyHonoursPushback: a grpc-go client whose service config
+// retries RESOURCE_EXHAUSTED waits at least the server's pushback before
+// the retry, and the retry succeeds.
+func TestRetryPolicyHonoursPushback(t *testing.T) {
+	const pushbackDelay = 300 * time.Millisecond
+	g := &refuseFirst{delay: pushbackDelay}
+	s := mustServer(t, []Rule{{Methods: []string{emptyCall}, Guards: []Guard{g}}})
+	const serviceConfig = `{"methodConfig": [{
+		"name": [{"service": "grpc.testing.TestService"}],
+		"retryPolicy": {
+			"maxAttempts": 3,
+			"initialBackoff": "0.001s",
+			"maxBackoff": "0.001s",
+			"backoffMultiplier": 1,
+			"retryableStatusCodes": ["RESOURCE_EXHAUSTED"]
+		}}]}`
+	env := startServer(t, &testService{}, false, interceptorsOnly(s), grpc.WithDefaultServiceConfig(serviceConfig))
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if _, err := env.client.EmptyCall(ctx, &testgrpc.Empty{}); err != nil {
+		t.Fatalf("EmptyCall() = %v, want success after one retry", err)
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if len(g.arrivals) != 2 {
+		t.Fatalf("server saw %d attempts, want 2", len(g.arrivals))
+	}
+	if gap := g.arrivals[1].Sub(g.arrivals[0]); gap < pushbackDelay {
+		t.Errorf("retry came %v after the refusal, want at least the pushback %v (its own backoff is 1ms)", gap, pushbackDelay)
+	}
+}
+
+// TestCPUSaturationShedsAndRecovers: with the CPU saturated (a manual
+// monitor), the Step controller's scale of 0.2 sheds 80% of calls, through
+// the whole cooldown, and nothing after it.
+func TestCPUSaturationShedsAndRecovers(t *testing.T) {
+	mon := cpu.NewManual(cpu.WithCooldown(5 * time.Second))
+	defer mon.Close()
+	ctrl := loadshed.New(loadshed.Step{}, nil)
+	defer ctrl.Close()
+	s := mustServer(t, []Rule{{Guards: []Guard{Shed("cpu", ctrl, time.Second)}}})
+	env := startServer(t, &testService{}, false, s.ServerOptions())
+	ctx := context.Background()
+
+	t0 := time.Now()
+	observe := func(at time.Duration, util float64) {
+		mon.Update(t0.Add(at), util)
+		ctrl.Observe(t0.Add(at), mon.Utilization(), mon.Saturated())
+	}
+	burst := func() (ok, shed int) {
+		for range 50 {
+			_, err := env.client.EmptyCall(ctx, &testgrpc.Empty{})
+			switch status.Code(err) {
+			case codes.OK:
+				ok++
+			case codes.ResourceExhausted:
+				shed++
+			default:
+				t.Fatalf("EmptyCall() = %v", err)
+			}
+		}
+		return ok, shed
+	}
+	steps := []struct {
+		name     string
+		at       time.Duration
+		util     float64
+		wantShed int
+	}{
+		{"calm", 0, 0.3, 0},
+		{"spike to 90%", time.Second, 0.9, 40},
+		{"drops to 30%, in cooldown", 1500 * time.Millisecond, 0.3, 40},
+		{"still in cooldown", 5 * time.Second, 0.3, 40},
+		{"after cooldown", 6600 * time.Millisecond, 0.3, 0},
+	}
+	for _, st := range steps {
+		observe(st.at, st.util)
+		ok, shed := burst()
+		if shed != st.wantShed || ok != 50-st.wantShed {
+			t.Errorf("%s (scale %.2f): %d admitted, %d shed, want %d shed", st.name, ctrl.Scale(), ok, shed, st.wantShed)
+		}
+	}
+}
+
+// tapThenHandle drives a call through the Server's tap and unary
+// interceptor directly, with the clock advanced by queued in between.
+func tapThenHandle(t *testing.T, s *Server, clk *fakeClock, ctx context.Context, queued time.Duration) (handled bool, err error) {
+	t.Helper()
+	tctx, err := s.TapHandle(ctx, &tap.Info{FullMethodName: emptyCall, Header: metadata.MD{}})
+	if err != nil {
+		return false, err
+	}
+	clk.advance(queued)
+	_, err = s.unary(tctx, nil, &grpc.UnaryServerInfo{FullMethod: emptyCall}, func(context.Context, any) (any, error) {
+		handled = true
+		clk.advance(time.Millisecond)
+		return nil, nil
+	})
+	return handled, err
+}
+
+func TestDeadlineRefusals(t *testing.T) {
+	clk := &fakeClock{t: time.Now()}
+	dg := Deadline()
+	bh := bulkhead.New(1)
+	s := mustServer(t, []Rule{{Guards: []Guard{dg, Bulkhead("slots", bh, 0)}}})
+	s.clock = clk.now
+
+	withDeadline := func(d time.Duration) (context.Context, context.CancelFunc) {
+		return context.WithDeadline(context.Background(), clk.now().Add(d))
+	}
+	// No sample yet: judged by the deadline alone. Each call takes 1ms, so
+	// the guard learns a service time of 1ms.
+	ctx, cancel := withDeadline(10 * time.Millisecond)
+	defer cancel()
+	if handled, err := tapThenHandle(t, s, clk, ctx, 0); !handled || err != nil {
+		t.Fatalf("first call: handled %v, err %v; want handled", handled, err)
+	}
+	if got := dg.ServiceTime(emptyCall); got != time.Millisecond {
+		t.Fatalf("DeadlineGuard.ServiceTime() = %v, want 1ms learned", got)
+	}
+	tests := []struct {
+		name     string
+		deadline time.Duration // from now, at the tap
+		queued   time.Duration
+		want     codes.Code
+		handled  bool
+		reason   string
+	}{
+		{"ample deadline", 50 * time.Millisecond, 0, codes.OK, true, ""},
+		{"deadline passed at the tap", -time.Millisecond, 0, codes.DeadlineExceeded, false, ReasonExpired},
+		{"deadline below service time", 500 * time.Microsecond, 0, codes.DeadlineExceeded, false, ReasonDeadline},
+		{"queued until too late", 10 * time.Millisecond, 9500 * time.Microsecond, codes.DeadlineExceeded, false, ReasonDeadline},
+		{"queued past the deadline", 10 * time.Millisecond, 20 * time.Millisecond, codes.DeadlineExceeded, false, ReasonExpired},
+	}
+	for _, tt := range tests {
+		ctx, cancel := withDeadline(tt.deadline)
+		handled, err := tapThenHandle(t, s, clk, ctx, tt.queued)
+		cancel()
+		st := status.Convert(err)
+		if st.Code() != tt.want || handled != tt.handled || !strings.Contains(st.Message(), tt.reason) {
+			t.Errorf("%s: code %v %q, handled %v; want %v %q, handled %v", tt.name, st.Code(), st.Message(), handled, tt.want, tt.reason, tt.handled)
+		}
+		if bh.InFlight() != 0 {
+			t.Fatalf("%s: Bulkhead.InFlight() = %d after the call, want 0 (permits returned)", tt.name, bh.InFlight())
+		}
+	}
+}
+
+func TestQueueGuardEpisodes(t *testing.T) {
+	g := QueueDelay(5*time.Millisecond, 100*time.Millisecond)
+	t0 := g.epoch
+	ms := func(n float64) time.Duration { return time.Duration(n * float64(time.Millisecond)) }
+	type sample struct {
+		at      float64 // ms after t0
+		queued  float64 // ms
+		refused bool
+		over    bool // Overloaded() after it
+	}
+	steps := []sample{
+		{0, 10, false, false},    // opens the first interval
+		{50, 30, false, false},   // above target, but no episode yet
+		{100, 20, true, true},    // closes [0,100): min 10 > 5, an episode; 20 > target: refused
+		{120, 8, true, true},     // during an episode, 8ms > target: refused
+		{150, 4, false, true},    // under target: admitted
+		{210, 3, false, false},   // closes [100,210): min 4 < 5, episode over
+		{230, 60, false, false},  // not in an episode: only > interval is refused
+		{260, 150, true, false},  // waited longer than the interval: refused anyway
+		{320, 120, true, false},  // closes [210,320): min 3, no episode; 120 > interval
+		{400, 70, false, false},  // 70 < interval
+		{430, 4.9, false, true},  // closes [320,430): min 70, an episode; 4.9 under target
+		{540, 4.9, false, false}, // closes [430,540): min 4.9, over
+	}
+	for i, s := range steps {
+		d := g.Recheck(Call{Now: t0.Add(ms(s.at)), Queued: ms(s.queued)})
+		if d.Refused != s.refused || g.Overloaded() != s.over {
+			t.Errorf("step %d: Recheck(at %vms, queued %vms) refused=%v overloaded=%v, want %v %v",
+				i, s.at, s.queued, d.Refused, g.Overloaded(), s.refused, s.over)
+		}
+	}
+	if got := g.Episodes(); got != 2 {
+		t.Errorf("QueueGuard.Episodes() = %d, want 2", got)
+	}
+}
+
+// TestQueueDelayThroughServer: the queueing delay between tap and handler
+// is what the queue guard sees.
+func TestQueueDelayThroughServer(t *testing.T) {
+	clk := &fakeClock{t: time.Now()}
+	g := QueueDelay(5*time.Millisecond, 100*time.Millisecond)
+	s := mustServer(t, []Rule{{Guards: []Guard{g}}})
+	s.clock = clk.now
+	ctx := context.Background()
+	if handled, err := tapThenHandle(t, s, clk, ctx, 10*time.Millisecond); !handled || err != nil {
+		t.Fatalf("10ms queued outside an episode: handled %v err %v, want handled", handled, err)
+	}
+	handled, err := tapThenHandle(t, s, clk, ctx, 200*time.Millisecond)
+	if handled || status.Code(err) != codes.ResourceExhausted || !strings.Contains(err.Error(), ReasonQueue) {
+		t.Fatalf("200ms queued: handled %v err %v, want refused before the handler", handled, err)
+	}
+}
+
+func TestAbandonedBeforeHandlerReturnsPermits(t *testing.T) {
+	bh := bulkhead.New(1)
+	s := mustServer(t, []Rule{{Guards: []Guard{Bulkhead("slots", bh, 0)}}})
+	ctx, cancel := context.WithCancel(context.Background())
+	tctx, err := s.TapHandle(ctx, &tap.Info{FullMethodName: emptyCall})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if bh.InFlight() != 1 {
+		t.Fatalf("Bulkhead.InFlight() = %d after the tap admitted, want 1", bh.InFlight())
+	}
+	cancel() // the stream ends before its handler starts
+	waitFor(t, "slot released by the stream's end", func() bool { return bh.InFlight() == 0 })
+	handled := false
+	_, err = s.unary(tctx, nil, &grpc.UnaryServerInfo{FullMethod: emptyCall}, func(context.Context, any) (any, error) {
+		handled = true
+		return nil, nil
+	})
+	if handled || status.Code(err) != codes.Canceled {
+		t.Errorf("handler of an abandoned call: handled %v, err %v; want not run, CANCELED", handled, err)
+	}
+	if bh.InFlight() != 0 {
+		t.Errorf("Bulkhead.InFlight() = %d, want 0", bh.InFlight())
+	}
+}
+
+func TestShadowModeRefusesNothingButCounts(t *testing.T) {
+	lim := ratelimit.NewLimiter(0, 1)
+	s := mustServer(t, []Rule{{Shadow: true, Guards: []Guard{RateLimit("rate", lim)}}})
+	env := startServer(t, &testService{}, false, s.ServerOptions())
+	for i := range 5 {
+		if _, err := env.client.EmptyCall(context.Background(), &testgrpc.Empty{}); err != nil {
+			t.Fatalf("call %d in shadow mode: %v", i, err)
+		}
+	}
+	st := s.Stats()[0]
+	if st.Admitted != 1 || st.ShadowRefused != 4 || st.Refused != 0 {
+		t.Errorf("Stats() = %+v, want 1 admitted, 4 shadow-refused, 0 refused", st)
+	}
+}
+
+func TestNewRejectsBadRules(t *testing.T) {
+	lim := RateLimit("rate", ratelimit.NewLimiter(1, 1))
+	many := make([]Guard, 9)
+	for i := range many {
+		many[i] = lim
+	}
+	tests := []struct {
+		name  string
+		rules []Rule
+		want  string
+	}{
+		{"no guards", []Rule{{Name: "r"}}, `grpcguard: rule "r" has no guards`},
+		{"too many guards", []Rule{{Name: "r", Guards: many}}, `rule "r" has 9 guards, at most 8 allowed`},
+		{"nil guard", []Rule{{Name: "r", Guards: []Guard{nil}}}, `rule "r": guard 0 is nil`},
+		{"bad pattern", []Rule{{Methods: []string{"pkg.Svc/M"}, Guards: []Guard{lim}}}, `method pattern "pkg.Svc/M" is not`},
+		{"inner wildcard", []Rule{{Methods: []string{"/pkg.Svc/Get*"}, Guards: []Guard{lim}}}, `'*' is allowed only as the whole method`},
+		{"duplicate", []Rule{{Name: "a", Methods: []string{emptyCall}, Guards: []Guard{lim}}, {Name: "b", Methods: []string{emptyCall}, Guards: []Guard{lim}}},
+			`rule "b": method pattern "/grpc.testing.TestService/EmptyCall" is already taken by rule "a"`},
+		{"two defaults", []Rule{{Name: "a", Guards: []Guard{lim}}, {Name: "b", Guards: []Guard{lim}}}, `pattern "*" is already taken by rule "a"`},
+		{"exempt", []Rule{{Name: "h", Methods: []string{"/grpc.health.v1.Health/*"}, Guards: []Guard{lim}}}, `already taken by an exemption`},
+	}
+	for _, tt := range tests {
+		if _, err := New(tt.rules); err == nil || !strings.Contains(err.Error(), tt.want) {
+			t.Errorf("%s: New() = %v, want error containing %q", tt.name, err, tt.want)
+		}
+	}
+}
+
+func TestRuleSelection(t *testing.T) {
+	g := func(n string) Guard { return RateLimit(n, ratelimit.NewLimiter(ratelimit.Inf, 1)) }
+	s := mustServer(t, []Rule{
+		{Name: "exact", Methods: []string{emptyCall}, Guards: []Guard{g("e")}},
+		{Name: "service", Methods: []string{"/grpc.testing.TestService/*"}, Guards: []Guard{g("s")}},
+		{Name: "default", Guards: []Guard{g("d")}},
+	})
+	tests := []struct{ method, want string }{
+		{emptyCall, "exact"},
+		{unaryCall, "service"},
+		{"/other.Svc/M", "default"},
+		{"/grpc.health.v1.Health/Check", ""},
+	}
+	for _, tt := range tests {
+		r := s.rules.match(tt.method)
+		got := ""
+		if r != nil {
+			got = r.name
+		}
+		if got != tt.want {
+			t.Errorf("rule for %s = %q, want %q", tt.method, got, tt.want)
+		}
+	}
+}
+
+// TestUnaryChainAllocs: the admitted path through bucket + per-key bucket
+// + bulkhead allocates nothing.
+func TestUnaryChainAllocs(t *testing.T) {
+	s, ctx := chainServer(t)
+	info := &grpc.UnaryServerInfo{FullMethod: emptyCall}
+	handler := func(context.Context, any) (any, error) { return nil, nil }
+	if got := testing.AllocsPerRun(1000, func() {
+		if _, err := s.unary(ctx, nil, info, handler); err != nil {
+			t.Fatal(err)
+		}
+	}); got != 0 {
+		t.Errorf("unary interceptor chain: %v allocations per admitted call, want 0", got)
+	}
+}
+
+// chainServer is the benchmark chain: a global bucket, per-peer buckets
+// and a bulkhead, all admitting.
+func chainServer(t testing.TB) (*Server, context.Context) {
+	s := mustServer(t, []Rule{{
+		Key: PeerKey(),
+		Guards: []Guard{
+			RateLimit("global", ratelimit.NewLimiter(1e9, 1<<30)),
+			PerKey("client", ratelimit.NewKeyed(1e9, 1<<30, ratelimit.WithSweepInterval(0))),
+			Bulkhead("slots", bulkhead.New(1024), 0),
+		},
+	}})
+	ctx := context.WithValue(context.Background(), peerKeyCtx{}, "127.0.0.1")
+	return s, ctx
+}
