@@ -336,8 +336,16 @@ func TestDemoEndToEnd(t *testing.T) {
 	}
 	protectedSpike := spikeGoodput(runs[1])
 	t.Logf("capacity %.0f/s; spike goodput unprotected %.0f/s, protected %.0f/s", res.Capacity, spikeGoodput(runs[0]), protectedSpike)
-	// TODO(lead): once grpcguard is wired in policy.go, assert the promise:
-	// if protectedSpike < 0.8*res.Capacity { t.Errorf("protected spike goodput %.0f/s < 80%% of capacity %.0f/s", protectedSpike, res.Capacity) }
+	// The promise, with room for a short run on a shared machine: the
+	// protected server keeps at least 80% of its capacity as goodput
+	// through a 10x spike, and refuses the excess with RESOURCE_EXHAUSTED.
+	if protectedSpike < 0.8*res.Capacity {
+		t.Errorf("protected spike goodput %.0f/s < 80%% of capacity %.0f/s", protectedSpike, res.Capacity)
+	}
+	spike := runs[1].Result.Phases[1]
+	if spike.Refused["ResourceExhausted"] == 0 || spike.RefusedTotal() != spike.Refused["ResourceExhausted"] {
+		t.Errorf("protected spike refusals by code = %v, want all RESOURCE_EXHAUSTED", spike.Refused)
+	}
 
 	table := stdout.String()
 	for _, want := range []string{`phase 1/3 "normal"`, `phase 2/3 "spike"`, `phase 3/3 "recovery"`, "unprotected", "protected",

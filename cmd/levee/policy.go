@@ -1,10 +1,18 @@
 package main
 
 import (
+	"fmt"
 	"net/http"
+	"runtime"
 	"time"
 
 	"google.golang.org/grpc"
+
+	"github.com/levee-go/levee/bulkhead"
+	"github.com/levee-go/levee/cpu"
+	"github.com/levee-go/levee/grpcguard"
+	"github.com/levee-go/levee/loadshed"
+	"github.com/levee-go/levee/ratelimit"
 )
 
 // policyParams is everything the protection policy of `levee serve` may
@@ -25,16 +33,111 @@ type policyParams struct {
 	Gauges *gauges
 }
 
+const allocateMethod = "/corecart.inventory.v1.InventoryService/Allocate"
+
+// policy is the default protection of the inventory service: every guard,
+// so that metrics and tests can reach them.
+type policy struct {
+	guard     *grpcguard.Server
+	global    *ratelimit.Limiter
+	perClient *ratelimit.Keyed
+	slots     *bulkhead.Bulkhead
+	deadline  *grpcguard.DeadlineGuard
+	queue     *grpcguard.QueueGuard
+	monitor   *cpu.Monitor // nil when no CPU source could be read
+	shed      *loadshed.Controller
+}
+
+// newPolicy builds the default policy for a server of the given capacity:
+//
+//   - Allocate, at the transport, cheapest first: calls whose deadline
+//     cannot be met (learned service time); calls that queued too long
+//     between the transport and the handler (CoDel, target 4 service times);
+//     a global token bucket at the capacity, scaled down by the CPU load
+//     shedder; a per-client bucket (by peer address) at the capacity, so one
+//     client may use all of it but a crowd of clients is shared fairly
+//     only above it; and a bulkhead of 4 × GOMAXPROCS calls in flight, which
+//     keeps the CPU busy without a run queue, whatever the rate guess.
+//   - Every other method (Release, GetStock): the deadline check only.
+//
+// The CPU shedder (AIMD) lowers the global bucket's scale only while the CPU
+// is saturated *and* calls are standing in a queue: a CPU at 100% that keeps
+// no queue is a server doing its best, not one to shed.
+func newPolicy(p policyParams) (*policy, error) {
+	if !(p.Capacity > 0) {
+		return nil, fmt.Errorf("capacity must be > 0, got %v", p.Capacity)
+	}
+	procs := runtime.GOMAXPROCS(0)
+	burst := max(1, int(p.Capacity/10)) // 100 ms of capacity
+	pol := &policy{
+		global:    ratelimit.NewLimiter(ratelimit.Limit(p.Capacity), burst),
+		perClient: ratelimit.NewKeyed(ratelimit.Limit(p.Capacity), burst),
+		slots:     bulkhead.New(4 * procs),
+		deadline:  grpcguard.Deadline(),
+		queue:     grpcguard.QueueDelay(max(5*time.Millisecond, 4*p.CPUWork), max(100*time.Millisecond, 20*p.CPUWork)),
+	}
+	retry := time.Duration(float64(time.Second) / p.Capacity) // about one call's slot
+	guard, err := grpcguard.New([]grpcguard.Rule{
+		{
+			Name:    "allocate",
+			Methods: []string{allocateMethod},
+			Key:     grpcguard.PeerKey(),
+			Guards: []grpcguard.Guard{
+				pol.deadline,
+				pol.queue,
+				grpcguard.RateLimit("global", pol.global),
+				grpcguard.PerKey("client", pol.perClient),
+				grpcguard.Bulkhead("inflight", pol.slots, retry),
+			},
+		},
+		{Name: "default", Guards: []grpcguard.Guard{pol.deadline}},
+	})
+	if err != nil {
+		pol.perClient.Close()
+		return nil, err
+	}
+	pol.guard = guard
+
+	pol.shed = loadshed.New(loadshed.AIMD{}, []loadshed.Scaler{pol.global})
+	if src, err := cpu.Detect(); err == nil {
+		if mon, err := cpu.NewMonitor(src); err == nil {
+			pol.monitor = mon
+			pol.shed.Follow(queuedCPU{mon: mon, queue: pol.queue}, cpu.DefaultInterval)
+		}
+	}
+	return pol, nil
+}
+
+// queuedCPU is the shedder's signal: the CPU's utilisation, saturated only
+// while the queue guard sees a standing queue.
+type queuedCPU struct {
+	mon   *cpu.Monitor
+	queue *grpcguard.QueueGuard
+}
+
+func (s queuedCPU) Utilization() float64 { return s.mon.Utilization() }
+func (s queuedCPU) Saturated() bool      { return s.mon.Saturated() && s.queue.Overloaded() }
+
+// Close stops what the policy started.
+func (pol *policy) Close() {
+	pol.shed.Close()
+	if pol.monitor != nil {
+		pol.monitor.Close()
+	}
+	pol.perClient.Close()
+}
+
 // protection returns the gRPC server options that protect the inventory
 // service, and a stop function that releases whatever the policy started
-// (CPU monitors, metrics collectors). stop is never nil. `levee serve
+// (CPU monitor, shedder, sweeper). stop is never nil. `levee serve
 // -unprotected` does not call it.
-//
-// TODO(lead): replace the body with the grpcguard wiring (global bucket
-// sized from p.Capacity, per-client bucket, bulkhead on Allocate, CPU load
-// shedding in the tap handle) and register the metrics collectors on p.Mux
-// and the load-shedding scale as p.Gauges.Set("scale", ...). Until then the
-// "protected" server is the same as the unprotected one.
 func protection(p policyParams) (opts []grpc.ServerOption, stop func(), err error) {
-	return nil, func() {}, nil
+	pol, err := newPolicy(p)
+	if err != nil {
+		return nil, func() {}, err
+	}
+	if p.Gauges != nil {
+		p.Gauges.Set("scale", pol.shed.Scale)
+	}
+	return pol.guard.ServerOptions(), pol.Close, nil
 }
