@@ -20,8 +20,12 @@
 // so its admission path costs the same, allocation-free, with or without
 // metrics. The benchmarks of this package measure an admission with a
 // Registry attached against one without, and against the usual alternative
-// of incrementing a Prometheus CounterVec on every call. A scrape costs a few
-// microseconds and allocations per guard.
+// of incrementing a Prometheus CounterVec on every call. The cost moves to
+// the scrape: building the series of one guard of every kind (58 series)
+// takes about 90 µs and 760 allocations on a 2-core machine, about twice a
+// registry holding as many stored gauges — negligible at scrape intervals.
+// A fixed bulkhead's counters are spread over its slots, so its scrape costs
+// in proportion to the largest limit it ever had.
 //
 // Reading never moves a guard: a breaker is read with Snapshot, which makes
 // no due state change (an open breaker whose wait is over shows open until a

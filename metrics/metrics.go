@@ -173,7 +173,9 @@ func (r *Registry) AddKeyed(name string, k *ratelimit.Keyed) error {
 
 // AddBulkhead exports a fixed concurrency limit: calls in flight, the limit,
 // calls waiting, and calls by result. Bulkheads and adaptive limits share
-// their series and their names.
+// their series and their names. Reading the counters sums one per slot (that
+// keeps admission free of a shared counter), so a scrape costs in proportion
+// to the largest limit the bulkhead ever had.
 func (r *Registry) AddBulkhead(name string, b *bulkhead.Bulkhead) error {
 	if b == nil {
 		return fmt.Errorf("%w: AddBulkhead(%q): nil *bulkhead.Bulkhead", ErrInvalid, name)
