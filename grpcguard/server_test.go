@@ -188,7 +188,7 @@ func TestRefusals(t *testing.T) {
 		{
 			name: "per key with QuotaFailure",
 			rules: func() []Rule {
-				return []Rule{{Key: HeaderKey("X-Tenant-ID"), Guards: []Guard{PerKey("tenant", ratelimit.NewKeyed(ratelimit.Every(time.Minute), 1))}}}
+				return []Rule{{Key: HeaderKey("X-Tenant-ID"), Guards: []Guard{PerKey("tenant", ratelimit.NewKeyed(ratelimit.Every(time.Minute), 1, ratelimit.WithSweepInterval(0)))}}}
 			},
 			md:    metadata.Pairs("x-tenant-id", "acme"),
 			prime: 1,
