@@ -164,3 +164,6 @@ type GuardStats struct {
 	Refused       uint64 // calls the guard refused
 	ShadowRefused uint64 // calls the guard would have refused, let through by shadow mode
 }
+
+// timeNow is time.Now, for adapters without a Server's clock.
+func timeNow() time.Time { return time.Now() }
