@@ -73,30 +73,46 @@ const (
 	resultShadowRefused = "shadow_refused"
 )
 
-type serverCollector struct {
-	s         *grpcguard.Server
+// decisionsCollector exports the decision counts of a grpcguard.Server or
+// Client.
+type decisionsCollector struct {
+	stats     func() []grpcguard.GuardStats
+	starts    func() uint64 // nil for a Client
 	decisions *prometheus.Desc
-	starts    *prometheus.Desc
+	startsD   *prometheus.Desc
 }
 
-func newServerCollector(s *grpcguard.Server) *serverCollector {
-	return &serverCollector{
-		s: s,
+func newServerCollector(s *grpcguard.Server) *decisionsCollector {
+	return &decisionsCollector{
+		stats:  s.Stats,
+		starts: s.HandlerStarts,
 		decisions: newDesc("levee_decisions_total",
 			"Decisions of each guard of each grpcguard rule, by result: admitted, refused, or shadow_refused (would have refused, let through by a shadow rule).",
 			"", "rule", "guard", "result"),
-		starts: newDesc("levee_handler_starts_total",
+		startsD: newDesc("levee_handler_starts_total",
 			"Handlers started on calls guarded by the grpcguard Server.", ""),
 	}
 }
 
-func (c *serverCollector) Describe(ch chan<- *prometheus.Desc) {
-	describe(ch, c.decisions, c.starts)
+func newClientCollector(c StatsSource) *decisionsCollector {
+	return &decisionsCollector{
+		stats: c.Stats,
+		decisions: newDesc("levee_client_decisions_total",
+			"Decisions of each guard of a grpcguard Client, by (target, method) pair in the rule label (\"target method\") and result: admitted, refused, or shadow_refused.",
+			"", "rule", "guard", "result"),
+	}
 }
 
-func (c *serverCollector) Collect(ch chan<- prometheus.Metric) {
+func (c *decisionsCollector) Describe(ch chan<- *prometheus.Desc) {
+	describe(ch, c.decisions)
+	if c.starts != nil {
+		describe(ch, c.startsD)
+	}
+}
+
+func (c *decisionsCollector) Collect(ch chan<- prometheus.Metric) {
 	type key struct{ rule, guard string }
-	stats := c.s.Stats()
+	stats := c.stats()
 	// Two guards of one rule may share a name (grpcguard does not forbid
 	// it); their series would collide, so they are summed.
 	sums := make(map[key]*grpcguard.GuardStats, len(stats))
@@ -119,7 +135,9 @@ func (c *serverCollector) Collect(ch chan<- prometheus.Metric) {
 		counter(ch, c.decisions, st.Refused, k.rule, k.guard, resultRefused)
 		counter(ch, c.decisions, st.ShadowRefused, k.rule, k.guard, resultShadowRefused)
 	}
-	counter(ch, c.starts, c.s.HandlerStarts())
+	if c.starts != nil {
+		counter(ch, c.startsD, c.starts())
+	}
 }
 
 // ---- cpu.Monitor

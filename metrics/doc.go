@@ -1,7 +1,7 @@
 // Package metrics exports levee's guards to Prometheus.
 //
-// A Registry collects the guards a process runs — a grpcguard.Server, a
-// cpu.Monitor, load-shedding controllers, token buckets, per-key buckets,
+// A Registry collects the guards a process runs — a grpcguard.Server or
+// Client, a cpu.Monitor, load-shedding controllers, token buckets, per-key buckets,
 // bulkheads, adaptive limits, breakers and throttles — and Handler serves
 // them in the Prometheus text format for a /metrics endpoint:
 //
@@ -40,6 +40,7 @@
 //
 //	AddServer    levee_decisions_total{rule,guard,result}   result: admitted, refused, shadow_refused
 //	             levee_handler_starts_total
+//	AddClient    levee_client_decisions_total{rule,guard,result}   rule: "target method"
 //	AddCPU       levee_cpu_utilization, levee_cpu_utilization_raw, levee_cpu_saturated (0/1),
 //	             levee_cpu_threshold, levee_cpu_info{source},
 //	             levee_cpu_samples_total, levee_cpu_late_samples_total, levee_cpu_sample_errors_total,

@@ -26,13 +26,17 @@ import (
 // error of the Prometheus client for a collector given to Register.
 var (
 	// ErrDuplicate reports a name already taken by a guard of the same
-	// kind, or a second Server or Monitor on one Registry.
+	// kind, or a second Server, Client or Monitor on one Registry.
 	ErrDuplicate = errors.New("metrics: already registered")
 
 	// ErrInvalid reports a nil guard, an empty name or a name that is not
 	// valid UTF-8.
 	ErrInvalid = errors.New("metrics: invalid registration")
 )
+
+// StatsSource is anything that counts the decisions of grpcguard guards,
+// such as a *grpcguard.Client; AddClient exports it.
+type StatsSource interface{ Stats() []grpcguard.GuardStats }
 
 // Scaler is anything with a current scale factor, such as a
 // *loadshed.Controller; AddScale exports it.
@@ -61,7 +65,8 @@ func WithRuntimeMetrics() Option {
 // Names label the series of a guard (the name label). A name is unique per
 // kind of guard — scale, limiter, keyed, bulkhead (fixed and adaptive
 // together), breaker, throttle — and may be reused across kinds. A Registry
-// holds at most one grpcguard.Server and one cpu.Monitor. Registration
+// holds at most one grpcguard.Server, one grpcguard.Client (or other
+// StatsSource) and one cpu.Monitor. Registration
 // errors are returned, never panicked; a failed registration leaves the
 // Registry as it was.
 //
@@ -76,6 +81,7 @@ type Registry struct {
 	mu     sync.Mutex
 	names  map[string]bool // kind + "\x00" + name
 	server bool
+	client bool
 	cpu    bool
 }
 
@@ -131,6 +137,19 @@ func (r *Registry) AddServer(s *grpcguard.Server) error {
 		return fmt.Errorf("%w: AddServer: nil *grpcguard.Server", ErrInvalid)
 	}
 	return r.addSingle(&r.server, "AddServer: a *grpcguard.Server", newServerCollector(s))
+}
+
+// AddClient exports the decision counts of every guard of a grpcguard
+// Client (levee_client_decisions_total), one series per (target, method)
+// pair, guard and result; the rule label holds "target method". The Client
+// bounds its pairs (grpcguard.WithMaxEntries), and so the series. A Registry
+// takes one Client; export the breaker or throttle of a pair of interest
+// with AddBreaker or AddThrottle.
+func (r *Registry) AddClient(c StatsSource) error {
+	if isNil(c) {
+		return fmt.Errorf("%w: AddClient: nil StatsSource", ErrInvalid)
+	}
+	return r.addSingle(&r.client, "AddClient: a client", newClientCollector(c))
 }
 
 // AddCPU exports m's utilisation, saturation and threshold, its sampling

@@ -145,6 +145,31 @@ func TestServerDuplicateGuardNamesSummed(t *testing.T) {
 	}, "levee_decisions_total")
 }
 
+// fakeClient is a StatsSource with fixed counts, as a grpcguard.Client
+// reports them: one rule per (target, method) pair.
+type fakeClient []grpcguard.GuardStats
+
+func (f fakeClient) Stats() []grpcguard.GuardStats { return append([]grpcguard.GuardStats(nil), f...) }
+
+func TestClientDecisions(t *testing.T) {
+	c := fakeClient{
+		{Rule: "inventory:443 /corecart.S/Allocate", Guard: "breaker", Admitted: 7, Refused: 3},
+		{Rule: "inventory:443 /corecart.S/Allocate", Guard: "throttle", Admitted: 10, Refused: 0},
+	}
+	r := newTestRegistry()
+	if err := r.AddClient(c); err != nil {
+		t.Fatalf("AddClient: %v", err)
+	}
+	checkSeries(t, scrape(t, r), map[string]string{
+		`levee_client_decisions_total{guard="breaker",result="admitted",rule="inventory:443 /corecart.S/Allocate"}`:        "7",
+		`levee_client_decisions_total{guard="breaker",result="refused",rule="inventory:443 /corecart.S/Allocate"}`:         "3",
+		`levee_client_decisions_total{guard="breaker",result="shadow_refused",rule="inventory:443 /corecart.S/Allocate"}`:  "0",
+		`levee_client_decisions_total{guard="throttle",result="admitted",rule="inventory:443 /corecart.S/Allocate"}`:       "10",
+		`levee_client_decisions_total{guard="throttle",result="refused",rule="inventory:443 /corecart.S/Allocate"}`:        "0",
+		`levee_client_decisions_total{guard="throttle",result="shadow_refused",rule="inventory:443 /corecart.S/Allocate"}`: "0",
+	}, "levee_")
+}
+
 func TestCPUManual(t *testing.T) {
 	m := cpu.NewManual(cpu.WithSmoothing(0), cpu.WithThreshold(0.5), cpu.WithCooldown(0))
 	m.Update(t0, 0.75)
@@ -517,6 +542,7 @@ func TestAll(t *testing.T) {
 	defer k.Close()
 	for _, err := range []error{
 		r.AddServer(newGuardedServer(t)),
+		r.AddClient(fakeClient{{Rule: "inventory:443 /corecart.S/Get", Guard: "breaker", Admitted: 1}}),
 		r.AddCPU(m),
 		r.AddScale("cpu", fixedScale(0.5)),
 		r.AddLimiter("global", ratelimit.NewLimiter(10, 5)),
@@ -701,6 +727,14 @@ func TestRegistrationErrors(t *testing.T) {
 	}{
 		{"nil server", func(r *Registry) error { return r.AddServer(nil) }, ErrInvalid,
 			"metrics: invalid registration: AddServer: nil *grpcguard.Server"},
+		{"nil client", func(r *Registry) error { return r.AddClient(nil) }, ErrInvalid,
+			"metrics: invalid registration: AddClient: nil StatsSource"},
+		{"second client", func(r *Registry) error {
+			if err := r.AddClient(fakeClient{}); err != nil {
+				return err
+			}
+			return r.AddClient(fakeClient{})
+		}, ErrDuplicate, "metrics: already registered: AddClient: a client is already registered (one per Registry)"},
 		{"nil monitor", func(r *Registry) error { return r.AddCPU(nil) }, ErrInvalid,
 			"metrics: invalid registration: AddCPU: nil *cpu.Monitor"},
 		{"nil scaler", func(r *Registry) error { return r.AddScale("cpu", nil) }, ErrInvalid,
