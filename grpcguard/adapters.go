@@ -199,3 +199,7 @@ func (g *rateGuard) timed() bool  { return false }
 func (g *keyedGuard) timed() bool { return false }
 func (g *slotGuard) timed() bool  { return g.learn }
 func (g *shedGuard) timed() bool  { return false }
+
+func (*rateGuard) finishesSkippedOnly()  {}
+func (*keyedGuard) finishesSkippedOnly() {}
+func (*shedGuard) finishesSkippedOnly()  {}

@@ -146,6 +146,11 @@ func guardTimed(g Guard) bool {
 	return true
 }
 
+// skippedOnly is implemented by built-in guards whose Finish does something
+// only for a skipped call (giving back a token); the rule then skips them
+// when finishing a call that ran.
+type skippedOnly interface{ finishesSkippedOnly() }
+
 // counters are the refusals of one guard within one rule, kept as atomics
 // on the refusal path and read by Stats. Admissions are derived from the
 // rule's call count, so the admitted path pays one atomic add per call, not

@@ -106,3 +106,5 @@ func (g *QueueGuard) observe(now, delay int64) {
 }
 
 func (g *QueueGuard) timed() bool { return false }
+
+func (*QueueGuard) finishesSkippedOnly() {}

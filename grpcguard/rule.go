@@ -105,7 +105,8 @@ type rule struct {
 	recheck  []int // indexes of guards that are Recheckers
 	code     codes.Code
 	shadow   bool
-	timed    bool // some guard's Finish uses the duration
+	timed    bool   // some guard's Finish uses the duration
+	quiet    uint32 // guards whose Finish matters only for skipped calls
 	calls    atomic.Uint64
 	counters []counters
 }
@@ -141,6 +142,9 @@ func compileRule(r Rule) (*rule, error) {
 			cr.recheck = append(cr.recheck, i)
 		}
 		cr.timed = cr.timed || guardTimed(g)
+		if _, ok := g.(skippedOnly); ok {
+			cr.quiet |= 1 << i
+		}
 	}
 	return cr, nil
 }
@@ -189,6 +193,9 @@ func (r *rule) recheckAt(c Call, mask uint32, permits *[maxGuards]Permit) (refus
 
 // finish ends the call at every guard in mask, last admitted first.
 func (r *rule) finish(c Call, mask uint32, permits *[maxGuards]Permit, o Outcome) {
+	if !o.Skipped {
+		mask &^= r.quiet
+	}
 	for i := len(r.guards) - 1; i >= 0; i-- {
 		if mask&(1<<i) != 0 {
 			r.guards[i].Finish(c, permits[i], o)
