@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"net/http"
 	"runtime"
@@ -12,6 +13,7 @@ import (
 	"github.com/levee-go/levee/cpu"
 	"github.com/levee-go/levee/grpcguard"
 	"github.com/levee-go/levee/loadshed"
+	"github.com/levee-go/levee/metrics"
 	"github.com/levee-go/levee/ratelimit"
 )
 
@@ -139,5 +141,29 @@ func protection(p policyParams) (opts []grpc.ServerOption, stop func(), err erro
 	if p.Gauges != nil {
 		p.Gauges.Set("scale", pol.shed.Scale)
 	}
+	if p.Mux != nil {
+		reg, err := pol.registry()
+		if err != nil {
+			pol.Close()
+			return nil, func() {}, err
+		}
+		p.Mux.Handle("/metrics", reg.Handler())
+	}
 	return pol.guard.ServerOptions(), pol.Close, nil
+}
+
+// registry exports every guard of the policy in Prometheus format.
+func (pol *policy) registry() (*metrics.Registry, error) {
+	reg := metrics.New(metrics.WithRuntimeMetrics())
+	errs := []error{
+		reg.AddServer(pol.guard),
+		reg.AddLimiter("global", pol.global),
+		reg.AddKeyed("client", pol.perClient),
+		reg.AddBulkhead("inflight", pol.slots),
+		reg.AddScale("cpu", pol.shed),
+	}
+	if pol.monitor != nil {
+		errs = append(errs, reg.AddCPU(pol.monitor))
+	}
+	return reg, errors.Join(errs...)
 }
