@@ -27,6 +27,7 @@ type demoConfig struct {
 	recovery    time.Duration
 	normalLoad  float64
 	spikeLoad   float64
+	guess       float64 // the protected server is told capacity × guess
 	calibrate   time.Duration
 	calWorkers  int
 	out         string
@@ -66,6 +67,7 @@ func (c *cli) parseDemo(args []string) (*demoConfig, error) {
 	fs.Float64Var(&cfg.normalLoad, "normal-load", 0.5, "normal and recovery load as a multiple of capacity")
 	fs.Float64Var(&cfg.spikeLoad, "spike-load", 10, "spike load as a multiple of capacity")
 	fs.DurationVar(&cfg.calibrate, "calibrate", 2*time.Second, "how long to measure capacity when -capacity is auto")
+	fs.Float64Var(&cfg.guess, "capacity-guess", 1, "tell the protected server this `multiple` of the capacity (2: a guess twice too high), to show it holds without knowing its capacity")
 	fs.StringVar(&cfg.out, "out", "levee-report.html", "HTML report `file` (empty: none)")
 	fs.StringVar(&cfg.jsonOut, "json", "", "also write both runs' full results as JSON to this `file`")
 	cfg.loadFlags.register(fs, "poisson")
@@ -92,6 +94,9 @@ func (c *cli) parseDemo(args []string) (*demoConfig, error) {
 	}
 	if !(cfg.normalLoad > 0) || cfg.normalLoad > 1000 {
 		return nil, usageError("-normal-load must be in (0, 1000], got %v", cfg.normalLoad)
+	}
+	if !(cfg.guess > 0) || cfg.guess > 1000 {
+		return nil, usageError("-capacity-guess must be in (0, 1000], got %v", cfg.guess)
 	}
 	if !(cfg.spikeLoad > 0) || cfg.spikeLoad > 1000 {
 		return nil, usageError("-spike-load must be in (0, 1000], got %v", cfg.spikeLoad)
@@ -181,7 +186,7 @@ func (c *cli) runDemo(ctx context.Context, cfg *demoConfig) (*demoResult, error)
 	}
 
 	// 2. The protected server, told the capacity, under the same load.
-	capArg := strconv.FormatFloat(res.Capacity, 'f', 1, 64)
+	capArg := strconv.FormatFloat(res.Capacity*cfg.guess, 'f', 1, 64)
 	protectedArgs := []string{"-cpu-work", cpuWork, "-capacity", capArg}
 	if workIterations != "" {
 		protectedArgs = append(protectedArgs, "-work-iterations", workIterations)
