@@ -203,3 +203,47 @@ func (g *shedGuard) timed() bool  { return false }
 func (*rateGuard) finishesSkippedOnly()  {}
 func (*keyedGuard) finishesSkippedOnly() {}
 func (*shedGuard) finishesSkippedOnly()  {}
+
+// RunLimit limits how many admitted calls run their handlers at once; the
+// others wait for their turn in FIFO order at the start of the handler,
+// within b's queue length and maximum wait (bulkhead.WithQueue,
+// WithMaxWait). Admission never waits, so it is safe in the transport's
+// tap.
+//
+// On a CPU-bound server, a RunLimit of GOMAXPROCS behind a Bulkhead of a
+// few times that keeps the CPU busy while each handler runs to completion
+// instead of sharing the CPU with the others in time slices: the latency of
+// a call stays its service time plus an orderly wait. A call that cannot
+// get its turn (queue full, maximum wait, caller gone) is refused before
+// any work, with ReasonRunQueue.
+func RunLimit(name string, b *bulkhead.Bulkhead, retryAfter time.Duration) Guard {
+	return &runGuard{name: name, b: b, retry: retryAfter}
+}
+
+// ReasonRunQueue is RunLimit's refusal.
+const ReasonRunQueue = "no turn to run before the wait limit"
+
+type runGuard struct {
+	name  string
+	b     *bulkhead.Bulkhead
+	retry time.Duration
+}
+
+func (g *runGuard) Name() string        { return g.name }
+func (g *runGuard) cost() int           { return costRun }
+func (g *runGuard) timed() bool         { return false }
+func (g *runGuard) Admit(Call) Decision { return Decision{} }
+
+func (g *runGuard) Start(c Call) Decision {
+	ctx := c.Ctx
+	if ctx == nil {
+		ctx = context.Background()
+	}
+	p, err := g.b.Acquire(ctx)
+	if err != nil {
+		return Refuse(ReasonRunQueue, g.retry)
+	}
+	return Decision{Permit: Permit{slot: p}}
+}
+
+func (g *runGuard) Finish(_ Call, p Permit, _ Outcome) { p.slot.Release() }

@@ -111,6 +111,16 @@ type Rechecker interface {
 	Recheck(c Call) Decision
 }
 
+// Starter is implemented by guards that act when the handler is about to
+// start, after admission and any rechecks, whether the call was admitted by
+// the tap or by an interceptor. Start may block (RunLimit waits there for
+// its turn) and returns the Permit the call then holds from the guard; its
+// Admit, which may run in the transport, must not block. A refusal
+// finishes the call's permits as skipped.
+type Starter interface {
+	Start(c Call) Decision
+}
+
 // cost orders guards in a rule: cheapest first, so that a call refused by a
 // cheap check never touches an expensive one, and guards that hold a
 // resource (a slot) come last and are rolled back least often.
@@ -123,6 +133,7 @@ const (
 	costRate
 	costKeyed
 	costSlot
+	costRun
 	costBreaker
 	costCustom = 1000
 )

@@ -103,6 +103,7 @@ type rule struct {
 	key      KeyFunc
 	guards   []Guard
 	recheck  []int // indexes of guards that are Recheckers
+	starters []int // indexes of guards that are Starters
 	code     codes.Code
 	shadow   bool
 	timed    bool   // some guard's Finish uses the duration
@@ -141,6 +142,9 @@ func compileRule(r Rule) (*rule, error) {
 		if _, ok := g.(Rechecker); ok {
 			cr.recheck = append(cr.recheck, i)
 		}
+		if _, ok := g.(Starter); ok {
+			cr.starters = append(cr.starters, i)
+		}
 		cr.timed = cr.timed || guardTimed(g)
 		if _, ok := g.(skippedOnly); ok {
 			cr.quiet |= 1 << i
@@ -178,6 +182,30 @@ func (r *rule) recheckAt(c Call, mask uint32, permits *[maxGuards]Permit) (refus
 	for _, i := range r.recheck {
 		d = r.guards[i].(Rechecker).Recheck(c)
 		if !d.Refused {
+			continue
+		}
+		if r.shadow {
+			r.counters[i].shadowRefused.Add(1)
+			continue
+		}
+		r.counters[i].refused.Add(1)
+		r.finish(c, mask, permits, Outcome{Skipped: true})
+		return i, d
+	}
+	return -1, Decision{}
+}
+
+// startAt runs the Starter guards when the handler is about to start,
+// keeping the permits they give. On a refusal it finishes every admitted
+// guard as skipped.
+func (r *rule) startAt(c Call, mask uint32, permits *[maxGuards]Permit) (refused int, d Decision) {
+	for _, i := range r.starters {
+		if mask&(1<<i) == 0 {
+			continue // refused in shadow mode at admission
+		}
+		d = r.guards[i].(Starter).Start(c)
+		if !d.Refused {
+			permits[i] = d.Permit
 			continue
 		}
 		if r.shadow {

@@ -192,7 +192,11 @@ func (s *Server) start(ctx context.Context, st *callState) (Call, *status.Status
 		return c, status.FromContextError(ctx.Err()), d
 	}
 	s.handlerStarts.Add(1)
-	if i, d := st.rule.recheckAt(c, st.mask, &st.permits); i >= 0 {
+	i, d := st.rule.recheckAt(c, st.mask, &st.permits)
+	if i < 0 {
+		i, d = st.rule.startAt(c, st.mask, &st.permits)
+	}
+	if i >= 0 {
 		st.phase.Store(phaseDone)
 		st.stop()
 		return c, refusalStatus(st.rule.code, st.rule.guards[i].Name(), d, c.Key), d
@@ -240,6 +244,9 @@ func (s *Server) unary(ctx context.Context, req any, info *grpc.UnaryServerInfo,
 	c := s.call(ctx, r, info.FullMethod)
 	var permits [maxGuards]Permit
 	mask, i, d := r.admit(c, &permits)
+	if i < 0 && len(r.starters) > 0 {
+		i, d = r.startAt(c, mask, &permits)
+	}
 	if i >= 0 {
 		setPushback(ctx, nil, d)
 		return nil, refusalStatus(r.code, r.guards[i].Name(), d, c.Key).Err()
@@ -286,6 +293,9 @@ func (s *Server) stream(srv any, ss grpc.ServerStream, info *grpc.StreamServerIn
 	c := s.call(ctx, r, info.FullMethod)
 	var permits [maxGuards]Permit
 	mask, i, d := r.admit(c, &permits)
+	if i < 0 && len(r.starters) > 0 {
+		i, d = r.startAt(c, mask, &permits)
+	}
 	if i >= 0 {
 		setPushback(ctx, ss, d)
 		return refusalStatus(r.code, r.guards[i].Name(), d, c.Key).Err()
