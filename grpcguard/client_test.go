@@ -661,3 +661,75 @@ func TestClientUnaryAllocs(t *testing.T) {
 		}
 	})
 }
+
+func TestClientClassifierOverride(t *testing.T) {
+	clk := newCliClock()
+	strict := func(err error) breaker.Outcome {
+		if status.Code(err) == codes.NotFound {
+			return breaker.Failure
+		}
+		return ClassifyError(err)
+	}
+	c := mustClient(t, clk, WithClassifier(strict), WithBreaker(func(string, string) []breaker.Option {
+		return []breaker.Option{breaker.WithCountWindow(2), breaker.WithMinimumCalls(2)}
+	}), WithThrottle(func(string, string) []throttle.Option {
+		return []throttle.Option{throttle.WithRandom(func() float64 { return 0.999 })} // drops only if P > 0.999
+	}))
+	cc := cliConn(t, "passthrough:///inventory")
+	inv := &fakeInvoker{err: status.Error(codes.NotFound, "no such sku")}
+	unary := c.UnaryClientInterceptor()
+	for range 2 {
+		_ = unary(context.Background(), cliMethod, nil, nil, cc, inv.invoke)
+	}
+	if s := c.Throttle(cc.Target(), cliMethod).SnapshotAt(clk.now()); s.Requests != 2 || s.Accepts != 0 {
+		t.Errorf("throttle counted %d requests, %d accepts; want 2, 0 (NOT_FOUND is a failure here)", s.Requests, s.Accepts)
+	}
+	if st := c.Breaker(cc.Target(), cliMethod).StateAt(clk.now()); st != breaker.StateOpen {
+		t.Errorf("breaker state after 2 NOT_FOUND = %v, want open", st)
+	}
+}
+
+// TestClientConcurrentFirstCalls: many goroutines making the first calls
+// of many methods at once all share one entry per method.
+func TestClientConcurrentFirstCalls(t *testing.T) {
+	const goroutines, methods = 8, 40
+	c := mustClient(t, nil, WithThrottle(nil), WithMaxEntries(4, methods/2))
+	conns := []*grpc.ClientConn{cliConn(t, "passthrough:///a"), cliConn(t, "passthrough:///b")}
+	inv := &fakeInvoker{}
+	unary := c.UnaryClientInterceptor()
+	var wg sync.WaitGroup
+	for g := range goroutines {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for m := range methods {
+				cc := conns[(g+m)%len(conns)]
+				if err := unary(context.Background(), fmt.Sprintf("/s/%d", m), nil, nil, cc, inv.invoke); err != nil {
+					t.Errorf("call = %v", err)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	var total uint64
+	for _, cc := range conns {
+		own := 0 // the first methods to arrive get their own breaker
+		for m := range methods {
+			if b := c.Breaker(cc.Target(), fmt.Sprintf("/s/%d", m)); b != nil {
+				own++
+				total += b.Snapshot().Successes
+			}
+		}
+		if own != methods/2 {
+			t.Errorf("%s: %d methods have their own breaker, want %d (the cap)", cc.Target(), own, methods/2)
+		}
+		total += c.Breaker(cc.Target(), OverflowName).Snapshot().Successes
+	}
+	if total != goroutines*methods {
+		t.Errorf("breakers recorded %d calls, want %d: every call finished at the one breaker of its pair", total, goroutines*methods)
+	}
+	if rows := len(c.Stats()); rows != 2*(methods/2+1)*2 {
+		t.Errorf("Stats() has %d rows, want %d", rows, 2*(methods/2+1)*2)
+	}
+}
