@@ -196,7 +196,9 @@ func WithPushbackTrailer(read bool) ClientOption {
 // Install it with DialOptions, or UnaryClientInterceptor and
 // StreamClientInterceptor, inside any retry interceptor so that each
 // attempt is guarded. Create one with NewClient; the zero value is not
-// usable. A Client starts no goroutine and needs no Close; it is safe for
+// usable. A Client needs no Close: it starts no goroutine of its own (a
+// stream's context.AfterFunc runs only if the stream's context ends before
+// the stream does, and is stopped when the stream ends). It is safe for
 // concurrent use. The admitted unary path allocates nothing.
 type Client struct {
 	o     clientOptions
