@@ -25,4 +25,9 @@
 // Calls that cannot meet their deadline end with DEADLINE_EXCEEDED.
 //
 // Health checks and reflection are exempt by default (DefaultExempt).
+//
+// On the client, NewClient guards calls per target and method with a
+// hold-off after a server's pushback, a per-target bucket, an adaptive
+// throttle and a circuit breaker; refused calls fail with UNAVAILABLE
+// (ErrClientRefused) without leaving the process.
 package grpcguard
