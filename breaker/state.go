@@ -105,6 +105,15 @@ var (
 // (this package's sentinels, throttle.ErrThrottled).
 type localRefusal interface{ LocalRefusal() bool }
 
+// IsLocalRefusal reports whether err's chain, joined errors included,
+// holds an error whose LocalRefusal method returns true: a call refused in
+// this process (ErrOpen, ErrTooManyCalls, throttle.ErrThrottled, levee's
+// client refusals), which the breaker ignores unless
+// WithLocalRefusalsCounted. It does not allocate.
+func IsLocalRefusal(err error) bool {
+	return isLocalRefusal(err)
+}
+
 // isLocalRefusal walks err's chain, including joined errors, without
 // allocating.
 func isLocalRefusal(err error) bool {

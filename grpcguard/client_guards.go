@@ -91,29 +91,9 @@ func ClassifyError(err error) breaker.Outcome {
 	}
 }
 
-// isLocalRefusal reports whether err's chain holds an error whose
-// LocalRefusal method returns true: a call refused in this process.
-func isLocalRefusal(err error) bool {
-	for err != nil {
-		if r, ok := err.(interface{ LocalRefusal() bool }); ok && r.LocalRefusal() {
-			return true
-		}
-		switch u := err.(type) {
-		case interface{ Unwrap() error }:
-			err = u.Unwrap()
-		case interface{ Unwrap() []error }:
-			for _, e := range u.Unwrap() {
-				if isLocalRefusal(e) {
-					return true
-				}
-			}
-			return false
-		default:
-			return false
-		}
-	}
-	return false
-}
+// isLocalRefusal reports whether err's chain holds a call refused in this
+// process; see breaker.IsLocalRefusal.
+func isLocalRefusal(err error) bool { return breaker.IsLocalRefusal(err) }
 
 // skippedCall is what a breaker guard reports for an admitted call that a
 // later guard refused: a local refusal, which the breaker ignores by

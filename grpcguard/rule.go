@@ -165,12 +165,10 @@ func (r *rule) admit(c Call, permits *[maxGuards]Permit) (mask uint32, refused i
 			mask |= 1 << i
 			continue
 		}
-		if r.shadow {
-			r.counters[i].shadowRefused.Add(1)
+		if r.shadowed(i) {
 			continue
 		}
-		r.counters[i].refused.Add(1)
-		r.finish(c, mask, permits, Outcome{Skipped: true})
+		r.rollback(i, c, mask, permits)
 		return 0, i, d
 	}
 	return mask, -1, Decision{}
@@ -184,12 +182,10 @@ func (r *rule) recheckAt(c Call, mask uint32, permits *[maxGuards]Permit) (refus
 		if !d.Refused {
 			continue
 		}
-		if r.shadow {
-			r.counters[i].shadowRefused.Add(1)
+		if r.shadowed(i) {
 			continue
 		}
-		r.counters[i].refused.Add(1)
-		r.finish(c, mask, permits, Outcome{Skipped: true})
+		r.rollback(i, c, mask, permits)
 		return i, d
 	}
 	return -1, Decision{}
@@ -208,15 +204,29 @@ func (r *rule) startAt(c Call, mask uint32, permits *[maxGuards]Permit) (refused
 			permits[i] = d.Permit
 			continue
 		}
-		if r.shadow {
-			r.counters[i].shadowRefused.Add(1)
+		if r.shadowed(i) {
 			continue
 		}
-		r.counters[i].refused.Add(1)
-		r.finish(c, mask, permits, Outcome{Skipped: true})
+		r.rollback(i, c, mask, permits)
 		return i, d
 	}
 	return -1, Decision{}
+}
+
+// shadowed counts guard i's refusal in shadow mode and reports whether
+// the call goes on.
+func (r *rule) shadowed(i int) bool {
+	if r.shadow {
+		r.counters[i].shadowRefused.Add(1)
+	}
+	return r.shadow
+}
+
+// rollback counts guard i's refusal and finishes the guards that admitted
+// the call as skipped.
+func (r *rule) rollback(i int, c Call, mask uint32, permits *[maxGuards]Permit) {
+	r.counters[i].refused.Add(1)
+	r.finish(c, mask, permits, Outcome{Skipped: true})
 }
 
 // finish ends the call at every guard in mask, last admitted first.

@@ -241,12 +241,8 @@ func (s *Server) unary(ctx context.Context, req any, info *grpc.UnaryServerInfo,
 	if r == nil {
 		return handler(ctx, req)
 	}
-	c := s.call(ctx, r, info.FullMethod)
 	var permits [maxGuards]Permit
-	mask, i, d := r.admit(c, &permits)
-	if i < 0 && len(r.starters) > 0 {
-		i, d = r.startAt(c, mask, &permits)
-	}
+	c, mask, i, d := s.admitHere(ctx, r, info.FullMethod, &permits)
 	if i >= 0 {
 		setPushback(ctx, nil, d)
 		return nil, refusalStatus(r.code, r.guards[i].Name(), d, c.Key).Err()
@@ -255,6 +251,18 @@ func (s *Server) unary(ctx context.Context, req any, info *grpc.UnaryServerInfo,
 	resp, err := handler(ctx, req)
 	r.finish(c, mask, &permits, s.outcome(r, c, err))
 	return resp, err
+}
+
+// admitHere admits a call that did not go through the tap: the whole rule,
+// then its Starter guards. It returns the index of the refusing guard, or
+// -1.
+func (s *Server) admitHere(ctx context.Context, r *rule, method string, permits *[maxGuards]Permit) (Call, uint32, int, Decision) {
+	c := s.call(ctx, r, method)
+	mask, i, d := r.admit(c, permits)
+	if i < 0 && len(r.starters) > 0 {
+		i, d = r.startAt(c, mask, permits)
+	}
+	return c, mask, i, d
 }
 
 // call describes a call seen first by an interceptor.
@@ -290,12 +298,8 @@ func (s *Server) stream(srv any, ss grpc.ServerStream, info *grpc.StreamServerIn
 	if r == nil {
 		return handler(srv, ss)
 	}
-	c := s.call(ctx, r, info.FullMethod)
 	var permits [maxGuards]Permit
-	mask, i, d := r.admit(c, &permits)
-	if i < 0 && len(r.starters) > 0 {
-		i, d = r.startAt(c, mask, &permits)
-	}
+	c, mask, i, d := s.admitHere(ctx, r, info.FullMethod, &permits)
 	if i >= 0 {
 		setPushback(ctx, ss, d)
 		return refusalStatus(r.code, r.guards[i].Name(), d, c.Key).Err()

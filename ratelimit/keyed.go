@@ -411,31 +411,28 @@ func (k *Keyed) reconfigure(at time.Time, edit func(*bucketConfig)) {
 	defer k.mu.Unlock()
 	now := clampNow(int64(at.Sub(k.epoch)))
 	old := k.cfg.Load()
-	nc := *old
-	edit(&nc)
-	nc.derive()
-	if nc == *old {
+	nc, changed := old.next(edit)
+	if !changed {
 		return
 	}
-	nc.gen = (old.gen + 1) & genMask
 	for i := range k.shards {
 		k.shards[i].mu.Lock()
 	}
 	for i := range k.shards {
 		for _, b := range k.shards[i].m {
 			tat, _ := unpack(b.Load())
-			b.Store(pack(convert(old, &nc, tat, now), nc.gen))
+			b.Store(pack(convert(old, nc, tat, now), nc.gen))
 		}
 	}
 	// The overflow bucket is used outside the shard locks: convert it by CAS.
 	for {
 		s := k.overflow.Load()
 		tat, _ := unpack(s)
-		if k.overflow.CompareAndSwap(s, pack(convert(old, &nc, tat, now), nc.gen)) {
+		if k.overflow.CompareAndSwap(s, pack(convert(old, nc, tat, now), nc.gen)) {
 			break
 		}
 	}
-	k.cfg.Store(&nc)
+	k.cfg.Store(nc)
 	for i := range k.shards {
 		k.shards[i].mu.Unlock()
 	}

@@ -103,6 +103,19 @@ func wholeNanos(ivl float64) int64 {
 	return int64(n)
 }
 
+// next returns the configuration that edit makes of c, with the next
+// generation, and whether it differs from c.
+func (c *bucketConfig) next(edit func(*bucketConfig)) (*bucketConfig, bool) {
+	nc := *c
+	edit(&nc)
+	nc.derive()
+	if nc == *c {
+		return nil, false
+	}
+	nc.gen = (c.gen + 1) & genMask
+	return &nc, true
+}
+
 // clock returns the instant a configuration measures debt from: now, or 0
 // while the bucket is frozen (time does not refill it).
 func (c *bucketConfig) clock(now int64) int64 {

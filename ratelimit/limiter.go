@@ -260,18 +260,15 @@ func (l *Limiter) reconfigure(now int64, edit func(*bucketConfig)) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	old := l.cfg.Load()
-	nc := *old
-	edit(&nc)
-	nc.derive()
-	if nc == *old {
+	nc, changed := old.next(edit)
+	if !changed {
 		return
 	}
-	nc.gen = (old.gen + 1) & genMask
-	l.cfg.Store(&nc)
+	l.cfg.Store(nc)
 	for {
 		s := l.state.Load()
 		tat, _ := unpack(s)
-		if l.state.CompareAndSwap(s, pack(convert(old, &nc, tat, now), nc.gen)) {
+		if l.state.CompareAndSwap(s, pack(convert(old, nc, tat, now), nc.gen)) {
 			return
 		}
 	}
