@@ -15,6 +15,7 @@ const (
 	chartThroughput = "Requests per second"
 	chartLatency    = "Latency per second"
 	chartServer     = "Server CPU and load-shedding scale"
+	chartMeasures   = "Other measures" // default heading; see Comparison.MeasuresTitle
 )
 
 // Series names, as the HTML legends show them.
@@ -96,9 +97,9 @@ func (r row) Cells() []string { return r.cells }
 // WriteHTML writes a self-contained HTML report to w: the per-phase tables
 // and, for every run side by side, charts over time of requests per second
 // (offered, succeeded, refused, timed out, and the server's wasted work),
-// latency percentiles per second (successes and refusals, log scale) and,
+// latency percentiles per second (successes and refusals, log scale),
 // when the server reported them, its CPU utilisation and load-shedding
-// scale. Charts are inline SVG; the page loads nothing from anywhere. It
+// scale, and the runs' Measures, if any. Charts are inline SVG; the page loads nothing from anywhere. It
 // returns ErrNoRuns if c has no runs.
 func WriteHTML(w io.Writer, c *Comparison) error {
 	if err := check(c); err != nil {
@@ -115,12 +116,15 @@ func WriteHTML(w io.Writer, c *Comparison) error {
 	for i := range c.Runs[0].Result.Phases {
 		p.Tables = append(p.Tables, htmlTable{Title: phaseTitle(c, i), Header: header, Rows: phaseRows(c, i)})
 	}
-	for _, kind := range []string{chartThroughput, chartLatency, chartServer} {
+	for _, kind := range []string{chartThroughput, chartLatency, chartServer, chartMeasures} {
 		charts := chartsOf(c, kind)
 		if charts == nil {
 			continue
 		}
 		cr := htmlChartRow{Kind: kind}
+		if kind == chartMeasures && c.MeasuresTitle != "" {
+			cr.Kind = c.MeasuresTitle
+		}
 		for _, ch := range charts {
 			cr.Charts = append(cr.Charts, template.HTML(ch.svg())) // svg() escapes all text it writes
 		}
@@ -140,6 +144,15 @@ func chartsOf(c *Comparison, kind string) []chart {
 		if n := len(r.Server); n > 0 {
 			xMax = math.Max(xMax, r.Server[n-1].At.Seconds())
 		}
+		for _, m := range r.Measures {
+			if n := len(m.Samples); n > 0 {
+				xMax = math.Max(xMax, m.Samples[n-1].At.Seconds())
+			}
+		}
+	}
+	names := measureNames(c)
+	if kind == chartMeasures && len(names) == 0 {
+		return nil
 	}
 	charts := make([]chart, len(c.Runs))
 	for j, r := range c.Runs {
@@ -157,6 +170,9 @@ func chartsOf(c *Comparison, kind string) []chart {
 		case chartServer:
 			ch.yLabel, ch.yFmt = "%", fmtCount
 			ch.series = serverSeries(r.Server)
+		case chartMeasures:
+			ch.yLabel, ch.yFmt = "per second, or level", fmtCount
+			ch.series = measureSeries(r, names)
 		}
 		charts[j] = ch
 	}

@@ -36,6 +36,9 @@ type Comparison struct {
 	// Notes are extra lines shown under the title of the HTML report
 	// (e.g. how capacity was measured).
 	Notes []string
+	// MeasuresTitle heads the HTML chart row of the runs' Measures.
+	// Default "Other measures".
+	MeasuresTitle string
 }
 
 // Run is one load run and what its server reported.
@@ -47,6 +50,9 @@ type Run struct {
 	// Server holds samples of the server's counters ordered by At; nil
 	// when the server was not observed.
 	Server []ServerSample
+	// Measures are further quantities sampled over the run (see
+	// Measure); nil when there are none.
+	Measures []Measure `json:",omitempty"`
 }
 
 // ServerSample is the server's state at one moment of a run.

@@ -106,6 +106,16 @@ func phaseRows(c *Comparison, i int) []row {
 			return fmt.Sprintf("%.0f%%", 100*v.cpu)
 		})
 	}
+	for _, name := range measureNames(c) {
+		cells := make([]string, len(c.Runs))
+		for j, r := range c.Runs {
+			cells[j] = "-"
+			if m, ok := measureOf(r, name); ok && present[j] {
+				cells[j] = measureCell(m, r.Result, i)
+			}
+		}
+		rows = append(rows, row{measureLabel(c, name), cells})
+	}
 	return rows
 }
 

@@ -1,0 +1,146 @@
+package report
+
+import (
+	"fmt"
+	"math"
+	"slices"
+	"time"
+
+	"github.com/levee-go/levee/internal/loadgen"
+)
+
+// Measure is a quantity sampled over a run besides what the load generator
+// and the server report: the calls a downstream service received, the
+// calls a client refused without sending them, the calls in flight. The
+// report shows each measure as a row of the phase tables (matched across
+// runs by Name) and as a line of a chart row of its own, headed
+// Comparison.MeasuresTitle. The zero value is a count with no samples.
+type Measure struct {
+	// Name labels the measure's table row and chart line.
+	Name string `json:"name"`
+	// Level tells how the samples read. False: a count since some start
+	// (calls received); the tables show its increase over each phase
+	// with its rate, the charts its rate per second. True: a level (calls
+	// in flight, or their peak since the previous sample); the tables
+	// show its highest sample in each phase, the charts its samples.
+	Level bool `json:"level,omitempty"`
+	// Samples are the measure's values, ordered by At.
+	Samples []MeasureSample `json:"samples"`
+}
+
+// MeasureSample is a measure's value at one moment of a run.
+type MeasureSample struct {
+	// At is when the sample was taken, from Result.Start.
+	At time.Duration `json:"at_ns"`
+	// Value is the count or level at At.
+	Value float64 `json:"value"`
+}
+
+// measureColors are the colours of the measures' lines, by the order in
+// which the comparison names them.
+var measureColors = []string{offeredColor, refusalColor, timeoutColor, successColor, wastedColor, cpuColor, scaleColor, p90Color}
+
+// measureNames returns the names of the measures of all runs, in the order
+// they first appear.
+func measureNames(c *Comparison) []string {
+	var names []string
+	for _, r := range c.Runs {
+		for _, m := range r.Measures {
+			if !slices.Contains(names, m.Name) {
+				names = append(names, m.Name)
+			}
+		}
+	}
+	return names
+}
+
+// measureOf returns run r's measure called name.
+func measureOf(r Run, name string) (Measure, bool) {
+	for _, m := range r.Measures {
+		if m.Name == name {
+			return m, true
+		}
+	}
+	return Measure{}, false
+}
+
+// measureLabel is the table label of a measure.
+func measureLabel(c *Comparison, name string) string {
+	for _, r := range c.Runs {
+		if m, ok := measureOf(r, name); ok && m.Level {
+			return name + " (peak)"
+		}
+	}
+	return name
+}
+
+// measureCell returns measure m's cell for phase i of res: a count's
+// increase and rate, or a level's highest sample. Samples are attributed
+// as the server's are (see view): a sample covers the interval since the
+// previous one and counts in the phase where that interval ends; samples
+// after the schedule count in the last phase. It returns "-" when no
+// sample falls in the phase.
+func measureCell(m Measure, res *loadgen.Result, i int) string {
+	if res == nil || i >= len(res.Phases) {
+		return "-"
+	}
+	p := res.Phases[i]
+	start, end := p.Offset, p.Offset+p.Duration
+	last := i == len(res.Phases)-1
+	var sum float64
+	peak := math.Inf(-1)
+	found := false
+	for j, s := range m.Samples {
+		if !(s.At > start && (s.At <= end || last)) {
+			continue
+		}
+		if m.Level {
+			peak = math.Max(peak, s.Value)
+			found = true
+			continue
+		}
+		if j == 0 {
+			continue // a count's first sample is where it starts from
+		}
+		sum += s.Value - m.Samples[j-1].Value
+		found = true
+	}
+	switch {
+	case !found:
+		return "-"
+	case m.Level:
+		return fmt.Sprintf("%g", peak)
+	}
+	return fmt.Sprintf("%g (%.1f/s)", sum, sum/p.Duration.Seconds())
+}
+
+// measureSeries returns the chart lines of run r's measures: counts as
+// rates per second over each sampling interval, levels as sampled.
+func measureSeries(r Run, names []string) []series {
+	var ss []series
+	for k, name := range names {
+		m, ok := measureOf(r, name)
+		if !ok {
+			continue
+		}
+		s := series{name: name, color: measureColors[k%len(measureColors)], dashed: m.Level}
+		if !m.Level {
+			s.name += "/s"
+		}
+		for j, smp := range m.Samples {
+			switch {
+			case m.Level:
+				if smp.At >= 0 {
+					s.points = append(s.points, point{x: smp.At.Seconds(), y: smp.Value})
+				}
+			case j > 0:
+				prev := m.Samples[j-1]
+				if dt := (smp.At - prev.At).Seconds(); dt > 0 {
+					s.points = step(s.points, prev.At, smp.At, (smp.Value-prev.Value)/dt)
+				}
+			}
+		}
+		ss = append(ss, s)
+	}
+	return ss
+}

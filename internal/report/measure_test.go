@@ -1,0 +1,151 @@
+package report
+
+import (
+	"bytes"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+)
+
+// withMeasures is comparison() with a downstream call count in both runs
+// and a level in the second only, sampled at 0s..5s (the schedule is 4s:
+// "normal" (0, 2s], "spike" (2s, 4s], then samples while calls finish).
+func withMeasures() *Comparison {
+	c := comparison()
+	c.MeasuresTitle = "Downstream & client"
+	count := func(perSecond ...float64) Measure {
+		m := Measure{Name: "downstream calls"}
+		var v float64
+		for i, r := range perSecond {
+			m.Samples = append(m.Samples, MeasureSample{At: time.Duration(i) * time.Second, Value: v})
+			v += r
+		}
+		return m
+	}
+	// Increases land in the interval ending at the next sample.
+	c.Runs[0].Measures = []Measure{count(100, 100, 100, 100, 7, 0)}
+	c.Runs[1].Measures = []Measure{
+		count(100, 100, 5, 3, 1, 0),
+		{Name: "in flight", Level: true, Samples: []MeasureSample{{0, 0}, {time.Second, 4}, {2 * time.Second, 2}, {3 * time.Second, 9}, {4 * time.Second, 1}, {5 * time.Second, 12}}},
+	}
+	return c
+}
+
+func TestMeasureRows(t *testing.T) {
+	var b bytes.Buffer
+	if err := WriteTable(&b, withMeasures()); err != nil {
+		t.Fatalf("WriteTable() error = %v", err)
+	}
+	tables := strings.Split(b.String(), "\n\n")
+	if len(tables) != 2 {
+		t.Fatalf("WriteTable wrote %d tables, want 2:\n%s", len(tables), b.String())
+	}
+	tests := []struct {
+		name  string
+		phase int
+		give  string // row label
+		want  []string
+	}{
+		// Intervals ending at 1s and 2s.
+		{name: "count normal", phase: 0, give: "downstream calls", want: []string{"200 (100.0/s)", "200 (100.0/s)"}},
+		// Intervals ending at 3s, 4s and, after the schedule, 5s.
+		{name: "count spike", phase: 1, give: "downstream calls", want: []string{"207 (103.5/s)", "9 (4.5/s)"}},
+		{name: "level normal", phase: 0, give: "in flight (peak)", want: []string{"-", "4"}},
+		{name: "level spike and after", phase: 1, give: "in flight (peak)", want: []string{"-", "12"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			line := findRow(tables[tt.phase], tt.give)
+			if line == "" {
+				t.Fatalf("table %d has no row %q:\n%s", tt.phase, tt.give, tables[tt.phase])
+			}
+			cells := splitCells(strings.TrimSpace(strings.TrimPrefix(strings.TrimSpace(line), tt.give)))
+			if len(cells) != 2 || cells[0] != tt.want[0] || cells[1] != tt.want[1] {
+				t.Errorf("row %q of phase %d cells = %q, want %q", tt.give, tt.phase, cells, tt.want)
+			}
+		})
+	}
+}
+
+func TestMeasureCellWithoutSamplesInPhase(t *testing.T) {
+	res := fakeResult(true)
+	m := Measure{Name: "late", Samples: []MeasureSample{{At: 3 * time.Second, Value: 1}, {At: 4 * time.Second, Value: 5}}}
+	tests := []struct {
+		name string
+		give int
+		want string
+	}{
+		{name: "no sample in normal", give: 0, want: "-"},
+		{name: "first sample only starts the count", give: 1, want: "4 (2.0/s)"},
+		{name: "no such phase", give: 2, want: "-"},
+	}
+	for _, tt := range tests {
+		if got := measureCell(m, res, tt.give); got != tt.want {
+			t.Errorf("measureCell(%s, phase %d) = %q, want %q", tt.name, tt.give, got, tt.want)
+		}
+	}
+}
+
+func TestMeasureChart(t *testing.T) {
+	var b bytes.Buffer
+	if err := WriteHTML(&b, withMeasures()); err != nil {
+		t.Fatalf("WriteHTML() error = %v", err)
+	}
+	out := b.String()
+	svgs := regexp.MustCompile(`(?s)<svg .*?</svg>`).FindAllString(out, -1)
+	if len(svgs) != 8 {
+		t.Fatalf("HTML has %d SVG charts, want 8 (4 kinds × 2 runs)", len(svgs))
+	}
+	for i, s := range svgs[6:] {
+		if err := wellFormed(s); err != nil {
+			t.Errorf("measure chart %d is not well-formed XML: %v", i, err)
+		}
+		if !strings.Contains(s, `data-name="downstream calls/s"`) {
+			t.Errorf("measure chart %d lacks the count's rate line", i)
+		}
+	}
+	if strings.Contains(svgs[6], `data-name="in flight"`) || !strings.Contains(svgs[7], `data-name="in flight"`) {
+		t.Errorf("the level should be charted for the second run only")
+	}
+	if !strings.Contains(out, "<h3>Downstream &amp; client</h3>") {
+		t.Errorf("HTML lacks the measures' heading")
+	}
+	for _, want := range []string{"downstream calls", "in flight (peak)", "9 (4.5/s)"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("HTML tables lack %q", want)
+		}
+	}
+}
+
+func TestMeasureSeriesRates(t *testing.T) {
+	r := withMeasures().Runs[1]
+	ss := measureSeries(r, []string{"downstream calls", "in flight", "absent"})
+	if len(ss) != 2 {
+		t.Fatalf("measureSeries() = %d series, want 2 (the absent measure has none)", len(ss))
+	}
+	// Steps: (0,1] 100, (1,2] 100, (2,3] 5, (3,4] 3, (4,5] 1.
+	want := []point{{0, 100}, {1, 100}, {1, 100}, {2, 100}, {2, 5}, {3, 5}, {3, 3}, {4, 3}, {4, 1}, {5, 1}}
+	if got := ss[0].points; len(got) != len(want) {
+		t.Fatalf("count series points = %v, want %v", got, want)
+	} else {
+		for i := range want {
+			if got[i] != want[i] {
+				t.Errorf("count series point %d = %v, want %v", i, got[i], want[i])
+			}
+		}
+	}
+	if got := ss[1].points; len(got) != 6 || got[5] != (point{5, 12}) {
+		t.Errorf("level series points = %v, want the 6 samples as they are", got)
+	}
+}
+
+func TestNoMeasuresNoMeasureChart(t *testing.T) {
+	var b bytes.Buffer
+	if err := WriteHTML(&b, comparison()); err != nil {
+		t.Fatalf("WriteHTML() error = %v", err)
+	}
+	if strings.Contains(b.String(), chartMeasures) {
+		t.Errorf("HTML without measures has a %q row", chartMeasures)
+	}
+}
