@@ -28,6 +28,7 @@ const (
 	seriesP50       = "success p50"
 	seriesP90       = "success p90"
 	seriesP99       = "success p99"
+	seriesRefP50    = "refusal p50"
 	seriesRefP99    = "refusal p99"
 	seriesCPU       = "CPU utilisation %"
 	seriesScale     = "shedding scale %"
@@ -277,6 +278,7 @@ func latencySeries(res *loadgen.Result) []series {
 		{name: seriesP50, color: p50Color, points: perSecond(res, q(func(l loadgen.Latency) time.Duration { return l.P50 }, false))},
 		{name: seriesP90, color: p90Color, points: perSecond(res, q(func(l loadgen.Latency) time.Duration { return l.P90 }, false))},
 		{name: seriesP99, color: p99Color, points: perSecond(res, q(func(l loadgen.Latency) time.Duration { return l.P99 }, false))},
+		{name: seriesRefP50, color: refusalP50Color, dashed: true, points: perSecond(res, q(func(l loadgen.Latency) time.Duration { return l.P50 }, true))},
 		{name: seriesRefP99, color: refusalColor, dashed: true, points: perSecond(res, q(func(l loadgen.Latency) time.Duration { return l.P99 }, true))},
 	}
 }

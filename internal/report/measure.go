@@ -20,10 +20,14 @@ type Measure struct {
 	Name string `json:"name"`
 	// Level tells how the samples read. False: a count since some start
 	// (calls received); the tables show its increase over each phase
-	// with its rate, the charts its rate per second. True: a level (calls
-	// in flight, or their peak since the previous sample); the tables
-	// show its highest sample in each phase, the charts its samples.
+	// with its rate, the charts its rate per second. True: a level at
+	// each sample's moment (calls in flight); the tables show the mean
+	// and the highest of its samples in each phase, the charts its
+	// samples.
 	Level bool `json:"level,omitempty"`
+	// TableOnly keeps the measure out of the charts: for counts too
+	// small or too rare to read on the scale of the others.
+	TableOnly bool `json:"table_only,omitempty"`
 	// Samples are the measure's values, ordered by At.
 	Samples []MeasureSample `json:"samples"`
 }
@@ -68,14 +72,14 @@ func measureOf(r Run, name string) (Measure, bool) {
 func measureLabel(c *Comparison, name string) string {
 	for _, r := range c.Runs {
 		if m, ok := measureOf(r, name); ok && m.Level {
-			return name + " (peak)"
+			return name + " (mean, max)"
 		}
 	}
 	return name
 }
 
 // measureCell returns measure m's cell for phase i of res: a count's
-// increase and rate, or a level's highest sample. Samples are attributed
+// increase and rate, or a level's mean and highest sample. Samples are attributed
 // as the server's are (see view): a sample covers the interval since the
 // previous one and counts in the phase where that interval ends; samples
 // after the schedule count in the last phase. It returns "-" when no
@@ -89,6 +93,7 @@ func measureCell(m Measure, res *loadgen.Result, i int) string {
 	last := i == len(res.Phases)-1
 	var sum float64
 	peak := math.Inf(-1)
+	n := 0
 	found := false
 	for j, s := range m.Samples {
 		if !(s.At > start && (s.At <= end || last)) {
@@ -96,6 +101,8 @@ func measureCell(m Measure, res *loadgen.Result, i int) string {
 		}
 		if m.Level {
 			peak = math.Max(peak, s.Value)
+			sum += s.Value
+			n++
 			found = true
 			continue
 		}
@@ -109,18 +116,19 @@ func measureCell(m Measure, res *loadgen.Result, i int) string {
 	case !found:
 		return "-"
 	case m.Level:
-		return fmt.Sprintf("%g", peak)
+		return fmt.Sprintf("%.1f (max %g)", sum/float64(n), peak)
 	}
 	return fmt.Sprintf("%g (%.1f/s)", sum, sum/p.Duration.Seconds())
 }
 
 // measureSeries returns the chart lines of run r's measures: counts as
-// rates per second over each sampling interval, levels as sampled.
+// rates per second over each sampling interval, levels as sampled. A
+// measure that is TableOnly, or never moves from zero, gets no line.
 func measureSeries(r Run, names []string) []series {
 	var ss []series
 	for k, name := range names {
 		m, ok := measureOf(r, name)
-		if !ok {
+		if !ok || m.TableOnly || flatZero(m) {
 			continue
 		}
 		s := series{name: name, color: measureColors[k%len(measureColors)], dashed: m.Level}
@@ -143,4 +151,15 @@ func measureSeries(r Run, names []string) []series {
 		ss = append(ss, s)
 	}
 	return ss
+}
+
+// flatZero reports whether m has nothing to draw: a count that never
+// increases, or a level that is always zero.
+func flatZero(m Measure) bool {
+	for j, s := range m.Samples {
+		if m.Level && s.Value != 0 || !m.Level && j > 0 && s.Value != m.Samples[j-1].Value {
+			return false
+		}
+	}
+	return true
 }

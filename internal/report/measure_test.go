@@ -2,6 +2,7 @@ package report
 
 import (
 	"bytes"
+	"fmt"
 	"regexp"
 	"strings"
 	"testing"
@@ -51,8 +52,10 @@ func TestMeasureRows(t *testing.T) {
 		{name: "count normal", phase: 0, give: "downstream calls", want: []string{"200 (100.0/s)", "200 (100.0/s)"}},
 		// Intervals ending at 3s, 4s and, after the schedule, 5s.
 		{name: "count spike", phase: 1, give: "downstream calls", want: []string{"207 (103.5/s)", "9 (4.5/s)"}},
-		{name: "level normal", phase: 0, give: "in flight (peak)", want: []string{"-", "4"}},
-		{name: "level spike and after", phase: 1, give: "in flight (peak)", want: []string{"-", "12"}},
+		// Samples at 1s and 2s.
+		{name: "level normal", phase: 0, give: "in flight (mean, max)", want: []string{"-", "3.0 (max 4)"}},
+		// Samples at 3s, 4s and, after the schedule, 5s.
+		{name: "level spike and after", phase: 1, give: "in flight (mean, max)", want: []string{"-", "7.3 (max 12)"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -111,7 +114,7 @@ func TestMeasureChart(t *testing.T) {
 	if !strings.Contains(out, "<h3>Downstream &amp; client</h3>") {
 		t.Errorf("HTML lacks the measures' heading")
 	}
-	for _, want := range []string{"downstream calls", "in flight (peak)", "9 (4.5/s)"} {
+	for _, want := range []string{"downstream calls", "in flight (mean, max)", "9 (4.5/s)", "7.3 (max 12)"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("HTML tables lack %q", want)
 		}
@@ -148,4 +151,70 @@ func TestNoMeasuresNoMeasureChart(t *testing.T) {
 	if strings.Contains(b.String(), chartMeasures) {
 		t.Errorf("HTML without measures has a %q row", chartMeasures)
 	}
+}
+
+func TestMeasureSeriesLeavesOut(t *testing.T) {
+	samples := func(vs ...float64) []MeasureSample {
+		var out []MeasureSample
+		for i, v := range vs {
+			out = append(out, MeasureSample{At: time.Duration(i) * time.Second, Value: v})
+		}
+		return out
+	}
+	r := Run{Name: "r", Result: fakeResult(true), Measures: []Measure{
+		{Name: "charted count", Samples: samples(5, 5, 6)},
+		{Name: "flat count", Samples: samples(7, 7, 7)},
+		{Name: "zero level", Level: true, Samples: samples(0, 0, 0)},
+		{Name: "charted level", Level: true, Samples: samples(0, 1, 0)},
+		{Name: "table only", TableOnly: true, Samples: samples(0, 3, 9)},
+	}}
+	names := []string{"charted count", "flat count", "zero level", "charted level", "table only"}
+	var got []string
+	for _, s := range measureSeries(r, names) {
+		got = append(got, s.name)
+	}
+	if want := []string{"charted count/s", "charted level"}; strings.Join(got, ",") != strings.Join(want, ",") {
+		t.Errorf("measureSeries() names = %q, want %q", got, want)
+	}
+	// The table still shows every measure.
+	var b bytes.Buffer
+	if err := WriteTable(&b, &Comparison{Runs: []Run{r}}); err != nil {
+		t.Fatalf("WriteTable() error = %v", err)
+	}
+	for _, label := range []string{"flat count", "zero level (mean, max)", "table only"} {
+		if !strings.Contains(b.String(), label) {
+			t.Errorf("table lacks the row %q:\n%s", label, b.String())
+		}
+	}
+}
+
+func TestLegendLayout(t *testing.T) {
+	short := chart{series: []series{{name: "p50"}, {name: "p99"}}}
+	if perRow, w := short.legendLayout(); perRow != 4 || w != legendItemW {
+		t.Errorf("legendLayout(short names) = %d, %d; want 4, %d", perRow, w, legendItemW)
+	}
+	long := chart{yFmt: fmtCount, xMax: 1, yMax: 1}
+	for range 5 {
+		long.series = append(long.series, series{name: "downstream calls in flight, by far", color: "#000"})
+	}
+	perRow, w := long.legendLayout()
+	if perRow*w > svgW-padL || perRow < 1 {
+		t.Errorf("legendLayout(long names) = %d per row of %d px: wider than the %d px available", perRow, w, svgW-padL)
+	}
+	// Rows beyond two make the chart taller.
+	rows := (5 + perRow - 1) / perRow
+	wantH := svgH + max(0, rows-2)*legendRowH
+	if s := long.svg(); !strings.Contains(s, fmt.Sprintf(`height="%d"`, wantH)) {
+		t.Errorf("svg() with %d legend rows lacks height=%d", rows, wantH)
+	}
+}
+
+func TestLatencyChartShowsRefusalMedian(t *testing.T) {
+	ss := latencySeries(fakeResult(true))
+	for _, s := range ss {
+		if s.name == seriesRefP50 {
+			return
+		}
+	}
+	t.Errorf("latencySeries() lacks %q", seriesRefP50)
 }

@@ -50,13 +50,17 @@ const (
 	wastedColor, cpuColor        = "#8c564b", "#9467bd"
 	scaleColor, p50Color         = "#17becf", "#2ca02c"
 	p90Color, p99Color, p999Colr = "#bcbd22", "#ff7f0e", "#d62728"
+	refusalP50Color              = "#e377c2"
 )
 
 // svg renders the chart. Every piece of text is escaped.
 func (c chart) svg() string {
 	var b strings.Builder
+	perRow, itemW := c.legendLayout()
+	rows := (len(c.series) + perRow - 1) / perRow
+	height := svgH + max(0, rows-2)*legendRowH // room for two rows is built in
 	fmt.Fprintf(&b, `<svg class="chart" viewBox="0 0 %d %d" width="%d" height="%d" role="img" aria-label="%s">`,
-		svgW, svgH, svgW, svgH, html.EscapeString(c.title))
+		svgW, height, svgW, height, html.EscapeString(c.title))
 	fmt.Fprintf(&b, `<text x="%d" y="16" font-size="13" font-weight="bold">%s</text>`, padL, html.EscapeString(c.title))
 
 	xMax := c.xMax
@@ -139,13 +143,27 @@ func (c chart) svg() string {
 		}
 		b.WriteString(`</g>`)
 		// Legend below the plot.
-		lx := padL + (i%4)*legendItemW
-		ly := padT + plotH + 30 + (i/4)*legendRowH
+		lx := padL + (i%perRow)*itemW
+		ly := padT + plotH + 30 + (i/perRow)*legendRowH
 		fmt.Fprintf(&b, `<line x1="%d" x2="%d" y1="%d" y2="%d" stroke="%s" stroke-width="2"%s/>`, lx, lx+16, ly-4, ly-4, s.color, dash)
 		fmt.Fprintf(&b, `<text x="%d" y="%d" font-size="%d">%s</text>`, lx+20, ly, fontSize, html.EscapeString(s.name))
 	}
 	b.WriteString(`</svg>`)
 	return b.String()
+}
+
+// legendLayout returns how many legend items fit in a row and how wide
+// each is: four of legendItemW, or for long names fewer, wider ones (about
+// 6.5 pixels a character at fontSize).
+func (c chart) legendLayout() (perRow, itemW int) {
+	longest := 0
+	for _, s := range c.series {
+		longest = max(longest, len([]rune(s.name)))
+	}
+	if need := 24 + longest*13/2; need > legendItemW {
+		return max(1, (svgW-padL)/need), need
+	}
+	return 4, legendItemW // the last item may reach into the right margin
 }
 
 // splitRuns splits points at NaN values into runs of finite points.
