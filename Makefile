@@ -3,9 +3,11 @@ GO ?= go
 
 .PHONY: test vet race bench proto tidy
 
-## test: vet and run every test with the race detector.
+## test: vet and run every test with the race detector. Packages run one at a
+## time (-p 1): the demo's end-to-end test pins server processes to CPUs and
+## measures their goodput, which other packages' tests would steal from.
 test: vet
-	$(GO) test -race -count=1 ./...
+	$(GO) test -race -count=1 -p 1 ./...
 	@# Full-size memory tests that the race detector makes too slow.
 	$(GO) test -count=1 -run 'Flood' ./ratelimit
 
