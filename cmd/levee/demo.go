@@ -34,6 +34,7 @@ type demoConfig struct {
 	jsonOut     string
 	loadFlags   loadFlags
 	loadOptions []loadgen.Option
+	dep         dependencyConfig // -scenario dependency only
 
 	// drain bounds the wait, after a run, for the server to finish the
 	// calls it still holds (so that late work is counted); stopGrace the
@@ -56,11 +57,11 @@ type demoResult struct {
 }
 
 func (c *cli) parseDemo(args []string) (*demoConfig, error) {
-	fs := c.newFlagSet("demo", "Run the overload demo: measure the inventory service's capacity, then drive\nthe same open-loop scenario (normal load, a spike of about 10x capacity,\nrecovery) against the unprotected and then the protected server, each in\nits own process on its own CPU. Prints a side-by-side table per phase and\nwrites an HTML report.")
+	fs := c.newFlagSet("demo", "Run the overload demo: measure the inventory service's capacity, then drive\nthe same open-loop scenario (normal load, a spike of about 10x capacity,\nrecovery) against the unprotected and then the protected server, each in\nits own process on its own CPU. Prints a side-by-side table per phase and\nwrites an HTML report.\n\nWith -scenario dependency: the inventory service calls a downstream service\nthat turns slow or failing for -incident in the middle of steady load;\nwithout and then with client-side protection (circuit breaker and adaptive\nthrottle), same table and report.")
 	cfg := &demoConfig{capacity: capacityFlag{auto: true}, drain: statsDrain, stopGrace: 2 * time.Second}
 	fs.Var(&cfg.capacity, "capacity", "server capacity in `calls/s` (auto: measure it closed-loop against the unprotected server)")
 	fs.DurationVar(&cfg.cpuWork, "cpu-work", inventory.DefaultCPUWork, "CPU time each Allocate burns")
-	fs.StringVar(&cfg.scenario, "scenario", "overload", "scenario to run: overload")
+	fs.StringVar(&cfg.scenario, "scenario", "overload", "scenario to run: overload or dependency")
 	fs.DurationVar(&cfg.normal, "normal", 8*time.Second, "length of the normal-load phase")
 	fs.DurationVar(&cfg.spike, "spike", 10*time.Second, "length of the spike phase")
 	fs.DurationVar(&cfg.recovery, "recovery", 8*time.Second, "length of the recovery phase")
@@ -71,15 +72,18 @@ func (c *cli) parseDemo(args []string) (*demoConfig, error) {
 	fs.StringVar(&cfg.out, "out", "levee-report.html", "HTML report `file` (empty: none)")
 	fs.StringVar(&cfg.jsonOut, "json", "", "also write both runs' full results as JSON to this `file`")
 	cfg.loadFlags.register(fs, "poisson")
+	cfg.dep.register(fs)
 	if err := c.parse(fs, args); err != nil {
 		return nil, err
 	}
 	switch cfg.scenario {
 	case "overload":
 	case "dependency":
-		return nil, usageError("-scenario dependency is not available yet; use overload")
+		if err := cfg.dep.check(); err != nil {
+			return nil, err
+		}
 	default:
-		return nil, usageError("-scenario must be overload, got %q", cfg.scenario)
+		return nil, usageError("-scenario must be overload or dependency, got %q", cfg.scenario)
 	}
 	if cfg.cpuWork <= 0 {
 		return nil, usageError("-cpu-work must be > 0 (the demo needs a CPU-bound handler), got %v", cfg.cpuWork)
@@ -117,7 +121,11 @@ func (c *cli) demo(ctx context.Context, args []string) error {
 	}
 	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	res, err := c.runDemo(ctx, cfg)
+	run := c.runDemo
+	if cfg.scenario == "dependency" {
+		run = c.runDependency
+	}
+	res, err := run(ctx, cfg)
 	if err != nil {
 		if ctx.Err() != nil {
 			return errors.New("interrupted")

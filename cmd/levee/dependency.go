@@ -1,0 +1,296 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"math"
+	"runtime"
+	"strconv"
+	"sync/atomic"
+	"time"
+
+	"google.golang.org/grpc"
+
+	"github.com/levee-go/levee/breaker"
+	"github.com/levee-go/levee/examples/inventory"
+	"github.com/levee-go/levee/grpcguard"
+	"github.com/levee-go/levee/internal/loadgen"
+	"github.com/levee-go/levee/internal/report"
+	"github.com/levee-go/levee/throttle"
+)
+
+// dependencyConfig is what only `levee demo -scenario dependency` reads.
+type dependencyConfig struct {
+	fault       string        // faultSlow or faultFail
+	incident    time.Duration // length of the incident phase
+	slowness    time.Duration // how long a slow downstream call hangs
+	share       float64       // share of the downstream's calls the fault hits
+	deadline    time.Duration // the front's deadline for each downstream call
+	breakerWait time.Duration // the client breaker's wait in open
+
+	// sampleEvery is how often the run samples the front's and the
+	// downstream's counters. Not a flag: tests shorten it.
+	sampleEvery time.Duration
+}
+
+// register adds the scenario's flags to fs.
+func (d *dependencyConfig) register(fs *flag.FlagSet) {
+	fs.StringVar(&d.fault, "fault", faultSlow, "dependency scenario: what goes wrong downstream during the incident: slow (calls hang for -slowness) or fail (calls fail at once)")
+	fs.DurationVar(&d.incident, "incident", 10*time.Second, "dependency scenario: length of the incident phase")
+	fs.DurationVar(&d.slowness, "slowness", 2*time.Second, "dependency scenario: how long a slow downstream call hangs")
+	fs.Float64Var(&d.share, "fault-share", 1, "dependency scenario: `share` (0..1] of the downstream's calls the fault hits during the incident")
+	fs.DurationVar(&d.deadline, "downstream-deadline", 300*time.Millisecond, "dependency scenario: the front's deadline for each downstream call")
+	fs.DurationVar(&d.breakerWait, "breaker-wait", time.Second, "dependency scenario: how long the protected front's client breaker stays open before it probes")
+	d.sampleEvery = 250 * time.Millisecond
+}
+
+// check validates the scenario's flags.
+func (d *dependencyConfig) check() error {
+	if d.fault != faultSlow && d.fault != faultFail {
+		return usageError("-fault must be slow or fail, got %q", d.fault)
+	}
+	for _, f := range []struct {
+		name string
+		v    time.Duration
+	}{{"incident", d.incident}, {"slowness", d.slowness}, {"downstream-deadline", d.deadline}, {"breaker-wait", d.breakerWait}} {
+		if err := positive(f.name, f.v); err != nil {
+			return err
+		}
+	}
+	if !(d.share > 0 && d.share <= 1) {
+		return usageError("-fault-share must be in (0, 1], got %v", d.share)
+	}
+	return nil
+}
+
+// Client guard settings of the protected front, per (downstream, method).
+const (
+	depBreakerWindow   = 20 // calls judged
+	depBreakerMinCalls = 10
+	depBreakerRate     = 50 // percent of failures (or of slow calls) that opens it
+	depBreakerProbes   = 3  // half-open calls
+	depThrottleK       = 2
+	depThrottleWindow  = 10 * time.Second
+)
+
+// clientGuard returns the protected front's client guard: per downstream
+// method a circuit breaker (opened by failures or by calls slower than
+// half the downstream deadline) and an SRE adaptive throttle. It counts
+// the breakers' openings in openings.
+func (d *dependencyConfig) clientGuard(openings *atomic.Uint64) (*grpcguard.Client, error) {
+	return grpcguard.NewClient(
+		grpcguard.WithBreaker(func(target, method string) []breaker.Option {
+			return []breaker.Option{
+				breaker.WithCountWindow(depBreakerWindow),
+				breaker.WithMinimumCalls(depBreakerMinCalls),
+				breaker.WithFailureRate(depBreakerRate),
+				breaker.WithSlowCalls(d.deadline/2, depBreakerRate),
+				breaker.WithWaitInOpen(d.breakerWait),
+				breaker.WithHalfOpenCalls(depBreakerProbes),
+				breaker.WithOnStateChange(func(_, to breaker.State) {
+					if to == breaker.StateOpen {
+						openings.Add(1)
+					}
+				}),
+			}
+		}),
+		grpcguard.WithThrottle(func(target, method string) []throttle.Option {
+			return []throttle.Option{throttle.WithK(depThrottleK), throttle.WithWindow(depThrottleWindow, 10)}
+		}),
+	)
+}
+
+// dependencyPhases is the scenario's schedule: the same load throughout,
+// the downstream's incident in the middle.
+func dependencyPhases(cfg *demoConfig, capacity float64) []loadgen.Phase {
+	rate := cfg.normalLoad * capacity
+	return []loadgen.Phase{
+		{Name: "normal", Duration: cfg.normal, Rate: rate},
+		{Name: "incident", Duration: cfg.dep.incident, Rate: rate},
+		{Name: "recovery", Duration: cfg.recovery, Rate: rate},
+	}
+}
+
+// runDependency runs the dependency scenario against the unprotected and
+// then the protected front and returns both runs.
+func (c *cli) runDependency(ctx context.Context, cfg *demoConfig) (*demoResult, error) {
+	// Both fronts burn the same SHA-256 rounds per Allocate.
+	iterations := inventory.NewServer(inventory.WithCPUWork(cfg.cpuWork)).WorkIterations()
+	res := &demoResult{Capacity: cfg.capacity.value, Measured: cfg.capacity.auto, WorkIterations: strconv.Itoa(iterations)}
+	if cfg.capacity.auto {
+		// One CPU's worth: the front's capacity were it alone on a CPU,
+		// as each server of the overload demo is.
+		res.Capacity = estimateCapacity(iterations) / float64(runtime.GOMAXPROCS(0))
+	}
+	phases := dependencyPhases(cfg, res.Capacity)
+	fmt.Fprintf(c.stderr, "levee demo: dependency scenario, capacity %.0f calls/s (%s), %v normal, %v incident (%s downstream), %v recovery at %.0f/s\n",
+		res.Capacity, map[bool]string{true: "one CPU's worth, estimated", false: "given"}[res.Measured],
+		phases[0].Duration, phases[1].Duration, cfg.dep.fault, phases[2].Duration, phases[0].Rate)
+
+	unprotected, err := c.dependencyRun(ctx, cfg, "unprotected", phases, iterations, nil)
+	if err != nil {
+		return nil, err
+	}
+	var openings atomic.Uint64
+	guard, err := cfg.dep.clientGuard(&openings)
+	if err != nil {
+		return nil, err
+	}
+	protected, err := c.dependencyRun(ctx, cfg, "protected", phases, iterations, &guardedDial{guard: guard, openings: &openings})
+	if err != nil {
+		return nil, err
+	}
+
+	dep := cfg.dep
+	what := fmt.Sprintf("hang for %v (the front gives each call %v)", dep.slowness, dep.deadline)
+	if dep.fault == faultFail {
+		what = "fail at once with INTERNAL"
+	}
+	how := "given with -capacity"
+	if res.Measured {
+		how = "one CPU's worth of Allocate work, estimated by timing the handler"
+	}
+	res.Comparison = &report.Comparison{
+		Title:         "levee demo: a failing dependency, without and with client-side protection",
+		Capacity:      res.Capacity,
+		Runs:          []report.Run{unprotected, protected},
+		MeasuresTitle: "Downstream calls and calls in flight",
+		Notes: []string{
+			"The inventory service (the front) reserves stock at a downstream warehouse service before each Allocate, with a deadline of " + dep.deadline.String() +
+				" per call, and answers UNAVAILABLE when the reservation fails. The load generator, the front and the downstream run in this process.",
+			fmt.Sprintf("Incident: %.0f%% of the downstream's calls %s, from %v to %v. Load %.0f calls/s throughout (%.1f× the front's capacity of %.0f calls/s, %s; each Allocate burns about %v of CPU, %d SHA-256 rounds).",
+				100*dep.share, what, phases[0].Duration, phases[0].Duration+phases[1].Duration, phases[0].Rate, cfg.normalLoad, res.Capacity, how, cfg.cpuWork, iterations),
+			fmt.Sprintf("Unprotected: the front calls the downstream plainly. Protected: through grpcguard.NewClient with, per downstream method, a circuit breaker "+
+				"(last %d calls, at least %d, opens at %d%% failures or %d%% calls slower than %v, stays open %v, then %d probes) and an SRE adaptive throttle (K = %g over %v). "+
+				"A call they refuse fails at once with UNAVAILABLE and is never sent.",
+				depBreakerWindow, depBreakerMinCalls, depBreakerRate, depBreakerRate, dep.deadline/2, dep.breakerWait, depBreakerProbes, float64(depThrottleK), depThrottleWindow),
+			fmt.Sprintf("%s arrivals, caller deadline %v, retries %d. Refusals in the tables are the front's UNAVAILABLE answers: fast when a client guard refused, as slow as the downstream deadline when a call was sent and timed out. %s/%s, %d CPUs.",
+				cfg.loadFlags.arrivals, cfg.loadFlags.deadline, cfg.loadFlags.retries, runtime.GOOS, runtime.GOARCH, runtime.NumCPU()),
+			"What to look at: in the incident, refusal latency (fast failures or waits for the deadline), the calls that reach the downstream and the calls piled up in flight; " +
+				"in the recovery, how soon goodput is back (the protected front waits for its breaker to probe).",
+			"Generated " + time.Now().Format(time.RFC1123) + ".",
+		},
+	}
+	return res, nil
+}
+
+// guardedDial is the protected front's client guard and the count of its
+// breakers' openings.
+type guardedDial struct {
+	guard    *grpcguard.Client
+	openings *atomic.Uint64
+}
+
+// dependencyRun starts a downstream and a front (guarded by g unless nil),
+// drives the phases against the front while the downstream's incident
+// runs in the middle phase, and stops both.
+func (c *cli) dependencyRun(ctx context.Context, cfg *demoConfig, name string, phases []loadgen.Phase, iterations int, g *guardedDial) (report.Run, error) {
+	inc := &incident{fault: cfg.dep.fault, slowness: cfg.dep.slowness, share: cfg.dep.share}
+	ds, err := startDownstream(inc)
+	if err != nil {
+		return report.Run{}, fmt.Errorf("%s run: %w", name, err)
+	}
+	defer ds.stop()
+	var dialOpts []grpc.DialOption
+	var openings *atomic.Uint64
+	if g != nil {
+		dialOpts, openings = g.guard.DialOptions(), g.openings
+	}
+	fs, err := startFront(ds.addr, cfg.dep.deadline, iterations, dialOpts)
+	if err != nil {
+		return report.Run{}, fmt.Errorf("%s run: %w", name, err)
+	}
+	defer fs.stop() // runs before ds.stop: the front's calls end first
+	t, err := dial(ctx, fs.addr, cfg.loadFlags.conns, c.readyTimeout)
+	if err != nil {
+		return report.Run{}, fmt.Errorf("%s front: %w", name, err)
+	}
+	defer t.Close()
+
+	opts := cfg.loadOptions
+	if !cfg.loadFlags.quiet {
+		opts = append(opts[:len(opts):len(opts)], loadgen.WithProgress(prefixWriter{w: c.stderr, prefix: name + " "}))
+	}
+	gen, err := loadgen.New(t.allocateCall(fmt.Sprintf("dependency-%s-%d", name, time.Now().UnixNano())), phases, opts...)
+	if err != nil {
+		return report.Run{}, usageError("%v", err)
+	}
+	fmt.Fprintf(c.stderr, "levee demo: %s front up at %s, downstream at %s\n", name, fs.addr, ds.addr)
+	sampler := startDepSampler(fs.front, ds, openings, cfg.dep.sampleEvery)
+	// The generator's schedule starts at Run, microseconds from here.
+	start := time.Now()
+	inc.schedule(start.Add(phases[0].Duration), start.Add(phases[0].Duration+phases[1].Duration))
+	res, err := gen.Run(ctx)
+	if err == nil {
+		// Let the calls still running in the front and the downstream
+		// (hung ones) finish, so that what they do late is counted.
+		waitIdle(ctx, cfg.drain, &fs.inFlight, &ds.inFlight)
+	}
+	samples := sampler.stop()
+	if err != nil {
+		return report.Run{}, fmt.Errorf("%s run: %w", name, err)
+	}
+	run := report.Run{Name: name, Result: res}
+	run.Server, run.Measures = depReport(samples, res.Start, g != nil)
+	return run, nil
+}
+
+// waitIdle waits until every gauge reads 0, at most d.
+func waitIdle(ctx context.Context, d time.Duration, gs ...*gauge) {
+	deadline := time.Now().Add(d)
+	for time.Now().Before(deadline) && ctx.Err() == nil {
+		idle := true
+		for _, g := range gs {
+			if g.load() > 0 {
+				idle = false
+			}
+		}
+		if idle {
+			return
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// Measure names of the dependency scenario.
+const (
+	measureReceived    = "downstream calls received"
+	measureRefused     = "front: failed fast, not sent"
+	measureTimedOut    = "front: downstream timed out"
+	measureFailed      = "front: downstream failed"
+	measureFrontFlight = "front calls in flight"
+	measureDownFlight  = "downstream calls in flight"
+	measureDownWasted  = "downstream wasted work"
+	measureBreakerOpen = "client breaker openings"
+)
+
+// depReport turns the samples into the report's server samples (the
+// front's Allocate runs and wasted work; its CPU is not measured, for it
+// shares the process) and measures.
+func depReport(samples []depSample, start time.Time, guarded bool) ([]report.ServerSample, []report.Measure) {
+	nan := math.NaN()
+	server := make([]report.ServerSample, 0, len(samples))
+	ms := []report.Measure{
+		{Name: measureReceived},
+		{Name: measureRefused},
+		{Name: measureTimedOut},
+		{Name: measureFailed},
+		{Name: measureFrontFlight, Level: true},
+		{Name: measureDownFlight, Level: true},
+		{Name: measureDownWasted, TableOnly: true},
+	}
+	if guarded {
+		ms = append(ms, report.Measure{Name: measureBreakerOpen, TableOnly: true})
+	}
+	for _, s := range samples {
+		at := s.at.Sub(start)
+		server = append(server, report.ServerSample{At: at, Calls: s.frontFinished, Wasted: s.frontLate, CPU: nan, Scale: nan})
+		values := []float64{float64(s.received), float64(s.frontRefused), float64(s.frontTimedOut), float64(s.frontFailed),
+			float64(s.frontInFlight), float64(s.downstreamInFlight), float64(s.downstreamWasted), float64(s.breakerOpenings)}
+		for i := range ms {
+			ms[i].Samples = append(ms[i].Samples, report.MeasureSample{At: at, Value: values[i]})
+		}
+	}
+	return server, ms
+}
