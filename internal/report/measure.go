@@ -44,15 +44,21 @@ type MeasureSample struct {
 // which the comparison names them.
 var measureColors = []string{offeredColor, refusalColor, timeoutColor, successColor, wastedColor, cpuColor, scaleColor, p90Color}
 
-// measureNames returns the names of the measures of all runs, in the order
-// they first appear.
+// measureNames returns the names of the measures of all runs: those of
+// the first run in its order, then each name a later run adds placed
+// right after the name that precedes it in that run (so a run's extra
+// measures sit next to their kin, not at the end).
 func measureNames(c *Comparison) []string {
 	var names []string
 	for _, r := range c.Runs {
+		at := 0 // where the next new name of this run goes
 		for _, m := range r.Measures {
-			if !slices.Contains(names, m.Name) {
-				names = append(names, m.Name)
+			if i := slices.Index(names, m.Name); i >= 0 {
+				at = i + 1
+				continue
 			}
+			names = slices.Insert(names, at, m.Name)
+			at++
 		}
 	}
 	return names

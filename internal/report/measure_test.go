@@ -218,3 +218,30 @@ func TestLatencyChartShowsRefusalMedian(t *testing.T) {
 	}
 	t.Errorf("latencySeries() lacks %q", seriesRefP50)
 }
+
+func TestMeasureNamesKeepEachRunsOrder(t *testing.T) {
+	run := func(names ...string) Run {
+		r := Run{Result: fakeResult(true)}
+		for _, n := range names {
+			r.Measures = append(r.Measures, Measure{Name: n})
+		}
+		return r
+	}
+	tests := []struct {
+		name string
+		give []Run
+		want []string
+	}{
+		{name: "none", give: []Run{run()}, want: nil},
+		{name: "same", give: []Run{run("a", "b"), run("a", "b")}, want: []string{"a", "b"}},
+		{name: "extra in the middle", give: []Run{run("a", "d"), run("a", "b", "c", "d", "e")}, want: []string{"a", "b", "c", "d", "e"}},
+		{name: "extra first", give: []Run{run("b"), run("a", "b")}, want: []string{"a", "b"}},
+		{name: "disjoint", give: []Run{run("a"), run("x")}, want: []string{"x", "a"}},
+	}
+	for _, tt := range tests {
+		got := measureNames(&Comparison{Runs: tt.give})
+		if strings.Join(got, ",") != strings.Join(tt.want, ",") {
+			t.Errorf("measureNames(%s) = %q, want %q", tt.name, got, tt.want)
+		}
+	}
+}
