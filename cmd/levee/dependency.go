@@ -163,12 +163,14 @@ func (c *cli) runDependency(ctx context.Context, cfg *demoConfig) (*demoResult, 
 				100*dep.share, what, phases[0].Duration, phases[0].Duration+phases[1].Duration, phases[0].Rate, cfg.normalLoad, res.Capacity, how, cfg.cpuWork, iterations),
 			fmt.Sprintf("Unprotected: the front calls the downstream plainly. Protected: through grpcguard.NewClient with, per downstream method, a circuit breaker "+
 				"(last %d calls, at least %d, opens at %d%% failures or %d%% calls slower than %v, stays open %v, then %d probes) and an SRE adaptive throttle (K = %g over %v). "+
-				"A call they refuse fails at once with UNAVAILABLE and is never sent.",
+				"A call they refuse fails at once with UNAVAILABLE and is never sent. The throttle's window is shorter than a long incident: by its end the throttle drops nearly every call "+
+				"the breaker would let through, and after the breaker closes it lets calls through again as it sees them succeed, which adds a little to the recovery.",
 				depBreakerWindow, depBreakerMinCalls, depBreakerRate, depBreakerRate, dep.deadline/2, dep.breakerWait, depBreakerProbes, float64(depThrottleK), depThrottleWindow),
 			fmt.Sprintf("%s arrivals, caller deadline %v, retries %d. Refusals in the tables are the front's UNAVAILABLE answers: fast when a client guard refused, as slow as the downstream deadline when a call was sent and timed out. %s/%s, %d CPUs.",
 				cfg.loadFlags.arrivals, cfg.loadFlags.deadline, cfg.loadFlags.retries, runtime.GOOS, runtime.GOARCH, runtime.NumCPU()),
-			"What to look at: in the incident, refusal latency (fast failures or waits for the deadline), the calls that reach the downstream and the calls piled up in flight; " +
-				"in the recovery, how soon goodput is back (the protected front waits for its breaker to probe).",
+			"What to look at: in the incident, refusal latency (fast failures, or waits for the downstream deadline: the calls sent before the breaker opened and its probes), " +
+				"the calls that reach the downstream and the calls piled up in flight in the front and the downstream; " +
+				"in the recovery, how soon goodput is back (the protected front waits for its breaker to probe, so it comes back a second or two after the unprotected one).",
 			"Generated " + time.Now().Format(time.RFC1123) + ".",
 		},
 	}
@@ -193,9 +195,8 @@ func (c *cli) dependencyRun(ctx context.Context, cfg *demoConfig, name string, p
 	}
 	defer ds.stop()
 	var dialOpts []grpc.DialOption
-	var openings *atomic.Uint64
 	if g != nil {
-		dialOpts, openings = g.guard.DialOptions(), g.openings
+		dialOpts = g.guard.DialOptions()
 	}
 	fs, err := startFront(ds.addr, cfg.dep.deadline, iterations, dialOpts)
 	if err != nil {
@@ -217,7 +218,7 @@ func (c *cli) dependencyRun(ctx context.Context, cfg *demoConfig, name string, p
 		return report.Run{}, usageError("%v", err)
 	}
 	fmt.Fprintf(c.stderr, "levee demo: %s front up at %s, downstream at %s\n", name, fs.addr, ds.addr)
-	sampler := startDepSampler(fs.front, ds, openings, cfg.dep.sampleEvery)
+	sampler := startDepSampler(fs.front, ds, g, cfg.dep.sampleEvery)
 	// The generator's schedule starts at Run, microseconds from here.
 	start := time.Now()
 	inc.schedule(start.Add(phases[0].Duration), start.Add(phases[0].Duration+phases[1].Duration))
@@ -263,34 +264,48 @@ const (
 	measureDownFlight  = "downstream calls in flight"
 	measureDownWasted  = "downstream wasted work"
 	measureBreakerOpen = "client breaker openings"
+	measureBreakerRef  = "  refused by the breaker"
+	measureThrottled   = "  dropped by the throttle"
 )
 
 // depReport turns the samples into the report's server samples (the
 // front's Allocate runs and wasted work; its CPU is not measured, for it
-// shares the process) and measures.
+// shares the process) and measures. Those of the client guard are there
+// only if guarded.
 func depReport(samples []depSample, start time.Time, guarded bool) ([]report.ServerSample, []report.Measure) {
+	type def struct {
+		m      report.Measure
+		guard  bool // the client guard's
+		sample func(depSample) float64
+	}
+	defs := []def{
+		{m: report.Measure{Name: measureReceived}, sample: func(s depSample) float64 { return float64(s.received) }},
+		{m: report.Measure{Name: measureRefused}, sample: func(s depSample) float64 { return float64(s.frontRefused) }},
+		{m: report.Measure{Name: measureBreakerRef, TableOnly: true}, guard: true, sample: func(s depSample) float64 { return float64(s.breakerRefused) }},
+		{m: report.Measure{Name: measureThrottled, TableOnly: true}, guard: true, sample: func(s depSample) float64 { return float64(s.throttleDropped) }},
+		{m: report.Measure{Name: measureTimedOut}, sample: func(s depSample) float64 { return float64(s.frontTimedOut) }},
+		{m: report.Measure{Name: measureFailed}, sample: func(s depSample) float64 { return float64(s.frontFailed) }},
+		{m: report.Measure{Name: measureFrontFlight, Level: true}, sample: func(s depSample) float64 { return float64(s.frontInFlight) }},
+		{m: report.Measure{Name: measureDownFlight, Level: true}, sample: func(s depSample) float64 { return float64(s.downstreamInFlight) }},
+		{m: report.Measure{Name: measureDownWasted, TableOnly: true}, sample: func(s depSample) float64 { return float64(s.downstreamWasted) }},
+		{m: report.Measure{Name: measureBreakerOpen, TableOnly: true}, guard: true, sample: func(s depSample) float64 { return float64(s.breakerOpenings) }},
+	}
 	nan := math.NaN()
 	server := make([]report.ServerSample, 0, len(samples))
-	ms := []report.Measure{
-		{Name: measureReceived},
-		{Name: measureRefused},
-		{Name: measureTimedOut},
-		{Name: measureFailed},
-		{Name: measureFrontFlight, Level: true},
-		{Name: measureDownFlight, Level: true},
-		{Name: measureDownWasted, TableOnly: true},
-	}
-	if guarded {
-		ms = append(ms, report.Measure{Name: measureBreakerOpen, TableOnly: true})
-	}
 	for _, s := range samples {
-		at := s.at.Sub(start)
-		server = append(server, report.ServerSample{At: at, Calls: s.frontFinished, Wasted: s.frontLate, CPU: nan, Scale: nan})
-		values := []float64{float64(s.received), float64(s.frontRefused), float64(s.frontTimedOut), float64(s.frontFailed),
-			float64(s.frontInFlight), float64(s.downstreamInFlight), float64(s.downstreamWasted), float64(s.breakerOpenings)}
-		for i := range ms {
-			ms[i].Samples = append(ms[i].Samples, report.MeasureSample{At: at, Value: values[i]})
+		server = append(server, report.ServerSample{At: s.at.Sub(start), Calls: s.frontFinished, Wasted: s.frontLate, CPU: nan, Scale: nan})
+	}
+	var ms []report.Measure
+	for _, d := range defs {
+		if d.guard && !guarded {
+			continue
 		}
+		m := d.m
+		m.Samples = make([]report.MeasureSample, 0, len(samples))
+		for _, s := range samples {
+			m.Samples = append(m.Samples, report.MeasureSample{At: s.at.Sub(start), Value: d.sample(s)})
+		}
+		ms = append(ms, m)
 	}
 	return server, ms
 }

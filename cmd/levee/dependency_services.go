@@ -267,6 +267,7 @@ type depSample struct {
 	received, downstreamWasted               uint64
 	downstreamInFlight                       int64
 	breakerOpenings                          uint64
+	breakerRefused, throttleDropped          uint64
 }
 
 // depSampler samples a front and its downstream every interval from a
@@ -275,7 +276,7 @@ type depSample struct {
 type depSampler struct {
 	front      *front
 	downstream *downstream
-	openings   *atomic.Uint64 // client breaker openings; nil: no breaker
+	guard      *guardedDial // nil: the front has no client guard
 
 	mu      sync.Mutex
 	samples []depSample
@@ -283,8 +284,8 @@ type depSampler struct {
 	exited  chan struct{}
 }
 
-func startDepSampler(f *front, d *downstream, openings *atomic.Uint64, interval time.Duration) *depSampler {
-	s := &depSampler{front: f, downstream: d, openings: openings, done: make(chan struct{}), exited: make(chan struct{})}
+func startDepSampler(f *front, d *downstream, g *guardedDial, interval time.Duration) *depSampler {
+	s := &depSampler{front: f, downstream: d, guard: g, done: make(chan struct{}), exited: make(chan struct{})}
 	s.record()
 	go func() {
 		defer close(s.exited)
@@ -317,8 +318,16 @@ func (s *depSampler) record() {
 		downstreamInFlight: d.inFlight.load(),
 		downstreamWasted:   st.Late + st.Canceled,
 	}
-	if s.openings != nil {
-		smp.breakerOpenings = s.openings.Load()
+	if s.guard != nil {
+		smp.breakerOpenings = s.guard.openings.Load()
+		for _, gs := range s.guard.guard.Stats() {
+			switch gs.Guard {
+			case "breaker":
+				smp.breakerRefused += gs.Refused
+			case "throttle":
+				smp.throttleDropped += gs.Refused
+			}
+		}
 	}
 	s.mu.Lock()
 	s.samples = append(s.samples, smp)

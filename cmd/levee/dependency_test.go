@@ -222,6 +222,11 @@ func TestDependencyDemoEndToEnd(t *testing.T) {
 	if fast, slow := phaseIncrease(t, pr, measureRefused, 1), phaseIncrease(t, pr, measureTimedOut, 1); !(fast > slow) {
 		t.Errorf("protected incident: %v failed fast, %v timed out; want more fast failures", fast, slow)
 	}
+	if fast, split := phaseIncrease(t, pr, measureRefused, 1), phaseIncrease(t, pr, measureBreakerRef, 1)+phaseIncrease(t, pr, measureThrottled, 1); math.Abs(fast-split) > 2 {
+		// (Up to a call or two apart: a sample may fall between a
+		// guard's count and the front's.)
+		t.Errorf("protected incident: %v failed fast, but breaker and throttle refused %v", fast, split)
+	}
 	if n := phaseIncrease(t, pr, measureBreakerOpen, 1); n < 1 {
 		t.Errorf("protected incident: client breaker opened %v times, want >= 1", n)
 	}
@@ -318,7 +323,8 @@ func TestDepReport(t *testing.T) {
 	start := time.Unix(100, 0)
 	samples := []depSample{
 		{at: start, frontFinished: 1, received: 1},
-		{at: start.Add(time.Second), frontFinished: 5, frontLate: 1, frontRefused: 2, frontInFlight: 3, received: 4, downstreamWasted: 2, breakerOpenings: 1},
+		{at: start.Add(time.Second), frontFinished: 5, frontLate: 1, frontRefused: 2, frontInFlight: 3, received: 4, downstreamWasted: 2,
+			breakerOpenings: 1, breakerRefused: 6, throttleDropped: 7, frontTimedOut: 8, frontFailed: 9, downstreamInFlight: 10},
 	}
 	server, ms := depReport(samples, start, true)
 	if len(server) != 2 || server[1].At != time.Second || server[1].Calls != 5 || server[1].Wasted != 1 || !math.IsNaN(server[1].CPU) || !math.IsNaN(server[1].Scale) {
@@ -330,10 +336,12 @@ func TestDepReport(t *testing.T) {
 	}{
 		measureReceived:    {last: 4},
 		measureRefused:     {last: 2},
-		measureTimedOut:    {last: 0},
-		measureFailed:      {last: 0},
+		measureBreakerRef:  {tableOnly: true, last: 6},
+		measureThrottled:   {tableOnly: true, last: 7},
+		measureTimedOut:    {last: 8},
+		measureFailed:      {last: 9},
 		measureFrontFlight: {level: true, last: 3},
-		measureDownFlight:  {level: true, last: 0},
+		measureDownFlight:  {level: true, last: 10},
 		measureDownWasted:  {tableOnly: true, last: 2},
 		measureBreakerOpen: {tableOnly: true, last: 1},
 	}
@@ -346,7 +354,13 @@ func TestDepReport(t *testing.T) {
 			t.Errorf("depReport() measure %q = level %v, table only %v, samples %v; want %v, %v, last %v", m.Name, m.Level, m.TableOnly, m.Samples, w.level, w.tableOnly, w.last)
 		}
 	}
-	if _, ms := depReport(samples, start, false); len(ms) != len(want)-1 {
-		t.Errorf("depReport(unguarded) = %d measures, want %d (no breaker openings)", len(ms), len(want)-1)
+	_, ms = depReport(samples, start, false)
+	for _, m := range ms {
+		if m.Name == measureBreakerOpen || m.Name == measureBreakerRef || m.Name == measureThrottled {
+			t.Errorf("depReport(unguarded) has the client guard's measure %q", m.Name)
+		}
+	}
+	if len(ms) != len(want)-3 {
+		t.Errorf("depReport(unguarded) = %d measures, want %d", len(ms), len(want)-3)
 	}
 }
