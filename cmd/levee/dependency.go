@@ -28,6 +28,7 @@ type dependencyConfig struct {
 	share       float64       // share of the downstream's calls the fault hits
 	deadline    time.Duration // the front's deadline for each downstream call
 	breakerWait time.Duration // the client breaker's wait in open
+	throttleWin time.Duration // the client throttle's window; 0: no throttle
 
 	// sampleEvery is how often the run samples the front's and the
 	// downstream's counters. Not a flag: tests shorten it.
@@ -42,6 +43,7 @@ func (d *dependencyConfig) register(fs *flag.FlagSet) {
 	fs.Float64Var(&d.share, "fault-share", 1, "dependency scenario: `share` (0..1] of the downstream's calls the fault hits during the incident")
 	fs.DurationVar(&d.deadline, "downstream-deadline", 300*time.Millisecond, "dependency scenario: the front's deadline for each downstream call")
 	fs.DurationVar(&d.breakerWait, "breaker-wait", time.Second, "dependency scenario: how long the protected front's client breaker stays open before it probes")
+	fs.DurationVar(&d.throttleWin, "throttle-window", 10*time.Second, "dependency scenario: the window of the protected front's adaptive throttle (0: no throttle; the library's default is 2m)")
 	d.sampleEvery = 250 * time.Millisecond
 }
 
@@ -58,6 +60,9 @@ func (d *dependencyConfig) check() error {
 			return err
 		}
 	}
+	if d.throttleWin < 0 || d.throttleWin > 0 && d.throttleWin < 10*time.Millisecond {
+		return usageError("-throttle-window must be 0 (no throttle) or >= 10ms, got %v", d.throttleWin)
+	}
 	if !(d.share > 0 && d.share <= 1) {
 		return usageError("-fault-share must be in (0, 1], got %v", d.share)
 	}
@@ -71,14 +76,20 @@ const (
 	depBreakerRate     = 50 // percent of failures (or of slow calls) that opens it
 	depBreakerProbes   = 3  // half-open calls
 	depThrottleK       = 2
-	depThrottleWindow  = 10 * time.Second
+	depThrottleBins    = 10
 )
 
 // clientGuard returns the protected front's client guard: per downstream
 // method a circuit breaker (opened by failures or by calls slower than
-// half the downstream deadline) and an SRE adaptive throttle. It counts
-// the breakers' openings in openings.
+// half the downstream deadline) and, unless its window is 0, an SRE
+// adaptive throttle. It counts the breakers' openings in openings.
 func (d *dependencyConfig) clientGuard(openings *atomic.Uint64) (*grpcguard.Client, error) {
+	throttled := grpcguard.WithThrottle(func(target, method string) []throttle.Option {
+		return []throttle.Option{throttle.WithK(depThrottleK), throttle.WithWindow(d.throttleWin, depThrottleBins)}
+	})
+	if d.throttleWin == 0 {
+		throttled = grpcguard.WithThrottle(nil)
+	}
 	return grpcguard.NewClient(
 		grpcguard.WithBreaker(func(target, method string) []breaker.Option {
 			return []breaker.Option{
@@ -95,9 +106,7 @@ func (d *dependencyConfig) clientGuard(openings *atomic.Uint64) (*grpcguard.Clie
 				}),
 			}
 		}),
-		grpcguard.WithThrottle(func(target, method string) []throttle.Option {
-			return []throttle.Option{throttle.WithK(depThrottleK), throttle.WithWindow(depThrottleWindow, 10)}
-		}),
+		throttled,
 	)
 }
 
@@ -162,10 +171,9 @@ func (c *cli) runDependency(ctx context.Context, cfg *demoConfig) (*demoResult, 
 			fmt.Sprintf("Incident: %.0f%% of the downstream's calls %s, from %v to %v. Load %.0f calls/s throughout (%.1f× the front's capacity of %.0f calls/s, %s; each Allocate burns about %v of CPU, %d SHA-256 rounds).",
 				100*dep.share, what, phases[0].Duration, phases[0].Duration+phases[1].Duration, phases[0].Rate, cfg.normalLoad, res.Capacity, how, cfg.cpuWork, iterations),
 			fmt.Sprintf("Unprotected: the front calls the downstream plainly. Protected: through grpcguard.NewClient with, per downstream method, a circuit breaker "+
-				"(last %d calls, at least %d, opens at %d%% failures or %d%% calls slower than %v, stays open %v, then %d probes) and an SRE adaptive throttle (K = %g over %v). "+
-				"A call they refuse fails at once with UNAVAILABLE and is never sent. The throttle's window is shorter than a long incident: by its end the throttle drops nearly every call "+
-				"the breaker would let through, and after the breaker closes it lets calls through again as it sees them succeed, which adds a little to the recovery.",
-				depBreakerWindow, depBreakerMinCalls, depBreakerRate, depBreakerRate, dep.deadline/2, dep.breakerWait, depBreakerProbes, float64(depThrottleK), depThrottleWindow),
+				"(last %d calls, at least %d, opens at %d%% failures or %d%% calls slower than %v, stays open %v, then %d probes) and %s. "+
+				"A call they refuse fails at once with UNAVAILABLE and is never sent.",
+				depBreakerWindow, depBreakerMinCalls, depBreakerRate, depBreakerRate, dep.deadline/2, dep.breakerWait, depBreakerProbes, throttleNote(dep.throttleWin, dep.incident)),
 			fmt.Sprintf("%s arrivals, caller deadline %v, retries %d. Refusals in the tables are the front's UNAVAILABLE answers: fast when a client guard refused, as slow as the downstream deadline when a call was sent and timed out. %s/%s, %d CPUs.",
 				cfg.loadFlags.arrivals, cfg.loadFlags.deadline, cfg.loadFlags.retries, runtime.GOOS, runtime.GOARCH, runtime.NumCPU()),
 			"What to look at: in the incident, refusal latency (fast failures, or waits for the downstream deadline: the calls sent before the breaker opened and its probes), " +
@@ -175,6 +183,19 @@ func (c *cli) runDependency(ctx context.Context, cfg *demoConfig) (*demoResult, 
 		},
 	}
 	return res, nil
+}
+
+// throttleNote describes the protected front's throttle for the report.
+func throttleNote(window, incident time.Duration) string {
+	switch {
+	case window == 0:
+		return "no adaptive throttle (-throttle-window 0)"
+	case window <= incident:
+		return fmt.Sprintf("an SRE adaptive throttle (K = %g over %v). The throttle's window is no longer than the incident: by the incident's end it remembers only failures "+
+			"and drops nearly every call, so after the downstream recovers it first starves the breaker's probes and then lets calls through again only as it sees them succeed, "+
+			"which lengthens the recovery (see its drops in the recovery phase; -throttle-window 0 runs without it)", float64(depThrottleK), window)
+	}
+	return fmt.Sprintf("an SRE adaptive throttle (K = %g over %v; with a window this much longer than the incident it still remembers the successes from before it and drops little)", float64(depThrottleK), window)
 }
 
 // guardedDial is the protected front's client guard and the count of its

@@ -66,6 +66,9 @@ func TestDependencyFlags(t *testing.T) {
 		{name: "negative slowness", give: []string{"-slowness", "-1s"}, want: "-slowness must be > 0, got -1s"},
 		{name: "zero downstream deadline", give: []string{"-downstream-deadline", "0s"}, want: "-downstream-deadline must be > 0"},
 		{name: "zero breaker wait", give: []string{"-breaker-wait", "0s"}, want: "-breaker-wait must be > 0"},
+		{name: "no throttle", give: []string{"-throttle-window", "0s"}},
+		{name: "negative throttle window", give: []string{"-throttle-window", "-1s"}, want: "-throttle-window must be 0 (no throttle) or >= 10ms, got -1s"},
+		{name: "tiny throttle window", give: []string{"-throttle-window", "1ms"}, want: "-throttle-window must be 0 (no throttle) or >= 10ms, got 1ms"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -117,7 +120,7 @@ func TestFrontAnswers(t *testing.T) {
 			}
 			defer ds.stop()
 			var openings atomic.Uint64
-			cfg := dependencyConfig{deadline: 50 * time.Millisecond, breakerWait: time.Minute}
+			cfg := dependencyConfig{deadline: 50 * time.Millisecond, breakerWait: time.Minute, throttleWin: time.Minute}
 			guard, err := cfg.clientGuard(&openings)
 			if err != nil {
 				t.Fatal(err)
@@ -362,5 +365,48 @@ func TestDepReport(t *testing.T) {
 	}
 	if len(ms) != len(want)-3 {
 		t.Errorf("depReport(unguarded) = %d measures, want %d", len(ms), len(want)-3)
+	}
+}
+
+func TestClientGuardThrottleWindow(t *testing.T) {
+	tests := []struct {
+		name         string
+		give         time.Duration
+		wantThrottle bool
+	}{
+		{name: "window 0: no throttle", give: 0, wantThrottle: false},
+		{name: "window 10s", give: 10 * time.Second, wantThrottle: true},
+	}
+	const method = "/corecart.inventory.v1.InventoryService/Allocate"
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			ds, err := startDownstream(&incident{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer ds.stop()
+			var openings atomic.Uint64
+			cfg := dependencyConfig{deadline: time.Second, breakerWait: time.Second, throttleWin: tt.give}
+			guard, err := cfg.clientGuard(&openings)
+			if err != nil {
+				t.Fatal(err)
+			}
+			fs, err := startFront(ds.addr, cfg.deadline, 0, guard.DialOptions())
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer fs.stop()
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			if _, err := fs.front.Allocate(ctx, &inventoryv1.AllocateRequest{Sku: "SKU-0001", Quantity: 1, OrderId: "o-1"}); err != nil {
+				t.Fatal(err)
+			}
+			if got := guard.Throttle(ds.addr, method) != nil; got != tt.wantThrottle {
+				t.Errorf("guard has a throttle = %v, want %v", got, tt.wantThrottle)
+			}
+			if guard.Breaker(ds.addr, method) == nil {
+				t.Errorf("guard has no breaker after a call")
+			}
+		})
 	}
 }
