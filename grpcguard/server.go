@@ -241,8 +241,14 @@ func (s *Server) unary(ctx context.Context, req any, info *grpc.UnaryServerInfo,
 	if r == nil {
 		return handler(ctx, req)
 	}
+	// admitHere, inlined by hand: returning the Call and Decision from a
+	// helper costs the unary hot path two more copies.
+	c := s.call(ctx, r, info.FullMethod)
 	var permits [maxGuards]Permit
-	c, mask, i, d := s.admitHere(ctx, r, info.FullMethod, &permits)
+	mask, i, d := r.admit(c, &permits)
+	if i < 0 && len(r.starters) > 0 {
+		i, d = r.startAt(c, mask, &permits)
+	}
 	if i >= 0 {
 		setPushback(ctx, nil, d)
 		return nil, refusalStatus(r.code, r.guards[i].Name(), d, c.Key).Err()
