@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"math"
+	"runtime"
 	"sync/atomic"
 	"time"
 
@@ -243,6 +244,12 @@ func (g *runGuard) Start(c Call) Decision {
 	if err != nil {
 		return Refuse(ReasonRunQueue, g.retry)
 	}
+	// A turn handed over by a finishing handler makes this goroutine the
+	// next to run, ahead of the transport's reader and writer goroutines
+	// that wait for the CPU: requests would go unread and responses
+	// unwritten for as long as handlers keep handing over. Yield once so
+	// they go first.
+	runtime.Gosched()
 	return Decision{Permit: Permit{slot: p}}
 }
 

@@ -44,6 +44,7 @@ type policy struct {
 	global    *ratelimit.Limiter
 	perClient *ratelimit.Keyed
 	slots     *bulkhead.Bulkhead
+	run       *bulkhead.Bulkhead
 	deadline  *grpcguard.DeadlineGuard
 	queue     *grpcguard.QueueGuard
 	monitor   *cpu.Monitor // nil when no CPU source could be read
@@ -59,7 +60,12 @@ type policy struct {
 //     shedder; a per-client bucket (by peer address) at the capacity, so one
 //     client may use all of it but a crowd of clients is shared fairly
 //     only above it; and a bulkhead of 4 × GOMAXPROCS calls in flight, which
-//     keeps the CPU busy without a run queue, whatever the rate guess.
+//     keeps the CPU busy without a run queue, whatever the rate guess; of
+//     those, GOMAXPROCS run at a time and the others wait their turn in
+//     FIFO order (RunLimit), so each handler runs to completion instead of
+//     sharing the CPU in time slices, and the transport's goroutines get
+//     the CPU between two handlers: requests are read, and refused, and
+//     responses written, within about one service time.
 //   - Every other method (Release, GetStock): the deadline check only.
 //
 // The CPU shedder (AIMD) lowers the global bucket's scale only while the CPU
@@ -75,6 +81,7 @@ func newPolicy(p policyParams) (*policy, error) {
 		global:    ratelimit.NewLimiter(ratelimit.Limit(p.Capacity), burst),
 		perClient: ratelimit.NewKeyed(ratelimit.Limit(p.Capacity), burst),
 		slots:     bulkhead.New(4 * procs),
+		run:       bulkhead.New(procs, bulkhead.WithQueue(4*procs)),
 		deadline:  grpcguard.Deadline(),
 		queue:     grpcguard.QueueDelay(max(5*time.Millisecond, 4*p.CPUWork), max(100*time.Millisecond, 20*p.CPUWork)),
 	}
@@ -90,6 +97,7 @@ func newPolicy(p policyParams) (*policy, error) {
 				grpcguard.RateLimit("global", pol.global),
 				grpcguard.PerKey("client", pol.perClient),
 				grpcguard.Bulkhead("inflight", pol.slots, retry),
+				grpcguard.RunLimit("run", pol.run, retry),
 			},
 		},
 		{Name: "default", Guards: []grpcguard.Guard{pol.deadline}},
