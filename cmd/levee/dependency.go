@@ -43,7 +43,7 @@ func (d *dependencyConfig) register(fs *flag.FlagSet) {
 	fs.Float64Var(&d.share, "fault-share", 1, "dependency scenario: `share` (0..1] of the downstream's calls the fault hits during the incident")
 	fs.DurationVar(&d.deadline, "downstream-deadline", 300*time.Millisecond, "dependency scenario: the front's deadline for each downstream call")
 	fs.DurationVar(&d.breakerWait, "breaker-wait", time.Second, "dependency scenario: how long the protected front's client breaker stays open before it probes")
-	fs.DurationVar(&d.throttleWin, "throttle-window", 10*time.Second, "dependency scenario: the window of the protected front's adaptive throttle (0: no throttle; the library's default is 2m)")
+	fs.DurationVar(&d.throttleWin, "throttle-window", 3*time.Second, "dependency scenario: the window of the protected front's adaptive throttle (0: no throttle; the library's default is 2m)")
 	d.sampleEvery = 250 * time.Millisecond
 }
 
