@@ -191,7 +191,6 @@ func (s *Server) start(ctx context.Context, st *callState) (Call, *status.Status
 		d := Refuse(ReasonCanceled, 0)
 		return c, status.FromContextError(ctx.Err()), d
 	}
-	s.handlerStarts.Add(1)
 	i, d := st.rule.recheckAt(c, st.mask, &st.permits)
 	if i < 0 {
 		i, d = st.rule.startAt(c, st.mask, &st.permits)
@@ -201,6 +200,7 @@ func (s *Server) start(ctx context.Context, st *callState) (Call, *status.Status
 		st.stop()
 		return c, refusalStatus(st.rule.code, st.rule.guards[i].Name(), d, c.Key), d
 	}
+	s.handlerStarts.Add(1)
 	return c, nil, Decision{}
 }
 
