@@ -205,6 +205,11 @@ func TestDeadlineRefusals(t *testing.T) {
 			t.Fatalf("%s: Bulkhead.InFlight() = %d after the call, want 0 (permits returned)", tt.name, bh.InFlight())
 		}
 	}
+	// The learning call and "ample deadline" ran; calls refused at the
+	// transport or at handler start did not.
+	if got := s.HandlerStarts(); got != 2 {
+		t.Errorf("Server.HandlerStarts() = %d, want 2", got)
+	}
 }
 
 func TestQueueGuardEpisodes(t *testing.T) {
