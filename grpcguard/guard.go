@@ -172,7 +172,10 @@ type counters struct {
 	_             [48]byte // keep each guard's counters off its neighbours' cache line
 }
 
-// GuardStats are the decision counts of one guard under one rule.
+// GuardStats are the decision counts of one guard under one rule. A call
+// that a guard refuses when its handler is about to start (Rechecker,
+// Starter) counts as refused by that guard, and not as admitted by it or
+// by the guards after it, whose grants were given back.
 type GuardStats struct {
 	Rule          string // the rule's name (its first method pattern unless named)
 	Guard         string // Guard.Name
