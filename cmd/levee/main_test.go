@@ -322,22 +322,8 @@ func TestDemoEndToEnd(t *testing.T) {
 	if !res.Measured || !(res.Capacity > 0) {
 		t.Fatalf("capacity = %v (measured %v), want a measured capacity > 0", res.Capacity, res.Measured)
 	}
-	runs := res.Comparison.Runs
-	if len(runs) != 2 || runs[0].Name != "unprotected" || runs[1].Name != "protected" {
-		t.Fatalf("runs = %d, want unprotected and protected", len(runs))
-	}
+	runs := checkRunsComplete(t, res.Comparison.Runs)
 	for _, r := range runs {
-		// Both runs completed: every phase ran and every request has an outcome.
-		if len(r.Result.Phases) != 3 {
-			t.Fatalf("%s run has %d phases, want 3", r.Name, len(r.Result.Phases))
-		}
-		tot := r.Result.Total
-		if tot.Offered == 0 || tot.Offered != tot.Dropped+tot.Succeeded+tot.RefusedTotal()+tot.TimedOut+tot.FailedTotal() {
-			t.Errorf("%s run: offered %d is not the sum of its outcomes %+v", r.Name, tot.Offered, tot)
-		}
-		if normal := r.Result.Phases[0]; normal.Succeeded == 0 {
-			t.Errorf("%s run: no call succeeded at normal load", r.Name)
-		}
 		if len(r.Server) < 2 {
 			t.Errorf("%s run: %d server samples, want at least 2", r.Name, len(r.Server))
 		}
@@ -404,4 +390,27 @@ func buildLevee(t *testing.T) string {
 		t.Fatalf("go build: %v\n%s", err, out)
 	}
 	return bin
+}
+
+// checkRunsComplete checks that a demo compared an unprotected and a
+// protected run, and that both completed: three phases, every request with
+// an outcome, and calls served in the first phase. It returns the runs.
+func checkRunsComplete(t *testing.T, runs []report.Run) []report.Run {
+	t.Helper()
+	if len(runs) != 2 || runs[0].Name != "unprotected" || runs[1].Name != "protected" {
+		t.Fatalf("runs = %d, want unprotected and protected", len(runs))
+	}
+	for _, r := range runs {
+		if len(r.Result.Phases) != 3 {
+			t.Fatalf("%s run has %d phases, want 3", r.Name, len(r.Result.Phases))
+		}
+		tot := r.Result.Total
+		if tot.Offered == 0 || tot.Offered != tot.Dropped+tot.Succeeded+tot.RefusedTotal()+tot.TimedOut+tot.FailedTotal() {
+			t.Errorf("%s run: offered %d is not the sum of its outcomes %+v", r.Name, tot.Offered, tot)
+		}
+		if r.Result.Phases[0].Succeeded == 0 {
+			t.Errorf("%s run: no call succeeded in the first phase", r.Name)
+		}
+	}
+	return runs
 }
