@@ -47,9 +47,17 @@ func (g *rateGuard) Name() string { return g.name }
 func (g *rateGuard) cost() int    { return costRate }
 
 func (g *rateGuard) Admit(c Call) Decision {
-	if g.l.AllowN(c.Now, 1) {
-		return Decision{}
+	if p, ok := g.quickAdmit(c.Now, c.Key); ok {
+		return Admit(Permit{slot: p})
 	}
+	return g.refusal(c)
+}
+
+func (g *rateGuard) quickAdmit(now time.Time, _ string) (bulkhead.Permit, bool) {
+	return bulkhead.Permit{}, g.l.AllowN(now, 1)
+}
+
+func (g *rateGuard) refusal(c Call) Decision {
 	return Refuse(ReasonRate, g.l.RetryAfter(c.Now, 1))
 }
 
@@ -73,9 +81,17 @@ func (g *keyedGuard) Name() string { return g.name }
 func (g *keyedGuard) cost() int    { return costKeyed }
 
 func (g *keyedGuard) Admit(c Call) Decision {
-	if g.k.AllowN(c.Key, c.Now, 1) {
-		return Decision{}
+	if p, ok := g.quickAdmit(c.Now, c.Key); ok {
+		return Admit(Permit{slot: p})
 	}
+	return g.refusal(c)
+}
+
+func (g *keyedGuard) quickAdmit(now time.Time, key string) (bulkhead.Permit, bool) {
+	return bulkhead.Permit{}, g.k.AllowN(key, now, 1)
+}
+
+func (g *keyedGuard) refusal(c Call) Decision {
 	d := Refuse(ReasonKey, g.k.RetryAfter(c.Key, c.Now, 1))
 	d.PerKey = true
 	return d
@@ -113,20 +129,27 @@ type slotGuard struct {
 func (g *slotGuard) Name() string { return g.name }
 func (g *slotGuard) cost() int    { return costSlot }
 
-func (g *slotGuard) Admit(Call) Decision {
-	p, ok := g.try()
-	if !ok {
-		return Refuse(ReasonFull, g.retry)
+func (g *slotGuard) Admit(c Call) Decision {
+	if p, ok := g.quickAdmit(c.Now, c.Key); ok {
+		return Admit(Permit{slot: p})
 	}
-	return Decision{Permit: Permit{slot: p}}
+	return g.refusal(c)
 }
 
-func (g *slotGuard) Finish(_ Call, p Permit, o Outcome) {
+func (g *slotGuard) quickAdmit(time.Time, string) (bulkhead.Permit, bool) {
+	return g.try()
+}
+
+func (g *slotGuard) refusal(Call) Decision { return Refuse(ReasonFull, g.retry) }
+
+func (g *slotGuard) Finish(_ Call, p Permit, o Outcome) { g.quickFinish(p.slot, o) }
+
+func (g *slotGuard) quickFinish(p bulkhead.Permit, o Outcome) {
 	if o.Skipped || !g.learn {
-		p.slot.Release()
+		p.Release()
 		return
 	}
-	p.slot.Done(o.Duration, overloadError(o.Err))
+	p.Done(o.Duration, overloadError(o.Err))
 }
 
 // overloadError returns err if it signals overload of the server, nil
@@ -171,10 +194,17 @@ func (g *shedGuard) cost() int    { return costShed }
 
 const one = uint64(1) << 32
 
-func (g *shedGuard) Admit(Call) Decision {
+func (g *shedGuard) Admit(c Call) Decision {
+	if _, ok := g.quickAdmit(c.Now, c.Key); ok {
+		return Decision{}
+	}
+	return g.refusal(c)
+}
+
+func (g *shedGuard) quickAdmit(time.Time, string) (bulkhead.Permit, bool) {
 	s := g.src.Scale()
 	if s >= 1 {
-		return Decision{}
+		return bulkhead.Permit{}, true
 	}
 	// Rounded up, so that a scale of 1/n admits exactly every n-th call.
 	add := uint64(math.Ceil(max(s, 0) * float64(one)))
@@ -186,13 +216,12 @@ func (g *shedGuard) Admit(Call) Decision {
 			ok = true
 		}
 		if g.credit.CompareAndSwap(cr, ncr) {
-			if ok {
-				return Decision{}
-			}
-			return Refuse(ReasonShed, g.retry)
+			return bulkhead.Permit{}, ok
 		}
 	}
 }
+
+func (g *shedGuard) refusal(Call) Decision { return Refuse(ReasonShed, g.retry) }
 
 func (g *shedGuard) Finish(Call, Permit, Outcome) {}
 
@@ -235,6 +264,11 @@ func (g *runGuard) cost() int           { return costRun }
 func (g *runGuard) timed() bool         { return false }
 func (g *runGuard) Admit(Call) Decision { return Decision{} }
 
+func (g *runGuard) quickAdmit(time.Time, string) (bulkhead.Permit, bool) {
+	return bulkhead.Permit{}, true
+}
+func (g *runGuard) refusal(Call) Decision { return Decision{} } // never refuses at admission
+
 func (g *runGuard) Start(c Call) Decision {
 	ctx := c.Ctx
 	if ctx == nil {
@@ -253,4 +287,6 @@ func (g *runGuard) Start(c Call) Decision {
 	return Decision{Permit: Permit{slot: p}}
 }
 
-func (g *runGuard) Finish(_ Call, p Permit, _ Outcome) { p.slot.Release() }
+func (g *runGuard) Finish(_ Call, p Permit, o Outcome) { g.quickFinish(p.slot, o) }
+
+func (g *runGuard) quickFinish(p bulkhead.Permit, _ Outcome) { p.Release() }

@@ -308,7 +308,7 @@ func (c *Client) unaryCall(ctx context.Context, method string, req, reply any, c
 	e := c.entry(target, method)
 	call := c.call(ctx, target, method)
 	var permits [maxGuards]Permit
-	mask, i, d := e.rule.admit(call, &permits)
+	mask, i, d := e.rule.admit(&call, &permits)
 	if i >= 0 {
 		return e.refusal(i, d)
 	}
@@ -364,7 +364,7 @@ func (c *Client) finish(e *clientEntry, call Call, mask uint32, permits *[maxGua
 			c.learn(e.target, err, md, end)
 		}
 	}
-	e.rule.finish(call, mask, permits, o)
+	e.rule.finish(&call, mask, permits, o)
 }
 
 // learn holds target off for the retry delay of a server refusal: a
@@ -414,7 +414,7 @@ func (c *Client) streamCall(ctx context.Context, desc *grpc.StreamDesc, cc *grpc
 	e := c.entry(target, method)
 	call := c.call(ctx, target, method)
 	s := &guardedClientStream{c: c, e: e, call: call, serverStreams: desc.ServerStreams}
-	mask, i, d := e.rule.admit(call, &s.permits)
+	mask, i, d := e.rule.admit(&s.call, &s.permits)
 	if i >= 0 {
 		return nil, e.refusal(i, d)
 	}

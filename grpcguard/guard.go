@@ -157,6 +157,24 @@ func guardTimed(g Guard) bool {
 	return true
 }
 
+// quickGuard is implemented by built-in guards whose admission reads only
+// the call's instant and key. The rule calls quickAdmit with those two in
+// registers instead of copying a whole Call in and a Decision out through
+// Admit, which on the admitted path of a short chain costs as much as the
+// guards' own work; refusal builds the Decision of a refused call without
+// changing the guard's state. Admit is quickAdmit then refusal.
+type quickGuard interface {
+	quickAdmit(now time.Time, key string) (bulkhead.Permit, bool)
+	refusal(c Call) Decision
+}
+
+// quickFinisher is implemented by built-in guards whose Finish reads only
+// their bulkhead permit and the outcome; the rule calls quickFinish with
+// those in registers, for the reason given at quickGuard.
+type quickFinisher interface {
+	quickFinish(p bulkhead.Permit, o Outcome)
+}
+
 // skippedOnly is implemented by built-in guards whose Finish does something
 // only for a skipped call (giving back a token); the rule then skips them
 // when finishing a call that ran.

@@ -4,6 +4,8 @@ import (
 	"math"
 	"sync/atomic"
 	"time"
+
+	"github.com/levee-go/levee/bulkhead"
 )
 
 // Defaults of QueueDelay, after "Fail at Scale" (Facebook, ACM Queue 2015).
@@ -65,6 +67,11 @@ func (g *QueueGuard) Admit(Call) Decision { return Decision{} }
 
 // Finish does nothing.
 func (g *QueueGuard) Finish(Call, Permit, Outcome) {}
+
+func (g *QueueGuard) quickAdmit(time.Time, string) (bulkhead.Permit, bool) {
+	return bulkhead.Permit{}, true
+}
+func (g *QueueGuard) refusal(Call) Decision { return Decision{} } // never refuses at admission
 
 // Recheck records the call's queueing delay and refuses it if it queued
 // past the target during an episode, or past the interval at any time.

@@ -110,6 +110,8 @@ type rule struct {
 	quiet    uint32 // guards whose Finish matters only for skipped calls
 	calls    atomic.Uint64
 	counters []counters
+	quick    []quickGuard    // per guard; nil for guards without the quick path
+	quickFin []quickFinisher // per guard; nil for guards without the quick path
 }
 
 func compileRule(r Rule) (*rule, error) {
@@ -146,6 +148,10 @@ func compileRule(r Rule) (*rule, error) {
 			cr.starters = append(cr.starters, i)
 		}
 		cr.timed = cr.timed || guardTimed(g)
+		q, _ := g.(quickGuard)
+		cr.quick = append(cr.quick, q)
+		qf, _ := g.(quickFinisher)
+		cr.quickFin = append(cr.quickFin, qf)
 		if _, ok := g.(skippedOnly); ok {
 			cr.quiet |= 1 << i
 		}
@@ -156,10 +162,20 @@ func compileRule(r Rule) (*rule, error) {
 // admit runs the guards on c. It returns the set of guards that admitted
 // (a bit per guard), and, if one refused (and the rule is not in shadow
 // mode), its index and decision; earlier guards are then rolled back.
-func (r *rule) admit(c Call, permits *[maxGuards]Permit) (mask uint32, refused int, d Decision) {
+func (r *rule) admit(c *Call, permits *[maxGuards]Permit) (mask uint32, refused int, d Decision) {
 	r.calls.Add(1)
 	for i, g := range r.guards {
-		d = g.Admit(c)
+		if q := r.quick[i]; q != nil {
+			p, ok := q.quickAdmit(c.Now, c.Key)
+			if ok {
+				permits[i].slot = p
+				mask |= 1 << i
+				continue
+			}
+			d = q.refusal(*c)
+		} else {
+			d = g.Admit(*c)
+		}
 		if !d.Refused {
 			permits[i] = d.Permit
 			mask |= 1 << i
@@ -176,9 +192,9 @@ func (r *rule) admit(c Call, permits *[maxGuards]Permit) (mask uint32, refused i
 
 // recheckAt runs the Rechecker guards at the start of the handler. On a
 // refusal it finishes every admitted guard as skipped.
-func (r *rule) recheckAt(c Call, mask uint32, permits *[maxGuards]Permit) (refused int, d Decision) {
+func (r *rule) recheckAt(c *Call, mask uint32, permits *[maxGuards]Permit) (refused int, d Decision) {
 	for _, i := range r.recheck {
-		d = r.guards[i].(Rechecker).Recheck(c)
+		d = r.guards[i].(Rechecker).Recheck(*c)
 		if !d.Refused {
 			continue
 		}
@@ -194,12 +210,12 @@ func (r *rule) recheckAt(c Call, mask uint32, permits *[maxGuards]Permit) (refus
 // startAt runs the Starter guards when the handler is about to start,
 // keeping the permits they give. On a refusal it finishes every admitted
 // guard as skipped.
-func (r *rule) startAt(c Call, mask uint32, permits *[maxGuards]Permit) (refused int, d Decision) {
+func (r *rule) startAt(c *Call, mask uint32, permits *[maxGuards]Permit) (refused int, d Decision) {
 	for _, i := range r.starters {
 		if mask&(1<<i) == 0 {
 			continue // refused in shadow mode at admission
 		}
-		d = r.guards[i].(Starter).Start(c)
+		d = r.guards[i].(Starter).Start(*c)
 		if !d.Refused {
 			permits[i] = d.Permit
 			continue
@@ -224,19 +240,24 @@ func (r *rule) shadowed(i int) bool {
 
 // rollback counts guard i's refusal and finishes the guards that admitted
 // the call as skipped.
-func (r *rule) rollback(i int, c Call, mask uint32, permits *[maxGuards]Permit) {
+func (r *rule) rollback(i int, c *Call, mask uint32, permits *[maxGuards]Permit) {
 	r.counters[i].refused.Add(1)
 	r.finish(c, mask, permits, Outcome{Skipped: true})
 }
 
 // finish ends the call at every guard in mask, last admitted first.
-func (r *rule) finish(c Call, mask uint32, permits *[maxGuards]Permit, o Outcome) {
+func (r *rule) finish(c *Call, mask uint32, permits *[maxGuards]Permit, o Outcome) {
 	if !o.Skipped {
 		mask &^= r.quiet
 	}
 	for i := len(r.guards) - 1; i >= 0; i-- {
-		if mask&(1<<i) != 0 {
-			r.guards[i].Finish(c, permits[i], o)
+		if mask&(1<<i) == 0 {
+			continue
+		}
+		if qf := r.quickFin[i]; qf != nil {
+			qf.quickFinish(permits[i].slot, o)
+		} else {
+			r.guards[i].Finish(*c, permits[i], o)
 		}
 	}
 }

@@ -160,7 +160,7 @@ func (s *Server) TapHandle(ctx context.Context, info *tap.Info) (context.Context
 	if r.key != nil {
 		st.call.Key = r.key(ctx, info.Header)
 	}
-	mask, i, d := r.admit(st.call, &st.permits)
+	mask, i, d := r.admit(&st.call, &st.permits)
 	if i >= 0 {
 		return nil, refusalStatus(r.code, r.guards[i].Name(), d, st.call.Key).Err()
 	}
@@ -174,7 +174,7 @@ func (s *Server) TapHandle(ctx context.Context, info *tap.Info) (context.Context
 // abandon finishes a call whose stream ended before its handler started.
 func (st *callState) abandon() {
 	if st.phase.CompareAndSwap(phaseAdmitted, phaseDone) {
-		st.rule.finish(st.call, st.mask, &st.permits, Outcome{Skipped: true})
+		st.rule.finish(&st.call, st.mask, &st.permits, Outcome{Skipped: true})
 	}
 }
 
@@ -191,9 +191,9 @@ func (s *Server) start(ctx context.Context, st *callState) (Call, *status.Status
 		d := Refuse(ReasonCanceled, 0)
 		return c, status.FromContextError(ctx.Err()), d
 	}
-	i, d := st.rule.recheckAt(c, st.mask, &st.permits)
+	i, d := st.rule.recheckAt(&c, st.mask, &st.permits)
 	if i < 0 {
-		i, d = st.rule.startAt(c, st.mask, &st.permits)
+		i, d = st.rule.startAt(&c, st.mask, &st.permits)
 	}
 	if i >= 0 {
 		st.phase.Store(phaseDone)
@@ -208,12 +208,12 @@ func (s *Server) start(ctx context.Context, st *callState) (Call, *status.Status
 func (s *Server) end(st *callState, c Call, err error) {
 	st.phase.Store(phaseDone)
 	st.stop()
-	st.rule.finish(c, st.mask, &st.permits, s.outcome(st.rule, c, err))
+	st.rule.finish(&c, st.mask, &st.permits, s.outcome(st.rule, &c, err))
 }
 
 // outcome is the outcome of a call that ran; its duration is measured only
 // if a guard of the rule uses it.
-func (s *Server) outcome(r *rule, c Call, err error) Outcome {
+func (s *Server) outcome(r *rule, c *Call, err error) Outcome {
 	o := Outcome{Err: err}
 	if r.timed {
 		o.Duration = s.now().Sub(c.Now)
@@ -243,11 +243,12 @@ func (s *Server) unary(ctx context.Context, req any, info *grpc.UnaryServerInfo,
 	}
 	// admitHere, inlined by hand: returning the Call and Decision from a
 	// helper costs the unary hot path two more copies.
-	c := s.call(ctx, r, info.FullMethod)
+	var c Call
+	s.call(&c, ctx, r, info.FullMethod)
 	var permits [maxGuards]Permit
-	mask, i, d := r.admit(c, &permits)
+	mask, i, d := r.admit(&c, &permits)
 	if i < 0 && len(r.starters) > 0 {
-		i, d = r.startAt(c, mask, &permits)
+		i, d = r.startAt(&c, mask, &permits)
 	}
 	if i >= 0 {
 		setPushback(ctx, nil, d)
@@ -255,32 +256,34 @@ func (s *Server) unary(ctx context.Context, req any, info *grpc.UnaryServerInfo,
 	}
 	s.handlerStarts.Add(1)
 	resp, err := handler(ctx, req)
-	r.finish(c, mask, &permits, s.outcome(r, c, err))
+	r.finish(&c, mask, &permits, s.outcome(r, &c, err))
 	return resp, err
 }
 
 // admitHere admits a call that did not go through the tap: the whole rule,
 // then its Starter guards. It returns the index of the refusing guard, or
 // -1.
-func (s *Server) admitHere(ctx context.Context, r *rule, method string, permits *[maxGuards]Permit) (Call, uint32, int, Decision) {
-	c := s.call(ctx, r, method)
+func (s *Server) admitHere(ctx context.Context, r *rule, method string, c *Call, permits *[maxGuards]Permit) (uint32, int, Decision) {
+	s.call(c, ctx, r, method)
 	mask, i, d := r.admit(c, permits)
 	if i < 0 && len(r.starters) > 0 {
 		i, d = r.startAt(c, mask, permits)
 	}
-	return c, mask, i, d
+	return mask, i, d
 }
 
-// call describes a call seen first by an interceptor.
-func (s *Server) call(ctx context.Context, r *rule, method string) Call {
-	c := Call{Ctx: ctx, Method: method, Now: s.now()}
+// call fills c, the zero Call, with a call seen first by an interceptor.
+// It fills a Call in place rather than returning one: a returned Call is
+// copied through memory, which on the admitted path costs more than the
+// fields.
+func (s *Server) call(c *Call, ctx context.Context, r *rule, method string) {
+	c.Ctx, c.Method, c.Now = ctx, method, s.now()
 	if dl, ok := ctx.Deadline(); ok {
 		c.Deadline = dl
 	}
 	if r.key != nil {
 		c.Key = r.key(ctx, nil)
 	}
-	return c
 }
 
 // StreamServerInterceptor returns the stream interceptor; see Server.
@@ -304,15 +307,16 @@ func (s *Server) stream(srv any, ss grpc.ServerStream, info *grpc.StreamServerIn
 	if r == nil {
 		return handler(srv, ss)
 	}
+	var c Call
 	var permits [maxGuards]Permit
-	c, mask, i, d := s.admitHere(ctx, r, info.FullMethod, &permits)
+	mask, i, d := s.admitHere(ctx, r, info.FullMethod, &c, &permits)
 	if i >= 0 {
 		setPushback(ctx, ss, d)
 		return refusalStatus(r.code, r.guards[i].Name(), d, c.Key).Err()
 	}
 	s.handlerStarts.Add(1)
 	err := handler(srv, ss)
-	r.finish(c, mask, &permits, s.outcome(r, c, err))
+	r.finish(&c, mask, &permits, s.outcome(r, &c, err))
 	return err
 }
 
