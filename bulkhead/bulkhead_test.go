@@ -85,8 +85,8 @@ func TestSteps(t *testing.T) {
 		{"TryAcquire when full", acquire, false, 2},
 		{"permit0.Release", release(0), true, 1},
 		{"permit0.Release again", release(0), false, 1},
-		{"TryAcquire #2 reuses the slot", acquire, true, 2},
-		{"permit0.Release after its slot was reused", release(0), false, 2},
+		{"TryAcquire #2", acquire, true, 2},
+		{"permit0.Release after another admission", release(0), false, 2},
 		{"permit1.Release", release(1), true, 1},
 		{"permit2.Release", release(2), true, 0},
 		{"permit2.Release again", release(2), false, 0},
@@ -123,6 +123,59 @@ func TestCopiedPermitReleasesOnce(t *testing.T) {
 	if got := b.InFlight(); got != 0 {
 		t.Errorf("InFlight() = %d, want 0", got)
 	}
+}
+
+// TestStalePermitAfterSlotReuse takes the same slot again after its first
+// holder released it: the first holder's permit must not free it.
+func TestStalePermitAfterSlotReuse(t *testing.T) {
+	b := New(1)
+	p0, _ := b.TryAcquire()
+	p0.Release()
+	var p Permit
+	for i := 0; ; i++ {
+		if i == 100_000 {
+			t.Fatal("no admission took the first slot again")
+		}
+		p, _ = b.TryAcquire()
+		if p.s == p0.s {
+			break
+		}
+		p.Release()
+	}
+	if p0.Release() || p0.Done(time.Millisecond, nil) {
+		t.Error("stale permit freed the slot its holder released, then another call took")
+	}
+	if got := b.InFlight(); got != 1 {
+		t.Errorf("InFlight() = %d, want 1", got)
+	}
+	if !p.Release() {
+		t.Error("Release() of the slot's new holder = false, want true")
+	}
+}
+
+// slotSet records the slots held, to check that no two calls ever hold the
+// same one.
+type slotSet struct {
+	mu   sync.Mutex
+	held map[*slot]bool
+}
+
+func (s *slotSet) take(t *testing.T, p Permit) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.held == nil {
+		s.held = map[*slot]bool{}
+	}
+	if s.held[p.s] {
+		t.Errorf("slot %p handed to two calls at once", p.s)
+	}
+	s.held[p.s] = true
+}
+
+func (s *slotSet) drop(p Permit) {
+	s.mu.Lock()
+	delete(s.held, p.s)
+	s.mu.Unlock()
 }
 
 func TestZeroValueRefuses(t *testing.T) {
@@ -202,6 +255,7 @@ func TestBoundUnderContention(t *testing.T) {
 			const goroutines, iters = 16, 2000
 			b := New(tt.limit, WithQueue(tt.queue))
 			var cur, peak, inside, fails atomic.Int64
+			var held slotSet
 			var wg sync.WaitGroup
 			for range goroutines {
 				wg.Go(func() {
@@ -224,6 +278,7 @@ func TestBoundUnderContention(t *testing.T) {
 							runtime.Gosched()
 							continue
 						}
+						held.take(t, p)
 						n := cur.Add(1)
 						for {
 							m := peak.Load()
@@ -234,6 +289,7 @@ func TestBoundUnderContention(t *testing.T) {
 						inside.Add(1)
 						runtime.Gosched()
 						cur.Add(-1)
+						held.drop(p)
 						if !p.Release() {
 							t.Error("Release() of a held permit = false")
 						}
@@ -264,6 +320,7 @@ func TestBoundUnderContention(t *testing.T) {
 func TestBoundWhileLimitChanges(t *testing.T) {
 	b := New(3, WithQueue(8))
 	var cur, peak atomic.Int64
+	var held slotSet
 	var wg sync.WaitGroup
 	stop := make(chan struct{})
 	for range 8 {
@@ -279,11 +336,13 @@ func TestBoundWhileLimitChanges(t *testing.T) {
 					runtime.Gosched()
 					continue
 				}
+				held.take(t, p)
 				n := cur.Add(1)
 				for m := peak.Load(); n > m && !peak.CompareAndSwap(m, n); m = peak.Load() {
 				}
 				runtime.Gosched()
 				cur.Add(-1)
+				held.drop(p)
 				p.Release()
 			}
 		})

@@ -3,6 +3,7 @@ package bulkhead
 import (
 	"context"
 	"fmt"
+	"math/rand/v2"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -25,13 +26,11 @@ const (
 // slot is one unit of concurrency. A Permit names a slot and the slot's
 // generation when it was handed out; gen is odd while the slot is held and
 // even while it is free, so (gen+1)/2 counts the admissions through it and
-// a Permit whose generation is stale can never free a slot again.
+// a Permit whose generation is stale can never free a slot again. A call
+// takes a slot by moving its generation from even to odd.
 type slot struct {
-	gen  atomic.Uint64
-	next atomic.Uint32 // index+1 of the next free slot; 0 ends the list
-	idx  uint32
-	c    *core
-	_    [64 - 8 - 4 - 4 - 8]byte // one slot per cache line
+	gen atomic.Uint64
+	c   *core
 }
 
 type chunk [chunkSize]slot
@@ -39,7 +38,6 @@ type chunk [chunkSize]slot
 // waiter is one queued Acquire. All fields but ready are guarded by core.mu.
 type waiter struct {
 	ready      chan struct{} // closed when granted
-	s          *slot         // the slot granted
 	granted    bool
 	prev, next *waiter
 }
@@ -53,14 +51,15 @@ type waiter struct {
 // lock-free admission refuse (no barging past the queue), and a release
 // that sees one hands the freed place on under mu.
 //
-// Free slots form a lock-free stack (head word: tag<<32 | index+1). A slot
-// is pushed back before the in-flight count drops and popped after it rose,
-// so the number of slots held never exceeds the count and a pop after an
-// admission always finds a slot.
+// A call counted in state then claims a slot: from a random start, it takes
+// the first free slot. A slot is freed before the count drops and claimed
+// after it rose, so the slots held never outnumber the count, and there are
+// at least twice as many slots as the largest limit ever set: at least half
+// are free, so a claim needs two tries on average, and calls on different
+// CPUs claim different slots instead of contending for a shared free list.
 type core struct {
 	state atomic.Uint64
-	free  atomic.Uint64
-	_     [64 - 16]byte
+	_     [64 - 8]byte
 
 	limit   atomic.Int64
 	table   atomic.Pointer[[]*chunk]
@@ -100,39 +99,20 @@ func checkLimit(what string, n int) {
 	}
 }
 
-func (c *core) slotAt(i uint32) *slot {
+// claim takes a free slot for a call already counted in state.
+func (c *core) claim() Permit {
 	t := *c.table.Load()
-	return &t[i>>chunkBits][i&(chunkSize-1)]
-}
-
-func (c *core) push(s *slot) {
+	n := uint64(len(t)) * chunkSize
+	i := uint64(rand.Uint32()) * n >> 32 // uniform in [0, n)
 	for {
-		h := c.free.Load()
-		s.next.Store(uint32(h))
-		if c.free.CompareAndSwap(h, (h>>32+1)<<32|uint64(s.idx+1)) {
-			return
+		s := &t[i>>chunkBits][i&(chunkSize-1)]
+		if g := s.gen.Load(); g&1 == 0 && s.gen.CompareAndSwap(g, g+1) {
+			return Permit{s: s, gen: g + 1}
+		}
+		if i++; i == n {
+			i = 0
 		}
 	}
-}
-
-func (c *core) pop() *slot {
-	for {
-		h := c.free.Load()
-		i := uint32(h)
-		if i == 0 {
-			panic("bulkhead: internal error: admitted with no free slot")
-		}
-		s := c.slotAt(i - 1)
-		if c.free.CompareAndSwap(h, (h>>32+1)<<32|uint64(s.next.Load())) {
-			return s
-		}
-	}
-}
-
-// take pops a slot for a call already counted in state.
-func (c *core) take() Permit {
-	s := c.pop()
-	return Permit{s: s, gen: s.gen.Add(1)}
 }
 
 // admit counts one more call in flight unless the limit is reached or
@@ -155,16 +135,15 @@ func (c *core) tryAcquire() (Permit, bool) {
 		c.refused.Add(1)
 		return Permit{}, false
 	}
-	return c.take(), true
+	return c.claim(), true
 }
 
-// put returns slot s (already marked free by its generation) and drops the
-// in-flight count. If someone is queued, the freed place goes to the
-// oldest waiter: while waiters exist no lock-free caller can take it (they
-// see the waiter count), and dispatch runs after the decrement, so it sees
-// the room.
-func (c *core) put(s *slot) {
-	c.push(s)
+// put drops the in-flight count after a slot was freed (or a granted
+// waiter gave up before claiming one). If someone is queued, the freed
+// place goes to the oldest waiter: while waiters exist no lock-free caller
+// can take it (they see the waiter count), and dispatch runs after the
+// decrement, so it sees the room.
+func (c *core) put() {
 	if st := c.state.Add(^uint64(0)); st>>32 != 0 {
 		c.mu.Lock()
 		c.dispatch()
@@ -172,9 +151,9 @@ func (c *core) put(s *slot) {
 	}
 }
 
-// grant hands a slot to w, whose place is already counted. Needs mu.
+// grant hands w a place, already counted; w claims its slot when it wakes.
+// Needs mu.
 func (c *core) grant(w *waiter) {
-	w.s = c.pop()
 	w.granted = true
 	close(w.ready)
 }
@@ -223,11 +202,11 @@ func (c *core) unlink(w *waiter) {
 }
 
 // setLimit changes the limit, growing the slot table first if needed so
-// that there are always at least as many slots as calls admitted.
+// that there are always at least twice as many slots as the limit.
 func (c *core) setLimit(n int) {
 	c.mu.Lock()
-	if n > c.nslots {
-		c.grow(n)
+	if 2*n > c.nslots {
+		c.grow(2 * n)
 	}
 	c.limit.Store(int64(n))
 	c.dispatch()
@@ -240,22 +219,17 @@ func (c *core) grow(n int) {
 	if p := c.table.Load(); p != nil {
 		t = *p
 	}
-	old := c.nslots
 	nt := make([]*chunk, (n+chunkSize-1)/chunkSize)
 	copy(nt, t)
 	for i := len(t); i < len(nt); i++ {
-		nt[i] = new(chunk)
+		ch := new(chunk)
+		for j := range ch {
+			ch[j].c = c
+		}
+		nt[i] = ch
 	}
 	c.table.Store(&nt)
 	c.nslots = len(nt) * chunkSize
-	// Push the new slots highest index first so low indices are reused
-	// first.
-	for i := c.nslots - 1; i >= old; i-- {
-		s := &nt[i>>chunkBits][i&(chunkSize-1)]
-		s.idx = uint32(i)
-		s.c = c
-		c.push(s)
-	}
 }
 
 func (c *core) acquire(ctx context.Context) (Permit, error) {
@@ -264,7 +238,7 @@ func (c *core) acquire(ctx context.Context) (Permit, error) {
 		return Permit{}, ctxError(ctx, err)
 	}
 	if c.admit() {
-		return c.take(), nil
+		return c.claim(), nil
 	}
 	if c.maxQueue == 0 {
 		c.refused.Add(1)
@@ -276,7 +250,7 @@ func (c *core) acquire(ctx context.Context) (Permit, error) {
 		if st>>32 == 0 && int64(st&inflightMask) < c.limit.Load() {
 			if c.state.CompareAndSwap(st, st+1) {
 				c.mu.Unlock()
-				return c.take(), nil
+				return c.claim(), nil
 			}
 			continue
 		}
@@ -305,7 +279,7 @@ func (c *core) acquire(ctx context.Context) (Permit, error) {
 	}
 	select {
 	case <-w.ready:
-		return Permit{s: w.s, gen: w.s.gen.Add(1)}, nil
+		return c.claim(), nil
 	case <-ctx.Done():
 		c.giveUp(w)
 		c.canceled.Add(1)
@@ -317,8 +291,8 @@ func (c *core) acquire(ctx context.Context) (Permit, error) {
 	}
 }
 
-// giveUp takes w out of the queue, or, if a slot was granted to w at the
-// moment it gave up, passes that slot on.
+// giveUp takes w out of the queue, or, if a place was granted to w at the
+// moment it gave up, passes that place on.
 func (c *core) giveUp(w *waiter) {
 	if c.onGiveUp != nil {
 		c.onGiveUp()
@@ -326,7 +300,7 @@ func (c *core) giveUp(w *waiter) {
 	c.mu.Lock()
 	if w.granted {
 		c.mu.Unlock()
-		c.put(w.s)
+		c.put()
 		return
 	}
 	c.unlink(w)

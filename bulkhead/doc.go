@@ -23,8 +23,9 @@
 //
 // Admission and release are lock-free while nobody is queued: a
 // compare-and-swap (admission) or an atomic add (release) on a word holding
-// the in-flight and queued counts, a lock-free free list of slots, and the
-// slot's generation. Nothing allocates on that path. Queued
+// the in-flight and queued counts, and one on the generation of the slot
+// the call claims (slots outnumber the limit twice, so a random probe
+// finds a free one at once). Nothing allocates on that path. Queued
 // Acquire calls take a mutex and allocate their wait entry; a slot freed
 // while calls are queued goes straight to the oldest of them.
 //

@@ -29,7 +29,7 @@ func (p Permit) Release() bool {
 	if s == nil || !s.gen.CompareAndSwap(p.gen, p.gen+1) {
 		return false
 	}
-	s.c.put(s)
+	s.c.put()
 	return true
 }
 
@@ -57,6 +57,6 @@ func (p Permit) DoneAt(now time.Time, latency time.Duration, err error) bool {
 	if c.ad != nil {
 		c.ad.observe(now, latency, err, c.inFlight())
 	}
-	c.put(s)
+	c.put()
 	return true
 }
