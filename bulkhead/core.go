@@ -55,8 +55,9 @@ type waiter struct {
 // the first free slot. A slot is freed before the count drops and claimed
 // after it rose, so the slots held never outnumber the count, and there are
 // at least twice as many slots as the largest limit ever set: at least half
-// are free, so a claim needs two tries on average, and calls on different
-// CPUs claim different slots instead of contending for a shared free list.
+// are free, so a claim takes about two probes on average, and calls on
+// different CPUs mostly claim different slots instead of contending for the
+// head of a shared free list.
 type core struct {
 	state atomic.Uint64
 	_     [64 - 8]byte
@@ -99,7 +100,10 @@ func checkLimit(what string, n int) {
 	}
 }
 
-// claim takes a free slot for a call already counted in state.
+// claim takes a free slot for a call already counted in state. A table
+// that grew during the probe may have had its old slots taken by calls
+// admitted under the new limit, so the probe reloads the table whenever it
+// wraps: the current table always has free slots.
 func (c *core) claim() Permit {
 	t := *c.table.Load()
 	n := uint64(len(t)) * chunkSize
@@ -110,7 +114,8 @@ func (c *core) claim() Permit {
 			return Permit{s: s, gen: g + 1}
 		}
 		if i++; i == n {
-			i = 0
+			t = *c.table.Load()
+			n, i = uint64(len(t))*chunkSize, 0
 		}
 	}
 }

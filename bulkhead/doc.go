@@ -24,8 +24,9 @@
 // Admission and release are lock-free while nobody is queued: a
 // compare-and-swap (admission) or an atomic add (release) on a word holding
 // the in-flight and queued counts, and one on the generation of the slot
-// the call claims (slots outnumber the limit twice, so a random probe
-// finds a free one at once). Nothing allocates on that path. Queued
+// the call claims (there are twice as many slots as the largest limit ever
+// set, so a probe from a random start finds a free one in about two
+// tries). Nothing allocates on that path. Queued
 // Acquire calls take a mutex and allocate their wait entry; a slot freed
 // while calls are queued goes straight to the oldest of them.
 //

@@ -139,10 +139,25 @@ const (
 )
 
 func guardCost(g Guard) int {
-	if c, ok := g.(coster); ok {
+	if c, ok := g.(coster); ok && builtin(g) {
 		return c.cost()
 	}
 	return costCustom
+}
+
+// builtin reports whether g is one of this package's own guards, whose
+// unexported methods (cost, timed, the quick paths, finishesSkippedOnly)
+// describe its Admit and Finish. A user's type that embeds an exported
+// built-in (*QueueGuard, *DeadlineGuard) inherits those methods but may
+// override Admit or Finish, so for it they are not trusted: it is treated
+// as any custom guard.
+func builtin(g Guard) bool {
+	switch g.(type) {
+	case *rateGuard, *keyedGuard, *slotGuard, *shedGuard, *runGuard,
+		*QueueGuard, *DeadlineGuard, *breakerGuard, *throttleGuard, holdGuard:
+		return true
+	}
+	return false
 }
 
 // timed is implemented by built-in guards to say whether Finish uses the
@@ -151,7 +166,7 @@ func guardCost(g Guard) int {
 type timed interface{ timed() bool }
 
 func guardTimed(g Guard) bool {
-	if t, ok := g.(timed); ok {
+	if t, ok := g.(timed); ok && builtin(g) {
 		return t.timed()
 	}
 	return true

@@ -388,3 +388,42 @@ func chainServer(t testing.TB) (*Server, context.Context) {
 	ctx := context.WithValue(context.Background(), peerKeyCtx{}, "127.0.0.1")
 	return s, ctx
 }
+
+// strictQueue is a user's guard built on a built-in one: it embeds
+// *QueueGuard (inheriting its unexported methods) and overrides Admit and
+// Finish.
+type strictQueue struct {
+	*QueueGuard
+	refuse   bool
+	finished int
+}
+
+func (g *strictQueue) Admit(c Call) Decision {
+	if g.refuse {
+		return Refuse("strict", 0)
+	}
+	return g.QueueGuard.Admit(c)
+}
+
+func (g *strictQueue) Finish(Call, Permit, Outcome) { g.finished++ }
+
+// TestGuardEmbeddingBuiltinIsCustom: a guard type that embeds a built-in
+// one and overrides Admit and Finish has both called, not the built-in's
+// internal fast paths.
+func TestGuardEmbeddingBuiltinIsCustom(t *testing.T) {
+	g := &strictQueue{QueueGuard: QueueDelay(DefaultQueueTarget, DefaultQueueInterval), refuse: true}
+	s := mustServer(t, []Rule{{Guards: []Guard{g}}})
+	info := &grpc.UnaryServerInfo{FullMethod: emptyCall}
+	handler := func(context.Context, any) (any, error) { return nil, nil }
+	_, err := s.unary(context.Background(), nil, info, handler)
+	if st := status.Convert(err); st.Code() != codes.ResourceExhausted || !strings.Contains(st.Message(), "strict") {
+		t.Fatalf("call refused by the overriding Admit: got %v, want RESOURCE_EXHAUSTED naming it", err)
+	}
+	g.refuse = false
+	if _, err := s.unary(context.Background(), nil, info, handler); err != nil {
+		t.Fatalf("admitted call: %v", err)
+	}
+	if g.finished != 1 {
+		t.Errorf("overriding Finish ran %d times for the call that ran, want 1", g.finished)
+	}
+}

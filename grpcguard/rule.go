@@ -148,13 +148,17 @@ func compileRule(r Rule) (*rule, error) {
 			cr.starters = append(cr.starters, i)
 		}
 		cr.timed = cr.timed || guardTimed(g)
-		q, _ := g.(quickGuard)
-		cr.quick = append(cr.quick, q)
-		qf, _ := g.(quickFinisher)
-		cr.quickFin = append(cr.quickFin, qf)
-		if _, ok := g.(skippedOnly); ok {
-			cr.quiet |= 1 << i
+		var q quickGuard
+		var qf quickFinisher
+		if builtin(g) {
+			q, _ = g.(quickGuard)
+			qf, _ = g.(quickFinisher)
+			if _, ok := g.(skippedOnly); ok {
+				cr.quiet |= 1 << i
+			}
 		}
+		cr.quick = append(cr.quick, q)
+		cr.quickFin = append(cr.quickFin, qf)
 	}
 	return cr, nil
 }
@@ -162,6 +166,8 @@ func compileRule(r Rule) (*rule, error) {
 // admit runs the guards on c. It returns the set of guards that admitted
 // (a bit per guard), and, if one refused (and the rule is not in shadow
 // mode), its index and decision; earlier guards are then rolled back.
+// permits must be zero: the quick path sets only the bulkhead permit of
+// each guard that admits.
 func (r *rule) admit(c *Call, permits *[maxGuards]Permit) (mask uint32, refused int, d Decision) {
 	r.calls.Add(1)
 	for i, g := range r.guards {

@@ -244,7 +244,7 @@ func (s *Server) unary(ctx context.Context, req any, info *grpc.UnaryServerInfo,
 	// admitHere, inlined by hand: returning the Call and Decision from a
 	// helper costs the unary hot path two more copies.
 	var c Call
-	s.call(&c, ctx, r, info.FullMethod)
+	s.call(ctx, &c, r, info.FullMethod)
 	var permits [maxGuards]Permit
 	mask, i, d := r.admit(&c, &permits)
 	if i < 0 && len(r.starters) > 0 {
@@ -264,7 +264,7 @@ func (s *Server) unary(ctx context.Context, req any, info *grpc.UnaryServerInfo,
 // then its Starter guards. It returns the index of the refusing guard, or
 // -1.
 func (s *Server) admitHere(ctx context.Context, r *rule, method string, c *Call, permits *[maxGuards]Permit) (uint32, int, Decision) {
-	s.call(c, ctx, r, method)
+	s.call(ctx, c, r, method)
 	mask, i, d := r.admit(c, permits)
 	if i < 0 && len(r.starters) > 0 {
 		i, d = r.startAt(c, mask, permits)
@@ -272,11 +272,11 @@ func (s *Server) admitHere(ctx context.Context, r *rule, method string, c *Call,
 	return mask, i, d
 }
 
-// call fills c, the zero Call, with a call seen first by an interceptor.
+// call fills c, a zero Call, with a call seen first by an interceptor.
 // It fills a Call in place rather than returning one: a returned Call is
 // copied through memory, which on the admitted path costs more than the
 // fields.
-func (s *Server) call(c *Call, ctx context.Context, r *rule, method string) {
+func (s *Server) call(ctx context.Context, c *Call, r *rule, method string) {
 	c.Ctx, c.Method, c.Now = ctx, method, s.now()
 	if dl, ok := ctx.Deadline(); ok {
 		c.Deadline = dl
