@@ -2,6 +2,7 @@ package grpcguard
 
 import (
 	"context"
+	"net"
 	"strings"
 	"sync"
 	"testing"
@@ -11,6 +12,7 @@ import (
 	"google.golang.org/grpc/codes"
 	testgrpc "google.golang.org/grpc/interop/grpc_testing"
 	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
 	"google.golang.org/grpc/tap"
 
@@ -385,7 +387,7 @@ func chainServer(t testing.TB) (*Server, context.Context) {
 			Bulkhead("slots", bulkhead.New(1024), 0),
 		},
 	}})
-	ctx := context.WithValue(context.Background(), peerKeyCtx{}, "127.0.0.1")
+	ctx := peer.NewContext(context.Background(), &peer.Peer{Addr: &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1), Port: 40000}})
 	return s, ctx
 }
 

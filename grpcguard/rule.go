@@ -6,6 +6,7 @@ import (
 	"net"
 	"sort"
 	"strings"
+	"sync"
 	"sync/atomic"
 
 	"google.golang.org/grpc/codes"
@@ -66,23 +67,48 @@ func HeaderKey(name string) KeyFunc {
 	}
 }
 
-// PeerKey keys calls by the client's IP address (without the port). With
-// Server.ServerOptions installed, the address is formatted once per
-// connection; otherwise once per call.
+// PeerKey keys calls by the client's IP address (without the port).
+//
+// grpc-go gives every stream of a connection the same peer, so the
+// returned KeyFunc formats each connection's address once and then finds it
+// without allocating. It remembers at most MaxPeerKeys connections and
+// forgets them all when it has seen more, which also drops those that have
+// closed. Each call of PeerKey returns a KeyFunc with its own memory.
 func PeerKey() KeyFunc {
+	c := new(peerKeys)
 	return func(ctx context.Context, _ metadata.MD) string {
-		if k, ok := ctx.Value(peerKeyCtx{}).(string); ok {
-			return k
+		p, ok := peer.FromContext(ctx)
+		if !ok {
+			return ""
 		}
-		return peerAddrKey(ctx)
+		return c.key(p)
 	}
 }
 
-type peerKeyCtx struct{}
+// MaxPeerKeys is how many connections a PeerKey remembers.
+const MaxPeerKeys = 8192
 
-func peerAddrKey(ctx context.Context) string {
-	p, ok := peer.FromContext(ctx)
-	if !ok || p.Addr == nil {
+// peerKeys maps each connection's peer to its formatted address.
+type peerKeys struct {
+	m sync.Map // *peer.Peer → string
+	n atomic.Int64
+}
+
+func (c *peerKeys) key(p *peer.Peer) string {
+	if k, ok := c.m.Load(p); ok {
+		return k.(string)
+	}
+	k := peerAddrKey(p)
+	if c.n.Add(1) > MaxPeerKeys {
+		c.m.Clear()
+		c.n.Store(1)
+	}
+	c.m.Store(p, k)
+	return k
+}
+
+func peerAddrKey(p *peer.Peer) string {
+	if p.Addr == nil {
 		return ""
 	}
 	switch a := p.Addr.(type) {

@@ -6,7 +6,6 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/stats"
 	"google.golang.org/grpc/status"
 	"google.golang.org/grpc/tap"
 )
@@ -112,15 +111,13 @@ func (s *Server) now() time.Time {
 }
 
 // ServerOptions returns the options that install the Server in a
-// grpc.Server: the tap handle, both interceptors (chained, so they compose
-// with others), and a stats handler that formats each connection's peer
-// address once for PeerKey. grpc-go allows one tap handle per server.
+// grpc.Server: the tap handle and both interceptors (chained, so they
+// compose with others). grpc-go allows one tap handle per server.
 func (s *Server) ServerOptions() []grpc.ServerOption {
 	return []grpc.ServerOption{
 		grpc.InTapHandle(s.TapHandle),
 		grpc.ChainUnaryInterceptor(s.UnaryServerInterceptor()),
 		grpc.ChainStreamInterceptor(s.StreamServerInterceptor()),
-		grpc.StatsHandler(connTagger{}),
 	}
 }
 
@@ -332,15 +329,3 @@ func (s *Server) Stats() []GuardStats {
 
 // HandlerStarts returns how many handlers started on guarded calls.
 func (s *Server) HandlerStarts() uint64 { return s.handlerStarts.Load() }
-
-// connTagger formats each connection's peer address once, for PeerKey.
-type connTagger struct{}
-
-func (connTagger) TagConn(ctx context.Context, _ *stats.ConnTagInfo) context.Context {
-	return context.WithValue(ctx, peerKeyCtx{}, peerAddrKey(ctx))
-}
-func (connTagger) HandleConn(context.Context, stats.ConnStats) {}
-func (connTagger) TagRPC(ctx context.Context, _ *stats.RPCTagInfo) context.Context {
-	return ctx
-}
-func (connTagger) HandleRPC(context.Context, stats.RPCStats) {}

@@ -18,6 +18,7 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	testgrpc "google.golang.org/grpc/interop/grpc_testing"
 	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
 	"google.golang.org/grpc/test/bufconn"
 
@@ -454,5 +455,89 @@ func TestFloodKeepsHandlersAtBulkheadBound(t *testing.T) {
 	}
 	if got := s.HandlerStarts(); got != bound {
 		t.Errorf("Server.HandlerStarts() = %d, want %d", got, bound)
+	}
+}
+
+// TestPeerKeyOverLoopback: over a real 127.0.0.1 connection, PeerKey keys
+// calls by the client's IP, in the tap and in the interceptor alike.
+func TestPeerKeyOverLoopback(t *testing.T) {
+	for _, tap := range []bool{true, false} {
+		rules := []Rule{{Key: PeerKey(), Guards: []Guard{PerKey("client", ratelimit.NewKeyed(ratelimit.Every(time.Hour), 2, ratelimit.WithSweepInterval(0)))}}}
+		s := mustServer(t, rules)
+		opts := s.ServerOptions()
+		if !tap {
+			opts = interceptorsOnly(s)
+		}
+		env := startServer(t, &testService{}, true, opts)
+		for i := range 2 {
+			if _, err := env.client.EmptyCall(context.Background(), &testgrpc.Empty{}); err != nil {
+				t.Fatalf("tap %v: call %d = %v", tap, i, err)
+			}
+		}
+		_, err := env.client.EmptyCall(context.Background(), &testgrpc.Empty{})
+		if got := quotaSubject(err); got != "127.0.0.1" {
+			t.Errorf("tap %v: third call = %v, QuotaFailure subject %q, want the client IP 127.0.0.1", tap, err, got)
+		}
+	}
+}
+
+type pipeAddr string
+
+func (a pipeAddr) Network() string { return "pipe" }
+func (a pipeAddr) String() string  { return string(a) }
+
+func TestPeerKey(t *testing.T) {
+	key := PeerKey()
+	withPeer := func(a net.Addr) context.Context {
+		return peer.NewContext(context.Background(), &peer.Peer{Addr: a})
+	}
+	tests := []struct {
+		name string
+		ctx  context.Context
+		want string
+	}{
+		{"IPv4", withPeer(&net.TCPAddr{IP: net.IPv4(10, 1, 2, 3), Port: 5000}), "10.1.2.3"},
+		{"IPv6", withPeer(&net.TCPAddr{IP: net.ParseIP("::1"), Port: 5000}), "::1"},
+		{"host:port of another kind", withPeer(pipeAddr("pod-7:9000")), "pod-7"},
+		{"address without a port", withPeer(pipeAddr("bufconn")), "bufconn"},
+		{"no address", withPeer(nil), ""},
+		{"no peer", context.Background(), ""},
+	}
+	for _, tt := range tests {
+		if got := key(tt.ctx, nil); got != tt.want {
+			t.Errorf("%s: PeerKey() = %q, want %q", tt.name, got, tt.want)
+		}
+	}
+
+	// The same connection's peer is found again without formatting.
+	ctx := withPeer(&net.TCPAddr{IP: net.IPv4(10, 9, 8, 7), Port: 1})
+	key(ctx, nil)
+	if got := testing.AllocsPerRun(100, func() { key(ctx, nil) }); got != 0 {
+		t.Errorf("PeerKey() of a known connection: %v allocations, want 0", got)
+	}
+}
+
+// TestPeerKeyForgets: a PeerKey that has seen more than MaxPeerKeys
+// connections forgets them, so closed ones do not pile up.
+func TestPeerKeyForgets(t *testing.T) {
+	var c peerKeys
+	first := &peer.Peer{Addr: &net.TCPAddr{IP: net.IPv4(10, 0, 0, 1)}}
+	c.key(first)
+	for i := range MaxPeerKeys {
+		c.key(&peer.Peer{Addr: &net.TCPAddr{IP: net.IPv4(10, 1, byte(i>>8), byte(i))}})
+	}
+	n := 0
+	c.m.Range(func(k, _ any) bool {
+		n++
+		if k == first {
+			t.Error("the first connection is still remembered after MaxPeerKeys more")
+		}
+		return true
+	})
+	if n > MaxPeerKeys {
+		t.Errorf("remembers %d connections, want at most %d", n, MaxPeerKeys)
+	}
+	if got := c.key(first); got != "10.0.0.1" {
+		t.Errorf("key of a forgotten connection = %q, want it formatted again", got)
 	}
 }
