@@ -312,6 +312,7 @@ func (c *Client) unaryCall(ctx context.Context, method string, req, reply any, c
 	if i >= 0 {
 		return e.refusal(i, d)
 	}
+	e.rule.passed.Add(1)
 	var box *trailerBox
 	var md *metadata.MD
 	if c.o.trailer {
@@ -418,6 +419,7 @@ func (c *Client) streamCall(ctx context.Context, desc *grpc.StreamDesc, cc *grpc
 	if i >= 0 {
 		return nil, e.refusal(i, d)
 	}
+	e.rule.passed.Add(1)
 	s.mask = mask
 	cs, err := streamer(ctx, desc, cc, method, opts...)
 	if err != nil {

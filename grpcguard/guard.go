@@ -202,13 +202,20 @@ type skippedOnly interface{ finishesSkippedOnly() }
 type counters struct {
 	refused       atomic.Uint64
 	shadowRefused atomic.Uint64
-	_             [48]byte // keep each guard's counters off its neighbours' cache line
+	admitted      atomic.Uint64 // the largest Admitted reported, so it never decreases
+	_             [40]byte      // keep each guard's counters off its neighbours' cache line
 }
 
 // GuardStats are the decision counts of one guard under one rule. A call
 // that a guard refuses when its handler is about to start (Rechecker,
 // Starter) counts as refused by that guard, and not as admitted by it or
 // by the guards after it, whose grants were given back.
+//
+// A call is counted once it is decided: its handler started (or, on a
+// client, it was sent), it was refused, or its stream ended before its
+// handler; a call admitted by the tap and still waiting for its handler is
+// not counted yet. Every count only grows from one Stats to the next, so
+// they export as counters.
 type GuardStats struct {
 	Rule          string // the rule's name (its first method pattern unless named)
 	Guard         string // Guard.Name

@@ -278,6 +278,7 @@ func TestAbandonedBeforeHandlerReturnsPermits(t *testing.T) {
 	if bh.InFlight() != 1 {
 		t.Fatalf("Bulkhead.InFlight() = %d after the tap admitted, want 1", bh.InFlight())
 	}
+	wantCounts(t, s, "while the call waits for its handler", 0, 0, 0, 0)
 	cancel() // the stream ends before its handler starts
 	waitFor(t, "slot released by the stream's end", func() bool { return bh.InFlight() == 0 })
 	handled := false
@@ -291,6 +292,48 @@ func TestAbandonedBeforeHandlerReturnsPermits(t *testing.T) {
 	if bh.InFlight() != 0 {
 		t.Errorf("Bulkhead.InFlight() = %d, want 0", bh.InFlight())
 	}
+	wantCounts(t, s, "after the stream ended", 1, 0, 0, 0) // admitted; no handler started
+}
+
+// wantCounts checks the first guard's Stats and the Server's handler
+// starts.
+func wantCounts(t *testing.T, s *Server, when string, admitted, refused, shadow, starts uint64) {
+	t.Helper()
+	st := s.Stats()[0]
+	if st.Admitted != admitted || st.Refused != refused || st.ShadowRefused != shadow {
+		t.Errorf("%s: Stats() = %+v, want %d admitted, %d refused, %d shadow-refused", when, st, admitted, refused, shadow)
+	}
+	if got := s.HandlerStarts(); got != starts {
+		t.Errorf("%s: HandlerStarts() = %d, want %d", when, got, starts)
+	}
+}
+
+// TestStatsNeverDecrease: in shadow mode a refusal is counted when the tap
+// admits the call, and the call when its handler starts; Admitted must not
+// dip in between.
+func TestStatsNeverDecrease(t *testing.T) {
+	lim := ratelimit.NewLimiter(0, 1)
+	s := mustServer(t, []Rule{{Shadow: true, Guards: []Guard{RateLimit("rate", lim)}}})
+	info := &grpc.UnaryServerInfo{FullMethod: emptyCall}
+	handler := func(context.Context, any) (any, error) { return nil, nil }
+	run := func(ctx context.Context) {
+		if _, err := s.unary(ctx, nil, info, handler); err != nil {
+			t.Fatal(err)
+		}
+	}
+	admitTap := func() context.Context {
+		ctx, err := s.TapHandle(context.Background(), &tap.Info{FullMethodName: emptyCall})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return ctx
+	}
+	run(admitTap()) // takes the one token: admitted
+	wantCounts(t, s, "after the first call", 1, 0, 0, 1)
+	waiting := admitTap() // shadow-refused, its handler not started yet
+	wantCounts(t, s, "with a shadow-refused call waiting", 1, 0, 1, 1)
+	run(waiting)
+	wantCounts(t, s, "after it ran", 1, 0, 1, 2)
 }
 
 func TestShadowModeRefusesNothingButCounts(t *testing.T) {

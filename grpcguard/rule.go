@@ -134,10 +134,17 @@ type rule struct {
 	shadow   bool
 	timed    bool   // some guard's Finish uses the duration
 	quiet    uint32 // guards whose Finish matters only for skipped calls
-	calls    atomic.Uint64
-	counters []counters
-	quick    []quickGuard    // per guard; nil for guards without the quick path
-	quickFin []quickFinisher // per guard; nil for guards without the quick path
+	// passed counts the calls that passed every guard: their handler
+	// started (server) or they were sent (client). It is the one counter
+	// the admitted path adds to; the calls that reached the rule are
+	// derived from it (see stats).
+	passed atomic.Uint64
+	// abandoned counts the calls admitted by the tap whose stream ended
+	// before their handler started.
+	abandoned atomic.Uint64
+	counters  []counters
+	quick     []quickGuard    // per guard; nil for guards without the quick path
+	quickFin  []quickFinisher // per guard; nil for guards without the quick path
 }
 
 func compileRule(r Rule) (*rule, error) {
@@ -195,7 +202,6 @@ func compileRule(r Rule) (*rule, error) {
 // permits must be zero: the quick path sets only the bulkhead permit of
 // each guard that admits.
 func (r *rule) admit(c *Call, permits *[maxGuards]Permit) (mask uint32, refused int, d Decision) {
-	r.calls.Add(1)
 	for i, g := range r.guards {
 		if q := r.quick[i]; q != nil {
 			p, ok := q.quickAdmit(c.Now, c.Key)
@@ -355,22 +361,51 @@ func taken(name, pattern string, old *rule) error {
 	return fmt.Errorf("grpcguard: %s: method pattern %q is already taken by %s", name, pattern, by)
 }
 
-// stats derives each guard's counts: every call reaches the first guard; a
-// call reaches guard i unless an earlier guard refused it (in shadow mode
-// every call reaches every guard). The counters are read one after the
-// other, so under traffic the figures are consistent to within the calls in
-// flight.
+// stats derives each guard's counts. Every decided call that reached the
+// rule either passed, was refused by one guard, or was abandoned before
+// its handler; it reached guard i unless an earlier guard refused it (in
+// shadow mode every call reaches every guard). Refusals are read before
+// the passed and abandoned counts, so a refusal is never counted without
+// its call; under traffic the figures are consistent to within the calls
+// in flight.
 func (r *rule) stats() []GuardStats {
 	out := make([]GuardStats, len(r.guards))
-	reached := r.calls.Load()
+	refused := make([]uint64, len(r.guards))
+	shadows := make([]uint64, len(r.guards))
+	for i := range r.guards {
+		refused[i] = r.counters[i].refused.Load()
+		shadows[i] = r.counters[i].shadowRefused.Load()
+	}
+	reached := r.passed.Load() + r.abandoned.Load()
+	for _, n := range refused {
+		reached += n
+	}
 	for i, g := range r.guards {
-		c := &r.counters[i]
-		ref, shadow := c.refused.Load(), c.shadowRefused.Load()
+		ref, shadow := refused[i], shadows[i]
 		out[i] = GuardStats{Rule: r.name, Guard: g.Name(), Refused: ref, ShadowRefused: shadow}
+		var admitted uint64
 		if ref+shadow <= reached {
-			out[i].Admitted = reached - ref - shadow
+			admitted = reached - ref - shadow
 			reached -= ref // shadow refusals go on to the next guard
 		}
+		out[i].Admitted = atomicMax(&r.counters[i].admitted, admitted)
 	}
 	return out
+}
+
+// atomicMax raises m to at least v and returns the result. A shadow
+// refusal is counted when the call is admitted, but the call only when it
+// is decided, so a derived Admitted can dip while shadow-refused calls
+// wait for their handlers; reporting the largest value seen keeps it a
+// counter, exact again once those calls are decided.
+func atomicMax(m *atomic.Uint64, v uint64) uint64 {
+	for {
+		old := m.Load()
+		if v <= old {
+			return old
+		}
+		if m.CompareAndSwap(old, v) {
+			return v
+		}
+	}
 }

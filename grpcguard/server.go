@@ -61,8 +61,6 @@ type Server struct {
 	all   []*rule
 	epoch time.Time
 	clock func() time.Time // for in-package tests; nil: the monotonic clock
-
-	handlerStarts atomic.Uint64 // handlers started on calls this Server guards
 }
 
 // New compiles rules into a Server. It returns an error naming the rule
@@ -171,6 +169,7 @@ func (s *Server) TapHandle(ctx context.Context, info *tap.Info) (context.Context
 // abandon finishes a call whose stream ended before its handler started.
 func (st *callState) abandon() {
 	if st.phase.CompareAndSwap(phaseAdmitted, phaseDone) {
+		st.rule.abandoned.Add(1)
 		st.rule.finish(&st.call, st.mask, &st.permits, Outcome{Skipped: true})
 	}
 }
@@ -197,7 +196,7 @@ func (s *Server) start(ctx context.Context, st *callState) (Call, *status.Status
 		st.stop()
 		return c, refusalStatus(st.rule.code, st.rule.guards[i].Name(), d, c.Key), d
 	}
-	s.handlerStarts.Add(1)
+	st.rule.passed.Add(1)
 	return c, nil, Decision{}
 }
 
@@ -251,7 +250,7 @@ func (s *Server) unary(ctx context.Context, req any, info *grpc.UnaryServerInfo,
 		setPushback(ctx, nil, d)
 		return nil, refusalStatus(r.code, r.guards[i].Name(), d, c.Key).Err()
 	}
-	s.handlerStarts.Add(1)
+	r.passed.Add(1)
 	resp, err := handler(ctx, req)
 	r.finish(&c, mask, &permits, s.outcome(r, &c, err))
 	return resp, err
@@ -311,7 +310,7 @@ func (s *Server) stream(srv any, ss grpc.ServerStream, info *grpc.StreamServerIn
 		setPushback(ctx, ss, d)
 		return refusalStatus(r.code, r.guards[i].Name(), d, c.Key).Err()
 	}
-	s.handlerStarts.Add(1)
+	r.passed.Add(1)
 	err := handler(srv, ss)
 	r.finish(&c, mask, &permits, s.outcome(r, &c, err))
 	return err
@@ -328,4 +327,10 @@ func (s *Server) Stats() []GuardStats {
 }
 
 // HandlerStarts returns how many handlers started on guarded calls.
-func (s *Server) HandlerStarts() uint64 { return s.handlerStarts.Load() }
+func (s *Server) HandlerStarts() uint64 {
+	var n uint64
+	for _, r := range s.all {
+		n += r.passed.Load()
+	}
+	return n
+}
