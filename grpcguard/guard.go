@@ -214,8 +214,8 @@ type counters struct {
 // A call is counted once it is decided: its handler started (or, on a
 // client, it was sent), it was refused, or its stream ended before its
 // handler; a call admitted by the tap and still waiting for its handler is
-// not counted yet. Every count only grows from one Stats to the next, so
-// they export as counters.
+// not counted yet, though a shadow refusal of it already is. Every count
+// only grows from one Stats to the next, so they export as counters.
 type GuardStats struct {
 	Rule          string // the rule's name (its first method pattern unless named)
 	Guard         string // Guard.Name

@@ -3,6 +3,7 @@ package grpcguard
 import (
 	"context"
 	"net"
+	"runtime"
 	"strings"
 	"sync"
 	"testing"
@@ -267,32 +268,90 @@ func TestQueueDelayThroughServer(t *testing.T) {
 	}
 }
 
+// TestShadowRecheckCountsOnce: in shadow mode, a deadline too short at the
+// tap is one shadow refusal, not a second one when the handler starts.
+func TestShadowRecheckCountsOnce(t *testing.T) {
+	clk := &fakeClock{t: time.Now()}
+	s := mustServer(t, []Rule{{Shadow: true, Guards: []Guard{Deadline(WithServiceTime(emptyCall, time.Second))}}})
+	s.clock = clk.now
+	ctx, cancel := context.WithDeadline(context.Background(), clk.now().Add(10*time.Millisecond))
+	defer cancel()
+	if handled, err := tapThenHandle(t, s, clk, ctx, 0); !handled || err != nil {
+		t.Fatalf("shadow mode: handled %v, err %v; want handled", handled, err)
+	}
+	wantCounts(t, s, "after the call", 0, 0, 1, 1)
+}
+
+// TestAbandonedBeforeHandlerReturnsPermits: a call the tap admitted whose
+// stream ends before its handler gives its slot back at once, and is
+// refused at the handler, also when an earlier interceptor detached its
+// context from the stream's cancellation.
 func TestAbandonedBeforeHandlerReturnsPermits(t *testing.T) {
-	bh := bulkhead.New(1)
-	s := mustServer(t, []Rule{{Guards: []Guard{Bulkhead("slots", bh, 0)}}})
-	ctx, cancel := context.WithCancel(context.Background())
-	tctx, err := s.TapHandle(ctx, &tap.Info{FullMethodName: emptyCall})
-	if err != nil {
-		t.Fatal(err)
+	for _, detach := range []bool{false, true} {
+		bh := bulkhead.New(1)
+		s := mustServer(t, []Rule{{Guards: []Guard{Bulkhead("slots", bh, 0)}}})
+		ctx, cancel := context.WithCancel(context.Background())
+		tctx, err := s.TapHandle(ctx, &tap.Info{FullMethodName: emptyCall})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if bh.InFlight() != 1 {
+			t.Fatalf("Bulkhead.InFlight() = %d after the tap admitted, want 1", bh.InFlight())
+		}
+		wantCounts(t, s, "while the call waits for its handler", 0, 0, 0, 0)
+		cancel() // the stream ends before its handler starts
+		waitFor(t, "slot released by the stream's end", func() bool { return bh.InFlight() == 0 })
+		if detach {
+			tctx = context.WithoutCancel(tctx)
+		}
+		handled := false
+		_, err = s.unary(tctx, nil, &grpc.UnaryServerInfo{FullMethod: emptyCall}, func(context.Context, any) (any, error) {
+			handled = true
+			return nil, nil
+		})
+		if handled || status.Code(err) != codes.Canceled {
+			t.Errorf("detached %v: handler of an abandoned call: handled %v, err %v; want not run, CANCELED", detach, handled, err)
+		}
+		if bh.InFlight() != 0 {
+			t.Errorf("detached %v: Bulkhead.InFlight() = %d, want 0", detach, bh.InFlight())
+		}
+		wantCounts(t, s, "after the stream ended", 1, 0, 0, 0) // admitted; no handler started
 	}
-	if bh.InFlight() != 1 {
-		t.Fatalf("Bulkhead.InFlight() = %d after the tap admitted, want 1", bh.InFlight())
+}
+
+// TestShadowStatsUnderTraffic: a shadow rule whose bucket admits one call
+// ever, hammered while Stats is read: Admitted must never read more than
+// that one call.
+func TestShadowStatsUnderTraffic(t *testing.T) {
+	s := mustServer(t, []Rule{{Shadow: true, Guards: []Guard{RateLimit("rate", ratelimit.NewLimiter(0, 1))}}})
+	info := &grpc.UnaryServerInfo{FullMethod: emptyCall}
+	handler := func(context.Context, any) (any, error) { return nil, nil }
+	var wg sync.WaitGroup
+	const callers, calls = 8, 20000
+	for range callers {
+		wg.Go(func() {
+			for range calls {
+				s.unary(context.Background(), nil, info, handler)
+			}
+		})
 	}
-	wantCounts(t, s, "while the call waits for its handler", 0, 0, 0, 0)
-	cancel() // the stream ends before its handler starts
-	waitFor(t, "slot released by the stream's end", func() bool { return bh.InFlight() == 0 })
-	handled := false
-	_, err = s.unary(tctx, nil, &grpc.UnaryServerInfo{FullMethod: emptyCall}, func(context.Context, any) (any, error) {
-		handled = true
-		return nil, nil
-	})
-	if handled || status.Code(err) != codes.Canceled {
-		t.Errorf("handler of an abandoned call: handled %v, err %v; want not run, CANCELED", handled, err)
+	done := make(chan struct{})
+	go func() {
+		wg.Wait()
+		close(done)
+	}()
+	for {
+		if st := s.Stats()[0]; st.Admitted > 1 {
+			t.Fatalf("Stats() under traffic = %+v, want Admitted <= 1", st)
+		}
+		select {
+		case <-done:
+			wantCounts(t, s, "after the traffic", 1, 0, callers*calls-1, callers*calls)
+			return
+		default:
+			runtime.Gosched()
+		}
 	}
-	if bh.InFlight() != 0 {
-		t.Errorf("Bulkhead.InFlight() = %d, want 0", bh.InFlight())
-	}
-	wantCounts(t, s, "after the stream ended", 1, 0, 0, 0) // admitted; no handler started
 }
 
 // wantCounts checks the first guard's Stats and the Server's handler

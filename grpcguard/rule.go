@@ -69,58 +69,56 @@ func HeaderKey(name string) KeyFunc {
 
 // PeerKey keys calls by the client's IP address (without the port).
 //
-// grpc-go gives every stream of a connection the same peer, so the
-// returned KeyFunc formats each connection's address once and then finds it
-// without allocating. It remembers at most MaxPeerKeys connections and
-// forgets them all when it has seen more, which also drops those that have
-// closed. Each call of PeerKey returns a KeyFunc with its own memory.
+// grpc-go gives every stream of a TCP connection the same address value,
+// so the returned KeyFunc formats each connection's address once and then
+// finds it without allocating. It remembers at most MaxPeerKeys
+// connections (a small address each, not the connection) and forgets them
+// all when it has seen more, which also drops those that have closed.
+// Addresses of other kinds are formatted per call. Each call of PeerKey
+// returns a KeyFunc with its own memory.
 func PeerKey() KeyFunc {
 	c := new(peerKeys)
 	return func(ctx context.Context, _ metadata.MD) string {
 		p, ok := peer.FromContext(ctx)
-		if !ok {
+		if !ok || p.Addr == nil {
 			return ""
 		}
-		return c.key(p)
+		if a, ok := p.Addr.(*net.TCPAddr); ok {
+			return c.key(a)
+		}
+		return addrHost(p.Addr)
 	}
 }
 
 // MaxPeerKeys is how many connections a PeerKey remembers.
 const MaxPeerKeys = 8192
 
-// peerKeys maps each connection's peer to its formatted address.
+// peerKeys maps each connection's address to its formatted IP.
 type peerKeys struct {
-	m sync.Map // *peer.Peer → string
+	m sync.Map // *net.TCPAddr → string
 	n atomic.Int64
 }
 
-func (c *peerKeys) key(p *peer.Peer) string {
-	if k, ok := c.m.Load(p); ok {
+func (c *peerKeys) key(a *net.TCPAddr) string {
+	if k, ok := c.m.Load(a); ok {
 		return k.(string)
 	}
-	k := peerAddrKey(p)
+	k := a.IP.String()
 	if c.n.Add(1) > MaxPeerKeys {
 		c.m.Clear()
 		c.n.Store(1)
 	}
-	c.m.Store(p, k)
+	c.m.Store(a, k)
 	return k
 }
 
-func peerAddrKey(p *peer.Peer) string {
-	if p.Addr == nil {
-		return ""
+// addrHost is the host part of an address that is not a *net.TCPAddr.
+func addrHost(a net.Addr) string {
+	s := a.String()
+	if host, _, err := net.SplitHostPort(s); err == nil {
+		return host
 	}
-	switch a := p.Addr.(type) {
-	case *net.TCPAddr:
-		return a.IP.String()
-	default:
-		s := a.String()
-		if host, _, err := net.SplitHostPort(s); err == nil {
-			return host
-		}
-		return s
-	}
+	return s
 }
 
 // rule is a compiled Rule.
@@ -232,6 +230,9 @@ func (r *rule) admit(c *Call, permits *[maxGuards]Permit) (mask uint32, refused 
 // refusal it finishes every admitted guard as skipped.
 func (r *rule) recheckAt(c *Call, mask uint32, permits *[maxGuards]Permit) (refused int, d Decision) {
 	for _, i := range r.recheck {
+		if mask&(1<<i) == 0 {
+			continue // refused in shadow mode at admission: counted once
+		}
 		d = r.guards[i].(Rechecker).Recheck(*c)
 		if !d.Refused {
 			continue
@@ -364,21 +365,23 @@ func taken(name, pattern string, old *rule) error {
 // stats derives each guard's counts. Every decided call that reached the
 // rule either passed, was refused by one guard, or was abandoned before
 // its handler; it reached guard i unless an earlier guard refused it (in
-// shadow mode every call reaches every guard). Refusals are read before
-// the passed and abandoned counts, so a refusal is never counted without
-// its call; under traffic the figures are consistent to within the calls
-// in flight.
+// shadow mode every call reaches every guard). The refusals are read
+// first, then the passed and abandoned counts, then the shadow refusals: a
+// call counts its refusal and shadow refusals before it passes, so in this
+// order every call read has its refusals read too, and a derived Admitted
+// can only fall short, by calls in flight, never overshoot.
 func (r *rule) stats() []GuardStats {
 	out := make([]GuardStats, len(r.guards))
 	refused := make([]uint64, len(r.guards))
 	shadows := make([]uint64, len(r.guards))
+	var reached uint64
 	for i := range r.guards {
 		refused[i] = r.counters[i].refused.Load()
-		shadows[i] = r.counters[i].shadowRefused.Load()
+		reached += refused[i]
 	}
-	reached := r.passed.Load() + r.abandoned.Load()
-	for _, n := range refused {
-		reached += n
+	reached += r.passed.Load() + r.abandoned.Load()
+	for i := range r.guards {
+		shadows[i] = r.counters[i].shadowRefused.Load()
 	}
 	for i, g := range r.guards {
 		ref, shadow := refused[i], shadows[i]
@@ -396,8 +399,9 @@ func (r *rule) stats() []GuardStats {
 // atomicMax raises m to at least v and returns the result. A shadow
 // refusal is counted when the call is admitted, but the call only when it
 // is decided, so a derived Admitted can dip while shadow-refused calls
-// wait for their handlers; reporting the largest value seen keeps it a
-// counter, exact again once those calls are decided.
+// wait for their handlers; it never overshoots (see stats), so reporting
+// the largest value seen keeps it a counter, exact again once those calls
+// are decided.
 func atomicMax(m *atomic.Uint64, v uint64) uint64 {
 	for {
 		old := m.Load()

@@ -156,7 +156,10 @@ func (st *callState) Value(key any) any {
 }
 
 // TapHandle is the tap.ServerInHandle: it decides on every call with the
-// guards of its rule before grpc-go creates the stream.
+// guards of its rule before grpc-go creates the stream. Install it with
+// both interceptors, as ServerOptions does: the interceptor finishes each
+// call the tap admitted, and a call whose handler never starts holds what
+// the tap granted until its stream ends.
 func (s *Server) TapHandle(ctx context.Context, info *tap.Info) (context.Context, error) {
 	r := s.rules.match(info.FullMethodName)
 	if r == nil {
@@ -199,8 +202,14 @@ func (s *Server) start(ctx context.Context, st *callState) (Call, *status.Status
 	c.Now = now
 	if !st.phase.CompareAndSwap(phaseAdmitted, phaseRunning) {
 		// The stream's context ended first and abandon finished the call.
-		d := Refuse(ReasonCanceled, 0)
-		return c, status.FromContextError(ctx.Err()), d
+		// Its stream's context has ended, whatever ctx says: an earlier
+		// interceptor may have detached ctx (WithoutCancel) or derived
+		// one whose cancellation has not arrived yet.
+		err := st.Context.Err()
+		if err == nil {
+			err = context.Canceled
+		}
+		return c, status.FromContextError(err), Refuse(ReasonCanceled, 0)
 	}
 	i, d := st.rule.recheckAt(&c, st.mask, &st.permits)
 	if i < 0 {

@@ -521,10 +521,10 @@ func TestPeerKey(t *testing.T) {
 // connections forgets them, so closed ones do not pile up.
 func TestPeerKeyForgets(t *testing.T) {
 	var c peerKeys
-	first := &peer.Peer{Addr: &net.TCPAddr{IP: net.IPv4(10, 0, 0, 1)}}
+	first := &net.TCPAddr{IP: net.IPv4(10, 0, 0, 1)}
 	c.key(first)
 	for i := range MaxPeerKeys {
-		c.key(&peer.Peer{Addr: &net.TCPAddr{IP: net.IPv4(10, 1, byte(i>>8), byte(i))}})
+		c.key(&net.TCPAddr{IP: net.IPv4(10, 1, byte(i>>8), byte(i))})
 	}
 	n := 0
 	c.m.Range(func(k, _ any) bool {
