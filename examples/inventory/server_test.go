@@ -455,20 +455,23 @@ func TestOrderMemoryForgetsOldest(t *testing.T) {
 }
 
 // TestWastedWorkCounted has the handler finish only after the caller's
-// deadline has passed (a hook waits for its context, then for the deadline
-// itself), and checks that the server counts that run as late, and that it
-// still applied the order.
+// deadline has passed and the caller has given up (a hook waits for the
+// deadline itself, then for the test to release it), and checks that the
+// server counts that run as late, and that it still applied the order.
 func TestWastedWorkCounted(t *testing.T) {
 	srv := NewServer(WithStock("A", 10), WithWorkIterations(1))
+	release := make(chan struct{})
 	srv.afterWork = func(ctx context.Context) {
 		if dl, ok := ctx.Deadline(); ok {
-			<-ctx.Done()
 			// The client's cancellation (RST_STREAM at its own deadline)
 			// can end the context a little before the server's deadline,
 			// which comes from the grpc-timeout header and so falls later;
 			// a handler that stopped then would rightly count as canceled.
-			// This one overruns the deadline.
+			// This one overruns the deadline, and answers only after the
+			// client has seen its call fail, so that no answer can beat the
+			// client's own deadline timer.
 			<-time.After(time.Until(dl))
+			<-release
 		}
 	}
 	finished := make(chan struct{}, 4)
@@ -482,6 +485,7 @@ func TestWastedWorkCounted(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
 	defer cancel()
 	_, err := c.Allocate(ctx, &inventoryv1.AllocateRequest{Sku: "A", Quantity: 2, OrderId: "late"})
+	close(release)
 	if got := status.Code(err); got != codes.DeadlineExceeded {
 		t.Fatalf("Allocate with a deadline the handler overruns: code = %v, want DeadlineExceeded", got)
 	}
