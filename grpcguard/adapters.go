@@ -46,12 +46,7 @@ type rateGuard struct {
 func (g *rateGuard) Name() string { return g.name }
 func (g *rateGuard) cost() int    { return costRate }
 
-func (g *rateGuard) Admit(c Call) Decision {
-	if p, ok := g.quickAdmit(c.Now, c.Key); ok {
-		return Admit(Permit{slot: p})
-	}
-	return g.refusal(c)
-}
+func (g *rateGuard) Admit(c Call) Decision { return quickDecide(g, c) }
 
 func (g *rateGuard) quickAdmit(now time.Time, _ string) (bulkhead.Permit, bool) {
 	return bulkhead.Permit{}, g.l.AllowN(now, 1)
@@ -80,12 +75,7 @@ type keyedGuard struct {
 func (g *keyedGuard) Name() string { return g.name }
 func (g *keyedGuard) cost() int    { return costKeyed }
 
-func (g *keyedGuard) Admit(c Call) Decision {
-	if p, ok := g.quickAdmit(c.Now, c.Key); ok {
-		return Admit(Permit{slot: p})
-	}
-	return g.refusal(c)
-}
+func (g *keyedGuard) Admit(c Call) Decision { return quickDecide(g, c) }
 
 func (g *keyedGuard) quickAdmit(now time.Time, key string) (bulkhead.Permit, bool) {
 	return bulkhead.Permit{}, g.k.AllowN(key, now, 1)
@@ -129,12 +119,7 @@ type slotGuard struct {
 func (g *slotGuard) Name() string { return g.name }
 func (g *slotGuard) cost() int    { return costSlot }
 
-func (g *slotGuard) Admit(c Call) Decision {
-	if p, ok := g.quickAdmit(c.Now, c.Key); ok {
-		return Admit(Permit{slot: p})
-	}
-	return g.refusal(c)
-}
+func (g *slotGuard) Admit(c Call) Decision { return quickDecide(g, c) }
 
 func (g *slotGuard) quickAdmit(time.Time, string) (bulkhead.Permit, bool) {
 	return g.try()
@@ -194,12 +179,7 @@ func (g *shedGuard) cost() int    { return costShed }
 
 const one = uint64(1) << 32
 
-func (g *shedGuard) Admit(c Call) Decision {
-	if _, ok := g.quickAdmit(c.Now, c.Key); ok {
-		return Decision{}
-	}
-	return g.refusal(c)
-}
+func (g *shedGuard) Admit(c Call) Decision { return quickDecide(g, c) }
 
 func (g *shedGuard) quickAdmit(time.Time, string) (bulkhead.Permit, bool) {
 	s := g.src.Scale()

@@ -183,6 +183,14 @@ type quickGuard interface {
 	refusal(c Call) Decision
 }
 
+// quickDecide is Admit for a quickGuard.
+func quickDecide(g quickGuard, c Call) Decision {
+	if p, ok := g.quickAdmit(c.Now, c.Key); ok {
+		return Admit(Permit{slot: p})
+	}
+	return g.refusal(c)
+}
+
 // quickFinisher is implemented by built-in guards whose Finish reads only
 // their bulkhead permit and the outcome; the rule calls quickFinish with
 // those in registers, for the reason given at quickGuard.

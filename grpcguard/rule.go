@@ -229,34 +229,32 @@ func (r *rule) admit(c *Call, permits *[maxGuards]Permit) (mask uint32, refused 
 // recheckAt runs the Rechecker guards at the start of the handler. On a
 // refusal it finishes every admitted guard as skipped.
 func (r *rule) recheckAt(c *Call, mask uint32, permits *[maxGuards]Permit) (refused int, d Decision) {
-	for _, i := range r.recheck {
-		if mask&(1<<i) == 0 {
-			continue // refused in shadow mode at admission: counted once
-		}
-		d = r.guards[i].(Rechecker).Recheck(*c)
-		if !d.Refused {
-			continue
-		}
-		if r.shadowed(i) {
-			continue
-		}
-		r.rollback(i, c, mask, permits)
-		return i, d
-	}
-	return -1, Decision{}
+	return r.atStart(c, mask, permits, r.recheck, false)
 }
 
 // startAt runs the Starter guards when the handler is about to start,
 // keeping the permits they give. On a refusal it finishes every admitted
 // guard as skipped.
 func (r *rule) startAt(c *Call, mask uint32, permits *[maxGuards]Permit) (refused int, d Decision) {
-	for _, i := range r.starters {
+	return r.atStart(c, mask, permits, r.starters, true)
+}
+
+// atStart runs the guards at indexes idx that admitted the call: their
+// Start (keeping the permits they give) if starters, else their Recheck.
+func (r *rule) atStart(c *Call, mask uint32, permits *[maxGuards]Permit, idx []int, starters bool) (refused int, d Decision) {
+	for _, i := range idx {
 		if mask&(1<<i) == 0 {
-			continue // refused in shadow mode at admission
+			continue // refused in shadow mode at admission: counted once
 		}
-		d = r.guards[i].(Starter).Start(*c)
+		if starters {
+			d = r.guards[i].(Starter).Start(*c)
+		} else {
+			d = r.guards[i].(Rechecker).Recheck(*c)
+		}
 		if !d.Refused {
-			permits[i] = d.Permit
+			if starters {
+				permits[i] = d.Permit
+			}
 			continue
 		}
 		if r.shadowed(i) {
