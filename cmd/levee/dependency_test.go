@@ -15,6 +15,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	inventoryv1 "github.com/levee-go/levee/examples/inventory/proto/corecart/inventory/v1"
+	"github.com/levee-go/levee/grpcguard"
 	"github.com/levee-go/levee/internal/report"
 )
 
@@ -118,18 +119,9 @@ func TestFrontAnswers(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			defer ds.stop()
-			var openings atomic.Uint64
+			t.Cleanup(ds.stop) // after the front, which startGuardedFront stops
 			cfg := dependencyConfig{deadline: 50 * time.Millisecond, breakerWait: time.Minute, throttleWin: time.Minute}
-			guard, err := cfg.clientGuard(&openings)
-			if err != nil {
-				t.Fatal(err)
-			}
-			fs, err := startFront(ds.addr, cfg.deadline, 0, guard.DialOptions())
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer fs.stop()
+			fs, guard, openings := startGuardedFront(t, ds, &cfg)
 			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 			defer cancel()
 			cl, err := dial(ctx, fs.addr, 1, 3*time.Second)
@@ -369,18 +361,9 @@ func TestClientGuardThrottleWindow(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			defer ds.stop()
-			var openings atomic.Uint64
+			t.Cleanup(ds.stop) // after the front, which startGuardedFront stops
 			cfg := dependencyConfig{deadline: time.Second, breakerWait: time.Second, throttleWin: tt.give}
-			guard, err := cfg.clientGuard(&openings)
-			if err != nil {
-				t.Fatal(err)
-			}
-			fs, err := startFront(ds.addr, cfg.deadline, 0, guard.DialOptions())
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer fs.stop()
+			fs, guard, _ := startGuardedFront(t, ds, &cfg)
 			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 			defer cancel()
 			if _, err := fs.front.Allocate(ctx, &inventoryv1.AllocateRequest{Sku: "SKU-0001", Quantity: 1, OrderId: "o-1"}); err != nil {
@@ -394,4 +377,22 @@ func TestClientGuardThrottleWindow(t *testing.T) {
 			}
 		})
 	}
+}
+
+// startGuardedFront starts a front whose calls to ds go through the
+// client guard of cfg, stopped when the test ends; it returns the front,
+// the guard and the guard's count of breaker openings.
+func startGuardedFront(t *testing.T, ds *downstream, cfg *dependencyConfig) (*frontServer, *grpcguard.Client, *atomic.Uint64) {
+	t.Helper()
+	openings := new(atomic.Uint64)
+	guard, err := cfg.clientGuard(openings)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fs, err := startFront(ds.addr, cfg.deadline, 0, guard.DialOptions())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(fs.stop)
+	return fs, guard, openings
 }
