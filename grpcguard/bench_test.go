@@ -15,6 +15,7 @@ import (
 	testgrpc "google.golang.org/grpc/interop/grpc_testing"
 	"google.golang.org/grpc/status"
 
+	"github.com/levee-go/levee/admission"
 	"github.com/levee-go/levee/bulkhead"
 	"github.com/levee-go/levee/ratelimit"
 )
@@ -190,9 +191,9 @@ func BenchmarkLoopback(b *testing.B) {
 		run(b, s.ServerOptions(), codes.OK)
 	})
 	b.Run("refused", func(b *testing.B) {
-		s := mustServer(b, []Rule{{Guards: []Guard{RateLimit("rate", ratelimit.NewLimiter(0, 1))}}})
-		lim := s.all[0].guards[0].(*rateGuard).l
+		lim := ratelimit.NewLimiter(0, 1)
 		lim.Allow() // empty for good
+		s := mustServer(b, []Rule{{Guards: []admission.Guard{ratelimit.NewGuard("rate", lim)}}})
 		run(b, s.ServerOptions(), codes.ResourceExhausted)
 	})
 }

@@ -19,6 +19,7 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/grpc/test/bufconn"
 
+	"github.com/levee-go/levee/admission"
 	"github.com/levee-go/levee/breaker"
 	"github.com/levee-go/levee/ratelimit"
 )
@@ -340,7 +341,7 @@ func TestClientPushbackOverGRPC(t *testing.T) {
 			clk := newCliClock()
 			c := mustClient(t, clk, WithThrottle(nil), WithMaxHoldOff(10*time.Second))
 			srv, err := New([]Rule{{Methods: []string{cliEmptyCall},
-				Guards: []Guard{RateLimit("rate", ratelimit.NewLimiter(ratelimit.Every(time.Hour), 1))}}})
+				Guards: []admission.Guard{ratelimit.NewGuard("rate", ratelimit.NewLimiter(ratelimit.Every(time.Hour), 1))}}})
 			if err != nil {
 				t.Fatalf("New() = %v", err)
 			}
@@ -595,10 +596,10 @@ func TestClientConcurrentOverGRPC(t *testing.T) {
 	c := mustClient(t, nil, WithBreaker(func(string, string) []breaker.Option {
 		return []breaker.Option{breaker.WithCountWindow(20), breaker.WithMinimumCalls(20),
 			breaker.WithWaitInOpen(50 * time.Millisecond), breaker.WithHalfOpenCalls(4)}
-	}), WithClientGuards(func(string, string) []Guard { return []Guard{count} }))
+	}), WithClientGuards(func(string, string) []admission.Guard { return []admission.Guard{count} }))
 	// Time moves 1ms per clock reading, so the breaker opens and half-opens
 	// many times during the run, whatever the machine's speed.
-	c.clock = func() time.Time { return start.Add(time.Duration(ticks.Add(1)) * time.Millisecond) }
+	c.clock.Fake = func() time.Time { return start.Add(time.Duration(ticks.Add(1)) * time.Millisecond) }
 	svc := &cliService{}
 	svc.plan(func(n int64) bool { return n%4 != 0 && (n/200)%2 == 1 }, codes.Unavailable, "")
 	client, cc := serveCli(t, svc, nil, c.DialOptions()...)
@@ -670,11 +671,11 @@ type countingGuard struct {
 }
 
 func (g *countingGuard) Name() string { return "count" }
-func (g *countingGuard) Admit(Call) Decision {
+func (g *countingGuard) Admit(admission.Call) admission.Decision {
 	g.admitted.Add(1)
-	return Decision{}
+	return admission.Decision{}
 }
-func (g *countingGuard) Finish(_ Call, _ Permit, o Outcome) {
+func (g *countingGuard) Finish(_ admission.Call, _ admission.Permit, o admission.Outcome) {
 	if o.Skipped {
 		g.skipped.Add(1)
 		return

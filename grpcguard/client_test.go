@@ -17,8 +17,10 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
 
+	"github.com/levee-go/levee/admission"
 	"github.com/levee-go/levee/breaker"
 	"github.com/levee-go/levee/bulkhead"
+	"github.com/levee-go/levee/holdoff"
 	"github.com/levee-go/levee/ratelimit"
 	"github.com/levee-go/levee/throttle"
 )
@@ -62,7 +64,7 @@ func mustClient(t testing.TB, clk *cliClock, opts ...ClientOption) *Client {
 		t.Fatalf("NewClient() = %v", err)
 	}
 	if clk != nil {
-		c.clock = clk.now
+		c.clock.Fake = clk.now
 	}
 	return c
 }
@@ -182,44 +184,44 @@ func TestBreakerGuard(t *testing.T) {
 	clk := newCliClock()
 	b := breaker.New(breaker.WithCountWindow(4), breaker.WithMinimumCalls(4), breaker.WithFailureRate(50),
 		breaker.WithWaitInOpen(10*time.Second), breaker.WithHalfOpenCalls(1), breaker.WithClassifier(ClassifyError))
-	g := Breaker("downstream", b)
+	g := breaker.NewGuard("downstream", b)
 	if g.Name() != "downstream" {
 		t.Errorf("Name() = %q, want %q", g.Name(), "downstream")
 	}
-	call := func() Call { return Call{Method: cliMethod, Now: clk.now()} }
-	fail := Outcome{Err: status.Error(codes.Unavailable, "down"), Duration: time.Millisecond}
+	call := func() admission.Call { return admission.Call{Method: cliMethod, Now: clk.now()} }
+	fail := admission.Outcome{Err: status.Error(codes.Unavailable, "down"), Duration: time.Millisecond}
 	for i := range 4 {
 		c := call()
 		d := g.Admit(c)
 		if d.Refused {
-			t.Fatalf("call %d: Admit() refused while closed", i)
+			t.Fatalf("call %d: admission.Grant() refused while closed", i)
 		}
 		g.Finish(c, d.Permit, fail)
 	}
-	if d := g.Admit(call()); !d.Refused || d.Reason != ReasonBreaker {
-		t.Fatalf("after 4 failures: Admit() = %+v, want refused with %q", d, ReasonBreaker)
+	if d := g.Admit(call()); !d.Refused || d.Reason != breaker.ReasonOpen {
+		t.Fatalf("after 4 failures: admission.Grant() = %+v, want refused with %q", d, breaker.ReasonOpen)
 	}
 	clk.advance(10*time.Second + time.Millisecond) // the wait runs from the end of the last failure
 	c := call()
 	probe := g.Admit(c)
 	if probe.Refused {
-		t.Fatalf("after the wait: Admit() refused, want a half-open probe")
+		t.Fatalf("after the wait: admission.Grant() refused, want a half-open probe")
 	}
-	if d := g.Admit(call()); !d.Refused || d.Reason != ReasonProbing {
-		t.Fatalf("probe in flight: Admit() = %+v, want refused with %q", d, ReasonProbing)
+	if d := g.Admit(call()); !d.Refused || d.Reason != breaker.ReasonProbing {
+		t.Fatalf("probe in flight: admission.Grant() = %+v, want refused with %q", d, breaker.ReasonProbing)
 	}
 	// A later guard refused the probe: the breaker ignores it and gives the
 	// probe permit back.
-	g.Finish(c, probe.Permit, Outcome{Skipped: true})
+	g.Finish(c, probe.Permit, admission.Outcome{Skipped: true})
 	if st := b.StateAt(clk.now()); st != breaker.StateHalfOpen {
 		t.Fatalf("after a skipped probe: state = %v, want half-open", st)
 	}
 	c = call()
 	probe = g.Admit(c)
 	if probe.Refused {
-		t.Fatalf("after a skipped probe: Admit() = %+v, want admitted", probe)
+		t.Fatalf("after a skipped probe: admission.Grant() = %+v, want admitted", probe)
 	}
-	g.Finish(c, probe.Permit, Outcome{Err: status.Error(codes.NotFound, "no such sku"), Duration: time.Millisecond})
+	g.Finish(c, probe.Permit, admission.Outcome{Err: status.Error(codes.NotFound, "no such sku"), Duration: time.Millisecond})
 	if st := b.StateAt(clk.now()); st != breaker.StateClosed {
 		t.Fatalf("after a NOT_FOUND probe: state = %v, want closed", st)
 	}
@@ -231,49 +233,33 @@ func TestBreakerGuard(t *testing.T) {
 func TestThrottleGuard(t *testing.T) {
 	clk := newCliClock()
 	thr := throttle.New(throttle.WithRandom(func() float64 { return 0 })) // drop whenever P > 0
-	g := Throttle("throttle", thr)
-	finish := func(o Outcome) {
+	g := throttle.NewGuard("throttle", thr, Judge(ClassifyError))
+	finish := func(o admission.Outcome) {
 		t.Helper()
-		c := Call{Now: clk.now()}
+		c := admission.Call{Now: clk.now()}
 		d := g.Admit(c)
 		if d.Refused {
-			t.Fatalf("Admit() refused with P = %v, want admitted", thr.ProbabilityAt(c.Now))
+			t.Fatalf("admission.Grant() refused with P = %v, want admitted", thr.ProbabilityAt(c.Now))
 		}
 		g.Finish(c, d.Permit, o)
 	}
 	// Neither skipped nor ignored calls are recorded.
-	finish(Outcome{Skipped: true})
-	finish(Outcome{Err: status.Error(codes.Canceled, "gone")})
+	finish(admission.Outcome{Skipped: true})
+	finish(admission.Outcome{Err: status.Error(codes.Canceled, "gone")})
 	if s := thr.SnapshotAt(clk.now()); s.Requests != 0 {
 		t.Fatalf("after a skipped and a canceled call: Requests = %d, want 0", s.Requests)
 	}
 	// Application errors are accepts; overload is not.
-	finish(Outcome{Err: status.Error(codes.InvalidArgument, "bad")})
-	finish(Outcome{Err: status.Error(codes.ResourceExhausted, "busy")})
+	finish(admission.Outcome{Err: status.Error(codes.InvalidArgument, "bad")})
+	finish(admission.Outcome{Err: status.Error(codes.ResourceExhausted, "busy")})
 	s := thr.SnapshotAt(clk.now())
 	if s.Requests != 2 || s.Accepts != 1 {
 		t.Fatalf("Snapshot = %d requests, %d accepts; want 2, 1", s.Requests, s.Accepts)
 	}
 	// P = (2 - 2*1)/3 = 0 still; one more refusal makes it positive.
-	finish(Outcome{Err: status.Error(codes.Unavailable, "down")})
-	if d := g.Admit(Call{Now: clk.now()}); !d.Refused || d.Reason != ReasonThrottled {
-		t.Fatalf("P = %v: Admit() = %+v, want refused with %q", thr.ProbabilityAt(clk.now()), d, ReasonThrottled)
-	}
-}
-
-func TestGuardAdaptersRejectNil(t *testing.T) {
-	for name, f := range map[string]func(){
-		"Breaker":  func() { Breaker("b", nil) },
-		"Throttle": func() { Throttle("t", nil) },
-	} {
-		t.Run(name, func(t *testing.T) {
-			defer func() {
-				if r := recover(); r == nil || !strings.HasPrefix(fmt.Sprint(r), "grpcguard: "+name) {
-					t.Errorf("%s(nil) panicked with %v, want a grpcguard: %s message", name, r, name)
-				}
-			}()
-			f()
-		})
+	finish(admission.Outcome{Err: status.Error(codes.Unavailable, "down")})
+	if d := g.Admit(admission.Call{Now: clk.now()}); !d.Refused || d.Reason != throttle.ReasonThrottled {
+		t.Fatalf("P = %v: admission.Grant() = %+v, want refused with %q", thr.ProbabilityAt(clk.now()), d, throttle.ReasonThrottled)
 	}
 }
 
@@ -337,15 +323,15 @@ func TestClientRefusalCauses(t *testing.T) {
 		reason string
 		want   error
 	}{
-		{"breaker open", ReasonBreaker, breaker.ErrOpen},
-		{"breaker probing", ReasonProbing, breaker.ErrTooManyCalls},
-		{"throttled", ReasonThrottled, throttle.ErrThrottled},
+		{"breaker open", breaker.ReasonOpen, breaker.ErrOpen},
+		{"breaker probing", breaker.ReasonProbing, breaker.ErrTooManyCalls},
+		{"throttled", throttle.ReasonThrottled, throttle.ErrThrottled},
 	}
 	c := mustClient(t, nil)
 	e := c.entry("t", cliMethod)
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			err := e.refusal(0, Refuse(tt.reason, 0))
+			err := e.refusal(0, admission.Refuse(tt.reason, 0))
 			if !errors.Is(err, tt.want) || !errors.Is(err, ErrClientRefused) {
 				t.Errorf("refusal(%q) = %v, want it to match %v and ErrClientRefused", tt.reason, err, tt.want)
 			}
@@ -381,7 +367,7 @@ func TestClientLaterRefusalGivesBack(t *testing.T) {
 			return []breaker.Option{breaker.WithHalfOpenCalls(1), breaker.WithWaitInOpen(time.Second),
 				breaker.WithCountWindow(1), breaker.WithMinimumCalls(1)}
 		}),
-		WithClientGuards(func(string, string) []Guard { return []Guard{&refuseNext{}} }))
+		WithClientGuards(func(string, string) []admission.Guard { return []admission.Guard{&refuseNext{}} }))
 	inv.set(status.Error(codes.Unavailable, "down"), nil)
 	_ = c2.UnaryClientInterceptor()(context.Background(), cliMethod, nil, nil, cc, inv.invoke)
 	b := c2.Breaker(cc.Target(), cliMethod)
@@ -389,7 +375,7 @@ func TestClientLaterRefusalGivesBack(t *testing.T) {
 		t.Fatalf("state after one failure = %v, want open", st)
 	}
 	clk.advance(time.Second)
-	c2.entry(cc.Target(), cliMethod).rule.guards[2].(*refuseNext).arm()
+	c2.entry(cc.Target(), cliMethod).chain.Guard(2).(*refuseNext).arm()
 	err := c2.UnaryClientInterceptor()(context.Background(), cliMethod, nil, nil, cc, inv.invoke)
 	if !errors.Is(err, ErrClientRefused) || errors.Is(err, breaker.ErrOpen) {
 		t.Fatalf("probe refused by the custom guard = %v, want a client refusal that is not the breaker's", err)
@@ -415,16 +401,16 @@ type refuseNext struct {
 func (g *refuseNext) arm() { g.mu.Lock(); g.armed = true; g.mu.Unlock() }
 
 func (g *refuseNext) Name() string { return "custom" }
-func (g *refuseNext) Admit(Call) Decision {
+func (g *refuseNext) Admit(admission.Call) admission.Decision {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	if g.armed {
 		g.armed = false
-		return Refuse("custom refusal", 0)
+		return admission.Refuse("custom refusal", 0)
 	}
-	return Decision{}
+	return admission.Decision{}
 }
-func (g *refuseNext) Finish(Call, Permit, Outcome) {}
+func (g *refuseNext) Finish(admission.Call, admission.Permit, admission.Outcome) {}
 
 func TestClientHoldOff(t *testing.T) {
 	refused := status.Error(codes.ResourceExhausted, "busy")
@@ -475,7 +461,7 @@ func TestClientHoldOff(t *testing.T) {
 			if d, ok := RetryDelay(err); !ok || d != time.Millisecond {
 				t.Errorf("RetryDelay(refusal) = %v, %v; want 1ms, true", d, ok)
 			}
-			if st, _ := status.FromError(err); !strings.Contains(st.Message(), "holdoff: "+ReasonHoldOff) {
+			if st, _ := status.FromError(err); !strings.Contains(st.Message(), "holdoff: "+holdoff.Reason) {
 				t.Errorf("refusal message = %q, want it to name the holdoff guard", st.Message())
 			}
 			if n := inv.count(); n != 1 {
@@ -573,14 +559,14 @@ func TestClientEntryCaps(t *testing.T) {
 		t.Errorf("breakers made for %v, want %v", made, want)
 	}
 	if c.Breaker(a.Target(), "/s/3") != nil {
-		t.Errorf("Breaker(a, /s/3) is not nil, want nil (the method shares the overflow entry)")
+		t.Errorf("breaker.NewGuard(a, /s/3) is not nil, want nil (the method shares the overflow entry)")
 	}
 	ov := c.Breaker(a.Target(), OverflowName)
 	if ov == nil || ov.Snapshot().Successes != 2 {
-		t.Errorf("Breaker(a, %q) = %v, want the breaker of /s/3 and /s/4 with 2 successes", OverflowName, ov)
+		t.Errorf("breaker.NewGuard(a, %q) = %v, want the breaker of /s/3 and /s/4 with 2 successes", OverflowName, ov)
 	}
 	if o := c.Breaker(OverflowName, OverflowName); o == nil || o.Snapshot().Successes != 4 {
-		t.Errorf("Breaker(%q, %q) = %v, want the breaker of x and y's methods 3 and 4 with 4 successes", OverflowName, OverflowName, o)
+		t.Errorf("breaker.NewGuard(%q, %q) = %v, want the breaker of x and y's methods 3 and 4 with 4 successes", OverflowName, OverflowName, o)
 	}
 	stats := c.Stats()
 	if len(stats) != 9*2 {
@@ -593,7 +579,9 @@ func TestClientCustomGuards(t *testing.T) {
 	keyed := ratelimit.NewKeyed(1, 1, ratelimit.WithSweepInterval(0))
 	bh := bulkhead.New(1)
 	c := mustClient(t, clk, noBreakerNoThrottle()...)
-	c.o.guards = func(string, string) []Guard { return []Guard{PerKey("downstream", keyed), Bulkhead("slots", bh, 0)} }
+	c.o.guards = func(string, string) []admission.Guard {
+		return []admission.Guard{ratelimit.NewKeyedGuard("downstream", keyed), bulkhead.NewGuard("slots", bh, 0)}
+	}
 	a, b := cliConn(t, "passthrough:///a"), cliConn(t, "passthrough:///b")
 	inv := &fakeInvoker{}
 	unary := c.UnaryClientInterceptor()
@@ -603,20 +591,28 @@ func TestClientCustomGuards(t *testing.T) {
 		}
 	}
 	err := unary(context.Background(), cliMethod, nil, nil, a, inv.invoke)
-	if !errors.Is(err, ErrClientRefused) || !strings.Contains(err.Error(), "client downstream: "+ReasonKey) {
+	if !errors.Is(err, ErrClientRefused) || !strings.Contains(err.Error(), "client downstream: "+ratelimit.ReasonKey) {
 		t.Errorf("second call to a = %v, want refused by the per-downstream bucket", err)
 	}
 	if n := bh.InFlight(); n != 0 {
 		t.Errorf("bulkhead holds %d slots after the calls, want 0", n)
 	}
 
-	c.o.guards = func(string, string) []Guard { return make([]Guard, 5) }
-	defer func() {
-		if r := recover(); r == nil || !strings.Contains(fmt.Sprint(r), "grpcguard: WithClientGuards: 5 guards") {
-			t.Errorf("5 custom guards: panic %v, want one naming the count", r)
-		}
-	}()
-	_ = unary(context.Background(), "/pkg.Svc/New", nil, nil, a, inv.invoke)
+	// A misconfiguration fails the pair's calls, never sent; it panics not.
+	sent := inv.calls
+	c.o.guards = func(string, string) []admission.Guard { return make([]admission.Guard, 5) }
+	err = unary(context.Background(), "/pkg.Svc/New", nil, nil, a, inv.invoke)
+	if status.Code(err) != codes.Internal || !strings.Contains(err.Error(), "grpcguard: WithClientGuards: 5 guards") {
+		t.Errorf("5 custom guards: call = %v, want INTERNAL naming the count", err)
+	}
+	c.o.guards = func(string, string) []admission.Guard { return []admission.Guard{nil} }
+	err = unary(context.Background(), "/pkg.Svc/Nil", nil, nil, a, inv.invoke)
+	if status.Code(err) != codes.Internal || !strings.Contains(err.Error(), "is nil") {
+		t.Errorf("a nil custom guard: call = %v, want INTERNAL naming it", err)
+	}
+	if inv.calls != sent {
+		t.Errorf("misconfigured pairs sent %d calls, want 0", inv.calls-sent)
+	}
 }
 
 // clientUnderTest is a Client with breaker, throttle and a target bucket

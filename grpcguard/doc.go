@@ -1,22 +1,18 @@
-// Package grpcguard puts levee's guards in front of gRPC servers and
-// clients.
+// Package grpcguard is levee's gRPC transport: it puts admission chains
+// (package admission) in front of gRPC servers and clients. It holds no
+// policy of its own; the guards live beside the policies they adapt
+// (ratelimit.NewGuard, bulkhead.NewGuard, deadline.New, queuedelay.New,
+// loadshed.NewGuard, breaker.NewGuard, throttle.NewGuard, or a guard of
+// your own).
 //
-// Every guard — token bucket, per-key buckets, bulkhead, adaptive limit,
-// CPU shedder, deadline and queue-delay checks, breaker, throttle — meets
-// the same small contract, Guard: Admit decides on a call and returns a
-// Decision by value; every admitted call is finished once with Finish and
-// its Outcome. Adapters (RateLimit, PerKey, Bulkhead, Adaptive, Shed,
-// Deadline, QueueDelay) wrap the policy packages, which know nothing of
-// gRPC.
-//
-// On the server, a Server holds Rules that select guards by method (exact
-// name, service wildcard, default) and by key (HeaderKey, PeerKey, or a
-// KeyFunc of your own). Server.ServerOptions installs a tap.ServerInHandle
-// that decides before grpc-go creates a stream — the only place where a
-// CPU-bound server can refuse a call before it queues for the CPU behind
-// the backlog — plus unary and stream interceptors that recheck the
-// deadline and queueing delay when the handler starts, and finish each call
-// with its outcome.
+// On the server, a Server holds Rules that select a chain of guards by
+// method (exact name, service wildcard, default) and by key (HeaderKey,
+// PeerKey, or a KeyFunc of your own). Server.ServerOptions installs a
+// tap.ServerInHandle that decides before grpc-go creates a stream — the
+// only place where a CPU-bound server can refuse a call before it queues
+// for the CPU behind the backlog — plus unary and stream interceptors that
+// run the chain's rechecks and starters when the handler starts (deadline,
+// queueing delay, a turn to run), and finish each call with its outcome.
 //
 // Refusals end with RESOURCE_EXHAUSTED (or the rule's code), a message
 // naming the guard, a google.rpc.RetryInfo detail, a google.rpc.QuotaFailure
@@ -27,7 +23,7 @@
 // Health checks and reflection are exempt by default (DefaultExempt).
 //
 // On the client, NewClient guards calls per target and method with a
-// hold-off after a server's pushback, a per-target bucket, an adaptive
-// throttle and a circuit breaker; refused calls fail with UNAVAILABLE
-// (ErrClientRefused) without leaving the process.
+// hold-off after a server's pushback (package holdoff), a per-target
+// bucket, an adaptive throttle and a circuit breaker; refused calls fail
+// with UNAVAILABLE (ErrClientRefused) without leaving the process.
 package grpcguard

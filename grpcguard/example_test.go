@@ -7,8 +7,11 @@ import (
 
 	"google.golang.org/grpc"
 
+	"github.com/levee-go/levee/admission"
 	"github.com/levee-go/levee/bulkhead"
+	"github.com/levee-go/levee/deadline"
 	"github.com/levee-go/levee/grpcguard"
+	"github.com/levee-go/levee/queuedelay"
 	"github.com/levee-go/levee/ratelimit"
 )
 
@@ -18,15 +21,25 @@ import (
 func ExampleNew() {
 	perClient := ratelimit.NewKeyed(100, 20)
 	defer perClient.Close()
+	dl, err := deadline.New()
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	queue, err := queuedelay.New(20*time.Millisecond, 100*time.Millisecond)
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
 	guard, err := grpcguard.New([]grpcguard.Rule{{
 		Methods: []string{"/corecart.inventory.v1.InventoryService/Allocate"},
 		Key:     grpcguard.PeerKey(),
-		Guards: []grpcguard.Guard{
-			grpcguard.Deadline(),
-			grpcguard.QueueDelay(20*time.Millisecond, 100*time.Millisecond),
-			grpcguard.RateLimit("global", ratelimit.NewLimiter(1000, 100)),
-			grpcguard.PerKey("client", perClient),
-			grpcguard.Bulkhead("inflight", bulkhead.New(4*runtime.GOMAXPROCS(0)), 5*time.Millisecond),
+		Guards: []admission.Guard{
+			dl,
+			queue,
+			ratelimit.NewGuard("global", ratelimit.NewLimiter(1000, 100)),
+			ratelimit.NewKeyedGuard("client", perClient),
+			bulkhead.NewGuard("inflight", bulkhead.New(4*runtime.GOMAXPROCS(0)), 5*time.Millisecond),
 		},
 	}})
 	if err != nil {
@@ -50,7 +63,7 @@ func ExampleNew() {
 func ExampleRule_shadow() {
 	_, err := grpcguard.New([]grpcguard.Rule{{
 		Shadow: true,
-		Guards: []grpcguard.Guard{grpcguard.RateLimit("trial", ratelimit.NewLimiter(50, 10))},
+		Guards: []admission.Guard{ratelimit.NewGuard("trial", ratelimit.NewLimiter(50, 10))},
 	}})
 	fmt.Println(err)
 	// Output:
@@ -62,7 +75,7 @@ func ExampleNew_badPattern() {
 	_, err := grpcguard.New([]grpcguard.Rule{{
 		Name:    "inventory",
 		Methods: []string{"InventoryService/Allocate"},
-		Guards:  []grpcguard.Guard{grpcguard.Deadline()},
+		Guards:  []admission.Guard{ratelimit.NewGuard("rate", ratelimit.NewLimiter(10, 1))},
 	}})
 	fmt.Println(err)
 	// Output:

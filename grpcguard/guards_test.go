@@ -17,9 +17,12 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/grpc/tap"
 
+	"github.com/levee-go/levee/admission"
 	"github.com/levee-go/levee/bulkhead"
 	"github.com/levee-go/levee/cpu"
+	"github.com/levee-go/levee/deadline"
 	"github.com/levee-go/levee/loadshed"
+	"github.com/levee-go/levee/queuedelay"
 	"github.com/levee-go/levee/ratelimit"
 )
 
@@ -50,16 +53,16 @@ type refuseFirst struct {
 }
 
 func (g *refuseFirst) Name() string { return "first" }
-func (g *refuseFirst) Admit(Call) Decision {
+func (g *refuseFirst) Admit(admission.Call) admission.Decision {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	g.arrivals = append(g.arrivals, time.Now())
 	if len(g.arrivals) == 1 {
-		return Refuse("first call refused", g.delay)
+		return admission.Refuse("first call refused", g.delay)
 	}
-	return Decision{}
+	return admission.Decision{}
 }
-func (g *refuseFirst) Finish(Call, Permit, Outcome) {}
+func (g *refuseFirst) Finish(admission.Call, admission.Permit, admission.Outcome) {}
 
 // TestRetryPolicyHonoursPushback: a grpc-go client whose service config
 // retries RESOURCE_EXHAUSTED waits at least the server's pushback before
@@ -67,7 +70,7 @@ func (g *refuseFirst) Finish(Call, Permit, Outcome) {}
 func TestRetryPolicyHonoursPushback(t *testing.T) {
 	const pushbackDelay = 300 * time.Millisecond
 	g := &refuseFirst{delay: pushbackDelay}
-	s := mustServer(t, []Rule{{Methods: []string{emptyCall}, Guards: []Guard{g}}})
+	s := mustServer(t, []Rule{{Methods: []string{emptyCall}, Guards: []admission.Guard{g}}})
 	const serviceConfig = `{"methodConfig": [{
 		"name": [{"service": "grpc.testing.TestService"}],
 		"retryPolicy": {
@@ -101,7 +104,7 @@ func TestCPUSaturationShedsAndRecovers(t *testing.T) {
 	defer mon.Close()
 	ctrl := loadshed.New(loadshed.Step{}, nil)
 	defer ctrl.Close()
-	s := mustServer(t, []Rule{{Guards: []Guard{Shed("cpu", ctrl, time.Second)}}})
+	s := mustServer(t, []Rule{{Guards: []admission.Guard{loadshed.NewGuard("cpu", ctrl, time.Second)}}})
 	env := startServer(t, &testService{}, false, s.ServerOptions())
 	ctx := context.Background()
 
@@ -164,10 +167,10 @@ func tapThenHandle(t *testing.T, s *Server, clk *fakeClock, ctx context.Context,
 
 func TestDeadlineRefusals(t *testing.T) {
 	clk := &fakeClock{t: time.Now()}
-	dg := Deadline()
+	dg := mustDeadline(t)
 	bh := bulkhead.New(1)
-	s := mustServer(t, []Rule{{Guards: []Guard{dg, Bulkhead("slots", bh, 0)}}})
-	s.clock = clk.now
+	s := mustServer(t, []Rule{{Guards: []admission.Guard{dg, bulkhead.NewGuard("slots", bh, 0)}}})
+	s.clock.Fake = clk.now
 
 	withDeadline := func(d time.Duration) (context.Context, context.CancelFunc) {
 		return context.WithDeadline(context.Background(), clk.now().Add(d))
@@ -180,7 +183,7 @@ func TestDeadlineRefusals(t *testing.T) {
 		t.Fatalf("first call: handled %v, err %v; want handled", handled, err)
 	}
 	if got := dg.ServiceTime(emptyCall); got != time.Millisecond {
-		t.Fatalf("DeadlineGuard.ServiceTime() = %v, want 1ms learned", got)
+		t.Fatalf("deadline.Guard.ServiceTime() = %v, want 1ms learned", got)
 	}
 	tests := []struct {
 		name     string
@@ -191,10 +194,10 @@ func TestDeadlineRefusals(t *testing.T) {
 		reason   string
 	}{
 		{"ample deadline", 50 * time.Millisecond, 0, codes.OK, true, ""},
-		{"deadline passed at the tap", -time.Millisecond, 0, codes.DeadlineExceeded, false, ReasonExpired},
-		{"deadline below service time", 500 * time.Microsecond, 0, codes.DeadlineExceeded, false, ReasonDeadline},
-		{"queued until too late", 10 * time.Millisecond, 9500 * time.Microsecond, codes.DeadlineExceeded, false, ReasonDeadline},
-		{"queued past the deadline", 10 * time.Millisecond, 20 * time.Millisecond, codes.DeadlineExceeded, false, ReasonExpired},
+		{"deadline passed at the tap", -time.Millisecond, 0, codes.DeadlineExceeded, false, deadline.ReasonExpired},
+		{"deadline below service time", 500 * time.Microsecond, 0, codes.DeadlineExceeded, false, deadline.ReasonTooShort},
+		{"queued until too late", 10 * time.Millisecond, 9500 * time.Microsecond, codes.DeadlineExceeded, false, deadline.ReasonTooShort},
+		{"queued past the deadline", 10 * time.Millisecond, 20 * time.Millisecond, codes.DeadlineExceeded, false, deadline.ReasonExpired},
 	}
 	for _, tt := range tests {
 		ctx, cancel := withDeadline(tt.deadline)
@@ -215,55 +218,17 @@ func TestDeadlineRefusals(t *testing.T) {
 	}
 }
 
-func TestQueueGuardEpisodes(t *testing.T) {
-	g := QueueDelay(5*time.Millisecond, 100*time.Millisecond)
-	t0 := g.epoch
-	ms := func(n float64) time.Duration { return time.Duration(n * float64(time.Millisecond)) }
-	type sample struct {
-		at      float64 // ms after t0
-		queued  float64 // ms
-		refused bool
-		over    bool // Overloaded() after it
-	}
-	steps := []sample{
-		{0, 10, false, false},    // opens the first interval
-		{50, 30, false, false},   // above target, but no episode yet
-		{100, 20, true, true},    // closes [0,100): min 10 > 5, an episode; 20 > target: refused
-		{120, 8, true, true},     // during an episode, 8ms > target: refused
-		{150, 4, false, true},    // under target: admitted
-		{210, 3, false, false},   // closes [100,210): min 4 < 5, episode over
-		{230, 60, false, false},  // not in an episode: only > interval is refused
-		{260, 150, true, false},  // waited longer than the interval: refused anyway
-		{320, 120, true, false},  // closes [210,320): min 3, no episode; 120 > interval
-		{400, 70, false, false},  // 70 < interval
-		{430, 4.9, false, true},  // closes [320,430): min 70, an episode; 4.9 under target
-		{540, 4.9, false, false}, // closes [430,540): min 4.9, over
-	}
-	for i, s := range steps {
-		d := g.Recheck(Call{Now: t0.Add(ms(s.at)), Queued: ms(s.queued)})
-		if d.Refused != s.refused || g.Overloaded() != s.over {
-			t.Errorf("step %d: Recheck(at %vms, queued %vms) refused=%v overloaded=%v, want %v %v",
-				i, s.at, s.queued, d.Refused, g.Overloaded(), s.refused, s.over)
-		}
-	}
-	if got := g.Episodes(); got != 2 {
-		t.Errorf("QueueGuard.Episodes() = %d, want 2", got)
-	}
-}
-
-// TestQueueDelayThroughServer: the queueing delay between tap and handler
-// is what the queue guard sees.
 func TestQueueDelayThroughServer(t *testing.T) {
 	clk := &fakeClock{t: time.Now()}
-	g := QueueDelay(5*time.Millisecond, 100*time.Millisecond)
-	s := mustServer(t, []Rule{{Guards: []Guard{g}}})
-	s.clock = clk.now
+	g := mustQueue(t, 5*time.Millisecond, 100*time.Millisecond)
+	s := mustServer(t, []Rule{{Guards: []admission.Guard{g}}})
+	s.clock.Fake = clk.now
 	ctx := context.Background()
 	if handled, err := tapThenHandle(t, s, clk, ctx, 10*time.Millisecond); !handled || err != nil {
 		t.Fatalf("10ms queued outside an episode: handled %v err %v, want handled", handled, err)
 	}
 	handled, err := tapThenHandle(t, s, clk, ctx, 200*time.Millisecond)
-	if handled || status.Code(err) != codes.ResourceExhausted || !strings.Contains(err.Error(), ReasonQueue) {
+	if handled || status.Code(err) != codes.ResourceExhausted || !strings.Contains(err.Error(), queuedelay.Reason) {
 		t.Fatalf("200ms queued: handled %v err %v, want refused before the handler", handled, err)
 	}
 }
@@ -272,8 +237,8 @@ func TestQueueDelayThroughServer(t *testing.T) {
 // tap is one shadow refusal, not a second one when the handler starts.
 func TestShadowRecheckCountsOnce(t *testing.T) {
 	clk := &fakeClock{t: time.Now()}
-	s := mustServer(t, []Rule{{Shadow: true, Guards: []Guard{Deadline(WithServiceTime(emptyCall, time.Second))}}})
-	s.clock = clk.now
+	s := mustServer(t, []Rule{{Shadow: true, Guards: []admission.Guard{mustDeadline(t, deadline.WithServiceTime(emptyCall, time.Second))}}})
+	s.clock.Fake = clk.now
 	ctx, cancel := context.WithDeadline(context.Background(), clk.now().Add(10*time.Millisecond))
 	defer cancel()
 	if handled, err := tapThenHandle(t, s, clk, ctx, 0); !handled || err != nil {
@@ -289,7 +254,7 @@ func TestShadowRecheckCountsOnce(t *testing.T) {
 func TestAbandonedBeforeHandlerReturnsPermits(t *testing.T) {
 	for _, detach := range []bool{false, true} {
 		bh := bulkhead.New(1)
-		s := mustServer(t, []Rule{{Guards: []Guard{Bulkhead("slots", bh, 0)}}})
+		s := mustServer(t, []Rule{{Guards: []admission.Guard{bulkhead.NewGuard("slots", bh, 0)}}})
 		ctx, cancel := context.WithCancel(context.Background())
 		tctx, err := s.TapHandle(ctx, &tap.Info{FullMethodName: emptyCall})
 		if err != nil {
@@ -323,7 +288,7 @@ func TestAbandonedBeforeHandlerReturnsPermits(t *testing.T) {
 // ever, hammered while Stats is read: Admitted must never read more than
 // that one call.
 func TestShadowStatsUnderTraffic(t *testing.T) {
-	s := mustServer(t, []Rule{{Shadow: true, Guards: []Guard{RateLimit("rate", ratelimit.NewLimiter(0, 1))}}})
+	s := mustServer(t, []Rule{{Shadow: true, Guards: []admission.Guard{ratelimit.NewGuard("rate", ratelimit.NewLimiter(0, 1))}}})
 	info := &grpc.UnaryServerInfo{FullMethod: emptyCall}
 	handler := func(context.Context, any) (any, error) { return nil, nil }
 	var wg sync.WaitGroup
@@ -372,7 +337,7 @@ func wantCounts(t *testing.T, s *Server, when string, admitted, refused, shadow,
 // dip in between.
 func TestStatsNeverDecrease(t *testing.T) {
 	lim := ratelimit.NewLimiter(0, 1)
-	s := mustServer(t, []Rule{{Shadow: true, Guards: []Guard{RateLimit("rate", lim)}}})
+	s := mustServer(t, []Rule{{Shadow: true, Guards: []admission.Guard{ratelimit.NewGuard("rate", lim)}}})
 	info := &grpc.UnaryServerInfo{FullMethod: emptyCall}
 	handler := func(context.Context, any) (any, error) { return nil, nil }
 	run := func(ctx context.Context) {
@@ -397,7 +362,7 @@ func TestStatsNeverDecrease(t *testing.T) {
 
 func TestShadowModeRefusesNothingButCounts(t *testing.T) {
 	lim := ratelimit.NewLimiter(0, 1)
-	s := mustServer(t, []Rule{{Shadow: true, Guards: []Guard{RateLimit("rate", lim)}}})
+	s := mustServer(t, []Rule{{Shadow: true, Guards: []admission.Guard{ratelimit.NewGuard("rate", lim)}}})
 	env := startServer(t, &testService{}, false, s.ServerOptions())
 	for i := range 5 {
 		if _, err := env.client.EmptyCall(context.Background(), &testgrpc.Empty{}); err != nil {
@@ -411,8 +376,8 @@ func TestShadowModeRefusesNothingButCounts(t *testing.T) {
 }
 
 func TestNewRejectsBadRules(t *testing.T) {
-	lim := RateLimit("rate", ratelimit.NewLimiter(1, 1))
-	many := make([]Guard, 9)
+	lim := ratelimit.NewGuard("rate", ratelimit.NewLimiter(1, 1))
+	many := make([]admission.Guard, 9)
 	for i := range many {
 		many[i] = lim
 	}
@@ -421,15 +386,15 @@ func TestNewRejectsBadRules(t *testing.T) {
 		rules []Rule
 		want  string
 	}{
-		{"no guards", []Rule{{Name: "r"}}, `grpcguard: rule "r" has no guards`},
-		{"too many guards", []Rule{{Name: "r", Guards: many}}, `rule "r" has 9 guards, at most 8 allowed`},
-		{"nil guard", []Rule{{Name: "r", Guards: []Guard{nil}}}, `rule "r": guard 0 is nil`},
-		{"bad pattern", []Rule{{Methods: []string{"pkg.Svc/M"}, Guards: []Guard{lim}}}, `method pattern "pkg.Svc/M" is not`},
-		{"inner wildcard", []Rule{{Methods: []string{"/pkg.Svc/Get*"}, Guards: []Guard{lim}}}, `'*' is allowed only as the whole method`},
-		{"duplicate", []Rule{{Name: "a", Methods: []string{emptyCall}, Guards: []Guard{lim}}, {Name: "b", Methods: []string{emptyCall}, Guards: []Guard{lim}}},
+		{"no guards", []Rule{{Name: "r"}}, `grpcguard: admission: chain "r" has no guards`},
+		{"too many guards", []Rule{{Name: "r", Guards: many}}, `chain "r" has 9 guards, at most 8 allowed`},
+		{"nil guard", []Rule{{Name: "r", Guards: []admission.Guard{nil}}}, `chain "r": guard 0 is nil`},
+		{"bad pattern", []Rule{{Methods: []string{"pkg.Svc/M"}, Guards: []admission.Guard{lim}}}, `method pattern "pkg.Svc/M" is not`},
+		{"inner wildcard", []Rule{{Methods: []string{"/pkg.Svc/Get*"}, Guards: []admission.Guard{lim}}}, `'*' is allowed only as the whole method`},
+		{"duplicate", []Rule{{Name: "a", Methods: []string{emptyCall}, Guards: []admission.Guard{lim}}, {Name: "b", Methods: []string{emptyCall}, Guards: []admission.Guard{lim}}},
 			`rule "b": method pattern "/grpc.testing.TestService/EmptyCall" is already taken by rule "a"`},
-		{"two defaults", []Rule{{Name: "a", Guards: []Guard{lim}}, {Name: "b", Guards: []Guard{lim}}}, `pattern "*" is already taken by rule "a"`},
-		{"exempt", []Rule{{Name: "h", Methods: []string{"/grpc.health.v1.Health/*"}, Guards: []Guard{lim}}}, `already taken by an exemption`},
+		{"two defaults", []Rule{{Name: "a", Guards: []admission.Guard{lim}}, {Name: "b", Guards: []admission.Guard{lim}}}, `pattern "*" is already taken by rule "a"`},
+		{"exempt", []Rule{{Name: "h", Methods: []string{"/grpc.health.v1.Health/*"}, Guards: []admission.Guard{lim}}}, `already taken by an exemption`},
 	}
 	for _, tt := range tests {
 		if _, err := New(tt.rules); err == nil || !strings.Contains(err.Error(), tt.want) {
@@ -439,11 +404,11 @@ func TestNewRejectsBadRules(t *testing.T) {
 }
 
 func TestRuleSelection(t *testing.T) {
-	g := func(n string) Guard { return RateLimit(n, ratelimit.NewLimiter(ratelimit.Inf, 1)) }
+	g := func(n string) admission.Guard { return ratelimit.NewGuard(n, ratelimit.NewLimiter(ratelimit.Inf, 1)) }
 	s := mustServer(t, []Rule{
-		{Name: "exact", Methods: []string{emptyCall}, Guards: []Guard{g("e")}},
-		{Name: "service", Methods: []string{"/grpc.testing.TestService/*"}, Guards: []Guard{g("s")}},
-		{Name: "default", Guards: []Guard{g("d")}},
+		{Name: "exact", Methods: []string{emptyCall}, Guards: []admission.Guard{g("e")}},
+		{Name: "service", Methods: []string{"/grpc.testing.TestService/*"}, Guards: []admission.Guard{g("s")}},
+		{Name: "default", Guards: []admission.Guard{g("d")}},
 	})
 	tests := []struct{ method, want string }{
 		{emptyCall, "exact"},
@@ -455,7 +420,7 @@ func TestRuleSelection(t *testing.T) {
 		r := s.rules.match(tt.method)
 		got := ""
 		if r != nil {
-			got = r.name
+			got = r.Name()
 		}
 		if got != tt.want {
 			t.Errorf("rule for %s = %q, want %q", tt.method, got, tt.want)
@@ -483,10 +448,10 @@ func TestUnaryChainAllocs(t *testing.T) {
 func chainServer(t testing.TB) (*Server, context.Context) {
 	s := mustServer(t, []Rule{{
 		Key: PeerKey(),
-		Guards: []Guard{
-			RateLimit("global", ratelimit.NewLimiter(1e9, 1<<30)),
-			PerKey("client", ratelimit.NewKeyed(1e9, 1<<30, ratelimit.WithSweepInterval(0))),
-			Bulkhead("slots", bulkhead.New(1024), 0),
+		Guards: []admission.Guard{
+			ratelimit.NewGuard("global", ratelimit.NewLimiter(1e9, 1<<30)),
+			ratelimit.NewKeyedGuard("client", ratelimit.NewKeyed(1e9, 1<<30, ratelimit.WithSweepInterval(0))),
+			bulkhead.NewGuard("slots", bulkhead.New(1024), 0),
 		},
 	}})
 	ctx := peer.NewContext(context.Background(), &peer.Peer{Addr: &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1), Port: 40000}})
@@ -494,29 +459,35 @@ func chainServer(t testing.TB) (*Server, context.Context) {
 }
 
 // strictQueue is a user's guard built on a built-in one: it embeds
-// *QueueGuard (inheriting its unexported methods) and overrides Admit and
-// Finish.
+// *queuedelay.Guard, whose methods it inherits, and overrides Admit and
+// Finish — and Traits, which declares that the built-in's Admit always
+// admits and its Finish matters only for skipped calls, which is no longer
+// true (see admission.Describer).
 type strictQueue struct {
-	*QueueGuard
+	*queuedelay.Guard
 	refuse   bool
 	finished int
 }
 
-func (g *strictQueue) Admit(c Call) Decision {
+func (g *strictQueue) Admit(c admission.Call) admission.Decision {
 	if g.refuse {
-		return Refuse("strict", 0)
+		return admission.Refuse("strict", 0)
 	}
-	return g.QueueGuard.Admit(c)
+	return g.Guard.Admit(c)
 }
 
-func (g *strictQueue) Finish(Call, Permit, Outcome) { g.finished++ }
+func (g *strictQueue) Traits() admission.Traits {
+	return admission.Traits{Cost: admission.CostQueue}
+}
+
+func (g *strictQueue) Finish(admission.Call, admission.Permit, admission.Outcome) { g.finished++ }
 
 // TestGuardEmbeddingBuiltinIsCustom: a guard type that embeds a built-in
-// one and overrides Admit and Finish has both called, not the built-in's
-// internal fast paths.
+// one and overrides Admit, Finish and Traits has Admit and Finish called
+// as it declares, not as the built-in declared.
 func TestGuardEmbeddingBuiltinIsCustom(t *testing.T) {
-	g := &strictQueue{QueueGuard: QueueDelay(DefaultQueueTarget, DefaultQueueInterval), refuse: true}
-	s := mustServer(t, []Rule{{Guards: []Guard{g}}})
+	g := &strictQueue{Guard: mustQueue(t, queuedelay.DefaultTarget, queuedelay.DefaultInterval), refuse: true}
+	s := mustServer(t, []Rule{{Guards: []admission.Guard{g}}})
 	info := &grpc.UnaryServerInfo{FullMethod: emptyCall}
 	handler := func(context.Context, any) (any, error) { return nil, nil }
 	_, err := s.unary(context.Background(), nil, info, handler)
@@ -530,4 +501,22 @@ func TestGuardEmbeddingBuiltinIsCustom(t *testing.T) {
 	if g.finished != 1 {
 		t.Errorf("overriding Finish ran %d times for the call that ran, want 1", g.finished)
 	}
+}
+
+func mustDeadline(t testing.TB, opts ...deadline.Option) *deadline.Guard {
+	t.Helper()
+	g, err := deadline.New(opts...)
+	if err != nil {
+		t.Fatalf("deadline.New: %v", err)
+	}
+	return g
+}
+
+func mustQueue(t testing.TB, target, interval time.Duration) *queuedelay.Guard {
+	t.Helper()
+	g, err := queuedelay.New(target, interval)
+	if err != nil {
+		t.Fatalf("queuedelay.New: %v", err)
+	}
+	return g
 }

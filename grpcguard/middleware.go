@@ -2,9 +2,12 @@ package grpcguard
 
 import (
 	"context"
+	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+
+	"github.com/levee-go/levee/admission"
 )
 
 // MiddlewareLimiter adapts a Guard to the Limiter interface of
@@ -15,7 +18,7 @@ import (
 //
 // That interface has no end-of-call hook, so the call is finished as soon
 // as it is admitted: use it with guards whose Finish needs no outcome
-// (RateLimit, PerKey, Shed, QueueDelay), not with bulkheads, adaptive
+// (ratelimit, loadshed and queuedelay guards), not with bulkheads, adaptive
 // limits or breakers, which would be released at once. The middleware
 // replaces levee's status with its own RESOURCE_EXHAUSTED, keeping levee's
 // message in it; the RetryInfo detail and pushback trailer are lost, which
@@ -24,23 +27,21 @@ import (
 // Its zero value is not usable; create it with NewMiddlewareLimiter. It is
 // safe for concurrent use if the guard is.
 type MiddlewareLimiter struct {
-	g   Guard
+	g   admission.Guard
 	key KeyFunc
 }
 
 // NewMiddlewareLimiter returns a MiddlewareLimiter for g; key, if not nil,
 // extracts the key of per-key guards.
-func NewMiddlewareLimiter(g Guard, key KeyFunc) *MiddlewareLimiter {
+func NewMiddlewareLimiter(g admission.Guard, key KeyFunc) *MiddlewareLimiter {
 	return &MiddlewareLimiter{g: g, key: key}
 }
 
 // Limit admits the call of ctx, or returns the refusal as a status error.
 func (m *MiddlewareLimiter) Limit(ctx context.Context) error {
 	method, _ := grpc.Method(ctx)
-	c := Call{Ctx: ctx, Method: method, Now: timeNow()}
-	if dl, ok := ctx.Deadline(); ok {
-		c.Deadline = dl
-	}
+	var c admission.Call
+	c.Init(ctx, method, time.Now())
 	if m.key != nil {
 		c.Key = m.key(ctx, nil)
 	}
@@ -48,6 +49,6 @@ func (m *MiddlewareLimiter) Limit(ctx context.Context) error {
 	if d.Refused {
 		return refusalStatus(codes.ResourceExhausted, m.g.Name(), d, c.Key).Err()
 	}
-	m.g.Finish(c, d.Permit, Outcome{})
+	m.g.Finish(c, d.Permit, admission.Outcome{})
 	return nil
 }

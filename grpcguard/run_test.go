@@ -10,6 +10,7 @@ import (
 	testgrpc "google.golang.org/grpc/interop/grpc_testing"
 	"google.golang.org/grpc/status"
 
+	"github.com/levee-go/levee/admission"
 	"github.com/levee-go/levee/bulkhead"
 )
 
@@ -21,9 +22,9 @@ func TestRunLimitRunsHandlersOneAtATime(t *testing.T) {
 	for _, mode := range []string{"tap", "interceptor"} {
 		t.Run(mode, func(t *testing.T) {
 			run := bulkhead.New(1, bulkhead.WithQueue(2))
-			s := mustServer(t, []Rule{{Guards: []Guard{
-				RunLimit("run", run, time.Millisecond),
-				Bulkhead("inflight", bulkhead.New(4), time.Millisecond),
+			s := mustServer(t, []Rule{{Guards: []admission.Guard{
+				bulkhead.NewRunGuard("run", run, time.Millisecond),
+				bulkhead.NewGuard("inflight", bulkhead.New(4), time.Millisecond),
 			}}})
 			sopts := s.ServerOptions()
 			if mode == "interceptor" {
@@ -49,7 +50,7 @@ func TestRunLimitRunsHandlersOneAtATime(t *testing.T) {
 			waitFor(t, "two calls queued for their turn", func() bool { return run.Waiting() == 2 })
 			// The queue is full: the fourth call is refused before its handler.
 			_, err := env.client.EmptyCall(ctx, &testgrpc.Empty{})
-			if st := status.Convert(err); st.Code() != codes.ResourceExhausted || st.Message() != "levee: run: "+ReasonRunQueue {
+			if st := status.Convert(err); st.Code() != codes.ResourceExhausted || st.Message() != "levee: run: "+bulkhead.ReasonRunQueue {
 				t.Errorf("fourth call = %v, want RESOURCE_EXHAUSTED from the run limit", err)
 			}
 			if got := svc.running.Load(); got != 1 {

@@ -2,13 +2,22 @@ package grpcguard
 
 import (
 	"context"
+	"errors"
 	"sync/atomic"
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/grpc/tap"
+
+	"github.com/levee-go/levee/admission"
+	"github.com/levee-go/levee/internal/clock"
 )
+
+// ReasonCanceled is the refusal of a call whose caller gave up before its
+// handler started.
+const ReasonCanceled = "caller gave up before the handler started"
 
 // DefaultExempt are the method patterns a Server never guards, so that
 // health probes and reflection are never shed: the standard health service
@@ -55,12 +64,12 @@ func WithExempt(patterns ...string) Option {
 // Streams are admitted once, when they open, and hold their permits for
 // their life.
 //
-// Create one with New. A Server is safe for concurrent use.
+// Create one with New; the zero value is not usable. A Server is safe for
+// concurrent use.
 type Server struct {
 	rules ruleSet
 	all   []*rule
-	epoch time.Time
-	clock func() time.Time // for in-package tests; nil: the monotonic clock
+	clock clock.Mono // in-package tests set clock.Fake
 }
 
 // New compiles rules into a Server. It returns an error naming the rule
@@ -74,7 +83,7 @@ func New(rules []Rule, opts ...Option) (*Server, error) {
 	}
 	s := &Server{
 		rules: ruleSet{exact: map[string]*rule{}, services: map[string]*rule{}},
-		epoch: time.Now(),
+		clock: clock.New(),
 	}
 	for _, p := range o.exempt {
 		if err := s.rules.add(p, nil); err != nil {
@@ -101,12 +110,7 @@ func New(rules []Rule, opts ...Option) (*Server, error) {
 }
 
 // now reads the clock: monotonic only, which costs about half of time.Now.
-func (s *Server) now() time.Time {
-	if s.clock != nil {
-		return s.clock()
-	}
-	return s.epoch.Add(time.Since(s.epoch))
-}
+func (s *Server) now() time.Time { return s.clock.Now() }
 
 // ServerOptions returns the options that install the Server in a
 // grpc.Server: the tap handle and both interceptors (chained, so they
@@ -131,9 +135,8 @@ type callState struct {
 	context.Context // the transport's context
 
 	rule    *rule
-	call    Call
-	mask    uint32
-	permits [maxGuards]Permit
+	call    admission.Call
+	permits admission.Permits
 	phase   atomic.Uint32 // phaseAdmitted → phaseRunning | phaseDone
 	stop    func() bool
 }
@@ -166,18 +169,13 @@ func (s *Server) TapHandle(ctx context.Context, info *tap.Info) (context.Context
 		return ctx, nil
 	}
 	st := &callState{rule: r}
-	st.call = Call{Ctx: ctx, Method: info.FullMethodName, Now: s.now()}
-	if dl, ok := ctx.Deadline(); ok {
-		st.call.Deadline = dl
-	}
+	st.call.Init(ctx, info.FullMethodName, s.now())
 	if r.key != nil {
 		st.call.Key = r.key(ctx, info.Header)
 	}
-	mask, i, d := r.admit(&st.call, &st.permits)
-	if i >= 0 {
-		return nil, refusalStatus(r.code, r.guards[i].Name(), d, st.call.Key).Err()
+	if i, d := r.Admit(&st.call, &st.permits); i >= 0 {
+		return nil, refusalStatus(r.code, r.Guard(i).Name(), d, st.call.Key).Err()
 	}
-	st.mask = mask
 	st.call.Ctx = nil // the stream's context replaces the transport's
 	st.Context = ctx
 	st.stop = context.AfterFunc(st, st.abandon)
@@ -187,14 +185,13 @@ func (s *Server) TapHandle(ctx context.Context, info *tap.Info) (context.Context
 // abandon finishes a call whose stream ended before its handler started.
 func (st *callState) abandon() {
 	if st.phase.CompareAndSwap(phaseAdmitted, phaseDone) {
-		st.rule.abandoned.Add(1)
-		st.rule.finish(&st.call, st.mask, &st.permits, Outcome{Skipped: true})
+		st.rule.Abandon(&st.call, &st.permits)
 	}
 }
 
 // start moves a tap-admitted call to its handler: it runs the rule's
 // rechecks and reports the refusal, if any, with the call finished.
-func (s *Server) start(ctx context.Context, st *callState) (Call, *status.Status, Decision) {
+func (s *Server) start(ctx context.Context, st *callState) (admission.Call, *status.Status, admission.Decision) {
 	c := st.call
 	c.Ctx = ctx
 	now := s.now()
@@ -209,36 +206,53 @@ func (s *Server) start(ctx context.Context, st *callState) (Call, *status.Status
 		if err == nil {
 			err = context.Canceled
 		}
-		return c, status.FromContextError(err), Refuse(ReasonCanceled, 0)
+		return c, status.FromContextError(err), admission.Refuse(ReasonCanceled, 0)
 	}
-	i, d := st.rule.recheckAt(&c, st.mask, &st.permits)
-	if i < 0 {
-		i, d = st.rule.startAt(&c, st.mask, &st.permits)
-	}
-	if i >= 0 {
+	if i, d := st.rule.Start(&c, &st.permits); i >= 0 {
 		st.phase.Store(phaseDone)
 		st.stop()
-		return c, refusalStatus(st.rule.code, st.rule.guards[i].Name(), d, c.Key), d
+		return c, refusalStatus(st.rule.code, st.rule.Guard(i).Name(), d, c.Key), d
 	}
-	st.rule.passed.Add(1)
-	return c, nil, Decision{}
+	return c, nil, admission.Decision{}
 }
 
 // end finishes a tap-admitted call whose handler ran.
-func (s *Server) end(st *callState, c Call, err error) {
+func (s *Server) end(st *callState, c admission.Call, err error) {
 	st.phase.Store(phaseDone)
 	st.stop()
-	st.rule.finish(&c, st.mask, &st.permits, s.outcome(st.rule, &c, err))
+	st.rule.Finish(&c, &st.permits, s.outcome(st.rule, &c, err))
 }
 
 // outcome is the outcome of a call that ran; its duration is measured only
 // if a guard of the rule uses it.
-func (s *Server) outcome(r *rule, c *Call, err error) Outcome {
-	o := Outcome{Err: err}
-	if r.timed {
+func (s *Server) outcome(r *rule, c *admission.Call, err error) admission.Outcome {
+	o := admission.Outcome{Err: err}
+	if err != nil {
+		o.Overload = IsOverload(err)
+	}
+	if r.Timed() {
 		o.Duration = s.now().Sub(c.Now)
 	}
 	return o
+}
+
+// IsOverload reports whether err says that a server was overloaded — it
+// ran out of time (DEADLINE_EXCEEDED, context.DeadlineExceeded) or refused
+// for lack of capacity (RESOURCE_EXHAUSTED, UNAVAILABLE) — rather than an
+// error of the application. Transports set admission.Outcome.Overload
+// with it.
+func IsOverload(err error) bool {
+	if err == nil {
+		return false
+	}
+	if errors.Is(err, context.DeadlineExceeded) {
+		return true
+	}
+	switch status.Code(err) {
+	case codes.DeadlineExceeded, codes.ResourceExhausted, codes.Unavailable:
+		return true
+	}
+	return false
 }
 
 // UnaryServerInterceptor returns the unary interceptor; see Server.
@@ -261,49 +275,27 @@ func (s *Server) unary(ctx context.Context, req any, info *grpc.UnaryServerInfo,
 	if r == nil {
 		return handler(ctx, req)
 	}
-	// admitHere, inlined by hand: returning the Call and Decision from a
-	// helper costs the unary hot path two more copies.
-	var c Call
-	s.call(ctx, &c, r, info.FullMethod)
-	var permits [maxGuards]Permit
-	mask, i, d := r.admit(&c, &permits)
-	if i < 0 && len(r.starters) > 0 {
-		i, d = r.startAt(&c, mask, &permits)
-	}
-	if i >= 0 {
+	var c admission.Call
+	var permits admission.Permits
+	if i, d := s.enter(ctx, r, info.FullMethod, &c, &permits); i >= 0 {
 		setPushback(ctx, nil, d)
-		return nil, refusalStatus(r.code, r.guards[i].Name(), d, c.Key).Err()
+		return nil, refusalStatus(r.code, r.Guard(i).Name(), d, c.Key).Err()
 	}
-	r.passed.Add(1)
 	resp, err := handler(ctx, req)
-	r.finish(&c, mask, &permits, s.outcome(r, &c, err))
+	r.Finish(&c, &permits, s.outcome(r, &c, err))
 	return resp, err
 }
 
-// admitHere admits a call that did not go through the tap: the whole rule,
-// then its Starter guards. It returns the index of the refusing guard, or
-// -1.
-func (s *Server) admitHere(ctx context.Context, r *rule, method string, c *Call, permits *[maxGuards]Permit) (uint32, int, Decision) {
-	s.call(ctx, c, r, method)
-	mask, i, d := r.admit(c, permits)
-	if i < 0 && len(r.starters) > 0 {
-		i, d = r.startAt(c, mask, permits)
-	}
-	return mask, i, d
-}
-
-// call fills c, a zero Call, with a call seen first by an interceptor.
-// It fills a Call in place rather than returning one: a returned Call is
-// copied through memory, which on the admitted path costs more than the
-// fields.
-func (s *Server) call(ctx context.Context, c *Call, r *rule, method string) {
-	c.Ctx, c.Method, c.Now = ctx, method, s.now()
-	if dl, ok := ctx.Deadline(); ok {
-		c.Deadline = dl
-	}
+// enter admits a call that did not go through the tap: the whole rule,
+// then its Starter guards. It fills c and permits in place (a returned
+// Call is copied through memory, which on the admitted path costs more
+// than the fields) and returns the index of the refusing guard, or -1.
+func (s *Server) enter(ctx context.Context, r *rule, method string, c *admission.Call, permits *admission.Permits) (int, admission.Decision) {
+	c.Init(ctx, method, s.now())
 	if r.key != nil {
 		c.Key = r.key(ctx, nil)
 	}
+	return r.Enter(c, permits)
 }
 
 // StreamServerInterceptor returns the stream interceptor; see Server.
@@ -327,25 +319,23 @@ func (s *Server) stream(srv any, ss grpc.ServerStream, info *grpc.StreamServerIn
 	if r == nil {
 		return handler(srv, ss)
 	}
-	var c Call
-	var permits [maxGuards]Permit
-	mask, i, d := s.admitHere(ctx, r, info.FullMethod, &c, &permits)
-	if i >= 0 {
+	var c admission.Call
+	var permits admission.Permits
+	if i, d := s.enter(ctx, r, info.FullMethod, &c, &permits); i >= 0 {
 		setPushback(ctx, ss, d)
-		return refusalStatus(r.code, r.guards[i].Name(), d, c.Key).Err()
+		return refusalStatus(r.code, r.Guard(i).Name(), d, c.Key).Err()
 	}
-	r.passed.Add(1)
 	err := handler(srv, ss)
-	r.finish(&c, mask, &permits, s.outcome(r, &c, err))
+	r.Finish(&c, &permits, s.outcome(r, &c, err))
 	return err
 }
 
 // Stats returns the decision counts of every guard of every rule. It
 // allocates; call it at scrape time, not per call.
-func (s *Server) Stats() []GuardStats {
-	var out []GuardStats
+func (s *Server) Stats() []admission.GuardStats {
+	var out []admission.GuardStats
 	for _, r := range s.all {
-		out = append(out, r.stats()...)
+		out = append(out, r.Stats()...)
 	}
 	return out
 }
@@ -354,7 +344,7 @@ func (s *Server) Stats() []GuardStats {
 func (s *Server) HandlerStarts() uint64 {
 	var n uint64
 	for _, r := range s.all {
-		n += r.passed.Load()
+		n += r.Passed()
 	}
 	return n
 }

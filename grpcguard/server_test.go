@@ -22,7 +22,9 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/grpc/test/bufconn"
 
+	"github.com/levee-go/levee/admission"
 	"github.com/levee-go/levee/bulkhead"
+	"github.com/levee-go/levee/deadline"
 	"github.com/levee-go/levee/ratelimit"
 )
 
@@ -180,7 +182,7 @@ func TestRefusals(t *testing.T) {
 		{
 			name: "rate",
 			rules: func() []Rule {
-				return []Rule{{Guards: []Guard{RateLimit("rate", ratelimit.NewLimiter(ratelimit.Every(time.Hour), 1))}}}
+				return []Rule{{Guards: []admission.Guard{ratelimit.NewGuard("rate", ratelimit.NewLimiter(ratelimit.Every(time.Hour), 1))}}}
 			},
 			prime: 1,
 			tap:   want{code: codes.ResourceExhausted, msg: "levee: rate: rate limit exceeded", retry: time.Hour},
@@ -189,7 +191,7 @@ func TestRefusals(t *testing.T) {
 		{
 			name: "per key with QuotaFailure",
 			rules: func() []Rule {
-				return []Rule{{Key: HeaderKey("X-Tenant-ID"), Guards: []Guard{PerKey("tenant", ratelimit.NewKeyed(ratelimit.Every(time.Minute), 1, ratelimit.WithSweepInterval(0)))}}}
+				return []Rule{{Key: HeaderKey("X-Tenant-ID"), Guards: []admission.Guard{ratelimit.NewKeyedGuard("tenant", ratelimit.NewKeyed(ratelimit.Every(time.Minute), 1, ratelimit.WithSweepInterval(0)))}}}
 			},
 			md:    metadata.Pairs("x-tenant-id", "acme"),
 			prime: 1,
@@ -199,7 +201,7 @@ func TestRefusals(t *testing.T) {
 		{
 			name: "rule code UNAVAILABLE",
 			rules: func() []Rule {
-				return []Rule{{Code: codes.Unavailable, Guards: []Guard{RateLimit("rate", ratelimit.NewLimiter(0, 1))}}}
+				return []Rule{{Code: codes.Unavailable, Guards: []admission.Guard{ratelimit.NewGuard("rate", ratelimit.NewLimiter(0, 1))}}}
 			},
 			prime: 1,
 			tap:   want{code: codes.Unavailable, msg: "levee: rate: rate limit exceeded"},
@@ -208,7 +210,7 @@ func TestRefusals(t *testing.T) {
 		{
 			name: "deadline shorter than service time",
 			rules: func() []Rule {
-				return []Rule{{Guards: []Guard{Deadline(WithServiceTime(emptyCall, time.Hour))}}}
+				return []Rule{{Guards: []admission.Guard{mustDeadline(t, deadline.WithServiceTime(emptyCall, time.Hour))}}}
 			},
 			ctx: func() (context.Context, context.CancelFunc) {
 				return context.WithTimeout(context.Background(), time.Minute)
@@ -275,7 +277,7 @@ func TestRefusals(t *testing.T) {
 }
 
 func TestExemptMethodsNeverRefused(t *testing.T) {
-	s := mustServer(t, []Rule{{Guards: []Guard{RateLimit("rate", ratelimit.NewLimiter(0, 1))}}})
+	s := mustServer(t, []Rule{{Guards: []admission.Guard{ratelimit.NewGuard("rate", ratelimit.NewLimiter(0, 1))}}})
 	env := startServer(t, &testService{}, false, s.ServerOptions())
 	ctx := context.Background()
 	for i := range 20 {
@@ -292,7 +294,7 @@ func TestExemptMethodsNeverRefused(t *testing.T) {
 	}
 
 	// WithExempt() guards health checks too.
-	s2 := mustServer(t, []Rule{{Guards: []Guard{RateLimit("rate", ratelimit.NewLimiter(0, 1))}}}, WithExempt())
+	s2 := mustServer(t, []Rule{{Guards: []admission.Guard{ratelimit.NewGuard("rate", ratelimit.NewLimiter(0, 1))}}}, WithExempt())
 	env2 := startServer(t, &testService{}, false, s2.ServerOptions())
 	env2.health.Check(ctx, &healthpb.HealthCheckRequest{})
 	if _, err := env2.health.Check(ctx, &healthpb.HealthCheckRequest{}); status.Code(err) != codes.ResourceExhausted {
@@ -307,8 +309,8 @@ func TestLaterRefusalReturnsEarlierPermits(t *testing.T) {
 		t.Run(mode, func(t *testing.T) {
 			lim := ratelimit.NewLimiter(0, 2) // no refill: tokens only come back by refund
 			bh := bulkhead.New(1)
-			s := mustServer(t, []Rule{{Methods: []string{emptyCall}, Guards: []Guard{
-				Bulkhead("slots", bh, 0), RateLimit("rate", lim), // given out of order: rate runs first
+			s := mustServer(t, []Rule{{Methods: []string{emptyCall}, Guards: []admission.Guard{
+				bulkhead.NewGuard("slots", bh, 0), ratelimit.NewGuard("rate", lim), // given out of order: rate runs first
 			}}})
 			sopts := s.ServerOptions()
 			if mode == "interceptor" {
@@ -356,7 +358,7 @@ func TestLaterRefusalReturnsEarlierPermits(t *testing.T) {
 func TestStreamHoldsSlotForLife(t *testing.T) {
 	bh := bulkhead.New(1)
 	lim := ratelimit.NewLimiter(0, 3)
-	s := mustServer(t, []Rule{{Methods: []string{"/grpc.testing.TestService/*"}, Guards: []Guard{RateLimit("rate", lim), Bulkhead("slots", bh, 0)}}})
+	s := mustServer(t, []Rule{{Methods: []string{"/grpc.testing.TestService/*"}, Guards: []admission.Guard{ratelimit.NewGuard("rate", lim), bulkhead.NewGuard("slots", bh, 0)}}})
 	env := startServer(t, &testService{}, true, s.ServerOptions())
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -412,7 +414,7 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 func TestFloodKeepsHandlersAtBulkheadBound(t *testing.T) {
 	const bound, flood = 4, 200
 	bh := bulkhead.New(bound)
-	s := mustServer(t, []Rule{{Guards: []Guard{Bulkhead("slots", bh, 10*time.Millisecond)}}})
+	s := mustServer(t, []Rule{{Guards: []admission.Guard{bulkhead.NewGuard("slots", bh, 10*time.Millisecond)}}})
 	svc := &testService{block: make(chan struct{}), entered: make(chan struct{}, flood)}
 	env := startServer(t, svc, true, s.ServerOptions())
 	ctx := context.Background()
@@ -462,7 +464,7 @@ func TestFloodKeepsHandlersAtBulkheadBound(t *testing.T) {
 // calls by the client's IP, in the tap and in the interceptor alike.
 func TestPeerKeyOverLoopback(t *testing.T) {
 	for _, tap := range []bool{true, false} {
-		rules := []Rule{{Key: PeerKey(), Guards: []Guard{PerKey("client", ratelimit.NewKeyed(ratelimit.Every(time.Hour), 2, ratelimit.WithSweepInterval(0)))}}}
+		rules := []Rule{{Key: PeerKey(), Guards: []admission.Guard{ratelimit.NewKeyedGuard("client", ratelimit.NewKeyed(ratelimit.Every(time.Hour), 2, ratelimit.WithSweepInterval(0)))}}}
 		s := mustServer(t, rules)
 		opts := s.ServerOptions()
 		if !tap {

@@ -12,6 +12,8 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/protoadapt"
 	"google.golang.org/protobuf/types/known/durationpb"
+
+	"github.com/levee-go/levee/admission"
 )
 
 // PushbackTrailer is the trailer by which a server tells grpc-go clients
@@ -23,13 +25,13 @@ const PushbackTrailer = "grpc-retry-pushback-ms"
 // DEADLINE_EXCEEDED for a deadline that cannot be met), a message naming
 // the guard, a google.rpc.RetryInfo detail with the retry delay when there
 // is one, and a google.rpc.QuotaFailure detail for a per-key refusal.
-func refusalStatus(code codes.Code, guard string, d Decision, key string) *status.Status {
+func refusalStatus(code codes.Code, guard string, d admission.Decision, key string) *status.Status {
 	if d.DeadlineTooShort {
 		code = codes.DeadlineExceeded
 	}
 	st := status.New(code, "levee: "+guard+": "+d.Reason)
 	var details []protoadapt.MessageV1
-	if d.RetryAfter > 0 && d.RetryAfter != never {
+	if d.RetryAfter > 0 && d.RetryAfter != admission.Never {
 		details = append(details, &errdetails.RetryInfo{RetryDelay: durationpb.New(d.RetryAfter)})
 	}
 	if d.PerKey {
@@ -51,9 +53,9 @@ func refusalStatus(code codes.Code, guard string, d Decision, key string) *statu
 // pushback returns the value of the pushback trailer for a retry delay:
 // whole milliseconds rounded up, -1 for a refusal no wait can cure, and ""
 // when there is no delay to announce.
-func pushback(d Decision) string {
+func pushback(d admission.Decision) string {
 	switch {
-	case d.DeadlineTooShort || d.RetryAfter == never:
+	case d.DeadlineTooShort || d.RetryAfter == admission.Never:
 		return "-1"
 	case d.RetryAfter <= 0:
 		return ""
@@ -64,7 +66,7 @@ func pushback(d Decision) string {
 
 // setPushback attaches the pushback trailer to a unary call's context, or
 // to a stream when ss is not nil.
-func setPushback(ctx context.Context, ss grpc.ServerStream, d Decision) {
+func setPushback(ctx context.Context, ss grpc.ServerStream, d admission.Decision) {
 	v := pushback(d)
 	if v == "" {
 		return

@@ -8,6 +8,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/levee-go/levee/admission"
 	"github.com/levee-go/levee/breaker"
 	"github.com/levee-go/levee/bulkhead"
 	"github.com/levee-go/levee/cpu"
@@ -108,9 +109,9 @@ func newBenchServer(tb testing.TB) *grpcguard.Server {
 	s, err := grpcguard.New([]grpcguard.Rule{{
 		Name:    "alloc",
 		Methods: []string{"/corecart.S/Allocate"},
-		Guards: []grpcguard.Guard{
-			grpcguard.RateLimit("global", ratelimit.NewLimiter(ratelimit.Inf, 1)),
-			grpcguard.Bulkhead("slots", bulkhead.New(1024), 0),
+		Guards: []admission.Guard{
+			ratelimit.NewGuard("global", ratelimit.NewLimiter(ratelimit.Inf, 1)),
+			bulkhead.NewGuard("slots", bulkhead.New(1024), 0),
 		},
 	}})
 	if err != nil {

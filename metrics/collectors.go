@@ -6,10 +6,10 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/levee-go/levee/admission"
 	"github.com/levee-go/levee/breaker"
 	"github.com/levee-go/levee/bulkhead"
 	"github.com/levee-go/levee/cpu"
-	"github.com/levee-go/levee/grpcguard"
 	"github.com/levee-go/levee/ratelimit"
 	"github.com/levee-go/levee/throttle"
 )
@@ -64,7 +64,7 @@ func describe(ch chan<- *prometheus.Desc, ds ...*prometheus.Desc) {
 	}
 }
 
-// ---- grpcguard.Server
+// ---- decisions of a server or client
 
 // Result label values of levee_decisions_total.
 const (
@@ -76,13 +76,13 @@ const (
 // decisionsCollector exports the decision counts of a grpcguard.Server or
 // Client.
 type decisionsCollector struct {
-	stats     func() []grpcguard.GuardStats
+	stats     func() []admission.GuardStats
 	starts    func() uint64 // nil for a Client
 	decisions *prometheus.Desc
 	startsD   *prometheus.Desc
 }
 
-func newServerCollector(s *grpcguard.Server) *decisionsCollector {
+func newServerCollector(s ServerSource) *decisionsCollector {
 	return &decisionsCollector{
 		stats:  s.Stats,
 		starts: s.HandlerStarts,
@@ -115,7 +115,7 @@ func (c *decisionsCollector) Collect(ch chan<- prometheus.Metric) {
 	stats := c.stats()
 	// Two guards of one rule may share a name (grpcguard does not forbid
 	// it); their series would collide, so they are summed.
-	sums := make(map[key]*grpcguard.GuardStats, len(stats))
+	sums := make(map[key]*admission.GuardStats, len(stats))
 	order := make([]key, 0, len(stats))
 	for i := range stats {
 		st := &stats[i]

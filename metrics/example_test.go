@@ -13,6 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
 
+	"github.com/levee-go/levee/admission"
 	"github.com/levee-go/levee/bulkhead"
 	"github.com/levee-go/levee/cpu"
 	"github.com/levee-go/levee/grpcguard"
@@ -51,9 +52,9 @@ func Example() {
 	guards, err := grpcguard.New([]grpcguard.Rule{{
 		Name:    "allocate",
 		Methods: []string{"/corecart.inventory.v1.InventoryService/Allocate"},
-		Guards: []grpcguard.Guard{
-			grpcguard.RateLimit("global", global),
-			grpcguard.Bulkhead("slots", slots, 0),
+		Guards: []admission.Guard{
+			ratelimit.NewGuard("global", global),
+			bulkhead.NewGuard("slots", slots, 0),
 		},
 	}})
 	if err != nil {

@@ -14,10 +14,10 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	dto "github.com/prometheus/client_model/go"
 
+	"github.com/levee-go/levee/admission"
 	"github.com/levee-go/levee/breaker"
 	"github.com/levee-go/levee/bulkhead"
 	"github.com/levee-go/levee/cpu"
-	"github.com/levee-go/levee/grpcguard"
 	"github.com/levee-go/levee/ratelimit"
 	"github.com/levee-go/levee/throttle"
 )
@@ -34,9 +34,17 @@ var (
 	ErrInvalid = errors.New("metrics: invalid registration")
 )
 
-// StatsSource is anything that counts the decisions of grpcguard guards,
-// such as a *grpcguard.Client; AddClient exports it.
-type StatsSource interface{ Stats() []grpcguard.GuardStats }
+// StatsSource is anything that counts the decisions of admission chains,
+// such as a *grpcguard.Client or an *admission.Chain; AddClient exports
+// it.
+type StatsSource interface{ Stats() []admission.GuardStats }
+
+// ServerSource is a StatsSource that also counts the handlers its guarded
+// calls started, such as a *grpcguard.Server; AddServer exports it.
+type ServerSource interface {
+	StatsSource
+	HandlerStarts() uint64
+}
 
 // Scaler is anything with a current scale factor, such as a
 // *loadshed.Controller; AddScale exports it.
@@ -132,11 +140,11 @@ func (r *Registry) Register(c prometheus.Collector) error {
 // AddServer exports the decision counts of every guard of every rule of s
 // (levee_decisions_total) and how many handlers started on guarded calls
 // (levee_handler_starts_total). A Registry takes one Server.
-func (r *Registry) AddServer(s *grpcguard.Server) error {
-	if s == nil {
-		return fmt.Errorf("%w: AddServer: nil *grpcguard.Server", ErrInvalid)
+func (r *Registry) AddServer(s ServerSource) error {
+	if isNil(s) {
+		return fmt.Errorf("%w: AddServer: nil ServerSource", ErrInvalid)
 	}
-	return r.addSingle(&r.server, "AddServer: a *grpcguard.Server", newServerCollector(s))
+	return r.addSingle(&r.server, "AddServer: a server", newServerCollector(s))
 }
 
 // AddClient exports the decision counts of every guard of a grpcguard

@@ -13,6 +13,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/levee-go/levee/admission"
 	"github.com/levee-go/levee/breaker"
 	"github.com/levee-go/levee/bulkhead"
 	"github.com/levee-go/levee/cpu"
@@ -31,13 +32,13 @@ func newGuardedServer(t *testing.T) *grpcguard.Server {
 		{
 			Name:    "alloc",
 			Methods: []string{"/corecart.S/Allocate"},
-			Guards:  []grpcguard.Guard{grpcguard.RateLimit("global", ratelimit.NewLimiter(0, 2))},
+			Guards:  []admission.Guard{ratelimit.NewGuard("global", ratelimit.NewLimiter(0, 2))},
 		},
 		{
 			Name:    "get",
 			Methods: []string{"/corecart.S/Get"},
 			Shadow:  true,
-			Guards:  []grpcguard.Guard{grpcguard.RateLimit("tight", ratelimit.NewLimiter(0, 1))},
+			Guards:  []admission.Guard{ratelimit.NewGuard("tight", ratelimit.NewLimiter(0, 1))},
 		},
 	})
 	if err != nil {
@@ -121,9 +122,9 @@ func TestServerDuplicateGuardNamesSummed(t *testing.T) {
 	s, err := grpcguard.New([]grpcguard.Rule{{
 		Name:    "alloc",
 		Methods: []string{"/corecart.S/Allocate"},
-		Guards: []grpcguard.Guard{
-			grpcguard.RateLimit("rate", ratelimit.NewLimiter(0, 3)),
-			grpcguard.RateLimit("rate", ratelimit.NewLimiter(0, 1)),
+		Guards: []admission.Guard{
+			ratelimit.NewGuard("rate", ratelimit.NewLimiter(0, 3)),
+			ratelimit.NewGuard("rate", ratelimit.NewLimiter(0, 1)),
 		},
 	}})
 	if err != nil {
@@ -147,9 +148,9 @@ func TestServerDuplicateGuardNamesSummed(t *testing.T) {
 
 // fakeClient is a StatsSource with fixed counts, as a grpcguard.Client
 // reports them: one rule per (target, method) pair.
-type fakeClient []grpcguard.GuardStats
+type fakeClient []admission.GuardStats
 
-func (f fakeClient) Stats() []grpcguard.GuardStats { return append([]grpcguard.GuardStats(nil), f...) }
+func (f fakeClient) Stats() []admission.GuardStats { return append([]admission.GuardStats(nil), f...) }
 
 func TestClientDecisions(t *testing.T) {
 	c := fakeClient{
@@ -645,7 +646,7 @@ func TestScrapeChangesNothing(t *testing.T) {
 	}
 
 	type state struct {
-		server            []grpcguard.GuardStats
+		server            []admission.GuardStats
 		starts            uint64
 		cpu               cpu.Stats
 		scale             float64
@@ -704,7 +705,7 @@ func TestScrapeChangesNothing(t *testing.T) {
 	}
 }
 
-func equalState(a, b []grpcguard.GuardStats) bool {
+func equalState(a, b []admission.GuardStats) bool {
 	if len(a) != len(b) {
 		return false
 	}
@@ -726,7 +727,7 @@ func TestRegistrationErrors(t *testing.T) {
 		wantMsg string
 	}{
 		{"nil server", func(r *Registry) error { return r.AddServer(nil) }, ErrInvalid,
-			"metrics: invalid registration: AddServer: nil *grpcguard.Server"},
+			"metrics: invalid registration: AddServer: nil ServerSource"},
 		{"nil client", func(r *Registry) error { return r.AddClient(nil) }, ErrInvalid,
 			"metrics: invalid registration: AddClient: nil StatsSource"},
 		{"second client", func(r *Registry) error {
@@ -764,7 +765,7 @@ func TestRegistrationErrors(t *testing.T) {
 				return err
 			}
 			return r.AddServer(newGuardedServer(t))
-		}, ErrDuplicate, "metrics: already registered: AddServer: a *grpcguard.Server is already registered (one per Registry)"},
+		}, ErrDuplicate, "metrics: already registered: AddServer: a server is already registered (one per Registry)"},
 		{"second monitor", func(r *Registry) error {
 			if err := r.AddCPU(cpu.NewManual()); err != nil {
 				return err

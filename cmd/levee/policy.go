@@ -9,11 +9,14 @@ import (
 
 	"google.golang.org/grpc"
 
+	"github.com/levee-go/levee/admission"
 	"github.com/levee-go/levee/bulkhead"
 	"github.com/levee-go/levee/cpu"
+	"github.com/levee-go/levee/deadline"
 	"github.com/levee-go/levee/grpcguard"
 	"github.com/levee-go/levee/loadshed"
 	"github.com/levee-go/levee/metrics"
+	"github.com/levee-go/levee/queuedelay"
 	"github.com/levee-go/levee/ratelimit"
 )
 
@@ -45,8 +48,8 @@ type policy struct {
 	perClient *ratelimit.Keyed
 	slots     *bulkhead.Bulkhead
 	run       *bulkhead.Bulkhead
-	deadline  *grpcguard.DeadlineGuard
-	queue     *grpcguard.QueueGuard
+	deadline  *deadline.Guard
+	queue     *queuedelay.Guard
 	monitor   *cpu.Monitor // nil when no CPU source could be read
 	shed      *loadshed.Controller
 }
@@ -77,13 +80,21 @@ func newPolicy(p policyParams) (*policy, error) {
 	}
 	procs := runtime.GOMAXPROCS(0)
 	burst := max(1, int(p.Capacity/10)) // 100 ms of capacity
+	dl, err := deadline.New()
+	if err != nil {
+		return nil, err
+	}
+	queue, err := queuedelay.New(max(5*time.Millisecond, 4*p.CPUWork), max(100*time.Millisecond, 20*p.CPUWork))
+	if err != nil {
+		return nil, err
+	}
 	pol := &policy{
 		global:    ratelimit.NewLimiter(ratelimit.Limit(p.Capacity), burst),
 		perClient: ratelimit.NewKeyed(ratelimit.Limit(p.Capacity), burst),
 		slots:     bulkhead.New(4 * procs),
 		run:       bulkhead.New(procs, bulkhead.WithQueue(4*procs)),
-		deadline:  grpcguard.Deadline(),
-		queue:     grpcguard.QueueDelay(max(5*time.Millisecond, 4*p.CPUWork), max(100*time.Millisecond, 20*p.CPUWork)),
+		deadline:  dl,
+		queue:     queue,
 	}
 	retry := time.Duration(float64(time.Second) / p.Capacity) // about one call's slot
 	guard, err := grpcguard.New([]grpcguard.Rule{
@@ -91,16 +102,16 @@ func newPolicy(p policyParams) (*policy, error) {
 			Name:    "allocate",
 			Methods: []string{allocateMethod},
 			Key:     grpcguard.PeerKey(),
-			Guards: []grpcguard.Guard{
+			Guards: []admission.Guard{
 				pol.deadline,
 				pol.queue,
-				grpcguard.RateLimit("global", pol.global),
-				grpcguard.PerKey("client", pol.perClient),
-				grpcguard.Bulkhead("inflight", pol.slots, retry),
-				grpcguard.RunLimit("run", pol.run, retry),
+				ratelimit.NewGuard("global", pol.global),
+				ratelimit.NewKeyedGuard("client", pol.perClient),
+				bulkhead.NewGuard("inflight", pol.slots, retry),
+				bulkhead.NewRunGuard("run", pol.run, retry),
 			},
 		},
-		{Name: "default", Guards: []grpcguard.Guard{pol.deadline}},
+		{Name: "default", Guards: []admission.Guard{pol.deadline}},
 	})
 	if err != nil {
 		pol.perClient.Close()
@@ -122,7 +133,7 @@ func newPolicy(p policyParams) (*policy, error) {
 // while the queue guard sees a standing queue.
 type queuedCPU struct {
 	mon   *cpu.Monitor
-	queue *grpcguard.QueueGuard
+	queue *queuedelay.Guard
 }
 
 func (s queuedCPU) Utilization() float64 { return s.mon.Utilization() }

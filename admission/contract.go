@@ -1,0 +1,211 @@
+package admission
+
+import (
+	"context"
+	"math"
+	"time"
+)
+
+// Call describes one call being admitted. Guards receive it by value, so
+// that admission allocates nothing.
+type Call struct {
+	// Ctx is the call's context (the stream's, or the client's). Guards may
+	// read values from it but must not keep it.
+	Ctx context.Context
+	// Method is the full method name, "/package.Service/Method".
+	Method string
+	// Key is the value of the rule's key (a tenant, a client address, a
+	// downstream target), or "" when the rule has no key.
+	Key string
+	// Now is the instant of the decision: when the transport or the
+	// interceptor saw the call.
+	Now time.Time
+	// Deadline is the call's deadline, or the zero Time if it has none.
+	Deadline time.Time
+	// Queued is how long the call waited between its admission and the
+	// start of its handler; 0 until the handler starts.
+	Queued time.Duration
+}
+
+// Init sets c to a call of method seen at now under ctx, with ctx's
+// deadline, no key and no queueing. It fills c in place: a Call returned
+// by value is copied through memory, which on an admitted path costs more
+// than the fields.
+func (c *Call) Init(ctx context.Context, method string, now time.Time) {
+	*c = Call{Ctx: ctx, Method: method, Now: now}
+	if dl, ok := ctx.Deadline(); ok {
+		c.Deadline = dl
+	}
+}
+
+// Permit is what an admitted call holds from one guard until it is
+// finished: the guard's own token, which it gets back in Finish. Its two
+// fields are the guard's to use; a pointer stored in Ref does not
+// allocate. The zero Permit holds nothing.
+type Permit struct {
+	// Ref is a pointer-shaped value of the guard's (a slot, an epoch).
+	Ref any
+	// Value is a number of the guard's (a generation, an instant).
+	Value uint64
+}
+
+// Never is the retry delay of a refusal that no wait can cure.
+const Never = time.Duration(math.MaxInt64)
+
+// Decision is a guard's answer to Admit: admitted with a Permit, or refused
+// with a reason and a delay after which a retry may succeed. The zero
+// Decision admits with the zero Permit.
+type Decision struct {
+	// Permit is what the admitted call holds; see Guard.Finish.
+	Permit Permit
+	// Refused is true when the guard refuses the call.
+	Refused bool
+	// Reason says why, in a few words, for the refusal message ("rate limit
+	// exceeded"). It should be a constant: refusals must not allocate.
+	Reason string
+	// RetryAfter is when a retry may succeed; 0 if unknown, Never if no
+	// wait helps.
+	RetryAfter time.Duration
+	// PerKey marks a refusal of the call's key rather than of the whole
+	// method; a gRPC refusal then carries a google.rpc.QuotaFailure detail.
+	PerKey bool
+	// DeadlineTooShort marks a refusal because the call could not finish
+	// before its deadline; a gRPC refusal then ends with DEADLINE_EXCEEDED,
+	// whatever the rule's refusal code, since retrying with the same
+	// deadline is futile.
+	DeadlineTooShort bool
+}
+
+// Grant returns an admitting Decision holding p.
+func Grant(p Permit) Decision { return Decision{Permit: p} }
+
+// Refuse returns a refusing Decision.
+func Refuse(reason string, retryAfter time.Duration) Decision {
+	return Decision{Refused: true, Reason: reason, RetryAfter: retryAfter}
+}
+
+// Outcome is how an admitted call ended.
+type Outcome struct {
+	// Err is the handler's (or, on a client, the server's) error; nil on
+	// success.
+	Err error
+	// Overload is true when Err says the server was overloaded — it ran
+	// out of time or refused for lack of capacity — as opposed to an error
+	// of the application. The transport sets it (gRPC: DEADLINE_EXCEEDED,
+	// RESOURCE_EXHAUSTED, UNAVAILABLE); adaptive limits learn only from
+	// such errors.
+	Overload bool
+	// Duration is how long the call ran, from the start of its handler (or
+	// of the client call) to its end. It is measured only when a guard of
+	// the chain reads it (see Traits.IgnoresDuration); 0 otherwise.
+	Duration time.Duration
+	// Skipped is true when the call never ran: a later guard, or a check
+	// when its handler was about to start, refused it, or its caller left
+	// first. Guards give back what they granted (tokens, slots) and learn
+	// nothing from it.
+	Skipped bool
+}
+
+// Guard is the admission contract that every levee guard satisfies, so
+// that transports, configuration and metrics treat them alike.
+//
+// Admit decides on one call. Every admitted call is finished exactly once
+// with Finish, with the Permit its Admit (or Start) gave. Both must be
+// safe for concurrent use, and should neither block nor allocate on the
+// admitted path.
+type Guard interface {
+	// Name identifies the guard in refusal messages, logs and metrics.
+	Name() string
+	// Admit decides on call c.
+	Admit(c Call) Decision
+	// Finish ends an admitted call once, with the Permit its Admit gave.
+	Finish(c Call, p Permit, o Outcome)
+}
+
+// Cost orders the guards of a Chain: cheapest first, so that a call refused
+// by a cheap check never touches an expensive one, and guards that hold a
+// resource (a slot, a probe) come last and are rolled back least often.
+// Guards of equal cost keep the order they were given in. The constants
+// are the built-in guards' costs; a guard of your own may declare any
+// positive cost, such as one of them, to run where that guard would.
+type Cost int
+
+// Costs of the built-in guards.
+const (
+	CostHoldOff  Cost = 5    // a client's hold-off after a server pushback: one atomic load
+	CostDeadline Cost = 10   // deadline against the learned service time
+	CostQueue    Cost = 20   // queueing delay (decides only at the handler's start)
+	CostShed     Cost = 30   // CPU load shedding
+	CostRate     Cost = 40   // one token bucket
+	CostKeyed    Cost = 50   // per-key token buckets
+	CostSlot     Cost = 60   // a bulkhead slot, fixed or adaptive
+	CostThrottle Cost = 65   // a client's adaptive throttle
+	CostRun      Cost = 70   // a turn to run (decides only at the handler's start)
+	CostBreaker  Cost = 80   // a circuit breaker, whose half-open probes are scarce
+	CostDefault  Cost = 1000 // a guard that declares no cost
+)
+
+// Traits are what a guard declares about itself through Describer. The
+// zero Traits are what the engine assumes of a guard that declares
+// nothing: cost CostDefault, a Finish that reads the duration and matters
+// for every call, and an Admit that must be asked.
+type Traits struct {
+	// Cost orders the guard in its chain; 0 means CostDefault.
+	Cost Cost
+	// IgnoresDuration says Finish never reads Outcome.Duration; a chain
+	// whose guards all say so skips the clock read at the end of a call.
+	IgnoresDuration bool
+	// FinishesSkippedOnly says Finish does something only for a call that
+	// never ran (Outcome.Skipped: giving back a token); the chain then does
+	// not call it for calls that ran.
+	FinishesSkippedOnly bool
+	// AlwaysAdmits says Admit always admits with the zero Permit: the guard
+	// decides only at Recheck or Start. The chain then does not call Admit.
+	AlwaysAdmits bool
+}
+
+// Describer is implemented by guards that declare their Traits. Traits is
+// read once, when a Chain is built.
+type Describer interface {
+	Traits() Traits
+}
+
+// FastAdmitter is implemented by guards whose admission reads only the
+// call's instant and key. A Chain calls AdmitFast, whose arguments and
+// results travel in registers, instead of copying a whole Call in and a
+// Decision out through Admit, which on the admitted path of a short chain
+// costs as much as the guards' own work; when AdmitFast refuses, Refusal
+// builds the refused Decision without changing the guard's state.
+//
+// A FastAdmitter's Admit must answer as AdmitFast then Refusal would: the
+// chain uses one or the other. (A type that embeds a FastAdmitter and
+// overrides Admit must override AdmitFast too.)
+type FastAdmitter interface {
+	AdmitFast(now time.Time, key string) (Permit, bool)
+	Refusal(c Call) Decision
+}
+
+// FastFinisher is implemented by guards whose Finish reads only the Permit
+// and the Outcome; a Chain calls FinishFast instead of Finish, for the
+// reason given at FastAdmitter, and it must do what Finish does.
+type FastFinisher interface {
+	FinishFast(p Permit, o Outcome)
+}
+
+// Rechecker is implemented by guards that look at a call again when its
+// handler is about to start, after any queueing since the transport
+// admitted it: the deadline guard (has the deadline become too short?) and
+// the queue-delay guard (did the call wait too long?). A refusal here
+// finishes the call's permits as skipped.
+type Rechecker interface {
+	Recheck(c Call) Decision
+}
+
+// Starter is implemented by guards that act when the handler is about to
+// start, after admission and any rechecks. Start may block (a run limit
+// waits there for its turn) and returns the Permit the call then holds
+// from the guard; Admit, which may run in the transport, must not block.
+// A refusal finishes the call's permits as skipped.
+type Starter interface {
+	Start(c Call) Decision
+}

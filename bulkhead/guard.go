@@ -1,0 +1,170 @@
+package bulkhead
+
+import (
+	"context"
+	"runtime"
+	"time"
+
+	"github.com/levee-go/levee/admission"
+)
+
+// Reasons of the guards' refusals.
+const (
+	// ReasonFull is the refusal of NewGuard and NewAdaptiveGuard.
+	ReasonFull = "too many calls in flight"
+	// ReasonRunQueue is the refusal of NewRunGuard.
+	ReasonRunQueue = "no turn to run before the wait limit"
+)
+
+// NewGuard adapts b to the admission contract: an admitted call holds a
+// slot until it finishes (for a stream, for the stream's life). It never
+// waits: a full bulkhead refuses at once, which is what a check in a
+// transport must do. The retry delay is retryAfter, a hint for clients (0:
+// none). It panics if b is nil.
+func NewGuard(name string, b *Bulkhead, retryAfter time.Duration) admission.Guard {
+	if b == nil {
+		panic("bulkhead: NewGuard: nil Bulkhead")
+	}
+	return &slotGuard{name: name, c: &b.c, retry: retryAfter}
+}
+
+// NewAdaptiveGuard adapts a to the admission contract like NewGuard, and
+// reports each call's latency to it. Only overload outcomes
+// (admission.Outcome.Overload) count as drops: application errors are not
+// the server's capacity speaking. It panics if a is nil.
+func NewAdaptiveGuard(name string, a *Adaptive, retryAfter time.Duration) admission.Guard {
+	if a == nil {
+		panic("bulkhead: NewAdaptiveGuard: nil Adaptive")
+	}
+	return &slotGuard{name: name, c: &a.c, retry: retryAfter, learn: true}
+}
+
+type slotGuard struct {
+	name  string
+	c     *core
+	retry time.Duration
+	learn bool
+}
+
+func (g *slotGuard) Name() string { return g.name }
+
+func (g *slotGuard) Traits() admission.Traits {
+	return admission.Traits{Cost: admission.CostSlot, IgnoresDuration: !g.learn}
+}
+
+func (g *slotGuard) Admit(c admission.Call) admission.Decision {
+	if p, ok := g.AdmitFast(c.Now, c.Key); ok {
+		return admission.Grant(p)
+	}
+	return g.Refusal(c)
+}
+
+func (g *slotGuard) AdmitFast(time.Time, string) (admission.Permit, bool) {
+	p, ok := g.c.tryAcquire()
+	return toAdmission(p), ok
+}
+
+func (g *slotGuard) Refusal(admission.Call) admission.Decision {
+	return admission.Refuse(ReasonFull, g.retry)
+}
+
+func (g *slotGuard) Finish(_ admission.Call, p admission.Permit, o admission.Outcome) {
+	g.FinishFast(p, o)
+}
+
+func (g *slotGuard) FinishFast(ap admission.Permit, o admission.Outcome) {
+	p := fromAdmission(ap)
+	if o.Skipped || !g.learn {
+		p.Release()
+		return
+	}
+	var err error
+	if o.Overload {
+		err = o.Err
+		if err == nil {
+			err = errOverloadOutcome
+		}
+	}
+	p.Done(o.Duration, err)
+}
+
+// errOverloadOutcome stands for an overload outcome that carries no error.
+var errOverloadOutcome = overloadError{}
+
+type overloadError struct{}
+
+func (overloadError) Error() string { return "bulkhead: call failed by overload" }
+
+// toAdmission and fromAdmission carry a Permit in an admission.Permit:
+// the slot pointer in Ref (no allocation: it is pointer-shaped), the
+// generation in Value.
+func toAdmission(p Permit) admission.Permit {
+	if p.s == nil {
+		return admission.Permit{}
+	}
+	return admission.Permit{Ref: p.s, Value: p.gen}
+}
+
+func fromAdmission(ap admission.Permit) Permit {
+	s, _ := ap.Ref.(*slot)
+	return Permit{s: s, gen: ap.Value}
+}
+
+// NewRunGuard limits how many admitted calls run their handlers at once:
+// the others wait for their turn in FIFO order when their handler is about
+// to start (admission.Starter), within b's queue length and maximum wait
+// (WithQueue, WithMaxWait). Admission never waits, so it is safe in a
+// transport's tap.
+//
+// On a CPU-bound server, a run limit of GOMAXPROCS behind a bulkhead of a
+// few times that keeps the CPU busy while each handler runs to completion
+// instead of sharing the CPU with the others in time slices: the latency of
+// a call stays its service time plus an orderly wait. A call that cannot
+// get its turn (queue full, maximum wait, caller gone) is refused before
+// any work, with ReasonRunQueue. It panics if b is nil.
+func NewRunGuard(name string, b *Bulkhead, retryAfter time.Duration) admission.Guard {
+	if b == nil {
+		panic("bulkhead: NewRunGuard: nil Bulkhead")
+	}
+	return &runGuard{name: name, b: b, retry: retryAfter}
+}
+
+type runGuard struct {
+	name  string
+	b     *Bulkhead
+	retry time.Duration
+}
+
+func (g *runGuard) Name() string { return g.name }
+
+func (g *runGuard) Traits() admission.Traits {
+	return admission.Traits{Cost: admission.CostRun, IgnoresDuration: true, AlwaysAdmits: true}
+}
+
+// Admit admits: the turn is taken at Start.
+func (g *runGuard) Admit(admission.Call) admission.Decision { return admission.Decision{} }
+
+// Start waits for a turn to run.
+func (g *runGuard) Start(c admission.Call) admission.Decision {
+	ctx := c.Ctx
+	if ctx == nil {
+		ctx = context.Background()
+	}
+	p, err := g.b.Acquire(ctx)
+	if err != nil {
+		return admission.Refuse(ReasonRunQueue, g.retry)
+	}
+	// A turn handed over by a finishing handler makes this goroutine the
+	// next to run, ahead of the transport's reader and writer goroutines
+	// that wait for the CPU: requests would go unread and responses
+	// unwritten for as long as handlers keep handing over. Yield once so
+	// they go first.
+	runtime.Gosched()
+	return admission.Grant(toAdmission(p))
+}
+
+func (g *runGuard) Finish(_ admission.Call, p admission.Permit, o admission.Outcome) {
+	g.FinishFast(p, o)
+}
+
+func (g *runGuard) FinishFast(p admission.Permit, _ admission.Outcome) { fromAdmission(p).Release() }

@@ -1,0 +1,165 @@
+// Package deadline refuses calls that cannot finish before their deadline:
+// a call whose deadline has passed, or whose time left is shorter than its
+// method's service time, would only produce work that nobody waits for.
+// The Guard learns each method's service time from the calls it finishes.
+package deadline
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/levee-go/levee/admission"
+)
+
+// Reasons of the guard's refusals; both mark the Decision
+// DeadlineTooShort.
+const (
+	ReasonTooShort = "deadline shorter than the method's service time"
+	ReasonExpired  = "deadline already passed"
+)
+
+// MaxLearnedMethods caps the methods whose service time a Guard learns;
+// methods beyond it are judged by their deadline alone.
+const MaxLearnedMethods = 4096
+
+// Option configures a Guard. Options only record values; New validates
+// them.
+type Option func(*options)
+
+type options struct {
+	fixed  map[string]time.Duration
+	margin float64
+}
+
+// WithServiceTime fixes the service time of a method (a full method name)
+// instead of learning it; d must be > 0.
+func WithServiceTime(method string, d time.Duration) Option {
+	return func(o *options) { o.fixed[method] = d }
+}
+
+// WithMargin sets the factor applied to the service time before comparing
+// it with the time left: a finite number >= 0. Default 1: refuse a call
+// whose time left is below its method's service time.
+func WithMargin(f float64) Option {
+	return func(o *options) { o.margin = f }
+}
+
+// Guard refuses calls that cannot finish in time. It checks at admission
+// and again when the handler starts, after any queueing
+// (admission.Rechecker). Its refusals are marked DeadlineTooShort (gRPC:
+// DEADLINE_EXCEEDED).
+//
+// The service time of a method is fixed (WithServiceTime) or learned: an
+// exponentially weighted mean (weight 1/8) of its successful calls'
+// durations. A method with no sample yet is judged by its deadline alone.
+//
+// Create one with New; the zero value is not usable. A Guard is safe for
+// concurrent use.
+type Guard struct {
+	fixed  map[string]time.Duration
+	margin float64
+
+	mu      sync.RWMutex
+	learned map[string]*atomic.Int64 // ns, 0 until the first sample
+}
+
+// New returns a Guard, or an error naming every bad option.
+func New(opts ...Option) (*Guard, error) {
+	o := options{fixed: map[string]time.Duration{}, margin: 1}
+	for _, opt := range opts {
+		opt(&o)
+	}
+	var errs []error
+	for m, d := range o.fixed {
+		if d <= 0 {
+			errs = append(errs, fmt.Errorf("deadline: WithServiceTime(%q): service time must be > 0, got %v", m, d))
+		}
+	}
+	if !(o.margin >= 0) || math.IsInf(o.margin, 0) {
+		errs = append(errs, fmt.Errorf("deadline: WithMargin: margin must be a finite number >= 0, got %v", o.margin))
+	}
+	if len(errs) > 0 {
+		return nil, errors.Join(errs...)
+	}
+	return &Guard{fixed: o.fixed, margin: o.margin, learned: map[string]*atomic.Int64{}}, nil
+}
+
+// Name returns "deadline".
+func (g *Guard) Name() string { return "deadline" }
+
+// Traits declares the guard's cost, admission.CostDeadline.
+func (g *Guard) Traits() admission.Traits { return admission.Traits{Cost: admission.CostDeadline} }
+
+// ServiceTime returns the service time the guard uses for method, or 0 if
+// it has none.
+func (g *Guard) ServiceTime(method string) time.Duration {
+	if d, ok := g.fixed[method]; ok {
+		return d
+	}
+	g.mu.RLock()
+	v := g.learned[method]
+	g.mu.RUnlock()
+	if v == nil {
+		return 0
+	}
+	return time.Duration(v.Load())
+}
+
+// Admit refuses a call whose deadline cannot be met.
+func (g *Guard) Admit(c admission.Call) admission.Decision { return g.check(c) }
+
+// Recheck is Admit again at the start of the handler.
+func (g *Guard) Recheck(c admission.Call) admission.Decision { return g.check(c) }
+
+func (g *Guard) check(c admission.Call) admission.Decision {
+	if c.Deadline.IsZero() {
+		return admission.Decision{}
+	}
+	left := c.Deadline.Sub(c.Now)
+	if left <= 0 {
+		return admission.Decision{Refused: true, Reason: ReasonExpired, DeadlineTooShort: true}
+	}
+	if st := g.ServiceTime(c.Method); st > 0 && float64(left) < float64(st)*g.margin {
+		return admission.Decision{Refused: true, Reason: ReasonTooShort, DeadlineTooShort: true}
+	}
+	return admission.Decision{}
+}
+
+// Finish learns the service time from successful calls.
+func (g *Guard) Finish(c admission.Call, _ admission.Permit, o admission.Outcome) {
+	if o.Skipped || o.Err != nil || o.Duration <= 0 {
+		return
+	}
+	if _, ok := g.fixed[c.Method]; ok {
+		return
+	}
+	g.mu.RLock()
+	v := g.learned[c.Method]
+	g.mu.RUnlock()
+	if v == nil {
+		g.mu.Lock()
+		if v = g.learned[c.Method]; v == nil {
+			if len(g.learned) >= MaxLearnedMethods {
+				g.mu.Unlock()
+				return
+			}
+			v = new(atomic.Int64)
+			g.learned[c.Method] = v
+		}
+		g.mu.Unlock()
+	}
+	for {
+		old := v.Load()
+		nv := int64(o.Duration)
+		if old > 0 {
+			nv = old + (int64(o.Duration)-old)/8
+		}
+		if v.CompareAndSwap(old, nv) {
+			return
+		}
+	}
+}

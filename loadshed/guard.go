@@ -1,0 +1,79 @@
+package loadshed
+
+import (
+	"math"
+	"sync/atomic"
+	"time"
+
+	"github.com/levee-go/levee/admission"
+)
+
+// ReasonShed is the refusal of NewGuard.
+const ReasonShed = "shedding load while CPU is saturated"
+
+// Scale is what NewGuard reads: the current admission scale in (0, 1].
+// *Controller satisfies it.
+type Scale interface{ Scale() float64 }
+
+// NewGuard adapts a scale to the admission contract: while src's scale is
+// below 1 the guard admits that fraction of calls, spread evenly (a credit
+// accumulator, not a coin toss, so the share is exact over any run of
+// calls), and refuses the rest with retryAfter as the delay. Use it to shed
+// by the CPU signal without a rate to scale; to scale token buckets
+// instead, give them to the Controller as targets. It panics if src is
+// nil.
+func NewGuard(name string, src Scale, retryAfter time.Duration) admission.Guard {
+	if src == nil {
+		panic("loadshed: NewGuard: nil Scale")
+	}
+	return &shedGuard{name: name, src: src, retry: retryAfter}
+}
+
+type shedGuard struct {
+	name   string
+	src    Scale
+	retry  time.Duration
+	credit atomic.Uint64 // fixed point, 1<<32 is one call
+}
+
+const one = uint64(1) << 32
+
+func (g *shedGuard) Name() string { return g.name }
+
+func (g *shedGuard) Traits() admission.Traits {
+	return admission.Traits{Cost: admission.CostShed, IgnoresDuration: true, FinishesSkippedOnly: true}
+}
+
+func (g *shedGuard) Admit(c admission.Call) admission.Decision {
+	if _, ok := g.AdmitFast(c.Now, c.Key); ok {
+		return admission.Decision{}
+	}
+	return g.Refusal(c)
+}
+
+func (g *shedGuard) AdmitFast(time.Time, string) (admission.Permit, bool) {
+	s := g.src.Scale()
+	if s >= 1 {
+		return admission.Permit{}, true
+	}
+	// Rounded up, so that a scale of 1/n admits exactly every n-th call.
+	add := uint64(math.Ceil(max(s, 0) * float64(one)))
+	for {
+		cr := g.credit.Load()
+		ncr, ok := cr+add, false
+		if ncr >= one {
+			ncr -= one
+			ok = true
+		}
+		if g.credit.CompareAndSwap(cr, ncr) {
+			return admission.Permit{}, ok
+		}
+	}
+}
+
+func (g *shedGuard) Refusal(admission.Call) admission.Decision {
+	return admission.Refuse(ReasonShed, g.retry)
+}
+
+// Finish does nothing: a shed credit is not given back.
+func (g *shedGuard) Finish(admission.Call, admission.Permit, admission.Outcome) {}
