@@ -17,10 +17,13 @@ import (
 // Serve the inventory service on a loopback port, allocate stock, retry the
 // same order and run out of stock.
 func Example() {
-	srv := inventory.NewServer(
+	srv, err := inventory.NewServer(
 		inventory.WithStock("mug", 10),
 		inventory.WithCPUWork(0), // no simulated CPU work in this example
 	)
+	if err != nil {
+		log.Fatal(err)
+	}
 	gs := grpc.NewServer()
 	inventory.Register(gs, srv) // also health and reflection
 	lis, err := net.Listen("tcp", "127.0.0.1:0")

@@ -70,12 +70,21 @@ type orderState struct {
 
 // NewServer returns a Server stocked with the catalogue of the WithStock
 // options, or with DefaultSKUs at DefaultStock units each when none is given.
+// It checks every option's value and, when any is bad, returns a nil Server
+// and an error naming each bad option and value (all of them, joined with
+// errors.Join), such as
+//
+//	inventory: WithOrderMemory: n must be >= 1, got 0
+//
 // Unless WithWorkIterations is given, the first NewServer of a process with a
 // non-zero CPU work measures the machine's speed (about 20 ms).
-func NewServer(opts ...Option) *Server {
+func NewServer(opts ...Option) (*Server, error) {
 	o := defaultOptions()
 	for _, opt := range opts {
 		opt(&o)
+	}
+	if err := o.validate(); err != nil {
+		return nil, err
 	}
 	if o.stock == nil {
 		o.stock = make(map[string]int64)
@@ -91,13 +100,13 @@ func NewServer(opts ...Option) *Server {
 		orders:     make(map[string]orderState),
 		ring:       make([]string, o.orderMemory),
 	}
-	if s.iterations < 0 {
+	if !o.iterSet {
 		s.iterations = iterationsFor(o.cpuWork)
 	}
 	for sku, units := range o.stock {
 		s.stock[sku] = &skuStock{initial: units, available: units}
 	}
-	return s
+	return s, nil
 }
 
 // WorkIterations returns the SHA-256 iterations each Allocate burns.
