@@ -135,3 +135,23 @@ func WithWorkIterations(n int) Option {
 func WithOrderMemory(n int) Option {
 	return func(o *options) { o.orderMemory = n }
 }
+
+// WithDatabase gives the Server a simulated database: a pool of conns
+// connections that every Allocate queries after its CPU work, holding one
+// connection for latency (a timer wait, which burns no CPU) before it
+// touches the stock. With it the service is I/O-bound: at most conns
+// queries run at once, so it serves at most conns/latency calls per second
+// however many CPUs it has, and the calls beyond that wait for a connection
+// in arrival order.
+//
+// Unlike the CPU work, the database watches the call's context: a call
+// whose context ends while it waits for a connection or during its query
+// ends with DEADLINE_EXCEEDED or CANCELED and changes nothing (the
+// transaction is rolled back). Stats reports the pool's use (the DB
+// fields).
+//
+// Default: no database. latency 0 makes the pool a pure bound on
+// concurrent queries. NewServer fails when conns < 1 or latency < 0.
+func WithDatabase(conns int, latency time.Duration) Option {
+	return func(o *options) { o.dbConns, o.dbLatency, o.dbSet = conns, latency, true }
+}

@@ -654,18 +654,24 @@ func TestNewServerRejectsBadOptions(t *testing.T) {
 		{name: "negative iterations", give: []Option{WithWorkIterations(-1)}, want: "inventory: WithWorkIterations: n must be >= 0, got -1"},
 		{name: "zero order memory", give: []Option{WithOrderMemory(0)}, want: "inventory: WithOrderMemory: n must be >= 1, got 0"},
 		{name: "negative order memory", give: []Option{WithOrderMemory(-5)}, want: "inventory: WithOrderMemory: n must be >= 1, got -5"},
+		{name: "no database connections", give: []Option{WithDatabase(0, time.Millisecond)}, want: "inventory: WithDatabase: conns must be >= 1, got 0"},
+		{name: "negative database latency", give: []Option{WithDatabase(4, -time.Millisecond)}, want: "inventory: WithDatabase: latency must be >= 0, got -1ms"},
+		{name: "both database values bad", give: []Option{WithDatabase(-1, -time.Second)},
+			want: "inventory: WithDatabase: conns must be >= 1, got -1\ninventory: WithDatabase: latency must be >= 0, got -1s"},
 		{
 			name: "every bad value at once",
-			give: []Option{WithOrderMemory(0), WithStock("B", 2), WithStock("A", -3), WithCPUWork(-time.Second), WithStock("", 0)},
+			give: []Option{WithDatabase(0, 0), WithOrderMemory(0), WithStock("B", 2), WithStock("A", -3), WithCPUWork(-time.Second), WithStock("", 0)},
 			want: "inventory: WithStock(\"A\"): units must be >= 0, got -3\n" +
 				"inventory: WithStock: sku must not be empty\n" +
 				"inventory: WithCPUWork: duration must be >= 0, got -1s\n" +
-				"inventory: WithOrderMemory: n must be >= 1, got 0",
+				"inventory: WithOrderMemory: n must be >= 1, got 0\n" +
+				"inventory: WithDatabase: conns must be >= 1, got 0",
 		},
 		{name: "the last value given counts", give: []Option{WithOrderMemory(0), WithOrderMemory(3), WithStock("A", -1), WithStock("A", 1)}},
 		{name: "a bad WithCPUWork is reported beside WithWorkIterations", give: []Option{WithWorkIterations(1), WithCPUWork(-time.Millisecond)},
 			want: "inventory: WithCPUWork: duration must be >= 0, got -1ms"},
-		{name: "zero values that are allowed", give: []Option{WithStock("A", 0), WithCPUWork(0), WithWorkIterations(0), WithOrderMemory(1)}},
+		{name: "zero values that are allowed", give: []Option{WithStock("A", 0), WithCPUWork(0), WithWorkIterations(0), WithOrderMemory(1), WithDatabase(1, 0)}},
+		{name: "a bad database replaced by a good one", give: []Option{WithDatabase(0, -1), WithDatabase(2, time.Millisecond)}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
