@@ -125,12 +125,20 @@ func dependencyPhases(cfg *demoConfig, capacity float64) []loadgen.Phase {
 // then the protected front and returns both runs.
 func (c *cli) runDependency(ctx context.Context, cfg *demoConfig) (*demoResult, error) {
 	// Both fronts burn the same SHA-256 rounds per Allocate.
-	iterations := inventory.NewServer(inventory.WithCPUWork(cfg.cpuWork)).WorkIterations()
+	sized, err := inventory.NewServer(inventory.WithCPUWork(cfg.cpuWork))
+	if err != nil {
+		return nil, err
+	}
+	iterations := sized.WorkIterations()
 	res := &demoResult{Capacity: cfg.capacity.value, Measured: cfg.capacity.auto, WorkIterations: strconv.Itoa(iterations)}
 	if cfg.capacity.auto {
 		// One CPU's worth: the front's capacity were it alone on a CPU,
 		// as each server of the overload demo is.
-		res.Capacity = estimateCapacity(iterations) / float64(runtime.GOMAXPROCS(0))
+		capacity, err := estimateCapacity(iterations)
+		if err != nil {
+			return nil, err
+		}
+		res.Capacity = capacity / float64(runtime.GOMAXPROCS(0))
 	}
 	phases := dependencyPhases(cfg, res.Capacity)
 	fmt.Fprintf(c.stderr, "levee demo: dependency scenario, capacity %.0f calls/s (%s), %v normal, %v incident (%s downstream), %v recovery at %.0f/s\n",

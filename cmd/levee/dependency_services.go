@@ -88,13 +88,17 @@ type downstream struct {
 // startDownstream serves a downstream with the incident's fault on a
 // loopback port.
 func startDownstream(inc *incident) (*downstream, error) {
+	srv, err := inventory.NewServer(inventory.WithCPUWork(0))
+	if err != nil {
+		return nil, fmt.Errorf("downstream: %w", err)
+	}
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return nil, fmt.Errorf("downstream: %w", err)
 	}
 	d := &downstream{
 		inc:      inc,
-		srv:      inventory.NewServer(inventory.WithCPUWork(0)),
+		srv:      srv,
 		addr:     lis.Addr().String(),
 		stopping: make(chan struct{}),
 		served:   make(chan struct{}),
@@ -222,6 +226,10 @@ type frontServer struct {
 // and calls the warehouse at warehouseAddr through dialOpts (a client
 // guard's, or none).
 func startFront(warehouseAddr string, deadline time.Duration, iterations int, dialOpts []grpc.DialOption) (*frontServer, error) {
+	srv, err := inventory.NewServer(inventory.WithWorkIterations(iterations))
+	if err != nil {
+		return nil, fmt.Errorf("front: %w", err)
+	}
 	opts := append([]grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials()), grpc.WithDisableRetry()}, dialOpts...)
 	cc, err := grpc.NewClient(warehouseAddr, opts...)
 	if err != nil {
@@ -233,7 +241,7 @@ func startFront(warehouseAddr string, deadline time.Duration, iterations int, di
 		return nil, fmt.Errorf("front: %w", err)
 	}
 	f := &front{
-		Server:    inventory.NewServer(inventory.WithWorkIterations(iterations)),
+		Server:    srv,
 		warehouse: inventoryv1.NewInventoryServiceClient(cc),
 		deadline:  deadline,
 	}

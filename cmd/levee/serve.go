@@ -66,10 +66,16 @@ func (c *cli) serve(ctx context.Context, args []string) error {
 	if *workIterations >= 0 {
 		work = inventory.WithWorkIterations(*workIterations)
 	}
-	srv := inventory.NewServer(work)
+	srv, err := inventory.NewServer(work)
+	if err != nil {
+		return err
+	}
 	capValue, capHow := capacity.value, "given"
 	if capacity.auto {
-		capValue, capHow = estimateCapacity(srv.WorkIterations()), "estimated"
+		if capValue, err = estimateCapacity(srv.WorkIterations()); err != nil {
+			return err
+		}
+		capHow = "estimated"
 	}
 
 	lis, err := net.Listen("tcp", *addr)
@@ -161,8 +167,11 @@ func (c *cli) serve(ctx context.Context, args []string) error {
 // GOMAXPROCS divided by the handler's median run time, timed in-process on
 // a scratch server. It ignores gRPC's own cost per call, so it is an upper
 // bound that the protection's CPU signal corrects.
-func estimateCapacity(iterations int) float64 {
-	scratch := inventory.NewServer(inventory.WithWorkIterations(iterations), inventory.WithStock("estimate", 1<<40))
+func estimateCapacity(iterations int) (float64, error) {
+	scratch, err := inventory.NewServer(inventory.WithWorkIterations(iterations), inventory.WithStock("estimate", 1<<40))
+	if err != nil {
+		return 0, err
+	}
 	const runs = 15
 	times := make([]time.Duration, 0, runs)
 	for i := range runs {
@@ -172,5 +181,5 @@ func estimateCapacity(iterations int) float64 {
 	}
 	slices.Sort(times)
 	median := max(times[runs/2], time.Microsecond)
-	return float64(runtime.GOMAXPROCS(0)) / median.Seconds()
+	return float64(runtime.GOMAXPROCS(0)) / median.Seconds(), nil
 }

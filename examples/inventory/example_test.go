@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"log"
 	"net"
+	"sync"
+	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
@@ -17,10 +19,13 @@ import (
 // Serve the inventory service on a loopback port, allocate stock, retry the
 // same order and run out of stock.
 func Example() {
-	srv := inventory.NewServer(
+	srv, err := inventory.NewServer(
 		inventory.WithStock("mug", 10),
 		inventory.WithCPUWork(0), // no simulated CPU work in this example
 	)
+	if err != nil {
+		log.Fatal(err)
+	}
 	gs := grpc.NewServer()
 	inventory.Register(gs, srv) // also health and reflection
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
@@ -57,4 +62,61 @@ func Example() {
 	// FailedPrecondition
 	// available 6
 	// applied 1 replayed 1 late 0
+}
+
+// An I/O-bound inventory: after its CPU work (none here) every Allocate
+// holds one of two database connections for 10ms. Four calls at once take
+// turns on the two connections; a call whose caller has already gone
+// changes nothing.
+func ExampleWithDatabase() {
+	srv, err := inventory.NewServer(
+		inventory.WithStock("mug", 10),
+		inventory.WithCPUWork(0),
+		inventory.WithDatabase(2, 10*time.Millisecond),
+	)
+	if err != nil {
+		log.Fatal(err)
+	}
+	ctx := context.Background()
+
+	var wg sync.WaitGroup
+	for i := range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			req := &inventoryv1.AllocateRequest{Sku: "mug", Quantity: 1, OrderId: fmt.Sprintf("order-%d", i)}
+			if _, err := srv.Allocate(ctx, req); err != nil {
+				log.Fatal(err)
+			}
+		}()
+	}
+	wg.Wait()
+
+	gone, cancel := context.WithCancel(ctx)
+	cancel()
+	_, err = srv.Allocate(gone, &inventoryv1.AllocateRequest{Sku: "mug", Quantity: 1, OrderId: "order-gone"})
+	fmt.Println(status.Code(err))
+
+	mug, _ := srv.Stock("mug")
+	st := srv.Stats()
+	fmt.Println("available", mug.Available)
+	fmt.Println("queries", st.DBQueries, "gave up", st.DBGaveUp)
+	fmt.Println("connections", st.DBConns, "never more than 2 in use:", st.DBPeakInUse <= 2)
+	// Output:
+	// Canceled
+	// available 6
+	// queries 4 gave up 1
+	// connections 2 never more than 2 in use: true
+}
+
+// NewServer checks every option and names each bad one.
+func ExampleNewServer_badOptions() {
+	_, err := inventory.NewServer(
+		inventory.WithStock("mug", -1),
+		inventory.WithDatabase(0, time.Millisecond),
+	)
+	fmt.Println(err)
+	// Output:
+	// inventory: WithStock("mug"): units must be >= 0, got -1
+	// inventory: WithDatabase: conns must be >= 1, got 0
 }

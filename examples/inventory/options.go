@@ -1,6 +1,7 @@
 package inventory
 
 import (
+	"errors"
 	"fmt"
 	"time"
 )
@@ -27,36 +28,75 @@ func DefaultSKUs() []string {
 	return []string{"SKU-0001", "SKU-0002", "SKU-0003", "SKU-0004", "SKU-0005", "SKU-0006", "SKU-0007", "SKU-0008"}
 }
 
-// Option configures a Server built by NewServer.
+// Option configures a Server built by NewServer. An option only records its
+// values: it never panics, and NewServer checks every value in one place,
+// returning an error that names each bad option. When an option is given
+// twice, the last one counts (for WithStock: the last one for each SKU), and
+// NewServer checks the values that count.
+//
+// Options are plain values: one may be shared by any number of NewServer
+// calls, from any goroutine.
 type Option func(*options)
 
 type options struct {
 	stock       map[string]int64
 	skus        []string // catalogue order, for deterministic listings
 	cpuWork     time.Duration
-	iterations  int // >= 0 when set by WithWorkIterations; -1 otherwise
+	iterations  int
+	iterSet     bool // WithWorkIterations given: iterations wins over cpuWork
 	orderMemory int
+	dbConns     int
+	dbLatency   time.Duration
+	dbSet       bool // WithDatabase given
 }
 
 func defaultOptions() options {
 	return options{
 		cpuWork:     DefaultCPUWork,
-		iterations:  -1,
 		orderMemory: DefaultOrderMemory,
 	}
 }
 
+// validate returns every bad value of o at once (errors.Join), each naming
+// its option, or nil.
+func (o *options) validate() error {
+	var errs []error
+	bad := func(format string, args ...any) {
+		errs = append(errs, fmt.Errorf("inventory: "+format, args...))
+	}
+	for _, sku := range o.skus {
+		switch units := o.stock[sku]; {
+		case sku == "":
+			bad("WithStock: sku must not be empty")
+		case units < 0:
+			bad("WithStock(%q): units must be >= 0, got %d", sku, units)
+		}
+	}
+	if o.cpuWork < 0 {
+		bad("WithCPUWork: duration must be >= 0, got %v", o.cpuWork)
+	}
+	if o.iterSet && o.iterations < 0 {
+		bad("WithWorkIterations: n must be >= 0, got %d", o.iterations)
+	}
+	if o.orderMemory < 1 {
+		bad("WithOrderMemory: n must be >= 1, got %d", o.orderMemory)
+	}
+	if o.dbSet {
+		if o.dbConns < 1 {
+			bad("WithDatabase: conns must be >= 1, got %d", o.dbConns)
+		}
+		if o.dbLatency < 0 {
+			bad("WithDatabase: latency must be >= 0, got %v", o.dbLatency)
+		}
+	}
+	return errors.Join(errs...)
+}
+
 // WithStock adds sku to the catalogue with units available. When at least one
 // WithStock is given, the default catalogue (DefaultSKUs) is not used; giving
-// the same sku twice keeps the last units. It panics when sku is empty or
-// units is negative.
+// the same sku twice keeps the last units. NewServer fails when sku is empty
+// or units is negative.
 func WithStock(sku string, units int64) Option {
-	if sku == "" {
-		panic("inventory: WithStock: sku must not be empty")
-	}
-	if units < 0 {
-		panic(fmt.Sprintf("inventory: WithStock(%q): units must be >= 0, got %d", sku, units))
-	}
 	return func(o *options) {
 		if o.stock == nil {
 			o.stock = make(map[string]int64)
@@ -73,23 +113,17 @@ func WithStock(sku string, units int64) Option {
 // turned into a number of SHA-256 iterations with a calibration measured once
 // per process, so the work is a fixed amount of computation that takes about
 // d on an idle core and longer on a busy one. WithWorkIterations, if given,
-// takes precedence. It panics when d is negative.
+// takes precedence. NewServer fails when d is negative.
 func WithCPUWork(d time.Duration) Option {
-	if d < 0 {
-		panic(fmt.Sprintf("inventory: WithCPUWork: duration must be >= 0, got %v", d))
-	}
 	return func(o *options) { o.cpuWork = d }
 }
 
 // WithWorkIterations sets the work of each Allocate as an exact number of
 // SHA-256 iterations over a 64-byte block (about 0.2-0.5 µs each on current
 // x86 cores), skipping the calibration. It takes precedence over WithCPUWork.
-// It panics when n is negative.
+// NewServer fails when n is negative.
 func WithWorkIterations(n int) Option {
-	if n < 0 {
-		panic(fmt.Sprintf("inventory: WithWorkIterations: n must be >= 0, got %d", n))
-	}
-	return func(o *options) { o.iterations = n }
+	return func(o *options) { o.iterations, o.iterSet = n, true }
 }
 
 // WithOrderMemory sets how many order ids the server remembers for
@@ -97,10 +131,27 @@ func WithWorkIterations(n int) Option {
 // the oldest remembered order is forgotten: if it still held stock, that
 // stock stays allocated for good (counted as committed in StockLevel), a
 // Release of it answers NOT_FOUND and a retried Allocate of it would be
-// applied again. It panics when n < 1.
+// applied again. NewServer fails when n < 1.
 func WithOrderMemory(n int) Option {
-	if n < 1 {
-		panic(fmt.Sprintf("inventory: WithOrderMemory: n must be >= 1, got %d", n))
-	}
 	return func(o *options) { o.orderMemory = n }
+}
+
+// WithDatabase gives the Server a simulated database: a pool of conns
+// connections that every Allocate queries after its CPU work, holding one
+// connection for latency (a timer wait, which burns no CPU) before it
+// touches the stock. With it the service is I/O-bound: at most conns
+// queries run at once, so it serves at most conns/latency calls per second
+// however many CPUs it has, and the calls beyond that wait for a connection
+// in arrival order.
+//
+// Unlike the CPU work, the database watches the call's context: a call
+// whose context ends while it waits for a connection or during its query
+// ends with DEADLINE_EXCEEDED or CANCELED and changes nothing (the
+// transaction is rolled back). Stats reports the pool's use (the DB
+// fields).
+//
+// Default: no database. latency 0 makes the pool a pure bound on
+// concurrent queries. NewServer fails when conns < 1 or latency < 0.
+func WithDatabase(conns int, latency time.Duration) Option {
+	return func(o *options) { o.dbConns, o.dbLatency, o.dbSet = conns, latency, true }
 }

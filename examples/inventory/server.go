@@ -16,13 +16,20 @@ import (
 // Server is the CoreCart inventory service: it implements
 // inventoryv1.InventoryServiceServer over stock kept in memory.
 //
-// Build it with NewServer; the zero value is not usable. A Server is safe for
-// concurrent use by any number of calls. It starts no goroutines and needs no
-// Close.
+// Build it with NewServer; the zero value is not usable. Its defaults are
+// those of the options: the DefaultSKUs catalogue at DefaultStock units,
+// DefaultCPUWork per Allocate, DefaultOrderMemory orders remembered and no
+// database. A Server is safe for concurrent use by any number of calls. It
+// starts no goroutines and needs no Close.
 type Server struct {
 	inventoryv1.UnimplementedInventoryServiceServer
 
-	iterations int // burn iterations per Allocate
+	iterations int       // burn iterations per Allocate
+	db         *database // nil without WithDatabase
+
+	// now is the server's clock: time.Now, or a fake set by in-package
+	// tests.
+	now func() time.Time
 
 	// afterWork, when set by in-package tests, runs after an Allocate's CPU
 	// work and before it touches the stock.
@@ -70,12 +77,21 @@ type orderState struct {
 
 // NewServer returns a Server stocked with the catalogue of the WithStock
 // options, or with DefaultSKUs at DefaultStock units each when none is given.
+// It checks every option's value and, when any is bad, returns a nil Server
+// and an error naming each bad option and value (all of them, joined with
+// errors.Join), such as
+//
+//	inventory: WithOrderMemory: n must be >= 1, got 0
+//
 // Unless WithWorkIterations is given, the first NewServer of a process with a
 // non-zero CPU work measures the machine's speed (about 20 ms).
-func NewServer(opts ...Option) *Server {
+func NewServer(opts ...Option) (*Server, error) {
 	o := defaultOptions()
 	for _, opt := range opts {
 		opt(&o)
+	}
+	if err := o.validate(); err != nil {
+		return nil, err
 	}
 	if o.stock == nil {
 		o.stock = make(map[string]int64)
@@ -90,14 +106,18 @@ func NewServer(opts ...Option) *Server {
 		stock:      make(map[string]*skuStock, len(o.stock)),
 		orders:     make(map[string]orderState),
 		ring:       make([]string, o.orderMemory),
+		now:        time.Now,
 	}
-	if s.iterations < 0 {
+	if o.dbSet {
+		s.db = newDatabase(o.dbConns, o.dbLatency)
+	}
+	if !o.iterSet {
 		s.iterations = iterationsFor(o.cpuWork)
 	}
 	for sku, units := range o.stock {
 		s.stock[sku] = &skuStock{initial: units, available: units}
 	}
-	return s
+	return s, nil
 }
 
 // WorkIterations returns the SHA-256 iterations each Allocate burns.
@@ -107,12 +127,16 @@ func (s *Server) WorkIterations() int { return s.iterations }
 func (s *Server) SKUs() []string { return append([]string(nil), s.skus...) }
 
 // Allocate reserves req.Quantity units of req.Sku for req.OrderId. It first
-// checks its arguments, then does its CPU work, then applies the order under
-// the stock lock. An order id already applied returns its first answer and
-// changes nothing. Errors: INVALID_ARGUMENT (empty sku or order id, quantity
-// <= 0), NOT_FOUND (unknown sku), FAILED_PRECONDITION (not enough stock),
-// ALREADY_EXISTS (order id reused for a different sku or quantity). A refused
-// call changes nothing and is not remembered.
+// checks its arguments, then does its CPU work, then, with WithDatabase,
+// takes a database connection and holds it for the query, and then applies
+// the order under the stock lock (still holding the connection). An order id
+// already applied returns its first answer and changes nothing. Errors:
+// INVALID_ARGUMENT (empty sku or order id, quantity <= 0), NOT_FOUND
+// (unknown sku), FAILED_PRECONDITION (not enough stock), ALREADY_EXISTS
+// (order id reused for a different sku or quantity), and with WithDatabase
+// DEADLINE_EXCEEDED or CANCELED (the call's context ended while it waited for
+// a connection or during the query). A refused or failed call changes
+// nothing and is not remembered.
 func (s *Server) Allocate(ctx context.Context, req *inventoryv1.AllocateRequest) (*inventoryv1.AllocateResponse, error) {
 	s.begin()
 	defer s.end(ctx)
@@ -133,6 +157,17 @@ func (s *Server) Allocate(ctx context.Context, req *inventoryv1.AllocateRequest)
 	}
 	if s.afterWork != nil {
 		s.afterWork(ctx)
+	}
+	if s.db != nil {
+		if err := s.db.acquire(ctx, s.now); err != nil {
+			return nil, status.Errorf(status.FromContextError(err).Code(),
+				"inventory: gave up waiting for a database connection: %v", err)
+		}
+		defer s.db.release()
+		if err := s.db.query(ctx); err != nil {
+			return nil, status.Errorf(status.FromContextError(err).Code(),
+				"inventory: database query cut short: %v", err)
+		}
 	}
 
 	s.mu.Lock()
@@ -245,8 +280,11 @@ func (s *Server) GetStock(ctx context.Context, req *inventoryv1.GetStockRequest)
 	return &inventoryv1.GetStockResponse{Sku: sku, Available: lvl.Available}, nil
 }
 
-// StockLevel is a consistent snapshot of one SKU's stock.
-// Initial == Available + Allocated + Committed always holds.
+// StockLevel is a consistent snapshot of one SKU's stock, returned by
+// Server.Stock. Initial == Available + Allocated + Committed always holds.
+// The zero value is what Stock returns for an unknown SKU. It is a plain
+// value: copies are independent, and reading one from several goroutines is
+// safe.
 type StockLevel struct {
 	SKU       string
 	Initial   int64 // units the SKU started with
@@ -267,8 +305,10 @@ func (s *Server) Stock(sku string) (StockLevel, bool) {
 	return StockLevel{SKU: sku, Initial: st.initial, Available: st.available, Allocated: st.allocated, Committed: st.committed}, true
 }
 
-// Stats is a snapshot of a Server's counters. Counts are totals since
-// NewServer. The zero value is an empty snapshot.
+// Stats is a snapshot of a Server's counters and gauges, returned by
+// Server.Stats. Counts are totals since NewServer. The zero value is an
+// empty snapshot. It is a plain value: copies are independent, and reading
+// one from several goroutines is safe.
 type Stats struct {
 	// Calls counts handler runs that finished, all methods together.
 	Calls uint64
@@ -296,6 +336,30 @@ type Stats struct {
 	// InFlight is the number of handlers running now; PeakInFlight the most
 	// that ever ran at once.
 	InFlight, PeakInFlight int64
+
+	// The simulated database (WithDatabase); all zero without one.
+
+	// DBConns is the size of the connection pool.
+	DBConns int
+	// DBInUse is the number of connections held now; DBPeakInUse the most
+	// ever held at once, never above DBConns.
+	DBInUse, DBPeakInUse int64
+	// DBWaiting is the number of calls waiting for a connection now.
+	DBWaiting int64
+	// DBWaited counts calls that found every connection taken and waited
+	// for one, whether or not they got it; DBWaitTime is the time they
+	// spent waiting, all together, added as each wait ends (the calls
+	// waiting now are in DBWaiting, not yet here). DBWaitTime / DBWaited is
+	// close to the mean wait of the calls that waited.
+	DBWaited   uint64
+	DBWaitTime time.Duration
+	// DBQueries counts queries that ran to the end.
+	DBQueries uint64
+	// DBGaveUp counts calls whose context ended before they got a
+	// connection; DBCutShort counts queries cut short because the call's
+	// context ended during them (connection time spent for nobody). Both
+	// answered DEADLINE_EXCEEDED or CANCELED and changed nothing.
+	DBGaveUp, DBCutShort uint64
 }
 
 // Wasted returns the handler runs whose caller no longer waited for the
@@ -305,7 +369,7 @@ func (st Stats) Wasted() uint64 { return st.Late + st.Canceled }
 // Stats returns a snapshot of the server's counters. Each counter is read
 // atomically; the snapshot as a whole is not taken at one instant.
 func (s *Server) Stats() Stats {
-	return Stats{
+	st := Stats{
 		Calls:        s.calls.Load(),
 		Late:         s.late.Load(),
 		Canceled:     s.canceled.Load(),
@@ -318,6 +382,18 @@ func (s *Server) Stats() Stats {
 		InFlight:     s.inFlight.Load(),
 		PeakInFlight: s.peakInFlight.Load(),
 	}
+	if db := s.db; db != nil {
+		st.DBConns = cap(db.conns)
+		st.DBInUse = db.inUse.Load()
+		st.DBPeakInUse = db.peakInUse.Load()
+		st.DBWaiting = db.waiting.Load()
+		st.DBWaited = db.waited.Load()
+		st.DBWaitTime = time.Duration(db.waitNanos.Load())
+		st.DBQueries = db.queries.Load()
+		st.DBGaveUp = db.gaveUp.Load()
+		st.DBCutShort = db.cutShort.Load()
+	}
+	return st
 }
 
 func (s *Server) begin() {
@@ -339,7 +415,7 @@ func (s *Server) end(ctx context.Context) {
 	err := ctx.Err()
 	dl, hasDeadline := ctx.Deadline()
 	switch {
-	case errors.Is(err, context.DeadlineExceeded) || (hasDeadline && !time.Now().Before(dl)):
+	case errors.Is(err, context.DeadlineExceeded) || (hasDeadline && !s.now().Before(dl)):
 		s.late.Add(1)
 	case err != nil:
 		s.canceled.Add(1)

@@ -52,6 +52,16 @@ func serve(t *testing.T, srv *Server, sopts ...grpc.ServerOption) *grpc.ClientCo
 	return conn
 }
 
+// newServer returns NewServer(opts...), failing the test on an error.
+func newServer(t testing.TB, opts ...Option) *Server {
+	t.Helper()
+	srv, err := NewServer(opts...)
+	if err != nil {
+		t.Fatalf("NewServer: %v", err)
+	}
+	return srv
+}
+
 func client(t *testing.T, srv *Server) inventoryv1.InventoryServiceClient {
 	t.Helper()
 	return inventoryv1.NewInventoryServiceClient(serve(t, srv))
@@ -83,7 +93,7 @@ func TestAllocateRefusals(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			srv := NewServer(WithStock("A", 10), WithStock("B", 5), WithWorkIterations(0))
+			srv := newServer(t, WithStock("A", 10), WithStock("B", 5), WithWorkIterations(0))
 			c := client(t, srv)
 			ctx := context.Background()
 			if _, err := c.Allocate(ctx, &inventoryv1.AllocateRequest{Sku: "A", Quantity: 1, OrderId: "taken"}); err != nil {
@@ -119,7 +129,7 @@ func TestAllocateRefusals(t *testing.T) {
 }
 
 func TestAllocateRefusalIsNotRemembered(t *testing.T) {
-	srv := NewServer(WithStock("A", 5), WithWorkIterations(0))
+	srv := newServer(t, WithStock("A", 5), WithWorkIterations(0))
 	c := client(t, srv)
 	ctx := context.Background()
 
@@ -146,7 +156,7 @@ func TestAllocateRefusalIsNotRemembered(t *testing.T) {
 }
 
 func TestAllocateIsIdempotent(t *testing.T) {
-	srv := NewServer(WithStock("A", 100), WithWorkIterations(0))
+	srv := newServer(t, WithStock("A", 100), WithWorkIterations(0))
 	c := client(t, srv)
 	ctx := context.Background()
 	req := &inventoryv1.AllocateRequest{Sku: "A", Quantity: 7, OrderId: "order-1"}
@@ -200,7 +210,7 @@ func sameAllocate(a, b *inventoryv1.AllocateResponse) bool {
 }
 
 func TestRelease(t *testing.T) {
-	srv := NewServer(WithStock("A", 10), WithWorkIterations(0))
+	srv := newServer(t, WithStock("A", 10), WithWorkIterations(0))
 	c := client(t, srv)
 	ctx := context.Background()
 	if _, err := c.Allocate(ctx, &inventoryv1.AllocateRequest{Sku: "A", Quantity: 4, OrderId: "o1"}); err != nil {
@@ -246,7 +256,7 @@ func TestRelease(t *testing.T) {
 }
 
 func TestGetStock(t *testing.T) {
-	srv := NewServer(WithStock("A", 10), WithStock("B", 0), WithWorkIterations(0))
+	srv := newServer(t, WithStock("A", 10), WithStock("B", 0), WithWorkIterations(0))
 	c := client(t, srv)
 	ctx := context.Background()
 	if _, err := c.Allocate(ctx, &inventoryv1.AllocateRequest{Sku: "A", Quantity: 3, OrderId: "o1"}); err != nil {
@@ -287,7 +297,7 @@ func TestConcurrentNeverOversells(t *testing.T) {
 		initialA = 150
 		initialB = 40
 	)
-	srv := NewServer(WithStock("A", initialA), WithStock("B", initialB), WithWorkIterations(2))
+	srv := newServer(t, WithStock("A", initialA), WithStock("B", initialB), WithWorkIterations(2))
 	c := client(t, srv)
 	ctx := context.Background()
 
@@ -413,7 +423,7 @@ func TestConcurrentNeverOversells(t *testing.T) {
 }
 
 func TestOrderMemoryForgetsOldest(t *testing.T) {
-	srv := NewServer(WithStock("A", 100), WithWorkIterations(0), WithOrderMemory(2))
+	srv := newServer(t, WithStock("A", 100), WithWorkIterations(0), WithOrderMemory(2))
 	c := client(t, srv)
 	ctx := context.Background()
 	alloc := func(id string, q int32) *inventoryv1.AllocateResponse {
@@ -459,7 +469,7 @@ func TestOrderMemoryForgetsOldest(t *testing.T) {
 // deadline itself, then for the test to release it), and checks that the
 // server counts that run as late, and that it still applied the order.
 func TestWastedWorkCounted(t *testing.T) {
-	srv := NewServer(WithStock("A", 10), WithWorkIterations(1))
+	srv := newServer(t, WithStock("A", 10), WithWorkIterations(1))
 	release := make(chan struct{})
 	srv.afterWork = func(ctx context.Context) {
 		if dl, ok := ctx.Deadline(); ok {
@@ -530,7 +540,7 @@ func TestEndClassifiesFinishedRuns(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			srv := NewServer(WithStock("A", 10), WithWorkIterations(0))
+			srv := newServer(t, WithStock("A", 10), WithWorkIterations(0))
 			resp, err := srv.Allocate(tt.give, &inventoryv1.AllocateRequest{Sku: "A", Quantity: 1, OrderId: "o"})
 			if err != nil || resp.GetRemaining() != 9 {
 				t.Fatalf("Server.Allocate = %v, %v; want remaining 9 (the handler ignores its context)", resp, err)
@@ -544,7 +554,7 @@ func TestEndClassifiesFinishedRuns(t *testing.T) {
 }
 
 func TestHealthAndReflection(t *testing.T) {
-	conn := serve(t, NewServer(WithWorkIterations(0)))
+	conn := serve(t, newServer(t, WithWorkIterations(0)))
 	ctx := context.Background()
 
 	hc := healthpb.NewHealthClient(conn)
@@ -597,7 +607,7 @@ func TestServiceName(t *testing.T) {
 }
 
 func TestNewServerDefaults(t *testing.T) {
-	srv := NewServer()
+	srv := newServer(t)
 	if got, want := strings.Join(srv.SKUs(), ","), strings.Join(DefaultSKUs(), ","); got != want {
 		t.Errorf("NewServer().SKUs() = %s, want %s", got, want)
 	}
@@ -609,10 +619,10 @@ func TestNewServerDefaults(t *testing.T) {
 	if got, want := srv.WorkIterations(), iterationsFor(DefaultCPUWork); got != want || got < 1 {
 		t.Errorf("NewServer().WorkIterations() = %d, want iterationsFor(%v) = %d >= 1", got, DefaultCPUWork, want)
 	}
-	if got := NewServer(WithCPUWork(0)).WorkIterations(); got != 0 {
+	if got := newServer(t, WithCPUWork(0)).WorkIterations(); got != 0 {
 		t.Errorf("NewServer(WithCPUWork(0)).WorkIterations() = %d, want 0", got)
 	}
-	if got := NewServer(WithCPUWork(time.Second), WithWorkIterations(7)).WorkIterations(); got != 7 {
+	if got := newServer(t, WithCPUWork(time.Second), WithWorkIterations(7)).WorkIterations(); got != 7 {
 		t.Errorf("NewServer(WithCPUWork(1s), WithWorkIterations(7)).WorkIterations() = %d, want 7", got)
 	}
 	// Twice the time, twice the iterations (up to rounding).
@@ -620,7 +630,7 @@ func TestNewServerDefaults(t *testing.T) {
 	if two < 2*one-1 || two > 2*one+1 {
 		t.Errorf("iterationsFor(1ms), iterationsFor(2ms) = %d, %d, want the second twice the first", one, two)
 	}
-	srv = NewServer(WithStock("X", 1), WithStock("Y", 2), WithStock("X", 3))
+	srv = newServer(t, WithStock("X", 1), WithStock("Y", 2), WithStock("X", 3))
 	if got := strings.Join(srv.SKUs(), ","); got != "X,Y" {
 		t.Errorf("SKUs() with X, Y, X = %s, want X,Y", got)
 	}
@@ -632,26 +642,52 @@ func TestNewServerDefaults(t *testing.T) {
 	}
 }
 
-func TestOptionsPanicOnBadInput(t *testing.T) {
+func TestNewServerRejectsBadOptions(t *testing.T) {
 	tests := []struct {
 		name string
-		give func()
-		want string
+		give []Option
+		want string // the error's text; "" for no error
 	}{
-		{name: "empty sku", give: func() { WithStock("", 1) }, want: "inventory: WithStock: sku must not be empty"},
-		{name: "negative stock", give: func() { WithStock("A", -1) }, want: `inventory: WithStock("A"): units must be >= 0, got -1`},
-		{name: "negative work", give: func() { WithCPUWork(-time.Millisecond) }, want: "inventory: WithCPUWork: duration must be >= 0, got -1ms"},
-		{name: "negative iterations", give: func() { WithWorkIterations(-1) }, want: "inventory: WithWorkIterations: n must be >= 0, got -1"},
-		{name: "zero order memory", give: func() { WithOrderMemory(0) }, want: "inventory: WithOrderMemory: n must be >= 1, got 0"},
+		{name: "empty sku", give: []Option{WithStock("", 1)}, want: "inventory: WithStock: sku must not be empty"},
+		{name: "negative stock", give: []Option{WithStock("A", -1)}, want: `inventory: WithStock("A"): units must be >= 0, got -1`},
+		{name: "negative work", give: []Option{WithCPUWork(-time.Millisecond)}, want: "inventory: WithCPUWork: duration must be >= 0, got -1ms"},
+		{name: "negative iterations", give: []Option{WithWorkIterations(-1)}, want: "inventory: WithWorkIterations: n must be >= 0, got -1"},
+		{name: "zero order memory", give: []Option{WithOrderMemory(0)}, want: "inventory: WithOrderMemory: n must be >= 1, got 0"},
+		{name: "negative order memory", give: []Option{WithOrderMemory(-5)}, want: "inventory: WithOrderMemory: n must be >= 1, got -5"},
+		{name: "no database connections", give: []Option{WithDatabase(0, time.Millisecond)}, want: "inventory: WithDatabase: conns must be >= 1, got 0"},
+		{name: "negative database latency", give: []Option{WithDatabase(4, -time.Millisecond)}, want: "inventory: WithDatabase: latency must be >= 0, got -1ms"},
+		{name: "both database values bad", give: []Option{WithDatabase(-1, -time.Second)},
+			want: "inventory: WithDatabase: conns must be >= 1, got -1\ninventory: WithDatabase: latency must be >= 0, got -1s"},
+		{
+			name: "every bad value at once",
+			give: []Option{WithDatabase(0, 0), WithOrderMemory(0), WithStock("B", 2), WithStock("A", -3), WithCPUWork(-time.Second), WithStock("", 0)},
+			want: "inventory: WithStock(\"A\"): units must be >= 0, got -3\n" +
+				"inventory: WithStock: sku must not be empty\n" +
+				"inventory: WithCPUWork: duration must be >= 0, got -1s\n" +
+				"inventory: WithOrderMemory: n must be >= 1, got 0\n" +
+				"inventory: WithDatabase: conns must be >= 1, got 0",
+		},
+		{name: "the last value given counts", give: []Option{WithOrderMemory(0), WithOrderMemory(3), WithStock("A", -1), WithStock("A", 1)}},
+		{name: "a bad WithCPUWork is reported beside WithWorkIterations", give: []Option{WithWorkIterations(1), WithCPUWork(-time.Millisecond)},
+			want: "inventory: WithCPUWork: duration must be >= 0, got -1ms"},
+		{name: "zero values that are allowed", give: []Option{WithStock("A", 0), WithCPUWork(0), WithWorkIterations(0), WithOrderMemory(1), WithDatabase(1, 0)}},
+		{name: "a bad database replaced by a good one", give: []Option{WithDatabase(0, -1), WithDatabase(2, time.Millisecond)}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			defer func() {
-				if got := recover(); got != tt.want {
-					t.Errorf("panic = %v, want %q", got, tt.want)
+			srv, err := NewServer(tt.give...)
+			if tt.want == "" {
+				if err != nil || srv == nil {
+					t.Fatalf("NewServer(%s) = %v, %v; want a server, nil", tt.name, srv, err)
 				}
-			}()
-			tt.give()
+				return
+			}
+			if err == nil || err.Error() != tt.want {
+				t.Fatalf("NewServer(%s) error = %v, want %q", tt.name, err, tt.want)
+			}
+			if srv != nil {
+				t.Errorf("NewServer(%s) = %v, want a nil server with the error", tt.name, srv)
+			}
 		})
 	}
 }
@@ -688,7 +724,7 @@ func BenchmarkBurnRound(b *testing.B) {
 }
 
 func BenchmarkAllocateNoWork(b *testing.B) {
-	srv := NewServer(WithStock("A", int64(b.N)+1), WithWorkIterations(0), WithOrderMemory(1<<16))
+	srv := newServer(b, WithStock("A", int64(b.N)+1), WithWorkIterations(0), WithOrderMemory(1<<16))
 	ids := make([]string, b.N)
 	for i := range ids {
 		ids[i] = fmt.Sprintf("o%d", i)
@@ -706,7 +742,7 @@ func BenchmarkAllocateNoWork(b *testing.B) {
 // BenchmarkAllocateDefaultWork measures one Allocate with the calibrated
 // default CPU work; on an idle core ns/op should be close to DefaultCPUWork.
 func BenchmarkAllocateDefaultWork(b *testing.B) {
-	srv := NewServer(WithStock("A", int64(b.N)+1))
+	srv := newServer(b, WithStock("A", int64(b.N)+1))
 	ctx := context.Background()
 	b.ReportAllocs()
 	b.ResetTimer()
