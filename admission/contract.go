@@ -166,6 +166,12 @@ type Traits struct {
 
 // Describer is implemented by guards that declare their Traits. Traits is
 // read once, when a Chain is built.
+//
+// Traits, like the fast paths below, is a method like any other: a type
+// that embeds a guard inherits it. A type that embeds a guard and
+// overrides Admit or Finish must also override Traits (and AdmitFast,
+// FinishFast) when what the embedded guard declares no longer holds — for
+// example that Admit always admits.
 type Describer interface {
 	Traits() Traits
 }
