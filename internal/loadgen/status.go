@@ -7,10 +7,11 @@ import (
 	"strconv"
 	"time"
 
-	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
+
+	"github.com/levee-go/levee/grpcguard"
 )
 
 // PushbackTrailer is the trailer a gRPC server sets to tell clients how
@@ -89,16 +90,7 @@ func pushbackOf(err error) (time.Duration, bool) {
 	if errors.As(err, &pe) {
 		return pe.d, true
 	}
-	s, ok := status.FromError(err)
-	if !ok {
-		return 0, false
-	}
-	for _, d := range s.Details() {
-		if ri, ok := d.(*errdetails.RetryInfo); ok && ri.GetRetryDelay() != nil {
-			return ri.GetRetryDelay().AsDuration(), true
-		}
-	}
-	return 0, false
+	return grpcguard.RetryDelay(err)
 }
 
 // ParseCode parses a status code name as grpc-go prints it
