@@ -213,6 +213,9 @@ func (s *Server) start(ctx context.Context, st *callState) (admission.Call, *sta
 		st.stop()
 		return c, refusalStatus(st.rule.code, st.rule.Guard(i).Name(), d, c.Key), d
 	}
+	if st.rule.HasStarters() {
+		c.Now = s.now() // the handler starts after its turn: see outcome
+	}
 	return c, nil, admission.Decision{}
 }
 
@@ -224,7 +227,9 @@ func (s *Server) end(st *callState, c admission.Call, err error) {
 }
 
 // outcome is the outcome of a call that ran; its duration is measured only
-// if a guard of the rule uses it.
+// if a guard of the rule uses it, from the start of its handler: after any
+// wait for a turn that a Starter guard imposed, so that what guards learn
+// of a method's service time never includes levee's own queueing.
 func (s *Server) outcome(r *rule, c *admission.Call, err error) admission.Outcome {
 	o := admission.Outcome{Err: err}
 	if err != nil {
@@ -295,7 +300,11 @@ func (s *Server) enter(ctx context.Context, r *rule, method string, c *admission
 	if r.key != nil {
 		c.Key = r.key(ctx, nil)
 	}
-	return r.Enter(c, permits)
+	i, d := r.Enter(c, permits)
+	if i < 0 && r.HasStarters() {
+		c.Now = s.now() // the handler starts after its turn: see outcome
+	}
+	return i, d
 }
 
 // StreamServerInterceptor returns the stream interceptor; see Server.

@@ -24,6 +24,7 @@ var below = map[string][]string{
 	"deadline":   nil,
 	"queuedelay": nil,
 	"holdoff":    nil,
+	"runlimit":   nil,
 	"metrics":    {"github.com/prometheus/", "github.com/beorn7/perks", "github.com/cespare/xxhash", "github.com/munnerz/goautoneg", "go.yaml.in/yaml", "google.golang.org/protobuf/", "golang.org/x/sys/"},
 }
 

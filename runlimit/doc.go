@@ -1,0 +1,45 @@
+// Package runlimit decides how many calls a server runs at once, and which
+// waiting call runs next, without being told any number.
+//
+// A Limiter holds a limit on the calls running at once. It learns the limit
+// from the calls themselves:
+//
+//   - Each call's service time is measured from the moment it got its turn
+//     to its end, so the wait that the Limiter itself imposes never enters
+//     what it learns.
+//   - Over each interval it compares the calls' mean service time with the
+//     service time they have without contention (their baseline) and
+//     estimates how many calls queue for something inside the server — the
+//     CPU, a database pool, a downstream — as limit × (1 − baseline/mean),
+//     in the style of TCP Vegas. While that queue is small and the limit was
+//     reached, the limit grows; when it is large, the limit shrinks.
+//   - A CPU-bound server is recognised by its CPU signal (WithCPU): while the
+//     CPU is saturated the limit never grows, and it shrinks as soon as
+//     service times stretch, so a one-core server settles on one call at a
+//     time and a server whose handlers wait on a database settles on about
+//     as many calls as the database takes.
+//   - A sudden change of service time that the limit did not cause — the
+//     database became three times slower — moves the baseline instead of
+//     the limit: a limit step from n to n+1 can stretch service times by at
+//     most (n+1)/n, so a larger jump at an unchanged limit comes from
+//     outside.
+//
+// Calls that find every turn taken wait in the queue of their flow (a
+// method, say), and turns are handed out fairly among flows by start-time
+// fair queueing weighted by each flow's learned service time: a cheap
+// method that uses little of the server is served ahead of an expensive one
+// that floods it, so a spike on one method does not make another slow. A
+// flow's queue is bounded by its queue target (the wait it may add, by
+// default twice its service time, at least 5ms): a call that would wait
+// longer is refused at admission, before any work, and one that waited its
+// target is refused when its turn has not come.
+//
+// The learning is lock-free: each finished call adds to a few atomic
+// counters of its flow, and the caller that closes an interval updates the
+// limit. Taking and returning a turn when one is free is a compare-and-swap;
+// only a call that must wait, or a return that hands the turn to a waiter,
+// takes the Limiter's queue lock.
+//
+// NewGuard adapts a Limiter to the admission contract, with one flow per
+// method.
+package runlimit

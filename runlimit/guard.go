@@ -1,0 +1,113 @@
+package runlimit
+
+import (
+	"context"
+	"errors"
+	"runtime"
+	"time"
+
+	"github.com/levee-go/levee/admission"
+)
+
+// Reasons of the guard's refusals.
+const (
+	// ReasonQueueFull: the method's queue holds as many calls as can start
+	// within its queue target.
+	ReasonQueueFull = "too many calls waiting for a turn to run"
+	// ReasonTimeout: the call waited its queue target, in the transport or
+	// for a turn, without starting.
+	ReasonTimeout = "no turn to run within the queue target"
+	// ReasonGone: the caller left while the call waited for its turn.
+	ReasonGone = "caller gave up while waiting for a turn to run"
+	// ReasonTooLate: after its wait, the call's deadline is shorter than
+	// its method's service time (a DeadlineTooShort refusal).
+	ReasonTooLate = "deadline shorter than the service time after waiting for a turn"
+)
+
+// NewGuard adapts l to the admission contract, with one flow per method
+// (admission.Call.Method). At admission it refuses a call whose method's
+// queue is full (Flow.Admissible), before any work; when the handler is
+// about to start (admission.Starter) it refuses a call that already waited
+// longer than twice its queue target in the transport, then waits for the
+// call's turn, and refuses it if its deadline can no longer be met. Finish
+// returns the turn and teaches l the call's service time: the outcome's
+// Duration, which a transport measures from the end of the wait (grpcguard
+// does). It panics if l is nil.
+func NewGuard(name string, l *Limiter) admission.Guard {
+	if l == nil {
+		panic("runlimit: NewGuard: nil Limiter")
+	}
+	return &guard{name: name, l: l}
+}
+
+type guard struct {
+	name string
+	l    *Limiter
+}
+
+func (g *guard) Name() string { return g.name }
+
+func (g *guard) Traits() admission.Traits { return admission.Traits{Cost: admission.CostRun} }
+
+func (g *guard) Admit(c admission.Call) admission.Decision {
+	f := g.l.Flow(c.Method)
+	if f.Admissible() {
+		return admission.Decision{}
+	}
+	return admission.Refuse(ReasonQueueFull, f.QueueTarget())
+}
+
+func (g *guard) Start(c admission.Call) admission.Decision {
+	f := g.l.Flow(c.Method)
+	target := f.QueueTarget()
+	if c.Queued > 2*target {
+		return admission.Refuse(ReasonTimeout, target)
+	}
+	t, ok := f.TryAcquire(c.Now)
+	waited := !ok
+	if !ok {
+		ctx := c.Ctx
+		if ctx == nil {
+			ctx = context.Background()
+		}
+		var err error
+		if t, err = f.Acquire(ctx); err != nil {
+			switch {
+			case errors.Is(err, ErrQueueFull):
+				return admission.Refuse(ReasonQueueFull, target)
+			case errors.Is(err, ErrTimeout):
+				return admission.Refuse(ReasonTimeout, target)
+			default:
+				return admission.Refuse(ReasonGone, 0)
+			}
+		}
+	}
+	if !c.Deadline.IsZero() {
+		if left := time.Until(c.Deadline); left < f.ServiceTime() {
+			t.Release()
+			return admission.Decision{Refused: true, Reason: ReasonTooLate, DeadlineTooShort: true}
+		}
+	}
+	if waited {
+		// A turn handed over by a finishing handler makes this goroutine
+		// the next to run, ahead of the transport's goroutines that wait
+		// for the CPU: requests would go unread and responses unwritten
+		// for as long as handlers keep handing over. Yield once so they
+		// go first.
+		runtime.Gosched()
+	}
+	return admission.Grant(admission.Permit{Ref: f, Value: uint64(t.start)})
+}
+
+func (g *guard) Finish(c admission.Call, p admission.Permit, o admission.Outcome) {
+	f, _ := p.Ref.(*Flow)
+	if f == nil {
+		return
+	}
+	t := Ticket{f: f, start: int64(p.Value)}
+	if o.Skipped {
+		t.Release()
+		return
+	}
+	t.done(o.Duration, o.Overload)
+}

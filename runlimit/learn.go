@@ -1,0 +1,190 @@
+package runlimit
+
+import (
+	"math"
+	"time"
+)
+
+// periodicProbe is how often the baseline is re-measured without cause.
+const periodicProbe = 10 * time.Second
+
+// update closes the interval ending at end and reconsiders the limit. Needs
+// upd.
+func (l *Limiter) update(end int64) {
+	flows := l.allFlows()
+	var total int64
+	for _, f := range flows {
+		total += f.n.Load()
+	}
+	if l.probe.on {
+		l.checkProbe(end, flows)
+	}
+	if total < minSamples && end-l.opened < int64(time.Second) && l.overloads.Load() == 0 {
+		l.next.Store(end + int64(l.o.interval)/4) // look again soon
+		return
+	}
+	l.updates.Add(1)
+	peak := l.peak.Swap(running(l.state.Load()))
+	overloads := l.overloads.Swap(0)
+	var weight, ratios float64
+	for _, f := range flows {
+		n, sum := f.n.Swap(0), f.sum.Swap(0)
+		if n == 0 {
+			continue
+		}
+		mean := float64(sum) / float64(n)
+		if f.base == 0 || mean < f.base {
+			f.base = mean
+		}
+		ratios += float64(n) * mean / f.base
+		weight += float64(n)
+	}
+	l.opened = end
+	l.next.Store(end + int64(l.o.interval))
+	if l.probe.on {
+		return
+	}
+	if l.probes.Load() == 0 && int(l.est/2) >= l.o.floor && int(l.est/2) < int(l.est) {
+		// The first baseline was measured at the initial limit, maybe
+		// with contention: measure it at half the limit once.
+		l.startProbe(end, l.est, false)
+		return
+	}
+	r := 1.0
+	if weight > 0 {
+		r = ratios / weight
+	}
+	cpuSat := l.o.cpu != nil && l.o.cpu.Saturated()
+	est := l.est
+	reached := peak >= int64(est)
+	switch {
+	case overloads > 0:
+		est *= 0.9
+	case cpuSat && r > shrinkTrigger:
+		// The CPU is the bottleneck and calls share it: run fewer at once.
+		est *= max(0.5, 1.1/r)
+	default:
+		// Vegas: how many calls queue inside the server.
+		queue := est * (1 - 1/r)
+		lo, hi := max(0.5, 0.1*est), max(1, 0.2*est)
+		switch {
+		case queue > hi && !cpuSat && r >= 1.5 && end-l.lastProbe >= 5*int64(l.o.interval):
+			// A large stretch with the CPU not saturated: is it ours, or
+			// did a dependency slow down? A probe at a lower limit tells.
+			l.startProbe(end, est, true)
+			return
+		case queue > hi:
+			est -= max(1, (queue-hi)/2)
+		case queue <= lo && reached && !cpuSat:
+			est += max(1, math.Sqrt(est))
+		}
+	}
+	if !cpuSat && end-l.lastProbe >= int64(periodicProbe) && int(est/2) > l.o.floor {
+		l.startProbe(end, est, false)
+		return
+	}
+	l.apply(est)
+}
+
+// apply sets the limit to est, within the bounds, and hands turns that a
+// larger limit frees to waiting calls. Needs upd.
+func (l *Limiter) apply(est float64) {
+	l.est = min(max(est, float64(l.o.floor)), float64(l.o.ceiling))
+	n := int64(l.est)
+	if old := l.limit.Swap(n); n > old {
+		l.mu.Lock()
+		l.dispatch()
+		l.mu.Unlock()
+	}
+}
+
+// startProbe halves the limit to measure service times with less
+// contention. Needs upd.
+// stretched says service times had stretched, which a baseline that holds
+// blames on the limit.
+func (l *Limiter) startProbe(now int64, est float64, stretched bool) {
+	l.probe = probeState{on: true, saved: est, limit: max(l.o.floor, int(est/2)), started: now, stretched: stretched}
+	for _, f := range l.allFlows() {
+		f.pn.Store(0)
+		f.psum.Store(0)
+	}
+	l.drained.Store(0)
+	l.probing.Store(true)
+	l.limit.Store(int64(l.probe.limit))
+}
+
+// noteProbe records, during a probe, a call that ended at end.
+func (l *Limiter) noteProbe(f *Flow, start, end, svc int64) {
+	d := l.drained.Load()
+	if d == 0 {
+		if running(l.state.Load()) <= l.limit.Load() {
+			l.drained.CompareAndSwap(0, end)
+		}
+		return
+	}
+	if start >= d {
+		f.pn.Add(1)
+		f.psum.Add(svc)
+	}
+}
+
+// checkProbe ends a probe that has measured enough calls, or has run too
+// long. Needs upd.
+func (l *Limiter) checkProbe(now int64, flows []*Flow) {
+	var n int64
+	for _, f := range flows {
+		n += f.pn.Load()
+	}
+	timeout := max(int64(time.Second), 20*int64(l.o.interval))
+	if n < probeSamples && now-l.probe.started < timeout {
+		return
+	}
+	p := l.probe
+	l.probe = probeState{}
+	l.probing.Store(false)
+	l.lastProbe = now
+	l.probes.Add(1)
+	if n < probeSamples {
+		l.apply(p.saved * 0.9) // abandoned
+		return
+	}
+	var weight, ratios float64
+	for _, f := range flows {
+		pn, psum := f.pn.Load(), f.psum.Load()
+		if pn == 0 || f.base == 0 {
+			continue
+		}
+		pmean := float64(psum) / float64(pn)
+		ratios += float64(pn) * pmean / f.base
+		weight += float64(pn)
+	}
+	if weight == 0 {
+		l.apply(p.saved)
+		return
+	}
+	pr := ratios / weight
+	switch {
+	case pr >= rebaseTrigger:
+		// Calls are slower even with less contention: the service itself
+		// changed. Move the baselines, keep the limit.
+		for _, f := range flows {
+			if pn := f.pn.Load(); pn > 0 {
+				f.base = float64(f.psum.Load()) / float64(pn)
+			}
+		}
+		l.rebases.Add(1)
+		l.apply(p.saved)
+	default:
+		// The baseline holds: the stretch was the limit's own doing.
+		for _, f := range flows {
+			if pn := f.pn.Load(); pn > 0 {
+				f.base = min(f.base, float64(f.psum.Load())/float64(pn))
+			}
+		}
+		if p.stretched {
+			l.apply(p.saved * 0.8)
+		} else {
+			l.apply(p.saved)
+		}
+	}
+}

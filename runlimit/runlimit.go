@@ -1,0 +1,600 @@
+package runlimit
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Defaults of a Limiter.
+const (
+	// DefaultInterval is how often the limit is reconsidered (at least
+	// minSamples calls must have finished in the interval, or a second
+	// must have passed).
+	DefaultInterval = 100 * time.Millisecond
+	// DefaultMinQueueTarget is the least queue target a flow gets.
+	DefaultMinQueueTarget = 5 * time.Millisecond
+	// DefaultMaxFlows is how many flows a Limiter tracks separately; later
+	// flows share the flow OverflowFlow.
+	DefaultMaxFlows = 256
+	// DefaultCeiling is the largest limit a Limiter learns by default.
+	DefaultCeiling = 1000
+)
+
+// OverflowFlow is the name of the flow shared by the flows beyond a
+// Limiter's cap (WithMaxFlows).
+const OverflowFlow = "*"
+
+// Errors of Acquire.
+var (
+	// ErrQueueFull: the call's flow already has as many calls waiting as
+	// can start within its queue target.
+	ErrQueueFull = errors.New("runlimit: queue full")
+	// ErrTimeout: the call waited its flow's queue target without a turn.
+	ErrTimeout = errors.New("runlimit: no turn within the queue target")
+)
+
+const (
+	minSamples    = 10 // fewest samples that close an interval
+	probeSamples  = 8  // samples a probe measures
+	shrinkTrigger = 1.25
+	rebaseTrigger = 1.2
+)
+
+// CPU is the CPU signal a Limiter reads: *cpu.Monitor satisfies it.
+type CPU interface {
+	// Saturated reports whether the CPU allowance is saturated.
+	Saturated() bool
+}
+
+// Option configures a Limiter. Options only record values; New validates
+// them.
+type Option func(*options)
+
+type options struct {
+	floor, ceiling int
+	initial        int
+	interval       time.Duration
+	target         time.Duration
+	cpu            CPU
+	maxFlows       int
+	now            func() time.Time // in-package tests
+}
+
+// WithBounds keeps the limit within [floor, ceiling]. Default [1,
+// DefaultCeiling]; New fails unless 1 <= floor <= ceiling.
+func WithBounds(floor, ceiling int) Option {
+	return func(o *options) { o.floor, o.ceiling = floor, ceiling }
+}
+
+// WithInitialLimit sets the limit the Limiter starts from, clamped into
+// the bounds. Default 2 × GOMAXPROCS.
+func WithInitialLimit(n int) Option { return func(o *options) { o.initial = n } }
+
+// WithInterval sets how often the limit is reconsidered. Default
+// DefaultInterval; New fails unless it is > 0.
+func WithInterval(d time.Duration) Option { return func(o *options) { o.interval = d } }
+
+// WithQueueTarget fixes the queue target of every flow: the longest a call
+// may wait for its turn. Default 0: each flow's is twice its learned
+// service time, at least DefaultMinQueueTarget. New fails if d < 0.
+func WithQueueTarget(d time.Duration) Option { return func(o *options) { o.target = d } }
+
+// WithCPU gives the Limiter a CPU signal: while it says saturated the limit
+// never grows, and shrinks as soon as service times stretch. Default none
+// (the limit follows service times alone).
+func WithCPU(c CPU) Option { return func(o *options) { o.cpu = c } }
+
+// WithMaxFlows caps the flows tracked separately; New fails unless n >= 1.
+// Default DefaultMaxFlows.
+func WithMaxFlows(n int) Option { return func(o *options) { o.maxFlows = n } }
+
+func (o *options) validate() error {
+	var errs []error
+	if o.floor < 1 || o.ceiling < o.floor {
+		errs = append(errs, fmt.Errorf("runlimit: WithBounds: want 1 <= floor <= ceiling, got floor %d, ceiling %d", o.floor, o.ceiling))
+	}
+	if o.interval <= 0 {
+		errs = append(errs, fmt.Errorf("runlimit: WithInterval: interval must be > 0, got %v", o.interval))
+	}
+	if o.target < 0 {
+		errs = append(errs, fmt.Errorf("runlimit: WithQueueTarget: target must be >= 0, got %v", o.target))
+	}
+	if o.maxFlows < 1 {
+		errs = append(errs, fmt.Errorf("runlimit: WithMaxFlows: n must be >= 1, got %d", o.maxFlows))
+	}
+	return errors.Join(errs...)
+}
+
+// Limiter limits and schedules the calls running at once; see the package
+// documentation.
+//
+// Create one with New; the zero value is not usable. A Limiter is safe for
+// concurrent use and starts no goroutine: it needs no Close.
+type Limiter struct {
+	o     options
+	epoch time.Time
+
+	// state packs the calls running (low 32 bits) and waiting (high 32
+	// bits), so that a turn returned while nobody waits, and a turn taken
+	// while one is free and nobody waits, are one compare-and-swap.
+	state atomic.Uint64
+	limit atomic.Int64
+	peak  atomic.Int64 // most calls running at once in the current interval
+
+	mu     sync.Mutex // the flows' queues, the active list and the virtual clock
+	vclock float64    // start tag of the last turn handed out
+	active []*Flow    // flows with waiting calls
+
+	flowsMu  sync.Mutex
+	flows    atomic.Pointer[map[string]*Flow]
+	overflow *Flow // under flowsMu
+
+	// Learning. next is read by every Done; the rest is under upd, which
+	// only the caller that closes an interval takes (TryLock).
+	next      atomic.Int64 // end of the current interval, ns since epoch
+	overloads atomic.Int64 // calls that failed by overload in the interval
+	upd       sync.Mutex
+	est       float64
+	opened    int64 // start of the current interval, ns since epoch
+	probe     probeState
+	lastProbe int64
+	probing   atomic.Bool  // probe.on, for Done
+	drained   atomic.Int64 // when a probe's calls drained to its limit; 0 until then
+	probes    atomic.Uint64
+	rebases   atomic.Uint64
+	updates   atomic.Uint64
+}
+
+// probeState is a measurement of the service time at a lower limit.
+type probeState struct {
+	on        bool
+	stretched bool // started because service times stretched
+	saved     float64
+	limit     int
+	started   int64
+}
+
+const (
+	runningMask = 1<<32 - 1
+	oneWaiting  = 1 << 32
+)
+
+func running(s uint64) int64 { return int64(s & runningMask) }
+func waiting(s uint64) int64 { return int64(s >> 32) }
+
+// New returns a Limiter, or an error naming every bad option.
+func New(opts ...Option) (*Limiter, error) {
+	o := options{floor: 1, ceiling: DefaultCeiling, initial: 2 * runtime.GOMAXPROCS(0), interval: DefaultInterval, maxFlows: DefaultMaxFlows}
+	for _, opt := range opts {
+		opt(&o)
+	}
+	if err := o.validate(); err != nil {
+		return nil, err
+	}
+	if o.now == nil {
+		o.now = time.Now
+	}
+	l := &Limiter{o: o, epoch: o.now()}
+	l.est = float64(min(max(o.initial, o.floor), o.ceiling))
+	l.limit.Store(int64(l.est))
+	l.flows.Store(&map[string]*Flow{})
+	l.opened = l.nanos(l.o.now())
+	l.next.Store(l.opened + int64(o.interval))
+	l.lastProbe = l.opened
+	return l, nil
+}
+
+func (l *Limiter) nanos(t time.Time) int64 { return int64(t.Sub(l.epoch)) }
+
+// Limit returns the current limit.
+func (l *Limiter) Limit() int { return int(l.limit.Load()) }
+
+// Running returns the calls holding a turn.
+func (l *Limiter) Running() int { return int(running(l.state.Load())) }
+
+// Waiting returns the calls waiting for a turn.
+func (l *Limiter) Waiting() int { return int(waiting(l.state.Load())) }
+
+// Stats are a Limiter's counters since New.
+type Stats struct {
+	Limit   int    // the current limit
+	Running int    // calls holding a turn
+	Waiting int    // calls waiting for a turn
+	Updates uint64 // intervals closed
+	Probes  uint64 // service-time probes ended
+	Rebases uint64 // baselines moved by a probe
+}
+
+// Stats returns the Limiter's counters.
+func (l *Limiter) Stats() Stats {
+	s := l.state.Load()
+	return Stats{Limit: l.Limit(), Running: int(running(s)), Waiting: int(waiting(s)),
+		Updates: l.updates.Load(), Probes: l.probes.Load(), Rebases: l.rebases.Load()}
+}
+
+// Flow returns the flow named name, creating it on first use; beyond
+// WithMaxFlows flows, names share the flow OverflowFlow. Flows live as
+// long as the Limiter.
+func (l *Limiter) Flow(name string) *Flow {
+	if f, ok := (*l.flows.Load())[name]; ok {
+		return f
+	}
+	l.flowsMu.Lock()
+	defer l.flowsMu.Unlock()
+	m := l.flows.Load()
+	if f, ok := (*m)[name]; ok {
+		return f
+	}
+	if len(*m) >= l.o.maxFlows {
+		if l.overflow == nil {
+			l.overflow = &Flow{l: l, name: OverflowFlow}
+		}
+		return l.overflow
+	}
+	f := &Flow{l: l, name: name}
+	nm := make(map[string]*Flow, len(*m)+1)
+	for k, v := range *m {
+		nm[k] = v
+	}
+	nm[name] = f
+	l.flows.Store(&nm)
+	return f
+}
+
+// allFlows returns every flow; the overflow flow last.
+func (l *Limiter) allFlows() []*Flow {
+	m := *l.flows.Load()
+	out := make([]*Flow, 0, len(m)+1)
+	for _, f := range m {
+		out = append(out, f)
+	}
+	l.flowsMu.Lock()
+	if l.overflow != nil {
+		out = append(out, l.overflow)
+	}
+	l.flowsMu.Unlock()
+	return out
+}
+
+// Flow is one class of calls (a method, say) with its own queue, learned
+// service time and fair share of the turns. Get one with Limiter.Flow; it
+// is safe for concurrent use.
+type Flow struct {
+	l    *Limiter
+	name string
+
+	n      atomic.Int64 // calls finished in the interval
+	sum    atomic.Int64 // their service time, ns
+	pn     atomic.Int64 // calls a probe measured
+	psum   atomic.Int64 // their service time, ns
+	svc    atomic.Int64 // mean service time (EWMA, weight 1/8), ns; 0 until the first
+	queued atomic.Int64 // calls of this flow waiting
+
+	// under Limiter.upd
+	base float64 // baseline service time, ns; 0 until the first interval
+
+	// under Limiter.mu
+	head, tail *waiter
+	finish     float64 // finish tag of the flow's last queued call
+}
+
+// Name returns the flow's name.
+func (f *Flow) Name() string { return f.name }
+
+// ServiceTime returns the flow's mean service time, or 0 before its first
+// call finished.
+func (f *Flow) ServiceTime() time.Duration { return time.Duration(f.svc.Load()) }
+
+// Baseline returns the service time without contention that the flow's
+// calls are compared with, or 0 before it is learned.
+func (f *Flow) Baseline() time.Duration {
+	f.l.upd.Lock()
+	defer f.l.upd.Unlock()
+	return time.Duration(f.base)
+}
+
+// QueueTarget returns the longest a call of the flow waits for its turn.
+func (f *Flow) QueueTarget() time.Duration {
+	if t := f.l.o.target; t > 0 {
+		return t
+	}
+	return max(DefaultMinQueueTarget, 2*f.ServiceTime())
+}
+
+// cost is the weight of one call of the flow in fair queueing, ns.
+func (f *Flow) cost() float64 { return float64(max(f.svc.Load(), int64(time.Microsecond))) }
+
+// Admissible reports whether a new call of the flow may queue: whether
+// fewer of its calls are waiting than can start within its queue target.
+// A transport asks it before admitting a call, so that a call that would
+// only wait to be refused is refused at once.
+func (f *Flow) Admissible() bool {
+	q := f.queued.Load()
+	if q == 0 {
+		return true
+	}
+	capacity := float64(f.l.limit.Load()) * float64(f.QueueTarget()) / f.cost()
+	return float64(q) < max(1, math.Ceil(capacity))
+}
+
+// Ticket is one call's turn. Finish it once with Done or Release. The zero
+// Ticket holds nothing.
+type Ticket struct {
+	f     *Flow
+	start int64 // when the turn was taken, ns since the Limiter's epoch
+}
+
+// Start returns when the turn was taken.
+func (t Ticket) Start() time.Time {
+	if t.f == nil {
+		return time.Time{}
+	}
+	return t.f.l.epoch.Add(time.Duration(t.start))
+}
+
+// TryAcquire takes a turn for a call of f at now if one is free and nobody
+// waits. It never blocks, takes no lock and allocates nothing.
+func (f *Flow) TryAcquire(now time.Time) (Ticket, bool) {
+	l := f.l
+	for {
+		s := l.state.Load()
+		if waiting(s) > 0 || running(s) >= l.limit.Load() {
+			return Ticket{}, false
+		}
+		if l.state.CompareAndSwap(s, s+1) {
+			l.notePeak(running(s) + 1)
+			return Ticket{f: f, start: l.nanos(now)}, true
+		}
+	}
+}
+
+func (l *Limiter) notePeak(r int64) {
+	for {
+		p := l.peak.Load()
+		if r <= p || l.peak.CompareAndSwap(p, r) {
+			return
+		}
+	}
+}
+
+// waiter is a call waiting for its turn.
+type waiter struct {
+	next  *waiter
+	f     *Flow
+	tag   float64 // start tag (fair queueing)
+	ready chan struct{}
+	done  bool // handed a turn, under Limiter.mu
+}
+
+// Acquire takes a turn for a call of f, waiting if every turn is taken:
+// turns are handed out fairly among the flows' waiting calls. It returns
+// ErrQueueFull at once when the flow is not Admissible, ErrTimeout after
+// the flow's queue target, and ctx's error if ctx ends first.
+func (f *Flow) Acquire(ctx context.Context) (Ticket, error) {
+	l := f.l
+	if t, ok := f.TryAcquire(l.o.now()); ok {
+		return t, nil
+	}
+	if !f.Admissible() {
+		return Ticket{}, ErrQueueFull
+	}
+	l.mu.Lock()
+	// Take a turn freed meanwhile, or queue, in one step against releases.
+	for {
+		s := l.state.Load()
+		if waiting(s) == 0 && running(s) < l.limit.Load() {
+			if l.state.CompareAndSwap(s, s+1) {
+				l.mu.Unlock()
+				l.notePeak(running(s) + 1)
+				return Ticket{f: f, start: l.nanos(l.o.now())}, nil
+			}
+			continue
+		}
+		if l.state.CompareAndSwap(s, s+oneWaiting) {
+			break
+		}
+	}
+	w := &waiter{f: f, ready: make(chan struct{}, 1)}
+	w.tag = max(l.vclock, f.finish)
+	f.finish = w.tag + f.cost()
+	if f.tail == nil {
+		f.head = w
+		l.active = append(l.active, f)
+	} else {
+		f.tail.next = w
+	}
+	f.tail = w
+	f.queued.Add(1)
+	l.mu.Unlock()
+
+	timer := time.NewTimer(f.QueueTarget())
+	var err error
+	select {
+	case <-w.ready:
+		timer.Stop()
+		return Ticket{f: f, start: l.nanos(l.o.now())}, nil
+	case <-ctx.Done():
+		err = ctx.Err()
+	case <-timer.C:
+		err = ErrTimeout
+	}
+	timer.Stop()
+	l.mu.Lock()
+	if w.done {
+		// Handed a turn as we gave up: pass it on.
+		l.mu.Unlock()
+		l.release()
+		return Ticket{}, err
+	}
+	f.unlink(w)
+	l.state.Add(^uint64(oneWaiting - 1)) // waiting - 1
+	l.mu.Unlock()
+	return Ticket{}, err
+}
+
+// unlink removes w from f's queue. Needs Limiter.mu.
+func (f *Flow) unlink(w *waiter) {
+	var prev *waiter
+	for c := f.head; c != nil; prev, c = c, c.next {
+		if c != w {
+			continue
+		}
+		if prev == nil {
+			f.head = c.next
+		} else {
+			prev.next = c.next
+		}
+		if f.tail == c {
+			f.tail = prev
+		}
+		f.queued.Add(-1)
+		if f.head == nil {
+			f.l.deactivate(f)
+		}
+		return
+	}
+}
+
+// release returns a turn: to the next waiting call chosen fairly if the
+// limit allows, or to the pool.
+func (l *Limiter) release() {
+	for {
+		s := l.state.Load()
+		if waiting(s) == 0 {
+			if l.state.CompareAndSwap(s, s-1) {
+				return
+			}
+			continue
+		}
+		l.mu.Lock()
+		s = l.state.Load()
+		if waiting(s) == 0 {
+			l.mu.Unlock()
+			continue
+		}
+		if running(s) > l.limit.Load() {
+			// The limit shrank: this turn goes away.
+			l.state.Add(^uint64(0)) // running - 1
+			l.mu.Unlock()
+			return
+		}
+		w := l.dequeue()
+		l.state.Add(^uint64(oneWaiting - 1)) // waiting - 1; the turn passes on
+		w.done = true
+		l.mu.Unlock()
+		w.ready <- struct{}{}
+		return
+	}
+}
+
+// dequeue removes the waiting call with the smallest start tag. Needs mu
+// and at least one waiting call.
+func (l *Limiter) dequeue() *waiter {
+	best := l.active[0]
+	for _, f := range l.active[1:] {
+		if f.head.tag < best.head.tag {
+			best = f
+		}
+	}
+	w := best.head
+	best.head = w.next
+	if best.head == nil {
+		best.tail = nil
+		l.deactivate(best)
+	}
+	best.queued.Add(-1)
+	l.vclock = max(l.vclock, w.tag)
+	return w
+}
+
+// deactivate removes f, whose queue is empty, from the active list. Needs
+// mu.
+func (l *Limiter) deactivate(f *Flow) {
+	for i, a := range l.active {
+		if a == f {
+			last := len(l.active) - 1
+			l.active[i] = l.active[last]
+			l.active[last] = nil
+			l.active = l.active[:last]
+			return
+		}
+	}
+}
+
+// dispatch hands free turns to waiting calls after the limit grew. Needs
+// mu.
+func (l *Limiter) dispatch() {
+	for {
+		s := l.state.Load()
+		if waiting(s) == 0 || running(s) >= l.limit.Load() {
+			return
+		}
+		if !l.state.CompareAndSwap(s, s-oneWaiting+1) {
+			continue
+		}
+		w := l.dequeue()
+		w.done = true
+		w.ready <- struct{}{}
+	}
+}
+
+// Release returns the turn without teaching the Limiter anything: for a
+// call that was refused or abandoned before it did its work.
+func (t Ticket) Release() {
+	if t.f != nil {
+		t.f.l.release()
+	}
+}
+
+// Done returns the turn of a call that ran, ending at now, and learns from
+// it: its service time (now minus the turn's start) and whether it failed
+// by overload (a deadline exceeded, a dependency out of capacity).
+func (t Ticket) Done(now time.Time, overload bool) {
+	if t.f != nil {
+		t.doneAt(t.f.l.nanos(now), overload)
+	}
+}
+
+// done is Done for a call whose service time svc was measured by its
+// transport; the call ended svc after its turn's start.
+func (t Ticket) done(svc time.Duration, overload bool) {
+	t.doneAt(t.start+int64(max(svc, 0)), overload)
+}
+
+func (t Ticket) doneAt(end int64, overload bool) {
+	f := t.f
+	l := f.l
+	l.release()
+	svc := max(end-t.start, 1)
+	if overload {
+		l.overloads.Add(1)
+	} else {
+		f.n.Add(1)
+		f.sum.Add(svc)
+		for {
+			old := f.svc.Load()
+			nv := svc
+			if old > 0 {
+				nv = old + (svc-old)/8
+			}
+			if f.svc.CompareAndSwap(old, nv) {
+				break
+			}
+		}
+		if l.probing.Load() {
+			l.noteProbe(f, t.start, end, svc)
+		}
+	}
+	if end >= l.next.Load() && l.upd.TryLock() {
+		if end >= l.next.Load() {
+			l.update(end)
+		}
+		l.upd.Unlock()
+	}
+}

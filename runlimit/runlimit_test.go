@@ -1,0 +1,208 @@
+package runlimit
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/levee-go/levee/admission"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+func mustNew(t testing.TB, opts ...Option) *Limiter {
+	t.Helper()
+	l, err := New(opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return l
+}
+
+func TestNewRejectsBadOptions(t *testing.T) {
+	tests := []struct {
+		name string
+		give []Option
+		want []string
+	}{
+		{"zero floor", []Option{WithBounds(0, 10)}, []string{"runlimit: WithBounds: want 1 <= floor <= ceiling, got floor 0, ceiling 10"}},
+		{"ceiling below floor", []Option{WithBounds(5, 4)}, []string{"got floor 5, ceiling 4"}},
+		{"interval", []Option{WithInterval(0)}, []string{"runlimit: WithInterval: interval must be > 0, got 0s"}},
+		{"target", []Option{WithQueueTarget(-time.Millisecond)}, []string{"runlimit: WithQueueTarget: target must be >= 0, got -1ms"}},
+		{"flows", []Option{WithMaxFlows(0)}, []string{"runlimit: WithMaxFlows: n must be >= 1, got 0"}},
+		{"all at once", []Option{WithBounds(0, 0), WithInterval(-1), WithMaxFlows(-1)}, []string{"WithBounds", "WithInterval", "WithMaxFlows"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			l, err := New(tt.give...)
+			if l != nil || err == nil {
+				t.Fatalf("New() = %v, %v; want nil and an error", l, err)
+			}
+			for _, w := range tt.want {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("New() error %q does not contain %q", err, w)
+				}
+			}
+		})
+	}
+}
+
+func TestInitialLimitClampedIntoBounds(t *testing.T) {
+	if got := mustNew(t, WithBounds(3, 5), WithInitialLimit(100)).Limit(); got != 5 {
+		t.Errorf("Limit() = %d, want 5 (the ceiling)", got)
+	}
+	if got := mustNew(t, WithBounds(3, 5), WithInitialLimit(1)).Limit(); got != 3 {
+		t.Errorf("Limit() = %d, want 3 (the floor)", got)
+	}
+}
+
+// TestCheapFlowServedFirst: with one turn, a flood of one flow waiting and
+// then one call of a cheap flow, the cheap call gets one of the first two
+// turns (start-time fair queueing), not the sixth (FIFO).
+func TestCheapFlowServedFirst(t *testing.T) {
+	l := mustNew(t, WithBounds(1, 1), WithQueueTarget(time.Minute))
+	flood, cheap := l.Flow("flood"), l.Flow("cheap")
+	flood.svc.Store(int64(5 * time.Millisecond))
+	cheap.svc.Store(int64(100 * time.Microsecond))
+	hold, ok := flood.TryAcquire(time.Now())
+	if !ok {
+		t.Fatal("TryAcquire on an idle limiter failed")
+	}
+	var (
+		mu    sync.Mutex
+		order []string
+		wg    sync.WaitGroup
+	)
+	enqueue := func(f *Flow, want int) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			tk, err := f.Acquire(context.Background())
+			if err != nil {
+				t.Errorf("Acquire(%s) = %v", f.Name(), err)
+				return
+			}
+			mu.Lock()
+			order = append(order, f.Name())
+			mu.Unlock()
+			tk.Release()
+		}()
+		for l.Waiting() < want {
+			time.Sleep(100 * time.Microsecond)
+		}
+	}
+	for i := range 5 {
+		enqueue(flood, i+1)
+	}
+	enqueue(cheap, 6)
+	hold.Release()
+	wg.Wait()
+	if len(order) != 6 {
+		t.Fatalf("served %v, want 6 calls", order)
+	}
+	if order[0] != "cheap" && order[1] != "cheap" {
+		t.Errorf("served in order %v; want the cheap call among the first two", order)
+	}
+	if l.Running() != 0 || l.Waiting() != 0 {
+		t.Errorf("after all calls: running %d, waiting %d; want 0, 0", l.Running(), l.Waiting())
+	}
+}
+
+func TestAcquireTimesOutAndRespectsContext(t *testing.T) {
+	l := mustNew(t, WithBounds(1, 1), WithQueueTarget(2*time.Millisecond))
+	f := l.Flow("m")
+	hold, _ := f.TryAcquire(time.Now())
+	if _, err := f.Acquire(context.Background()); !errors.Is(err, ErrTimeout) {
+		t.Errorf("Acquire with the only turn held = %v, want ErrTimeout", err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if _, err := f.Acquire(ctx); !errors.Is(err, context.Canceled) {
+		t.Errorf("Acquire with a canceled context = %v, want context.Canceled", err)
+	}
+	if l.Waiting() != 0 {
+		t.Errorf("Waiting() = %d after the waiters gave up, want 0", l.Waiting())
+	}
+	hold.Release()
+	if l.Running() != 0 {
+		t.Errorf("Running() = %d after release, want 0", l.Running())
+	}
+}
+
+func TestAdmissibleBoundsTheQueue(t *testing.T) {
+	l := mustNew(t, WithBounds(2, 2), WithQueueTarget(10*time.Millisecond))
+	f := l.Flow("m")
+	f.svc.Store(int64(5 * time.Millisecond)) // 2 turns x 10ms / 5ms: 4 may wait
+	for _, q := range []struct {
+		queued int64
+		want   bool
+	}{{0, true}, {3, true}, {4, false}, {9, false}} {
+		f.queued.Store(q.queued)
+		if got := f.Admissible(); got != q.want {
+			t.Errorf("with %d waiting: Admissible() = %v, want %v", q.queued, got, q.want)
+		}
+	}
+	f.queued.Store(0)
+}
+
+func TestTurnsAllocateNothing(t *testing.T) {
+	l := mustNew(t, WithBounds(4, 4))
+	f := l.Flow("m")
+	now := time.Now()
+	n := testing.AllocsPerRun(1000, func() {
+		tk, ok := f.TryAcquire(now)
+		if !ok {
+			t.Fatal("no turn")
+		}
+		tk.Done(now.Add(time.Millisecond), false)
+	})
+	if n != 0 {
+		t.Errorf("TryAcquire+Done allocates %v times, want 0", n)
+	}
+}
+
+func TestGuardThroughChain(t *testing.T) {
+	l := mustNew(t, WithBounds(1, 1), WithQueueTarget(time.Millisecond))
+	ch, err := admission.NewChain("r", []admission.Guard{NewGuard("run", l)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now()
+	call := func() (admission.Call, *admission.Permits, int, admission.Decision) {
+		c := admission.Call{Ctx: context.Background(), Method: "/s/M", Now: now}
+		ps := new(admission.Permits)
+		i, d := ch.Enter(&c, ps)
+		return c, ps, i, d
+	}
+	c1, ps1, i, d := call()
+	if i >= 0 {
+		t.Fatalf("first call refused: %+v", d)
+	}
+	_, _, i, d = call()
+	if i != 0 || d.Reason != ReasonTimeout {
+		t.Fatalf("second call while the turn is held = %d %+v, want refused with %q", i, d, ReasonTimeout)
+	}
+	ch.Finish(&c1, ps1, admission.Outcome{Duration: 3 * time.Millisecond})
+	if got := l.Flow("/s/M").ServiceTime(); got != 3*time.Millisecond {
+		t.Errorf("ServiceTime() = %v after one 3ms call, want 3ms (the outcome's duration)", got)
+	}
+	if l.Running() != 0 {
+		t.Errorf("Running() = %d after Finish, want 0", l.Running())
+	}
+	c := admission.Call{Ctx: context.Background(), Method: "/s/M", Now: now, Queued: time.Second}
+	if i, d := ch.Enter(&c, new(admission.Permits)); i != 0 || d.Reason != ReasonTimeout {
+		t.Errorf("a call that queued 1s in the transport = %d %+v, want refused with %q", i, d, ReasonTimeout)
+	}
+	c = admission.Call{Ctx: context.Background(), Method: "/s/M", Now: now, Deadline: time.Now().Add(time.Millisecond)}
+	if i, d := ch.Enter(&c, new(admission.Permits)); i != 0 || !d.DeadlineTooShort {
+		t.Errorf("a call with 1ms left for a 3ms method = %d %+v, want a DeadlineTooShort refusal", i, d)
+	}
+	if l.Running() != 0 {
+		t.Errorf("Running() = %d after refusals, want 0", l.Running())
+	}
+}

@@ -1,0 +1,241 @@
+package runlimit
+
+import (
+	"testing"
+	"time"
+)
+
+// withClock sets the clock a Limiter reads where no instant is given.
+func withClock(now func() time.Time) Option { return func(o *options) { o.now = now } }
+
+// fakeCPU is a CPU signal the simulation sets.
+type fakeCPU struct{ saturated bool }
+
+func (c *fakeCPU) Saturated() bool { return c.saturated }
+
+// service is a simulated server under saturating demand: whenever the
+// Limiter gives a turn, a call starts. Calls progress in steps of dt.
+type service interface {
+	start(now time.Duration) any             // a call begins; returns its state
+	step(now, dt time.Duration, calls []any) // advance every running call
+	done(c any) bool                         // whether call c has finished
+	cpuSaturated() bool
+}
+
+// cpuBound: one core shared equally by the running calls (processor
+// sharing); each call needs work of CPU.
+type cpuBound struct{ work time.Duration }
+
+type cpuCall struct{ left time.Duration }
+
+func (s *cpuBound) start(time.Duration) any { return &cpuCall{left: s.work} }
+func (s *cpuBound) step(_, dt time.Duration, calls []any) {
+	if len(calls) == 0 {
+		return
+	}
+	share := dt / time.Duration(len(calls))
+	for _, c := range calls {
+		c.(*cpuCall).left -= share
+	}
+}
+func (s *cpuBound) done(c any) bool    { return c.(*cpuCall).left <= 0 }
+func (s *cpuBound) cpuSaturated() bool { return true }
+
+// ioBound: each call holds one of conns database connections for query,
+// waiting for one in FIFO order; the CPU is mostly idle.
+type ioBound struct {
+	conns int
+	query time.Duration
+	busy  int
+	queue []*ioCall
+}
+
+type ioCall struct {
+	until time.Duration // when its query ends; 0 while waiting
+	ended bool
+}
+
+func (s *ioBound) start(now time.Duration) any {
+	c := &ioCall{}
+	s.queue = append(s.queue, c)
+	s.grant(now)
+	return c
+}
+func (s *ioBound) grant(now time.Duration) {
+	for s.busy < s.conns && len(s.queue) > 0 {
+		c := s.queue[0]
+		s.queue = s.queue[1:]
+		c.until = now + s.query
+		s.busy++
+	}
+}
+func (s *ioBound) step(now, _ time.Duration, calls []any) {
+	for _, c := range calls {
+		ic := c.(*ioCall)
+		if ic.until > 0 && !ic.ended && now >= ic.until {
+			ic.ended = true
+			s.busy--
+		}
+	}
+	s.grant(now)
+}
+func (s *ioBound) done(c any) bool    { return c.(*ioCall).ended }
+func (s *ioBound) cpuSaturated() bool { return false }
+
+// sim drives a Limiter against a service with injected time.
+type sim struct {
+	t     *testing.T
+	l     *Limiter
+	f     *Flow
+	cpu   *fakeCPU
+	svc   service
+	t0    time.Time
+	now   time.Duration
+	calls []any
+	ticks []Ticket
+	done  int // calls finished
+}
+
+func newSim(t *testing.T, svc service, opts ...Option) *sim {
+	s := &sim{t: t, svc: svc, cpu: &fakeCPU{}, t0: time.Unix(1_700_000_000, 0)}
+	opts = append([]Option{WithCPU(s.cpu), withClock(func() time.Time { return s.t0.Add(s.now) }), WithInitialLimit(2)}, opts...)
+	l, err := New(opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.l, s.f = l, l.Flow("/svc/Call")
+	return s
+}
+
+const dt = 100 * time.Microsecond
+
+// run simulates d of saturating demand; each is called after every
+// simulated millisecond.
+func (s *sim) run(d time.Duration, each func()) {
+	end := s.now + d
+	for s.now < end {
+		s.now += dt
+		s.cpu.saturated = s.svc.cpuSaturated()
+		s.svc.step(s.now, dt, s.calls)
+		kept := s.calls[:0]
+		keptT := s.ticks[:0]
+		var finished []Ticket
+		for i, c := range s.calls {
+			if s.svc.done(c) {
+				finished = append(finished, s.ticks[i])
+				continue
+			}
+			kept, keptT = append(kept, c), append(keptT, s.ticks[i])
+		}
+		s.calls, s.ticks = kept, keptT
+		for _, tk := range finished {
+			tk.Done(s.t0.Add(s.now), false)
+			s.done++
+		}
+		for {
+			tk, ok := s.f.TryAcquire(s.t0.Add(s.now))
+			if !ok {
+				break
+			}
+			s.calls = append(s.calls, s.svc.start(s.now))
+			s.ticks = append(s.ticks, tk)
+		}
+		if each != nil && s.now%time.Millisecond == 0 {
+			each()
+		}
+	}
+}
+
+// limits runs d and returns the share of milliseconds at each limit.
+func (s *sim) limits(d time.Duration) map[int]float64 {
+	seen := map[int]float64{}
+	var n float64
+	s.run(d, func() { seen[s.l.Limit()]++; n++ })
+	for k := range seen {
+		seen[k] /= n
+	}
+	return seen
+}
+
+func share(m map[int]float64, lo, hi int) float64 {
+	var s float64
+	for k, v := range m {
+		if k >= lo && k <= hi {
+			s += v
+		}
+	}
+	return s
+}
+
+func TestSettlesOnOneTurnForCPUBound(t *testing.T) {
+	s := newSim(t, &cpuBound{work: 5 * time.Millisecond})
+	s.run(5*time.Second, nil)
+	got := s.limits(20 * time.Second)
+	if sh := share(got, 1, 1); sh < 0.95 {
+		t.Errorf("CPU-bound, one core: limit 1 for %.0f%% of the time (limits %v), want >= 95%%", 100*sh, got)
+	}
+	if b := s.f.Baseline(); b < 4*time.Millisecond || b > 6*time.Millisecond {
+		t.Errorf("Baseline() = %v, want about the 5ms of work", b)
+	}
+}
+
+func TestSettlesNearPoolSizeForIOBound(t *testing.T) {
+	s := newSim(t, &ioBound{conns: 8, query: 10 * time.Millisecond})
+	s.run(5*time.Second, nil)
+	before := s.done
+	got := s.limits(20 * time.Second)
+	if sh := share(got, 8, 12); sh < 0.9 {
+		t.Errorf("I/O-bound, 8 connections: limit in [8, 12] for %.0f%% of the time (limits %v), want >= 90%%", 100*sh, got)
+	}
+	rate := float64(s.done-before) / 20
+	if rate < 0.95*800 {
+		t.Errorf("throughput %.0f/s, want >= 95%% of the pool's 800/s", rate)
+	}
+}
+
+func TestNoDriftInFourMinutes(t *testing.T) {
+	s := newSim(t, &ioBound{conns: 8, query: 10 * time.Millisecond})
+	s.run(10*time.Second, nil)
+	base0, limit0 := s.f.Baseline(), s.l.Limit()
+	lo, hi := s.l.Limit(), s.l.Limit()
+	s.run(4*time.Minute, func() { lo, hi = min(lo, s.l.Limit()), max(hi, s.l.Limit()) })
+	base1 := s.f.Baseline()
+	if d := float64(base1-base0) / float64(base0); d > 0.05 || d < -0.05 {
+		t.Errorf("baseline moved from %v to %v in 4 minutes of steady load, want within 5%%", base0, base1)
+	}
+	if hi > 16 {
+		t.Errorf("limit went from %d up to %d (low %d) in 4 minutes of steady load; want it to stay near the pool size", limit0, hi, lo)
+	}
+	if st := s.l.Stats(); st.Rebases != 0 {
+		t.Errorf("Stats().Rebases = %d over steady load, want 0", st.Rebases)
+	}
+}
+
+func TestFollowsASlowerDatabase(t *testing.T) {
+	io := &ioBound{conns: 8, query: 10 * time.Millisecond}
+	s := newSim(t, io)
+	s.run(20*time.Second, nil)
+	io.query = 30 * time.Millisecond // the database turns 3x slower
+	before := s.done
+	s.run(5*time.Second, nil)
+	if b := s.f.Baseline(); b < 27*time.Millisecond || b > 33*time.Millisecond {
+		t.Errorf("5s after the database turned 3x slower: Baseline() = %v, want about 30ms", b)
+	}
+	if l := s.l.Limit(); l < 8 || l > 12 {
+		t.Errorf("5s after the database turned 3x slower: Limit() = %d, want it still in [8, 12]", l)
+	}
+	rate := float64(s.done-before) / 5
+	if want := 0.9 * 8 / 0.030; rate < want {
+		t.Errorf("throughput in the 5s after the change %.0f/s, want >= %.0f (90%% of what the slower pool serves)", rate, want)
+	}
+}
+
+func TestSimulationRuns(t *testing.T) {
+	s := newSim(t, &ioBound{conns: 8, query: 10 * time.Millisecond})
+	s.run(10*time.Second, nil)
+	st := s.l.Stats()
+	t.Logf("done %d, stats %+v, baseline %v, now %v", s.done, st, s.f.Baseline(), s.now)
+	if s.done < 7000 || st.Updates < 50 {
+		t.Errorf("10s of simulated saturation: %d calls done, %d updates; the simulation did not run", s.done, st.Updates)
+	}
+}
