@@ -11,6 +11,7 @@ import (
 	"github.com/levee-go/levee/bulkhead"
 	"github.com/levee-go/levee/cpu"
 	"github.com/levee-go/levee/ratelimit"
+	"github.com/levee-go/levee/runlimit"
 	"github.com/levee-go/levee/throttle"
 )
 
@@ -460,4 +461,38 @@ func (c *throttleCollector) Collect(ch chan<- prometheus.Metric) {
 	gauge(ch, c.accepts, float64(s.Accepts))
 	counter(ch, c.decision, s.Allowed, "allowed")
 	counter(ch, c.decision, s.Throttled, "throttled")
+}
+
+// ---- runlimit.Limiter
+
+type runLimitCollector struct {
+	l                        *runlimit.Limiter
+	limit, running, waiting  *prometheus.Desc
+	updates, probes, rebases *prometheus.Desc
+}
+
+func newRunLimitCollector(name string, l *runlimit.Limiter) *runLimitCollector {
+	return &runLimitCollector{
+		l:       l,
+		limit:   newDesc("levee_runlimit_limit", "Calls the run limit lets run at once, as learned.", name),
+		running: newDesc("levee_runlimit_running", "Calls holding a turn to run.", name),
+		waiting: newDesc("levee_runlimit_waiting", "Calls waiting for a turn to run.", name),
+		updates: newDesc("levee_runlimit_updates_total", "Intervals after which the run limit was reconsidered.", name),
+		probes:  newDesc("levee_runlimit_probes_total", "Service-time probes at a lower limit that ended.", name),
+		rebases: newDesc("levee_runlimit_rebases_total", "Probes that found the service itself slower or faster and moved the baseline.", name),
+	}
+}
+
+func (c *runLimitCollector) Describe(ch chan<- *prometheus.Desc) {
+	describe(ch, c.limit, c.running, c.waiting, c.updates, c.probes, c.rebases)
+}
+
+func (c *runLimitCollector) Collect(ch chan<- prometheus.Metric) {
+	s := c.l.Stats()
+	gauge(ch, c.limit, float64(s.Limit))
+	gauge(ch, c.running, float64(s.Running))
+	gauge(ch, c.waiting, float64(s.Waiting))
+	counter(ch, c.updates, s.Updates)
+	counter(ch, c.probes, s.Probes)
+	counter(ch, c.rebases, s.Rebases)
 }

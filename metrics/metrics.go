@@ -19,6 +19,7 @@ import (
 	"github.com/levee-go/levee/bulkhead"
 	"github.com/levee-go/levee/cpu"
 	"github.com/levee-go/levee/ratelimit"
+	"github.com/levee-go/levee/runlimit"
 	"github.com/levee-go/levee/throttle"
 )
 
@@ -289,4 +290,14 @@ func isNil(v any) bool {
 		return rv.IsNil()
 	}
 	return false
+}
+
+// AddRunLimit exports a learned run limit: the limit, the calls running
+// and waiting, and its update, probe and rebase counters
+// (levee_runlimit_*).
+func (r *Registry) AddRunLimit(name string, l *runlimit.Limiter) error {
+	if l == nil {
+		return fmt.Errorf("%w: AddRunLimit(%q): nil *runlimit.Limiter", ErrInvalid, name)
+	}
+	return r.add("runlimit", "AddRunLimit", name, newRunLimitCollector(name, l))
 }

@@ -1,0 +1,282 @@
+// Package protect is the protection a gRPC server gets in one call, with
+// no number to give:
+//
+//	p, err := protect.New()
+//	if err != nil { ... }
+//	defer p.Stop()
+//	srv := grpc.NewServer(p.ServerOptions()...)
+//
+// It learns online what a hand-tuned recipe takes as input:
+//
+//   - how many calls the server can usefully run at once (runlimit): about
+//     GOMAXPROCS for CPU-bound handlers, about as many as its database or
+//     downstream takes for handlers that wait on one, told apart by the CPU
+//     signal of this process's allowance (package cpu);
+//   - each method's service time, measured after the wait for a turn, so
+//     that levee's own queueing never enters it; calls whose deadline is
+//     shorter are refused unworked (package deadline);
+//   - each method's queue target, twice its service time: a call that would
+//     wait longer is refused at the transport, before a goroutine exists,
+//     and one that waited that long in the transport is refused at its
+//     handler's start.
+//
+// Turns are shared fairly among methods, weighted by their service time,
+// so that a spike on an expensive method does not make a cheap one slow.
+// Refusals end with RESOURCE_EXHAUSTED (or DEADLINE_EXCEEDED for a deadline
+// that cannot be met), a google.rpc.RetryInfo detail and, from the
+// interceptors, the grpc-retry-pushback-ms trailer (see grpcguard).
+//
+// Bounds are optional: WithMaxRate, WithMaxConcurrency, WithClientRate;
+// WithMethod overrides them, or exempts a method, per method. Health checks
+// and reflection are never guarded.
+package protect
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+
+	"github.com/levee-go/levee/admission"
+	"github.com/levee-go/levee/cpu"
+	"github.com/levee-go/levee/deadline"
+	"github.com/levee-go/levee/grpcguard"
+	"github.com/levee-go/levee/metrics"
+	"github.com/levee-go/levee/ratelimit"
+	"github.com/levee-go/levee/runlimit"
+)
+
+// Method overrides the protection of one method (WithMethod). Its zero
+// value changes nothing: the method shares the server's protection.
+type Method struct {
+	// Exempt leaves the method unguarded.
+	Exempt bool
+	// MaxRate caps the method's calls per second with a token bucket of its
+	// own (burst: a tenth of a second's worth, at least 1); 0: no cap
+	// beyond the server's.
+	MaxRate float64
+}
+
+// Option configures New. Options only record values; New validates them.
+type Option func(*options)
+
+type options struct {
+	maxRate     float64
+	maxConc     int
+	clientRate  float64
+	methods     map[string]Method
+	methodOrder []string
+	cpuOff      bool
+	cpuSignal   runlimit.CPU
+	code        codes.Code
+}
+
+// WithMaxRate caps the server's guarded calls per second with a token
+// bucket (burst: a tenth of a second's worth, at least 1). Default 0: no
+// cap; the run limit alone decides. New fails if r < 0.
+func WithMaxRate(r float64) Option { return func(o *options) { o.maxRate = r } }
+
+// WithMaxConcurrency caps the learned run limit. Default 0: the limit's
+// own ceiling, runlimit.DefaultCeiling. New fails if n < 0.
+func WithMaxConcurrency(n int) Option { return func(o *options) { o.maxConc = n } }
+
+// WithClientRate caps each client's calls per second, by peer address,
+// with per-key token buckets of bounded memory. Default 0: no per-client
+// cap. New fails if r < 0.
+func WithClientRate(r float64) Option { return func(o *options) { o.clientRate = r } }
+
+// WithMethod overrides the protection of one method, a full method name
+// ("/pkg.Service/Method"). Given twice for one method, the last wins.
+func WithMethod(name string, m Method) Option {
+	return func(o *options) {
+		if o.methods == nil {
+			o.methods = map[string]Method{}
+		}
+		if _, ok := o.methods[name]; !ok {
+			o.methodOrder = append(o.methodOrder, name)
+		}
+		o.methods[name] = m
+	}
+}
+
+// WithoutCPU turns the CPU signal off: the run limit then follows service
+// times alone. Default: the CPU signal of this process's allowance
+// (cpu.Detect), or none if no source can be read.
+func WithoutCPU() Option { return func(o *options) { o.cpuOff = true } }
+
+// WithCPU gives the run limit a CPU signal of your own instead of
+// detecting one (a *cpu.Monitor you run, or a fake in tests).
+func WithCPU(c runlimit.CPU) Option { return func(o *options) { o.cpuSignal = c } }
+
+// WithCode sets the status of refusals: RESOURCE_EXHAUSTED (the default)
+// or UNAVAILABLE. New fails on any other code.
+func WithCode(c codes.Code) Option { return func(o *options) { o.code = c } }
+
+func (o *options) validate() error {
+	var errs []error
+	if !(o.maxRate >= 0) {
+		errs = append(errs, fmt.Errorf("protect: WithMaxRate: rate must be >= 0, got %v", o.maxRate))
+	}
+	if o.maxConc < 0 {
+		errs = append(errs, fmt.Errorf("protect: WithMaxConcurrency: n must be >= 0, got %d", o.maxConc))
+	}
+	if !(o.clientRate >= 0) {
+		errs = append(errs, fmt.Errorf("protect: WithClientRate: rate must be >= 0, got %v", o.clientRate))
+	}
+	for _, name := range o.methodOrder {
+		m := o.methods[name]
+		if !strings.HasPrefix(name, "/") || strings.Count(name, "/") != 2 || strings.HasSuffix(name, "/") || strings.Contains(name, "*") {
+			errs = append(errs, fmt.Errorf("protect: WithMethod(%q): want a full method name \"/pkg.Service/Method\"", name))
+		}
+		if !(m.MaxRate >= 0) {
+			errs = append(errs, fmt.Errorf("protect: WithMethod(%q): MaxRate must be >= 0, got %v", name, m.MaxRate))
+		}
+	}
+	if o.code != codes.OK && o.code != codes.ResourceExhausted && o.code != codes.Unavailable {
+		errs = append(errs, fmt.Errorf("protect: WithCode: want RESOURCE_EXHAUSTED or UNAVAILABLE, got %v", o.code))
+	}
+	return errors.Join(errs...)
+}
+
+// Server is a gRPC server's protection: its guards, the transport that runs
+// them, and what it started. Create one with New; the zero value is not
+// usable. It is safe for concurrent use. Call Stop when the gRPC server has
+// stopped.
+type Server struct {
+	guard     *grpcguard.Server
+	run       *runlimit.Limiter
+	deadline  *deadline.Guard
+	monitor   *cpu.Monitor // nil unless New started it
+	global    *ratelimit.Limiter
+	perClient *ratelimit.Keyed
+	methods   map[string]*ratelimit.Limiter
+	stopOnce  sync.Once
+}
+
+// New returns the protection, or an error naming every bad option.
+func New(opts ...Option) (*Server, error) {
+	var o options
+	for _, opt := range opts {
+		opt(&o)
+	}
+	if err := o.validate(); err != nil {
+		return nil, err
+	}
+	p := &Server{methods: map[string]*ratelimit.Limiter{}}
+	ok := false
+	defer func() {
+		if !ok {
+			p.Stop()
+		}
+	}()
+	signal := o.cpuSignal
+	if signal == nil && !o.cpuOff {
+		if src, err := cpu.Detect(); err == nil {
+			if mon, err := cpu.NewMonitor(src); err == nil {
+				p.monitor, signal = mon, mon
+			}
+		}
+	}
+	ropts := []runlimit.Option{}
+	if signal != nil {
+		ropts = append(ropts, runlimit.WithCPU(signal))
+	}
+	if o.maxConc > 0 {
+		ropts = append(ropts, runlimit.WithBounds(1, o.maxConc))
+	}
+	var err error
+	if p.run, err = runlimit.New(ropts...); err != nil {
+		return nil, err
+	}
+	if p.deadline, err = deadline.New(); err != nil {
+		return nil, err
+	}
+	run := runlimit.NewGuard("run", p.run)
+	shared := []admission.Guard{p.deadline, run}
+	if o.maxRate > 0 {
+		p.global = ratelimit.NewLimiter(ratelimit.Limit(o.maxRate), burstOf(o.maxRate))
+		shared = append(shared, ratelimit.NewGuard("rate", p.global))
+	}
+	var key grpcguard.KeyFunc
+	if o.clientRate > 0 {
+		p.perClient = ratelimit.NewKeyed(ratelimit.Limit(o.clientRate), burstOf(o.clientRate))
+		shared = append(shared, ratelimit.NewKeyedGuard("client", p.perClient))
+		key = grpcguard.PeerKey()
+	}
+	rules := []grpcguard.Rule{{Name: "default", Key: key, Guards: shared, Code: o.code}}
+	var exempt []string
+	for _, name := range o.methodOrder {
+		m := o.methods[name]
+		switch {
+		case m.Exempt:
+			exempt = append(exempt, name)
+		case m.MaxRate > 0:
+			l := ratelimit.NewLimiter(ratelimit.Limit(m.MaxRate), burstOf(m.MaxRate))
+			p.methods[name] = l
+			guards := append(append([]admission.Guard(nil), shared...), ratelimit.NewGuard("method-rate", l))
+			rules = append(rules, grpcguard.Rule{Name: name, Methods: []string{name}, Key: key, Guards: guards, Code: o.code})
+		}
+	}
+	if p.guard, err = grpcguard.New(rules, grpcguard.WithExempt(append(append([]string(nil), grpcguard.DefaultExempt...), exempt...)...)); err != nil {
+		return nil, err
+	}
+	ok = true
+	return p, nil
+}
+
+// burstOf is a tenth of a second's worth of rate r, at least 1.
+func burstOf(r float64) int { return max(1, int(r/10)) }
+
+// ServerOptions returns the options that install the protection in a
+// grpc.Server: grpcguard's tap handle and interceptors.
+func (p *Server) ServerOptions() []grpc.ServerOption { return p.guard.ServerOptions() }
+
+// Guard returns the transport that runs the protection, for its Stats.
+func (p *Server) Guard() *grpcguard.Server { return p.guard }
+
+// RunLimit returns the learned run limit.
+func (p *Server) RunLimit() *runlimit.Limiter { return p.run }
+
+// Deadline returns the deadline guard, which knows each method's learned
+// service time.
+func (p *Server) Deadline() *deadline.Guard { return p.deadline }
+
+// CPU returns the CPU monitor New started, or nil when the signal is off,
+// given with WithCPU, or could not be read.
+func (p *Server) CPU() *cpu.Monitor { return p.monitor }
+
+// Register adds the protection's metrics to reg: decisions by rule, guard
+// and result, the run limit, the CPU signal, and any rate limits.
+func (p *Server) Register(reg *metrics.Registry) error {
+	errs := []error{reg.AddServer(p.guard), reg.AddRunLimit("run", p.run)}
+	if p.monitor != nil {
+		errs = append(errs, reg.AddCPU(p.monitor))
+	}
+	if p.global != nil {
+		errs = append(errs, reg.AddLimiter("rate", p.global))
+	}
+	if p.perClient != nil {
+		errs = append(errs, reg.AddKeyed("client", p.perClient))
+	}
+	for name, l := range p.methods {
+		errs = append(errs, reg.AddLimiter(name, l))
+	}
+	return errors.Join(errs...)
+}
+
+// Stop stops what New started (the CPU monitor, the per-client buckets'
+// sweeper). Calls still running keep their permits and finish normally.
+// It is safe to call more than once.
+func (p *Server) Stop() {
+	p.stopOnce.Do(func() {
+		if p.monitor != nil {
+			p.monitor.Close()
+		}
+		if p.perClient != nil {
+			p.perClient.Close()
+		}
+	})
+}

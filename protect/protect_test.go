@@ -1,0 +1,189 @@
+package protect_test
+
+import (
+	"context"
+	"net"
+	"strings"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	testgrpc "google.golang.org/grpc/interop/grpc_testing"
+	"google.golang.org/grpc/status"
+
+	"github.com/levee-go/levee/grpcguard"
+	"github.com/levee-go/levee/metrics"
+	"github.com/levee-go/levee/protect"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+const (
+	emptyCall = "/grpc.testing.TestService/EmptyCall"
+	unaryCall = "/grpc.testing.TestService/UnaryCall"
+)
+
+type service struct {
+	testgrpc.UnimplementedTestServiceServer
+	work time.Duration
+}
+
+func (s *service) EmptyCall(context.Context, *testgrpc.Empty) (*testgrpc.Empty, error) {
+	time.Sleep(s.work)
+	return &testgrpc.Empty{}, nil
+}
+
+func (s *service) UnaryCall(context.Context, *testgrpc.SimpleRequest) (*testgrpc.SimpleResponse, error) {
+	return &testgrpc.SimpleResponse{}, nil
+}
+
+// serve starts a protected server on loopback and returns a client.
+func serve(t *testing.T, svc *service, opts ...protect.Option) (*protect.Server, testgrpc.TestServiceClient) {
+	t.Helper()
+	p, err := protect.New(append([]protect.Option{protect.WithoutCPU()}, opts...)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	gs := grpc.NewServer(p.ServerOptions()...)
+	testgrpc.RegisterTestServiceServer(gs, svc)
+	go gs.Serve(lis)
+	conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		conn.Close()
+		gs.Stop()
+		p.Stop()
+		p.Stop() // idempotent
+	})
+	return p, testgrpc.NewTestServiceClient(conn)
+}
+
+func TestNewRejectsBadOptions(t *testing.T) {
+	tests := []struct {
+		name string
+		give []protect.Option
+		want []string
+	}{
+		{"max rate", []protect.Option{protect.WithMaxRate(-1)}, []string{"protect: WithMaxRate: rate must be >= 0, got -1"}},
+		{"concurrency", []protect.Option{protect.WithMaxConcurrency(-2)}, []string{"protect: WithMaxConcurrency: n must be >= 0, got -2"}},
+		{"client rate", []protect.Option{protect.WithClientRate(-3)}, []string{"protect: WithClientRate: rate must be >= 0, got -3"}},
+		{"method name", []protect.Option{protect.WithMethod("Allocate", protect.Method{})}, []string{`protect: WithMethod("Allocate"): want a full method name`}},
+		{"method rate", []protect.Option{protect.WithMethod(emptyCall, protect.Method{MaxRate: -1})}, []string{`protect: WithMethod("/grpc.testing.TestService/EmptyCall"): MaxRate must be >= 0, got -1`}},
+		{"code", []protect.Option{protect.WithCode(codes.Internal)}, []string{"protect: WithCode: want RESOURCE_EXHAUSTED or UNAVAILABLE, got Internal"}},
+		{"all at once", []protect.Option{protect.WithMaxRate(-1), protect.WithClientRate(-1), protect.WithCode(codes.NotFound)}, []string{"WithMaxRate", "WithClientRate", "WithCode"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			p, err := protect.New(tt.give...)
+			if p != nil || err == nil {
+				t.Fatalf("New() = %v, %v; want nil and an error", p, err)
+			}
+			for _, w := range tt.want {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("New() error %q does not contain %q", err, w)
+				}
+			}
+		})
+	}
+}
+
+// TestLearnsServiceTimeAfterTheTurn: over real gRPC, calls pass, and the
+// service time the preset learns is the handler's, not the wait for a
+// turn.
+func TestLearnsServiceTimeAfterTheTurn(t *testing.T) {
+	p, client := serve(t, &service{work: 2 * time.Millisecond}, protect.WithMaxConcurrency(1))
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	done := make(chan error, 4)
+	for range 4 {
+		go func() {
+			var err error
+			for range 10 {
+				if _, err = client.EmptyCall(ctx, &testgrpc.Empty{}); err != nil && status.Code(err) != codes.ResourceExhausted {
+					break
+				}
+				err = nil
+			}
+			done <- err
+		}()
+	}
+	for range 4 {
+		if err := <-done; err != nil {
+			t.Fatalf("EmptyCall: %v", err)
+		}
+	}
+	// With one turn and four callers, calls waited for turns; the learned
+	// time is still about the 2ms handler (well under 3 waits' worth).
+	got := p.RunLimit().Flow(emptyCall).ServiceTime()
+	if got < 2*time.Millisecond || got > 5*time.Millisecond {
+		t.Errorf("learned service time %v for a 2ms handler behind one turn, want it within [2ms, 5ms]", got)
+	}
+	if dl := p.Deadline().ServiceTime(emptyCall); dl < 2*time.Millisecond || dl > 5*time.Millisecond {
+		t.Errorf("deadline guard's service time %v, want within [2ms, 5ms]", dl)
+	}
+	if p.RunLimit().Running() != 0 || p.RunLimit().Waiting() != 0 {
+		t.Errorf("after the calls: running %d, waiting %d; want 0, 0", p.RunLimit().Running(), p.RunLimit().Waiting())
+	}
+}
+
+func TestMethodOverrides(t *testing.T) {
+	p, client := serve(t, &service{},
+		protect.WithMethod(unaryCall, protect.Method{MaxRate: 1}),
+		protect.WithMethod(emptyCall, protect.Method{Exempt: true}))
+	ctx := context.Background()
+	if _, err := client.UnaryCall(ctx, &testgrpc.SimpleRequest{}); err != nil {
+		t.Fatalf("first UnaryCall: %v", err)
+	}
+	_, err := client.UnaryCall(ctx, &testgrpc.SimpleRequest{})
+	if status.Code(err) != codes.ResourceExhausted || !strings.Contains(err.Error(), "method-rate") {
+		t.Fatalf("second UnaryCall at 1/s = %v, want RESOURCE_EXHAUSTED from method-rate", err)
+	}
+	if d, ok := grpcguard.RetryDelay(err); !ok || d <= 0 {
+		t.Errorf("refusal's RetryDelay = %v, %v; want a positive delay", d, ok)
+	}
+	for range 50 {
+		if _, err := client.EmptyCall(ctx, &testgrpc.Empty{}); err != nil {
+			t.Fatalf("exempt EmptyCall: %v", err)
+		}
+	}
+	for _, s := range p.Guard().Stats() {
+		if s.Rule == "default" && s.Admitted+s.Refused > 0 {
+			t.Errorf("default rule counted %+v; the exempt method should not reach it", s)
+		}
+	}
+}
+
+func TestRegisterMetrics(t *testing.T) {
+	p, client := serve(t, &service{}, protect.WithMaxRate(1000), protect.WithClientRate(100))
+	if _, err := client.EmptyCall(context.Background(), &testgrpc.Empty{}); err != nil {
+		t.Fatal(err)
+	}
+	reg := metrics.New()
+	if err := p.Register(reg); err != nil {
+		t.Fatalf("Register: %v", err)
+	}
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]bool{"levee_decisions_total": false, "levee_runlimit_limit": false, "levee_limit_rate": false, "levee_keyed_keys": false}
+	for _, mf := range mfs {
+		if _, ok := want[mf.GetName()]; ok {
+			want[mf.GetName()] = true
+		}
+	}
+	for name, seen := range want {
+		if !seen {
+			t.Errorf("metric %s not exported", name)
+		}
+	}
+}
