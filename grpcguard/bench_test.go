@@ -53,8 +53,8 @@ func BenchmarkUnaryChain(b *testing.B) {
 		}
 	})
 	b.Run("floor", func(b *testing.B) {
-		lim := ratelimit.NewLimiter(1e9, 1<<30)
-		keyed := ratelimit.NewKeyed(1e9, 1<<30, ratelimit.WithSweepInterval(0))
+		lim := mustLimiter(b, 1e9, 1<<30)
+		keyed := mustKeyed(b, 1e9, 1<<30, ratelimit.WithSweepInterval(0))
 		slots := bulkhead.New(1024)
 		epoch := time.Now()
 		b.ReportAllocs()
@@ -190,7 +190,7 @@ func BenchmarkLoopback(b *testing.B) {
 		run(b, s.ServerOptions(), codes.OK)
 	})
 	b.Run("refused", func(b *testing.B) {
-		s := mustServer(b, []Rule{{Guards: []Guard{RateLimit("rate", ratelimit.NewLimiter(0, 1))}}})
+		s := mustServer(b, []Rule{{Guards: []Guard{RateLimit("rate", mustLimiter(b, 0, 1))}}})
 		lim := s.all[0].guards[0].(*rateGuard).l
 		lim.Allow() // empty for good
 		run(b, s.ServerOptions(), codes.ResourceExhausted)

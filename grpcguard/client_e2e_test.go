@@ -340,7 +340,7 @@ func TestClientPushbackOverGRPC(t *testing.T) {
 			clk := newCliClock()
 			c := mustClient(t, clk, WithThrottle(nil), WithMaxHoldOff(10*time.Second))
 			srv, err := New([]Rule{{Methods: []string{cliEmptyCall},
-				Guards: []Guard{RateLimit("rate", ratelimit.NewLimiter(ratelimit.Every(time.Hour), 1))}}})
+				Guards: []Guard{RateLimit("rate", mustLimiter(t, ratelimit.Every(time.Hour), 1))}}})
 			if err != nil {
 				t.Fatalf("New() = %v", err)
 			}

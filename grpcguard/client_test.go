@@ -355,7 +355,7 @@ func TestClientRefusalCauses(t *testing.T) {
 
 func TestClientLaterRefusalGivesBack(t *testing.T) {
 	clk := newCliClock()
-	lim := ratelimit.NewLimiter(1, 1)
+	lim := mustLimiter(t, 1, 1)
 	c := mustClient(t, clk, WithTargetLimiter(func(string) *ratelimit.Limiter { return lim }),
 		WithBreaker(func(string, string) []breaker.Option {
 			return []breaker.Option{breaker.WithHalfOpenCalls(1), breaker.WithWaitInOpen(time.Second)}
@@ -590,7 +590,7 @@ func TestClientEntryCaps(t *testing.T) {
 
 func TestClientCustomGuards(t *testing.T) {
 	clk := newCliClock()
-	keyed := ratelimit.NewKeyed(1, 1, ratelimit.WithSweepInterval(0))
+	keyed := mustKeyed(t, 1, 1, ratelimit.WithSweepInterval(0))
 	bh := bulkhead.New(1)
 	c := mustClient(t, clk, noBreakerNoThrottle()...)
 	c.o.guards = func(string, string) []Guard { return []Guard{PerKey("downstream", keyed), Bulkhead("slots", bh, 0)} }

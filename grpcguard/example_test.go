@@ -16,7 +16,7 @@ import (
 // deadline, that queued too long, that exceed the global or the client's
 // rate, or that find every slot taken are refused before their handler.
 func ExampleNew() {
-	perClient := ratelimit.NewKeyed(100, 20)
+	perClient := must(ratelimit.NewKeyed(100, 20))
 	defer perClient.Close()
 	guard, err := grpcguard.New([]grpcguard.Rule{{
 		Methods: []string{"/corecart.inventory.v1.InventoryService/Allocate"},
@@ -24,7 +24,7 @@ func ExampleNew() {
 		Guards: []grpcguard.Guard{
 			grpcguard.Deadline(),
 			grpcguard.QueueDelay(20*time.Millisecond, 100*time.Millisecond),
-			grpcguard.RateLimit("global", ratelimit.NewLimiter(1000, 100)),
+			grpcguard.RateLimit("global", must(ratelimit.NewLimiter(1000, 100))),
 			grpcguard.PerKey("client", perClient),
 			grpcguard.Bulkhead("inflight", bulkhead.New(4*runtime.GOMAXPROCS(0)), 5*time.Millisecond),
 		},
@@ -50,7 +50,7 @@ func ExampleNew() {
 func ExampleRule_shadow() {
 	_, err := grpcguard.New([]grpcguard.Rule{{
 		Shadow: true,
-		Guards: []grpcguard.Guard{grpcguard.RateLimit("trial", ratelimit.NewLimiter(50, 10))},
+		Guards: []grpcguard.Guard{grpcguard.RateLimit("trial", must(ratelimit.NewLimiter(50, 10)))},
 	}})
 	fmt.Println(err)
 	// Output:

@@ -323,7 +323,7 @@ func TestAbandonedBeforeHandlerReturnsPermits(t *testing.T) {
 // ever, hammered while Stats is read: Admitted must never read more than
 // that one call.
 func TestShadowStatsUnderTraffic(t *testing.T) {
-	s := mustServer(t, []Rule{{Shadow: true, Guards: []Guard{RateLimit("rate", ratelimit.NewLimiter(0, 1))}}})
+	s := mustServer(t, []Rule{{Shadow: true, Guards: []Guard{RateLimit("rate", mustLimiter(t, 0, 1))}}})
 	info := &grpc.UnaryServerInfo{FullMethod: emptyCall}
 	handler := func(context.Context, any) (any, error) { return nil, nil }
 	var wg sync.WaitGroup
@@ -371,7 +371,7 @@ func wantCounts(t *testing.T, s *Server, when string, admitted, refused, shadow,
 // admits the call, and the call when its handler starts; Admitted must not
 // dip in between.
 func TestStatsNeverDecrease(t *testing.T) {
-	lim := ratelimit.NewLimiter(0, 1)
+	lim := mustLimiter(t, 0, 1)
 	s := mustServer(t, []Rule{{Shadow: true, Guards: []Guard{RateLimit("rate", lim)}}})
 	info := &grpc.UnaryServerInfo{FullMethod: emptyCall}
 	handler := func(context.Context, any) (any, error) { return nil, nil }
@@ -396,7 +396,7 @@ func TestStatsNeverDecrease(t *testing.T) {
 }
 
 func TestShadowModeRefusesNothingButCounts(t *testing.T) {
-	lim := ratelimit.NewLimiter(0, 1)
+	lim := mustLimiter(t, 0, 1)
 	s := mustServer(t, []Rule{{Shadow: true, Guards: []Guard{RateLimit("rate", lim)}}})
 	env := startServer(t, &testService{}, false, s.ServerOptions())
 	for i := range 5 {
@@ -411,7 +411,7 @@ func TestShadowModeRefusesNothingButCounts(t *testing.T) {
 }
 
 func TestNewRejectsBadRules(t *testing.T) {
-	lim := RateLimit("rate", ratelimit.NewLimiter(1, 1))
+	lim := RateLimit("rate", mustLimiter(t, 1, 1))
 	many := make([]Guard, 9)
 	for i := range many {
 		many[i] = lim
@@ -439,7 +439,7 @@ func TestNewRejectsBadRules(t *testing.T) {
 }
 
 func TestRuleSelection(t *testing.T) {
-	g := func(n string) Guard { return RateLimit(n, ratelimit.NewLimiter(ratelimit.Inf, 1)) }
+	g := func(n string) Guard { return RateLimit(n, mustLimiter(t, ratelimit.Inf, 1)) }
 	s := mustServer(t, []Rule{
 		{Name: "exact", Methods: []string{emptyCall}, Guards: []Guard{g("e")}},
 		{Name: "service", Methods: []string{"/grpc.testing.TestService/*"}, Guards: []Guard{g("s")}},
@@ -484,8 +484,8 @@ func chainServer(t testing.TB) (*Server, context.Context) {
 	s := mustServer(t, []Rule{{
 		Key: PeerKey(),
 		Guards: []Guard{
-			RateLimit("global", ratelimit.NewLimiter(1e9, 1<<30)),
-			PerKey("client", ratelimit.NewKeyed(1e9, 1<<30, ratelimit.WithSweepInterval(0))),
+			RateLimit("global", mustLimiter(t, 1e9, 1<<30)),
+			PerKey("client", mustKeyed(t, 1e9, 1<<30, ratelimit.WithSweepInterval(0))),
 			Bulkhead("slots", bulkhead.New(1024), 0),
 		},
 	}})

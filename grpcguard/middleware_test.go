@@ -10,13 +10,11 @@ import (
 	"google.golang.org/grpc/codes"
 	testgrpc "google.golang.org/grpc/interop/grpc_testing"
 	"google.golang.org/grpc/status"
-
-	"github.com/levee-go/levee/ratelimit"
 )
 
 func TestMiddlewareLimiterPlugsIntoGoGRPCMiddleware(t *testing.T) {
 	var _ mwratelimit.Limiter = (*MiddlewareLimiter)(nil)
-	lim := NewMiddlewareLimiter(RateLimit("rate", ratelimit.NewLimiter(0, 2)), nil)
+	lim := NewMiddlewareLimiter(RateLimit("rate", mustLimiter(t, 0, 2)), nil)
 	env := startServer(t, &testService{}, false, []grpc.ServerOption{
 		grpc.ChainUnaryInterceptor(mwratelimit.UnaryServerInterceptor(lim)),
 	})

@@ -180,7 +180,7 @@ func TestRefusals(t *testing.T) {
 		{
 			name: "rate",
 			rules: func() []Rule {
-				return []Rule{{Guards: []Guard{RateLimit("rate", ratelimit.NewLimiter(ratelimit.Every(time.Hour), 1))}}}
+				return []Rule{{Guards: []Guard{RateLimit("rate", mustLimiter(t, ratelimit.Every(time.Hour), 1))}}}
 			},
 			prime: 1,
 			tap:   want{code: codes.ResourceExhausted, msg: "levee: rate: rate limit exceeded", retry: time.Hour},
@@ -189,7 +189,7 @@ func TestRefusals(t *testing.T) {
 		{
 			name: "per key with QuotaFailure",
 			rules: func() []Rule {
-				return []Rule{{Key: HeaderKey("X-Tenant-ID"), Guards: []Guard{PerKey("tenant", ratelimit.NewKeyed(ratelimit.Every(time.Minute), 1, ratelimit.WithSweepInterval(0)))}}}
+				return []Rule{{Key: HeaderKey("X-Tenant-ID"), Guards: []Guard{PerKey("tenant", mustKeyed(t, ratelimit.Every(time.Minute), 1, ratelimit.WithSweepInterval(0)))}}}
 			},
 			md:    metadata.Pairs("x-tenant-id", "acme"),
 			prime: 1,
@@ -199,7 +199,7 @@ func TestRefusals(t *testing.T) {
 		{
 			name: "rule code UNAVAILABLE",
 			rules: func() []Rule {
-				return []Rule{{Code: codes.Unavailable, Guards: []Guard{RateLimit("rate", ratelimit.NewLimiter(0, 1))}}}
+				return []Rule{{Code: codes.Unavailable, Guards: []Guard{RateLimit("rate", mustLimiter(t, 0, 1))}}}
 			},
 			prime: 1,
 			tap:   want{code: codes.Unavailable, msg: "levee: rate: rate limit exceeded"},
@@ -275,7 +275,7 @@ func TestRefusals(t *testing.T) {
 }
 
 func TestExemptMethodsNeverRefused(t *testing.T) {
-	s := mustServer(t, []Rule{{Guards: []Guard{RateLimit("rate", ratelimit.NewLimiter(0, 1))}}})
+	s := mustServer(t, []Rule{{Guards: []Guard{RateLimit("rate", mustLimiter(t, 0, 1))}}})
 	env := startServer(t, &testService{}, false, s.ServerOptions())
 	ctx := context.Background()
 	for i := range 20 {
@@ -292,7 +292,7 @@ func TestExemptMethodsNeverRefused(t *testing.T) {
 	}
 
 	// WithExempt() guards health checks too.
-	s2 := mustServer(t, []Rule{{Guards: []Guard{RateLimit("rate", ratelimit.NewLimiter(0, 1))}}}, WithExempt())
+	s2 := mustServer(t, []Rule{{Guards: []Guard{RateLimit("rate", mustLimiter(t, 0, 1))}}}, WithExempt())
 	env2 := startServer(t, &testService{}, false, s2.ServerOptions())
 	env2.health.Check(ctx, &healthpb.HealthCheckRequest{})
 	if _, err := env2.health.Check(ctx, &healthpb.HealthCheckRequest{}); status.Code(err) != codes.ResourceExhausted {
@@ -305,7 +305,7 @@ func TestExemptMethodsNeverRefused(t *testing.T) {
 func TestLaterRefusalReturnsEarlierPermits(t *testing.T) {
 	for _, mode := range []string{"tap", "interceptor"} {
 		t.Run(mode, func(t *testing.T) {
-			lim := ratelimit.NewLimiter(0, 2) // no refill: tokens only come back by refund
+			lim := mustLimiter(t, 0, 2) // no refill: tokens only come back by refund
 			bh := bulkhead.New(1)
 			s := mustServer(t, []Rule{{Methods: []string{emptyCall}, Guards: []Guard{
 				Bulkhead("slots", bh, 0), RateLimit("rate", lim), // given out of order: rate runs first
@@ -355,7 +355,7 @@ func TestLaterRefusalReturnsEarlierPermits(t *testing.T) {
 // bulkhead slot until it ends.
 func TestStreamHoldsSlotForLife(t *testing.T) {
 	bh := bulkhead.New(1)
-	lim := ratelimit.NewLimiter(0, 3)
+	lim := mustLimiter(t, 0, 3)
 	s := mustServer(t, []Rule{{Methods: []string{"/grpc.testing.TestService/*"}, Guards: []Guard{RateLimit("rate", lim), Bulkhead("slots", bh, 0)}}})
 	env := startServer(t, &testService{}, true, s.ServerOptions())
 	ctx, cancel := context.WithCancel(context.Background())
@@ -462,7 +462,7 @@ func TestFloodKeepsHandlersAtBulkheadBound(t *testing.T) {
 // calls by the client's IP, in the tap and in the interceptor alike.
 func TestPeerKeyOverLoopback(t *testing.T) {
 	for _, tap := range []bool{true, false} {
-		rules := []Rule{{Key: PeerKey(), Guards: []Guard{PerKey("client", ratelimit.NewKeyed(ratelimit.Every(time.Hour), 2, ratelimit.WithSweepInterval(0)))}}}
+		rules := []Rule{{Key: PeerKey(), Guards: []Guard{PerKey("client", mustKeyed(t, ratelimit.Every(time.Hour), 2, ratelimit.WithSweepInterval(0)))}}}
 		s := mustServer(t, rules)
 		opts := s.ServerOptions()
 		if !tap {

@@ -48,8 +48,8 @@ func TestSeedScenario(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			a := ratelimit.NewLimiter(100, 100)
-			b := ratelimit.NewLimiter(1000, 10)
+			a := mustLimiter(t, 100, 100)
+			b := mustLimiter(t, 1000, 10)
 			mon := cpu.NewManual(cpu.WithSmoothing(0))
 			ctl := loadshed.New(tt.policy, []loadshed.Scaler{a, b})
 			step := func(at time.Duration, u float64) float64 {
@@ -345,7 +345,7 @@ func waitFor(t *testing.T, cond func() bool) {
 // TestFollowMonitor follows a real cpu.Monitor (manual, fed here).
 func TestFollowMonitor(t *testing.T) {
 	mon := cpu.NewManual(cpu.WithSmoothing(0))
-	lim := ratelimit.NewLimiter(50, 5)
+	lim := mustLimiter(t, 50, 5)
 	ctl := loadshed.New(loadshed.AIMD{}, []loadshed.Scaler{lim})
 	defer ctl.Close()
 	ctl.Follow(mon, time.Millisecond)
@@ -357,7 +357,7 @@ func TestFollowMonitor(t *testing.T) {
 }
 
 func TestConcurrentObserve(t *testing.T) {
-	lim := ratelimit.NewLimiter(100, 10)
+	lim := mustLimiter(t, 100, 10)
 	ctl := loadshed.New(loadshed.AIMD{}, []loadshed.Scaler{lim}, loadshed.WithOnChange(func(loadshed.Change) {}))
 	var wg sync.WaitGroup
 	for g := range 4 {
@@ -424,7 +424,7 @@ func TestPanics(t *testing.T) {
 func nan() float64 { z := 0.0; return z / z }
 
 func TestReadsDoNotAllocate(t *testing.T) {
-	lim := ratelimit.NewLimiter(100, 10)
+	lim := mustLimiter(t, 100, 10)
 	ctl := loadshed.New(loadshed.AIMD{}, []loadshed.Scaler{lim})
 	if n := testing.AllocsPerRun(1000, func() { _ = ctl.Scale() }); n != 0 {
 		t.Errorf("Scale() allocates %v times, want 0", n)
@@ -452,7 +452,7 @@ func BenchmarkScale(b *testing.B) {
 
 // BenchmarkLimiterScale is the peer: reading the scale from the limiter.
 func BenchmarkLimiterScale(b *testing.B) {
-	lim := ratelimit.NewLimiter(100, 10)
+	lim := mustLimiter(b, 100, 10)
 	b.ReportAllocs()
 	var s float64
 	for range b.N {
@@ -462,7 +462,7 @@ func BenchmarkLimiterScale(b *testing.B) {
 }
 
 func BenchmarkObserve(b *testing.B) {
-	lim := ratelimit.NewLimiter(100, 10)
+	lim := mustLimiter(b, 100, 10)
 	ctl := loadshed.New(loadshed.AIMD{}, []loadshed.Scaler{lim})
 	b.ReportAllocs()
 	now := t0

@@ -21,7 +21,10 @@ func Example() {
 	}
 	defer mon.Close()
 
-	lim := ratelimit.NewLimiter(500, 50)
+	lim, err := ratelimit.NewLimiter(500, 50)
+	if err != nil {
+		log.Fatal(err)
+	}
 	ctl := loadshed.New(loadshed.AIMD{}, []loadshed.Scaler{lim},
 		loadshed.WithOnChange(func(c loadshed.Change) {
 			log.Printf("load shedding: scale %.2f → %.2f (CPU %.0f%%)", c.From, c.To, 100*c.Utilization)
@@ -34,7 +37,10 @@ func Example() {
 // The seed's step policy, driven with explicit times.
 func ExampleStep() {
 	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
-	lim := ratelimit.NewLimiter(100, 10)
+	lim, err := ratelimit.NewLimiter(100, 10)
+	if err != nil {
+		log.Fatal(err)
+	}
 	mon := cpu.NewManual(cpu.WithSmoothing(0)) // threshold 0.8, cooldown 5 s
 	ctl := loadshed.New(loadshed.Step{}, []loadshed.Scaler{lim})
 

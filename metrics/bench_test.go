@@ -23,8 +23,8 @@ import (
 // lazily built state would already exist.
 func TestHotPathAllocs(t *testing.T) {
 	r := newTestRegistry()
-	l := ratelimit.NewLimiter(ratelimit.Inf, 1)
-	k := ratelimit.NewKeyed(ratelimit.Inf, 1, ratelimit.WithSweepInterval(0))
+	l := mustLimiter(t, ratelimit.Inf, 1)
+	k := mustKeyed(t, ratelimit.Inf, 1, ratelimit.WithSweepInterval(0))
 	defer k.Close()
 	b := bulkhead.New(4)
 	a := bulkhead.NewAdaptive()
@@ -109,7 +109,7 @@ func newBenchServer(tb testing.TB) *grpcguard.Server {
 		Name:    "alloc",
 		Methods: []string{"/corecart.S/Allocate"},
 		Guards: []grpcguard.Guard{
-			grpcguard.RateLimit("global", ratelimit.NewLimiter(ratelimit.Inf, 1)),
+			grpcguard.RateLimit("global", mustLimiter(tb, ratelimit.Inf, 1)),
 			grpcguard.Bulkhead("slots", bulkhead.New(1024), 0),
 		},
 	}})
@@ -176,11 +176,11 @@ func BenchmarkAdmit(b *testing.B) {
 func BenchmarkScrape(b *testing.B) {
 	r := New()
 	m := cpu.NewManual()
-	k := ratelimit.NewKeyed(10, 10, ratelimit.WithSweepInterval(0))
+	k := mustKeyed(b, 10, 10, ratelimit.WithSweepInterval(0))
 	defer k.Close()
 	for _, err := range []error{
 		r.AddServer(newBenchServer(b)), r.AddCPU(m), r.AddScale("cpu", loadshed.New(loadshed.AIMD{}, nil)),
-		r.AddLimiter("global", ratelimit.NewLimiter(10, 5)), r.AddKeyed("tenant", k),
+		r.AddLimiter("global", mustLimiter(b, 10, 5)), r.AddKeyed("tenant", k),
 		r.AddBulkhead("slots", bulkhead.New(4)), r.AddAdaptive("get", bulkhead.NewAdaptive()),
 		r.AddBreaker("inventory", breaker.New()), r.AddThrottle("inventory", throttle.New()),
 	} {

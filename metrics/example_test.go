@@ -45,7 +45,7 @@ func printSeries(url string, prefixes ...string) {
 // bulkhead, exported on /metrics.
 func Example() {
 	monitor := cpu.NewManual() // in a server: cpu.NewMonitor(src) from cpu.Detect()
-	global := ratelimit.NewLimiter(100, 10)
+	global := must(ratelimit.NewLimiter(100, 10))
 	shed := loadshed.New(loadshed.Step{}, []loadshed.Scaler{global})
 	slots := bulkhead.New(8)
 	guards, err := grpcguard.New([]grpcguard.Rule{{

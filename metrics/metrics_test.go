@@ -31,13 +31,13 @@ func newGuardedServer(t *testing.T) *grpcguard.Server {
 		{
 			Name:    "alloc",
 			Methods: []string{"/corecart.S/Allocate"},
-			Guards:  []grpcguard.Guard{grpcguard.RateLimit("global", ratelimit.NewLimiter(0, 2))},
+			Guards:  []grpcguard.Guard{grpcguard.RateLimit("global", mustLimiter(t, 0, 2))},
 		},
 		{
 			Name:    "get",
 			Methods: []string{"/corecart.S/Get"},
 			Shadow:  true,
-			Guards:  []grpcguard.Guard{grpcguard.RateLimit("tight", ratelimit.NewLimiter(0, 1))},
+			Guards:  []grpcguard.Guard{grpcguard.RateLimit("tight", mustLimiter(t, 0, 1))},
 		},
 	})
 	if err != nil {
@@ -122,8 +122,8 @@ func TestServerDuplicateGuardNamesSummed(t *testing.T) {
 		Name:    "alloc",
 		Methods: []string{"/corecart.S/Allocate"},
 		Guards: []grpcguard.Guard{
-			grpcguard.RateLimit("rate", ratelimit.NewLimiter(0, 3)),
-			grpcguard.RateLimit("rate", ratelimit.NewLimiter(0, 1)),
+			grpcguard.RateLimit("rate", mustLimiter(t, 0, 3)),
+			grpcguard.RateLimit("rate", mustLimiter(t, 0, 1)),
 		},
 	}})
 	if err != nil {
@@ -262,13 +262,13 @@ func TestScale(t *testing.T) {
 }
 
 func TestLimiter(t *testing.T) {
-	l := ratelimit.NewLimiter(100, 10)
+	l := mustLimiter(t, 100, 10)
 	l.SetScaleAt(t0, 0.5)
 	r := newTestRegistry()
 	if err := r.AddLimiter("global", l); err != nil {
 		t.Fatalf("AddLimiter: %v", err)
 	}
-	if err := r.AddLimiter("open", ratelimit.NewLimiter(ratelimit.Inf, 1)); err != nil {
+	if err := r.AddLimiter("open", mustLimiter(t, ratelimit.Inf, 1)); err != nil {
 		t.Fatalf("AddLimiter: %v", err)
 	}
 	checkSeries(t, scrape(t, r), map[string]string{
@@ -283,7 +283,7 @@ func TestLimiter(t *testing.T) {
 
 func TestKeyed(t *testing.T) {
 	// One shard holding one key, swept by hand.
-	k := ratelimit.NewKeyed(1, 1, ratelimit.WithMaxKeys(1), ratelimit.WithShards(1),
+	k := mustKeyed(t, 1, 1, ratelimit.WithMaxKeys(1), ratelimit.WithShards(1),
 		ratelimit.WithSweepInterval(0), ratelimit.WithIdleTimeout(time.Second))
 	defer k.Close()
 	r := newTestRegistry()
@@ -538,14 +538,14 @@ func TestAll(t *testing.T) {
 	r := New()
 	m := cpu.NewManual(cpu.WithSmoothing(0))
 	m.Update(t0, 0.5)
-	k := ratelimit.NewKeyed(10, 10, ratelimit.WithSweepInterval(0))
+	k := mustKeyed(t, 10, 10, ratelimit.WithSweepInterval(0))
 	defer k.Close()
 	for _, err := range []error{
 		r.AddServer(newGuardedServer(t)),
 		r.AddClient(fakeClient{{Rule: "inventory:443 /corecart.S/Get", Guard: "breaker", Admitted: 1}}),
 		r.AddCPU(m),
 		r.AddScale("cpu", fixedScale(0.5)),
-		r.AddLimiter("global", ratelimit.NewLimiter(10, 5)),
+		r.AddLimiter("global", mustLimiter(t, 10, 5)),
 		r.AddKeyed("tenant", k),
 		r.AddBulkhead("alloc", bulkhead.New(4)),
 		r.AddAdaptive("get", bulkhead.NewAdaptive()),
@@ -618,9 +618,9 @@ func TestScrapeChangesNothing(t *testing.T) {
 	m.Update(t0, 0.9)
 	ctl := loadshed.New(loadshed.Step{}, nil)
 	ctl.Observe(t0, 0.9, true)
-	l := ratelimit.NewLimiter(1, 5)
+	l := mustLimiter(t, 1, 5)
 	l.AllowN(t0, 3)
-	k := ratelimit.NewKeyed(1, 2, ratelimit.WithSweepInterval(0))
+	k := mustKeyed(t, 1, 2, ratelimit.WithSweepInterval(0))
 	defer k.Close()
 	k.AllowN("a", t0, 1)
 	bh := bulkhead.New(2)
@@ -755,7 +755,7 @@ func TestRegistrationErrors(t *testing.T) {
 			`metrics: invalid registration: AddThrottle("t"): nil *throttle.Throttle`},
 		{"nil collector", func(r *Registry) error { return r.Register(nil) }, ErrInvalid,
 			"metrics: invalid registration: Register: nil collector"},
-		{"empty name", func(r *Registry) error { return r.AddLimiter("", ratelimit.NewLimiter(1, 1)) }, ErrInvalid,
+		{"empty name", func(r *Registry) error { return r.AddLimiter("", mustLimiter(t, 1, 1)) }, ErrInvalid,
 			"metrics: invalid registration: AddLimiter: empty name"},
 		{"name not UTF-8", func(r *Registry) error { return r.AddBulkhead("a\xff", bulkhead.New(1)) }, ErrInvalid,
 			`metrics: invalid registration: AddBulkhead("a\xff"): name is not valid UTF-8`},
@@ -813,10 +813,10 @@ func TestRegistrationErrors(t *testing.T) {
 // reused across kinds.
 func TestFailedRegistrationChangesNothing(t *testing.T) {
 	r := newTestRegistry()
-	if err := r.AddLimiter("x", ratelimit.NewLimiter(10, 1)); err != nil {
+	if err := r.AddLimiter("x", mustLimiter(t, 10, 1)); err != nil {
 		t.Fatalf("AddLimiter: %v", err)
 	}
-	if err := r.AddLimiter("x", ratelimit.NewLimiter(20, 1)); !errors.Is(err, ErrDuplicate) {
+	if err := r.AddLimiter("x", mustLimiter(t, 20, 1)); !errors.Is(err, ErrDuplicate) {
 		t.Fatalf("second AddLimiter(\"x\") = %v, want ErrDuplicate", err)
 	}
 	if err := r.AddBulkhead("x", bulkhead.New(3)); err != nil {
@@ -841,7 +841,7 @@ func TestFailedRegistrationChangesNothing(t *testing.T) {
 func TestConcurrentScrape(t *testing.T) {
 	r := newTestRegistry()
 	b := bulkhead.New(4)
-	l := ratelimit.NewLimiter(ratelimit.Inf, 1)
+	l := mustLimiter(t, ratelimit.Inf, 1)
 	if err := r.AddBulkhead("b", b); err != nil {
 		t.Fatal(err)
 	}
@@ -873,7 +873,7 @@ func TestConcurrentScrape(t *testing.T) {
 			}
 			scrapeBody(t, r)
 			if i < 20 {
-				if err := r.AddLimiter("extra"+strconv.Itoa(i), ratelimit.NewLimiter(1, 1)); err != nil {
+				if err := r.AddLimiter("extra"+strconv.Itoa(i), mustLimiter(t, 1, 1)); err != nil {
 					t.Errorf("AddLimiter during scrapes: %v", err)
 				}
 			}

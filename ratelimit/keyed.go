@@ -1,6 +1,7 @@
 package ratelimit
 
 import (
+	"errors"
 	"fmt"
 	"hash/maphash"
 	"runtime"
@@ -18,14 +19,28 @@ const (
 	DefaultIdleTimeout = time.Minute
 )
 
-// KeyedOption configures a Keyed.
+// KeyedOption configures a Keyed. An option only records its value;
+// NewKeyed validates them all and reports every bad one.
 type KeyedOption func(*keyedOptions)
 
 type keyedOptions struct {
 	maxKeys int
 	idle    time.Duration
-	sweep   time.Duration
+	sweep   time.Duration // < 0: half the idle timeout, at least 1s
 	shards  int
+}
+
+// validate reports every out-of-range option, each naming the option and
+// its value.
+func (o *keyedOptions) validate() error {
+	var errs []error
+	if o.maxKeys < 1 {
+		errs = append(errs, fmt.Errorf("ratelimit: WithMaxKeys: max keys must be >= 1, got %d", o.maxKeys))
+	}
+	if o.idle < 0 {
+		errs = append(errs, fmt.Errorf("ratelimit: WithIdleTimeout: idle timeout must be >= 0, got %v", o.idle))
+	}
+	return errors.Join(errs...)
 }
 
 // WithMaxKeys caps the number of keys tracked (default DefaultMaxKeys). The
@@ -91,20 +106,21 @@ type keyedShard struct {
 }
 
 // NewKeyed returns a Keyed whose buckets refill at rate r and hold at most b
-// tokens, each starting full. It panics if r is negative or NaN, b < 1, or
-// an option is out of range (max keys < 1, negative idle timeout).
-func NewKeyed(r Limit, b int, opts ...KeyedOption) *Keyed {
-	checkLimit("NewKeyed", r)
-	checkBurst("NewKeyed", b)
+// tokens, each starting full. Options: WithMaxKeys (default
+// DefaultMaxKeys), WithIdleTimeout (default DefaultIdleTimeout),
+// WithSweepInterval (default half the idle timeout, at least 1s) and
+// WithShards (default 16 × GOMAXPROCS, at least 64).
+//
+// It returns an error naming every bad value if r is negative or NaN, b < 1,
+// or an option is out of range (max keys < 1, negative idle timeout); no
+// goroutine is started then.
+func NewKeyed(r Limit, b int, opts ...KeyedOption) (*Keyed, error) {
 	o := keyedOptions{maxKeys: DefaultMaxKeys, idle: DefaultIdleTimeout, sweep: -1}
 	for _, opt := range opts {
 		opt(&o)
 	}
-	if o.maxKeys < 1 {
-		panic(fmt.Sprintf("ratelimit: NewKeyed: max keys must be >= 1, got %d", o.maxKeys))
-	}
-	if o.idle < 0 {
-		panic(fmt.Sprintf("ratelimit: NewKeyed: idle timeout must be >= 0, got %v", o.idle))
+	if err := errors.Join(checkLimit("NewKeyed", r), checkBurst("NewKeyed", b), o.validate()); err != nil {
+		return nil, err
 	}
 	if o.sweep < 0 {
 		o.sweep = max(o.idle/2, time.Second)
@@ -132,7 +148,7 @@ func NewKeyed(r Limit, b int, opts ...KeyedOption) *Keyed {
 		k.stop, k.done = make(chan struct{}), make(chan struct{})
 		go k.sweeper(o.sweep)
 	}
-	return k
+	return k, nil
 }
 
 func nextPow2(n int) int {
@@ -394,7 +410,9 @@ func (k *Keyed) Burst() int { return k.cfg.Load().burst }
 // for configuration changes, not for per-request adjustment. It panics if r
 // is negative or NaN.
 func (k *Keyed) SetLimitAt(now time.Time, r Limit) {
-	checkLimit("SetLimit", r)
+	if err := checkLimit("SetLimit", r); err != nil {
+		panic(err.Error())
+	}
 	k.reconfigure(now, func(c *bucketConfig) { c.limit = r })
 }
 
@@ -402,7 +420,9 @@ func (k *Keyed) SetLimitAt(now time.Time, r Limit) {
 // tokens each has earned up to the new burst; see SetLimitAt for its cost.
 // It panics if b < 1.
 func (k *Keyed) SetBurstAt(now time.Time, b int) {
-	checkBurst("SetBurst", b)
+	if err := checkBurst("SetBurst", b); err != nil {
+		panic(err.Error())
+	}
 	k.reconfigure(now, func(c *bucketConfig) { c.burst = b })
 }
 

@@ -77,9 +77,17 @@ func newPolicy(p policyParams) (*policy, error) {
 	}
 	procs := runtime.GOMAXPROCS(0)
 	burst := max(1, int(p.Capacity/10)) // 100 ms of capacity
+	global, err := ratelimit.NewLimiter(ratelimit.Limit(p.Capacity), burst)
+	if err != nil {
+		return nil, err
+	}
+	perClient, err := ratelimit.NewKeyed(ratelimit.Limit(p.Capacity), burst)
+	if err != nil {
+		return nil, err
+	}
 	pol := &policy{
-		global:    ratelimit.NewLimiter(ratelimit.Limit(p.Capacity), burst),
-		perClient: ratelimit.NewKeyed(ratelimit.Limit(p.Capacity), burst),
+		global:    global,
+		perClient: perClient,
 		slots:     bulkhead.New(4 * procs),
 		run:       bulkhead.New(procs, bulkhead.WithQueue(4*procs)),
 		deadline:  grpcguard.Deadline(),

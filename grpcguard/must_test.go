@@ -1,0 +1,28 @@
+package grpcguard
+
+import (
+	"testing"
+
+	"github.com/levee-go/levee/ratelimit"
+)
+
+// Constructors of the policy packages for arguments a test knows to be
+// valid.
+
+func mustLimiter(tb testing.TB, r ratelimit.Limit, b int) *ratelimit.Limiter {
+	tb.Helper()
+	l, err := ratelimit.NewLimiter(r, b)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return l
+}
+
+func mustKeyed(tb testing.TB, r ratelimit.Limit, b int, opts ...ratelimit.KeyedOption) *ratelimit.Keyed {
+	tb.Helper()
+	k, err := ratelimit.NewKeyed(r, b, opts...)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return k
+}
