@@ -1,6 +1,7 @@
 package loadshed
 
 import (
+	"errors"
 	"fmt"
 	"math"
 	"sync"
@@ -12,15 +13,17 @@ import (
 // with a factor in (0, 1] whenever its scale changes.
 // *ratelimit.Limiter implements it. SetScaleAt runs under the
 // Controller's lock: it must be quick and must not call the Controller.
+// It returns an error, and keeps its previous scale, if it refuses f; the
+// Controller reports that error (see Controller.Observe) and carries on.
 type Scaler interface {
-	SetScaleAt(now time.Time, f float64)
+	SetScaleAt(now time.Time, f float64) error
 }
 
 // ScalerFunc adapts a function to [Scaler].
-type ScalerFunc func(now time.Time, f float64)
+type ScalerFunc func(now time.Time, f float64) error
 
-// SetScaleAt calls f(now, scale).
-func (f ScalerFunc) SetScaleAt(now time.Time, scale float64) { f(now, scale) }
+// SetScaleAt returns f(now, scale).
+func (f ScalerFunc) SetScaleAt(now time.Time, scale float64) error { return f(now, scale) }
 
 // Signal is the CPU signal a Controller follows; *cpu.Monitor implements
 // it.
@@ -29,12 +32,14 @@ type Signal interface {
 	Saturated() bool
 }
 
-// Change describes one change of a Controller's scale.
+// Change describes one change of a Controller's scale, or an observation
+// whose scale a target refused.
 type Change struct {
 	Time        time.Time // the observation's time
 	From, To    float64   // scale before and after
 	Utilization float64   // the observation that caused it
 	Saturated   bool
+	Err         error // the targets' errors (see Controller.Observe), nil if every target took To
 }
 
 // Option configures a [Controller].
@@ -45,7 +50,8 @@ type options struct {
 }
 
 // WithOnChange registers fn to be called after each change of the scale,
-// for logs and metrics. It is called on the goroutine that made the
+// and after an observation whose scale a target refused (Change.Err), for
+// logs and metrics. It is called on the goroutine that made the
 // observation, after the Controller's lock is released, so it may call
 // the Controller. If observations are made concurrently, calls may
 // overlap and arrive out of order; Change.Time orders them. Default none.
@@ -106,30 +112,46 @@ func (c *Controller) Scale() float64 {
 // Observe feeds one reading of the CPU signal made at now (utilisation in
 // [0, 1] and the saturation flag), applies the resulting scale to the
 // targets if it changed, and returns it. It panics if utilization is NaN.
-func (c *Controller) Observe(now time.Time, utilization float64, saturated bool) float64 {
+//
+// If targets refuse the scale, the error joins theirs, each naming the
+// target's index; the Controller's scale and the other targets still move,
+// and a refusing target is offered the scale again at the next change.
+func (c *Controller) Observe(now time.Time, utilization float64, saturated bool) (float64, error) {
 	if math.IsNaN(utilization) {
 		panic("loadshed: utilization is NaN")
 	}
+	var err error
 	c.mu.Lock()
 	from := c.Scale()
 	to := c.run.next(now, from, utilization, saturated)
 	changed := to != from
 	if changed || !c.applied {
 		c.scale.Store(math.Float64bits(to))
-		for _, t := range c.targets {
-			t.SetScaleAt(now, to)
-		}
+		err = c.apply(now, to)
 		c.applied = true
 	}
 	c.mu.Unlock()
-	if changed && c.opts.onChange != nil {
-		c.opts.onChange(Change{Time: now, From: from, To: to, Utilization: utilization, Saturated: saturated})
+	if (changed || err != nil) && c.opts.onChange != nil {
+		c.opts.onChange(Change{Time: now, From: from, To: to, Utilization: utilization, Saturated: saturated, Err: err})
 	}
-	return to
+	return to, err
+}
+
+// apply sets every target's scale to f; c.mu is held. It allocates only
+// when a target refuses.
+func (c *Controller) apply(now time.Time, f float64) error {
+	var errs []error
+	for i, t := range c.targets {
+		if err := t.SetScaleAt(now, f); err != nil {
+			errs = append(errs, fmt.Errorf("loadshed: target %d: %w", i, err))
+		}
+	}
+	return errors.Join(errs...)
 }
 
 // Follow starts a goroutine that, every interval, observes sig at
-// time.Now; Close stops it. It panics if interval <= 0, if sig is nil, or
+// time.Now; Close stops it. A target's refusal reaches the WithOnChange
+// callback as Change.Err. It panics if interval <= 0, if sig is nil, or
 // if the Controller already follows a signal or is closed.
 func (c *Controller) Follow(sig Signal, interval time.Duration) {
 	if sig == nil {

@@ -1,6 +1,7 @@
 package loadshed_test
 
 import (
+	"errors"
 	"math/rand/v2"
 	"sync"
 	"sync/atomic"
@@ -19,10 +20,11 @@ type fakeScaler struct {
 	calls int
 }
 
-func (f *fakeScaler) SetScaleAt(_ time.Time, s float64) {
+func (f *fakeScaler) SetScaleAt(_ time.Time, s float64) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.scale, f.calls = s, f.calls+1
+	return nil
 }
 
 func (f *fakeScaler) get() (float64, int) {
@@ -54,7 +56,7 @@ func TestSeedScenario(t *testing.T) {
 			ctl := loadshed.New(tt.policy, []loadshed.Scaler{a, b})
 			step := func(at time.Duration, u float64) float64 {
 				mon.Update(t0.Add(at), u)
-				return ctl.Observe(t0.Add(at), mon.Utilization(), mon.Saturated())
+				return observe(t, ctl, t0.Add(at), mon.Utilization(), mon.Saturated())
 			}
 			if got := step(0, 0.3); got != 1 || a.Scale() != 1 {
 				t.Fatalf("before the spike: scale %v, limiter scale %v; want 1, 1", got, a.Scale())
@@ -138,7 +140,7 @@ func TestStepReproducesSeed(t *testing.T) {
 		}
 		mon.Update(now, u)
 		prev := ctl.Scale()
-		got := ctl.Observe(now, mon.Utilization(), mon.Saturated())
+		got := observe(t, ctl, now, mon.Utilization(), mon.Saturated())
 		if got != want {
 			t.Fatalf("observation %d at %v, CPU %.3f: Step scale %v, seed %v", i, now.Sub(t0), u, got, want)
 		}
@@ -195,7 +197,7 @@ func TestTargetsAppliedOnChangeOnly(t *testing.T) {
 	f1, f2 := &fakeScaler{}, &fakeScaler{}
 	var fn atomic.Int64
 	ctl := loadshed.New(loadshed.AIMD{Ceiling: 0.9}, []loadshed.Scaler{f1, f2,
-		loadshed.ScalerFunc(func(time.Time, float64) { fn.Add(1) })})
+		loadshed.ScalerFunc(func(time.Time, float64) error { fn.Add(1); return nil })})
 	if ctl.Scale() != 0.9 {
 		t.Fatalf("New(AIMD{Ceiling: 0.9}).Scale() = %v, want 0.9", ctl.Scale())
 	}
@@ -207,6 +209,28 @@ func TestTargetsAppliedOnChangeOnly(t *testing.T) {
 	ctl.Observe(t0.Add(2*time.Second), 1, true)
 	if s, n := f2.get(); s != 0.9*0.75 || n != 2 || fn.Load() != 2 {
 		t.Errorf("after a saturated observation: target scale %v after %d calls (func %d), want %v after 2", s, n, fn.Load(), 0.9*0.75)
+	}
+}
+
+// TestTargetErrors: a target that refuses the scale makes Observe return
+// its error, naming it, while the Controller and the other targets move;
+// the callback sees the error too.
+func TestTargetErrors(t *testing.T) {
+	refused := errors.New("refused")
+	ok := &fakeScaler{}
+	var got []loadshed.Change
+	ctl := loadshed.New(loadshed.Step{}, []loadshed.Scaler{
+		loadshed.ScalerFunc(func(time.Time, float64) error { return refused }), ok,
+	}, loadshed.WithOnChange(func(c loadshed.Change) { got = append(got, c) }))
+	s, err := ctl.Observe(t0, 0.9, true)
+	if s != 0.2 || !errors.Is(err, refused) || err.Error() != "loadshed: target 0: refused" {
+		t.Fatalf("Observe(t0, 0.9, true) = %v, %v; want 0.2, \"loadshed: target 0: refused\"", s, err)
+	}
+	if f, _ := ok.get(); f != 0.2 || ctl.Scale() != 0.2 {
+		t.Errorf("after a refusal: target 1 scale %v, Controller scale %v; want 0.2, 0.2", f, ctl.Scale())
+	}
+	if len(got) != 1 || got[0].To != 0.2 || !errors.Is(got[0].Err, refused) {
+		t.Errorf("callback calls = %+v, want one change to 0.2 with the refusal", got)
 	}
 }
 
@@ -282,17 +306,17 @@ func TestAIMDSteps(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			ctl := loadshed.New(tt.policy, nil)
 			if tt.settle != 0 {
-				if got := ctl.Observe(t0, 1, true); got != 0.75 {
+				if got := observe(t, ctl, t0, 1, true); got != 0.75 {
 					t.Fatalf("Observe(t0, 1, true) = %v, want 0.75", got)
 				}
 				for at := 250 * time.Millisecond; at <= settled; at += 250 * time.Millisecond {
-					if got := ctl.Observe(t0.Add(at), tt.settle, true); got != 0.75 {
+					if got := observe(t, ctl, t0.Add(at), tt.settle, true); got != 0.75 {
 						t.Fatalf("Observe(t0+%v, %v, true) = %v, want 0.75 (hold)", at, tt.settle, got)
 					}
 				}
 			}
 			for _, s := range tt.steps {
-				if got := ctl.Observe(t0.Add(s.at), s.u, s.sat); got < s.want-1e-9 || got > s.want+1e-9 {
+				if got := observe(t, ctl, t0.Add(s.at), s.u, s.sat); got < s.want-1e-9 || got > s.want+1e-9 {
 					t.Fatalf("Observe(t0+%v, %v, %v) = %v, want %v", s.at, s.u, s.sat, got, s.want)
 				}
 			}

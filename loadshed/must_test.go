@@ -2,6 +2,9 @@ package loadshed_test
 
 import (
 	"testing"
+	"time"
+
+	"github.com/levee-go/levee/loadshed"
 
 	"github.com/levee-go/levee/ratelimit"
 )
@@ -15,4 +18,15 @@ func mustLimiter(tb testing.TB, r ratelimit.Limit, b int) *ratelimit.Limiter {
 		tb.Fatal(err)
 	}
 	return l
+}
+
+// observe is Controller.Observe for a reading a test knows to be valid,
+// with targets that take every scale.
+func observe(tb testing.TB, c *loadshed.Controller, now time.Time, u float64, sat bool) float64 {
+	tb.Helper()
+	s, err := c.Observe(now, u, sat)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return s
 }

@@ -407,23 +407,25 @@ func (k *Keyed) Burst() int { return k.cfg.Load().burst }
 // SetLimitAt sets the rate of every bucket at instant now, keeping the
 // tokens each has earned. It holds every shard's lock while it converts the
 // buckets, so it costs time proportional to the number of keys: it is meant
-// for configuration changes, not for per-request adjustment. It panics if r
-// is negative or NaN.
-func (k *Keyed) SetLimitAt(now time.Time, r Limit) {
+// for configuration changes, not for per-request adjustment. If r is
+// negative or NaN it returns an error and changes nothing.
+func (k *Keyed) SetLimitAt(now time.Time, r Limit) error {
 	if err := checkLimit("SetLimit", r); err != nil {
-		panic(err.Error())
+		return err
 	}
 	k.reconfigure(now, func(c *bucketConfig) { c.limit = r })
+	return nil
 }
 
 // SetBurstAt sets the burst of every bucket at instant now, keeping the
 // tokens each has earned up to the new burst; see SetLimitAt for its cost.
-// It panics if b < 1.
-func (k *Keyed) SetBurstAt(now time.Time, b int) {
+// If b < 1 it returns an error and changes nothing.
+func (k *Keyed) SetBurstAt(now time.Time, b int) error {
 	if err := checkBurst("SetBurst", b); err != nil {
-		panic(err.Error())
+		return err
 	}
 	k.reconfigure(now, func(c *bucketConfig) { c.burst = b })
+	return nil
 }
 
 func (k *Keyed) reconfigure(at time.Time, edit func(*bucketConfig)) {

@@ -164,6 +164,36 @@ func TestNewKeyedErrors(t *testing.T) {
 	}
 }
 
+// TestKeyedSetterErrors checks that a setter given a bad value returns an
+// error naming it and changes nothing.
+func TestKeyedSetterErrors(t *testing.T) {
+	tests := []struct {
+		name string
+		give func(*Keyed) error
+		want string
+	}{
+		{"SetLimitAt negative", func(k *Keyed) error { return k.SetLimitAt(t1, -1) }, "ratelimit: SetLimit: rate must be >= 0 and not NaN, got -1"},
+		{"SetBurstAt zero", func(k *Keyed) error { return k.SetBurstAt(t1, 0) }, "ratelimit: SetBurst: burst must be >= 1, got 0"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			k := mustKeyed(t, 10, 2, WithSweepInterval(0))
+			defer k.Close()
+			k.AllowN("a", t0, 1)
+			err := tt.give(k)
+			if err == nil || err.Error() != tt.want {
+				t.Fatalf("error = %v, want %q", err, tt.want)
+			}
+			if k.Limit() != 10 || k.Burst() != 2 {
+				t.Errorf("after the error: Limit, Burst = %v, %d; want 10, 2 (unchanged)", k.Limit(), k.Burst())
+			}
+			if got := k.Tokens("a", t0); got != 1 {
+				t.Errorf("after the error: Keyed.Tokens(a, t0) = %v, want 1 (unchanged)", got)
+			}
+		})
+	}
+}
+
 // TestKeyedConcurrentBoundPerKey hammers a few keys from 8 goroutines with
 // injected instants and checks each key's bound, while another goroutine
 // sweeps and reconfigures.

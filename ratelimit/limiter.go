@@ -230,41 +230,47 @@ func (l *Limiter) EffectiveLimit() Limit {
 func (l *Limiter) EffectiveBurst() int { return l.cfg.Load().burstEff }
 
 // SetLimit is shorthand for SetLimitAt(time.Now(), r).
-func (l *Limiter) SetLimit(r Limit) { l.SetLimitAt(time.Now(), r) }
+func (l *Limiter) SetLimit(r Limit) error { return l.SetLimitAt(time.Now(), r) }
 
 // SetLimitAt sets the rate at instant now. The tokens earned up to now are
-// kept; refill continues at the new rate. It panics if r is negative or NaN.
-func (l *Limiter) SetLimitAt(now time.Time, r Limit) {
+// kept; refill continues at the new rate. If r is negative or NaN it
+// returns an error and changes nothing.
+func (l *Limiter) SetLimitAt(now time.Time, r Limit) error {
 	if err := checkLimit("SetLimit", r); err != nil {
-		panic(err.Error())
+		return err
 	}
 	l.reconfigure(l.at(now), func(c *bucketConfig) { c.limit = r })
+	return nil
 }
 
 // SetBurst is shorthand for SetBurstAt(time.Now(), b).
-func (l *Limiter) SetBurst(b int) { l.SetBurstAt(time.Now(), b) }
+func (l *Limiter) SetBurst(b int) error { return l.SetBurstAt(time.Now(), b) }
 
 // SetBurstAt sets the burst at instant now. The tokens earned up to now are
-// kept, capped at the new burst. It panics if b < 1.
-func (l *Limiter) SetBurstAt(now time.Time, b int) {
+// kept, capped at the new burst. If b < 1 it returns an error and changes
+// nothing.
+func (l *Limiter) SetBurstAt(now time.Time, b int) error {
 	if err := checkBurst("SetBurst", b); err != nil {
-		panic(err.Error())
+		return err
 	}
 	l.reconfigure(l.at(now), func(c *bucketConfig) { c.burst = b })
+	return nil
 }
 
 // SetScale is shorthand for SetScaleAt(time.Now(), f).
-func (l *Limiter) SetScale(f float64) { l.SetScaleAt(time.Now(), f) }
+func (l *Limiter) SetScale(f float64) error { return l.SetScaleAt(time.Now(), f) }
 
 // SetScaleAt sets the scale factor at instant now: the rate in force becomes
 // Limit × f and the burst Burst × f (rounded down, at least 1). The tokens
 // earned up to now are kept, capped at the scaled burst. SetScaleAt(now, 1)
-// restores the configured values. It panics unless 0 < f ≤ 1.
-func (l *Limiter) SetScaleAt(now time.Time, f float64) {
+// restores the configured values. Unless 0 < f ≤ 1 it returns an error and
+// changes nothing. It implements loadshed.Scaler.
+func (l *Limiter) SetScaleAt(now time.Time, f float64) error {
 	if err := checkScale("SetScale", f); err != nil {
-		panic(err.Error())
+		return err
 	}
 	l.reconfigure(l.at(now), func(c *bucketConfig) { c.scale = f })
+	return nil
 }
 
 // reconfigure publishes a new configuration and converts the state to it.

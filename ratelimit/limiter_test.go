@@ -308,28 +308,39 @@ func TestNewLimiterErrors(t *testing.T) {
 	}
 }
 
-func TestLimiterPanicsOnBadInput(t *testing.T) {
+// TestSetterErrors checks that a setter given a bad value returns an error
+// naming it and changes nothing: configuration and tokens are as before.
+func TestSetterErrors(t *testing.T) {
 	tests := []struct {
 		name string
-		do   func()
+		give func(*Limiter) error
 		want string
 	}{
-		{"SetLimit negative", func() { mustLimiter(t, 1, 1).SetLimit(-2) }, "ratelimit: SetLimit: rate must be >= 0"},
-		{"SetBurst zero", func() { mustLimiter(t, 1, 1).SetBurst(0) }, "ratelimit: SetBurst: burst must be >= 1, got 0"},
-		{"SetScale zero", func() { mustLimiter(t, 1, 1).SetScale(0) }, "ratelimit: SetScale: scale must be in (0, 1], got 0"},
-		{"SetScale above 1", func() { mustLimiter(t, 1, 1).SetScale(1.5) }, "scale must be in (0, 1], got 1.5"},
-		{"SetScale NaN", func() { mustLimiter(t, 1, 1).SetScale(math.NaN()) }, "scale must be in (0, 1], got NaN"},
+		{"SetLimit negative", func(l *Limiter) error { return l.SetLimit(-2) }, "ratelimit: SetLimit: rate must be >= 0 and not NaN, got -2"},
+		{"SetLimitAt NaN", func(l *Limiter) error { return l.SetLimitAt(t1, Limit(math.NaN())) }, "ratelimit: SetLimit: rate must be >= 0 and not NaN, got NaN"},
+		{"SetBurst zero", func(l *Limiter) error { return l.SetBurst(0) }, "ratelimit: SetBurst: burst must be >= 1, got 0"},
+		{"SetBurstAt negative", func(l *Limiter) error { return l.SetBurstAt(t1, -1) }, "ratelimit: SetBurst: burst must be >= 1, got -1"},
+		{"SetScale zero", func(l *Limiter) error { return l.SetScale(0) }, "ratelimit: SetScale: scale must be in (0, 1], got 0"},
+		{"SetScale above 1", func(l *Limiter) error { return l.SetScale(1.5) }, "ratelimit: SetScale: scale must be in (0, 1], got 1.5"},
+		{"SetScaleAt NaN", func(l *Limiter) error { return l.SetScaleAt(t1, math.NaN()) }, "ratelimit: SetScale: scale must be in (0, 1], got NaN"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			defer func() {
-				r := recover()
-				msg, _ := r.(string)
-				if !strings.Contains(msg, tt.want) {
-					t.Errorf("panic = %v, want it to contain %q", r, tt.want)
-				}
-			}()
-			tt.do()
+			lim := mustLimiter(t, 10, 4)
+			if err := lim.SetScaleAt(t0, 0.5); err != nil {
+				t.Fatal(err)
+			}
+			lim.AllowN(t0, 1)
+			err := tt.give(lim)
+			if err == nil || err.Error() != tt.want {
+				t.Fatalf("error = %v, want %q", err, tt.want)
+			}
+			if lim.Limit() != 10 || lim.Burst() != 4 || lim.Scale() != 0.5 {
+				t.Errorf("after the error: Limit, Burst, Scale = %v, %d, %v; want 10, 4, 0.5 (unchanged)", lim.Limit(), lim.Burst(), lim.Scale())
+			}
+			if got := lim.Tokens(t0); got != 1 {
+				t.Errorf("after the error: Limiter.Tokens(t0) = %v, want 1 (unchanged)", got)
+			}
 		})
 	}
 }
