@@ -26,7 +26,8 @@ type KeyedOption func(*keyedOptions)
 type keyedOptions struct {
 	maxKeys int
 	idle    time.Duration
-	sweep   time.Duration // < 0: half the idle timeout, at least 1s
+	sweep   time.Duration
+	swept   bool // WithSweepInterval was given; else half the idle timeout, at least 1s
 	shards  int
 }
 
@@ -63,7 +64,9 @@ func WithIdleTimeout(d time.Duration) KeyedOption { return func(o *keyedOptions)
 // buckets (default: half the idle timeout). Zero or less starts no
 // goroutine; eviction then happens only when a shard is at its cap, or
 // when Sweep is called.
-func WithSweepInterval(d time.Duration) KeyedOption { return func(o *keyedOptions) { o.sweep = d } }
+func WithSweepInterval(d time.Duration) KeyedOption {
+	return func(o *keyedOptions) { o.sweep, o.swept = d, true }
+}
 
 // WithShards sets the number of shards, rounded up to a power of two
 // (default: 16 × GOMAXPROCS, at least 64). Keys in different shards never
@@ -115,14 +118,14 @@ type keyedShard struct {
 // or an option is out of range (max keys < 1, negative idle timeout); no
 // goroutine is started then.
 func NewKeyed(r Limit, b int, opts ...KeyedOption) (*Keyed, error) {
-	o := keyedOptions{maxKeys: DefaultMaxKeys, idle: DefaultIdleTimeout, sweep: -1}
+	o := keyedOptions{maxKeys: DefaultMaxKeys, idle: DefaultIdleTimeout}
 	for _, opt := range opts {
 		opt(&o)
 	}
 	if err := errors.Join(checkLimit("NewKeyed", r), checkBurst("NewKeyed", b), o.validate()); err != nil {
 		return nil, err
 	}
-	if o.sweep < 0 {
+	if !o.swept {
 		o.sweep = max(o.idle/2, time.Second)
 	}
 	n := o.shards

@@ -314,6 +314,30 @@ func TestKeyedCloseStopsSweeper(t *testing.T) {
 	}
 }
 
+// TestKeyedSweeper: a sweeper runs by default and with a positive
+// interval; WithSweepInterval of zero or less starts none, as documented.
+func TestKeyedSweeper(t *testing.T) {
+	tests := []struct {
+		name string
+		give []KeyedOption
+		want bool
+	}{
+		{"default", nil, true},
+		{"positive", []KeyedOption{WithSweepInterval(time.Hour)}, true},
+		{"zero", []KeyedOption{WithSweepInterval(0)}, false},
+		{"negative", []KeyedOption{WithSweepInterval(-time.Second)}, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			k := mustKeyed(t, 1, 1, tt.give...)
+			defer k.Close()
+			if got := k.stop != nil; got != tt.want {
+				t.Errorf("sweeper started = %v, want %v", got, tt.want)
+			}
+		})
+	}
+}
+
 func TestKeyedAllocs(t *testing.T) {
 	k := mustKeyed(t, 1e9, 1<<30, WithSweepInterval(0))
 	defer k.Close()
