@@ -94,10 +94,12 @@ func (c *core) init(limit int, o *options) {
 	c.setLimit(limit)
 }
 
-func checkLimit(what string, n int) {
+// checkLimit validates a limit given to the constructor or setter fn.
+func checkLimit(fn string, n int) error {
 	if n < 1 || n > MaxLimit {
-		panic(fmt.Sprintf("bulkhead: %s must be between 1 and %d, got %d", what, MaxLimit, n))
+		return fmt.Errorf("bulkhead: %s: limit must be between 1 and %d, got %d", fn, MaxLimit, n)
 	}
+	return nil
 }
 
 // claim takes a free slot for a call already counted in state. A table

@@ -15,7 +15,6 @@ import (
 	testgrpc "google.golang.org/grpc/interop/grpc_testing"
 	"google.golang.org/grpc/status"
 
-	"github.com/levee-go/levee/bulkhead"
 	"github.com/levee-go/levee/ratelimit"
 )
 
@@ -55,7 +54,7 @@ func BenchmarkUnaryChain(b *testing.B) {
 	b.Run("floor", func(b *testing.B) {
 		lim := mustLimiter(b, 1e9, 1<<30)
 		keyed := mustKeyed(b, 1e9, 1<<30, ratelimit.WithSweepInterval(0))
-		slots := bulkhead.New(1024)
+		slots := mustBulkhead(b, 1024)
 		epoch := time.Now()
 		b.ReportAllocs()
 		for b.Loop() {

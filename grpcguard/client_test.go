@@ -18,7 +18,6 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/levee-go/levee/breaker"
-	"github.com/levee-go/levee/bulkhead"
 	"github.com/levee-go/levee/ratelimit"
 	"github.com/levee-go/levee/throttle"
 )
@@ -591,7 +590,7 @@ func TestClientEntryCaps(t *testing.T) {
 func TestClientCustomGuards(t *testing.T) {
 	clk := newCliClock()
 	keyed := mustKeyed(t, 1, 1, ratelimit.WithSweepInterval(0))
-	bh := bulkhead.New(1)
+	bh := mustBulkhead(t, 1)
 	c := mustClient(t, clk, noBreakerNoThrottle()...)
 	c.o.guards = func(string, string) []Guard { return []Guard{PerKey("downstream", keyed), Bulkhead("slots", bh, 0)} }
 	a, b := cliConn(t, "passthrough:///a"), cliConn(t, "passthrough:///b")

@@ -26,7 +26,7 @@ func ExampleNew() {
 			grpcguard.QueueDelay(20*time.Millisecond, 100*time.Millisecond),
 			grpcguard.RateLimit("global", must(ratelimit.NewLimiter(1000, 100))),
 			grpcguard.PerKey("client", perClient),
-			grpcguard.Bulkhead("inflight", bulkhead.New(4*runtime.GOMAXPROCS(0)), 5*time.Millisecond),
+			grpcguard.Bulkhead("inflight", must(bulkhead.New(4*runtime.GOMAXPROCS(0))), 5*time.Millisecond),
 		},
 	}})
 	if err != nil {

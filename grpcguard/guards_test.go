@@ -17,7 +17,6 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/grpc/tap"
 
-	"github.com/levee-go/levee/bulkhead"
 	"github.com/levee-go/levee/cpu"
 	"github.com/levee-go/levee/loadshed"
 	"github.com/levee-go/levee/ratelimit"
@@ -165,7 +164,7 @@ func tapThenHandle(t *testing.T, s *Server, clk *fakeClock, ctx context.Context,
 func TestDeadlineRefusals(t *testing.T) {
 	clk := &fakeClock{t: time.Now()}
 	dg := Deadline()
-	bh := bulkhead.New(1)
+	bh := mustBulkhead(t, 1)
 	s := mustServer(t, []Rule{{Guards: []Guard{dg, Bulkhead("slots", bh, 0)}}})
 	s.clock = clk.now
 
@@ -288,7 +287,7 @@ func TestShadowRecheckCountsOnce(t *testing.T) {
 // context from the stream's cancellation.
 func TestAbandonedBeforeHandlerReturnsPermits(t *testing.T) {
 	for _, detach := range []bool{false, true} {
-		bh := bulkhead.New(1)
+		bh := mustBulkhead(t, 1)
 		s := mustServer(t, []Rule{{Guards: []Guard{Bulkhead("slots", bh, 0)}}})
 		ctx, cancel := context.WithCancel(context.Background())
 		tctx, err := s.TapHandle(ctx, &tap.Info{FullMethodName: emptyCall})
@@ -486,7 +485,7 @@ func chainServer(t testing.TB) (*Server, context.Context) {
 		Guards: []Guard{
 			RateLimit("global", mustLimiter(t, 1e9, 1<<30)),
 			PerKey("client", mustKeyed(t, 1e9, 1<<30, ratelimit.WithSweepInterval(0))),
-			Bulkhead("slots", bulkhead.New(1024), 0),
+			Bulkhead("slots", mustBulkhead(t, 1024), 0),
 		},
 	}})
 	ctx := peer.NewContext(context.Background(), &peer.Peer{Addr: &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1), Port: 40000}})

@@ -22,7 +22,6 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/grpc/test/bufconn"
 
-	"github.com/levee-go/levee/bulkhead"
 	"github.com/levee-go/levee/ratelimit"
 )
 
@@ -306,7 +305,7 @@ func TestLaterRefusalReturnsEarlierPermits(t *testing.T) {
 	for _, mode := range []string{"tap", "interceptor"} {
 		t.Run(mode, func(t *testing.T) {
 			lim := mustLimiter(t, 0, 2) // no refill: tokens only come back by refund
-			bh := bulkhead.New(1)
+			bh := mustBulkhead(t, 1)
 			s := mustServer(t, []Rule{{Methods: []string{emptyCall}, Guards: []Guard{
 				Bulkhead("slots", bh, 0), RateLimit("rate", lim), // given out of order: rate runs first
 			}}})
@@ -354,7 +353,7 @@ func TestLaterRefusalReturnsEarlierPermits(t *testing.T) {
 // TestStreamHoldsSlotForLife: a stream is admitted once and holds its
 // bulkhead slot until it ends.
 func TestStreamHoldsSlotForLife(t *testing.T) {
-	bh := bulkhead.New(1)
+	bh := mustBulkhead(t, 1)
 	lim := mustLimiter(t, 0, 3)
 	s := mustServer(t, []Rule{{Methods: []string{"/grpc.testing.TestService/*"}, Guards: []Guard{RateLimit("rate", lim), Bulkhead("slots", bh, 0)}}})
 	env := startServer(t, &testService{}, true, s.ServerOptions())
@@ -411,7 +410,7 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 // rest are refused in the tap without a handler.
 func TestFloodKeepsHandlersAtBulkheadBound(t *testing.T) {
 	const bound, flood = 4, 200
-	bh := bulkhead.New(bound)
+	bh := mustBulkhead(t, bound)
 	s := mustServer(t, []Rule{{Guards: []Guard{Bulkhead("slots", bh, 10*time.Millisecond)}}})
 	svc := &testService{block: make(chan struct{}), entered: make(chan struct{}, flood)}
 	env := startServer(t, svc, true, s.ServerOptions())

@@ -9,7 +9,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/levee-go/levee/breaker"
-	"github.com/levee-go/levee/bulkhead"
 	"github.com/levee-go/levee/cpu"
 	"github.com/levee-go/levee/grpcguard"
 	"github.com/levee-go/levee/loadshed"
@@ -26,8 +25,8 @@ func TestHotPathAllocs(t *testing.T) {
 	l := mustLimiter(t, ratelimit.Inf, 1)
 	k := mustKeyed(t, ratelimit.Inf, 1, ratelimit.WithSweepInterval(0))
 	defer k.Close()
-	b := bulkhead.New(4)
-	a := bulkhead.NewAdaptive()
+	b := mustBulkhead(t, 4)
+	a := mustAdaptive(t)
 	br := breaker.New()
 	th := throttle.New()
 	m := cpu.NewManual()
@@ -110,7 +109,7 @@ func newBenchServer(tb testing.TB) *grpcguard.Server {
 		Methods: []string{"/corecart.S/Allocate"},
 		Guards: []grpcguard.Guard{
 			grpcguard.RateLimit("global", mustLimiter(tb, ratelimit.Inf, 1)),
-			grpcguard.Bulkhead("slots", bulkhead.New(1024), 0),
+			grpcguard.Bulkhead("slots", mustBulkhead(tb, 1024), 0),
 		},
 	}})
 	if err != nil {
@@ -127,7 +126,7 @@ func BenchmarkAdmit(b *testing.B) {
 	calls := prometheus.NewCounterVec(prometheus.CounterOpts{Name: "calls_total", Help: "Calls."}, []string{"name", "result"})
 	for _, mode := range []string{"bare", "registered", "countervec"} {
 		b.Run("Bulkhead/"+mode, func(b *testing.B) {
-			bh := bulkhead.New(4)
+			bh := mustBulkhead(b, 4)
 			if mode == "registered" {
 				r := New()
 				if err := r.AddBulkhead("slots", bh); err != nil {
@@ -181,7 +180,7 @@ func BenchmarkScrape(b *testing.B) {
 	for _, err := range []error{
 		r.AddServer(newBenchServer(b)), r.AddCPU(m), r.AddScale("cpu", loadshed.New(loadshed.AIMD{}, nil)),
 		r.AddLimiter("global", mustLimiter(b, 10, 5)), r.AddKeyed("tenant", k),
-		r.AddBulkhead("slots", bulkhead.New(4)), r.AddAdaptive("get", bulkhead.NewAdaptive()),
+		r.AddBulkhead("slots", mustBulkhead(b, 4)), r.AddAdaptive("get", mustAdaptive(b)),
 		r.AddBreaker("inventory", breaker.New()), r.AddThrottle("inventory", throttle.New()),
 	} {
 		if err != nil {

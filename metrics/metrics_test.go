@@ -307,8 +307,8 @@ func TestKeyed(t *testing.T) {
 }
 
 func TestBulkhead(t *testing.T) {
-	b := bulkhead.New(3, bulkhead.WithQueue(1))
-	tiny := bulkhead.New(1, bulkhead.WithQueue(1), bulkhead.WithMaxWait(time.Millisecond))
+	b := mustBulkhead(t, 3, bulkhead.WithQueue(1))
+	tiny := mustBulkhead(t, 1, bulkhead.WithQueue(1), bulkhead.WithMaxWait(time.Millisecond))
 	r := newTestRegistry()
 	if err := r.AddBulkhead("alloc", b); err != nil {
 		t.Fatalf("AddBulkhead: %v", err)
@@ -381,7 +381,7 @@ func TestBulkhead(t *testing.T) {
 }
 
 func TestAdaptive(t *testing.T) {
-	a := bulkhead.NewAdaptive(bulkhead.WithInitialLimit(5))
+	a := mustAdaptive(t, bulkhead.WithInitialLimit(5))
 	r := newTestRegistry()
 	if err := r.AddAdaptive("allocate", a); err != nil {
 		t.Fatalf("AddAdaptive: %v", err)
@@ -547,8 +547,8 @@ func TestAll(t *testing.T) {
 		r.AddScale("cpu", fixedScale(0.5)),
 		r.AddLimiter("global", mustLimiter(t, 10, 5)),
 		r.AddKeyed("tenant", k),
-		r.AddBulkhead("alloc", bulkhead.New(4)),
-		r.AddAdaptive("get", bulkhead.NewAdaptive()),
+		r.AddBulkhead("alloc", mustBulkhead(t, 4)),
+		r.AddAdaptive("get", mustAdaptive(t)),
 		r.AddBreaker("inventory", breaker.New()),
 		r.AddThrottle("inventory", throttle.New()),
 	} {
@@ -623,10 +623,10 @@ func TestScrapeChangesNothing(t *testing.T) {
 	k := mustKeyed(t, 1, 2, ratelimit.WithSweepInterval(0))
 	defer k.Close()
 	k.AllowN("a", t0, 1)
-	bh := bulkhead.New(2)
+	bh := mustBulkhead(t, 2)
 	p, _ := bh.TryAcquire()
 	defer p.Release()
-	ad := bulkhead.NewAdaptive()
+	ad := mustAdaptive(t)
 	ap, _ := ad.TryAcquire()
 	defer ap.Release()
 	br := newTrippedBreaker(t) // open since t0; its wait is long over by the wall clock
@@ -757,7 +757,7 @@ func TestRegistrationErrors(t *testing.T) {
 			"metrics: invalid registration: Register: nil collector"},
 		{"empty name", func(r *Registry) error { return r.AddLimiter("", mustLimiter(t, 1, 1)) }, ErrInvalid,
 			"metrics: invalid registration: AddLimiter: empty name"},
-		{"name not UTF-8", func(r *Registry) error { return r.AddBulkhead("a\xff", bulkhead.New(1)) }, ErrInvalid,
+		{"name not UTF-8", func(r *Registry) error { return r.AddBulkhead("a\xff", mustBulkhead(t, 1)) }, ErrInvalid,
 			`metrics: invalid registration: AddBulkhead("a\xff"): name is not valid UTF-8`},
 		{"second server", func(r *Registry) error {
 			if err := r.AddServer(s); err != nil {
@@ -778,10 +778,10 @@ func TestRegistrationErrors(t *testing.T) {
 			return r.AddBreaker("inventory", breaker.New())
 		}, ErrDuplicate, `metrics: already registered: AddBreaker("inventory"): a breaker named "inventory" is already registered`},
 		{"adaptive named like a bulkhead", func(r *Registry) error {
-			if err := r.AddBulkhead("alloc", bulkhead.New(1)); err != nil {
+			if err := r.AddBulkhead("alloc", mustBulkhead(t, 1)); err != nil {
 				return err
 			}
-			return r.AddAdaptive("alloc", bulkhead.NewAdaptive())
+			return r.AddAdaptive("alloc", mustAdaptive(t))
 		}, ErrDuplicate, `metrics: already registered: AddAdaptive("alloc"): a bulkhead named "alloc" is already registered`},
 		{"collector colliding with levee's", func(r *Registry) error {
 			if err := r.AddScale("cpu", fixedScale(1)); err != nil {
@@ -819,7 +819,7 @@ func TestFailedRegistrationChangesNothing(t *testing.T) {
 	if err := r.AddLimiter("x", mustLimiter(t, 20, 1)); !errors.Is(err, ErrDuplicate) {
 		t.Fatalf("second AddLimiter(\"x\") = %v, want ErrDuplicate", err)
 	}
-	if err := r.AddBulkhead("x", bulkhead.New(3)); err != nil {
+	if err := r.AddBulkhead("x", mustBulkhead(t, 3)); err != nil {
 		t.Fatalf("AddBulkhead(\"x\") beside a limiter \"x\" = %v, want nil", err)
 	}
 	checkSeries(t, scrape(t, r), map[string]string{
@@ -840,7 +840,7 @@ func TestFailedRegistrationChangesNothing(t *testing.T) {
 // -race, and checks that the last scrape counts every call.
 func TestConcurrentScrape(t *testing.T) {
 	r := newTestRegistry()
-	b := bulkhead.New(4)
+	b := mustBulkhead(t, 4)
 	l := mustLimiter(t, ratelimit.Inf, 1)
 	if err := r.AddBulkhead("b", b); err != nil {
 		t.Fatal(err)

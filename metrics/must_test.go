@@ -3,6 +3,7 @@ package metrics
 import (
 	"testing"
 
+	"github.com/levee-go/levee/bulkhead"
 	"github.com/levee-go/levee/ratelimit"
 )
 
@@ -25,4 +26,22 @@ func mustKeyed(tb testing.TB, r ratelimit.Limit, b int, opts ...ratelimit.KeyedO
 		tb.Fatal(err)
 	}
 	return k
+}
+
+func mustBulkhead(tb testing.TB, limit int, opts ...bulkhead.Option) *bulkhead.Bulkhead {
+	tb.Helper()
+	b, err := bulkhead.New(limit, opts...)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return b
+}
+
+func mustAdaptive(tb testing.TB, opts ...bulkhead.Option) *bulkhead.Adaptive {
+	tb.Helper()
+	a, err := bulkhead.NewAdaptive(opts...)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return a
 }

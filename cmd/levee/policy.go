@@ -81,6 +81,14 @@ func newPolicy(p policyParams) (*policy, error) {
 	if err != nil {
 		return nil, err
 	}
+	slots, err := bulkhead.New(4 * procs)
+	if err != nil {
+		return nil, err
+	}
+	run, err := bulkhead.New(procs, bulkhead.WithQueue(4*procs))
+	if err != nil {
+		return nil, err
+	}
 	perClient, err := ratelimit.NewKeyed(ratelimit.Limit(p.Capacity), burst)
 	if err != nil {
 		return nil, err
@@ -88,8 +96,8 @@ func newPolicy(p policyParams) (*policy, error) {
 	pol := &policy{
 		global:    global,
 		perClient: perClient,
-		slots:     bulkhead.New(4 * procs),
-		run:       bulkhead.New(procs, bulkhead.WithQueue(4*procs)),
+		slots:     slots,
+		run:       run,
 		deadline:  grpcguard.Deadline(),
 		queue:     grpcguard.QueueDelay(max(5*time.Millisecond, 4*p.CPUWork), max(100*time.Millisecond, 20*p.CPUWork)),
 	}
