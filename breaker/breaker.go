@@ -78,11 +78,20 @@ type change struct{ from, to State }
 
 // New returns a closed Breaker configured by opts. Without options it judges
 // the last 100 calls once 100 have been recorded, opens at a 50% failure
-// rate, waits 60s in open and then lets 10 probe calls through.
-func New(opts ...Option) *Breaker {
+// rate, waits 60s in open and then lets 10 probe calls through. It returns
+// an error naming every bad option value.
+func New(opts ...Option) (*Breaker, error) {
 	o := defaults()
 	for _, opt := range opts {
 		opt(&o)
+	}
+	if err := o.validate(); err != nil {
+		return nil, err
+	}
+	if o.timeBased {
+		o.countSize = 0
+	} else {
+		o.timeSize, o.timeBins = 0, 0
 	}
 	b := &Breaker{o: o, minCalls: int64(o.minCalls)}
 	b.base = time.Now()
@@ -91,7 +100,7 @@ func New(opts ...Option) *Breaker {
 		b.minCalls = int64(o.countSize)
 	}
 	b.cur.Store(b.newEpoch(StateClosed, 0))
-	return b
+	return b, nil
 }
 
 // Permit is the admission of one call by Allow or AllowAt. Finish the call

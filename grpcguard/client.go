@@ -678,7 +678,11 @@ func (c *Client) newPair(t *clientTarget, method string) *clientEntry {
 	}
 	if c.o.breaker != nil {
 		bopts := append([]breaker.Option{breaker.WithClassifier(c.o.classify)}, c.o.breaker(t.name, method)...)
-		e.brk = breaker.New(bopts...)
+		brk, err := breaker.New(bopts...)
+		if err != nil {
+			panic("grpcguard: WithBreaker: " + err.Error())
+		}
+		e.brk = brk
 		guards = append(guards, &breakerGuard{name: "breaker", b: e.brk})
 	}
 	if c.o.guards != nil {

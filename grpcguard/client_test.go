@@ -179,7 +179,7 @@ func TestClassifyErrorAllocs(t *testing.T) {
 
 func TestBreakerGuard(t *testing.T) {
 	clk := newCliClock()
-	b := breaker.New(breaker.WithCountWindow(4), breaker.WithMinimumCalls(4), breaker.WithFailureRate(50),
+	b := mustBreaker(t, breaker.WithCountWindow(4), breaker.WithMinimumCalls(4), breaker.WithFailureRate(50),
 		breaker.WithWaitInOpen(10*time.Second), breaker.WithHalfOpenCalls(1), breaker.WithClassifier(ClassifyError))
 	g := Breaker("downstream", b)
 	if g.Name() != "downstream" {

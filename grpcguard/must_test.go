@@ -3,6 +3,7 @@ package grpcguard
 import (
 	"testing"
 
+	"github.com/levee-go/levee/breaker"
 	"github.com/levee-go/levee/bulkhead"
 	"github.com/levee-go/levee/ratelimit"
 )
@@ -31,6 +32,15 @@ func mustKeyed(tb testing.TB, r ratelimit.Limit, b int, opts ...ratelimit.KeyedO
 func mustBulkhead(tb testing.TB, limit int, opts ...bulkhead.Option) *bulkhead.Bulkhead {
 	tb.Helper()
 	b, err := bulkhead.New(limit, opts...)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return b
+}
+
+func mustBreaker(tb testing.TB, opts ...breaker.Option) *breaker.Breaker {
+	tb.Helper()
+	b, err := breaker.New(opts...)
 	if err != nil {
 		tb.Fatal(err)
 	}

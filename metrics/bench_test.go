@@ -8,7 +8,6 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/levee-go/levee/breaker"
 	"github.com/levee-go/levee/cpu"
 	"github.com/levee-go/levee/grpcguard"
 	"github.com/levee-go/levee/loadshed"
@@ -27,7 +26,7 @@ func TestHotPathAllocs(t *testing.T) {
 	defer k.Close()
 	b := mustBulkhead(t, 4)
 	a := mustAdaptive(t)
-	br := breaker.New()
+	br := mustBreaker(t)
 	th := throttle.New()
 	m := cpu.NewManual()
 	ctl := loadshed.New(loadshed.AIMD{}, []loadshed.Scaler{l})
@@ -181,7 +180,7 @@ func BenchmarkScrape(b *testing.B) {
 		r.AddServer(newBenchServer(b)), r.AddCPU(m), r.AddScale("cpu", loadshed.New(loadshed.AIMD{}, nil)),
 		r.AddLimiter("global", mustLimiter(b, 10, 5)), r.AddKeyed("tenant", k),
 		r.AddBulkhead("slots", mustBulkhead(b, 4)), r.AddAdaptive("get", mustAdaptive(b)),
-		r.AddBreaker("inventory", breaker.New()), r.AddThrottle("inventory", throttle.New()),
+		r.AddBreaker("inventory", mustBreaker(b)), r.AddThrottle("inventory", throttle.New()),
 	} {
 		if err != nil {
 			b.Fatal(err)

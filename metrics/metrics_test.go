@@ -422,7 +422,7 @@ func TestAdaptive(t *testing.T) {
 // rejected call.
 func newTrippedBreaker(t *testing.T) *breaker.Breaker {
 	t.Helper()
-	b := breaker.New(breaker.WithCountWindow(4), breaker.WithMinimumCalls(4),
+	b := mustBreaker(t, breaker.WithCountWindow(4), breaker.WithMinimumCalls(4),
 		breaker.WithFailureRate(50), breaker.WithSlowCalls(time.Second, 100),
 		breaker.WithWaitInOpen(time.Minute))
 	var ps []breaker.Permit
@@ -549,7 +549,7 @@ func TestAll(t *testing.T) {
 		r.AddKeyed("tenant", k),
 		r.AddBulkhead("alloc", mustBulkhead(t, 4)),
 		r.AddAdaptive("get", mustAdaptive(t)),
-		r.AddBreaker("inventory", breaker.New()),
+		r.AddBreaker("inventory", mustBreaker(t)),
 		r.AddThrottle("inventory", throttle.New()),
 	} {
 		if err != nil {
@@ -772,10 +772,10 @@ func TestRegistrationErrors(t *testing.T) {
 			return r.AddCPU(cpu.NewManual())
 		}, ErrDuplicate, "metrics: already registered: AddCPU: a *cpu.Monitor is already registered (one per Registry)"},
 		{"duplicate breaker", func(r *Registry) error {
-			if err := r.AddBreaker("inventory", breaker.New()); err != nil {
+			if err := r.AddBreaker("inventory", mustBreaker(t)); err != nil {
 				return err
 			}
-			return r.AddBreaker("inventory", breaker.New())
+			return r.AddBreaker("inventory", mustBreaker(t))
 		}, ErrDuplicate, `metrics: already registered: AddBreaker("inventory"): a breaker named "inventory" is already registered`},
 		{"adaptive named like a bulkhead", func(r *Registry) error {
 			if err := r.AddBulkhead("alloc", mustBulkhead(t, 1)); err != nil {

@@ -3,6 +3,7 @@ package metrics
 import (
 	"testing"
 
+	"github.com/levee-go/levee/breaker"
 	"github.com/levee-go/levee/bulkhead"
 	"github.com/levee-go/levee/ratelimit"
 )
@@ -44,4 +45,13 @@ func mustAdaptive(tb testing.TB, opts ...bulkhead.Option) *bulkhead.Adaptive {
 		tb.Fatal(err)
 	}
 	return a
+}
+
+func mustBreaker(tb testing.TB, opts ...breaker.Option) *breaker.Breaker {
+	tb.Helper()
+	b, err := breaker.New(opts...)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return b
 }

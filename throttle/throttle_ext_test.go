@@ -23,7 +23,10 @@ func TestErrThrottledIsALocalRefusal(t *testing.T) {
 	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			b := breaker.New(append([]breaker.Option{breaker.WithCountWindow(5), breaker.WithMinimumCalls(5)}, tt.give...)...)
+			b, err := breaker.New(append([]breaker.Option{breaker.WithCountWindow(5), breaker.WithMinimumCalls(5)}, tt.give...)...)
+			if err != nil {
+				t.Fatal(err)
+			}
 			for range 5 {
 				p, err := b.AllowAt(t0)
 				if err != nil {
