@@ -673,7 +673,11 @@ func (c *Client) newPair(t *clientTarget, method string) *clientEntry {
 		guards = append(guards, t.limit)
 	}
 	if c.o.throttle != nil {
-		e.thr = throttle.New(c.o.throttle(t.name, method)...)
+		thr, err := throttle.New(c.o.throttle(t.name, method)...)
+		if err != nil {
+			panic("grpcguard: WithThrottle: " + err.Error())
+		}
+		e.thr = thr
 		guards = append(guards, &throttleGuard{name: "throttle", t: e.thr, classify: c.o.classify})
 	}
 	if c.o.breaker != nil {

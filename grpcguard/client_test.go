@@ -229,7 +229,7 @@ func TestBreakerGuard(t *testing.T) {
 
 func TestThrottleGuard(t *testing.T) {
 	clk := newCliClock()
-	thr := throttle.New(throttle.WithRandom(func() float64 { return 0 })) // drop whenever P > 0
+	thr := mustThrottle(t, throttle.WithRandom(func() float64 { return 0 })) // drop whenever P > 0
 	g := Throttle("throttle", thr)
 	finish := func(o Outcome) {
 		t.Helper()

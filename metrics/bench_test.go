@@ -12,7 +12,6 @@ import (
 	"github.com/levee-go/levee/grpcguard"
 	"github.com/levee-go/levee/loadshed"
 	"github.com/levee-go/levee/ratelimit"
-	"github.com/levee-go/levee/throttle"
 )
 
 // TestHotPathAllocs checks that the admission paths of registered guards
@@ -27,7 +26,7 @@ func TestHotPathAllocs(t *testing.T) {
 	b := mustBulkhead(t, 4)
 	a := mustAdaptive(t)
 	br := mustBreaker(t)
-	th := throttle.New()
+	th := mustThrottle(t)
 	m := cpu.NewManual()
 	ctl := loadshed.New(loadshed.AIMD{}, []loadshed.Scaler{l})
 	for _, err := range []error{
@@ -180,7 +179,7 @@ func BenchmarkScrape(b *testing.B) {
 		r.AddServer(newBenchServer(b)), r.AddCPU(m), r.AddScale("cpu", loadshed.New(loadshed.AIMD{}, nil)),
 		r.AddLimiter("global", mustLimiter(b, 10, 5)), r.AddKeyed("tenant", k),
 		r.AddBulkhead("slots", mustBulkhead(b, 4)), r.AddAdaptive("get", mustAdaptive(b)),
-		r.AddBreaker("inventory", mustBreaker(b)), r.AddThrottle("inventory", throttle.New()),
+		r.AddBreaker("inventory", mustBreaker(b)), r.AddThrottle("inventory", mustThrottle(b)),
 	} {
 		if err != nil {
 			b.Fatal(err)

@@ -489,7 +489,7 @@ func TestThrottle(t *testing.T) {
 	// Draws of 0.999 allow every call while P < 0.999; draws of 0 drop
 	// every call while P > 0.
 	draw := 0.999
-	th := throttle.New(throttle.WithWindow(10*time.Second, 10), throttle.WithRandom(func() float64 { return draw }))
+	th := mustThrottle(t, throttle.WithWindow(10*time.Second, 10), throttle.WithRandom(func() float64 { return draw }))
 	for i := range 10 {
 		if !th.AllowAt(t0) {
 			t.Fatalf("Throttle.AllowAt(t0) #%d = false, want true", i+1)
@@ -550,7 +550,7 @@ func TestAll(t *testing.T) {
 		r.AddBulkhead("alloc", mustBulkhead(t, 4)),
 		r.AddAdaptive("get", mustAdaptive(t)),
 		r.AddBreaker("inventory", mustBreaker(t)),
-		r.AddThrottle("inventory", throttle.New()),
+		r.AddThrottle("inventory", mustThrottle(t)),
 	} {
 		if err != nil {
 			t.Fatalf("registration: %v", err)
@@ -630,7 +630,7 @@ func TestScrapeChangesNothing(t *testing.T) {
 	ap, _ := ad.TryAcquire()
 	defer ap.Release()
 	br := newTrippedBreaker(t) // open since t0; its wait is long over by the wall clock
-	th := throttle.New(throttle.WithWindow(10*time.Second, 10))
+	th := mustThrottle(t, throttle.WithWindow(10*time.Second, 10))
 	th.AllowAt(t0)
 	th.RecordAt(t0, false)
 

@@ -6,6 +6,7 @@ import (
 	"github.com/levee-go/levee/breaker"
 	"github.com/levee-go/levee/bulkhead"
 	"github.com/levee-go/levee/ratelimit"
+	"github.com/levee-go/levee/throttle"
 )
 
 // Constructors of the policy packages for arguments a test knows to be
@@ -54,4 +55,13 @@ func mustBreaker(tb testing.TB, opts ...breaker.Option) *breaker.Breaker {
 		tb.Fatal(err)
 	}
 	return b
+}
+
+func mustThrottle(tb testing.TB, opts ...throttle.Option) *throttle.Throttle {
+	tb.Helper()
+	th, err := throttle.New(opts...)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return th
 }

@@ -43,7 +43,7 @@ func TestErrThrottledIsALocalRefusal(t *testing.T) {
 
 func BenchmarkAllowRecord(b *testing.B) {
 	b.Run("healthy", func(b *testing.B) {
-		th := throttle.New()
+		th := mustNew(b)
 		now := time.Now()
 		b.ReportAllocs()
 		for b.Loop() {
@@ -53,7 +53,7 @@ func BenchmarkAllowRecord(b *testing.B) {
 		}
 	})
 	b.Run("throttling", func(b *testing.B) {
-		th := throttle.New()
+		th := mustNew(b)
 		now := time.Now()
 		b.ReportAllocs()
 		i := 0
@@ -65,7 +65,7 @@ func BenchmarkAllowRecord(b *testing.B) {
 		}
 	})
 	b.Run("parallel", func(b *testing.B) {
-		th := throttle.New()
+		th := mustNew(b)
 		now := time.Now()
 		b.ReportAllocs()
 		b.RunParallel(func(pb *testing.PB) {
@@ -76,4 +76,14 @@ func BenchmarkAllowRecord(b *testing.B) {
 			}
 		})
 	})
+}
+
+// mustNew is throttle.New for options a test knows to be valid.
+func mustNew(tb testing.TB, opts ...throttle.Option) *throttle.Throttle {
+	tb.Helper()
+	th, err := throttle.New(opts...)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return th
 }
