@@ -96,7 +96,7 @@ func TestRetryPolicyHonoursPushback(t *testing.T) {
 // monitor), the Step controller's scale of 0.2 sheds 80% of calls, through
 // the whole cooldown, and nothing after it.
 func TestCPUSaturationShedsAndRecovers(t *testing.T) {
-	mon := cpu.NewManual(cpu.WithCooldown(5 * time.Second))
+	mon := mustManual(t, cpu.WithCooldown(5*time.Second))
 	defer mon.Close()
 	ctrl := loadshed.New(loadshed.Step{}, nil)
 	defer ctrl.Close()

@@ -52,7 +52,7 @@ func TestSeedScenario(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			a := mustLimiter(t, 100, 100)
 			b := mustLimiter(t, 1000, 10)
-			mon := cpu.NewManual(cpu.WithSmoothing(0))
+			mon := mustManual(t, cpu.WithSmoothing(0))
 			ctl := loadshed.New(tt.policy, []loadshed.Scaler{a, b})
 			step := func(at time.Duration, u float64) float64 {
 				mon.Update(t0.Add(at), u)
@@ -122,7 +122,7 @@ func (cm *seedMonitor) IsSaturated(now time.Time) bool {
 func TestStepReproducesSeed(t *testing.T) {
 	rng := rand.New(rand.NewPCG(7, 8))
 	seed := &seedMonitor{threshold: 0.8, cooldown: 5 * time.Second}
-	mon := cpu.NewManual(cpu.WithSmoothing(0))
+	mon := mustManual(t, cpu.WithSmoothing(0))
 	target := &fakeScaler{scale: 1}
 	ctl := loadshed.New(loadshed.Step{}, []loadshed.Scaler{target})
 	now := t0
@@ -368,7 +368,7 @@ func waitFor(t *testing.T, cond func() bool) {
 
 // TestFollowMonitor follows a real cpu.Monitor (manual, fed here).
 func TestFollowMonitor(t *testing.T) {
-	mon := cpu.NewManual(cpu.WithSmoothing(0))
+	mon := mustManual(t, cpu.WithSmoothing(0))
 	lim := mustLimiter(t, 50, 5)
 	ctl := loadshed.New(loadshed.AIMD{}, []loadshed.Scaler{lim})
 	defer ctl.Close()

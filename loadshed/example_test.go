@@ -41,7 +41,10 @@ func ExampleStep() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	mon := cpu.NewManual(cpu.WithSmoothing(0)) // threshold 0.8, cooldown 5 s
+	mon, err := cpu.NewManual(cpu.WithSmoothing(0)) // threshold 0.8, cooldown 5 s
+	if err != nil {
+		log.Fatal(err)
+	}
 	ctl := loadshed.New(loadshed.Step{}, []loadshed.Scaler{lim})
 
 	for _, s := range []struct {

@@ -4,8 +4,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/levee-go/levee/cpu"
 	"github.com/levee-go/levee/loadshed"
-
 	"github.com/levee-go/levee/ratelimit"
 )
 
@@ -18,6 +18,16 @@ func mustLimiter(tb testing.TB, r ratelimit.Limit, b int) *ratelimit.Limiter {
 		tb.Fatal(err)
 	}
 	return l
+}
+
+// mustManual is cpu.NewManual for options a test knows to be valid.
+func mustManual(tb testing.TB, opts ...cpu.Option) *cpu.Monitor {
+	tb.Helper()
+	m, err := cpu.NewManual(opts...)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return m
 }
 
 // observe is Controller.Observe for a reading a test knows to be valid,

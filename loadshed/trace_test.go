@@ -5,7 +5,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/levee-go/levee/cpu"
 	"github.com/levee-go/levee/loadshed"
 )
 
@@ -34,7 +33,7 @@ type traceResult struct {
 // runTrace drives a monitor (default smoothing, threshold and cooldown)
 // and a controller every 250 ms for d, with demand changing per phase.
 func runTrace(t testing.TB, p *plant, policy loadshed.Policy, d time.Duration, demand func(time.Duration) float64) traceResult {
-	mon := cpu.NewManual()
+	mon := mustManual(t)
 	ctl := loadshed.New(policy, nil)
 	var res traceResult
 	lastDir := 0

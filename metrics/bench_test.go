@@ -8,7 +8,6 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/levee-go/levee/cpu"
 	"github.com/levee-go/levee/grpcguard"
 	"github.com/levee-go/levee/loadshed"
 	"github.com/levee-go/levee/ratelimit"
@@ -27,7 +26,7 @@ func TestHotPathAllocs(t *testing.T) {
 	a := mustAdaptive(t)
 	br := mustBreaker(t)
 	th := mustThrottle(t)
-	m := cpu.NewManual()
+	m := mustManual(t)
 	ctl := loadshed.New(loadshed.AIMD{}, []loadshed.Scaler{l})
 	for _, err := range []error{
 		r.AddLimiter("l", l), r.AddKeyed("k", k), r.AddBulkhead("b", b), r.AddAdaptive("a", a),
@@ -172,7 +171,7 @@ func BenchmarkAdmit(b *testing.B) {
 // series stored in a GaugeVec, the conventional instrumentation.
 func BenchmarkScrape(b *testing.B) {
 	r := New()
-	m := cpu.NewManual()
+	m := mustManual(b)
 	k := mustKeyed(b, 10, 10, ratelimit.WithSweepInterval(0))
 	defer k.Close()
 	for _, err := range []error{

@@ -44,7 +44,7 @@ func printSeries(url string, prefixes ...string) {
 // A server protected by a token bucket scaled by CPU load shedding and a
 // bulkhead, exported on /metrics.
 func Example() {
-	monitor := cpu.NewManual() // in a server: cpu.NewMonitor(src) from cpu.Detect()
+	monitor := must(cpu.NewManual()) // in a server: cpu.NewMonitor(src) from cpu.Detect()
 	global := must(ratelimit.NewLimiter(100, 10))
 	shed := loadshed.New(loadshed.Step{}, []loadshed.Scaler{global})
 	slots := must(bulkhead.New(8))

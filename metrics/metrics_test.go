@@ -171,7 +171,7 @@ func TestClientDecisions(t *testing.T) {
 }
 
 func TestCPUManual(t *testing.T) {
-	m := cpu.NewManual(cpu.WithSmoothing(0), cpu.WithThreshold(0.5), cpu.WithCooldown(0))
+	m := mustManual(t, cpu.WithSmoothing(0), cpu.WithThreshold(0.5), cpu.WithCooldown(0))
 	m.Update(t0, 0.75)
 	r := newTestRegistry()
 	if err := r.AddCPU(m); err != nil {
@@ -536,7 +536,7 @@ func (f fixedScale) Scale() float64 { return float64(f) }
 // the Prometheus client's linter (naming conventions, units, _total).
 func TestAll(t *testing.T) {
 	r := New()
-	m := cpu.NewManual(cpu.WithSmoothing(0))
+	m := mustManual(t, cpu.WithSmoothing(0))
 	m.Update(t0, 0.5)
 	k := mustKeyed(t, 10, 10, ratelimit.WithSweepInterval(0))
 	defer k.Close()
@@ -614,7 +614,7 @@ func TestScrapeChangesNothing(t *testing.T) {
 
 	s := newGuardedServer(t)
 	callN(t, s, "/corecart.S/Allocate", 3)
-	m := cpu.NewManual(cpu.WithSmoothing(0))
+	m := mustManual(t, cpu.WithSmoothing(0))
 	m.Update(t0, 0.9)
 	ctl := loadshed.New(loadshed.Step{}, nil)
 	ctl.Observe(t0, 0.9, true)
@@ -766,10 +766,10 @@ func TestRegistrationErrors(t *testing.T) {
 			return r.AddServer(newGuardedServer(t))
 		}, ErrDuplicate, "metrics: already registered: AddServer: a *grpcguard.Server is already registered (one per Registry)"},
 		{"second monitor", func(r *Registry) error {
-			if err := r.AddCPU(cpu.NewManual()); err != nil {
+			if err := r.AddCPU(mustManual(t)); err != nil {
 				return err
 			}
-			return r.AddCPU(cpu.NewManual())
+			return r.AddCPU(mustManual(t))
 		}, ErrDuplicate, "metrics: already registered: AddCPU: a *cpu.Monitor is already registered (one per Registry)"},
 		{"duplicate breaker", func(r *Registry) error {
 			if err := r.AddBreaker("inventory", mustBreaker(t)); err != nil {

@@ -5,6 +5,7 @@ import (
 
 	"github.com/levee-go/levee/breaker"
 	"github.com/levee-go/levee/bulkhead"
+	"github.com/levee-go/levee/cpu"
 	"github.com/levee-go/levee/ratelimit"
 	"github.com/levee-go/levee/throttle"
 )
@@ -64,4 +65,13 @@ func mustThrottle(tb testing.TB, opts ...throttle.Option) *throttle.Throttle {
 		tb.Fatal(err)
 	}
 	return th
+}
+
+func mustManual(tb testing.TB, opts ...cpu.Option) *cpu.Monitor {
+	tb.Helper()
+	m, err := cpu.NewManual(opts...)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return m
 }
