@@ -98,7 +98,7 @@ func TestRetryPolicyHonoursPushback(t *testing.T) {
 func TestCPUSaturationShedsAndRecovers(t *testing.T) {
 	mon := mustManual(t, cpu.WithCooldown(5*time.Second))
 	defer mon.Close()
-	ctrl := loadshed.New(loadshed.Step{}, nil)
+	ctrl := mustController(t, loadshed.Step{}, nil)
 	defer ctrl.Close()
 	s := mustServer(t, []Rule{{Guards: []Guard{Shed("cpu", ctrl, time.Second)}}})
 	env := startServer(t, &testService{}, false, s.ServerOptions())

@@ -6,6 +6,7 @@ import (
 	"github.com/levee-go/levee/breaker"
 	"github.com/levee-go/levee/bulkhead"
 	"github.com/levee-go/levee/cpu"
+	"github.com/levee-go/levee/loadshed"
 	"github.com/levee-go/levee/ratelimit"
 	"github.com/levee-go/levee/throttle"
 )
@@ -65,4 +66,13 @@ func mustManual(tb testing.TB, opts ...cpu.Option) *cpu.Monitor {
 		tb.Fatal(err)
 	}
 	return m
+}
+
+func mustController(tb testing.TB, p loadshed.Policy, targets []loadshed.Scaler, opts ...loadshed.Option) *loadshed.Controller {
+	tb.Helper()
+	c, err := loadshed.New(p, targets, opts...)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return c
 }

@@ -33,13 +33,13 @@ type Signal interface {
 }
 
 // Change describes one change of a Controller's scale, or an observation
-// whose scale a target refused.
+// that Observe returned an error for.
 type Change struct {
 	Time        time.Time // the observation's time
 	From, To    float64   // scale before and after
 	Utilization float64   // the observation that caused it
 	Saturated   bool
-	Err         error // the targets' errors (see Controller.Observe), nil if every target took To
+	Err         error // Observe's error (a NaN reading, targets' refusals), nil if none
 }
 
 // Option configures a [Controller].
@@ -50,8 +50,8 @@ type options struct {
 }
 
 // WithOnChange registers fn to be called after each change of the scale,
-// and after an observation whose scale a target refused (Change.Err), for
-// logs and metrics. It is called on the goroutine that made the
+// and after each observation Observe returns an error for (Change.Err),
+// for logs and metrics. It is called on the goroutine that made the
 // observation, after the Controller's lock is released, so it may call
 // the Controller. If observations are made concurrently, calls may
 // overlap and arrive out of order; Change.Time orders them. Default none.
@@ -85,9 +85,10 @@ type Controller struct {
 // New returns a Controller with policy p (use AIMD{} for the defaults)
 // applying its scale to targets (which may be empty: read Scale instead).
 // The scale starts at the policy's ceiling (1 unless AIMD.Ceiling is set)
-// and is first applied at the first observation. It panics on a nil
-// policy, a nil target or an invalid policy field.
-func New(p Policy, targets []Scaler, opts ...Option) *Controller {
+// and is first applied at the first observation. It returns an error
+// naming every invalid policy field and its value. A nil policy or a nil
+// target is a programming error, not a value to validate: New panics.
+func New(p Policy, targets []Scaler, opts ...Option) (*Controller, error) {
 	if p == nil {
 		panic("loadshed: New with nil Policy")
 	}
@@ -96,12 +97,16 @@ func New(p Policy, targets []Scaler, opts ...Option) *Controller {
 			panic(fmt.Sprintf("loadshed: target %d is nil", i))
 		}
 	}
-	c := &Controller{run: p.newRunner(), targets: append([]Scaler(nil), targets...)}
+	run, err := p.newRunner()
+	if err != nil {
+		return nil, err
+	}
+	c := &Controller{run: run, targets: append([]Scaler(nil), targets...)}
 	for _, o := range opts {
 		o(&c.opts)
 	}
 	c.scale.Store(math.Float64bits(c.run.initial()))
-	return c
+	return c, nil
 }
 
 // Scale returns the current scale factor.
@@ -111,14 +116,22 @@ func (c *Controller) Scale() float64 {
 
 // Observe feeds one reading of the CPU signal made at now (utilisation in
 // [0, 1] and the saturation flag), applies the resulting scale to the
-// targets if it changed, and returns it. It panics if utilization is NaN.
+// targets if it changed, and returns it.
 //
-// If targets refuse the scale, the error joins theirs, each naming the
-// target's index; the Controller's scale and the other targets still move,
-// and a refusing target is offered the scale again at the next change.
+// A NaN utilisation is an error: the reading is ignored and the scale
+// returned is the current one. If targets refuse the scale, the error
+// joins theirs, each naming the target's index; the Controller's scale
+// and the other targets still move, and a refusing target is offered the
+// scale again at the next change. Either error also reaches the
+// WithOnChange callback, as Change.Err.
 func (c *Controller) Observe(now time.Time, utilization float64, saturated bool) (float64, error) {
 	if math.IsNaN(utilization) {
-		panic("loadshed: utilization is NaN")
+		err := errors.New("loadshed: Observe: utilization must not be NaN")
+		s := c.Scale()
+		if c.opts.onChange != nil {
+			c.opts.onChange(Change{Time: now, From: s, To: s, Utilization: utilization, Saturated: saturated, Err: err})
+		}
+		return s, err
 	}
 	var err error
 	c.mu.Lock()
@@ -150,15 +163,16 @@ func (c *Controller) apply(now time.Time, f float64) error {
 }
 
 // Follow starts a goroutine that, every interval, observes sig at
-// time.Now; Close stops it. A target's refusal reaches the WithOnChange
-// callback as Change.Err. It panics if interval <= 0, if sig is nil, or
-// if the Controller already follows a signal or is closed.
-func (c *Controller) Follow(sig Signal, interval time.Duration) {
+// time.Now; Close stops it. Its observations' errors reach the
+// WithOnChange callback as Change.Err. It returns an error if interval
+// <= 0, and starts nothing then. A nil sig, a second Follow and a Follow
+// after Close are programming errors: it panics.
+func (c *Controller) Follow(sig Signal, interval time.Duration) error {
 	if sig == nil {
 		panic("loadshed: Follow with nil Signal")
 	}
 	if interval <= 0 {
-		panic(fmt.Sprintf("loadshed: Follow interval must be > 0, got %v", interval))
+		return fmt.Errorf("loadshed: Follow: interval must be > 0, got %v", interval)
 	}
 	c.followMu.Lock()
 	defer c.followMu.Unlock()
@@ -170,6 +184,7 @@ func (c *Controller) Follow(sig Signal, interval time.Duration) {
 	}
 	c.stop, c.done = make(chan struct{}), make(chan struct{})
 	go c.follow(sig, interval, c.stop, c.done)
+	return nil
 }
 
 func (c *Controller) follow(sig Signal, interval time.Duration, stop <-chan struct{}, done chan<- struct{}) {

@@ -2,7 +2,10 @@ package loadshed_test
 
 import (
 	"errors"
+	"fmt"
+	"math"
 	"math/rand/v2"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -53,7 +56,7 @@ func TestSeedScenario(t *testing.T) {
 			a := mustLimiter(t, 100, 100)
 			b := mustLimiter(t, 1000, 10)
 			mon := mustManual(t, cpu.WithSmoothing(0))
-			ctl := loadshed.New(tt.policy, []loadshed.Scaler{a, b})
+			ctl := mustController(t, tt.policy, []loadshed.Scaler{a, b})
 			step := func(at time.Duration, u float64) float64 {
 				mon.Update(t0.Add(at), u)
 				return observe(t, ctl, t0.Add(at), mon.Utilization(), mon.Saturated())
@@ -124,7 +127,7 @@ func TestStepReproducesSeed(t *testing.T) {
 	seed := &seedMonitor{threshold: 0.8, cooldown: 5 * time.Second}
 	mon := mustManual(t, cpu.WithSmoothing(0))
 	target := &fakeScaler{scale: 1}
-	ctl := loadshed.New(loadshed.Step{}, []loadshed.Scaler{target})
+	ctl := mustController(t, loadshed.Step{}, []loadshed.Scaler{target})
 	now := t0
 	changes := 0
 	for i := range 5000 {
@@ -163,7 +166,7 @@ func TestCallbackOutsideLock(t *testing.T) {
 	var got []loadshed.Change
 	var ctl *loadshed.Controller
 	nested := false
-	ctl = loadshed.New(loadshed.Step{Factor: 0.5}, nil, loadshed.WithOnChange(func(c loadshed.Change) {
+	ctl = mustController(t, loadshed.Step{Factor: 0.5}, nil, loadshed.WithOnChange(func(c loadshed.Change) {
 		got = append(got, c)
 		if s := ctl.Scale(); s != c.To {
 			t.Errorf("in callback: Scale() = %v, want %v", s, c.To)
@@ -196,7 +199,7 @@ func TestCallbackOutsideLock(t *testing.T) {
 func TestTargetsAppliedOnChangeOnly(t *testing.T) {
 	f1, f2 := &fakeScaler{}, &fakeScaler{}
 	var fn atomic.Int64
-	ctl := loadshed.New(loadshed.AIMD{Ceiling: 0.9}, []loadshed.Scaler{f1, f2,
+	ctl := mustController(t, loadshed.AIMD{Ceiling: 0.9}, []loadshed.Scaler{f1, f2,
 		loadshed.ScalerFunc(func(time.Time, float64) error { fn.Add(1); return nil })})
 	if ctl.Scale() != 0.9 {
 		t.Fatalf("New(AIMD{Ceiling: 0.9}).Scale() = %v, want 0.9", ctl.Scale())
@@ -219,7 +222,7 @@ func TestTargetErrors(t *testing.T) {
 	refused := errors.New("refused")
 	ok := &fakeScaler{}
 	var got []loadshed.Change
-	ctl := loadshed.New(loadshed.Step{}, []loadshed.Scaler{
+	ctl := mustController(t, loadshed.Step{}, []loadshed.Scaler{
 		loadshed.ScalerFunc(func(time.Time, float64) error { return refused }), ok,
 	}, loadshed.WithOnChange(func(c loadshed.Change) { got = append(got, c) }))
 	s, err := ctl.Observe(t0, 0.9, true)
@@ -304,7 +307,7 @@ func TestAIMDSteps(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			ctl := loadshed.New(tt.policy, nil)
+			ctl := mustController(t, tt.policy, nil)
 			if tt.settle != 0 {
 				if got := observe(t, ctl, t0, 1, true); got != 0.75 {
 					t.Fatalf("Observe(t0, 1, true) = %v, want 0.75", got)
@@ -330,7 +333,7 @@ func TestFollow(t *testing.T) {
 	sig := &fakeSignal{}
 	sig.set(1, true)
 	target := &fakeScaler{}
-	ctl := loadshed.New(loadshed.Step{}, []loadshed.Scaler{target})
+	ctl := mustController(t, loadshed.Step{}, []loadshed.Scaler{target})
 	ctl.Follow(sig, time.Millisecond)
 	waitFor(t, func() bool { s, _ := target.get(); return s == 0.2 })
 	sig.set(0.1, false)
@@ -370,7 +373,7 @@ func waitFor(t *testing.T, cond func() bool) {
 func TestFollowMonitor(t *testing.T) {
 	mon := mustManual(t, cpu.WithSmoothing(0))
 	lim := mustLimiter(t, 50, 5)
-	ctl := loadshed.New(loadshed.AIMD{}, []loadshed.Scaler{lim})
+	ctl := mustController(t, loadshed.AIMD{}, []loadshed.Scaler{lim})
 	defer ctl.Close()
 	ctl.Follow(mon, time.Millisecond)
 	mon.Update(time.Now(), 1)
@@ -382,7 +385,7 @@ func TestFollowMonitor(t *testing.T) {
 
 func TestConcurrentObserve(t *testing.T) {
 	lim := mustLimiter(t, 100, 10)
-	ctl := loadshed.New(loadshed.AIMD{}, []loadshed.Scaler{lim}, loadshed.WithOnChange(func(loadshed.Change) {}))
+	ctl := mustController(t, loadshed.AIMD{}, []loadshed.Scaler{lim}, loadshed.WithOnChange(func(loadshed.Change) {}))
 	var wg sync.WaitGroup
 	for g := range 4 {
 		wg.Add(1)
@@ -403,6 +406,84 @@ func TestConcurrentObserve(t *testing.T) {
 	}
 }
 
+// TestNewErrors checks that every bad policy field is reported, by its
+// name and value, with a nil Controller.
+func TestNewErrors(t *testing.T) {
+	tests := []struct {
+		name string
+		give loadshed.Policy
+		want []string
+	}{
+		{"Step factor", loadshed.Step{Factor: 1.5}, []string{"loadshed: Step: Factor must be in (0, 1], got 1.5"}},
+		{"Step factor negative", loadshed.Step{Factor: -0.2}, []string{"loadshed: Step: Factor must be in (0, 1], got -0.2"}},
+		{"AIMD threshold", loadshed.AIMD{Threshold: -1}, []string{"loadshed: AIMD: Threshold must be in (0, 1], got -1"}},
+		{"AIMD ceiling", loadshed.AIMD{Ceiling: 1.1}, []string{"loadshed: AIMD: Ceiling must be in (0, 1], got 1.1"}},
+		{"AIMD floor", loadshed.AIMD{Floor: math.NaN()}, []string{"loadshed: AIMD: Floor must be in (0, 1], got NaN"}},
+		{"AIMD decrease", loadshed.AIMD{Decrease: 1}, []string{"loadshed: AIMD: Decrease must be in (0, 1), got 1"}},
+		{"AIMD increase", loadshed.AIMD{Increase: -0.1}, []string{"loadshed: AIMD: Increase must be > 0 and finite, got -0.1"}},
+		{"AIMD increase Inf", loadshed.AIMD{Increase: math.Inf(1)}, []string{"loadshed: AIMD: Increase must be > 0 and finite, got +Inf"}},
+		{"AIMD floor above ceiling", loadshed.AIMD{Floor: 0.6, Ceiling: 0.5}, []string{"loadshed: AIMD: Floor 0.6 is above Ceiling 0.5"}},
+		{"AIMD hold", loadshed.AIMD{Hold: -time.Second}, []string{"loadshed: AIMD: Hold must be >= 0, got -1s"}},
+		{"AIMD probe", loadshed.AIMD{Probe: -time.Second}, []string{"loadshed: AIMD: Probe must be >= 0, got -1s"}},
+		{"AIMD several", loadshed.AIMD{Threshold: 2, Decrease: -1, Hold: -1}, []string{
+			"AIMD: Threshold must be in (0, 1], got 2",
+			"AIMD: Decrease must be in (0, 1), got -1",
+			"AIMD: Hold must be >= 0, got -1ns",
+		}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c, err := loadshed.New(tt.give, nil)
+			if c != nil || err == nil {
+				t.Fatalf("New(%+v, nil) = %p, %v; want nil and an error", tt.give, c, err)
+			}
+			for _, w := range tt.want {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("New(%+v, nil) error = %q, want it to contain %q", tt.give, err, w)
+				}
+			}
+		})
+	}
+}
+
+// TestObserveNaN: a NaN reading is an error, changes nothing (scale,
+// targets, policy state) and reaches the callback.
+func TestObserveNaN(t *testing.T) {
+	f := &fakeScaler{}
+	var got []loadshed.Change
+	ctl := mustController(t, loadshed.Step{}, []loadshed.Scaler{f}, loadshed.WithOnChange(func(c loadshed.Change) { got = append(got, c) }))
+	s, err := ctl.Observe(t0, nan(), true)
+	const want = "loadshed: Observe: utilization must not be NaN"
+	if s != 1 || err == nil || err.Error() != want {
+		t.Fatalf("Observe(t0, NaN, true) = %v, %v; want 1, %q", s, err, want)
+	}
+	if _, n := f.get(); n != 0 || ctl.Scale() != 1 {
+		t.Errorf("after a NaN reading: target called %d times, Scale() = %v; want 0, 1", n, ctl.Scale())
+	}
+	if len(got) != 1 || got[0].From != 1 || got[0].To != 1 || got[0].Err == nil || got[0].Err.Error() != want {
+		t.Errorf("callback calls = %+v, want one with the error and no change", got)
+	}
+}
+
+// TestFollowErrors: a bad interval is an error and starts nothing
+// (TestMain checks for leaks).
+func TestFollowErrors(t *testing.T) {
+	for _, d := range []time.Duration{0, -time.Second} {
+		c := mustController(t, loadshed.Step{}, nil)
+		err := c.Follow(&fakeSignal{}, d)
+		want := fmt.Sprintf("loadshed: Follow: interval must be > 0, got %v", d)
+		if err == nil || err.Error() != want {
+			t.Errorf("Follow(sig, %v) = %v, want %q", d, err, want)
+		}
+		if err := c.Follow(&fakeSignal{}, time.Hour); err != nil {
+			t.Errorf("Follow(sig, 1h) after a refused Follow = %v, want nil", err)
+		}
+		c.Close()
+	}
+}
+
+// TestPanics: nil dependencies and misuse of Follow are programming
+// errors, not values.
 func TestPanics(t *testing.T) {
 	tests := []struct {
 		name string
@@ -411,23 +492,14 @@ func TestPanics(t *testing.T) {
 	}{
 		{"nil policy", func() { loadshed.New(nil, nil) }, "loadshed: New with nil Policy"},
 		{"nil target", func() { loadshed.New(loadshed.Step{}, []loadshed.Scaler{nil}) }, "loadshed: target 0 is nil"},
-		{"Step factor", func() { loadshed.New(loadshed.Step{Factor: 1.5}, nil) }, "loadshed: Step.Factor must be in (0, 1], got 1.5"},
-		{"AIMD threshold", func() { loadshed.New(loadshed.AIMD{Threshold: -1}, nil) }, "loadshed: AIMD.Threshold must be in (0, 1], got -1"},
-		{"AIMD decrease", func() { loadshed.New(loadshed.AIMD{Decrease: 1}, nil) }, "loadshed: AIMD.Decrease must be in (0, 1), got 1"},
-		{"AIMD increase", func() { loadshed.New(loadshed.AIMD{Increase: -0.1}, nil) }, "loadshed: AIMD.Increase must be > 0 and finite, got -0.1"},
-		{"AIMD floor above ceiling", func() { loadshed.New(loadshed.AIMD{Floor: 0.6, Ceiling: 0.5}, nil) }, "loadshed: AIMD.Floor 0.6 is above AIMD.Ceiling 0.5"},
-		{"AIMD hold", func() { loadshed.New(loadshed.AIMD{Hold: -time.Second}, nil) }, "loadshed: AIMD.Hold must be >= 0, got -1s"},
-		{"AIMD probe", func() { loadshed.New(loadshed.AIMD{Probe: -time.Second}, nil) }, "loadshed: AIMD.Probe must be >= 0, got -1s"},
-		{"NaN", func() { loadshed.New(loadshed.Step{}, nil).Observe(t0, nan(), false) }, "loadshed: utilization is NaN"},
-		{"Follow nil", func() { loadshed.New(loadshed.Step{}, nil).Follow(nil, time.Second) }, "loadshed: Follow with nil Signal"},
-		{"Follow interval", func() { loadshed.New(loadshed.Step{}, nil).Follow(&fakeSignal{}, 0) }, "loadshed: Follow interval must be > 0, got 0s"},
+		{"Follow nil", func() { mustController(t, loadshed.Step{}, nil).Follow(nil, time.Second) }, "loadshed: Follow with nil Signal"},
 		{"Follow closed", func() {
-			c := loadshed.New(loadshed.Step{}, nil)
+			c := mustController(t, loadshed.Step{}, nil)
 			c.Close()
 			c.Follow(&fakeSignal{}, time.Second)
 		}, "loadshed: Follow on a closed Controller"},
 		{"Follow twice", func() {
-			c := loadshed.New(loadshed.Step{}, nil)
+			c := mustController(t, loadshed.Step{}, nil)
 			defer c.Close()
 			c.Follow(&fakeSignal{}, time.Hour)
 			c.Follow(&fakeSignal{}, time.Hour)
@@ -449,7 +521,7 @@ func nan() float64 { z := 0.0; return z / z }
 
 func TestReadsDoNotAllocate(t *testing.T) {
 	lim := mustLimiter(t, 100, 10)
-	ctl := loadshed.New(loadshed.AIMD{}, []loadshed.Scaler{lim})
+	ctl := mustController(t, loadshed.AIMD{}, []loadshed.Scaler{lim})
 	if n := testing.AllocsPerRun(1000, func() { _ = ctl.Scale() }); n != 0 {
 		t.Errorf("Scale() allocates %v times, want 0", n)
 	}
@@ -465,7 +537,7 @@ func TestReadsDoNotAllocate(t *testing.T) {
 var sink float64
 
 func BenchmarkScale(b *testing.B) {
-	ctl := loadshed.New(loadshed.AIMD{}, nil)
+	ctl := mustController(b, loadshed.AIMD{}, nil)
 	b.ReportAllocs()
 	var s float64
 	for range b.N {
@@ -487,7 +559,7 @@ func BenchmarkLimiterScale(b *testing.B) {
 
 func BenchmarkObserve(b *testing.B) {
 	lim := mustLimiter(b, 100, 10)
-	ctl := loadshed.New(loadshed.AIMD{}, []loadshed.Scaler{lim})
+	ctl := mustController(b, loadshed.AIMD{}, []loadshed.Scaler{lim})
 	b.ReportAllocs()
 	now := t0
 	for i := range b.N {

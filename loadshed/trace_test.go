@@ -34,7 +34,7 @@ type traceResult struct {
 // and a controller every 250 ms for d, with demand changing per phase.
 func runTrace(t testing.TB, p *plant, policy loadshed.Policy, d time.Duration, demand func(time.Duration) float64) traceResult {
 	mon := mustManual(t)
-	ctl := loadshed.New(policy, nil)
+	ctl := mustController(t, policy, nil)
 	var res traceResult
 	lastDir := 0
 	for at := time.Duration(0); at < d; at += 250 * time.Millisecond {

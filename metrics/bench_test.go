@@ -27,7 +27,7 @@ func TestHotPathAllocs(t *testing.T) {
 	br := mustBreaker(t)
 	th := mustThrottle(t)
 	m := mustManual(t)
-	ctl := loadshed.New(loadshed.AIMD{}, []loadshed.Scaler{l})
+	ctl := mustController(t, loadshed.AIMD{}, []loadshed.Scaler{l})
 	for _, err := range []error{
 		r.AddLimiter("l", l), r.AddKeyed("k", k), r.AddBulkhead("b", b), r.AddAdaptive("a", a),
 		r.AddBreaker("br", br), r.AddThrottle("th", th), r.AddCPU(m), r.AddScale("cpu", ctl),
@@ -175,7 +175,7 @@ func BenchmarkScrape(b *testing.B) {
 	k := mustKeyed(b, 10, 10, ratelimit.WithSweepInterval(0))
 	defer k.Close()
 	for _, err := range []error{
-		r.AddServer(newBenchServer(b)), r.AddCPU(m), r.AddScale("cpu", loadshed.New(loadshed.AIMD{}, nil)),
+		r.AddServer(newBenchServer(b)), r.AddCPU(m), r.AddScale("cpu", mustController(b, loadshed.AIMD{}, nil)),
 		r.AddLimiter("global", mustLimiter(b, 10, 5)), r.AddKeyed("tenant", k),
 		r.AddBulkhead("slots", mustBulkhead(b, 4)), r.AddAdaptive("get", mustAdaptive(b)),
 		r.AddBreaker("inventory", mustBreaker(b)), r.AddThrottle("inventory", mustThrottle(b)),

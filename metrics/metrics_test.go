@@ -251,7 +251,7 @@ func TestCPUThrottlingAndPressure(t *testing.T) {
 }
 
 func TestScale(t *testing.T) {
-	c := loadshed.New(loadshed.Step{}, nil)
+	c := mustController(t, loadshed.Step{}, nil)
 	r := newTestRegistry()
 	if err := r.AddScale("cpu", c); err != nil {
 		t.Fatalf("AddScale: %v", err)
@@ -616,7 +616,7 @@ func TestScrapeChangesNothing(t *testing.T) {
 	callN(t, s, "/corecart.S/Allocate", 3)
 	m := mustManual(t, cpu.WithSmoothing(0))
 	m.Update(t0, 0.9)
-	ctl := loadshed.New(loadshed.Step{}, nil)
+	ctl := mustController(t, loadshed.Step{}, nil)
 	ctl.Observe(t0, 0.9, true)
 	l := mustLimiter(t, 1, 5)
 	l.AllowN(t0, 3)

@@ -124,7 +124,11 @@ func newPolicy(p policyParams) (*policy, error) {
 	}
 	pol.guard = guard
 
-	pol.shed = loadshed.New(loadshed.AIMD{}, []loadshed.Scaler{pol.global})
+	pol.shed, err = loadshed.New(loadshed.AIMD{}, []loadshed.Scaler{pol.global})
+	if err != nil {
+		pol.perClient.Close()
+		return nil, err
+	}
 	if src, err := cpu.Detect(); err == nil {
 		if mon, err := cpu.NewMonitor(src); err == nil {
 			pol.monitor = mon
