@@ -83,7 +83,9 @@ type change struct{ from, to State }
 func New(opts ...Option) (*Breaker, error) {
 	o := defaults()
 	for _, opt := range opts {
-		opt(&o)
+		if opt != nil {
+			opt(&o)
+		}
 	}
 	if err := o.validate(); err != nil {
 		return nil, err

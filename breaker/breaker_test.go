@@ -355,3 +355,9 @@ func TestUnpackSigned(t *testing.T) {
 		}
 	}
 }
+
+func TestNilOptionIgnored(t *testing.T) {
+	if b := mustNew(t, nil, WithCountWindow(5), nil); b.o.countSize != 5 {
+		t.Errorf("New(nil, WithCountWindow(5), nil): window %d, want 5", b.o.countSize)
+	}
+}

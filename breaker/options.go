@@ -10,6 +10,7 @@ import (
 // Option configures a Breaker. Each option documents its default; the
 // defaults are Resilience4j's except where noted. An option only records
 // its value; New validates them all and reports every bad one.
+// A nil Option is ignored.
 type Option func(*options)
 
 type options struct {

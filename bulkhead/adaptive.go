@@ -99,7 +99,9 @@ type Adaptive struct {
 func NewAdaptive(opts ...Option) (*Adaptive, error) {
 	o := options{initial: 20, floor: 1, ceiling: 1000, probeInterval: 10 * time.Second}
 	for _, opt := range opts {
-		opt(&o)
+		if opt != nil {
+			opt(&o)
+		}
 	}
 	if err := o.validate("NewAdaptive", true); err != nil {
 		return nil, err

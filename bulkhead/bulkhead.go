@@ -29,7 +29,9 @@ type Bulkhead struct {
 func New(limit int, opts ...Option) (*Bulkhead, error) {
 	var o options
 	for _, opt := range opts {
-		opt(&o)
+		if opt != nil {
+			opt(&o)
+		}
 	}
 	if err := errors.Join(checkLimit("New", limit), o.validate("New", false)); err != nil {
 		return nil, err

@@ -878,3 +878,12 @@ func TestAllocs(t *testing.T) {
 		t.Errorf("Adaptive TryAcquire+DoneAt allocs = %v, want 0", n)
 	}
 }
+
+func TestNilOptionIgnored(t *testing.T) {
+	if b := mustNew(t, 1, nil, WithQueue(2)); b.c.maxQueue != 2 {
+		t.Errorf("New(1, nil, WithQueue(2)): queue %d, want 2", b.c.maxQueue)
+	}
+	if a := mustAdaptive(t, nil, WithInitialLimit(7)); a.Limit() != 7 {
+		t.Errorf("NewAdaptive(nil, WithInitialLimit(7)).Limit() = %d, want 7", a.Limit())
+	}
+}

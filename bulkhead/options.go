@@ -9,7 +9,7 @@ import (
 // Option configures a Bulkhead (New) or an Adaptive limit (NewAdaptive).
 // An option only records its value; the constructor validates them all
 // and reports every bad one. Options named in their documentation as
-// adaptive-only make New return an error.
+// adaptive-only make New return an error. A nil Option is ignored.
 type Option func(*options)
 
 type options struct {

@@ -19,6 +19,7 @@ const (
 
 // Option configures a [Monitor]. An option only records its value;
 // [NewMonitor] and [NewManual] validate them all and report every bad one.
+// A nil Option is ignored.
 type Option func(*options)
 
 type options struct {
@@ -124,7 +125,9 @@ func newMonitor(src Source, opts []Option) (*Monitor, error) {
 		},
 	}
 	for _, o := range opts {
-		o(&m.opts)
+		if o != nil {
+			o(&m.opts)
+		}
 	}
 	if err := m.opts.validate(); err != nil {
 		return nil, err

@@ -400,3 +400,9 @@ func TestReadsDoNotAllocate(t *testing.T) {
 		t.Errorf("Saturated() allocates %v times, want 0", n)
 	}
 }
+
+func TestNilOptionIgnored(t *testing.T) {
+	if m := mustManual(t, nil, WithThreshold(0.5)); m.Threshold() != 0.5 {
+		t.Errorf("NewManual(nil, WithThreshold(0.5)).Threshold() = %v, want 0.5", m.Threshold())
+	}
+}

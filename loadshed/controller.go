@@ -42,7 +42,7 @@ type Change struct {
 	Err         error // Observe's error (a NaN reading, targets' refusals), nil if none
 }
 
-// Option configures a [Controller].
+// Option configures a [Controller]. A nil Option is ignored.
 type Option func(*options)
 
 type options struct {
@@ -103,7 +103,9 @@ func New(p Policy, targets []Scaler, opts ...Option) (*Controller, error) {
 	}
 	c := &Controller{run: run, targets: append([]Scaler(nil), targets...)}
 	for _, o := range opts {
-		o(&c.opts)
+		if o != nil {
+			o(&c.opts)
+		}
 	}
 	c.scale.Store(math.Float64bits(c.run.initial()))
 	return c, nil

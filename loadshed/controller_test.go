@@ -567,3 +567,12 @@ func BenchmarkObserve(b *testing.B) {
 		ctl.Observe(now, float64(i%10)/10, i%7 == 0)
 	}
 }
+
+func TestNilOptionIgnored(t *testing.T) {
+	n := 0
+	ctl := mustController(t, loadshed.Step{}, nil, nil, loadshed.WithOnChange(func(loadshed.Change) { n++ }))
+	observe(t, ctl, t0, 0.9, true)
+	if n != 1 {
+		t.Errorf("New(Step{}, nil, nil, WithOnChange(f)): f called %d times after a change, want 1", n)
+	}
+}

@@ -21,6 +21,7 @@ const (
 
 // KeyedOption configures a Keyed. An option only records its value;
 // NewKeyed validates them all and reports every bad one.
+// A nil KeyedOption is ignored.
 type KeyedOption func(*keyedOptions)
 
 type keyedOptions struct {
@@ -120,7 +121,9 @@ type keyedShard struct {
 func NewKeyed(r Limit, b int, opts ...KeyedOption) (*Keyed, error) {
 	o := keyedOptions{maxKeys: DefaultMaxKeys, idle: DefaultIdleTimeout}
 	for _, opt := range opts {
-		opt(&o)
+		if opt != nil {
+			opt(&o)
+		}
 	}
 	if err := errors.Join(checkLimit("NewKeyed", r), checkBurst("NewKeyed", b), o.validate()); err != nil {
 		return nil, err

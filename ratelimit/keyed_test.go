@@ -367,3 +367,11 @@ func TestKeyedRefund(t *testing.T) {
 		t.Errorf("Keyed.Len() = %d, want 1", got)
 	}
 }
+
+func TestKeyedNilOptionIgnored(t *testing.T) {
+	k := mustKeyed(t, 1, 1, nil, WithSweepInterval(0), nil)
+	defer k.Close()
+	if k.stop != nil {
+		t.Error("NewKeyed(1, 1, nil, WithSweepInterval(0), nil) started a sweeper, want the option applied and nil ignored")
+	}
+}

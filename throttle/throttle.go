@@ -29,7 +29,7 @@ var ErrThrottled error = &refusal{"throttle: dropped by adaptive client throttli
 
 // Option configures a Throttle; each documents its default. An option
 // only records its value; New validates them all and reports every bad
-// one.
+// one. A nil Option is ignored.
 type Option func(*options)
 
 type options struct {
@@ -107,7 +107,9 @@ type Throttle struct {
 func New(opts ...Option) (*Throttle, error) {
 	o := options{k: 2, size: 2 * time.Minute, bins: 120, random: rand.Float64, now: time.Now}
 	for _, opt := range opts {
-		opt(&o)
+		if opt != nil {
+			opt(&o)
+		}
 	}
 	if err := o.validate(); err != nil {
 		return nil, err

@@ -308,3 +308,9 @@ func TestNewErrors(t *testing.T) {
 		})
 	}
 }
+
+func TestNilOptionIgnored(t *testing.T) {
+	if th := mustNew(t, nil, WithK(3)); th.o.k != 3 {
+		t.Errorf("New(nil, WithK(3)): K %v, want 3", th.o.k)
+	}
+}
