@@ -258,7 +258,8 @@ func (m *Monitor) Saturated() bool {
 // Threshold returns the saturation threshold.
 func (m *Monitor) Threshold() float64 { return m.opts.threshold }
 
-// Stats is a snapshot of a [Monitor] for logs and metrics.
+// Stats is a snapshot of a [Monitor] for logs and metrics. It is a plain
+// value, safe to copy and share; the zero value holds no observation.
 type Stats struct {
 	Source      string  // the source's String, "manual" for NewManual
 	Utilization float64 // smoothed utilisation

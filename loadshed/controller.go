@@ -15,25 +15,30 @@ import (
 // Controller's lock: it must be quick and must not call the Controller.
 // It returns an error, and keeps its previous scale, if it refuses f; the
 // Controller reports that error (see Controller.Observe) and carries on.
+// A nil Scaler is a programming error: New panics on it.
 type Scaler interface {
 	SetScaleAt(now time.Time, f float64) error
 }
 
-// ScalerFunc adapts a function to [Scaler].
+// ScalerFunc adapts a function to [Scaler]. The function runs under the
+// Controller's lock, as SetScaleAt does; it must not be nil.
 type ScalerFunc func(now time.Time, f float64) error
 
 // SetScaleAt returns f(now, scale).
 func (f ScalerFunc) SetScaleAt(now time.Time, scale float64) error { return f(now, scale) }
 
 // Signal is the CPU signal a Controller follows; *cpu.Monitor implements
-// it.
+// it. Follow's goroutine calls it, so it must be safe for concurrent use
+// with whatever else updates it. A nil Signal is a programming error:
+// Follow panics on it.
 type Signal interface {
 	Utilization() float64
 	Saturated() bool
 }
 
 // Change describes one change of a Controller's scale, or an observation
-// that Observe returned an error for.
+// that Observe returned an error for. It is a plain value, safe to copy
+// and share.
 type Change struct {
 	Time        time.Time // the observation's time
 	From, To    float64   // scale before and after
@@ -65,8 +70,8 @@ func WithOnChange(fn func(Change)) Option {
 // goroutine that observes a [Signal] at an interval.
 //
 // Scale is one atomic load, for admission paths and metrics. Create one
-// with [New]; the zero value is not usable. A Controller is safe for
-// concurrent use.
+// with [New] (no callback by default); the zero value is not usable. A
+// Controller is safe for concurrent use.
 type Controller struct {
 	scale atomic.Uint64 // math.Float64bits
 

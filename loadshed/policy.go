@@ -9,7 +9,8 @@ import (
 
 // A Policy decides the scale factor from the CPU signal. The policies are
 // [Step] (the seed's) and [AIMD] (the recommended one); pass them by
-// value to [New].
+// value to [New], which validates their fields. A nil Policy is a
+// programming error: New panics on it.
 type Policy interface {
 	// newRunner validates the policy and returns its defaulted, stateful
 	// form, or an error naming every bad field and its value.
@@ -28,7 +29,8 @@ type runner interface {
 // utilisation has been below the threshold for the cooldown, then jump
 // back to 1.
 //
-// The zero value is the seed's policy (Factor 0.2).
+// The zero value is the seed's policy (Factor 0.2). A Step is a plain
+// value: New copies it, and each Controller keeps its own state.
 type Step struct {
 	// Factor is the scale while saturated, in (0, 1]. Default 0.2.
 	Factor float64
@@ -84,7 +86,9 @@ func (r *stepRunner) next(_ time.Time, _, _ float64, saturated bool) float64 {
 // target and the plateau make rare (see the package tests for the
 // measured bound: at most 2 reversals a minute with ±5 % noise).
 //
-// The zero value uses every default.
+// The zero value uses every default; a zero field takes its default. An
+// AIMD is a plain value: New copies it, and each Controller keeps its own
+// state.
 type AIMD struct {
 	// Threshold is the utilisation the scale is steered below; set it to
 	// the cpu.Monitor's threshold. In (0, 1]; default 0.8.

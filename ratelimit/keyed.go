@@ -83,8 +83,10 @@ func WithShards(n int) KeyedOption { return func(o *keyedOptions) { o.shards = n
 // evicted by a sweeper goroutine, and the number of keys is capped (see
 // WithMaxKeys for what a new key gets at the cap).
 //
-// Use NewKeyed; the zero value is not usable. Call Close to stop the sweeper.
-// A Keyed is safe for concurrent use by multiple goroutines.
+// Use NewKeyed; the zero value is not usable. Its defaults (see NewKeyed):
+// DefaultMaxKeys keys, eviction after DefaultIdleTimeout, a sweeper every
+// half idle timeout (at least 1s). Call Close to stop the sweeper. A Keyed
+// is safe for concurrent use by multiple goroutines.
 type Keyed struct {
 	cfg       atomic.Pointer[bucketConfig]
 	seed      maphash.Seed
@@ -347,7 +349,9 @@ func (k *Keyed) Len() int {
 	return n
 }
 
-// KeyedStats are counters of a Keyed since it was created.
+// KeyedStats are counters of a Keyed since it was created, copied out by
+// Keyed.Stats: a plain value, safe to copy and share. The zero value is the
+// stats of a Keyed that has done nothing.
 type KeyedStats struct {
 	Keys      int    // keys with a bucket now
 	Evicted   uint64 // buckets evicted, by the sweeper or at the cap

@@ -41,8 +41,9 @@ var ErrNeverAvailable = errors.New("ratelimit: rate is 0 and the bucket lacks th
 // down, at least 1) without forgetting the configured values, for adaptive
 // controllers such as loadshed.
 //
-// Use NewLimiter; the zero value is not usable. A Limiter is safe for
-// concurrent use by multiple goroutines.
+// Use NewLimiter, which takes the rate and burst and has no other
+// tunables (the scale starts at 1); the zero value is not usable. A
+// Limiter is safe for concurrent use by multiple goroutines.
 type Limiter struct {
 	state atomic.Int64                 // pack(theoretical arrival time, cfg.gen)
 	cfg   atomic.Pointer[bucketConfig] // immutable; replaced by the Set methods

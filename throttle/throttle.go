@@ -183,7 +183,8 @@ func (t *Throttle) prob(s window.Sums) float64 {
 	return max(0, (req-t.o.k*float64(s[1]))/(req+1))
 }
 
-// Snapshot is a point-in-time view of a Throttle for metrics.
+// Snapshot is a point-in-time view of a Throttle for metrics. It is a
+// plain value, safe to copy and share; the zero value is an empty window.
 type Snapshot struct {
 	Requests, Accepts int64   // in the window ending at the snapshot's time
 	Probability       float64 // drop probability at that time
