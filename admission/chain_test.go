@@ -98,8 +98,8 @@ func names(ch *admission.Chain) string {
 // last.
 func TestChainOrdersByDeclaredCost(t *testing.T) {
 	var trace []string
-	slots := bulkhead.New(4)
-	lim := ratelimit.NewLimiter(100, 10)
+	slots := mustBulkhead(t, 4)
+	lim := mustLimiter(t, 100, 10)
 	guards := []admission.Guard{
 		&plain{name: "custom"},
 		bulkhead.NewGuard("slots", slots, 0),
@@ -121,8 +121,8 @@ func TestChainOrdersByDeclaredCost(t *testing.T) {
 // calls.
 func TestUserGuardTreatedLikeBuiltin(t *testing.T) {
 	var trace []string
-	builtinLim, userLim := ratelimit.NewLimiter(10, 3), ratelimit.NewLimiter(10, 3)
-	builtinSlots, userSlots := bulkhead.New(2), bulkhead.New(2)
+	builtinLim, userLim := mustLimiter(t, 10, 3), mustLimiter(t, 10, 3)
+	builtinSlots, userSlots := mustBulkhead(t, 2), mustBulkhead(t, 2)
 	a := mustChain(t, "a", []admission.Guard{bulkhead.NewGuard("slots", builtinSlots, 0), ratelimit.NewGuard("rate", builtinLim)})
 	b := mustChain(t, "b", []admission.Guard{bulkhead.NewGuard("slots", userSlots, 0), &userRate{name: "rate", l: userLim, trace: &trace}})
 
@@ -183,8 +183,8 @@ func TestUserGuardTreatedLikeBuiltin(t *testing.T) {
 // what earlier guards granted (slot freed, token refunded); a guard that
 // declares nothing is asked and finished for every call, with its permit.
 func TestChainRollsBackAndFinishesOnce(t *testing.T) {
-	slots := bulkhead.New(1)
-	lim := ratelimit.NewLimiter(0, 1) // one token, never refilled
+	slots := mustBulkhead(t, 1)
+	lim := mustLimiter(t, 0, 1) // one token, never refilled
 	last := &plain{name: "last", refuse: true}
 	ch := mustChain(t, "r", []admission.Guard{last, bulkhead.NewGuard("slots", slots, 0), ratelimit.NewGuard("rate", lim)})
 	var c admission.Call
@@ -232,7 +232,7 @@ func TestChainRollsBackAndFinishesOnce(t *testing.T) {
 }
 
 func TestShadowChainRefusesNothing(t *testing.T) {
-	lim := ratelimit.NewLimiter(0, 1)
+	lim := mustLimiter(t, 0, 1)
 	ch := mustChain(t, "s", []admission.Guard{ratelimit.NewGuard("rate", lim)}, admission.WithShadow(true))
 	for n := range 3 {
 		var c admission.Call
@@ -249,7 +249,7 @@ func TestShadowChainRefusesNothing(t *testing.T) {
 }
 
 func TestNewChainRejectsBadChains(t *testing.T) {
-	lim := ratelimit.NewGuard("rate", ratelimit.NewLimiter(1, 1))
+	lim := ratelimit.NewGuard("rate", mustLimiter(t, 1, 1))
 	tests := []struct {
 		name string
 		give []admission.Guard
@@ -280,13 +280,13 @@ func (negCost) Finish(admission.Call, admission.Permit, admission.Outcome) {}
 // TestAdmittedPathAllocatesNothing: a chain of a global bucket, per-key
 // buckets and a bulkhead admits and finishes a call without allocating.
 func TestAdmittedPathAllocatesNothing(t *testing.T) {
-	keyed := ratelimit.NewKeyed(ratelimit.Inf, 1, ratelimit.WithSweepInterval(0))
+	keyed := mustKeyed(t, ratelimit.Inf, 1, ratelimit.WithSweepInterval(0))
 	defer keyed.Close()
 	ch := mustChain(t, "r", []admission.Guard{
-		ratelimit.NewGuard("rate", ratelimit.NewLimiter(ratelimit.Inf, 1)),
+		ratelimit.NewGuard("rate", mustLimiter(t, ratelimit.Inf, 1)),
 		ratelimit.NewKeyedGuard("client", keyed),
-		bulkhead.NewGuard("slots", bulkhead.New(8), 0),
-		breaker.NewGuard("breaker", breaker.New()),
+		bulkhead.NewGuard("slots", mustBulkhead(t, 8), 0),
+		breaker.NewGuard("breaker", mustBreaker(t)),
 	})
 	n := testing.AllocsPerRun(1000, func() {
 		var c admission.Call

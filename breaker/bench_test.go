@@ -18,7 +18,7 @@ func nopGB() (struct{}, error) { return struct{}{}, nil }
 
 func BenchmarkExecute(b *testing.B) {
 	b.Run("levee", func(b *testing.B) {
-		cb := breaker.New()
+		cb := mustNew(b)
 		b.ReportAllocs()
 		for b.Loop() {
 			_ = cb.Execute(nop)
@@ -32,7 +32,7 @@ func BenchmarkExecute(b *testing.B) {
 		}
 	})
 	b.Run("levee-allow-done", func(b *testing.B) {
-		cb := breaker.New()
+		cb := mustNew(b)
 		b.ReportAllocs()
 		for b.Loop() {
 			p, err := cb.Allow()
@@ -42,14 +42,14 @@ func BenchmarkExecute(b *testing.B) {
 		}
 	})
 	b.Run("levee-slowcalls", func(b *testing.B) {
-		cb := breaker.New(breaker.WithSlowCalls(time.Second, 100))
+		cb := mustNew(b, breaker.WithSlowCalls(time.Second, 100))
 		b.ReportAllocs()
 		for b.Loop() {
 			_ = cb.Execute(nop)
 		}
 	})
 	b.Run("levee-timewindow", func(b *testing.B) {
-		cb := breaker.New(breaker.WithTimeWindow(10*time.Second, 10))
+		cb := mustNew(b, breaker.WithTimeWindow(10*time.Second, 10))
 		b.ReportAllocs()
 		for b.Loop() {
 			_ = cb.Execute(nop)
@@ -59,7 +59,7 @@ func BenchmarkExecute(b *testing.B) {
 
 func BenchmarkExecuteParallel(b *testing.B) {
 	b.Run("levee", func(b *testing.B) {
-		cb := breaker.New()
+		cb := mustNew(b)
 		b.ReportAllocs()
 		b.RunParallel(func(pb *testing.PB) {
 			for pb.Next() {
@@ -77,7 +77,7 @@ func BenchmarkExecuteParallel(b *testing.B) {
 		})
 	})
 	b.Run("levee-timewindow", func(b *testing.B) {
-		cb := breaker.New(breaker.WithTimeWindow(10*time.Second, 10))
+		cb := mustNew(b, breaker.WithTimeWindow(10*time.Second, 10))
 		b.ReportAllocs()
 		b.RunParallel(func(pb *testing.PB) {
 			for pb.Next() {
@@ -89,10 +89,20 @@ func BenchmarkExecuteParallel(b *testing.B) {
 
 // BenchmarkRefuse is the open-state refusal path.
 func BenchmarkRefuse(b *testing.B) {
-	cb := breaker.New()
+	cb := mustNew(b)
 	cb.ForceOpen()
 	b.ReportAllocs()
 	for b.Loop() {
 		_, _ = cb.Allow()
 	}
+}
+
+// mustNew is breaker.New for options a benchmark knows to be valid.
+func mustNew(tb testing.TB, opts ...breaker.Option) *breaker.Breaker {
+	tb.Helper()
+	cb, err := breaker.New(opts...)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return cb
 }

@@ -19,9 +19,10 @@ var errPanicked = errors.New("breaker: call panicked")
 // Breaker is a circuit breaker with Resilience4j semantics; see the package
 // documentation for the state machine.
 //
-// Create one with New; the zero value is not usable. A Breaker is safe for
-// concurrent use. In the closed state with a count window, admitting and
-// recording a call take no lock and allocate nothing.
+// Create one with New, whose defaults are Resilience4j's (see New and each
+// Option); the zero value is not usable. A Breaker is safe for concurrent
+// use. In the closed state with a count window, admitting and recording a
+// call take no lock and allocate nothing.
 type Breaker struct {
 	o        options
 	base     time.Time // taken at New, with a monotonic clock reading
@@ -78,11 +79,22 @@ type change struct{ from, to State }
 
 // New returns a closed Breaker configured by opts. Without options it judges
 // the last 100 calls once 100 have been recorded, opens at a 50% failure
-// rate, waits 60s in open and then lets 10 probe calls through.
-func New(opts ...Option) *Breaker {
+// rate, waits 60s in open and then lets 10 probe calls through. It returns
+// an error naming every bad option value.
+func New(opts ...Option) (*Breaker, error) {
 	o := defaults()
 	for _, opt := range opts {
-		opt(&o)
+		if opt != nil {
+			opt(&o)
+		}
+	}
+	if err := o.validate(); err != nil {
+		return nil, err
+	}
+	if o.timeBased {
+		o.countSize = 0
+	} else {
+		o.timeSize, o.timeBins = 0, 0
 	}
 	b := &Breaker{o: o, minCalls: int64(o.minCalls)}
 	b.base = time.Now()
@@ -91,13 +103,13 @@ func New(opts ...Option) *Breaker {
 		b.minCalls = int64(o.countSize)
 	}
 	b.cur.Store(b.newEpoch(StateClosed, 0))
-	return b
+	return b, nil
 }
 
 // Permit is the admission of one call by Allow or AllowAt. Finish the call
-// by calling Done exactly once. A Permit is a small value: copy it freely;
-// it holds no lock and allocates nothing. The zero Permit is inert: Done on
-// it does nothing.
+// by calling Done exactly once, from any goroutine. A Permit is a small
+// value: copy it freely; it holds no lock and allocates nothing. The zero
+// Permit is inert: Done on it does nothing.
 type Permit struct {
 	e     *epoch
 	start int64 // admission time (Breaker.nanos), or noTime
@@ -482,7 +494,9 @@ func (b *Breaker) nanos(t time.Time) int64 {
 func (b *Breaker) clock() int64 { return b.nanos(b.o.now()) }
 
 // Snapshot is a point-in-time view of a Breaker for metrics and debugging.
-// Under concurrent calls its counters may lag by the calls in progress.
+// Under concurrent calls its counters may lag by the calls in progress. It
+// is a plain value, safe to copy and share; the zero value is a closed
+// breaker that has recorded nothing.
 type Snapshot struct {
 	State      State
 	Generation uint64 // number of state changes and resets since New

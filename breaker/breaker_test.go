@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -39,7 +40,7 @@ func TestLocalRefusals(t *testing.T) {
 				{name: "classifier not consulted", give: []Option{WithClassifier(func(error) Outcome { return Failure })}, want: StateClosed},
 			}
 			for _, tt := range tests {
-				b := New(append([]Option{WithCountWindow(3), WithMinimumCalls(3)}, tt.give...)...)
+				b := mustNew(t, append([]Option{WithCountWindow(3), WithMinimumCalls(3)}, tt.give...)...)
 				for range 3 {
 					call(t, b, 0, rr.give, 0)
 				}
@@ -72,7 +73,7 @@ func TestDefaultClassifier(t *testing.T) {
 func TestStateChangeCallback(t *testing.T) {
 	var got []string
 	var b *Breaker
-	b = New(WithCountWindow(1), WithMinimumCalls(1), WithWaitInOpen(time.Second), WithHalfOpenCalls(1),
+	b = mustNew(t, WithCountWindow(1), WithMinimumCalls(1), WithWaitInOpen(time.Second), WithHalfOpenCalls(1),
 		WithOnStateChange(func(from, to State) {
 			// Not under the lock: calling back into the breaker must not deadlock.
 			_ = b.Snapshot()
@@ -98,7 +99,7 @@ func TestStateChangeCallback(t *testing.T) {
 
 func TestCallbackPanicDoesNotWedgeDelivery(t *testing.T) {
 	n := 0
-	b := New(WithOnStateChange(func(from, to State) {
+	b := mustNew(t, WithOnStateChange(func(from, to State) {
 		n++
 		if to == StateForcedOpen {
 			panic("callback bug")
@@ -115,7 +116,7 @@ func TestCallbackPanicDoesNotWedgeDelivery(t *testing.T) {
 }
 
 func TestExecute(t *testing.T) {
-	b := New(WithCountWindow(2), WithMinimumCalls(2), WithSlowCalls(time.Second, 100))
+	b := mustNew(t, WithCountWindow(2), WithMinimumCalls(2), WithSlowCalls(time.Second, 100))
 	now := t0
 	b.o.now = func() time.Time { return now }
 	if err := b.Execute(func() error { now = now.Add(2 * time.Second); return nil }); err != nil {
@@ -144,9 +145,9 @@ func TestExecute(t *testing.T) {
 
 // The closed-state path, refusals and probes allocate nothing.
 func TestAllocs(t *testing.T) {
-	closed := New()
-	timed := New(WithTimeWindow(time.Minute, 60))
-	open := New()
+	closed := mustNew(t)
+	timed := mustNew(t, WithTimeWindow(time.Minute, 60))
+	open := mustNew(t)
 	open.ForceOpen()
 	tests := []struct {
 		name string
@@ -164,7 +165,7 @@ func TestAllocs(t *testing.T) {
 		}
 	}
 	// Half-open probes.
-	b := New(WithCountWindow(1), WithMinimumCalls(1), WithHalfOpenCalls(1_000_000), WithWaitInOpen(time.Second))
+	b := mustNew(t, WithCountWindow(1), WithMinimumCalls(1), WithHalfOpenCalls(1_000_000), WithWaitInOpen(time.Second))
 	call(t, b, 0, errBoom, 0)
 	now := at(time.Second)
 	if a := testing.AllocsPerRun(1000, func() { p, _ := b.AllowAt(now); p.Done(nil, 0) }); a != 0 {
@@ -187,7 +188,7 @@ func TestConcurrentExactCounts(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			b := New(tt.give)
+			b := mustNew(t, tt.give)
 			var wg sync.WaitGroup
 			for range workers {
 				wg.Go(func() {
@@ -215,7 +216,7 @@ func TestConcurrentExactCounts(t *testing.T) {
 // ignored or dropped as late, at most once.
 func TestConcurrentStateChanges(t *testing.T) {
 	var changes atomic.Int64
-	b := New(WithCountWindow(20), WithMinimumCalls(10), WithFailureRate(30), WithWaitInOpen(time.Millisecond),
+	b := mustNew(t, WithCountWindow(20), WithMinimumCalls(10), WithFailureRate(30), WithWaitInOpen(time.Millisecond),
 		WithHalfOpenCalls(3), WithMaxWaitInHalfOpen(5*time.Millisecond),
 		WithOnStateChange(func(from, to State) { changes.Add(1) }))
 	var clock atomic.Int64
@@ -260,35 +261,63 @@ func TestConcurrentStateChanges(t *testing.T) {
 	}
 }
 
-func TestOptionPanics(t *testing.T) {
+// TestNewErrors checks that every bad option value is reported, by its
+// option and value, with a nil Breaker.
+func TestNewErrors(t *testing.T) {
 	tests := []struct {
 		name string
-		give func()
-		want string
+		give []Option
+		want []string
 	}{
-		{name: "count window", give: func() { WithCountWindow(0) }, want: "breaker: count window size must be in [1, 1000000], got 0"},
-		{name: "time window", give: func() { WithTimeWindow(time.Second, 0) }, want: "breaker: time window needs size > 0"},
-		{name: "failure rate", give: func() { WithFailureRate(150) }, want: "breaker: failure rate must be in (0, 100] percent, got 150"},
-		{name: "slow threshold", give: func() { WithSlowCalls(0, 50) }, want: "breaker: slow call threshold must be > 0, got 0s"},
-		{name: "slow rate", give: func() { WithSlowCalls(time.Second, 0) }, want: "breaker: slow call rate must be in (0, 100] percent, got 0"},
-		{name: "minimum calls", give: func() { WithMinimumCalls(0) }, want: "breaker: minimum calls must be >= 1, got 0"},
-		{name: "wait", give: func() { WithWaitInOpen(-time.Second) }, want: "breaker: wait in open must be > 0, got -1s"},
-		{name: "growth", give: func() { WithWaitGrowth(0.5, time.Minute) }, want: "breaker: wait growth factor must be >= 1 and finite, got 0.5"},
-		{name: "growth max", give: func() { WithWaitGrowth(2, 0) }, want: "breaker: maximum wait in open must be > 0, got 0s"},
-		{name: "half-open calls", give: func() { WithHalfOpenCalls(0) }, want: "breaker: half-open calls must be in [1, 1000000], got 0"},
-		{name: "half-open wait", give: func() { WithMaxWaitInHalfOpen(-1) }, want: "breaker: max wait in half-open must be >= 0, got -1ns"},
-		{name: "classifier", give: func() { WithClassifier(nil) }, want: "breaker: classifier must not be nil"},
+		{"count window", []Option{WithCountWindow(0)}, []string{"breaker: WithCountWindow: size must be in [1, 1000000], got 0"}},
+		{"count window too big", []Option{WithCountWindow(1_000_001)}, []string{"breaker: WithCountWindow: size must be in [1, 1000000], got 1000001"}},
+		{"time window bins", []Option{WithTimeWindow(time.Second, 0)}, []string{"breaker: WithTimeWindow: want size > 0, bins >= 1 and size/bins >= 1ms, got 1s and 0 bins"}},
+		{"time window size", []Option{WithTimeWindow(-time.Second, 10)}, []string{"breaker: WithTimeWindow: want size > 0, bins >= 1 and size/bins >= 1ms, got -1s and 10 bins"}},
+		{"failure rate", []Option{WithFailureRate(150)}, []string{"breaker: WithFailureRate: percent must be in (0, 100], got 150"}},
+		{"failure rate NaN", []Option{WithFailureRate(math.NaN())}, []string{"breaker: WithFailureRate: percent must be in (0, 100], got NaN"}},
+		{"slow threshold", []Option{WithSlowCalls(0, 50)}, []string{"breaker: WithSlowCalls: threshold must be > 0, got 0s"}},
+		{"slow rate", []Option{WithSlowCalls(time.Second, 0)}, []string{"breaker: WithSlowCalls: percent must be in (0, 100], got 0"}},
+		{"minimum calls", []Option{WithMinimumCalls(0)}, []string{"breaker: WithMinimumCalls: n must be >= 1, got 0"}},
+		{"wait", []Option{WithWaitInOpen(-time.Second)}, []string{"breaker: WithWaitInOpen: wait must be > 0, got -1s"}},
+		{"growth", []Option{WithWaitGrowth(0.5, time.Minute)}, []string{"breaker: WithWaitGrowth: factor must be >= 1 and finite, got 0.5"}},
+		{"growth Inf", []Option{WithWaitGrowth(math.Inf(1), time.Minute)}, []string{"breaker: WithWaitGrowth: factor must be >= 1 and finite, got +Inf"}},
+		{"growth max", []Option{WithWaitGrowth(2, 0)}, []string{"breaker: WithWaitGrowth: max must be > 0, got 0s"}},
+		{"half-open calls", []Option{WithHalfOpenCalls(0)}, []string{"breaker: WithHalfOpenCalls: n must be in [1, 1000000], got 0"}},
+		{"half-open wait", []Option{WithMaxWaitInHalfOpen(-1)}, []string{"breaker: WithMaxWaitInHalfOpen: wait must be >= 0, got -1ns"}},
+		{"classifier", []Option{WithClassifier(nil)}, []string{"breaker: WithClassifier: classifier must not be nil"}},
+		{"overridden window still checked", []Option{WithCountWindow(-1), WithTimeWindow(time.Minute, 60)}, []string{"breaker: WithCountWindow: size must be in [1, 1000000], got -1"}},
+		{"several", []Option{WithFailureRate(0), WithMinimumCalls(-2), WithSlowCalls(-time.Second, 101)}, []string{
+			"WithFailureRate: percent must be in (0, 100], got 0",
+			"WithMinimumCalls: n must be >= 1, got -2",
+			"WithSlowCalls: threshold must be > 0, got -1s",
+			"WithSlowCalls: percent must be in (0, 100], got 101",
+		}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			defer func() {
-				msg, _ := recover().(string)
-				if !strings.HasPrefix(msg, tt.want) {
-					t.Fatalf("panic = %q, want prefix %q", msg, tt.want)
+			b, err := New(tt.give...)
+			if b != nil || err == nil {
+				t.Fatalf("New(...) = %p, %v; want nil and an error", b, err)
+			}
+			for _, w := range tt.want {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("New(...) error = %q, want it to contain %q", err, w)
 				}
-			}()
-			tt.give()
+			}
 		})
+	}
+}
+
+// TestWindowOptionsLastWins: of WithCountWindow and WithTimeWindow, the
+// last one given decides the window.
+func TestWindowOptionsLastWins(t *testing.T) {
+	b := mustNew(t, WithTimeWindow(time.Minute, 60), WithCountWindow(5))
+	if b.o.countSize != 5 || b.o.timeSize != 0 {
+		t.Errorf("time then count window: countSize %d, timeSize %v; want 5, 0", b.o.countSize, b.o.timeSize)
+	}
+	b = mustNew(t, WithCountWindow(5), WithTimeWindow(time.Minute, 60))
+	if b.o.countSize != 0 || b.o.timeSize != time.Minute || b.o.timeBins != 60 {
+		t.Errorf("count then time window: countSize %d, timeSize %v, bins %d; want 0, 1m, 60", b.o.countSize, b.o.timeSize, b.o.timeBins)
 	}
 }
 
@@ -324,5 +353,11 @@ func TestUnpackSigned(t *testing.T) {
 		if c != tt.calls || f != tt.fails || s != tt.slow {
 			t.Errorf("unpack(pack(%d, %d, %d)) = %d, %d, %d", tt.calls, tt.fails, tt.slow, c, f, s)
 		}
+	}
+}
+
+func TestNilOptionIgnored(t *testing.T) {
+	if b := mustNew(t, nil, WithCountWindow(5), nil); b.o.countSize != 5 {
+		t.Errorf("New(nil, WithCountWindow(5), nil): window %d, want 5", b.o.countSize)
 	}
 }

@@ -48,7 +48,7 @@ func wantRefused(t *testing.T, b *Breaker, now time.Duration, want error) {
 func tripped(t *testing.T, n int, opts ...Option) *Breaker {
 	t.Helper()
 	opts = append([]Option{WithCountWindow(n), WithMinimumCalls(n), WithWaitInOpen(10 * time.Second)}, opts...)
-	b := New(opts...)
+	b := mustNew(t, opts...)
 	for range n {
 		call(t, b, 0, errBoom, 0)
 	}
@@ -71,7 +71,7 @@ func TestNoTripBelowMinimumCalls(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			b := New(tt.give...)
+			b := mustNew(t, tt.give...)
 			for i := range tt.fails {
 				call(t, b, time.Duration(i)*time.Millisecond, errBoom, 0)
 			}
@@ -100,7 +100,7 @@ func TestTripAtExactlyThreshold(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			b := New(WithCountWindow(10), WithMinimumCalls(10), WithFailureRate(tt.threshold))
+			b := mustNew(t, WithCountWindow(10), WithMinimumCalls(10), WithFailureRate(tt.threshold))
 			for range tt.successes {
 				call(t, b, 0, nil, 0)
 			}
@@ -114,7 +114,7 @@ func TestTripAtExactlyThreshold(t *testing.T) {
 
 // The count window holds the last N calls: old failures slide out.
 func TestCountWindowSlides(t *testing.T) {
-	b := New(WithCountWindow(4), WithMinimumCalls(4), WithFailureRate(50))
+	b := mustNew(t, WithCountWindow(4), WithMinimumCalls(4), WithFailureRate(50))
 	for _, err := range []error{errBoom, nil, nil, nil, nil} { // 1 of 4 failed, then it slides out
 		call(t, b, 0, err, 0)
 	}
@@ -126,7 +126,7 @@ func TestCountWindowSlides(t *testing.T) {
 
 // A time window holds the calls of the last T; older bins expire.
 func TestTimeWindowExpires(t *testing.T) {
-	b := New(WithTimeWindow(10*time.Second, 10), WithMinimumCalls(4), WithFailureRate(50))
+	b := mustNew(t, WithTimeWindow(10*time.Second, 10), WithMinimumCalls(4), WithFailureRate(50))
 	for range 3 {
 		call(t, b, 0, errBoom, 0)
 	}
@@ -158,7 +158,7 @@ func TestSlowCallsTrip(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			b := New(WithCountWindow(10), WithMinimumCalls(10), WithSlowCalls(100*time.Millisecond, 80))
+			b := mustNew(t, WithCountWindow(10), WithMinimumCalls(10), WithSlowCalls(100*time.Millisecond, 80))
 			for range 10 {
 				call(t, b, 0, nil, tt.give)
 			}
@@ -171,7 +171,7 @@ func TestSlowCallsTrip(t *testing.T) {
 }
 
 func TestSlowRateAtThreshold(t *testing.T) {
-	b := New(WithCountWindow(10), WithMinimumCalls(10), WithSlowCalls(time.Second, 30))
+	b := mustNew(t, WithCountWindow(10), WithMinimumCalls(10), WithSlowCalls(time.Second, 30))
 	for i := range 10 {
 		d := time.Millisecond
 		if i >= 7 {
@@ -266,7 +266,7 @@ func TestHalfOpenReopensAndWaitsAgain(t *testing.T) {
 // Results of calls admitted in an earlier state are dropped.
 func TestLateResultsIgnored(t *testing.T) {
 	t.Run("closed call finishing in half-open", func(t *testing.T) {
-		b := New(WithCountWindow(2), WithMinimumCalls(2), WithWaitInOpen(10*time.Second), WithHalfOpenCalls(2))
+		b := mustNew(t, WithCountWindow(2), WithMinimumCalls(2), WithWaitInOpen(10*time.Second), WithHalfOpenCalls(2))
 		old, err := b.AllowAt(at(0))
 		if err != nil {
 			t.Fatal(err)
@@ -300,7 +300,7 @@ func TestLateResultsIgnored(t *testing.T) {
 		}
 	})
 	t.Run("closed call finishing after a reset", func(t *testing.T) {
-		b := New(WithCountWindow(1), WithMinimumCalls(1))
+		b := mustNew(t, WithCountWindow(1), WithMinimumCalls(1))
 		p, _ := b.AllowAt(at(0))
 		b.Reset()
 		p.Done(errBoom, 0)
@@ -352,7 +352,7 @@ func TestMaxWaitInHalfOpen(t *testing.T) {
 }
 
 func TestForcedOpenAndDisabled(t *testing.T) {
-	b := New(WithCountWindow(2), WithMinimumCalls(2))
+	b := mustNew(t, WithCountWindow(2), WithMinimumCalls(2))
 	b.ForceOpen()
 	wantRefused(t, b, 0, ErrOpen)
 	wantRefused(t, b, 1000*time.Hour, ErrOpen)

@@ -3,18 +3,22 @@ package breaker_test
 import (
 	"errors"
 	"fmt"
+	"log"
 	"time"
 
 	"github.com/levee-go/levee/breaker"
 )
 
 func Example() {
-	b := breaker.New(
+	b, err := breaker.New(
 		breaker.WithCountWindow(10),
 		breaker.WithMinimumCalls(5),
 		breaker.WithFailureRate(50),
 		breaker.WithWaitInOpen(30*time.Second),
 	)
+	if err != nil {
+		log.Fatal(err)
+	}
 	failing := errors.New("inventory: unavailable")
 	for i := range 6 {
 		err := b.Execute(func() error { return failing })
@@ -33,18 +37,21 @@ func Example() {
 // outcome with the call's duration. Explicit times make the run
 // reproducible.
 func ExampleBreaker_AllowAt() {
-	b := breaker.New(
+	b, err := breaker.New(
 		breaker.WithCountWindow(4), breaker.WithMinimumCalls(4),
 		breaker.WithWaitInOpen(10*time.Second), breaker.WithHalfOpenCalls(2),
 		breaker.WithOnStateChange(func(from, to breaker.State) { fmt.Println(from, "->", to) }),
 	)
+	if err != nil {
+		log.Fatal(err)
+	}
 	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	backend := errors.New("backend down")
 	for range 4 {
 		p, _ := b.AllowAt(t0)
 		p.Done(backend, 20*time.Millisecond)
 	}
-	_, err := b.AllowAt(t0.Add(time.Second))
+	_, err = b.AllowAt(t0.Add(time.Second))
 	fmt.Println(err)
 
 	// After the wait two probes go through; a third call is refused.
@@ -63,4 +70,13 @@ func ExampleBreaker_AllowAt() {
 	// breaker: half-open, all probe calls in flight true
 	// half-open -> closed
 	// closed
+}
+
+// A bad option value is an error naming it; nothing is built.
+func ExampleNew_error() {
+	_, err := breaker.New(breaker.WithFailureRate(0), breaker.WithWaitInOpen(-time.Second))
+	fmt.Println(err)
+	// Output:
+	// breaker: WithFailureRate: percent must be in (0, 100], got 0
+	// breaker: WithWaitInOpen: wait must be > 0, got -1s
 }

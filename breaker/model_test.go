@@ -130,7 +130,7 @@ func TestMatchesModel(t *testing.T) {
 			slowT: 100 * time.Millisecond, wait: time.Second, grow: 2, growMax: 5 * time.Second,
 			maxHalfOpen: time.Duration(1+rng.IntN(3)) * time.Second,
 		}
-		b := New(WithCountWindow(m.size), WithMinimumCalls(m.minCalls), WithHalfOpenCalls(m.probes),
+		b := mustNew(t, WithCountWindow(m.size), WithMinimumCalls(m.minCalls), WithHalfOpenCalls(m.probes),
 			WithFailureRate(m.rate), WithSlowCalls(m.slowT, m.slowRate), WithWaitInOpen(m.wait),
 			WithWaitGrowth(m.grow, m.growMax), WithMaxWaitInHalfOpen(m.maxHalfOpen),
 			WithClassifier(func(err error) Outcome {

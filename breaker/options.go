@@ -1,29 +1,37 @@
 package breaker
 
 import (
+	"errors"
 	"fmt"
 	"math"
 	"time"
 )
 
 // Option configures a Breaker. Each option documents its default; the
-// defaults are Resilience4j's except where noted.
+// defaults are Resilience4j's except where noted. An option only records
+// its value; New validates them all and reports every bad one.
+// A nil Option is ignored.
 type Option func(*options)
 
 type options struct {
-	countSize       int           // count-based window size; 0 when time-based
-	timeSize        time.Duration // time-based window size; 0 when count-based
+	countSize       int           // count-based window size; New zeroes it for a time window
+	timeSize        time.Duration // time-based window size; New zeroes it for a count window
 	timeBins        int
+	timeBased       bool    // the last window option was WithTimeWindow
+	timeSet         bool    // WithTimeWindow was given
 	failRate        float64 // percent
 	slowThreshold   time.Duration
 	slowRate        float64 // percent; 0 = slow calls not tracked
+	slowSet         bool    // WithSlowCalls was given
 	minCalls        int
 	wait            time.Duration
 	waitGrowth      float64
 	waitMax         time.Duration
+	growthSet       bool // WithWaitGrowth was given
 	halfOpenCalls   int
 	halfOpenMaxWait time.Duration
 	classify        func(error) Outcome
+	classifySet     bool // WithClassifier was given
 	countLocal      bool
 	onChange        func(from, to State)
 	now             func() time.Time // unexported clock; tests replace it
@@ -41,36 +49,81 @@ func defaults() options {
 	}
 }
 
-// WithCountWindow judges the last size recorded calls (a count-based sliding
-// window). This is the default, with size 100. It panics unless
-// 1 <= size <= 1_000_000. The minimum number of calls is capped at size.
-func WithCountWindow(size int) Option {
-	if size < 1 || size > maxCountWindow {
-		panic(fmt.Sprintf("breaker: count window size must be in [1, %d], got %d", maxCountWindow, size))
+// validate reports every bad value, each naming its option. Options that
+// were given and then overridden (a count window followed by a time
+// window) are checked as well: a bad value is never silently dropped.
+func (o *options) validate() error {
+	var errs []error
+	bad := func(format string, args ...any) {
+		errs = append(errs, fmt.Errorf("breaker: "+format, args...))
 	}
-	return func(o *options) { o.countSize, o.timeSize, o.timeBins = size, 0, 0 }
+	if o.countSize < 1 || o.countSize > maxCountWindow {
+		bad("WithCountWindow: size must be in [1, %d], got %d", maxCountWindow, o.countSize)
+	}
+	if o.timeSet && (o.timeBins < 1 || o.timeSize <= 0 || o.timeSize/time.Duration(o.timeBins) < time.Millisecond) {
+		bad("WithTimeWindow: want size > 0, bins >= 1 and size/bins >= 1ms, got %v and %d bins", o.timeSize, o.timeBins)
+	}
+	if !(o.failRate > 0 && o.failRate <= 100) {
+		bad("WithFailureRate: percent must be in (0, 100], got %v", o.failRate)
+	}
+	if o.slowSet {
+		if o.slowThreshold <= 0 {
+			bad("WithSlowCalls: threshold must be > 0, got %v", o.slowThreshold)
+		}
+		if !(o.slowRate > 0 && o.slowRate <= 100) {
+			bad("WithSlowCalls: percent must be in (0, 100], got %v", o.slowRate)
+		}
+	}
+	if o.minCalls < 1 {
+		bad("WithMinimumCalls: n must be >= 1, got %d", o.minCalls)
+	}
+	if o.wait <= 0 {
+		bad("WithWaitInOpen: wait must be > 0, got %v", o.wait)
+	}
+	if o.growthSet {
+		if !(o.waitGrowth >= 1) || math.IsInf(o.waitGrowth, 0) {
+			bad("WithWaitGrowth: factor must be >= 1 and finite, got %v", o.waitGrowth)
+		}
+		if o.waitMax <= 0 {
+			bad("WithWaitGrowth: max must be > 0, got %v", o.waitMax)
+		}
+	}
+	if o.halfOpenCalls < 1 || o.halfOpenCalls > maxCountWindow {
+		bad("WithHalfOpenCalls: n must be in [1, %d], got %d", maxCountWindow, o.halfOpenCalls)
+	}
+	if o.halfOpenMaxWait < 0 {
+		bad("WithMaxWaitInHalfOpen: wait must be >= 0, got %v", o.halfOpenMaxWait)
+	}
+	if o.classifySet && o.classify == nil {
+		bad("WithClassifier: classifier must not be nil")
+	}
+	return errors.Join(errs...)
+}
+
+// WithCountWindow judges the last size recorded calls (a count-based sliding
+// window). This is the default, with size 100. size must be in
+// [1, 1_000_000]. The minimum number of calls is capped at size. Of
+// WithCountWindow and WithTimeWindow the last one given applies.
+func WithCountWindow(size int) Option {
+	return func(o *options) { o.countSize, o.timeBased = size, false }
 }
 
 // WithTimeWindow judges the calls that finished during the last size,
 // kept in bins buckets of size/bins each (a time-based sliding window; a
 // call counts in the bucket of the time it finished). Resilience4j uses one
-// bucket per second. Default: a count window of 100 calls. It panics unless
+// bucket per second. Default: a count window of 100 calls. It needs
 // size > 0, bins >= 1 and size/bins >= 1ms.
 //
 // Recording into a time window takes a short lock; the count window is
 // lock-free.
 func WithTimeWindow(size time.Duration, bins int) Option {
-	if bins < 1 || size <= 0 || size/time.Duration(bins) < time.Millisecond {
-		panic(fmt.Sprintf("breaker: time window needs size > 0, bins >= 1 and size/bins >= 1ms, got %v and %d bins", size, bins))
-	}
-	return func(o *options) { o.countSize, o.timeSize, o.timeBins = 0, size, bins }
+	return func(o *options) { o.timeSize, o.timeBins, o.timeBased, o.timeSet = size, bins, true, true }
 }
 
 // WithFailureRate sets the failure rate, in percent of the recorded calls,
 // at or above which the breaker opens (and at or above which half-open
-// probes reopen it). Default 50. It panics unless 0 < percent <= 100.
+// probes reopen it). Default 50. percent must be in (0, 100].
 func WithFailureRate(percent float64) Option {
-	checkPercent("failure rate", percent)
 	return func(o *options) { o.failRate = percent }
 }
 
@@ -78,57 +131,38 @@ func WithFailureRate(percent float64) Option {
 // opens the breaker when slow calls reach percent of the recorded calls,
 // whether they succeeded or failed. Default: slow calls are not tracked
 // (Resilience4j tracks them with 60s and 100%; here they are off unless
-// asked for, so the admit path needs no clock). It panics unless
-// threshold > 0 and 0 < percent <= 100.
+// asked for, so the admit path needs no clock). It needs threshold > 0
+// and 0 < percent <= 100.
 func WithSlowCalls(threshold time.Duration, percent float64) Option {
-	if threshold <= 0 {
-		panic(fmt.Sprintf("breaker: slow call threshold must be > 0, got %v", threshold))
-	}
-	checkPercent("slow call rate", percent)
-	return func(o *options) { o.slowThreshold, o.slowRate = threshold, percent }
+	return func(o *options) { o.slowThreshold, o.slowRate, o.slowSet = threshold, percent, true }
 }
 
 // WithMinimumCalls sets how many calls the window must hold before any rate
 // is judged; below it the breaker never opens. Default 100. With a count
 // window the effective minimum is min(n, window size), as in Resilience4j.
-// It panics if n < 1.
+// n must be >= 1.
 func WithMinimumCalls(n int) Option {
-	if n < 1 {
-		panic(fmt.Sprintf("breaker: minimum calls must be >= 1, got %d", n))
-	}
 	return func(o *options) { o.minCalls = n }
 }
 
 // WithWaitInOpen sets how long the breaker stays open before the next call
-// moves it to half-open. Default 60s. It panics if d <= 0.
+// moves it to half-open. Default 60s. d must be > 0.
 func WithWaitInOpen(d time.Duration) Option {
-	if d <= 0 {
-		panic(fmt.Sprintf("breaker: wait in open must be > 0, got %v", d))
-	}
 	return func(o *options) { o.wait = d }
 }
 
 // WithWaitGrowth makes the wait in open grow with repeated trips: the k-th
 // consecutive opening (counted since the breaker was last closed) waits
 // wait × factor^(k-1), capped at max. Default: no growth (factor 1). It
-// panics unless factor >= 1 and max > 0.
+// needs a finite factor >= 1 and max > 0.
 func WithWaitGrowth(factor float64, max time.Duration) Option {
-	if !(factor >= 1) || math.IsInf(factor, 0) {
-		panic(fmt.Sprintf("breaker: wait growth factor must be >= 1 and finite, got %v", factor))
-	}
-	if max <= 0 {
-		panic(fmt.Sprintf("breaker: maximum wait in open must be > 0, got %v", max))
-	}
-	return func(o *options) { o.waitGrowth, o.waitMax = factor, max }
+	return func(o *options) { o.waitGrowth, o.waitMax, o.growthSet = factor, max, true }
 }
 
 // WithHalfOpenCalls sets how many probe calls half-open admits; their
-// outcomes are judged together once all have finished. Default 10. It
-// panics unless 1 <= n <= 1_000_000.
+// outcomes are judged together once all have finished. Default 10. n must
+// be in [1, 1_000_000].
 func WithHalfOpenCalls(n int) Option {
-	if n < 1 || n > maxCountWindow {
-		panic(fmt.Sprintf("breaker: half-open calls must be in [1, %d], got %d", maxCountWindow, n))
-	}
 	return func(o *options) { o.halfOpenCalls = n }
 }
 
@@ -136,24 +170,19 @@ func WithHalfOpenCalls(n int) Option {
 // for its probes to finish; after d the next call (or StateAt) reopens it.
 // Default 0: wait until every probe has finished, as in Resilience4j — a
 // probe whose Done is never called then keeps the breaker half-open, so
-// set this when calls can be abandoned. It panics if d < 0.
+// set this when calls can be abandoned. d must be >= 0.
 func WithMaxWaitInHalfOpen(d time.Duration) Option {
-	if d < 0 {
-		panic(fmt.Sprintf("breaker: max wait in half-open must be >= 0, got %v", d))
-	}
 	return func(o *options) { o.halfOpenMaxWait = d }
 }
 
 // WithClassifier sets the function that decides whether a finished call's
 // error is a Success, a Failure or ignored. It is called for every
 // finished call, nil errors included, outside any lock, and must be safe
-// for concurrent use. Default: DefaultClassifier. Local refusals are
-// sorted out before the classifier runs (see WithLocalRefusalsCounted).
+// for concurrent use. Default: DefaultClassifier. f must not be nil. Local
+// refusals are sorted out before the classifier runs (see
+// WithLocalRefusalsCounted).
 func WithClassifier(f func(err error) Outcome) Option {
-	if f == nil {
-		panic("breaker: classifier must not be nil")
-	}
-	return func(o *options) { o.classify = f }
+	return func(o *options) { o.classify, o.classifySet = f, true }
 }
 
 // WithLocalRefusalsCounted decides what happens when an admitted call is
@@ -184,9 +213,3 @@ func WithOnStateChange(f func(from, to State)) Option {
 }
 
 const maxCountWindow = 1_000_000
-
-func checkPercent(what string, p float64) {
-	if !(p > 0 && p <= 100) {
-		panic(fmt.Sprintf("breaker: %s must be in (0, 100] percent, got %v", what, p))
-	}
-}

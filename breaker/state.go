@@ -6,7 +6,7 @@ import (
 	"strconv"
 )
 
-// State is the state of a Breaker.
+// State is the state of a Breaker. The zero value is StateClosed.
 type State uint8
 
 const (
@@ -46,7 +46,8 @@ func (s State) String() string {
 	return "State(" + strconv.Itoa(int(s)) + ")"
 }
 
-// Outcome is how the breaker counts a finished call.
+// Outcome is how the breaker counts a finished call. The zero value is
+// Success.
 type Outcome uint8
 
 const (

@@ -94,12 +94,17 @@ type Adaptive struct {
 // NewAdaptive returns an Adaptive limit. Options: WithInitialLimit (default
 // 20, clamped into the bounds), WithLimitBounds (default 1 and 1000),
 // WithLatencyCeiling (default off), WithProbeInterval (default 10s),
-// WithQueue (default no queue) and WithMaxWait (default none). It panics
-// on an invalid option value.
-func NewAdaptive(opts ...Option) *Adaptive {
+// WithQueue (default no queue) and WithMaxWait (default none). It returns
+// an error naming every invalid option value.
+func NewAdaptive(opts ...Option) (*Adaptive, error) {
 	o := options{initial: 20, floor: 1, ceiling: 1000, probeInterval: 10 * time.Second}
 	for _, opt := range opts {
-		opt(&o)
+		if opt != nil {
+			opt(&o)
+		}
+	}
+	if err := o.validate("NewAdaptive", true); err != nil {
+		return nil, err
 	}
 	initial := min(max(o.initial, o.floor), o.ceiling)
 	a := &Adaptive{
@@ -111,7 +116,7 @@ func NewAdaptive(opts ...Option) *Adaptive {
 	}
 	a.c.ad = a
 	a.c.init(initial, &o)
-	return a
+	return a, nil
 }
 
 // TryAcquire admits the call if a slot is free under the current limit

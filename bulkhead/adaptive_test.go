@@ -11,8 +11,8 @@ var t0 = time.Unix(1_000_000, 0)
 
 // primed returns an Adaptive past its start-up probe, at limit with the
 // learned minimum latency base, its clock at t0.
-func primed(limit int, base time.Duration, opts ...Option) *Adaptive {
-	a := NewAdaptive(append([]Option{WithInitialLimit(limit)}, opts...)...)
+func primed(tb testing.TB, limit int, base time.Duration, opts ...Option) *Adaptive {
+	a := mustAdaptive(tb, append([]Option{WithInitialLimit(limit)}, opts...)...)
 	a.mu.Lock()
 	a.setBaseline(base)
 	a.probedOnce = true
@@ -74,7 +74,7 @@ func TestAdaptiveWindowRules(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			a := primed(20, base, tt.opts...)
+			a := primed(t, 20, base, tt.opts...)
 			window(t, a, t0, tt.peak, tt.give, tt.err)
 			if got := a.Limit(); got != tt.want {
 				t.Errorf("Limit() after a window at %v (peak %d, err %v) = %d, want %d", tt.give, tt.peak, tt.err, got, tt.want)
@@ -90,7 +90,7 @@ func TestAdaptiveWindowRules(t *testing.T) {
 }
 
 func TestAdaptiveLowerLatencyLowersMinimum(t *testing.T) {
-	a := primed(20, 10*time.Millisecond)
+	a := primed(t, 20, 10*time.Millisecond)
 	window(t, a, t0.Add(time.Millisecond), 20, 9500*time.Microsecond, nil)
 	if got := a.MinLatency(); got != 9500*time.Microsecond {
 		t.Errorf("MinLatency() = %v, want 9.5ms", got)
@@ -110,7 +110,7 @@ func TestAdaptiveLowerLatencyLowersMinimum(t *testing.T) {
 // drops to a quarter, calls admitted before the drain are ignored, and the
 // mean of the calls admitted after it becomes the new minimum.
 func TestAdaptiveProbe(t *testing.T) {
-	a := primed(20, 10*time.Millisecond, WithProbeInterval(10*time.Second))
+	a := primed(t, 20, 10*time.Millisecond, WithProbeInterval(10*time.Second))
 	t1 := t0.Add(10 * time.Second)
 	// Ten long calls stay in flight across the probe's start.
 	var long []Permit
@@ -169,7 +169,7 @@ func TestAdaptiveProbe(t *testing.T) {
 }
 
 func TestAdaptiveProbeAbandoned(t *testing.T) {
-	a := primed(20, 10*time.Millisecond, WithProbeInterval(time.Second))
+	a := primed(t, 20, 10*time.Millisecond, WithProbeInterval(time.Second))
 	t1 := t0.Add(time.Second)
 	window(t, a, t1, 20, 10*time.Millisecond, nil)
 	if !a.probing {
@@ -193,7 +193,7 @@ func TestAdaptiveProbeAbandoned(t *testing.T) {
 }
 
 func TestAdaptiveStartupProbe(t *testing.T) {
-	a := NewAdaptive(WithInitialLimit(12))
+	a := mustAdaptive(t, WithInitialLimit(12))
 	if got := a.MinLatency(); got != 0 {
 		t.Errorf("MinLatency() before any sample = %v, want 0", got)
 	}
@@ -208,7 +208,7 @@ func TestAdaptiveStartupProbe(t *testing.T) {
 }
 
 func TestAdaptiveTimeGoingBackwards(t *testing.T) {
-	a := primed(20, 10*time.Millisecond)
+	a := primed(t, 20, 10*time.Millisecond)
 	t1 := t0.Add(5 * time.Second)
 	window(t, a, t1, 20, 10*time.Millisecond, nil)
 	// An earlier now is treated as t1: it neither reaches the probe
@@ -223,7 +223,7 @@ func TestAdaptiveTimeGoingBackwards(t *testing.T) {
 }
 
 func TestAdaptiveReleaseIsNoSample(t *testing.T) {
-	a := primed(20, 10*time.Millisecond)
+	a := primed(t, 20, 10*time.Millisecond)
 	for range 100 {
 		p, _ := a.TryAcquire()
 		if !p.Release() {
@@ -242,7 +242,7 @@ func TestAdaptiveReleaseIsNoSample(t *testing.T) {
 }
 
 func TestAdaptiveAcquire(t *testing.T) {
-	a := NewAdaptive(WithInitialLimit(1), WithLimitBounds(1, 10), WithQueue(1))
+	a := mustAdaptive(t, WithInitialLimit(1), WithLimitBounds(1, 10), WithQueue(1))
 	p0, _ := a.TryAcquire()
 	got := make(chan Permit)
 	go func() {

@@ -55,7 +55,7 @@ func benchTry(b *testing.B, limit int, parallel bool, warm func(), try func() bo
 func runAdmit(b *testing.B, parallel bool) {
 	const limit = 1024 // never reached: every call is admitted
 	b.Run("bulkhead", func(b *testing.B) {
-		bh := bulkhead.New(limit)
+		bh := mustNew(b, limit)
 		benchTry(b, limit, parallel, nil, func() bool {
 			p, ok := bh.TryAcquire()
 			p.Release()
@@ -63,7 +63,7 @@ func runAdmit(b *testing.B, parallel bool) {
 		})
 	})
 	b.Run("adaptive", func(b *testing.B) {
-		a := bulkhead.NewAdaptive(bulkhead.WithInitialLimit(limit), bulkhead.WithLimitBounds(limit, limit))
+		a := mustAdaptive(b, bulkhead.WithInitialLimit(limit), bulkhead.WithLimitBounds(limit, limit))
 		benchTry(b, limit, parallel, nil, func() bool {
 			p, ok := a.TryAcquire()
 			p.Done(time.Millisecond, nil)
@@ -97,7 +97,7 @@ func BenchmarkTryAcquireReleaseParallel(b *testing.B) { runAdmit(b, true) }
 
 func runRefuse(b *testing.B, parallel bool) {
 	b.Run("bulkhead", func(b *testing.B) {
-		bh := bulkhead.New(1)
+		bh := mustNew(b, 1)
 		benchTry(b, 1, parallel, func() { bh.TryAcquire() }, func() bool {
 			_, ok := bh.TryAcquire()
 			return ok
@@ -134,7 +134,7 @@ func BenchmarkAcquireContended(b *testing.B) {
 		})
 	}
 	b.Run("bulkhead", func(b *testing.B) {
-		bh := bulkhead.New(2, bulkhead.WithQueue(1<<20))
+		bh := mustNew(b, 2, bulkhead.WithQueue(1<<20))
 		run(b, func() func() {
 			p, err := bh.Acquire(ctx)
 			if err != nil {
@@ -161,4 +161,25 @@ func BenchmarkAcquireContended(b *testing.B) {
 			return func() { s.Release(1) }
 		})
 	})
+}
+
+// mustNew is bulkhead.New for arguments a benchmark knows to be valid.
+func mustNew(tb testing.TB, limit int, opts ...bulkhead.Option) *bulkhead.Bulkhead {
+	tb.Helper()
+	bh, err := bulkhead.New(limit, opts...)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return bh
+}
+
+// mustAdaptive is bulkhead.NewAdaptive for options a benchmark knows to be
+// valid.
+func mustAdaptive(tb testing.TB, opts ...bulkhead.Option) *bulkhead.Adaptive {
+	tb.Helper()
+	a, err := bulkhead.NewAdaptive(opts...)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return a
 }

@@ -1,6 +1,9 @@
 package bulkhead
 
-import "context"
+import (
+	"context"
+	"errors"
+)
 
 // Bulkhead is a fixed limit on the number of calls in flight.
 //
@@ -9,8 +12,9 @@ import "context"
 // (WithMaxWait). A slot freed while calls are queued goes straight to the
 // oldest of them: neither TryAcquire nor a new Acquire can take it first.
 //
-// Create one with New. The zero value has a limit of 0 and refuses every
-// call. A Bulkhead is safe for concurrent use; TryAcquire, and the release
+// Create one with New; by default it has no queue and no maximum wait.
+// The zero value has a limit of 0 and refuses every call until SetLimit
+// raises it. A Bulkhead is safe for concurrent use; TryAcquire, and the release
 // of a permit while nobody is queued, take no lock and allocate nothing.
 type Bulkhead struct {
 	c core
@@ -19,21 +23,22 @@ type Bulkhead struct {
 // New returns a Bulkhead that admits at most limit calls at once.
 // Options: WithQueue (default no queue) and WithMaxWait (default none).
 //
-// New panics if limit is outside [1, MaxLimit], if an option is given an
-// invalid value (negative queue length or maximum wait), or if an
-// adaptive-only option is passed.
-func New(limit int, opts ...Option) *Bulkhead {
-	checkLimit("limit", limit)
+// New returns an error naming every bad value if limit is outside
+// [1, MaxLimit], if an option is given an invalid value (negative queue
+// length or maximum wait), or if an adaptive-only option is passed.
+func New(limit int, opts ...Option) (*Bulkhead, error) {
 	var o options
 	for _, opt := range opts {
-		opt(&o)
+		if opt != nil {
+			opt(&o)
+		}
 	}
-	if o.adaptiveOnly != "" {
-		panic("bulkhead: " + o.adaptiveOnly + " is an option of NewAdaptive, not New")
+	if err := errors.Join(checkLimit("New", limit), o.validate("New", false)); err != nil {
+		return nil, err
 	}
 	b := new(Bulkhead)
 	b.c.init(limit, &o)
-	return b
+	return b, nil
 }
 
 // TryAcquire admits the call if a slot is free and nobody is queued, and
@@ -52,11 +57,14 @@ func (b *Bulkhead) Acquire(ctx context.Context) (Permit, error) { return b.c.acq
 
 // SetLimit changes the limit while calls are running. Growing it admits
 // queued calls at once; shrinking it lets the calls in flight finish and
-// admits no new one until the count is below the new limit. It panics if
-// n is outside [1, MaxLimit].
-func (b *Bulkhead) SetLimit(n int) {
-	checkLimit("limit", n)
+// admits no new one until the count is below the new limit. If n is
+// outside [1, MaxLimit] it returns an error and changes nothing.
+func (b *Bulkhead) SetLimit(n int) error {
+	if err := checkLimit("SetLimit", n); err != nil {
+		return err
+	}
 	b.c.setLimit(n)
+	return nil
 }
 
 // Limit returns the current limit.

@@ -3,6 +3,7 @@ package bulkhead
 import (
 	"context"
 	"errors"
+	"fmt"
 	"math/rand/v2"
 	"runtime"
 	"strings"
@@ -18,52 +19,102 @@ func TestMain(m *testing.M) {
 	goleak.VerifyTestMain(m)
 }
 
-func wantPanic(t *testing.T, name, want string, f func()) {
-	t.Helper()
-	defer func() {
-		t.Helper()
-		r := recover()
-		if r == nil {
-			t.Errorf("%s did not panic, want panic containing %q", name, want)
-			return
-		}
-		msg, _ := r.(string)
-		if !strings.Contains(msg, want) {
-			t.Errorf("%s panicked with %q, want it to contain %q", name, msg, want)
-		}
-	}()
-	f()
-}
-
-func TestBadInputPanics(t *testing.T) {
+// TestNewErrors checks that every bad argument and option is reported, by
+// its name and value, with a nil result.
+func TestNewErrors(t *testing.T) {
+	type args struct {
+		limit int
+		opts  []Option
+	}
 	tests := []struct {
 		name string
-		give func()
-		want string
+		give args
+		want []string
 	}{
-		{"New(0)", func() { New(0) }, "bulkhead: limit must be between 1 and 1048576, got 0"},
-		{"New(-3)", func() { New(-3) }, "got -3"},
-		{"New(MaxLimit+1)", func() { New(MaxLimit + 1) }, "got 1048577"},
-		{"WithQueue(-1)", func() { New(1, WithQueue(-1)) }, "bulkhead: WithQueue length must be between 0 and 1073741824, got -1"},
-		{"WithMaxWait(-1s)", func() { New(1, WithMaxWait(-time.Second)) }, "bulkhead: WithMaxWait must be >= 0, got -1s"},
-		{"New with adaptive option", func() { New(1, WithProbeInterval(time.Second)) }, "bulkhead: WithProbeInterval is an option of NewAdaptive, not New"},
-		{"SetLimit(0)", func() { New(1).SetLimit(0) }, "bulkhead: limit must be between 1 and 1048576, got 0"},
-		{"WithInitialLimit(0)", func() { NewAdaptive(WithInitialLimit(0)) }, "bulkhead: WithInitialLimit must be between 1 and 1048576, got 0"},
-		{"WithLimitBounds(0, 10)", func() { NewAdaptive(WithLimitBounds(0, 10)) }, "floor 0, ceiling 10"},
-		{"WithLimitBounds(5, 4)", func() { NewAdaptive(WithLimitBounds(5, 4)) }, "floor 5, ceiling 4"},
-		{"WithLatencyCeiling(-1ms)", func() { NewAdaptive(WithLatencyCeiling(-time.Millisecond)) }, "bulkhead: WithLatencyCeiling must be >= 0, got -1ms"},
-		{"WithProbeInterval(0)", func() { NewAdaptive(WithProbeInterval(0)) }, "bulkhead: WithProbeInterval must be > 0, got 0s"},
-		{"NewAdaptive WithQueue(-2)", func() { NewAdaptive(WithQueue(-2)) }, "got -2"},
+		{"limit 0", args{0, nil}, []string{"bulkhead: New: limit must be between 1 and 1048576, got 0"}},
+		{"limit -3", args{-3, nil}, []string{"bulkhead: New: limit must be between 1 and 1048576, got -3"}},
+		{"limit MaxLimit+1", args{MaxLimit + 1, nil}, []string{"bulkhead: New: limit must be between 1 and 1048576, got 1048577"}},
+		{"WithQueue(-1)", args{1, []Option{WithQueue(-1)}}, []string{"bulkhead: WithQueue: length must be between 0 and 1073741824, got -1"}},
+		{"WithQueue(MaxQueue+1)", args{1, []Option{WithQueue(MaxQueue + 1)}}, []string{"bulkhead: WithQueue: length must be between 0 and 1073741824, got 1073741825"}},
+		{"WithMaxWait(-1s)", args{1, []Option{WithMaxWait(-time.Second)}}, []string{"bulkhead: WithMaxWait: maximum wait must be >= 0, got -1s"}},
+		{"adaptive option", args{1, []Option{WithProbeInterval(time.Second)}}, []string{"bulkhead: New: WithProbeInterval is an option of NewAdaptive, not New"}},
+		{"all at once", args{0, []Option{WithQueue(-3), WithMaxWait(-time.Millisecond), WithInitialLimit(5)}}, []string{
+			"limit must be between 1 and 1048576, got 0",
+			"bulkhead: WithQueue: length must be between 0 and 1073741824, got -3",
+			"bulkhead: WithMaxWait: maximum wait must be >= 0, got -1ms",
+			"bulkhead: New: WithInitialLimit is an option of NewAdaptive, not New",
+		}},
 	}
 	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) { wantPanic(t, tt.name, tt.want, tt.give) })
+		t.Run(tt.name, func(t *testing.T) {
+			b, err := New(tt.give.limit, tt.give.opts...)
+			if b != nil || err == nil {
+				t.Fatalf("New(%d, ...) = %p, %v; want nil and an error", tt.give.limit, b, err)
+			}
+			for _, w := range tt.want {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("New(%d, ...) error = %q, want it to contain %q", tt.give.limit, err, w)
+				}
+			}
+		})
+	}
+}
+
+// TestNewAdaptiveErrors is TestNewErrors for NewAdaptive.
+func TestNewAdaptiveErrors(t *testing.T) {
+	tests := []struct {
+		name string
+		give []Option
+		want []string
+	}{
+		{"WithInitialLimit(0)", []Option{WithInitialLimit(0)}, []string{"bulkhead: WithInitialLimit: limit must be between 1 and 1048576, got 0"}},
+		{"WithLimitBounds(0, 10)", []Option{WithLimitBounds(0, 10)}, []string{"bulkhead: WithLimitBounds: want 1 <= floor <= ceiling <= 1048576, got floor 0, ceiling 10"}},
+		{"WithLimitBounds(5, 4)", []Option{WithLimitBounds(5, 4)}, []string{"bulkhead: WithLimitBounds: want 1 <= floor <= ceiling <= 1048576, got floor 5, ceiling 4"}},
+		{"WithLatencyCeiling(-1ms)", []Option{WithLatencyCeiling(-time.Millisecond)}, []string{"bulkhead: WithLatencyCeiling: latency ceiling must be >= 0, got -1ms"}},
+		{"WithProbeInterval(0)", []Option{WithProbeInterval(0)}, []string{"bulkhead: WithProbeInterval: probe interval must be > 0, got 0s"}},
+		{"WithQueue(-2)", []Option{WithQueue(-2)}, []string{"bulkhead: WithQueue: length must be between 0 and 1073741824, got -2"}},
+		{"all at once", []Option{WithInitialLimit(-1), WithLimitBounds(3, 2), WithProbeInterval(-time.Second), WithMaxWait(-1)}, []string{
+			"WithInitialLimit: limit must be between 1 and 1048576, got -1",
+			"WithLimitBounds: want 1 <= floor <= ceiling <= 1048576, got floor 3, ceiling 2",
+			"WithProbeInterval: probe interval must be > 0, got -1s",
+			"WithMaxWait: maximum wait must be >= 0, got -1ns",
+		}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			a, err := NewAdaptive(tt.give...)
+			if a != nil || err == nil {
+				t.Fatalf("NewAdaptive(...) = %p, %v; want nil and an error", a, err)
+			}
+			for _, w := range tt.want {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("NewAdaptive(...) error = %q, want it to contain %q", err, w)
+				}
+			}
+		})
+	}
+}
+
+// TestSetLimitErrors: a bad limit is an error naming it, and the limit in
+// force does not change.
+func TestSetLimitErrors(t *testing.T) {
+	for _, n := range []int{0, -1, MaxLimit + 1} {
+		b := mustNew(t, 3)
+		err := b.SetLimit(n)
+		want := fmt.Sprintf("bulkhead: SetLimit: limit must be between 1 and 1048576, got %d", n)
+		if err == nil || err.Error() != want {
+			t.Errorf("Bulkhead.SetLimit(%d) = %v, want %q", n, err, want)
+		}
+		if got := b.Limit(); got != 3 {
+			t.Errorf("after Bulkhead.SetLimit(%d): Limit() = %d, want 3 (unchanged)", n, got)
+		}
 	}
 }
 
 // TestSteps walks one Bulkhead through fixed steps, like x/time/rate's
 // step tables.
 func TestSteps(t *testing.T) {
-	b := New(2)
+	b := mustNew(t, 2)
 	var held []Permit
 	type step struct {
 		name       string
@@ -108,7 +159,7 @@ func TestSteps(t *testing.T) {
 }
 
 func TestCopiedPermitReleasesOnce(t *testing.T) {
-	b := New(1)
+	b := mustNew(t, 1)
 	p, _ := b.TryAcquire()
 	q := p
 	if !q.Release() {
@@ -128,7 +179,7 @@ func TestCopiedPermitReleasesOnce(t *testing.T) {
 // TestStalePermitAfterSlotReuse takes the same slot again after its first
 // holder released it: the first holder's permit must not free it.
 func TestStalePermitAfterSlotReuse(t *testing.T) {
-	b := New(1)
+	b := mustNew(t, 1)
 	p0, _ := b.TryAcquire()
 	p0.Release()
 	var p Permit
@@ -190,12 +241,19 @@ func TestZeroValueRefuses(t *testing.T) {
 	if _, ok := a.TryAcquire(); ok {
 		t.Error("zero Adaptive.TryAcquire() ok = true, want false")
 	}
+	if err := b.SetLimit(1); err != nil {
+		t.Fatalf("zero Bulkhead.SetLimit(1) = %v", err)
+	}
+	p, ok := b.TryAcquire()
+	if !ok || !p.Release() {
+		t.Error("zero Bulkhead after SetLimit(1): TryAcquire and Release failed, want a slot")
+	}
 }
 
 // TestModel runs random operations against a plain counter model.
 func TestModel(t *testing.T) {
 	rng := rand.New(rand.NewPCG(7, 11))
-	b := New(3)
+	b := mustNew(t, 3)
 	limit, admitted, refused := 3, uint64(0), uint64(0)
 	var held, stale []Permit
 	for i := range 20000 {
@@ -253,7 +311,7 @@ func TestBoundUnderContention(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			const goroutines, iters = 16, 2000
-			b := New(tt.limit, WithQueue(tt.queue))
+			b := mustNew(t, tt.limit, WithQueue(tt.queue))
 			var cur, peak, inside, fails atomic.Int64
 			var held slotSet
 			var wg sync.WaitGroup
@@ -318,7 +376,7 @@ func TestBoundUnderContention(t *testing.T) {
 // goroutines hammer the bulkhead: concurrency never exceeds the largest
 // limit, and nothing leaks.
 func TestBoundWhileLimitChanges(t *testing.T) {
-	b := New(3, WithQueue(8))
+	b := mustNew(t, 3, WithQueue(8))
 	var cur, peak atomic.Int64
 	var held slotSet
 	var wg sync.WaitGroup
@@ -379,7 +437,7 @@ func waitUntil(t *testing.T, what string, cond func() bool) {
 
 func TestAcquireFIFO(t *testing.T) {
 	const n = 8
-	b := New(1, WithQueue(n))
+	b := mustNew(t, 1, WithQueue(n))
 	p0, _ := b.TryAcquire()
 	var mu sync.Mutex
 	var order []int
@@ -415,7 +473,7 @@ func TestAcquireFIFO(t *testing.T) {
 }
 
 func TestReleaseHandsSlotToWaiterNotBarger(t *testing.T) {
-	b := New(1, WithQueue(1))
+	b := mustNew(t, 1, WithQueue(1))
 	p0, _ := b.TryAcquire()
 	got := make(chan Permit)
 	go func() {
@@ -439,7 +497,7 @@ func TestReleaseHandsSlotToWaiterNotBarger(t *testing.T) {
 }
 
 func TestQueueBound(t *testing.T) {
-	b := New(1, WithQueue(2))
+	b := mustNew(t, 1, WithQueue(2))
 	p0, _ := b.TryAcquire()
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
@@ -501,7 +559,7 @@ func (f *fakeTimers) count() int {
 }
 
 func TestMaxWaitTimeout(t *testing.T) {
-	b := New(1, WithQueue(4), WithMaxWait(250*time.Millisecond))
+	b := mustNew(t, 1, WithQueue(4), WithMaxWait(250*time.Millisecond))
 	var ft fakeTimers
 	ft.install(&b.c)
 	p0, _ := b.TryAcquire()
@@ -536,7 +594,7 @@ func TestMaxWaitTimeout(t *testing.T) {
 
 func TestAcquireContext(t *testing.T) {
 	t.Run("canceled while queued", func(t *testing.T) {
-		b := New(1, WithQueue(1))
+		b := mustNew(t, 1, WithQueue(1))
 		p0, _ := b.TryAcquire()
 		ctx, cancel := context.WithCancel(context.Background())
 		errc := make(chan error)
@@ -559,7 +617,7 @@ func TestAcquireContext(t *testing.T) {
 		}
 	})
 	t.Run("already ended", func(t *testing.T) {
-		b := New(1)
+		b := mustNew(t, 1)
 		ctx, cancel := context.WithCancel(context.Background())
 		cancel()
 		if _, err := b.Acquire(ctx); !errors.Is(err, context.Canceled) {
@@ -570,7 +628,7 @@ func TestAcquireContext(t *testing.T) {
 		}
 	})
 	t.Run("canceled with cause", func(t *testing.T) {
-		b := New(1, WithQueue(1))
+		b := mustNew(t, 1, WithQueue(1))
 		p0, _ := b.TryAcquire()
 		defer p0.Release()
 		cause := errors.New("client went away")
@@ -588,7 +646,7 @@ func TestAcquireContext(t *testing.T) {
 		}
 	})
 	t.Run("free slot", func(t *testing.T) {
-		b := New(1)
+		b := mustNew(t, 1)
 		p, err := b.Acquire(context.Background())
 		if err != nil || !p.Release() {
 			t.Errorf("Acquire() on a free bulkhead = %v, want a permit", err)
@@ -599,7 +657,7 @@ func TestAcquireContext(t *testing.T) {
 // TestGrantedWhileGivingUp forces the race in which a slot is handed to a
 // waiter at the moment its context ends: the waiter must pass the slot on.
 func TestGrantedWhileGivingUp(t *testing.T) {
-	b := New(1, WithQueue(2))
+	b := mustNew(t, 1, WithQueue(2))
 	p0, _ := b.TryAcquire()
 	var once sync.Once
 	b.c.onGiveUp = func() { once.Do(func() { p0.Release() }) }
@@ -642,7 +700,7 @@ func TestGrantedWhileGivingUp(t *testing.T) {
 // released: no slot may leak.
 func TestCancelRaceStress(t *testing.T) {
 	const limit = 2
-	b := New(limit, WithQueue(64))
+	b := mustNew(t, limit, WithQueue(64))
 	var wg sync.WaitGroup
 	for g := range 8 {
 		wg.Go(func() {
@@ -681,7 +739,7 @@ func TestCancelRaceStress(t *testing.T) {
 
 func TestSetLimit(t *testing.T) {
 	t.Run("grow wakes waiters", func(t *testing.T) {
-		b := New(1, WithQueue(3))
+		b := mustNew(t, 1, WithQueue(3))
 		p0, _ := b.TryAcquire()
 		var wg sync.WaitGroup
 		permits := make(chan Permit, 3)
@@ -731,7 +789,7 @@ func TestSetLimit(t *testing.T) {
 		}
 	})
 	t.Run("shrink lets calls finish", func(t *testing.T) {
-		b := New(3)
+		b := mustNew(t, 3)
 		var held []Permit
 		for range 3 {
 			p, _ := b.TryAcquire()
@@ -755,7 +813,7 @@ func TestSetLimit(t *testing.T) {
 		}
 	})
 	t.Run("shrink with waiters", func(t *testing.T) {
-		b := New(2, WithQueue(1))
+		b := mustNew(t, 2, WithQueue(1))
 		p1, _ := b.TryAcquire()
 		p2, _ := b.TryAcquire()
 		got := make(chan Permit)
@@ -779,7 +837,7 @@ func TestSetLimit(t *testing.T) {
 }
 
 func TestAllocs(t *testing.T) {
-	b := New(4)
+	b := mustNew(t, 4)
 	if n := testing.AllocsPerRun(1000, func() {
 		p, ok := b.TryAcquire()
 		if !ok {
@@ -798,7 +856,7 @@ func TestAllocs(t *testing.T) {
 	}); n != 0 {
 		t.Errorf("Bulkhead Acquire+Done (free slot) allocs = %v, want 0", n)
 	}
-	full := New(1)
+	full := mustNew(t, 1)
 	full.TryAcquire()
 	if n := testing.AllocsPerRun(1000, func() {
 		if _, ok := full.TryAcquire(); ok {
@@ -807,7 +865,7 @@ func TestAllocs(t *testing.T) {
 	}); n != 0 {
 		t.Errorf("Bulkhead TryAcquire refused allocs = %v, want 0", n)
 	}
-	a := NewAdaptive()
+	a := mustAdaptive(t)
 	now := time.Unix(1000, 0)
 	if n := testing.AllocsPerRun(1000, func() {
 		p, ok := a.TryAcquire()
@@ -818,5 +876,14 @@ func TestAllocs(t *testing.T) {
 		p.DoneAt(now, 5*time.Millisecond, nil)
 	}); n != 0 {
 		t.Errorf("Adaptive TryAcquire+DoneAt allocs = %v, want 0", n)
+	}
+}
+
+func TestNilOptionIgnored(t *testing.T) {
+	if b := mustNew(t, 1, nil, WithQueue(2)); b.c.maxQueue != 2 {
+		t.Errorf("New(1, nil, WithQueue(2)): queue %d, want 2", b.c.maxQueue)
+	}
+	if a := mustAdaptive(t, nil, WithInitialLimit(7)); a.Limit() != 7 {
+		t.Errorf("NewAdaptive(nil, WithInitialLimit(7)).Limit() = %d, want 7", a.Limit())
 	}
 }

@@ -94,10 +94,12 @@ func (c *core) init(limit int, o *options) {
 	c.setLimit(limit)
 }
 
-func checkLimit(what string, n int) {
+// checkLimit validates a limit given to the constructor or setter fn.
+func checkLimit(fn string, n int) error {
 	if n < 1 || n > MaxLimit {
-		panic(fmt.Sprintf("bulkhead: %s must be between 1 and %d, got %d", what, MaxLimit, n))
+		return fmt.Errorf("bulkhead: %s: limit must be between 1 and %d, got %d", fn, MaxLimit, n)
 	}
+	return nil
 }
 
 // claim takes a free slot for a call already counted in state. A table
@@ -351,7 +353,9 @@ func (c *core) stats() Stats {
 }
 
 // Stats are cumulative counters of a Bulkhead or an Adaptive, read with
-// atomic loads (for a metrics exporter). Counters never decrease.
+// atomic loads (for a metrics exporter). Counters never decrease. A Stats
+// is a plain value, safe to copy and share; the zero value is the stats of
+// a limit that has seen no call.
 type Stats struct {
 	Admitted uint64 // calls given a slot
 	Refused  uint64 // TryAcquire false, or Acquire with ErrFull

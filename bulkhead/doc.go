@@ -35,8 +35,9 @@
 // the context's error (and cause) when the context ends first.
 //
 // Invalid configuration (limit < 1, negative queue length or maximum wait,
-// a floor above the ceiling) panics at construction with a message naming
-// the bad value; nothing is silently clamped except WithInitialLimit into
+// a floor above the ceiling) is an error from New, NewAdaptive or
+// SetLimit naming every bad value, and nothing is built or changed;
+// nothing is silently clamped except WithInitialLimit into
 // WithLimitBounds.
 //
 // The package imports only the standard library and starts no goroutines.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log"
 	"runtime"
 	"time"
 
@@ -12,7 +13,10 @@ import (
 
 // At most two calls run at once; a third fails fast.
 func ExampleBulkhead_TryAcquire() {
-	b := bulkhead.New(2)
+	b, err := bulkhead.New(2)
+	if err != nil {
+		log.Fatal(err)
+	}
 	p1, _ := b.TryAcquire()
 	p2, _ := b.TryAcquire()
 	_, ok := b.TryAcquire()
@@ -32,7 +36,10 @@ func ExampleBulkhead_TryAcquire() {
 // A queue of one: the second caller waits for the first to finish, the
 // third is refused with ErrFull.
 func ExampleBulkhead_Acquire() {
-	b := bulkhead.New(1, bulkhead.WithQueue(1), bulkhead.WithMaxWait(time.Second))
+	b, err := bulkhead.New(1, bulkhead.WithQueue(1), bulkhead.WithMaxWait(time.Second))
+	if err != nil {
+		log.Fatal(err)
+	}
 	ctx := context.Background()
 
 	p, _ := b.Acquire(ctx)
@@ -46,7 +53,7 @@ func ExampleBulkhead_Acquire() {
 	for b.Waiting() == 0 { // wait until the goroutine is queued
 		runtime.Gosched()
 	}
-	_, err := b.Acquire(ctx)
+	_, err = b.Acquire(ctx)
 	fmt.Println("third caller:", err, errors.Is(err, bulkhead.ErrFull))
 	p.Release() // the slot goes straight to the queued caller
 	<-done
@@ -61,7 +68,10 @@ func ExampleBulkhead_Acquire() {
 // latency the limit grows; when latency triples (calls queue in the
 // server) it shrinks.
 func ExampleAdaptive() {
-	a := bulkhead.NewAdaptive(bulkhead.WithInitialLimit(10), bulkhead.WithLimitBounds(5, 40))
+	a, err := bulkhead.NewAdaptive(bulkhead.WithInitialLimit(10), bulkhead.WithLimitBounds(5, 40))
+	if err != nil {
+		log.Fatal(err)
+	}
 	now := time.Unix(0, 0)
 	rounds := func(n int, latency time.Duration) {
 		for range n {
@@ -90,7 +100,10 @@ func ExampleAdaptive() {
 
 // The usual shape of a guarded call: finish the permit with the outcome.
 func ExamplePermit_Done() {
-	a := bulkhead.NewAdaptive()
+	a, err := bulkhead.NewAdaptive()
+	if err != nil {
+		log.Fatal(err)
+	}
 	handle := func(ctx context.Context) error {
 		p, ok := a.TryAcquire()
 		if !ok {
@@ -104,4 +117,13 @@ func ExamplePermit_Done() {
 	}
 	fmt.Println(handle(context.Background()))
 	// Output: <nil>
+}
+
+// A bad configuration is an error naming each bad value; nothing is built.
+func ExampleNew_error() {
+	_, err := bulkhead.New(0, bulkhead.WithQueue(-3))
+	fmt.Println(err)
+	// Output:
+	// bulkhead: New: limit must be between 1 and 1048576, got 0
+	// bulkhead: WithQueue: length must be between 0 and 1073741824, got -3
 }

@@ -223,7 +223,7 @@ func TestAdaptiveSettlesNearCapacity(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			a := NewAdaptive()
+			a := mustAdaptive(t)
 			s := newSimServer(a, tt.workers, tt.service)
 			s.jitter = tt.jitter
 			samples := s.run(30 * time.Second)
@@ -241,7 +241,7 @@ func TestAdaptiveRecovers(t *testing.T) {
 	for _, jitter := range []float64{0, 0.2} {
 		t.Run(fmt.Sprintf("jitter %.0f%%", 100*jitter), func(t *testing.T) {
 			const s10, s2 = 10 * time.Millisecond, 2 * time.Millisecond
-			a := NewAdaptive()
+			a := mustAdaptive(t)
 			s := newSimServer(a, 20, s10)
 			s.jitter = jitter
 			var samples []simSample
@@ -288,7 +288,7 @@ func TestAdaptiveNoDriftDuringLongSlowdown(t *testing.T) {
 		workers, slowed int
 		service, slow   time.Duration
 	}, noDrain bool) []simSample {
-		a := NewAdaptive()
+		a := mustAdaptive(t)
 		a.noDrain = noDrain
 		s := newSimServer(a, tt.workers, tt.service)
 		s.jitter = tt.jitter
@@ -321,7 +321,7 @@ func TestAdaptiveNoDriftDuringLongSlowdown(t *testing.T) {
 // for two minutes; when the service time returns to 10ms the limit grows
 // back into the band.
 func TestAdaptiveLatencyCeiling(t *testing.T) {
-	a := NewAdaptive(WithLatencyCeiling(30*time.Millisecond), WithLimitBounds(2, 1000))
+	a := mustAdaptive(t, WithLatencyCeiling(30*time.Millisecond), WithLimitBounds(2, 1000))
 	s := newSimServer(a, 20, 10*time.Millisecond)
 	var samples []simSample
 	samples = append(samples, s.run(20*time.Second)...)

@@ -33,7 +33,7 @@ var (
 )
 
 func BenchmarkSaturated(b *testing.B) {
-	m := NewManual()
+	m := mustManual(b)
 	m.Update(time.Now(), 0.5)
 	b.ReportAllocs()
 	n := 0
@@ -46,7 +46,7 @@ func BenchmarkSaturated(b *testing.B) {
 }
 
 func BenchmarkUtilization(b *testing.B) {
-	m := NewManual()
+	m := mustManual(b)
 	m.Update(time.Now(), 0.5)
 	b.ReportAllocs()
 	var u float64
@@ -57,7 +57,7 @@ func BenchmarkUtilization(b *testing.B) {
 }
 
 func BenchmarkSaturatedParallel(b *testing.B) {
-	m := NewManual()
+	m := mustManual(b)
 	m.Update(time.Now(), 0.5)
 	b.ReportAllocs()
 	b.RunParallel(func(pb *testing.PB) {

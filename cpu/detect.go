@@ -8,7 +8,7 @@ import (
 	"strings"
 )
 
-// DetectOption configures [Detect].
+// DetectOption configures [Detect]. A nil DetectOption is ignored.
 type DetectOption func(*detectOptions)
 
 type detectOptions struct {
@@ -43,7 +43,9 @@ func WithRoot(root string) DetectOption {
 func Detect(opts ...DetectOption) (Source, error) {
 	o := detectOptions{root: "/", env: defaultEnv()}
 	for _, opt := range opts {
-		opt(&o)
+		if opt != nil {
+			opt(&o)
+		}
 	}
 	var why []string
 	var errs []error

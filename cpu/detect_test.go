@@ -59,7 +59,7 @@ func TestDetect(t *testing.T) {
 			if tt.breakIt != nil {
 				tt.breakIt(t, root)
 			}
-			src, err := Detect(WithRoot(root), withEnv(newFakeSys().env()))
+			src, err := Detect(WithRoot(root), nil, withEnv(newFakeSys().env())) // a nil option is ignored
 			if err != nil {
 				t.Fatalf("Detect() error = %v, want a source", err)
 			}

@@ -28,7 +28,10 @@ func Example() {
 // A manual monitor driven with explicit times: the seed's scenario.
 func ExampleNewManual() {
 	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
-	mon := cpu.NewManual(cpu.WithSmoothing(0), cpu.WithCooldown(5*time.Second))
+	mon, err := cpu.NewManual(cpu.WithSmoothing(0), cpu.WithCooldown(5*time.Second))
+	if err != nil {
+		log.Fatal(err)
+	}
 
 	mon.Update(t0, 0.9) // spike
 	fmt.Println(mon.Saturated())
@@ -40,6 +43,13 @@ func ExampleNewManual() {
 	// true
 	// true
 	// false
+}
+
+// A bad option value is an error naming it; nothing is built.
+func ExampleNewManual_error() {
+	_, err := cpu.NewManual(cpu.WithThreshold(1.5))
+	fmt.Println(err)
+	// Output: cpu: WithThreshold: threshold must be in (0, 1], got 1.5
 }
 
 func ExampleUtilization() {

@@ -1,6 +1,7 @@
 package cpu
 
 import (
+	"errors"
 	"fmt"
 	"math"
 	"sync"
@@ -16,7 +17,9 @@ const (
 	DefaultCooldown  = 5 * time.Second
 )
 
-// Option configures a [Monitor].
+// Option configures a [Monitor]. An option only records its value;
+// [NewMonitor] and [NewManual] validate them all and report every bad one.
+// A nil Option is ignored.
 type Option func(*options)
 
 type options struct {
@@ -26,12 +29,27 @@ type options struct {
 	cooldown  time.Duration
 }
 
-// WithInterval sets how often the sampler reads the source. Default
-// [DefaultInterval] (250 ms). It panics if d <= 0.
-func WithInterval(d time.Duration) Option {
-	if d <= 0 {
-		panic(fmt.Sprintf("cpu: interval must be > 0, got %v", d))
+// validate reports every bad value, each naming its option.
+func (o *options) validate() error {
+	var errs []error
+	if o.interval <= 0 {
+		errs = append(errs, fmt.Errorf("cpu: WithInterval: interval must be > 0, got %v", o.interval))
 	}
+	if o.smoothing < 0 {
+		errs = append(errs, fmt.Errorf("cpu: WithSmoothing: smoothing must be >= 0, got %v", o.smoothing))
+	}
+	if !(o.threshold > 0 && o.threshold <= 1) {
+		errs = append(errs, fmt.Errorf("cpu: WithThreshold: threshold must be in (0, 1], got %v", o.threshold))
+	}
+	if o.cooldown < 0 {
+		errs = append(errs, fmt.Errorf("cpu: WithCooldown: cooldown must be >= 0, got %v", o.cooldown))
+	}
+	return errors.Join(errs...)
+}
+
+// WithInterval sets how often the sampler reads the source. Default
+// [DefaultInterval] (250 ms). d must be > 0.
+func WithInterval(d time.Duration) Option {
 	return func(o *options) { o.interval = d }
 }
 
@@ -40,31 +58,22 @@ func WithInterval(d time.Duration) Option {
 // the fraction 1 − exp(−dt/tau) of the difference, so a late sample
 // weighs as much as the time it covers. 0 disables smoothing. Default
 // [DefaultSmoothing] (500 ms: a step from 0.3 to 0.9 reaches 0.8 in about
-// 0.9 s). It panics if d < 0.
+// 0.9 s). d must be >= 0.
 func WithSmoothing(d time.Duration) Option {
-	if d < 0 {
-		panic(fmt.Sprintf("cpu: smoothing must be >= 0, got %v", d))
-	}
 	return func(o *options) { o.smoothing = d }
 }
 
 // WithThreshold sets the smoothed utilisation at or above which the
-// monitor is saturated. Default [DefaultThreshold] (0.8). It panics unless
-// 0 < f <= 1.
+// monitor is saturated. Default [DefaultThreshold] (0.8). f must be in
+// (0, 1].
 func WithThreshold(f float64) Option {
-	if !(f > 0 && f <= 1) {
-		panic(fmt.Sprintf("cpu: threshold must be in (0, 1], got %v", f))
-	}
 	return func(o *options) { o.threshold = f }
 }
 
 // WithCooldown sets how long utilisation must stay below the threshold
 // before the monitor stops being saturated. Default [DefaultCooldown]
-// (5 s). It panics if d < 0.
+// (5 s). d must be >= 0.
 func WithCooldown(d time.Duration) Option {
-	if d < 0 {
-		panic(fmt.Sprintf("cpu: cooldown must be >= 0, got %v", d))
-	}
 	return func(o *options) { o.cooldown = d }
 }
 
@@ -76,8 +85,10 @@ func WithCooldown(d time.Duration) Option {
 //
 // Utilization and Saturated are single atomic loads, meant for admission
 // paths. Create a Monitor with [NewMonitor] (sampling goroutine) or
-// [NewManual]; the zero value is not usable. A Monitor is safe for
-// concurrent use. Close stops the sampler.
+// [NewManual]; the zero value is not usable. By default it samples every
+// [DefaultInterval], smooths over [DefaultSmoothing], and is saturated
+// from [DefaultThreshold] until [DefaultCooldown] has passed. A Monitor is
+// safe for concurrent use. Close stops the sampler.
 type Monitor struct {
 	util atomic.Uint64 // math.Float64bits of the smoothed utilisation
 	sat  atomic.Bool
@@ -102,7 +113,8 @@ type Monitor struct {
 	closeOnce sync.Once
 }
 
-func newMonitor(src Source, opts []Option) *Monitor {
+// newMonitor applies and validates opts.
+func newMonitor(src Source, opts []Option) (*Monitor, error) {
 	m := &Monitor{
 		src: src,
 		opts: options{
@@ -113,21 +125,31 @@ func newMonitor(src Source, opts []Option) *Monitor {
 		},
 	}
 	for _, o := range opts {
-		o(&m.opts)
+		if o != nil {
+			o(&m.opts)
+		}
 	}
-	return m
+	if err := m.opts.validate(); err != nil {
+		return nil, err
+	}
+	return m, nil
 }
 
 // NewMonitor takes a first sample of src and starts a goroutine that
 // samples it every interval; Close stops it. Each utilisation is computed
 // over the time that really elapsed between two samples, so a sampler
 // that runs late in an overloaded process still reads right. It returns
-// the first sample's error, if any. It panics if src is nil.
+// an error naming every bad option value (then it reads nothing), or the
+// first sample's error. It panics if src is nil: a missing source is a
+// programming error, not a value to validate.
 func NewMonitor(src Source, opts ...Option) (*Monitor, error) {
 	if src == nil {
 		panic("cpu: NewMonitor with nil Source")
 	}
-	m := newMonitor(src, opts)
+	m, err := newMonitor(src, opts)
+	if err != nil {
+		return nil, err
+	}
 	first, err := src.Sample()
 	if err != nil {
 		return nil, err
@@ -141,8 +163,8 @@ func NewMonitor(src Source, opts ...Option) (*Monitor, error) {
 
 // NewManual returns a Monitor without a source or goroutine, driven by
 // [Monitor.Update] alone: for tests and for callers that feed their own
-// signal.
-func NewManual(opts ...Option) *Monitor {
+// signal. It returns an error naming every bad option value.
+func NewManual(opts ...Option) (*Monitor, error) {
 	return newMonitor(nil, opts)
 }
 
@@ -183,11 +205,11 @@ func (m *Monitor) sample() {
 
 // Update feeds one utilisation observation (a fraction of the allowance,
 // clamped to [0, 1]) made at now. It is how a manual monitor is driven; on
-// a sampling monitor it interleaves with the samples. It panics if v is
-// NaN or negative.
-func (m *Monitor) Update(now time.Time, v float64) {
+// a sampling monitor it interleaves with the samples. If v is NaN or
+// negative it returns an error and changes nothing.
+func (m *Monitor) Update(now time.Time, v float64) error {
 	if !(v >= 0) {
-		panic(fmt.Sprintf("cpu: utilization must be >= 0, got %v", v))
+		return fmt.Errorf("cpu: Update: utilization must be >= 0, got %v", v)
 	}
 	if v > 1 {
 		v = 1
@@ -195,6 +217,7 @@ func (m *Monitor) Update(now time.Time, v float64) {
 	m.mu.Lock()
 	m.observe(now, v)
 	m.mu.Unlock()
+	return nil
 }
 
 // observe updates the smoothed value and the saturation flag; m.mu held.
@@ -235,7 +258,8 @@ func (m *Monitor) Saturated() bool {
 // Threshold returns the saturation threshold.
 func (m *Monitor) Threshold() float64 { return m.opts.threshold }
 
-// Stats is a snapshot of a [Monitor] for logs and metrics.
+// Stats is a snapshot of a [Monitor] for logs and metrics. It is a plain
+// value, safe to copy and share; the zero value holds no observation.
 type Stats struct {
 	Source      string  // the source's String, "manual" for NewManual
 	Utilization float64 // smoothed utilisation

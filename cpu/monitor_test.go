@@ -2,6 +2,7 @@ package cpu
 
 import (
 	"errors"
+	"fmt"
 	"math"
 	"strings"
 	"sync"
@@ -14,7 +15,7 @@ import (
 // immediately drops to 30%; the monitor stays saturated for the whole
 // cooldown and leaves exactly when it has passed (injected time).
 func TestSeedCooldown(t *testing.T) {
-	m := NewManual(WithSmoothing(0)) // the seed compares raw values
+	m := mustManual(t, WithSmoothing(0)) // the seed compares raw values
 	m.Update(t0, 0.9)
 	if !m.Saturated() {
 		t.Fatalf("Update(t0, 0.9); Saturated() = false, want true")
@@ -102,7 +103,7 @@ func TestSaturationSteps(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			m := NewManual(tt.opts...)
+			m := mustManual(t, tt.opts...)
 			for _, s := range tt.steps {
 				m.Update(t0.Add(s.at), s.give)
 				if got := m.Saturated(); got != s.want {
@@ -116,7 +117,7 @@ func TestSaturationSteps(t *testing.T) {
 // TestSmoothing checks the EWMA against its closed form, and that an
 // observation covering a long (late) interval weighs accordingly.
 func TestSmoothing(t *testing.T) {
-	m := NewManual(WithSmoothing(time.Second))
+	m := mustManual(t, WithSmoothing(time.Second))
 	m.Update(t0, 0.2)
 	m.Update(t0.Add(time.Second), 1)
 	want := 0.2 + 0.8*(1-math.Exp(-1))
@@ -124,7 +125,7 @@ func TestSmoothing(t *testing.T) {
 		t.Errorf("after 1 s at tau 1 s: Utilization() = %v, want %v", got, want)
 	}
 	// Two half-second steps equal one one-second step.
-	m2 := NewManual(WithSmoothing(time.Second))
+	m2 := mustManual(t, WithSmoothing(time.Second))
 	m2.Update(t0, 0.2)
 	m2.Update(t0.Add(500*time.Millisecond), 1)
 	m2.Update(t0.Add(time.Second), 1)
@@ -182,7 +183,10 @@ func TestMonitorSamples(t *testing.T) {
 		},
 		errs: []error{nil, nil, nil, errors.New("cpu: boom /x/cpu.stat"), nil},
 	}
-	m := newMonitor(src, []Option{WithSmoothing(0)})
+	m, err := newMonitor(src, []Option{WithSmoothing(0)})
+	if err != nil {
+		t.Fatal(err)
+	}
 	m.prev, _ = src.Sample()
 
 	m.sample()
@@ -270,7 +274,7 @@ func TestNewMonitorFirstSampleError(t *testing.T) {
 }
 
 func TestManualClose(t *testing.T) {
-	m := NewManual()
+	m := mustManual(t)
 	m.Close() // no goroutine: must not block
 	if got := m.Stats().Source; got != "manual" {
 		t.Errorf("NewManual().Stats().Source = %q, want manual", got)
@@ -280,38 +284,84 @@ func TestManualClose(t *testing.T) {
 	}
 }
 
-func TestPanics(t *testing.T) {
+// TestNewErrors checks that every bad option value is reported, by its
+// option and value, with a nil Monitor, by NewManual and NewMonitor alike;
+// NewMonitor then reads nothing and starts nothing.
+func TestNewErrors(t *testing.T) {
 	tests := []struct {
 		name string
-		give func()
-		want string
+		give []Option
+		want []string
 	}{
-		{"interval 0", func() { WithInterval(0) }, "cpu: interval must be > 0, got 0s"},
-		{"negative smoothing", func() { WithSmoothing(-1) }, "cpu: smoothing must be >= 0, got -1ns"},
-		{"threshold 0", func() { WithThreshold(0) }, "cpu: threshold must be in (0, 1], got 0"},
-		{"threshold 1.5", func() { WithThreshold(1.5) }, "cpu: threshold must be in (0, 1], got 1.5"},
-		{"threshold NaN", func() { WithThreshold(math.NaN()) }, "cpu: threshold must be in (0, 1], got NaN"},
-		{"negative cooldown", func() { WithCooldown(-time.Second) }, "cpu: cooldown must be >= 0, got -1s"},
-		{"nil source", func() { NewMonitor(nil) }, "cpu: NewMonitor with nil Source"},
-		{"NaN update", func() { NewManual().Update(t0, math.NaN()) }, "cpu: utilization must be >= 0, got NaN"},
-		{"negative update", func() { NewManual().Update(t0, -0.1) }, "cpu: utilization must be >= 0, got -0.1"},
+		{"interval 0", []Option{WithInterval(0)}, []string{"cpu: WithInterval: interval must be > 0, got 0s"}},
+		{"negative smoothing", []Option{WithSmoothing(-1)}, []string{"cpu: WithSmoothing: smoothing must be >= 0, got -1ns"}},
+		{"threshold 0", []Option{WithThreshold(0)}, []string{"cpu: WithThreshold: threshold must be in (0, 1], got 0"}},
+		{"threshold 1.5", []Option{WithThreshold(1.5)}, []string{"cpu: WithThreshold: threshold must be in (0, 1], got 1.5"}},
+		{"threshold NaN", []Option{WithThreshold(math.NaN())}, []string{"cpu: WithThreshold: threshold must be in (0, 1], got NaN"}},
+		{"negative cooldown", []Option{WithCooldown(-time.Second)}, []string{"cpu: WithCooldown: cooldown must be >= 0, got -1s"}},
+		{"all", []Option{WithInterval(-time.Millisecond), WithSmoothing(-time.Second), WithThreshold(2), WithCooldown(-1)}, []string{
+			"WithInterval: interval must be > 0, got -1ms",
+			"WithSmoothing: smoothing must be >= 0, got -1s",
+			"WithThreshold: threshold must be in (0, 1], got 2",
+			"WithCooldown: cooldown must be >= 0, got -1ns",
+		}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			defer func() {
-				if got := recover(); got != tt.want {
-					t.Errorf("panic = %v, want %q", got, tt.want)
+			m, err := NewManual(tt.give...)
+			if m != nil || err == nil {
+				t.Fatalf("NewManual(...) = %p, %v; want nil and an error", m, err)
+			}
+			for _, w := range tt.want {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("NewManual(...) error = %q, want it to contain %q", err, w)
 				}
-			}()
-			tt.give()
+			}
+			src := &scriptSource{samples: []Sample{{}}}
+			m, err2 := NewMonitor(src, tt.give...)
+			if m != nil || err2 == nil || err2.Error() != err.Error() {
+				t.Fatalf("NewMonitor(src, ...) = %p, %v; want nil and %q", m, err2, err)
+			}
+			if n := src.calls.Load(); n != 0 {
+				t.Errorf("NewMonitor with bad options sampled its source %d times, want 0", n)
+			}
 		})
 	}
+}
+
+// TestUpdateErrors: a NaN or negative observation is an error naming it,
+// and the monitor does not change.
+func TestUpdateErrors(t *testing.T) {
+	for _, v := range []float64{math.NaN(), -0.1} {
+		m := mustManual(t, WithSmoothing(0))
+		if err := m.Update(t0, 0.9); err != nil {
+			t.Fatal(err)
+		}
+		err := m.Update(t0.Add(time.Second), v)
+		want := fmt.Sprintf("cpu: Update: utilization must be >= 0, got %v", v)
+		if err == nil || err.Error() != want {
+			t.Errorf("Monitor.Update(t1, %v) = %v, want %q", v, err, want)
+		}
+		if st := m.Stats(); st.Utilization != 0.9 || st.Raw != 0.9 || !st.Saturated {
+			t.Errorf("after Monitor.Update(t1, %v): Stats() = %+v, want utilization 0.9, saturated (unchanged)", v, st)
+		}
+	}
+}
+
+// TestPanics: a nil Source is a programming error, not a value.
+func TestPanics(t *testing.T) {
+	defer func() {
+		if got, want := recover(), "cpu: NewMonitor with nil Source"; got != want {
+			t.Errorf("NewMonitor(nil): panic = %v, want %q", got, want)
+		}
+	}()
+	NewMonitor(nil)
 }
 
 // TestConcurrentReads reads while another goroutine updates (run with
 // -race).
 func TestConcurrentReads(t *testing.T) {
-	m := NewManual(WithSmoothing(0))
+	m := mustManual(t, WithSmoothing(0))
 	var wg sync.WaitGroup
 	stop := make(chan struct{})
 	for range 4 {
@@ -341,12 +391,18 @@ func TestConcurrentReads(t *testing.T) {
 }
 
 func TestReadsDoNotAllocate(t *testing.T) {
-	m := NewManual()
+	m := mustManual(t)
 	m.Update(t0, 0.5)
 	if n := testing.AllocsPerRun(1000, func() { _ = m.Utilization() }); n != 0 {
 		t.Errorf("Utilization() allocates %v times, want 0", n)
 	}
 	if n := testing.AllocsPerRun(1000, func() { _ = m.Saturated() }); n != 0 {
 		t.Errorf("Saturated() allocates %v times, want 0", n)
+	}
+}
+
+func TestNilOptionIgnored(t *testing.T) {
+	if m := mustManual(t, nil, WithThreshold(0.5)); m.Threshold() != 0.5 {
+		t.Errorf("NewManual(nil, WithThreshold(0.5)).Threshold() = %v, want 0.5", m.Threshold())
 	}
 }

@@ -33,7 +33,8 @@ var (
 //
 // The sources of this package are safe for concurrent use; their String
 // method names what is measured (and why, for a detected source) so an
-// operator can see it.
+// operator can see it. A nil Source is a programming error: NewMonitor
+// panics on it.
 type Source interface {
 	// Sample reads the counters now. The error names the file or call
 	// that failed.
@@ -47,7 +48,8 @@ type Source interface {
 // arbitrary origin; only differences between two samples of the same
 // source are meaningful.
 //
-// The zero value is an empty reading.
+// The zero value is an empty reading. A Sample is a plain value, safe to
+// copy and share.
 type Sample struct {
 	// Time is when the counters were read (it carries a monotonic clock
 	// reading). A late sample is thus computed over the time that really
@@ -84,20 +86,23 @@ type Sample struct {
 
 // Throttling holds cumulative CFS bandwidth counters of a cgroup
 // (cpu.stat: nr_periods, nr_throttled, throttled_usec in v2 or
-// throttled_time in v1).
+// throttled_time in v1). The zero value means no throttling was counted.
+// It is a plain value, safe to copy and share, as are Pressure and
+// PressureLine.
 type Throttling struct {
 	Periods       uint64        // enforcement periods elapsed
 	Throttled     uint64        // periods in which the cgroup was throttled
 	ThrottledTime time.Duration // total time the cgroup was throttled
 }
 
-// Pressure is CPU pressure stall information (PSI).
+// Pressure is CPU pressure stall information (PSI). The zero value means
+// no stall.
 type Pressure struct {
 	Some PressureLine // time at least one task was waiting for a CPU
 	Full PressureLine // time all non-idle tasks were waiting (cgroups only)
 }
 
-// PressureLine is one line of a PSI file.
+// PressureLine is one line of a PSI file. The zero value means no stall.
 type PressureLine struct {
 	Avg10, Avg60, Avg300 float64       // percentages averaged over 10 s, 60 s, 300 s
 	Total                time.Duration // cumulative stall time

@@ -16,7 +16,6 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/levee-go/levee/admission"
-	"github.com/levee-go/levee/bulkhead"
 	"github.com/levee-go/levee/ratelimit"
 )
 
@@ -54,9 +53,9 @@ func BenchmarkUnaryChain(b *testing.B) {
 		}
 	})
 	b.Run("floor", func(b *testing.B) {
-		lim := ratelimit.NewLimiter(1e9, 1<<30)
-		keyed := ratelimit.NewKeyed(1e9, 1<<30, ratelimit.WithSweepInterval(0))
-		slots := bulkhead.New(1024)
+		lim := mustLimiter(b, 1e9, 1<<30)
+		keyed := mustKeyed(b, 1e9, 1<<30, ratelimit.WithSweepInterval(0))
+		slots := mustBulkhead(b, 1024)
 		epoch := time.Now()
 		b.ReportAllocs()
 		for b.Loop() {
@@ -191,7 +190,7 @@ func BenchmarkLoopback(b *testing.B) {
 		run(b, s.ServerOptions(), codes.OK)
 	})
 	b.Run("refused", func(b *testing.B) {
-		lim := ratelimit.NewLimiter(0, 1)
+		lim := mustLimiter(b, 0, 1)
 		lim.Allow() // empty for good
 		s := mustServer(b, []Rule{{Guards: []admission.Guard{ratelimit.NewGuard("rate", lim)}}})
 		run(b, s.ServerOptions(), codes.ResourceExhausted)

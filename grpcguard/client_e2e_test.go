@@ -341,7 +341,7 @@ func TestClientPushbackOverGRPC(t *testing.T) {
 			clk := newCliClock()
 			c := mustClient(t, clk, WithThrottle(nil), WithMaxHoldOff(10*time.Second))
 			srv, err := New([]Rule{{Methods: []string{cliEmptyCall},
-				Guards: []admission.Guard{ratelimit.NewGuard("rate", ratelimit.NewLimiter(ratelimit.Every(time.Hour), 1))}}})
+				Guards: []admission.Guard{ratelimit.NewGuard("rate", mustLimiter(t, ratelimit.Every(time.Hour), 1))}}})
 			if err != nil {
 				t.Fatalf("New() = %v", err)
 			}

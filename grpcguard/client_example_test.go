@@ -68,7 +68,7 @@ func ExampleWithTargetLimiter() {
 	limits := map[string]ratelimit.Limit{"dns:///payments:443": 50, "dns:///search:443": 500}
 	guard, err := grpcguard.NewClient(grpcguard.WithTargetLimiter(func(target string) *ratelimit.Limiter {
 		if r, ok := limits[target]; ok {
-			return ratelimit.NewLimiter(r, int(r)/10)
+			return must(ratelimit.NewLimiter(r, int(r)/10))
 		}
 		return nil // no limit for other targets
 	}))

@@ -86,7 +86,10 @@ func WithTargetLimit(r ratelimit.Limit, burst int) ClientOption {
 			o.err = fmt.Errorf("grpcguard: WithTargetLimit: want rate >= 0 and burst >= 1, got rate %v, burst %d", float64(r), burst)
 			return
 		}
-		o.limiter = func(string) *ratelimit.Limiter { return ratelimit.NewLimiter(r, burst) }
+		o.limiter = func(string) *ratelimit.Limiter {
+			l, _ := ratelimit.NewLimiter(r, burst) // r and burst checked above
+			return l
+		}
 	}
 }
 

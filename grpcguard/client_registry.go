@@ -149,12 +149,20 @@ func (c *Client) newPair(t *clientTarget, method string) *clientEntry {
 		guards = append(guards, t.limit)
 	}
 	if c.o.throttle != nil {
-		e.thr = throttle.New(c.o.throttle(t.name, method)...)
+		thr, err := throttle.New(c.o.throttle(t.name, method)...)
+		if err != nil {
+			return e.failed(fmt.Errorf("grpcguard: WithThrottle: %w", err))
+		}
+		e.thr = thr
 		guards = append(guards, throttle.NewGuard("throttle", e.thr, c.judge))
 	}
 	if c.o.breaker != nil {
 		bopts := append([]breaker.Option{breaker.WithClassifier(c.o.classify)}, c.o.breaker(t.name, method)...)
-		e.brk = breaker.New(bopts...)
+		brk, err := breaker.New(bopts...)
+		if err != nil {
+			return e.failed(fmt.Errorf("grpcguard: WithBreaker: %w", err))
+		}
+		e.brk = brk
 		guards = append(guards, breaker.NewGuard("breaker", e.brk))
 	}
 	if c.o.guards != nil {

@@ -182,7 +182,7 @@ func TestClassifyErrorAllocs(t *testing.T) {
 
 func TestBreakerGuard(t *testing.T) {
 	clk := newCliClock()
-	b := breaker.New(breaker.WithCountWindow(4), breaker.WithMinimumCalls(4), breaker.WithFailureRate(50),
+	b := mustBreaker(t, breaker.WithCountWindow(4), breaker.WithMinimumCalls(4), breaker.WithFailureRate(50),
 		breaker.WithWaitInOpen(10*time.Second), breaker.WithHalfOpenCalls(1), breaker.WithClassifier(ClassifyError))
 	g := breaker.NewGuard("downstream", b)
 	if g.Name() != "downstream" {
@@ -232,7 +232,7 @@ func TestBreakerGuard(t *testing.T) {
 
 func TestThrottleGuard(t *testing.T) {
 	clk := newCliClock()
-	thr := throttle.New(throttle.WithRandom(func() float64 { return 0 })) // drop whenever P > 0
+	thr := mustThrottle(t, throttle.WithRandom(func() float64 { return 0 })) // drop whenever P > 0
 	g := throttle.NewGuard("throttle", thr, Judge(ClassifyError))
 	finish := func(o admission.Outcome) {
 		t.Helper()
@@ -341,7 +341,7 @@ func TestClientRefusalCauses(t *testing.T) {
 
 func TestClientLaterRefusalGivesBack(t *testing.T) {
 	clk := newCliClock()
-	lim := ratelimit.NewLimiter(1, 1)
+	lim := mustLimiter(t, 1, 1)
 	c := mustClient(t, clk, WithTargetLimiter(func(string) *ratelimit.Limiter { return lim }),
 		WithBreaker(func(string, string) []breaker.Option {
 			return []breaker.Option{breaker.WithHalfOpenCalls(1), breaker.WithWaitInOpen(time.Second)}
@@ -576,8 +576,8 @@ func TestClientEntryCaps(t *testing.T) {
 
 func TestClientCustomGuards(t *testing.T) {
 	clk := newCliClock()
-	keyed := ratelimit.NewKeyed(1, 1, ratelimit.WithSweepInterval(0))
-	bh := bulkhead.New(1)
+	keyed := mustKeyed(t, 1, 1, ratelimit.WithSweepInterval(0))
+	bh := mustBulkhead(t, 1)
 	c := mustClient(t, clk, noBreakerNoThrottle()...)
 	c.o.guards = func(string, string) []admission.Guard {
 		return []admission.Guard{ratelimit.NewKeyedGuard("downstream", keyed), bulkhead.NewGuard("slots", bh, 0)}

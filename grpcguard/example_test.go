@@ -19,7 +19,7 @@ import (
 // deadline, that queued too long, that exceed the global or the client's
 // rate, or that find every slot taken are refused before their handler.
 func ExampleNew() {
-	perClient := ratelimit.NewKeyed(100, 20)
+	perClient := must(ratelimit.NewKeyed(100, 20))
 	defer perClient.Close()
 	dl, err := deadline.New()
 	if err != nil {
@@ -37,9 +37,9 @@ func ExampleNew() {
 		Guards: []admission.Guard{
 			dl,
 			queue,
-			ratelimit.NewGuard("global", ratelimit.NewLimiter(1000, 100)),
+			ratelimit.NewGuard("global", must(ratelimit.NewLimiter(1000, 100))),
 			ratelimit.NewKeyedGuard("client", perClient),
-			bulkhead.NewGuard("inflight", bulkhead.New(4*runtime.GOMAXPROCS(0)), 5*time.Millisecond),
+			bulkhead.NewGuard("inflight", must(bulkhead.New(4*runtime.GOMAXPROCS(0))), 5*time.Millisecond),
 		},
 	}})
 	if err != nil {
@@ -63,7 +63,7 @@ func ExampleNew() {
 func ExampleRule_shadow() {
 	_, err := grpcguard.New([]grpcguard.Rule{{
 		Shadow: true,
-		Guards: []admission.Guard{ratelimit.NewGuard("trial", ratelimit.NewLimiter(50, 10))},
+		Guards: []admission.Guard{ratelimit.NewGuard("trial", must(ratelimit.NewLimiter(50, 10)))},
 	}})
 	fmt.Println(err)
 	// Output:
@@ -75,7 +75,7 @@ func ExampleNew_badPattern() {
 	_, err := grpcguard.New([]grpcguard.Rule{{
 		Name:    "inventory",
 		Methods: []string{"InventoryService/Allocate"},
-		Guards:  []admission.Guard{ratelimit.NewGuard("rate", ratelimit.NewLimiter(10, 1))},
+		Guards:  []admission.Guard{ratelimit.NewGuard("rate", must(ratelimit.NewLimiter(10, 1)))},
 	}})
 	fmt.Println(err)
 	// Output:

@@ -100,9 +100,9 @@ func TestRetryPolicyHonoursPushback(t *testing.T) {
 // monitor), the Step controller's scale of 0.2 sheds 80% of calls, through
 // the whole cooldown, and nothing after it.
 func TestCPUSaturationShedsAndRecovers(t *testing.T) {
-	mon := cpu.NewManual(cpu.WithCooldown(5 * time.Second))
+	mon := mustManual(t, cpu.WithCooldown(5*time.Second))
 	defer mon.Close()
-	ctrl := loadshed.New(loadshed.Step{}, nil)
+	ctrl := mustController(t, loadshed.Step{}, nil)
 	defer ctrl.Close()
 	s := mustServer(t, []Rule{{Guards: []admission.Guard{loadshed.NewGuard("cpu", ctrl, time.Second)}}})
 	env := startServer(t, &testService{}, false, s.ServerOptions())
@@ -168,7 +168,7 @@ func tapThenHandle(t *testing.T, s *Server, clk *fakeClock, ctx context.Context,
 func TestDeadlineRefusals(t *testing.T) {
 	clk := &fakeClock{t: time.Now()}
 	dg := mustDeadline(t)
-	bh := bulkhead.New(1)
+	bh := mustBulkhead(t, 1)
 	s := mustServer(t, []Rule{{Guards: []admission.Guard{dg, bulkhead.NewGuard("slots", bh, 0)}}})
 	s.clock.Fake = clk.now
 
@@ -253,7 +253,7 @@ func TestShadowRecheckCountsOnce(t *testing.T) {
 // context from the stream's cancellation.
 func TestAbandonedBeforeHandlerReturnsPermits(t *testing.T) {
 	for _, detach := range []bool{false, true} {
-		bh := bulkhead.New(1)
+		bh := mustBulkhead(t, 1)
 		s := mustServer(t, []Rule{{Guards: []admission.Guard{bulkhead.NewGuard("slots", bh, 0)}}})
 		ctx, cancel := context.WithCancel(context.Background())
 		tctx, err := s.TapHandle(ctx, &tap.Info{FullMethodName: emptyCall})
@@ -288,7 +288,7 @@ func TestAbandonedBeforeHandlerReturnsPermits(t *testing.T) {
 // ever, hammered while Stats is read: Admitted must never read more than
 // that one call.
 func TestShadowStatsUnderTraffic(t *testing.T) {
-	s := mustServer(t, []Rule{{Shadow: true, Guards: []admission.Guard{ratelimit.NewGuard("rate", ratelimit.NewLimiter(0, 1))}}})
+	s := mustServer(t, []Rule{{Shadow: true, Guards: []admission.Guard{ratelimit.NewGuard("rate", mustLimiter(t, 0, 1))}}})
 	info := &grpc.UnaryServerInfo{FullMethod: emptyCall}
 	handler := func(context.Context, any) (any, error) { return nil, nil }
 	var wg sync.WaitGroup
@@ -336,7 +336,7 @@ func wantCounts(t *testing.T, s *Server, when string, admitted, refused, shadow,
 // admits the call, and the call when its handler starts; Admitted must not
 // dip in between.
 func TestStatsNeverDecrease(t *testing.T) {
-	lim := ratelimit.NewLimiter(0, 1)
+	lim := mustLimiter(t, 0, 1)
 	s := mustServer(t, []Rule{{Shadow: true, Guards: []admission.Guard{ratelimit.NewGuard("rate", lim)}}})
 	info := &grpc.UnaryServerInfo{FullMethod: emptyCall}
 	handler := func(context.Context, any) (any, error) { return nil, nil }
@@ -361,7 +361,7 @@ func TestStatsNeverDecrease(t *testing.T) {
 }
 
 func TestShadowModeRefusesNothingButCounts(t *testing.T) {
-	lim := ratelimit.NewLimiter(0, 1)
+	lim := mustLimiter(t, 0, 1)
 	s := mustServer(t, []Rule{{Shadow: true, Guards: []admission.Guard{ratelimit.NewGuard("rate", lim)}}})
 	env := startServer(t, &testService{}, false, s.ServerOptions())
 	for i := range 5 {
@@ -376,7 +376,7 @@ func TestShadowModeRefusesNothingButCounts(t *testing.T) {
 }
 
 func TestNewRejectsBadRules(t *testing.T) {
-	lim := ratelimit.NewGuard("rate", ratelimit.NewLimiter(1, 1))
+	lim := ratelimit.NewGuard("rate", mustLimiter(t, 1, 1))
 	many := make([]admission.Guard, 9)
 	for i := range many {
 		many[i] = lim
@@ -404,7 +404,7 @@ func TestNewRejectsBadRules(t *testing.T) {
 }
 
 func TestRuleSelection(t *testing.T) {
-	g := func(n string) admission.Guard { return ratelimit.NewGuard(n, ratelimit.NewLimiter(ratelimit.Inf, 1)) }
+	g := func(n string) admission.Guard { return ratelimit.NewGuard(n, mustLimiter(t, ratelimit.Inf, 1)) }
 	s := mustServer(t, []Rule{
 		{Name: "exact", Methods: []string{emptyCall}, Guards: []admission.Guard{g("e")}},
 		{Name: "service", Methods: []string{"/grpc.testing.TestService/*"}, Guards: []admission.Guard{g("s")}},
@@ -449,9 +449,9 @@ func chainServer(t testing.TB) (*Server, context.Context) {
 	s := mustServer(t, []Rule{{
 		Key: PeerKey(),
 		Guards: []admission.Guard{
-			ratelimit.NewGuard("global", ratelimit.NewLimiter(1e9, 1<<30)),
-			ratelimit.NewKeyedGuard("client", ratelimit.NewKeyed(1e9, 1<<30, ratelimit.WithSweepInterval(0))),
-			bulkhead.NewGuard("slots", bulkhead.New(1024), 0),
+			ratelimit.NewGuard("global", mustLimiter(t, 1e9, 1<<30)),
+			ratelimit.NewKeyedGuard("client", mustKeyed(t, 1e9, 1<<30, ratelimit.WithSweepInterval(0))),
+			bulkhead.NewGuard("slots", mustBulkhead(t, 1024), 0),
 		},
 	}})
 	ctx := peer.NewContext(context.Background(), &peer.Peer{Addr: &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1), Port: 40000}})

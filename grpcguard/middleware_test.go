@@ -16,7 +16,7 @@ import (
 
 func TestMiddlewareLimiterPlugsIntoGoGRPCMiddleware(t *testing.T) {
 	var _ mwratelimit.Limiter = (*MiddlewareLimiter)(nil)
-	lim := NewMiddlewareLimiter(ratelimit.NewGuard("rate", ratelimit.NewLimiter(0, 2)), nil)
+	lim := NewMiddlewareLimiter(ratelimit.NewGuard("rate", mustLimiter(t, 0, 2)), nil)
 	env := startServer(t, &testService{}, false, []grpc.ServerOption{
 		grpc.ChainUnaryInterceptor(mwratelimit.UnaryServerInterceptor(lim)),
 	})

@@ -21,10 +21,10 @@ import (
 func TestRunLimitRunsHandlersOneAtATime(t *testing.T) {
 	for _, mode := range []string{"tap", "interceptor"} {
 		t.Run(mode, func(t *testing.T) {
-			run := bulkhead.New(1, bulkhead.WithQueue(2))
+			run := mustBulkhead(t, 1, bulkhead.WithQueue(2))
 			s := mustServer(t, []Rule{{Guards: []admission.Guard{
 				bulkhead.NewRunGuard("run", run, time.Millisecond),
-				bulkhead.NewGuard("inflight", bulkhead.New(4), time.Millisecond),
+				bulkhead.NewGuard("inflight", mustBulkhead(t, 4), time.Millisecond),
 			}}})
 			sopts := s.ServerOptions()
 			if mode == "interceptor" {

@@ -182,7 +182,7 @@ func TestRefusals(t *testing.T) {
 		{
 			name: "rate",
 			rules: func() []Rule {
-				return []Rule{{Guards: []admission.Guard{ratelimit.NewGuard("rate", ratelimit.NewLimiter(ratelimit.Every(time.Hour), 1))}}}
+				return []Rule{{Guards: []admission.Guard{ratelimit.NewGuard("rate", mustLimiter(t, ratelimit.Every(time.Hour), 1))}}}
 			},
 			prime: 1,
 			tap:   want{code: codes.ResourceExhausted, msg: "levee: rate: rate limit exceeded", retry: time.Hour},
@@ -191,7 +191,7 @@ func TestRefusals(t *testing.T) {
 		{
 			name: "per key with QuotaFailure",
 			rules: func() []Rule {
-				return []Rule{{Key: HeaderKey("X-Tenant-ID"), Guards: []admission.Guard{ratelimit.NewKeyedGuard("tenant", ratelimit.NewKeyed(ratelimit.Every(time.Minute), 1, ratelimit.WithSweepInterval(0)))}}}
+				return []Rule{{Key: HeaderKey("X-Tenant-ID"), Guards: []admission.Guard{ratelimit.NewKeyedGuard("tenant", mustKeyed(t, ratelimit.Every(time.Minute), 1, ratelimit.WithSweepInterval(0)))}}}
 			},
 			md:    metadata.Pairs("x-tenant-id", "acme"),
 			prime: 1,
@@ -201,7 +201,7 @@ func TestRefusals(t *testing.T) {
 		{
 			name: "rule code UNAVAILABLE",
 			rules: func() []Rule {
-				return []Rule{{Code: codes.Unavailable, Guards: []admission.Guard{ratelimit.NewGuard("rate", ratelimit.NewLimiter(0, 1))}}}
+				return []Rule{{Code: codes.Unavailable, Guards: []admission.Guard{ratelimit.NewGuard("rate", mustLimiter(t, 0, 1))}}}
 			},
 			prime: 1,
 			tap:   want{code: codes.Unavailable, msg: "levee: rate: rate limit exceeded"},
@@ -277,7 +277,7 @@ func TestRefusals(t *testing.T) {
 }
 
 func TestExemptMethodsNeverRefused(t *testing.T) {
-	s := mustServer(t, []Rule{{Guards: []admission.Guard{ratelimit.NewGuard("rate", ratelimit.NewLimiter(0, 1))}}})
+	s := mustServer(t, []Rule{{Guards: []admission.Guard{ratelimit.NewGuard("rate", mustLimiter(t, 0, 1))}}})
 	env := startServer(t, &testService{}, false, s.ServerOptions())
 	ctx := context.Background()
 	for i := range 20 {
@@ -294,7 +294,7 @@ func TestExemptMethodsNeverRefused(t *testing.T) {
 	}
 
 	// WithExempt() guards health checks too.
-	s2 := mustServer(t, []Rule{{Guards: []admission.Guard{ratelimit.NewGuard("rate", ratelimit.NewLimiter(0, 1))}}}, WithExempt())
+	s2 := mustServer(t, []Rule{{Guards: []admission.Guard{ratelimit.NewGuard("rate", mustLimiter(t, 0, 1))}}}, WithExempt())
 	env2 := startServer(t, &testService{}, false, s2.ServerOptions())
 	env2.health.Check(ctx, &healthpb.HealthCheckRequest{})
 	if _, err := env2.health.Check(ctx, &healthpb.HealthCheckRequest{}); status.Code(err) != codes.ResourceExhausted {
@@ -307,8 +307,8 @@ func TestExemptMethodsNeverRefused(t *testing.T) {
 func TestLaterRefusalReturnsEarlierPermits(t *testing.T) {
 	for _, mode := range []string{"tap", "interceptor"} {
 		t.Run(mode, func(t *testing.T) {
-			lim := ratelimit.NewLimiter(0, 2) // no refill: tokens only come back by refund
-			bh := bulkhead.New(1)
+			lim := mustLimiter(t, 0, 2) // no refill: tokens only come back by refund
+			bh := mustBulkhead(t, 1)
 			s := mustServer(t, []Rule{{Methods: []string{emptyCall}, Guards: []admission.Guard{
 				bulkhead.NewGuard("slots", bh, 0), ratelimit.NewGuard("rate", lim), // given out of order: rate runs first
 			}}})
@@ -356,8 +356,8 @@ func TestLaterRefusalReturnsEarlierPermits(t *testing.T) {
 // TestStreamHoldsSlotForLife: a stream is admitted once and holds its
 // bulkhead slot until it ends.
 func TestStreamHoldsSlotForLife(t *testing.T) {
-	bh := bulkhead.New(1)
-	lim := ratelimit.NewLimiter(0, 3)
+	bh := mustBulkhead(t, 1)
+	lim := mustLimiter(t, 0, 3)
 	s := mustServer(t, []Rule{{Methods: []string{"/grpc.testing.TestService/*"}, Guards: []admission.Guard{ratelimit.NewGuard("rate", lim), bulkhead.NewGuard("slots", bh, 0)}}})
 	env := startServer(t, &testService{}, true, s.ServerOptions())
 	ctx, cancel := context.WithCancel(context.Background())
@@ -413,7 +413,7 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 // rest are refused in the tap without a handler.
 func TestFloodKeepsHandlersAtBulkheadBound(t *testing.T) {
 	const bound, flood = 4, 200
-	bh := bulkhead.New(bound)
+	bh := mustBulkhead(t, bound)
 	s := mustServer(t, []Rule{{Guards: []admission.Guard{bulkhead.NewGuard("slots", bh, 10*time.Millisecond)}}})
 	svc := &testService{block: make(chan struct{}), entered: make(chan struct{}, flood)}
 	env := startServer(t, svc, true, s.ServerOptions())
@@ -464,7 +464,7 @@ func TestFloodKeepsHandlersAtBulkheadBound(t *testing.T) {
 // calls by the client's IP, in the tap and in the interceptor alike.
 func TestPeerKeyOverLoopback(t *testing.T) {
 	for _, tap := range []bool{true, false} {
-		rules := []Rule{{Key: PeerKey(), Guards: []admission.Guard{ratelimit.NewKeyedGuard("client", ratelimit.NewKeyed(ratelimit.Every(time.Hour), 2, ratelimit.WithSweepInterval(0)))}}}
+		rules := []Rule{{Key: PeerKey(), Guards: []admission.Guard{ratelimit.NewKeyedGuard("client", mustKeyed(t, ratelimit.Every(time.Hour), 2, ratelimit.WithSweepInterval(0)))}}}
 		s := mustServer(t, rules)
 		opts := s.ServerOptions()
 		if !tap {

@@ -1,6 +1,7 @@
 package loadshed
 
 import (
+	"errors"
 	"fmt"
 	"math"
 	"sync"
@@ -12,32 +13,41 @@ import (
 // with a factor in (0, 1] whenever its scale changes.
 // *ratelimit.Limiter implements it. SetScaleAt runs under the
 // Controller's lock: it must be quick and must not call the Controller.
+// It returns an error, and keeps its previous scale, if it refuses f; the
+// Controller reports that error (see Controller.Observe) and carries on.
+// A nil Scaler is a programming error: New panics on it.
 type Scaler interface {
-	SetScaleAt(now time.Time, f float64)
+	SetScaleAt(now time.Time, f float64) error
 }
 
-// ScalerFunc adapts a function to [Scaler].
-type ScalerFunc func(now time.Time, f float64)
+// ScalerFunc adapts a function to [Scaler]. The function runs under the
+// Controller's lock, as SetScaleAt does; it must not be nil.
+type ScalerFunc func(now time.Time, f float64) error
 
-// SetScaleAt calls f(now, scale).
-func (f ScalerFunc) SetScaleAt(now time.Time, scale float64) { f(now, scale) }
+// SetScaleAt returns f(now, scale).
+func (f ScalerFunc) SetScaleAt(now time.Time, scale float64) error { return f(now, scale) }
 
 // Signal is the CPU signal a Controller follows; *cpu.Monitor implements
-// it.
+// it. Follow's goroutine calls it, so it must be safe for concurrent use
+// with whatever else updates it. A nil Signal is a programming error:
+// Follow panics on it.
 type Signal interface {
 	Utilization() float64
 	Saturated() bool
 }
 
-// Change describes one change of a Controller's scale.
+// Change describes one change of a Controller's scale, or an observation
+// that Observe returned an error for. It is a plain value, safe to copy
+// and share.
 type Change struct {
 	Time        time.Time // the observation's time
 	From, To    float64   // scale before and after
 	Utilization float64   // the observation that caused it
 	Saturated   bool
+	Err         error // Observe's error (a NaN reading, targets' refusals), nil if none
 }
 
-// Option configures a [Controller].
+// Option configures a [Controller]. A nil Option is ignored.
 type Option func(*options)
 
 type options struct {
@@ -45,6 +55,7 @@ type options struct {
 }
 
 // WithOnChange registers fn to be called after each change of the scale,
+// and after each observation Observe returns an error for (Change.Err),
 // for logs and metrics. It is called on the goroutine that made the
 // observation, after the Controller's lock is released, so it may call
 // the Controller. If observations are made concurrently, calls may
@@ -59,8 +70,8 @@ func WithOnChange(fn func(Change)) Option {
 // goroutine that observes a [Signal] at an interval.
 //
 // Scale is one atomic load, for admission paths and metrics. Create one
-// with [New]; the zero value is not usable. A Controller is safe for
-// concurrent use.
+// with [New] (no callback by default); the zero value is not usable. A
+// Controller is safe for concurrent use.
 type Controller struct {
 	scale atomic.Uint64 // math.Float64bits
 
@@ -79,9 +90,10 @@ type Controller struct {
 // New returns a Controller with policy p (use AIMD{} for the defaults)
 // applying its scale to targets (which may be empty: read Scale instead).
 // The scale starts at the policy's ceiling (1 unless AIMD.Ceiling is set)
-// and is first applied at the first observation. It panics on a nil
-// policy, a nil target or an invalid policy field.
-func New(p Policy, targets []Scaler, opts ...Option) *Controller {
+// and is first applied at the first observation. It returns an error
+// naming every invalid policy field and its value. A nil policy or a nil
+// target is a programming error, not a value to validate: New panics.
+func New(p Policy, targets []Scaler, opts ...Option) (*Controller, error) {
 	if p == nil {
 		panic("loadshed: New with nil Policy")
 	}
@@ -90,12 +102,18 @@ func New(p Policy, targets []Scaler, opts ...Option) *Controller {
 			panic(fmt.Sprintf("loadshed: target %d is nil", i))
 		}
 	}
-	c := &Controller{run: p.newRunner(), targets: append([]Scaler(nil), targets...)}
+	run, err := p.newRunner()
+	if err != nil {
+		return nil, err
+	}
+	c := &Controller{run: run, targets: append([]Scaler(nil), targets...)}
 	for _, o := range opts {
-		o(&c.opts)
+		if o != nil {
+			o(&c.opts)
+		}
 	}
 	c.scale.Store(math.Float64bits(c.run.initial()))
-	return c
+	return c, nil
 }
 
 // Scale returns the current scale factor.
@@ -105,38 +123,63 @@ func (c *Controller) Scale() float64 {
 
 // Observe feeds one reading of the CPU signal made at now (utilisation in
 // [0, 1] and the saturation flag), applies the resulting scale to the
-// targets if it changed, and returns it. It panics if utilization is NaN.
-func (c *Controller) Observe(now time.Time, utilization float64, saturated bool) float64 {
+// targets if it changed, and returns it.
+//
+// A NaN utilisation is an error: the reading is ignored and the scale
+// returned is the current one. If targets refuse the scale, the error
+// joins theirs, each naming the target's index; the Controller's scale
+// and the other targets still move, and a refusing target is offered the
+// scale again at the next change. Either error also reaches the
+// WithOnChange callback, as Change.Err.
+func (c *Controller) Observe(now time.Time, utilization float64, saturated bool) (float64, error) {
 	if math.IsNaN(utilization) {
-		panic("loadshed: utilization is NaN")
+		err := errors.New("loadshed: Observe: utilization must not be NaN")
+		s := c.Scale()
+		if c.opts.onChange != nil {
+			c.opts.onChange(Change{Time: now, From: s, To: s, Utilization: utilization, Saturated: saturated, Err: err})
+		}
+		return s, err
 	}
+	var err error
 	c.mu.Lock()
 	from := c.Scale()
 	to := c.run.next(now, from, utilization, saturated)
 	changed := to != from
 	if changed || !c.applied {
 		c.scale.Store(math.Float64bits(to))
-		for _, t := range c.targets {
-			t.SetScaleAt(now, to)
-		}
+		err = c.apply(now, to)
 		c.applied = true
 	}
 	c.mu.Unlock()
-	if changed && c.opts.onChange != nil {
-		c.opts.onChange(Change{Time: now, From: from, To: to, Utilization: utilization, Saturated: saturated})
+	if (changed || err != nil) && c.opts.onChange != nil {
+		c.opts.onChange(Change{Time: now, From: from, To: to, Utilization: utilization, Saturated: saturated, Err: err})
 	}
-	return to
+	return to, err
+}
+
+// apply sets every target's scale to f; c.mu is held. It allocates only
+// when a target refuses.
+func (c *Controller) apply(now time.Time, f float64) error {
+	var errs []error
+	for i, t := range c.targets {
+		if err := t.SetScaleAt(now, f); err != nil {
+			errs = append(errs, fmt.Errorf("loadshed: target %d: %w", i, err))
+		}
+	}
+	return errors.Join(errs...)
 }
 
 // Follow starts a goroutine that, every interval, observes sig at
-// time.Now; Close stops it. It panics if interval <= 0, if sig is nil, or
-// if the Controller already follows a signal or is closed.
-func (c *Controller) Follow(sig Signal, interval time.Duration) {
+// time.Now; Close stops it. Its observations' errors reach the
+// WithOnChange callback as Change.Err. It returns an error if interval
+// <= 0, and starts nothing then. A nil sig, a second Follow and a Follow
+// after Close are programming errors: it panics.
+func (c *Controller) Follow(sig Signal, interval time.Duration) error {
 	if sig == nil {
 		panic("loadshed: Follow with nil Signal")
 	}
 	if interval <= 0 {
-		panic(fmt.Sprintf("loadshed: Follow interval must be > 0, got %v", interval))
+		return fmt.Errorf("loadshed: Follow: interval must be > 0, got %v", interval)
 	}
 	c.followMu.Lock()
 	defer c.followMu.Unlock()
@@ -148,6 +191,7 @@ func (c *Controller) Follow(sig Signal, interval time.Duration) {
 	}
 	c.stop, c.done = make(chan struct{}), make(chan struct{})
 	go c.follow(sig, interval, c.stop, c.done)
+	return nil
 }
 
 func (c *Controller) follow(sig Signal, interval time.Duration, stop <-chan struct{}, done chan<- struct{}) {

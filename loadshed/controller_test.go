@@ -1,7 +1,11 @@
 package loadshed_test
 
 import (
+	"errors"
+	"fmt"
+	"math"
 	"math/rand/v2"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -19,10 +23,11 @@ type fakeScaler struct {
 	calls int
 }
 
-func (f *fakeScaler) SetScaleAt(_ time.Time, s float64) {
+func (f *fakeScaler) SetScaleAt(_ time.Time, s float64) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.scale, f.calls = s, f.calls+1
+	return nil
 }
 
 func (f *fakeScaler) get() (float64, int) {
@@ -48,13 +53,13 @@ func TestSeedScenario(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			a := ratelimit.NewLimiter(100, 100)
-			b := ratelimit.NewLimiter(1000, 10)
-			mon := cpu.NewManual(cpu.WithSmoothing(0))
-			ctl := loadshed.New(tt.policy, []loadshed.Scaler{a, b})
+			a := mustLimiter(t, 100, 100)
+			b := mustLimiter(t, 1000, 10)
+			mon := mustManual(t, cpu.WithSmoothing(0))
+			ctl := mustController(t, tt.policy, []loadshed.Scaler{a, b})
 			step := func(at time.Duration, u float64) float64 {
 				mon.Update(t0.Add(at), u)
-				return ctl.Observe(t0.Add(at), mon.Utilization(), mon.Saturated())
+				return observe(t, ctl, t0.Add(at), mon.Utilization(), mon.Saturated())
 			}
 			if got := step(0, 0.3); got != 1 || a.Scale() != 1 {
 				t.Fatalf("before the spike: scale %v, limiter scale %v; want 1, 1", got, a.Scale())
@@ -120,9 +125,9 @@ func (cm *seedMonitor) IsSaturated(now time.Time) bool {
 func TestStepReproducesSeed(t *testing.T) {
 	rng := rand.New(rand.NewPCG(7, 8))
 	seed := &seedMonitor{threshold: 0.8, cooldown: 5 * time.Second}
-	mon := cpu.NewManual(cpu.WithSmoothing(0))
+	mon := mustManual(t, cpu.WithSmoothing(0))
 	target := &fakeScaler{scale: 1}
-	ctl := loadshed.New(loadshed.Step{}, []loadshed.Scaler{target})
+	ctl := mustController(t, loadshed.Step{}, []loadshed.Scaler{target})
 	now := t0
 	changes := 0
 	for i := range 5000 {
@@ -138,7 +143,7 @@ func TestStepReproducesSeed(t *testing.T) {
 		}
 		mon.Update(now, u)
 		prev := ctl.Scale()
-		got := ctl.Observe(now, mon.Utilization(), mon.Saturated())
+		got := observe(t, ctl, now, mon.Utilization(), mon.Saturated())
 		if got != want {
 			t.Fatalf("observation %d at %v, CPU %.3f: Step scale %v, seed %v", i, now.Sub(t0), u, got, want)
 		}
@@ -161,7 +166,7 @@ func TestCallbackOutsideLock(t *testing.T) {
 	var got []loadshed.Change
 	var ctl *loadshed.Controller
 	nested := false
-	ctl = loadshed.New(loadshed.Step{Factor: 0.5}, nil, loadshed.WithOnChange(func(c loadshed.Change) {
+	ctl = mustController(t, loadshed.Step{Factor: 0.5}, nil, loadshed.WithOnChange(func(c loadshed.Change) {
 		got = append(got, c)
 		if s := ctl.Scale(); s != c.To {
 			t.Errorf("in callback: Scale() = %v, want %v", s, c.To)
@@ -194,8 +199,8 @@ func TestCallbackOutsideLock(t *testing.T) {
 func TestTargetsAppliedOnChangeOnly(t *testing.T) {
 	f1, f2 := &fakeScaler{}, &fakeScaler{}
 	var fn atomic.Int64
-	ctl := loadshed.New(loadshed.AIMD{Ceiling: 0.9}, []loadshed.Scaler{f1, f2,
-		loadshed.ScalerFunc(func(time.Time, float64) { fn.Add(1) })})
+	ctl := mustController(t, loadshed.AIMD{Ceiling: 0.9}, []loadshed.Scaler{f1, f2,
+		loadshed.ScalerFunc(func(time.Time, float64) error { fn.Add(1); return nil })})
 	if ctl.Scale() != 0.9 {
 		t.Fatalf("New(AIMD{Ceiling: 0.9}).Scale() = %v, want 0.9", ctl.Scale())
 	}
@@ -207,6 +212,28 @@ func TestTargetsAppliedOnChangeOnly(t *testing.T) {
 	ctl.Observe(t0.Add(2*time.Second), 1, true)
 	if s, n := f2.get(); s != 0.9*0.75 || n != 2 || fn.Load() != 2 {
 		t.Errorf("after a saturated observation: target scale %v after %d calls (func %d), want %v after 2", s, n, fn.Load(), 0.9*0.75)
+	}
+}
+
+// TestTargetErrors: a target that refuses the scale makes Observe return
+// its error, naming it, while the Controller and the other targets move;
+// the callback sees the error too.
+func TestTargetErrors(t *testing.T) {
+	refused := errors.New("refused")
+	ok := &fakeScaler{}
+	var got []loadshed.Change
+	ctl := mustController(t, loadshed.Step{}, []loadshed.Scaler{
+		loadshed.ScalerFunc(func(time.Time, float64) error { return refused }), ok,
+	}, loadshed.WithOnChange(func(c loadshed.Change) { got = append(got, c) }))
+	s, err := ctl.Observe(t0, 0.9, true)
+	if s != 0.2 || !errors.Is(err, refused) || err.Error() != "loadshed: target 0: refused" {
+		t.Fatalf("Observe(t0, 0.9, true) = %v, %v; want 0.2, \"loadshed: target 0: refused\"", s, err)
+	}
+	if f, _ := ok.get(); f != 0.2 || ctl.Scale() != 0.2 {
+		t.Errorf("after a refusal: target 1 scale %v, Controller scale %v; want 0.2, 0.2", f, ctl.Scale())
+	}
+	if len(got) != 1 || got[0].To != 0.2 || !errors.Is(got[0].Err, refused) {
+		t.Errorf("callback calls = %+v, want one change to 0.2 with the refusal", got)
 	}
 }
 
@@ -280,19 +307,19 @@ func TestAIMDSteps(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			ctl := loadshed.New(tt.policy, nil)
+			ctl := mustController(t, tt.policy, nil)
 			if tt.settle != 0 {
-				if got := ctl.Observe(t0, 1, true); got != 0.75 {
+				if got := observe(t, ctl, t0, 1, true); got != 0.75 {
 					t.Fatalf("Observe(t0, 1, true) = %v, want 0.75", got)
 				}
 				for at := 250 * time.Millisecond; at <= settled; at += 250 * time.Millisecond {
-					if got := ctl.Observe(t0.Add(at), tt.settle, true); got != 0.75 {
+					if got := observe(t, ctl, t0.Add(at), tt.settle, true); got != 0.75 {
 						t.Fatalf("Observe(t0+%v, %v, true) = %v, want 0.75 (hold)", at, tt.settle, got)
 					}
 				}
 			}
 			for _, s := range tt.steps {
-				if got := ctl.Observe(t0.Add(s.at), s.u, s.sat); got < s.want-1e-9 || got > s.want+1e-9 {
+				if got := observe(t, ctl, t0.Add(s.at), s.u, s.sat); got < s.want-1e-9 || got > s.want+1e-9 {
 					t.Fatalf("Observe(t0+%v, %v, %v) = %v, want %v", s.at, s.u, s.sat, got, s.want)
 				}
 			}
@@ -306,7 +333,7 @@ func TestFollow(t *testing.T) {
 	sig := &fakeSignal{}
 	sig.set(1, true)
 	target := &fakeScaler{}
-	ctl := loadshed.New(loadshed.Step{}, []loadshed.Scaler{target})
+	ctl := mustController(t, loadshed.Step{}, []loadshed.Scaler{target})
 	ctl.Follow(sig, time.Millisecond)
 	waitFor(t, func() bool { s, _ := target.get(); return s == 0.2 })
 	sig.set(0.1, false)
@@ -344,9 +371,9 @@ func waitFor(t *testing.T, cond func() bool) {
 
 // TestFollowMonitor follows a real cpu.Monitor (manual, fed here).
 func TestFollowMonitor(t *testing.T) {
-	mon := cpu.NewManual(cpu.WithSmoothing(0))
-	lim := ratelimit.NewLimiter(50, 5)
-	ctl := loadshed.New(loadshed.AIMD{}, []loadshed.Scaler{lim})
+	mon := mustManual(t, cpu.WithSmoothing(0))
+	lim := mustLimiter(t, 50, 5)
+	ctl := mustController(t, loadshed.AIMD{}, []loadshed.Scaler{lim})
 	defer ctl.Close()
 	ctl.Follow(mon, time.Millisecond)
 	mon.Update(time.Now(), 1)
@@ -357,8 +384,8 @@ func TestFollowMonitor(t *testing.T) {
 }
 
 func TestConcurrentObserve(t *testing.T) {
-	lim := ratelimit.NewLimiter(100, 10)
-	ctl := loadshed.New(loadshed.AIMD{}, []loadshed.Scaler{lim}, loadshed.WithOnChange(func(loadshed.Change) {}))
+	lim := mustLimiter(t, 100, 10)
+	ctl := mustController(t, loadshed.AIMD{}, []loadshed.Scaler{lim}, loadshed.WithOnChange(func(loadshed.Change) {}))
 	var wg sync.WaitGroup
 	for g := range 4 {
 		wg.Add(1)
@@ -379,6 +406,84 @@ func TestConcurrentObserve(t *testing.T) {
 	}
 }
 
+// TestNewErrors checks that every bad policy field is reported, by its
+// name and value, with a nil Controller.
+func TestNewErrors(t *testing.T) {
+	tests := []struct {
+		name string
+		give loadshed.Policy
+		want []string
+	}{
+		{"Step factor", loadshed.Step{Factor: 1.5}, []string{"loadshed: Step: Factor must be in (0, 1], got 1.5"}},
+		{"Step factor negative", loadshed.Step{Factor: -0.2}, []string{"loadshed: Step: Factor must be in (0, 1], got -0.2"}},
+		{"AIMD threshold", loadshed.AIMD{Threshold: -1}, []string{"loadshed: AIMD: Threshold must be in (0, 1], got -1"}},
+		{"AIMD ceiling", loadshed.AIMD{Ceiling: 1.1}, []string{"loadshed: AIMD: Ceiling must be in (0, 1], got 1.1"}},
+		{"AIMD floor", loadshed.AIMD{Floor: math.NaN()}, []string{"loadshed: AIMD: Floor must be in (0, 1], got NaN"}},
+		{"AIMD decrease", loadshed.AIMD{Decrease: 1}, []string{"loadshed: AIMD: Decrease must be in (0, 1), got 1"}},
+		{"AIMD increase", loadshed.AIMD{Increase: -0.1}, []string{"loadshed: AIMD: Increase must be > 0 and finite, got -0.1"}},
+		{"AIMD increase Inf", loadshed.AIMD{Increase: math.Inf(1)}, []string{"loadshed: AIMD: Increase must be > 0 and finite, got +Inf"}},
+		{"AIMD floor above ceiling", loadshed.AIMD{Floor: 0.6, Ceiling: 0.5}, []string{"loadshed: AIMD: Floor 0.6 is above Ceiling 0.5"}},
+		{"AIMD hold", loadshed.AIMD{Hold: -time.Second}, []string{"loadshed: AIMD: Hold must be >= 0, got -1s"}},
+		{"AIMD probe", loadshed.AIMD{Probe: -time.Second}, []string{"loadshed: AIMD: Probe must be >= 0, got -1s"}},
+		{"AIMD several", loadshed.AIMD{Threshold: 2, Decrease: -1, Hold: -1}, []string{
+			"AIMD: Threshold must be in (0, 1], got 2",
+			"AIMD: Decrease must be in (0, 1), got -1",
+			"AIMD: Hold must be >= 0, got -1ns",
+		}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c, err := loadshed.New(tt.give, nil)
+			if c != nil || err == nil {
+				t.Fatalf("New(%+v, nil) = %p, %v; want nil and an error", tt.give, c, err)
+			}
+			for _, w := range tt.want {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("New(%+v, nil) error = %q, want it to contain %q", tt.give, err, w)
+				}
+			}
+		})
+	}
+}
+
+// TestObserveNaN: a NaN reading is an error, changes nothing (scale,
+// targets, policy state) and reaches the callback.
+func TestObserveNaN(t *testing.T) {
+	f := &fakeScaler{}
+	var got []loadshed.Change
+	ctl := mustController(t, loadshed.Step{}, []loadshed.Scaler{f}, loadshed.WithOnChange(func(c loadshed.Change) { got = append(got, c) }))
+	s, err := ctl.Observe(t0, nan(), true)
+	const want = "loadshed: Observe: utilization must not be NaN"
+	if s != 1 || err == nil || err.Error() != want {
+		t.Fatalf("Observe(t0, NaN, true) = %v, %v; want 1, %q", s, err, want)
+	}
+	if _, n := f.get(); n != 0 || ctl.Scale() != 1 {
+		t.Errorf("after a NaN reading: target called %d times, Scale() = %v; want 0, 1", n, ctl.Scale())
+	}
+	if len(got) != 1 || got[0].From != 1 || got[0].To != 1 || got[0].Err == nil || got[0].Err.Error() != want {
+		t.Errorf("callback calls = %+v, want one with the error and no change", got)
+	}
+}
+
+// TestFollowErrors: a bad interval is an error and starts nothing
+// (TestMain checks for leaks).
+func TestFollowErrors(t *testing.T) {
+	for _, d := range []time.Duration{0, -time.Second} {
+		c := mustController(t, loadshed.Step{}, nil)
+		err := c.Follow(&fakeSignal{}, d)
+		want := fmt.Sprintf("loadshed: Follow: interval must be > 0, got %v", d)
+		if err == nil || err.Error() != want {
+			t.Errorf("Follow(sig, %v) = %v, want %q", d, err, want)
+		}
+		if err := c.Follow(&fakeSignal{}, time.Hour); err != nil {
+			t.Errorf("Follow(sig, 1h) after a refused Follow = %v, want nil", err)
+		}
+		c.Close()
+	}
+}
+
+// TestPanics: nil dependencies and misuse of Follow are programming
+// errors, not values.
 func TestPanics(t *testing.T) {
 	tests := []struct {
 		name string
@@ -387,23 +492,14 @@ func TestPanics(t *testing.T) {
 	}{
 		{"nil policy", func() { loadshed.New(nil, nil) }, "loadshed: New with nil Policy"},
 		{"nil target", func() { loadshed.New(loadshed.Step{}, []loadshed.Scaler{nil}) }, "loadshed: target 0 is nil"},
-		{"Step factor", func() { loadshed.New(loadshed.Step{Factor: 1.5}, nil) }, "loadshed: Step.Factor must be in (0, 1], got 1.5"},
-		{"AIMD threshold", func() { loadshed.New(loadshed.AIMD{Threshold: -1}, nil) }, "loadshed: AIMD.Threshold must be in (0, 1], got -1"},
-		{"AIMD decrease", func() { loadshed.New(loadshed.AIMD{Decrease: 1}, nil) }, "loadshed: AIMD.Decrease must be in (0, 1), got 1"},
-		{"AIMD increase", func() { loadshed.New(loadshed.AIMD{Increase: -0.1}, nil) }, "loadshed: AIMD.Increase must be > 0 and finite, got -0.1"},
-		{"AIMD floor above ceiling", func() { loadshed.New(loadshed.AIMD{Floor: 0.6, Ceiling: 0.5}, nil) }, "loadshed: AIMD.Floor 0.6 is above AIMD.Ceiling 0.5"},
-		{"AIMD hold", func() { loadshed.New(loadshed.AIMD{Hold: -time.Second}, nil) }, "loadshed: AIMD.Hold must be >= 0, got -1s"},
-		{"AIMD probe", func() { loadshed.New(loadshed.AIMD{Probe: -time.Second}, nil) }, "loadshed: AIMD.Probe must be >= 0, got -1s"},
-		{"NaN", func() { loadshed.New(loadshed.Step{}, nil).Observe(t0, nan(), false) }, "loadshed: utilization is NaN"},
-		{"Follow nil", func() { loadshed.New(loadshed.Step{}, nil).Follow(nil, time.Second) }, "loadshed: Follow with nil Signal"},
-		{"Follow interval", func() { loadshed.New(loadshed.Step{}, nil).Follow(&fakeSignal{}, 0) }, "loadshed: Follow interval must be > 0, got 0s"},
+		{"Follow nil", func() { mustController(t, loadshed.Step{}, nil).Follow(nil, time.Second) }, "loadshed: Follow with nil Signal"},
 		{"Follow closed", func() {
-			c := loadshed.New(loadshed.Step{}, nil)
+			c := mustController(t, loadshed.Step{}, nil)
 			c.Close()
 			c.Follow(&fakeSignal{}, time.Second)
 		}, "loadshed: Follow on a closed Controller"},
 		{"Follow twice", func() {
-			c := loadshed.New(loadshed.Step{}, nil)
+			c := mustController(t, loadshed.Step{}, nil)
 			defer c.Close()
 			c.Follow(&fakeSignal{}, time.Hour)
 			c.Follow(&fakeSignal{}, time.Hour)
@@ -424,8 +520,8 @@ func TestPanics(t *testing.T) {
 func nan() float64 { z := 0.0; return z / z }
 
 func TestReadsDoNotAllocate(t *testing.T) {
-	lim := ratelimit.NewLimiter(100, 10)
-	ctl := loadshed.New(loadshed.AIMD{}, []loadshed.Scaler{lim})
+	lim := mustLimiter(t, 100, 10)
+	ctl := mustController(t, loadshed.AIMD{}, []loadshed.Scaler{lim})
 	if n := testing.AllocsPerRun(1000, func() { _ = ctl.Scale() }); n != 0 {
 		t.Errorf("Scale() allocates %v times, want 0", n)
 	}
@@ -441,7 +537,7 @@ func TestReadsDoNotAllocate(t *testing.T) {
 var sink float64
 
 func BenchmarkScale(b *testing.B) {
-	ctl := loadshed.New(loadshed.AIMD{}, nil)
+	ctl := mustController(b, loadshed.AIMD{}, nil)
 	b.ReportAllocs()
 	var s float64
 	for range b.N {
@@ -452,7 +548,7 @@ func BenchmarkScale(b *testing.B) {
 
 // BenchmarkLimiterScale is the peer: reading the scale from the limiter.
 func BenchmarkLimiterScale(b *testing.B) {
-	lim := ratelimit.NewLimiter(100, 10)
+	lim := mustLimiter(b, 100, 10)
 	b.ReportAllocs()
 	var s float64
 	for range b.N {
@@ -462,12 +558,21 @@ func BenchmarkLimiterScale(b *testing.B) {
 }
 
 func BenchmarkObserve(b *testing.B) {
-	lim := ratelimit.NewLimiter(100, 10)
-	ctl := loadshed.New(loadshed.AIMD{}, []loadshed.Scaler{lim})
+	lim := mustLimiter(b, 100, 10)
+	ctl := mustController(b, loadshed.AIMD{}, []loadshed.Scaler{lim})
 	b.ReportAllocs()
 	now := t0
 	for i := range b.N {
 		now = now.Add(250 * time.Millisecond)
 		ctl.Observe(now, float64(i%10)/10, i%7 == 0)
+	}
+}
+
+func TestNilOptionIgnored(t *testing.T) {
+	n := 0
+	ctl := mustController(t, loadshed.Step{}, nil, nil, loadshed.WithOnChange(func(loadshed.Change) { n++ }))
+	observe(t, ctl, t0, 0.9, true)
+	if n != 1 {
+		t.Errorf("New(Step{}, nil, nil, WithOnChange(f)): f called %d times after a change, want 1", n)
 	}
 }

@@ -2,12 +2,12 @@
 // up when it is not, without flapping.
 //
 // A [Controller] owns a scale factor in (0, 1] and applies it to its
-// targets — anything with SetScaleAt(now, f), such as *ratelimit.Limiter —
-// whenever it changes. It is driven by readings of the CPU signal
-// (utilisation and saturation, as a cpu.Monitor gives them): explicitly
-// with [Controller.Observe], or by a goroutine started with
-// [Controller.Follow] and stopped with [Controller.Close]. The scale is
-// readable with one atomic load ([Controller.Scale]); changes are
+// targets — anything with SetScaleAt(now, f) error, such as
+// *ratelimit.Limiter — whenever it changes. It is driven by readings of
+// the CPU signal (utilisation and saturation, as a cpu.Monitor gives
+// them): explicitly with [Controller.Observe], or by a goroutine started
+// with [Controller.Follow] and stopped with [Controller.Close]. The scale
+// is readable with one atomic load ([Controller.Scale]); changes are
 // reported to a callback ([WithOnChange]) outside any lock.
 //
 // Two policies:

@@ -1,6 +1,7 @@
 package loadshed
 
 import (
+	"errors"
 	"fmt"
 	"math"
 	"time"
@@ -8,11 +9,12 @@ import (
 
 // A Policy decides the scale factor from the CPU signal. The policies are
 // [Step] (the seed's) and [AIMD] (the recommended one); pass them by
-// value to [New].
+// value to [New], which validates their fields. A nil Policy is a
+// programming error: New panics on it.
 type Policy interface {
 	// newRunner validates the policy and returns its defaulted, stateful
-	// form; it panics with a clear message on a bad field.
-	newRunner() runner
+	// form, or an error naming every bad field and its value.
+	newRunner() (runner, error)
 }
 
 // runner holds a policy's state; the Controller calls it under its lock.
@@ -27,18 +29,21 @@ type runner interface {
 // utilisation has been below the threshold for the cooldown, then jump
 // back to 1.
 //
-// The zero value is the seed's policy (Factor 0.2).
+// The zero value is the seed's policy (Factor 0.2). A Step is a plain
+// value: New copies it, and each Controller keeps its own state.
 type Step struct {
 	// Factor is the scale while saturated, in (0, 1]. Default 0.2.
 	Factor float64
 }
 
-func (p Step) newRunner() runner {
+func (p Step) newRunner() (runner, error) {
 	if p.Factor == 0 {
 		p.Factor = 0.2
 	}
-	checkUnit("Step.Factor", p.Factor)
-	return &stepRunner{p}
+	if err := checkUnit("Step", "Factor", p.Factor); err != nil {
+		return nil, err
+	}
+	return &stepRunner{p}, nil
 }
 
 type stepRunner struct{ Step }
@@ -81,7 +86,9 @@ func (r *stepRunner) next(_ time.Time, _, _ float64, saturated bool) float64 {
 // target and the plateau make rare (see the package tests for the
 // measured bound: at most 2 reversals a minute with ±5 % noise).
 //
-// The zero value uses every default.
+// The zero value uses every default; a zero field takes its default. An
+// AIMD is a plain value: New copies it, and each Controller keeps its own
+// state.
 type AIMD struct {
 	// Threshold is the utilisation the scale is steered below; set it to
 	// the cpu.Monitor's threshold. In (0, 1]; default 0.8.
@@ -117,7 +124,7 @@ const (
 	aimdSlow = 5 * time.Second
 )
 
-func (p AIMD) newRunner() runner {
+func (p AIMD) newRunner() (runner, error) {
 	def := func(v *float64, d float64) {
 		if *v == 0 {
 			*v = d
@@ -134,25 +141,35 @@ func (p AIMD) newRunner() runner {
 	if p.Probe == 0 {
 		p.Probe = 30 * time.Second
 	}
-	checkUnit("AIMD.Threshold", p.Threshold)
-	checkUnit("AIMD.Ceiling", p.Ceiling)
-	checkUnit("AIMD.Floor", p.Floor)
+	if err := p.validate(); err != nil {
+		return nil, err
+	}
+	return &aimdRunner{AIMD: p}, nil
+}
+
+// validate reports every bad field of a defaulted AIMD.
+func (p AIMD) validate() error {
+	errs := []error{
+		checkUnit("AIMD", "Threshold", p.Threshold),
+		checkUnit("AIMD", "Ceiling", p.Ceiling),
+		checkUnit("AIMD", "Floor", p.Floor),
+	}
+	if errs[1] == nil && errs[2] == nil && p.Floor > p.Ceiling {
+		errs = append(errs, fmt.Errorf("loadshed: AIMD: Floor %v is above Ceiling %v", p.Floor, p.Ceiling))
+	}
 	if !(p.Decrease > 0 && p.Decrease < 1) {
-		panic(fmt.Sprintf("loadshed: AIMD.Decrease must be in (0, 1), got %v", p.Decrease))
+		errs = append(errs, fmt.Errorf("loadshed: AIMD: Decrease must be in (0, 1), got %v", p.Decrease))
 	}
 	if !(p.Increase > 0) || math.IsInf(p.Increase, 1) {
-		panic(fmt.Sprintf("loadshed: AIMD.Increase must be > 0 and finite, got %v", p.Increase))
-	}
-	if p.Floor > p.Ceiling {
-		panic(fmt.Sprintf("loadshed: AIMD.Floor %v is above AIMD.Ceiling %v", p.Floor, p.Ceiling))
+		errs = append(errs, fmt.Errorf("loadshed: AIMD: Increase must be > 0 and finite, got %v", p.Increase))
 	}
 	if p.Hold < 0 {
-		panic(fmt.Sprintf("loadshed: AIMD.Hold must be >= 0, got %v", p.Hold))
+		errs = append(errs, fmt.Errorf("loadshed: AIMD: Hold must be >= 0, got %v", p.Hold))
 	}
 	if p.Probe < 0 {
-		panic(fmt.Sprintf("loadshed: AIMD.Probe must be >= 0, got %v", p.Probe))
+		errs = append(errs, fmt.Errorf("loadshed: AIMD: Probe must be >= 0, got %v", p.Probe))
 	}
-	return &aimdRunner{AIMD: p}
+	return errors.Join(errs...)
 }
 
 type aimdRunner struct {
@@ -219,8 +236,10 @@ func (r *aimdRunner) next(now time.Time, cur, util float64, saturated bool) floa
 	return min(r.Ceiling, max(r.Floor, s))
 }
 
-func checkUnit(name string, v float64) {
+// checkUnit reports field of policy unless it is in (0, 1].
+func checkUnit(policy, field string, v float64) error {
 	if !(v > 0 && v <= 1) {
-		panic(fmt.Sprintf("loadshed: %s must be in (0, 1], got %v", name, v))
+		return fmt.Errorf("loadshed: %s: %s must be in (0, 1], got %v", policy, field, v)
 	}
+	return nil
 }

@@ -5,7 +5,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/levee-go/levee/cpu"
 	"github.com/levee-go/levee/loadshed"
 )
 
@@ -33,9 +32,9 @@ type traceResult struct {
 
 // runTrace drives a monitor (default smoothing, threshold and cooldown)
 // and a controller every 250 ms for d, with demand changing per phase.
-func runTrace(p *plant, policy loadshed.Policy, d time.Duration, demand func(time.Duration) float64) traceResult {
-	mon := cpu.NewManual()
-	ctl := loadshed.New(policy, nil)
+func runTrace(t testing.TB, p *plant, policy loadshed.Policy, d time.Duration, demand func(time.Duration) float64) traceResult {
+	mon := mustManual(t)
+	ctl := mustController(t, policy, nil)
 	var res traceResult
 	lastDir := 0
 	for at := time.Duration(0); at < d; at += 250 * time.Millisecond {
@@ -45,7 +44,7 @@ func runTrace(p *plant, policy loadshed.Policy, d time.Duration, demand func(tim
 		}
 		prev := ctl.Scale()
 		mon.Update(now, p.utilization(prev))
-		s := ctl.Observe(now, mon.Utilization(), mon.Saturated())
+		s := observe(t, ctl, now, mon.Utilization(), mon.Saturated())
 		dir := 0
 		switch {
 		case s > prev:
@@ -110,7 +109,7 @@ func TestAIMDSteadyOverload(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			for seed := uint64(1); seed <= 10; seed++ {
 				p := &plant{capacity: 100, base: tt.base, demand: tt.demand, noise: tt.noise, rng: rand.New(rand.NewPCG(seed, 2))}
-				r := runTrace(p, loadshed.AIMD{}, 5*time.Minute, nil)
+				r := runTrace(t, p, loadshed.AIMD{}, 5*time.Minute, nil)
 				lo, hi := scaleRange(r, 30*time.Second, 5*time.Minute)
 				if seed == 1 {
 					t.Logf("seed 1: scale after 30 s in [%.3f, %.3f]; reversals at %v", lo, hi, r.reversal)
@@ -136,7 +135,7 @@ func TestAIMDSteadyOverload(t *testing.T) {
 // every cooldown.
 func TestStepFlapsOnTheSameTrace(t *testing.T) {
 	p := &plant{capacity: 100, base: 120, demand: 300, rng: rand.New(rand.NewPCG(1, 2))}
-	r := runTrace(p, loadshed.Step{}, 5*time.Minute, nil)
+	r := runTrace(t, p, loadshed.Step{}, 5*time.Minute, nil)
 	lo, hi := scaleRange(r, 30*time.Second, 5*time.Minute)
 	t.Logf("Step: scale in [%v, %v], %d reversals in 5 min", lo, hi, len(r.reversal))
 	if lo != 0.2 || hi != 1 || len(r.reversal) < 20 {
@@ -154,7 +153,7 @@ func TestAIMDRecovers(t *testing.T) {
 		}
 		return 50
 	}
-	r := runTrace(p, loadshed.AIMD{}, 2*time.Minute, demand)
+	r := runTrace(t, p, loadshed.AIMD{}, 2*time.Minute, demand)
 	if lo, _ := scaleRange(r, 50*time.Second, time.Minute); lo > 0.7 {
 		t.Errorf("AIMD scale during overload >= %v, want <= 0.7", lo)
 	}

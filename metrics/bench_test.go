@@ -9,13 +9,10 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/levee-go/levee/admission"
-	"github.com/levee-go/levee/breaker"
 	"github.com/levee-go/levee/bulkhead"
-	"github.com/levee-go/levee/cpu"
 	"github.com/levee-go/levee/grpcguard"
 	"github.com/levee-go/levee/loadshed"
 	"github.com/levee-go/levee/ratelimit"
-	"github.com/levee-go/levee/throttle"
 )
 
 // TestHotPathAllocs checks that the admission paths of registered guards
@@ -24,15 +21,15 @@ import (
 // lazily built state would already exist.
 func TestHotPathAllocs(t *testing.T) {
 	r := newTestRegistry()
-	l := ratelimit.NewLimiter(ratelimit.Inf, 1)
-	k := ratelimit.NewKeyed(ratelimit.Inf, 1, ratelimit.WithSweepInterval(0))
+	l := mustLimiter(t, ratelimit.Inf, 1)
+	k := mustKeyed(t, ratelimit.Inf, 1, ratelimit.WithSweepInterval(0))
 	defer k.Close()
-	b := bulkhead.New(4)
-	a := bulkhead.NewAdaptive()
-	br := breaker.New()
-	th := throttle.New()
-	m := cpu.NewManual()
-	ctl := loadshed.New(loadshed.AIMD{}, []loadshed.Scaler{l})
+	b := mustBulkhead(t, 4)
+	a := mustAdaptive(t)
+	br := mustBreaker(t)
+	th := mustThrottle(t)
+	m := mustManual(t)
+	ctl := mustController(t, loadshed.AIMD{}, []loadshed.Scaler{l})
 	for _, err := range []error{
 		r.AddLimiter("l", l), r.AddKeyed("k", k), r.AddBulkhead("b", b), r.AddAdaptive("a", a),
 		r.AddBreaker("br", br), r.AddThrottle("th", th), r.AddCPU(m), r.AddScale("cpu", ctl),
@@ -110,8 +107,8 @@ func newBenchServer(tb testing.TB) *grpcguard.Server {
 		Name:    "alloc",
 		Methods: []string{"/corecart.S/Allocate"},
 		Guards: []admission.Guard{
-			ratelimit.NewGuard("global", ratelimit.NewLimiter(ratelimit.Inf, 1)),
-			bulkhead.NewGuard("slots", bulkhead.New(1024), 0),
+			ratelimit.NewGuard("global", mustLimiter(tb, ratelimit.Inf, 1)),
+			bulkhead.NewGuard("slots", mustBulkhead(tb, 1024), 0),
 		},
 	}})
 	if err != nil {
@@ -128,7 +125,7 @@ func BenchmarkAdmit(b *testing.B) {
 	calls := prometheus.NewCounterVec(prometheus.CounterOpts{Name: "calls_total", Help: "Calls."}, []string{"name", "result"})
 	for _, mode := range []string{"bare", "registered", "countervec"} {
 		b.Run("Bulkhead/"+mode, func(b *testing.B) {
-			bh := bulkhead.New(4)
+			bh := mustBulkhead(b, 4)
 			if mode == "registered" {
 				r := New()
 				if err := r.AddBulkhead("slots", bh); err != nil {
@@ -176,14 +173,14 @@ func BenchmarkAdmit(b *testing.B) {
 // series stored in a GaugeVec, the conventional instrumentation.
 func BenchmarkScrape(b *testing.B) {
 	r := New()
-	m := cpu.NewManual()
-	k := ratelimit.NewKeyed(10, 10, ratelimit.WithSweepInterval(0))
+	m := mustManual(b)
+	k := mustKeyed(b, 10, 10, ratelimit.WithSweepInterval(0))
 	defer k.Close()
 	for _, err := range []error{
-		r.AddServer(newBenchServer(b)), r.AddCPU(m), r.AddScale("cpu", loadshed.New(loadshed.AIMD{}, nil)),
-		r.AddLimiter("global", ratelimit.NewLimiter(10, 5)), r.AddKeyed("tenant", k),
-		r.AddBulkhead("slots", bulkhead.New(4)), r.AddAdaptive("get", bulkhead.NewAdaptive()),
-		r.AddBreaker("inventory", breaker.New()), r.AddThrottle("inventory", throttle.New()),
+		r.AddServer(newBenchServer(b)), r.AddCPU(m), r.AddScale("cpu", mustController(b, loadshed.AIMD{}, nil)),
+		r.AddLimiter("global", mustLimiter(b, 10, 5)), r.AddKeyed("tenant", k),
+		r.AddBulkhead("slots", mustBulkhead(b, 4)), r.AddAdaptive("get", mustAdaptive(b)),
+		r.AddBreaker("inventory", mustBreaker(b)), r.AddThrottle("inventory", mustThrottle(b)),
 	} {
 		if err != nil {
 			b.Fatal(err)

@@ -45,10 +45,10 @@ func printSeries(url string, prefixes ...string) {
 // A server protected by a token bucket scaled by CPU load shedding and a
 // bulkhead, exported on /metrics.
 func Example() {
-	monitor := cpu.NewManual() // in a server: cpu.NewMonitor(src) from cpu.Detect()
-	global := ratelimit.NewLimiter(100, 10)
-	shed := loadshed.New(loadshed.Step{}, []loadshed.Scaler{global})
-	slots := bulkhead.New(8)
+	monitor := must(cpu.NewManual()) // in a server: cpu.NewMonitor(src) from cpu.Detect()
+	global := must(ratelimit.NewLimiter(100, 10))
+	shed := must(loadshed.New(loadshed.Step{}, []loadshed.Scaler{global}))
+	slots := must(bulkhead.New(8))
 	guards, err := grpcguard.New([]grpcguard.Rule{{
 		Name:    "allocate",
 		Methods: []string{"/corecart.inventory.v1.InventoryService/Allocate"},
@@ -107,11 +107,11 @@ func Example() {
 // with an error, not a panic.
 func ExampleRegistry_AddBulkhead() {
 	reg := metrics.New()
-	if err := reg.AddBulkhead("slots", bulkhead.New(4)); err != nil {
+	if err := reg.AddBulkhead("slots", must(bulkhead.New(4))); err != nil {
 		fmt.Println(err)
 		return
 	}
-	err := reg.AddBulkhead("slots", bulkhead.New(4))
+	err := reg.AddBulkhead("slots", must(bulkhead.New(4)))
 	fmt.Println(errors.Is(err, metrics.ErrDuplicate))
 	fmt.Println(err)
 	// Output:

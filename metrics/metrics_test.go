@@ -32,13 +32,13 @@ func newGuardedServer(t *testing.T) *grpcguard.Server {
 		{
 			Name:    "alloc",
 			Methods: []string{"/corecart.S/Allocate"},
-			Guards:  []admission.Guard{ratelimit.NewGuard("global", ratelimit.NewLimiter(0, 2))},
+			Guards:  []admission.Guard{ratelimit.NewGuard("global", mustLimiter(t, 0, 2))},
 		},
 		{
 			Name:    "get",
 			Methods: []string{"/corecart.S/Get"},
 			Shadow:  true,
-			Guards:  []admission.Guard{ratelimit.NewGuard("tight", ratelimit.NewLimiter(0, 1))},
+			Guards:  []admission.Guard{ratelimit.NewGuard("tight", mustLimiter(t, 0, 1))},
 		},
 	})
 	if err != nil {
@@ -123,8 +123,8 @@ func TestServerDuplicateGuardNamesSummed(t *testing.T) {
 		Name:    "alloc",
 		Methods: []string{"/corecart.S/Allocate"},
 		Guards: []admission.Guard{
-			ratelimit.NewGuard("rate", ratelimit.NewLimiter(0, 3)),
-			ratelimit.NewGuard("rate", ratelimit.NewLimiter(0, 1)),
+			ratelimit.NewGuard("rate", mustLimiter(t, 0, 3)),
+			ratelimit.NewGuard("rate", mustLimiter(t, 0, 1)),
 		},
 	}})
 	if err != nil {
@@ -172,7 +172,7 @@ func TestClientDecisions(t *testing.T) {
 }
 
 func TestCPUManual(t *testing.T) {
-	m := cpu.NewManual(cpu.WithSmoothing(0), cpu.WithThreshold(0.5), cpu.WithCooldown(0))
+	m := mustManual(t, cpu.WithSmoothing(0), cpu.WithThreshold(0.5), cpu.WithCooldown(0))
 	m.Update(t0, 0.75)
 	r := newTestRegistry()
 	if err := r.AddCPU(m); err != nil {
@@ -252,7 +252,7 @@ func TestCPUThrottlingAndPressure(t *testing.T) {
 }
 
 func TestScale(t *testing.T) {
-	c := loadshed.New(loadshed.Step{}, nil)
+	c := mustController(t, loadshed.Step{}, nil)
 	r := newTestRegistry()
 	if err := r.AddScale("cpu", c); err != nil {
 		t.Fatalf("AddScale: %v", err)
@@ -263,13 +263,13 @@ func TestScale(t *testing.T) {
 }
 
 func TestLimiter(t *testing.T) {
-	l := ratelimit.NewLimiter(100, 10)
+	l := mustLimiter(t, 100, 10)
 	l.SetScaleAt(t0, 0.5)
 	r := newTestRegistry()
 	if err := r.AddLimiter("global", l); err != nil {
 		t.Fatalf("AddLimiter: %v", err)
 	}
-	if err := r.AddLimiter("open", ratelimit.NewLimiter(ratelimit.Inf, 1)); err != nil {
+	if err := r.AddLimiter("open", mustLimiter(t, ratelimit.Inf, 1)); err != nil {
 		t.Fatalf("AddLimiter: %v", err)
 	}
 	checkSeries(t, scrape(t, r), map[string]string{
@@ -284,7 +284,7 @@ func TestLimiter(t *testing.T) {
 
 func TestKeyed(t *testing.T) {
 	// One shard holding one key, swept by hand.
-	k := ratelimit.NewKeyed(1, 1, ratelimit.WithMaxKeys(1), ratelimit.WithShards(1),
+	k := mustKeyed(t, 1, 1, ratelimit.WithMaxKeys(1), ratelimit.WithShards(1),
 		ratelimit.WithSweepInterval(0), ratelimit.WithIdleTimeout(time.Second))
 	defer k.Close()
 	r := newTestRegistry()
@@ -308,8 +308,8 @@ func TestKeyed(t *testing.T) {
 }
 
 func TestBulkhead(t *testing.T) {
-	b := bulkhead.New(3, bulkhead.WithQueue(1))
-	tiny := bulkhead.New(1, bulkhead.WithQueue(1), bulkhead.WithMaxWait(time.Millisecond))
+	b := mustBulkhead(t, 3, bulkhead.WithQueue(1))
+	tiny := mustBulkhead(t, 1, bulkhead.WithQueue(1), bulkhead.WithMaxWait(time.Millisecond))
 	r := newTestRegistry()
 	if err := r.AddBulkhead("alloc", b); err != nil {
 		t.Fatalf("AddBulkhead: %v", err)
@@ -382,7 +382,7 @@ func TestBulkhead(t *testing.T) {
 }
 
 func TestAdaptive(t *testing.T) {
-	a := bulkhead.NewAdaptive(bulkhead.WithInitialLimit(5))
+	a := mustAdaptive(t, bulkhead.WithInitialLimit(5))
 	r := newTestRegistry()
 	if err := r.AddAdaptive("allocate", a); err != nil {
 		t.Fatalf("AddAdaptive: %v", err)
@@ -423,7 +423,7 @@ func TestAdaptive(t *testing.T) {
 // rejected call.
 func newTrippedBreaker(t *testing.T) *breaker.Breaker {
 	t.Helper()
-	b := breaker.New(breaker.WithCountWindow(4), breaker.WithMinimumCalls(4),
+	b := mustBreaker(t, breaker.WithCountWindow(4), breaker.WithMinimumCalls(4),
 		breaker.WithFailureRate(50), breaker.WithSlowCalls(time.Second, 100),
 		breaker.WithWaitInOpen(time.Minute))
 	var ps []breaker.Permit
@@ -490,7 +490,7 @@ func TestThrottle(t *testing.T) {
 	// Draws of 0.999 allow every call while P < 0.999; draws of 0 drop
 	// every call while P > 0.
 	draw := 0.999
-	th := throttle.New(throttle.WithWindow(10*time.Second, 10), throttle.WithRandom(func() float64 { return draw }))
+	th := mustThrottle(t, throttle.WithWindow(10*time.Second, 10), throttle.WithRandom(func() float64 { return draw }))
 	for i := range 10 {
 		if !th.AllowAt(t0) {
 			t.Fatalf("Throttle.AllowAt(t0) #%d = false, want true", i+1)
@@ -537,21 +537,21 @@ func (f fixedScale) Scale() float64 { return float64(f) }
 // the Prometheus client's linter (naming conventions, units, _total).
 func TestAll(t *testing.T) {
 	r := New()
-	m := cpu.NewManual(cpu.WithSmoothing(0))
+	m := mustManual(t, cpu.WithSmoothing(0))
 	m.Update(t0, 0.5)
-	k := ratelimit.NewKeyed(10, 10, ratelimit.WithSweepInterval(0))
+	k := mustKeyed(t, 10, 10, ratelimit.WithSweepInterval(0))
 	defer k.Close()
 	for _, err := range []error{
 		r.AddServer(newGuardedServer(t)),
 		r.AddClient(fakeClient{{Rule: "inventory:443 /corecart.S/Get", Guard: "breaker", Admitted: 1}}),
 		r.AddCPU(m),
 		r.AddScale("cpu", fixedScale(0.5)),
-		r.AddLimiter("global", ratelimit.NewLimiter(10, 5)),
+		r.AddLimiter("global", mustLimiter(t, 10, 5)),
 		r.AddKeyed("tenant", k),
-		r.AddBulkhead("alloc", bulkhead.New(4)),
-		r.AddAdaptive("get", bulkhead.NewAdaptive()),
-		r.AddBreaker("inventory", breaker.New()),
-		r.AddThrottle("inventory", throttle.New()),
+		r.AddBulkhead("alloc", mustBulkhead(t, 4)),
+		r.AddAdaptive("get", mustAdaptive(t)),
+		r.AddBreaker("inventory", mustBreaker(t)),
+		r.AddThrottle("inventory", mustThrottle(t)),
 	} {
 		if err != nil {
 			t.Fatalf("registration: %v", err)
@@ -615,23 +615,23 @@ func TestScrapeChangesNothing(t *testing.T) {
 
 	s := newGuardedServer(t)
 	callN(t, s, "/corecart.S/Allocate", 3)
-	m := cpu.NewManual(cpu.WithSmoothing(0))
+	m := mustManual(t, cpu.WithSmoothing(0))
 	m.Update(t0, 0.9)
-	ctl := loadshed.New(loadshed.Step{}, nil)
+	ctl := mustController(t, loadshed.Step{}, nil)
 	ctl.Observe(t0, 0.9, true)
-	l := ratelimit.NewLimiter(1, 5)
+	l := mustLimiter(t, 1, 5)
 	l.AllowN(t0, 3)
-	k := ratelimit.NewKeyed(1, 2, ratelimit.WithSweepInterval(0))
+	k := mustKeyed(t, 1, 2, ratelimit.WithSweepInterval(0))
 	defer k.Close()
 	k.AllowN("a", t0, 1)
-	bh := bulkhead.New(2)
+	bh := mustBulkhead(t, 2)
 	p, _ := bh.TryAcquire()
 	defer p.Release()
-	ad := bulkhead.NewAdaptive()
+	ad := mustAdaptive(t)
 	ap, _ := ad.TryAcquire()
 	defer ap.Release()
 	br := newTrippedBreaker(t) // open since t0; its wait is long over by the wall clock
-	th := throttle.New(throttle.WithWindow(10*time.Second, 10))
+	th := mustThrottle(t, throttle.WithWindow(10*time.Second, 10))
 	th.AllowAt(t0)
 	th.RecordAt(t0, false)
 
@@ -756,9 +756,9 @@ func TestRegistrationErrors(t *testing.T) {
 			`metrics: invalid registration: AddThrottle("t"): nil *throttle.Throttle`},
 		{"nil collector", func(r *Registry) error { return r.Register(nil) }, ErrInvalid,
 			"metrics: invalid registration: Register: nil collector"},
-		{"empty name", func(r *Registry) error { return r.AddLimiter("", ratelimit.NewLimiter(1, 1)) }, ErrInvalid,
+		{"empty name", func(r *Registry) error { return r.AddLimiter("", mustLimiter(t, 1, 1)) }, ErrInvalid,
 			"metrics: invalid registration: AddLimiter: empty name"},
-		{"name not UTF-8", func(r *Registry) error { return r.AddBulkhead("a\xff", bulkhead.New(1)) }, ErrInvalid,
+		{"name not UTF-8", func(r *Registry) error { return r.AddBulkhead("a\xff", mustBulkhead(t, 1)) }, ErrInvalid,
 			`metrics: invalid registration: AddBulkhead("a\xff"): name is not valid UTF-8`},
 		{"second server", func(r *Registry) error {
 			if err := r.AddServer(s); err != nil {
@@ -767,22 +767,22 @@ func TestRegistrationErrors(t *testing.T) {
 			return r.AddServer(newGuardedServer(t))
 		}, ErrDuplicate, "metrics: already registered: AddServer: a server is already registered (one per Registry)"},
 		{"second monitor", func(r *Registry) error {
-			if err := r.AddCPU(cpu.NewManual()); err != nil {
+			if err := r.AddCPU(mustManual(t)); err != nil {
 				return err
 			}
-			return r.AddCPU(cpu.NewManual())
+			return r.AddCPU(mustManual(t))
 		}, ErrDuplicate, "metrics: already registered: AddCPU: a *cpu.Monitor is already registered (one per Registry)"},
 		{"duplicate breaker", func(r *Registry) error {
-			if err := r.AddBreaker("inventory", breaker.New()); err != nil {
+			if err := r.AddBreaker("inventory", mustBreaker(t)); err != nil {
 				return err
 			}
-			return r.AddBreaker("inventory", breaker.New())
+			return r.AddBreaker("inventory", mustBreaker(t))
 		}, ErrDuplicate, `metrics: already registered: AddBreaker("inventory"): a breaker named "inventory" is already registered`},
 		{"adaptive named like a bulkhead", func(r *Registry) error {
-			if err := r.AddBulkhead("alloc", bulkhead.New(1)); err != nil {
+			if err := r.AddBulkhead("alloc", mustBulkhead(t, 1)); err != nil {
 				return err
 			}
-			return r.AddAdaptive("alloc", bulkhead.NewAdaptive())
+			return r.AddAdaptive("alloc", mustAdaptive(t))
 		}, ErrDuplicate, `metrics: already registered: AddAdaptive("alloc"): a bulkhead named "alloc" is already registered`},
 		{"collector colliding with levee's", func(r *Registry) error {
 			if err := r.AddScale("cpu", fixedScale(1)); err != nil {
@@ -814,13 +814,13 @@ func TestRegistrationErrors(t *testing.T) {
 // reused across kinds.
 func TestFailedRegistrationChangesNothing(t *testing.T) {
 	r := newTestRegistry()
-	if err := r.AddLimiter("x", ratelimit.NewLimiter(10, 1)); err != nil {
+	if err := r.AddLimiter("x", mustLimiter(t, 10, 1)); err != nil {
 		t.Fatalf("AddLimiter: %v", err)
 	}
-	if err := r.AddLimiter("x", ratelimit.NewLimiter(20, 1)); !errors.Is(err, ErrDuplicate) {
+	if err := r.AddLimiter("x", mustLimiter(t, 20, 1)); !errors.Is(err, ErrDuplicate) {
 		t.Fatalf("second AddLimiter(\"x\") = %v, want ErrDuplicate", err)
 	}
-	if err := r.AddBulkhead("x", bulkhead.New(3)); err != nil {
+	if err := r.AddBulkhead("x", mustBulkhead(t, 3)); err != nil {
 		t.Fatalf("AddBulkhead(\"x\") beside a limiter \"x\" = %v, want nil", err)
 	}
 	checkSeries(t, scrape(t, r), map[string]string{
@@ -841,8 +841,8 @@ func TestFailedRegistrationChangesNothing(t *testing.T) {
 // -race, and checks that the last scrape counts every call.
 func TestConcurrentScrape(t *testing.T) {
 	r := newTestRegistry()
-	b := bulkhead.New(4)
-	l := ratelimit.NewLimiter(ratelimit.Inf, 1)
+	b := mustBulkhead(t, 4)
+	l := mustLimiter(t, ratelimit.Inf, 1)
 	if err := r.AddBulkhead("b", b); err != nil {
 		t.Fatal(err)
 	}
@@ -874,7 +874,7 @@ func TestConcurrentScrape(t *testing.T) {
 			}
 			scrapeBody(t, r)
 			if i < 20 {
-				if err := r.AddLimiter("extra"+strconv.Itoa(i), ratelimit.NewLimiter(1, 1)); err != nil {
+				if err := r.AddLimiter("extra"+strconv.Itoa(i), mustLimiter(t, 1, 1)); err != nil {
 					t.Errorf("AddLimiter during scrapes: %v", err)
 				}
 			}

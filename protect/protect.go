@@ -197,12 +197,16 @@ func New(opts ...Option) (*Server, error) {
 	run := runlimit.NewGuard("run", p.run)
 	shared := []admission.Guard{p.deadline, run}
 	if o.maxRate > 0 {
-		p.global = ratelimit.NewLimiter(ratelimit.Limit(o.maxRate), burstOf(o.maxRate))
+		if p.global, err = ratelimit.NewLimiter(ratelimit.Limit(o.maxRate), burstOf(o.maxRate)); err != nil {
+			return nil, err
+		}
 		shared = append(shared, ratelimit.NewGuard("rate", p.global))
 	}
 	var key grpcguard.KeyFunc
 	if o.clientRate > 0 {
-		p.perClient = ratelimit.NewKeyed(ratelimit.Limit(o.clientRate), burstOf(o.clientRate))
+		if p.perClient, err = ratelimit.NewKeyed(ratelimit.Limit(o.clientRate), burstOf(o.clientRate)); err != nil {
+			return nil, err
+		}
 		shared = append(shared, ratelimit.NewKeyedGuard("client", p.perClient))
 		key = grpcguard.PeerKey()
 	}
@@ -214,7 +218,10 @@ func New(opts ...Option) (*Server, error) {
 		case m.Exempt:
 			exempt = append(exempt, name)
 		case m.MaxRate > 0:
-			l := ratelimit.NewLimiter(ratelimit.Limit(m.MaxRate), burstOf(m.MaxRate))
+			l, err := ratelimit.NewLimiter(ratelimit.Limit(m.MaxRate), burstOf(m.MaxRate))
+			if err != nil {
+				return nil, err
+			}
 			p.methods[name] = l
 			guards := append(append([]admission.Guard(nil), shared...), ratelimit.NewGuard("method-rate", l))
 			rules = append(rules, grpcguard.Rule{Name: name, Methods: []string{name}, Key: key, Guards: guards, Code: o.code})

@@ -19,7 +19,7 @@ const admitRate, admitBurst = 1e9, 1 << 30
 
 func BenchmarkAllowAdmit(b *testing.B) {
 	b.Run("levee", func(b *testing.B) {
-		lim := NewLimiter(admitRate, admitBurst)
+		lim := mustLimiter(b, admitRate, admitBurst)
 		b.ReportAllocs()
 		for b.Loop() {
 			lim.Allow()
@@ -36,7 +36,7 @@ func BenchmarkAllowAdmit(b *testing.B) {
 
 func BenchmarkAllowRefuse(b *testing.B) {
 	b.Run("levee", func(b *testing.B) {
-		lim := NewLimiter(Every(time.Hour), 1)
+		lim := mustLimiter(b, Every(time.Hour), 1)
 		lim.Allow()
 		b.ReportAllocs()
 		for b.Loop() {
@@ -55,7 +55,7 @@ func BenchmarkAllowRefuse(b *testing.B) {
 
 func BenchmarkAllowAdmitParallel(b *testing.B) {
 	b.Run("levee", func(b *testing.B) {
-		lim := NewLimiter(admitRate, admitBurst)
+		lim := mustLimiter(b, admitRate, admitBurst)
 		b.ReportAllocs()
 		b.RunParallel(func(pb *testing.PB) {
 			for pb.Next() {
@@ -76,7 +76,7 @@ func BenchmarkAllowAdmitParallel(b *testing.B) {
 
 func BenchmarkAllowRefuseParallel(b *testing.B) {
 	b.Run("levee", func(b *testing.B) {
-		lim := NewLimiter(Every(time.Hour), 1)
+		lim := mustLimiter(b, Every(time.Hour), 1)
 		lim.Allow()
 		b.ReportAllocs()
 		b.RunParallel(func(pb *testing.PB) {
@@ -102,7 +102,7 @@ func BenchmarkAllowRefuseParallel(b *testing.B) {
 func BenchmarkAllowNExplicitTime(b *testing.B) {
 	now := time.Now()
 	b.Run("levee", func(b *testing.B) {
-		lim := NewLimiter(admitRate, admitBurst)
+		lim := mustLimiter(b, admitRate, admitBurst)
 		b.ReportAllocs()
 		for b.Loop() {
 			lim.AllowN(now, 1)
@@ -121,14 +121,14 @@ func BenchmarkAllowNExplicitTime(b *testing.B) {
 // has a bucket with Limiter.Allow, in the same run.
 func BenchmarkKeyedAllowExisting(b *testing.B) {
 	b.Run("limiter", func(b *testing.B) {
-		lim := NewLimiter(admitRate, admitBurst)
+		lim := mustLimiter(b, admitRate, admitBurst)
 		b.ReportAllocs()
 		for b.Loop() {
 			lim.Allow()
 		}
 	})
 	b.Run("keyed", func(b *testing.B) {
-		k := NewKeyed(admitRate, admitBurst, WithSweepInterval(0))
+		k := mustKeyed(b, admitRate, admitBurst, WithSweepInterval(0))
 		defer k.Close()
 		key := "tenant-0042"
 		k.Allow(key)
@@ -138,7 +138,7 @@ func BenchmarkKeyedAllowExisting(b *testing.B) {
 		}
 	})
 	b.Run("keyed-parallel-distinct", func(b *testing.B) {
-		k := NewKeyed(admitRate, admitBurst, WithSweepInterval(0))
+		k := mustKeyed(b, admitRate, admitBurst, WithSweepInterval(0))
 		defer k.Close()
 		var next atomic.Int64
 		b.ReportAllocs()
@@ -164,7 +164,7 @@ func BenchmarkKeyedBytesPerKey(b *testing.B) {
 		runtime.GC()
 		var before, after runtime.MemStats
 		runtime.ReadMemStats(&before)
-		k := NewKeyed(1, 1, WithMaxKeys(2*keys), WithSweepInterval(0))
+		k := mustKeyed(b, 1, 1, WithMaxKeys(2*keys), WithSweepInterval(0))
 		now := time.Now()
 		for _, name := range names {
 			k.AllowN(name, now, 1)

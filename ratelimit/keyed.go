@@ -1,6 +1,7 @@
 package ratelimit
 
 import (
+	"errors"
 	"fmt"
 	"hash/maphash"
 	"runtime"
@@ -18,14 +19,30 @@ const (
 	DefaultIdleTimeout = time.Minute
 )
 
-// KeyedOption configures a Keyed.
+// KeyedOption configures a Keyed. An option only records its value;
+// NewKeyed validates them all and reports every bad one.
+// A nil KeyedOption is ignored.
 type KeyedOption func(*keyedOptions)
 
 type keyedOptions struct {
 	maxKeys int
 	idle    time.Duration
 	sweep   time.Duration
+	swept   bool // WithSweepInterval was given; else half the idle timeout, at least 1s
 	shards  int
+}
+
+// validate reports every out-of-range option, each naming the option and
+// its value.
+func (o *keyedOptions) validate() error {
+	var errs []error
+	if o.maxKeys < 1 {
+		errs = append(errs, fmt.Errorf("ratelimit: WithMaxKeys: max keys must be >= 1, got %d", o.maxKeys))
+	}
+	if o.idle < 0 {
+		errs = append(errs, fmt.Errorf("ratelimit: WithIdleTimeout: idle timeout must be >= 0, got %v", o.idle))
+	}
+	return errors.Join(errs...)
 }
 
 // WithMaxKeys caps the number of keys tracked (default DefaultMaxKeys). The
@@ -48,7 +65,9 @@ func WithIdleTimeout(d time.Duration) KeyedOption { return func(o *keyedOptions)
 // buckets (default: half the idle timeout). Zero or less starts no
 // goroutine; eviction then happens only when a shard is at its cap, or
 // when Sweep is called.
-func WithSweepInterval(d time.Duration) KeyedOption { return func(o *keyedOptions) { o.sweep = d } }
+func WithSweepInterval(d time.Duration) KeyedOption {
+	return func(o *keyedOptions) { o.sweep, o.swept = d, true }
+}
 
 // WithShards sets the number of shards, rounded up to a power of two
 // (default: 16 × GOMAXPROCS, at least 64). Keys in different shards never
@@ -64,8 +83,10 @@ func WithShards(n int) KeyedOption { return func(o *keyedOptions) { o.shards = n
 // evicted by a sweeper goroutine, and the number of keys is capped (see
 // WithMaxKeys for what a new key gets at the cap).
 //
-// Use NewKeyed; the zero value is not usable. Call Close to stop the sweeper.
-// A Keyed is safe for concurrent use by multiple goroutines.
+// Use NewKeyed; the zero value is not usable. Its defaults (see NewKeyed):
+// DefaultMaxKeys keys, eviction after DefaultIdleTimeout, a sweeper every
+// half idle timeout (at least 1s). Call Close to stop the sweeper. A Keyed
+// is safe for concurrent use by multiple goroutines.
 type Keyed struct {
 	cfg       atomic.Pointer[bucketConfig]
 	seed      maphash.Seed
@@ -91,22 +112,25 @@ type keyedShard struct {
 }
 
 // NewKeyed returns a Keyed whose buckets refill at rate r and hold at most b
-// tokens, each starting full. It panics if r is negative or NaN, b < 1, or
-// an option is out of range (max keys < 1, negative idle timeout).
-func NewKeyed(r Limit, b int, opts ...KeyedOption) *Keyed {
-	checkLimit("NewKeyed", r)
-	checkBurst("NewKeyed", b)
-	o := keyedOptions{maxKeys: DefaultMaxKeys, idle: DefaultIdleTimeout, sweep: -1}
+// tokens, each starting full. Options: WithMaxKeys (default
+// DefaultMaxKeys), WithIdleTimeout (default DefaultIdleTimeout),
+// WithSweepInterval (default half the idle timeout, at least 1s) and
+// WithShards (default 16 × GOMAXPROCS, at least 64).
+//
+// It returns an error naming every bad value if r is negative or NaN, b < 1,
+// or an option is out of range (max keys < 1, negative idle timeout); no
+// goroutine is started then.
+func NewKeyed(r Limit, b int, opts ...KeyedOption) (*Keyed, error) {
+	o := keyedOptions{maxKeys: DefaultMaxKeys, idle: DefaultIdleTimeout}
 	for _, opt := range opts {
-		opt(&o)
+		if opt != nil {
+			opt(&o)
+		}
 	}
-	if o.maxKeys < 1 {
-		panic(fmt.Sprintf("ratelimit: NewKeyed: max keys must be >= 1, got %d", o.maxKeys))
+	if err := errors.Join(checkLimit("NewKeyed", r), checkBurst("NewKeyed", b), o.validate()); err != nil {
+		return nil, err
 	}
-	if o.idle < 0 {
-		panic(fmt.Sprintf("ratelimit: NewKeyed: idle timeout must be >= 0, got %v", o.idle))
-	}
-	if o.sweep < 0 {
+	if !o.swept {
 		o.sweep = max(o.idle/2, time.Second)
 	}
 	n := o.shards
@@ -132,7 +156,7 @@ func NewKeyed(r Limit, b int, opts ...KeyedOption) *Keyed {
 		k.stop, k.done = make(chan struct{}), make(chan struct{})
 		go k.sweeper(o.sweep)
 	}
-	return k
+	return k, nil
 }
 
 func nextPow2(n int) int {
@@ -325,7 +349,9 @@ func (k *Keyed) Len() int {
 	return n
 }
 
-// KeyedStats are counters of a Keyed since it was created.
+// KeyedStats are counters of a Keyed since it was created, copied out by
+// Keyed.Stats: a plain value, safe to copy and share. The zero value is the
+// stats of a Keyed that has done nothing.
 type KeyedStats struct {
 	Keys      int    // keys with a bucket now
 	Evicted   uint64 // buckets evicted, by the sweeper or at the cap
@@ -391,19 +417,25 @@ func (k *Keyed) Burst() int { return k.cfg.Load().burst }
 // SetLimitAt sets the rate of every bucket at instant now, keeping the
 // tokens each has earned. It holds every shard's lock while it converts the
 // buckets, so it costs time proportional to the number of keys: it is meant
-// for configuration changes, not for per-request adjustment. It panics if r
-// is negative or NaN.
-func (k *Keyed) SetLimitAt(now time.Time, r Limit) {
-	checkLimit("SetLimit", r)
+// for configuration changes, not for per-request adjustment. If r is
+// negative or NaN it returns an error and changes nothing.
+func (k *Keyed) SetLimitAt(now time.Time, r Limit) error {
+	if err := checkLimit("SetLimit", r); err != nil {
+		return err
+	}
 	k.reconfigure(now, func(c *bucketConfig) { c.limit = r })
+	return nil
 }
 
 // SetBurstAt sets the burst of every bucket at instant now, keeping the
 // tokens each has earned up to the new burst; see SetLimitAt for its cost.
-// It panics if b < 1.
-func (k *Keyed) SetBurstAt(now time.Time, b int) {
-	checkBurst("SetBurst", b)
+// If b < 1 it returns an error and changes nothing.
+func (k *Keyed) SetBurstAt(now time.Time, b int) error {
+	if err := checkBurst("SetBurst", b); err != nil {
+		return err
+	}
 	k.reconfigure(now, func(c *bucketConfig) { c.burst = b })
+	return nil
 }
 
 func (k *Keyed) reconfigure(at time.Time, edit func(*bucketConfig)) {

@@ -1,9 +1,9 @@
 package ratelimit
 
 import (
-	"fmt"
 	"runtime"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -15,7 +15,7 @@ import (
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 func TestKeyedStepsPerKey(t *testing.T) {
-	k := NewKeyed(10, 2, WithSweepInterval(0))
+	k := mustKeyed(t, 10, 2, WithSweepInterval(0))
 	defer k.Close()
 	tests := []struct {
 		name string
@@ -44,7 +44,7 @@ func TestKeyedStepsPerKey(t *testing.T) {
 }
 
 func TestKeyedSweepEvictsOnlyIdleFullBuckets(t *testing.T) {
-	k := NewKeyed(10, 1, WithIdleTimeout(time.Second), WithSweepInterval(0))
+	k := mustKeyed(t, 10, 1, WithIdleTimeout(time.Second), WithSweepInterval(0))
 	defer k.Close()
 	k.AllowN("old", t0, 1)   // full again at t1
 	k.AllowN("young", t9, 1) // full again at t9+100ms
@@ -72,7 +72,7 @@ func TestKeyedSweepEvictsOnlyIdleFullBuckets(t *testing.T) {
 }
 
 func TestKeyedCapUsesOverflowBucket(t *testing.T) {
-	k := NewKeyed(10, 1, WithMaxKeys(2), WithShards(1), WithSweepInterval(0))
+	k := mustKeyed(t, 10, 1, WithMaxKeys(2), WithShards(1), WithSweepInterval(0))
 	defer k.Close()
 	steps := []struct {
 		key  string
@@ -101,7 +101,7 @@ func TestKeyedCapUsesOverflowBucket(t *testing.T) {
 }
 
 func TestKeyedSetLimitKeepsEarnedTokens(t *testing.T) {
-	k := NewKeyed(10, 10, WithSweepInterval(0))
+	k := mustKeyed(t, 10, 10, WithSweepInterval(0))
 	defer k.Close()
 	k.AllowN("a", t0, 10)
 	k.SetLimitAt(t1, 100) // a has earned 1 token by t1
@@ -126,25 +126,70 @@ func TestKeyedSetLimitKeepsEarnedTokens(t *testing.T) {
 	}
 }
 
-func TestKeyedBadInput(t *testing.T) {
+// TestNewKeyedErrors checks that every bad argument and option is
+// reported, by name and value, with a nil Keyed and no goroutine left
+// behind (TestMain checks for leaks).
+func TestNewKeyedErrors(t *testing.T) {
+	type args struct {
+		r    Limit
+		b    int
+		opts []KeyedOption
+	}
 	tests := []struct {
 		name string
-		do   func()
-		want string
+		give args
+		want []string
 	}{
-		{"negative rate", func() { NewKeyed(-1, 1) }, "ratelimit: NewKeyed: rate must be >= 0 and not NaN, got -1"},
-		{"zero burst", func() { NewKeyed(1, 0) }, "ratelimit: NewKeyed: burst must be >= 1, got 0"},
-		{"zero max keys", func() { NewKeyed(1, 1, WithMaxKeys(0)) }, "ratelimit: NewKeyed: max keys must be >= 1, got 0"},
-		{"negative idle", func() { NewKeyed(1, 1, WithIdleTimeout(-1)) }, "ratelimit: NewKeyed: idle timeout must be >= 0, got -1ns"},
+		{"negative rate", args{-1, 1, nil}, []string{"ratelimit: NewKeyed: rate must be >= 0 and not NaN, got -1"}},
+		{"zero burst", args{1, 0, nil}, []string{"ratelimit: NewKeyed: burst must be >= 1, got 0"}},
+		{"zero max keys", args{1, 1, []KeyedOption{WithMaxKeys(0)}}, []string{"ratelimit: WithMaxKeys: max keys must be >= 1, got 0"}},
+		{"negative idle", args{1, 1, []KeyedOption{WithIdleTimeout(-1)}}, []string{"ratelimit: WithIdleTimeout: idle timeout must be >= 0, got -1ns"}},
+		{"all", args{-1, 0, []KeyedOption{WithMaxKeys(-3), WithIdleTimeout(-time.Second)}}, []string{
+			"rate must be >= 0 and not NaN, got -1", "burst must be >= 1, got 0",
+			"max keys must be >= 1, got -3", "idle timeout must be >= 0, got -1s",
+		}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			defer func() {
-				if r := recover(); r != tt.want {
-					t.Errorf("panic = %v, want %q", r, tt.want)
+			k, err := NewKeyed(tt.give.r, tt.give.b, tt.give.opts...)
+			if k != nil || err == nil {
+				t.Fatalf("NewKeyed(%v, %d, ...) = %p, %v; want nil and an error", float64(tt.give.r), tt.give.b, k, err)
+			}
+			for _, w := range tt.want {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("NewKeyed(%v, %d, ...) error = %q, want it to contain %q", float64(tt.give.r), tt.give.b, err, w)
 				}
-			}()
-			tt.do()
+			}
+		})
+	}
+}
+
+// TestKeyedSetterErrors checks that a setter given a bad value returns an
+// error naming it and changes nothing.
+func TestKeyedSetterErrors(t *testing.T) {
+	tests := []struct {
+		name string
+		give func(*Keyed) error
+		want string
+	}{
+		{"SetLimitAt negative", func(k *Keyed) error { return k.SetLimitAt(t1, -1) }, "ratelimit: SetLimit: rate must be >= 0 and not NaN, got -1"},
+		{"SetBurstAt zero", func(k *Keyed) error { return k.SetBurstAt(t1, 0) }, "ratelimit: SetBurst: burst must be >= 1, got 0"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			k := mustKeyed(t, 10, 2, WithSweepInterval(0))
+			defer k.Close()
+			k.AllowN("a", t0, 1)
+			err := tt.give(k)
+			if err == nil || err.Error() != tt.want {
+				t.Fatalf("error = %v, want %q", err, tt.want)
+			}
+			if k.Limit() != 10 || k.Burst() != 2 {
+				t.Errorf("after the error: Limit, Burst = %v, %d; want 10, 2 (unchanged)", k.Limit(), k.Burst())
+			}
+			if got := k.Tokens("a", t0); got != 1 {
+				t.Errorf("after the error: Keyed.Tokens(a, t0) = %v, want 1 (unchanged)", got)
+			}
 		})
 	}
 }
@@ -154,7 +199,7 @@ func TestKeyedBadInput(t *testing.T) {
 // sweeps and reconfigures.
 func TestKeyedConcurrentBoundPerKey(t *testing.T) {
 	const rate, burst, keys = 100, 3, 4
-	k := NewKeyed(rate, burst, WithIdleTimeout(0), WithSweepInterval(0))
+	k := mustKeyed(t, rate, burst, WithIdleTimeout(0), WithSweepInterval(0))
 	defer k.Close()
 	base := time.Now()
 	var clock atomic.Int64
@@ -215,7 +260,7 @@ func TestKeyedFloodOfDistinctKeysStaysUnderCap(t *testing.T) {
 		flood = 500_000
 	}
 	const budget = maxKeys * 256 // bytes: twice the per-key goal, for map growth slack
-	k := NewKeyed(1, 1, WithMaxKeys(maxKeys), WithSweepInterval(0))
+	k := mustKeyed(t, 1, 1, WithMaxKeys(maxKeys), WithSweepInterval(0))
 	defer k.Close()
 	runtime.GC()
 	var before runtime.MemStats
@@ -256,7 +301,7 @@ func TestKeyedFloodOfDistinctKeysStaysUnderCap(t *testing.T) {
 }
 
 func TestKeyedCloseStopsSweeper(t *testing.T) {
-	k := NewKeyed(10, 1, WithIdleTimeout(time.Millisecond), WithSweepInterval(time.Millisecond))
+	k := mustKeyed(t, 10, 1, WithIdleTimeout(time.Millisecond), WithSweepInterval(time.Millisecond))
 	k.Allow("a")
 	if err := k.Close(); err != nil {
 		t.Fatalf("Keyed.Close() = %v", err)
@@ -269,15 +314,39 @@ func TestKeyedCloseStopsSweeper(t *testing.T) {
 	}
 }
 
+// TestKeyedSweeper: a sweeper runs by default and with a positive
+// interval; WithSweepInterval of zero or less starts none, as documented.
+func TestKeyedSweeper(t *testing.T) {
+	tests := []struct {
+		name string
+		give []KeyedOption
+		want bool
+	}{
+		{"default", nil, true},
+		{"positive", []KeyedOption{WithSweepInterval(time.Hour)}, true},
+		{"zero", []KeyedOption{WithSweepInterval(0)}, false},
+		{"negative", []KeyedOption{WithSweepInterval(-time.Second)}, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			k := mustKeyed(t, 1, 1, tt.give...)
+			defer k.Close()
+			if got := k.stop != nil; got != tt.want {
+				t.Errorf("sweeper started = %v, want %v", got, tt.want)
+			}
+		})
+	}
+}
+
 func TestKeyedAllocs(t *testing.T) {
-	k := NewKeyed(1e9, 1<<30, WithSweepInterval(0))
+	k := mustKeyed(t, 1e9, 1<<30, WithSweepInterval(0))
 	defer k.Close()
 	k.Allow("tenant-42")
 	key := "tenant-42"
 	if got := testing.AllocsPerRun(1000, func() { k.Allow(key) }); got != 0 {
 		t.Errorf("Keyed.Allow(existing key): %v allocations per run, want 0", got)
 	}
-	empty := NewKeyed(0, 1, WithSweepInterval(0))
+	empty := mustKeyed(t, 0, 1, WithSweepInterval(0))
 	defer empty.Close()
 	empty.Allow(key)
 	if got := testing.AllocsPerRun(1000, func() { empty.Allow(key) }); got != 0 {
@@ -285,24 +354,8 @@ func TestKeyedAllocs(t *testing.T) {
 	}
 }
 
-func ExampleKeyed() {
-	// Each tenant gets 5 calls per second, bursts of 2.
-	perTenant := NewKeyed(5, 2)
-	defer perTenant.Close()
-
-	now := time.Now()
-	for _, tenant := range []string{"acme", "acme", "acme", "globex"} {
-		fmt.Println(tenant, perTenant.AllowN(tenant, now, 1))
-	}
-	// Output:
-	// acme true
-	// acme true
-	// acme false
-	// globex true
-}
-
 func TestKeyedRefund(t *testing.T) {
-	k := NewKeyed(10, 2, WithSweepInterval(0))
+	k := mustKeyed(t, 10, 2, WithSweepInterval(0))
 	defer k.Close()
 	k.AllowN("a", t0, 2)
 	k.RefundAt("a", t0, 1)
@@ -312,5 +365,13 @@ func TestKeyedRefund(t *testing.T) {
 	}
 	if got := k.Len(); got != 1 {
 		t.Errorf("Keyed.Len() = %d, want 1", got)
+	}
+}
+
+func TestKeyedNilOptionIgnored(t *testing.T) {
+	k := mustKeyed(t, 1, 1, nil, WithSweepInterval(0), nil)
+	defer k.Close()
+	if k.stop != nil {
+		t.Error("NewKeyed(1, 1, nil, WithSweepInterval(0), nil) started a sweeper, want the option applied and nil ignored")
 	}
 }

@@ -7,7 +7,8 @@ import (
 )
 
 // Limit is a rate of events per second. The zero Limit allows no events
-// beyond the burst; Inf allows every event.
+// beyond the burst; Inf allows every event. A Limit is a plain number,
+// safe to copy and share.
 type Limit float64
 
 // Inf is the infinite rate limit: it allows all events, even when the

@@ -41,8 +41,9 @@ var ErrNeverAvailable = errors.New("ratelimit: rate is 0 and the bucket lacks th
 // down, at least 1) without forgetting the configured values, for adaptive
 // controllers such as loadshed.
 //
-// Use NewLimiter; the zero value is not usable. A Limiter is safe for
-// concurrent use by multiple goroutines.
+// Use NewLimiter, which takes the rate and burst and has no other
+// tunables (the scale starts at 1); the zero value is not usable. A
+// Limiter is safe for concurrent use by multiple goroutines.
 type Limiter struct {
 	state atomic.Int64                 // pack(theoretical arrival time, cfg.gen)
 	cfg   atomic.Pointer[bucketConfig] // immutable; replaced by the Set methods
@@ -53,34 +54,42 @@ type Limiter struct {
 // NewLimiter returns a Limiter that refills at rate r tokens per second and
 // holds at most b tokens, starting full, with scale 1.
 //
-// It panics if r is negative or NaN, or if b < 1: a limiter that silently
-// admitted everything or nothing would hide the mistake.
-func NewLimiter(r Limit, b int) *Limiter {
-	checkLimit("NewLimiter", r)
-	checkBurst("NewLimiter", b)
+// It returns an error naming every bad value if r is negative or NaN, or if
+// b < 1: a limiter that silently admitted everything or nothing would hide
+// the mistake.
+func NewLimiter(r Limit, b int) (*Limiter, error) {
+	if err := errors.Join(checkLimit("NewLimiter", r), checkBurst("NewLimiter", b)); err != nil {
+		return nil, err
+	}
 	l := &Limiter{epoch: time.Now()}
 	c := newBucketConfig(r, b, 1)
 	l.cfg.Store(&c)
 	l.state.Store(pack(farPast, c.gen))
-	return l
+	return l, nil
 }
 
-func checkLimit(fn string, r Limit) {
+// checkLimit, checkBurst and checkScale validate a user's value for the
+// constructor or setter fn; they return nil, without allocating, for a
+// valid one.
+func checkLimit(fn string, r Limit) error {
 	if r < 0 || math.IsNaN(float64(r)) {
-		panic(fmt.Sprintf("ratelimit: %s: rate must be >= 0 and not NaN, got %v", fn, float64(r)))
+		return fmt.Errorf("ratelimit: %s: rate must be >= 0 and not NaN, got %v", fn, float64(r))
 	}
+	return nil
 }
 
-func checkBurst(fn string, b int) {
+func checkBurst(fn string, b int) error {
 	if b < 1 {
-		panic(fmt.Sprintf("ratelimit: %s: burst must be >= 1, got %d", fn, b))
+		return fmt.Errorf("ratelimit: %s: burst must be >= 1, got %d", fn, b)
 	}
+	return nil
 }
 
-func checkScale(fn string, f float64) {
+func checkScale(fn string, f float64) error {
 	if !(f > 0 && f <= 1) {
-		panic(fmt.Sprintf("ratelimit: %s: scale must be in (0, 1], got %v", fn, f))
+		return fmt.Errorf("ratelimit: %s: scale must be in (0, 1], got %v", fn, f)
 	}
+	return nil
 }
 
 // now returns the current instant in ns since the epoch. It reads only the
@@ -222,35 +231,47 @@ func (l *Limiter) EffectiveLimit() Limit {
 func (l *Limiter) EffectiveBurst() int { return l.cfg.Load().burstEff }
 
 // SetLimit is shorthand for SetLimitAt(time.Now(), r).
-func (l *Limiter) SetLimit(r Limit) { l.SetLimitAt(time.Now(), r) }
+func (l *Limiter) SetLimit(r Limit) error { return l.SetLimitAt(time.Now(), r) }
 
 // SetLimitAt sets the rate at instant now. The tokens earned up to now are
-// kept; refill continues at the new rate. It panics if r is negative or NaN.
-func (l *Limiter) SetLimitAt(now time.Time, r Limit) {
-	checkLimit("SetLimit", r)
+// kept; refill continues at the new rate. If r is negative or NaN it
+// returns an error and changes nothing.
+func (l *Limiter) SetLimitAt(now time.Time, r Limit) error {
+	if err := checkLimit("SetLimit", r); err != nil {
+		return err
+	}
 	l.reconfigure(l.at(now), func(c *bucketConfig) { c.limit = r })
+	return nil
 }
 
 // SetBurst is shorthand for SetBurstAt(time.Now(), b).
-func (l *Limiter) SetBurst(b int) { l.SetBurstAt(time.Now(), b) }
+func (l *Limiter) SetBurst(b int) error { return l.SetBurstAt(time.Now(), b) }
 
 // SetBurstAt sets the burst at instant now. The tokens earned up to now are
-// kept, capped at the new burst. It panics if b < 1.
-func (l *Limiter) SetBurstAt(now time.Time, b int) {
-	checkBurst("SetBurst", b)
+// kept, capped at the new burst. If b < 1 it returns an error and changes
+// nothing.
+func (l *Limiter) SetBurstAt(now time.Time, b int) error {
+	if err := checkBurst("SetBurst", b); err != nil {
+		return err
+	}
 	l.reconfigure(l.at(now), func(c *bucketConfig) { c.burst = b })
+	return nil
 }
 
 // SetScale is shorthand for SetScaleAt(time.Now(), f).
-func (l *Limiter) SetScale(f float64) { l.SetScaleAt(time.Now(), f) }
+func (l *Limiter) SetScale(f float64) error { return l.SetScaleAt(time.Now(), f) }
 
 // SetScaleAt sets the scale factor at instant now: the rate in force becomes
 // Limit × f and the burst Burst × f (rounded down, at least 1). The tokens
 // earned up to now are kept, capped at the scaled burst. SetScaleAt(now, 1)
-// restores the configured values. It panics unless 0 < f ≤ 1.
-func (l *Limiter) SetScaleAt(now time.Time, f float64) {
-	checkScale("SetScale", f)
+// restores the configured values. Unless 0 < f ≤ 1 it returns an error and
+// changes nothing. It implements loadshed.Scaler.
+func (l *Limiter) SetScaleAt(now time.Time, f float64) error {
+	if err := checkScale("SetScale", f); err != nil {
+		return err
+	}
 	l.reconfigure(l.at(now), func(c *bucketConfig) { c.scale = f })
+	return nil
 }
 
 // reconfigure publishes a new configuration and converts the state to it.

@@ -133,7 +133,7 @@ func TestLimiterSteps(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			runSteps(t, NewLimiter(tt.limit, tt.burst), tt.steps)
+			runSteps(t, mustLimiter(t, tt.limit, tt.burst), tt.steps)
 		})
 	}
 }
@@ -157,7 +157,7 @@ func TestEvery(t *testing.T) {
 }
 
 func TestLimiterTokens(t *testing.T) {
-	lim := NewLimiter(10, 5)
+	lim := mustLimiter(t, 10, 5)
 	tests := []struct {
 		name string
 		do   func()
@@ -180,7 +180,7 @@ func TestLimiterTokens(t *testing.T) {
 }
 
 func TestLimiterSetLimitKeepsEarnedTokens(t *testing.T) {
-	lim := NewLimiter(10, 10)
+	lim := mustLimiter(t, 10, 10)
 	runSteps(t, lim, []step{{"drain", t0, 10, true}})
 	// 100 ms at 10/s earned one token.
 	lim.SetLimitAt(t1, 100)
@@ -211,7 +211,7 @@ func TestLimiterSetLimitKeepsEarnedTokens(t *testing.T) {
 }
 
 func TestLimiterSetBurst(t *testing.T) {
-	lim := NewLimiter(10, 4)
+	lim := mustLimiter(t, 10, 4)
 	lim.SetBurstAt(t0, 2) // full bucket is capped at the new burst
 	runSteps(t, lim, []step{
 		{"capped to 2", t0, 3, false},
@@ -228,7 +228,7 @@ func TestLimiterSetBurst(t *testing.T) {
 }
 
 func TestLimiterSetScale(t *testing.T) {
-	lim := NewLimiter(10, 10)
+	lim := mustLimiter(t, 10, 10)
 	lim.SetScaleAt(t0, 0.5) // rate 5/s, burst 5; the full bucket is capped
 	if got, want := lim.EffectiveLimit(), Limit(5); got != want {
 		t.Errorf("Limiter.EffectiveLimit() = %v, want %v", got, want)
@@ -261,7 +261,7 @@ func TestLimiterSetScale(t *testing.T) {
 }
 
 func TestLimiterInfSetters(t *testing.T) {
-	lim := NewLimiter(Inf, 1)
+	lim := mustLimiter(t, Inf, 1)
 	runSteps(t, lim, []step{{"inf", t0, 50, true}})
 	lim.SetLimitAt(t0, 10) // leaving Inf starts full
 	runSteps(t, lim, []step{
@@ -275,37 +275,78 @@ func TestLimiterInfSetters(t *testing.T) {
 	runSteps(t, lim, []step{{"inf again", t0, 50, true}})
 }
 
-func TestLimiterPanicsOnBadInput(t *testing.T) {
+// TestNewLimiterErrors checks that every bad argument is reported, by name
+// and value, with a nil Limiter.
+func TestNewLimiterErrors(t *testing.T) {
+	type args struct {
+		r Limit
+		b int
+	}
 	tests := []struct {
 		name string
-		do   func()
-		want string
+		give args
+		want []string
 	}{
-		{"negative rate", func() { NewLimiter(-1, 1) }, "ratelimit: NewLimiter: rate must be >= 0 and not NaN, got -1"},
-		{"NaN rate", func() { NewLimiter(Limit(math.NaN()), 1) }, "rate must be >= 0 and not NaN, got NaN"},
-		{"zero burst", func() { NewLimiter(1, 0) }, "ratelimit: NewLimiter: burst must be >= 1, got 0"},
-		{"SetLimit negative", func() { NewLimiter(1, 1).SetLimit(-2) }, "ratelimit: SetLimit: rate must be >= 0"},
-		{"SetBurst zero", func() { NewLimiter(1, 1).SetBurst(0) }, "ratelimit: SetBurst: burst must be >= 1, got 0"},
-		{"SetScale zero", func() { NewLimiter(1, 1).SetScale(0) }, "ratelimit: SetScale: scale must be in (0, 1], got 0"},
-		{"SetScale above 1", func() { NewLimiter(1, 1).SetScale(1.5) }, "scale must be in (0, 1], got 1.5"},
-		{"SetScale NaN", func() { NewLimiter(1, 1).SetScale(math.NaN()) }, "scale must be in (0, 1], got NaN"},
+		{"negative rate", args{-1, 1}, []string{"ratelimit: NewLimiter: rate must be >= 0 and not NaN, got -1"}},
+		{"NaN rate", args{Limit(math.NaN()), 1}, []string{"ratelimit: NewLimiter: rate must be >= 0 and not NaN, got NaN"}},
+		{"zero burst", args{1, 0}, []string{"ratelimit: NewLimiter: burst must be >= 1, got 0"}},
+		{"negative burst", args{1, -5}, []string{"ratelimit: NewLimiter: burst must be >= 1, got -5"}},
+		{"both", args{-2, 0}, []string{"rate must be >= 0 and not NaN, got -2", "burst must be >= 1, got 0"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			defer func() {
-				r := recover()
-				msg, _ := r.(string)
-				if !strings.Contains(msg, tt.want) {
-					t.Errorf("panic = %v, want it to contain %q", r, tt.want)
+			l, err := NewLimiter(tt.give.r, tt.give.b)
+			if l != nil || err == nil {
+				t.Fatalf("NewLimiter(%v, %d) = %p, %v; want nil and an error", float64(tt.give.r), tt.give.b, l, err)
+			}
+			for _, w := range tt.want {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("NewLimiter(%v, %d) error = %q, want it to contain %q", float64(tt.give.r), tt.give.b, err, w)
 				}
-			}()
-			tt.do()
+			}
+		})
+	}
+}
+
+// TestSetterErrors checks that a setter given a bad value returns an error
+// naming it and changes nothing: configuration and tokens are as before.
+func TestSetterErrors(t *testing.T) {
+	tests := []struct {
+		name string
+		give func(*Limiter) error
+		want string
+	}{
+		{"SetLimit negative", func(l *Limiter) error { return l.SetLimit(-2) }, "ratelimit: SetLimit: rate must be >= 0 and not NaN, got -2"},
+		{"SetLimitAt NaN", func(l *Limiter) error { return l.SetLimitAt(t1, Limit(math.NaN())) }, "ratelimit: SetLimit: rate must be >= 0 and not NaN, got NaN"},
+		{"SetBurst zero", func(l *Limiter) error { return l.SetBurst(0) }, "ratelimit: SetBurst: burst must be >= 1, got 0"},
+		{"SetBurstAt negative", func(l *Limiter) error { return l.SetBurstAt(t1, -1) }, "ratelimit: SetBurst: burst must be >= 1, got -1"},
+		{"SetScale zero", func(l *Limiter) error { return l.SetScale(0) }, "ratelimit: SetScale: scale must be in (0, 1], got 0"},
+		{"SetScale above 1", func(l *Limiter) error { return l.SetScale(1.5) }, "ratelimit: SetScale: scale must be in (0, 1], got 1.5"},
+		{"SetScaleAt NaN", func(l *Limiter) error { return l.SetScaleAt(t1, math.NaN()) }, "ratelimit: SetScale: scale must be in (0, 1], got NaN"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			lim := mustLimiter(t, 10, 4)
+			if err := lim.SetScaleAt(t0, 0.5); err != nil {
+				t.Fatal(err)
+			}
+			lim.AllowN(t0, 1)
+			err := tt.give(lim)
+			if err == nil || err.Error() != tt.want {
+				t.Fatalf("error = %v, want %q", err, tt.want)
+			}
+			if lim.Limit() != 10 || lim.Burst() != 4 || lim.Scale() != 0.5 {
+				t.Errorf("after the error: Limit, Burst, Scale = %v, %d, %v; want 10, 4, 0.5 (unchanged)", lim.Limit(), lim.Burst(), lim.Scale())
+			}
+			if got := lim.Tokens(t0); got != 1 {
+				t.Errorf("after the error: Limiter.Tokens(t0) = %v, want 1 (unchanged)", got)
+			}
 		})
 	}
 }
 
 func TestLimiterRetryAfter(t *testing.T) {
-	lim := NewLimiter(10, 2)
+	lim := mustLimiter(t, 10, 2)
 	lim.AllowN(t0, 2)
 	tests := []struct {
 		at   time.Time
@@ -323,7 +364,7 @@ func TestLimiterRetryAfter(t *testing.T) {
 			t.Errorf("Limiter.RetryAfter(t%v, %d) = %v, want %v", tt.at.Sub(t0), tt.n, got, tt.want)
 		}
 	}
-	frozen := NewLimiter(0, 1)
+	frozen := mustLimiter(t, 0, 1)
 	frozen.AllowN(t0, 1)
 	if got := frozen.RetryAfter(t9, 1); got != math.MaxInt64 {
 		t.Errorf("rate 0: Limiter.RetryAfter(t9, 1) = %v, want MaxInt64", got)
@@ -334,25 +375,25 @@ func TestWaitN(t *testing.T) {
 	ctx := context.Background()
 
 	t.Run("n above burst", func(t *testing.T) {
-		err := NewLimiter(10, 3).WaitN(ctx, 4)
+		err := mustLimiter(t, 10, 3).WaitN(ctx, 4)
 		if err == nil || err.Error() != "ratelimit: Wait(n=4) exceeds limiter's burst 3" {
 			t.Errorf("Limiter.WaitN(ctx, 4) = %v, want the exceeds-burst error", err)
 		}
 	})
 	t.Run("inf ignores burst", func(t *testing.T) {
-		if err := NewLimiter(Inf, 1).WaitN(ctx, 4); err != nil {
+		if err := mustLimiter(t, Inf, 1).WaitN(ctx, 4); err != nil {
 			t.Errorf("Limiter.WaitN(ctx, 4) with Inf = %v, want nil", err)
 		}
 	})
 	t.Run("done context", func(t *testing.T) {
 		c, cancel := context.WithCancel(ctx)
 		cancel()
-		if err := NewLimiter(10, 1).Wait(c); !errors.Is(err, context.Canceled) {
+		if err := mustLimiter(t, 10, 1).Wait(c); !errors.Is(err, context.Canceled) {
 			t.Errorf("Limiter.Wait(cancelled) = %v, want context.Canceled", err)
 		}
 	})
 	t.Run("available now", func(t *testing.T) {
-		lim := NewLimiter(1, 2)
+		lim := mustLimiter(t, 1, 2)
 		if err := lim.WaitN(ctx, 2); err != nil {
 			t.Errorf("Limiter.WaitN(ctx, 2) = %v, want nil", err)
 		}
@@ -361,7 +402,7 @@ func TestWaitN(t *testing.T) {
 		}
 	})
 	t.Run("would exceed deadline takes nothing", func(t *testing.T) {
-		lim := NewLimiter(Every(time.Hour), 1)
+		lim := mustLimiter(t, Every(time.Hour), 1)
 		lim.Allow()
 		before := lim.Tokens(time.Now())
 		c, cancel := context.WithTimeout(ctx, time.Minute)
@@ -374,21 +415,21 @@ func TestWaitN(t *testing.T) {
 		}
 	})
 	t.Run("rate 0 never available", func(t *testing.T) {
-		lim := NewLimiter(0, 1)
+		lim := mustLimiter(t, 0, 1)
 		lim.Allow()
 		if err := lim.Wait(ctx); !errors.Is(err, ErrNeverAvailable) {
 			t.Errorf("Limiter.Wait() at rate 0 = %v, want ErrNeverAvailable", err)
 		}
 	})
 	t.Run("waits for a refill", func(t *testing.T) {
-		lim := NewLimiter(1000, 1)
+		lim := mustLimiter(t, 1000, 1)
 		lim.Allow()
 		if err := lim.Wait(ctx); err != nil {
 			t.Errorf("Limiter.Wait() = %v, want nil after about 1ms", err)
 		}
 	})
 	t.Run("cancel while waiting gives the tokens back", func(t *testing.T) {
-		lim := NewLimiter(Every(time.Hour), 1)
+		lim := mustLimiter(t, Every(time.Hour), 1)
 		lim.Allow()
 		c, cancel := context.WithCancel(ctx)
 		done := make(chan error, 1)
@@ -413,9 +454,9 @@ func TestWaitN(t *testing.T) {
 }
 
 func TestLimiterAllocs(t *testing.T) {
-	lim := NewLimiter(Inf, 1)
-	finite := NewLimiter(1e6, 100)
-	empty := NewLimiter(0, 1)
+	lim := mustLimiter(t, Inf, 1)
+	finite := mustLimiter(t, 1e6, 100)
+	empty := mustLimiter(t, 0, 1)
 	empty.Allow()
 	tests := []struct {
 		name string
@@ -435,7 +476,7 @@ func TestLimiterAllocs(t *testing.T) {
 }
 
 func TestLimiterRefund(t *testing.T) {
-	lim := NewLimiter(10, 3)
+	lim := mustLimiter(t, 10, 3)
 	runSteps(t, lim, []step{{"take all", t0, 3, true}})
 	lim.RefundAt(t0, 2)
 	runSteps(t, lim, []step{

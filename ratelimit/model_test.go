@@ -99,7 +99,7 @@ func TestLimiterMatchesReferenceModel(t *testing.T) {
 		limit := limits[rng.IntN(len(limits))]
 		burst := 1 + rng.IntN(20)
 		start := time.Now()
-		lim := NewLimiter(Limit(limit), burst)
+		lim := mustLimiter(t, Limit(limit), burst)
 		now := int64(start.Sub(lim.epoch)) / 1e6 * 1e6 // on the grid
 		ref := newRefBucket(big.NewRat(limit, 1), int64(burst), now)
 		var trace []string
@@ -157,7 +157,7 @@ func checkWindows(t *testing.T, instants []time.Time, rate float64, burst int) {
 // instants arrive out of order), and checks every window.
 func TestLimiterWindowBoundInjectedTime(t *testing.T) {
 	const rate, burst, goroutines, callsEach = 200, 5, 8, 2000
-	lim := NewLimiter(rate, burst)
+	lim := mustLimiter(t, rate, burst)
 	base := time.Now()
 	var clock atomic.Int64
 	var mu sync.Mutex
@@ -193,7 +193,7 @@ func TestLimiterWindowBoundInjectedTime(t *testing.T) {
 // of the AllowN instants.
 func TestLimiterWindowBoundRealClock(t *testing.T) {
 	const rate, burst, goroutines = 2000, 10, 8
-	lim := NewLimiter(rate, burst)
+	lim := mustLimiter(t, rate, burst)
 	var allowed atomic.Int64
 	var mu sync.Mutex
 	var instants []time.Time
@@ -241,7 +241,7 @@ func TestLimiterWindowBoundRealClock(t *testing.T) {
 // still holds, and that the race detector sees no data race.
 func TestLimiterConcurrentReconfigure(t *testing.T) {
 	const rate, burst = 1000, 10
-	lim := NewLimiter(rate, burst)
+	lim := mustLimiter(t, rate, burst)
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
 	wg.Add(1)

@@ -2,13 +2,17 @@ package throttle_test
 
 import (
 	"fmt"
+	"log"
 	"time"
 
 	"github.com/levee-go/levee/throttle"
 )
 
 func Example() {
-	th := throttle.New() // K = 2 over 2 minutes
+	th, err := throttle.New() // K = 2 over 2 minutes
+	if err != nil {
+		log.Fatal(err)
+	}
 	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 
 	// The backend accepted 30 of the last 100 calls.
@@ -26,7 +30,10 @@ func Example() {
 
 // The per-call pattern: decide, call, report.
 func ExampleThrottle_AllowAt() {
-	th := throttle.New()
+	th, err := throttle.New()
+	if err != nil {
+		log.Fatal(err)
+	}
 	call := func(now time.Time) error {
 		if !th.AllowAt(now) {
 			return throttle.ErrThrottled // fail locally; the backend never sees it
@@ -37,4 +44,11 @@ func ExampleThrottle_AllowAt() {
 	}
 	fmt.Println(call(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)))
 	// Output: <nil>
+}
+
+// A bad option value is an error naming it; nothing is built.
+func ExampleNew_error() {
+	_, err := throttle.New(throttle.WithK(0.5))
+	fmt.Println(err)
+	// Output: throttle: WithK: k must be >= 1 and finite, got 0.5
 }

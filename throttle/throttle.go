@@ -1,6 +1,7 @@
 package throttle
 
 import (
+	"errors"
 	"fmt"
 	"math"
 	"math/rand/v2"
@@ -26,7 +27,9 @@ func (r *refusal) LocalRefusal() bool { return true }
 // (breaker.WithLocalRefusalsCounted).
 var ErrThrottled error = &refusal{"throttle: dropped by adaptive client throttling"}
 
-// Option configures a Throttle; each documents its default.
+// Option configures a Throttle; each documents its default. An option
+// only records its value; New validates them all and reports every bad
+// one. A nil Option is ignored.
 type Option func(*options)
 
 type options struct {
@@ -38,23 +41,32 @@ type options struct {
 	now            func() time.Time // unexported clock; tests replace it
 }
 
-// WithK sets the multiplier K: the client keeps sending until requests reach
-// K times accepts. Default 2. Lower values throttle sooner. It panics
-// unless k >= 1 and finite.
-func WithK(k float64) Option {
-	if !(k >= 1) || math.IsInf(k, 0) {
-		panic(fmt.Sprintf("throttle: K must be >= 1 and finite, got %v", k))
+// validate reports every bad value, each naming its option.
+func (o *options) validate() error {
+	var errs []error
+	if !(o.k >= 1) || math.IsInf(o.k, 0) {
+		errs = append(errs, fmt.Errorf("throttle: WithK: k must be >= 1 and finite, got %v", o.k))
 	}
+	if o.bins < 1 || o.size <= 0 || o.size/time.Duration(o.bins) < time.Millisecond {
+		errs = append(errs, fmt.Errorf("throttle: WithWindow: want size > 0, bins >= 1 and size/bins >= 1ms, got %v and %d bins", o.size, o.bins))
+	}
+	if o.random == nil {
+		errs = append(errs, errors.New("throttle: WithRandom: random source must not be nil"))
+	}
+	return errors.Join(errs...)
+}
+
+// WithK sets the multiplier K: the client keeps sending until requests reach
+// K times accepts. Default 2. Lower values throttle sooner. k must be >= 1
+// and finite.
+func WithK(k float64) Option {
 	return func(o *options) { o.k = k }
 }
 
 // WithWindow sets the sliding window over which requests and accepts are
 // counted, kept in bins bins of size/bins each. Default 2 minutes in 120
-// bins. It panics unless size > 0, bins >= 1 and size/bins >= 1ms.
+// bins. It needs size > 0, bins >= 1 and size/bins >= 1ms.
 func WithWindow(size time.Duration, bins int) Option {
-	if bins < 1 || size <= 0 || size/time.Duration(bins) < time.Millisecond {
-		panic(fmt.Sprintf("throttle: window needs size > 0, bins >= 1 and size/bins >= 1ms, got %v and %d bins", size, bins))
-	}
 	return func(o *options) { o.size, o.bins = size, bins }
 }
 
@@ -68,17 +80,15 @@ func WithThrottledCounted(count bool) Option {
 // WithRandom sets the source of the uniform random numbers in [0, 1) that
 // decide each drop. It is called outside the throttle's lock, only when the
 // drop probability is above 0, and must be safe for concurrent use if the
-// Throttle is. Default: math/rand/v2's Float64.
+// Throttle is. Default: math/rand/v2's Float64. f must not be nil.
 func WithRandom(f func() float64) Option {
-	if f == nil {
-		panic("throttle: random source must not be nil")
-	}
 	return func(o *options) { o.random = f }
 }
 
 // Throttle is an adaptive client-side throttle for one backend (or one
-// backend method). Create one with New; the zero value is not usable. A
-// Throttle is safe for concurrent use.
+// backend method). Create one with New (by default K = 2 over a 2-minute
+// window of 1-second bins, counting only the calls sent); the zero value
+// is not usable. A Throttle is safe for concurrent use.
 type Throttle struct {
 	o        options
 	base     time.Time // taken at New, with a monotonic reading
@@ -92,16 +102,22 @@ type Throttle struct {
 }
 
 // New returns a Throttle configured by opts: by default K = 2 over a
-// 2-minute window, counting only the calls sent.
-func New(opts ...Option) *Throttle {
+// 2-minute window, counting only the calls sent. It returns an error
+// naming every bad option value.
+func New(opts ...Option) (*Throttle, error) {
 	o := options{k: 2, size: 2 * time.Minute, bins: 120, random: rand.Float64, now: time.Now}
 	for _, opt := range opts {
-		opt(&o)
+		if opt != nil {
+			opt(&o)
+		}
+	}
+	if err := o.validate(); err != nil {
+		return nil, err
 	}
 	t := &Throttle{o: o, bins: window.New(o.size, o.bins)}
 	t.base = time.Now()
 	t.baseUnix = t.base.UnixNano()
-	return t
+	return t, nil
 }
 
 // Allow reports whether a call may be sent now; it is AllowAt at the
@@ -167,7 +183,8 @@ func (t *Throttle) prob(s window.Sums) float64 {
 	return max(0, (req-t.o.k*float64(s[1]))/(req+1))
 }
 
-// Snapshot is a point-in-time view of a Throttle for metrics.
+// Snapshot is a point-in-time view of a Throttle for metrics. It is a
+// plain value, safe to copy and share; the zero value is an empty window.
 type Snapshot struct {
 	Requests, Accepts int64   // in the window ending at the snapshot's time
 	Probability       float64 // drop probability at that time

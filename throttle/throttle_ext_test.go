@@ -23,7 +23,10 @@ func TestErrThrottledIsALocalRefusal(t *testing.T) {
 	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			b := breaker.New(append([]breaker.Option{breaker.WithCountWindow(5), breaker.WithMinimumCalls(5)}, tt.give...)...)
+			b, err := breaker.New(append([]breaker.Option{breaker.WithCountWindow(5), breaker.WithMinimumCalls(5)}, tt.give...)...)
+			if err != nil {
+				t.Fatal(err)
+			}
 			for range 5 {
 				p, err := b.AllowAt(t0)
 				if err != nil {
@@ -40,7 +43,7 @@ func TestErrThrottledIsALocalRefusal(t *testing.T) {
 
 func BenchmarkAllowRecord(b *testing.B) {
 	b.Run("healthy", func(b *testing.B) {
-		th := throttle.New()
+		th := mustNew(b)
 		now := time.Now()
 		b.ReportAllocs()
 		for b.Loop() {
@@ -50,7 +53,7 @@ func BenchmarkAllowRecord(b *testing.B) {
 		}
 	})
 	b.Run("throttling", func(b *testing.B) {
-		th := throttle.New()
+		th := mustNew(b)
 		now := time.Now()
 		b.ReportAllocs()
 		i := 0
@@ -62,7 +65,7 @@ func BenchmarkAllowRecord(b *testing.B) {
 		}
 	})
 	b.Run("parallel", func(b *testing.B) {
-		th := throttle.New()
+		th := mustNew(b)
 		now := time.Now()
 		b.ReportAllocs()
 		b.RunParallel(func(pb *testing.PB) {
@@ -73,4 +76,14 @@ func BenchmarkAllowRecord(b *testing.B) {
 			}
 		})
 	})
+}
+
+// mustNew is throttle.New for options a test knows to be valid.
+func mustNew(tb testing.TB, opts ...throttle.Option) *throttle.Throttle {
+	tb.Helper()
+	th, err := throttle.New(opts...)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return th
 }

@@ -29,7 +29,7 @@ func TestProbabilityFormula(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			th := New(WithK(tt.k))
+			th := mustNew(t, WithK(tt.k))
 			for i := range tt.requests {
 				th.RecordAt(t0, i < tt.accepts)
 			}
@@ -42,7 +42,7 @@ func TestProbabilityFormula(t *testing.T) {
 
 // Old bins expire as (injected) time passes.
 func TestWindowExpires(t *testing.T) {
-	th := New() // 2 minutes in 1-second bins
+	th := mustNew(t) // 2 minutes in 1-second bins
 	for range 99 {
 		th.RecordAt(t0, false)
 	}
@@ -147,7 +147,7 @@ func TestDropRateConverges(t *testing.T) {
 	for i, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			rng := rand.New(rand.NewPCG(uint64(i), 42))
-			th := New(WithK(k), WithThrottledCounted(tt.counted), WithRandom(rng.Float64))
+			th := mustNew(t, WithK(k), WithThrottledCounted(tt.counted), WithRandom(rng.Float64))
 			var be backend = &fraction{a: tt.a, rng: rng}
 			if tt.capacity {
 				be = &capacity{a: tt.a}
@@ -177,7 +177,7 @@ func TestRecovery(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			rng := rand.New(rand.NewPCG(7, 7))
-			th := New(WithThrottledCounted(tt.counted), WithRandom(rng.Float64))
+			th := mustNew(t, WithThrottledCounted(tt.counted), WithRandom(rng.Float64))
 			be := &fraction{a: 0.2, rng: rng}
 			step := 10 * time.Millisecond
 			simulate(th, be, t0, step, 24000, 0) // 4 minutes failing 80%
@@ -197,7 +197,7 @@ func TestRecovery(t *testing.T) {
 // watches and every call is accounted for exactly.
 func TestConcurrent(t *testing.T) {
 	for _, counted := range []bool{false, true} {
-		th := New(WithWindow(time.Hour, 60), WithThrottledCounted(counted))
+		th := mustNew(t, WithWindow(time.Hour, 60), WithThrottledCounted(counted))
 		var clock atomic.Int64
 		const workers, per = 8, 3000
 		var recorded, accepted atomic.Int64
@@ -233,7 +233,7 @@ func TestConcurrent(t *testing.T) {
 }
 
 func TestAllocs(t *testing.T) {
-	th := New(WithThrottledCounted(true))
+	th := mustNew(t, WithThrottledCounted(true))
 	for range 100 {
 		th.RecordAt(t0, false) // P ≈ 0.99: the drop path runs too
 	}
@@ -256,7 +256,7 @@ func TestAllocs(t *testing.T) {
 
 // Allow, Record and Probability are the explicit forms at the clock's time.
 func TestWallClockForms(t *testing.T) {
-	th := New(WithRandom(func() float64 { return 0.5 }))
+	th := mustNew(t, WithRandom(func() float64 { return 0.5 }))
 	now := t0
 	th.o.now = func() time.Time { return now }
 	for range 9 {
@@ -274,27 +274,43 @@ func TestWallClockForms(t *testing.T) {
 	}
 }
 
-func TestOptionPanics(t *testing.T) {
+// TestNewErrors checks that every bad option value is reported, by its
+// option and value, with a nil Throttle.
+func TestNewErrors(t *testing.T) {
 	tests := []struct {
 		name string
-		give func()
-		want string
+		give []Option
+		want []string
 	}{
-		{name: "K below 1", give: func() { WithK(0.5) }, want: "throttle: K must be >= 1 and finite, got 0.5"},
-		{name: "K NaN", give: func() { WithK(math.NaN()) }, want: "throttle: K must be >= 1 and finite, got NaN"},
-		{name: "window", give: func() { WithWindow(time.Minute, 0) }, want: "throttle: window needs size > 0"},
-		{name: "bins too fine", give: func() { WithWindow(time.Second, 10000) }, want: "throttle: window needs size > 0"},
-		{name: "random", give: func() { WithRandom(nil) }, want: "throttle: random source must not be nil"},
+		{name: "K below 1", give: []Option{WithK(0.5)}, want: []string{"throttle: WithK: k must be >= 1 and finite, got 0.5"}},
+		{name: "K NaN", give: []Option{WithK(math.NaN())}, want: []string{"throttle: WithK: k must be >= 1 and finite, got NaN"}},
+		{name: "K Inf", give: []Option{WithK(math.Inf(1))}, want: []string{"throttle: WithK: k must be >= 1 and finite, got +Inf"}},
+		{name: "window", give: []Option{WithWindow(time.Minute, 0)}, want: []string{"throttle: WithWindow: want size > 0, bins >= 1 and size/bins >= 1ms, got 1m0s and 0 bins"}},
+		{name: "bins too fine", give: []Option{WithWindow(time.Second, 10000)}, want: []string{"throttle: WithWindow: want size > 0, bins >= 1 and size/bins >= 1ms, got 1s and 10000 bins"}},
+		{name: "random", give: []Option{WithRandom(nil)}, want: []string{"throttle: WithRandom: random source must not be nil"}},
+		{name: "all", give: []Option{WithK(0), WithWindow(-time.Second, 1), WithRandom(nil)}, want: []string{
+			"WithK: k must be >= 1 and finite, got 0",
+			"WithWindow: want size > 0, bins >= 1 and size/bins >= 1ms, got -1s and 1 bins",
+			"WithRandom: random source must not be nil",
+		}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			defer func() {
-				msg, _ := recover().(string)
-				if !strings.HasPrefix(msg, tt.want) {
-					t.Fatalf("panic = %q, want prefix %q", msg, tt.want)
+			th, err := New(tt.give...)
+			if th != nil || err == nil {
+				t.Fatalf("New(...) = %p, %v; want nil and an error", th, err)
+			}
+			for _, w := range tt.want {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("New(...) error = %q, want it to contain %q", err, w)
 				}
-			}()
-			tt.give()
+			}
 		})
+	}
+}
+
+func TestNilOptionIgnored(t *testing.T) {
+	if th := mustNew(t, nil, WithK(3)); th.o.k != 3 {
+		t.Errorf("New(nil, WithK(3)): K %v, want 3", th.o.k)
 	}
 }

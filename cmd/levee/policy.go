@@ -88,11 +88,27 @@ func newPolicy(p policyParams) (*policy, error) {
 	if err != nil {
 		return nil, err
 	}
+	global, err := ratelimit.NewLimiter(ratelimit.Limit(p.Capacity), burst)
+	if err != nil {
+		return nil, err
+	}
+	slots, err := bulkhead.New(4 * procs)
+	if err != nil {
+		return nil, err
+	}
+	run, err := bulkhead.New(procs, bulkhead.WithQueue(4*procs))
+	if err != nil {
+		return nil, err
+	}
+	perClient, err := ratelimit.NewKeyed(ratelimit.Limit(p.Capacity), burst) // last: it starts a sweeper
+	if err != nil {
+		return nil, err
+	}
 	pol := &policy{
-		global:    ratelimit.NewLimiter(ratelimit.Limit(p.Capacity), burst),
-		perClient: ratelimit.NewKeyed(ratelimit.Limit(p.Capacity), burst),
-		slots:     bulkhead.New(4 * procs),
-		run:       bulkhead.New(procs, bulkhead.WithQueue(4*procs)),
+		global:    global,
+		perClient: perClient,
+		slots:     slots,
+		run:       run,
 		deadline:  dl,
 		queue:     queue,
 	}
@@ -119,11 +135,14 @@ func newPolicy(p policyParams) (*policy, error) {
 	}
 	pol.guard = guard
 
-	pol.shed = loadshed.New(loadshed.AIMD{}, []loadshed.Scaler{pol.global})
+	if pol.shed, err = loadshed.New(loadshed.AIMD{}, []loadshed.Scaler{pol.global}); err != nil {
+		pol.perClient.Close()
+		return nil, err
+	}
 	if src, err := cpu.Detect(); err == nil {
 		if mon, err := cpu.NewMonitor(src); err == nil {
 			pol.monitor = mon
-			pol.shed.Follow(queuedCPU{mon: mon, queue: pol.queue}, cpu.DefaultInterval)
+			_ = pol.shed.Follow(queuedCPU{mon: mon, queue: pol.queue}, cpu.DefaultInterval) // fails only for an interval <= 0
 		}
 	}
 	return pol, nil

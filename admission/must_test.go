@@ -1,0 +1,47 @@
+package admission_test
+
+import (
+	"testing"
+
+	"github.com/levee-go/levee/breaker"
+	"github.com/levee-go/levee/bulkhead"
+	"github.com/levee-go/levee/ratelimit"
+)
+
+// Constructors of the policy packages for arguments a test knows valid.
+
+func mustLimiter(tb testing.TB, r ratelimit.Limit, b int) *ratelimit.Limiter {
+	tb.Helper()
+	l, err := ratelimit.NewLimiter(r, b)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return l
+}
+
+func mustKeyed(tb testing.TB, r ratelimit.Limit, b int, opts ...ratelimit.KeyedOption) *ratelimit.Keyed {
+	tb.Helper()
+	k, err := ratelimit.NewKeyed(r, b, opts...)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return k
+}
+
+func mustBulkhead(tb testing.TB, limit int, opts ...bulkhead.Option) *bulkhead.Bulkhead {
+	tb.Helper()
+	b, err := bulkhead.New(limit, opts...)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return b
+}
+
+func mustBreaker(tb testing.TB, opts ...breaker.Option) *breaker.Breaker {
+	tb.Helper()
+	b, err := breaker.New(opts...)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return b
+}

@@ -1,0 +1,10 @@
+package metrics_test
+
+// must returns v, or panics if err is not nil: the example's arguments are
+// valid.
+func must[T any](v T, err error) T {
+	if err != nil {
+		panic(err)
+	}
+	return v
+}
