@@ -63,8 +63,8 @@ type Guard struct {
 	fixed  map[string]time.Duration
 	margin float64
 
-	mu      sync.RWMutex
-	learned map[string]*atomic.Int64 // ns, 0 until the first sample
+	mu      sync.Mutex                               // serialises new methods
+	learned atomic.Pointer[map[string]*atomic.Int64] // copy on write; ns, 0 until the first sample
 }
 
 // New returns a Guard, or an error naming every bad option.
@@ -85,7 +85,9 @@ func New(opts ...Option) (*Guard, error) {
 	if len(errs) > 0 {
 		return nil, errors.Join(errs...)
 	}
-	return &Guard{fixed: o.fixed, margin: o.margin, learned: map[string]*atomic.Int64{}}, nil
+	g := &Guard{fixed: o.fixed, margin: o.margin}
+	g.learned.Store(&map[string]*atomic.Int64{})
+	return g, nil
 }
 
 // Name returns "deadline".
@@ -100,9 +102,7 @@ func (g *Guard) ServiceTime(method string) time.Duration {
 	if d, ok := g.fixed[method]; ok {
 		return d
 	}
-	g.mu.RLock()
-	v := g.learned[method]
-	g.mu.RUnlock()
+	v := (*g.learned.Load())[method]
 	if v == nil {
 		return 0
 	}
@@ -137,20 +137,11 @@ func (g *Guard) Finish(c admission.Call, _ admission.Permit, o admission.Outcome
 	if _, ok := g.fixed[c.Method]; ok {
 		return
 	}
-	g.mu.RLock()
-	v := g.learned[c.Method]
-	g.mu.RUnlock()
+	v := (*g.learned.Load())[c.Method]
 	if v == nil {
-		g.mu.Lock()
-		if v = g.learned[c.Method]; v == nil {
-			if len(g.learned) >= MaxLearnedMethods {
-				g.mu.Unlock()
-				return
-			}
-			v = new(atomic.Int64)
-			g.learned[c.Method] = v
+		if v = g.add(c.Method); v == nil {
+			return
 		}
-		g.mu.Unlock()
 	}
 	for {
 		old := v.Load()
@@ -162,4 +153,27 @@ func (g *Guard) Finish(c admission.Call, _ admission.Permit, o admission.Outcome
 			return
 		}
 	}
+}
+
+// add returns the learned service time of a new method, or nil when the
+// guard learns MaxLearnedMethods already. Reads never lock: the map is
+// replaced, never changed.
+func (g *Guard) add(method string) *atomic.Int64 {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	m := g.learned.Load()
+	if v := (*m)[method]; v != nil {
+		return v
+	}
+	if len(*m) >= MaxLearnedMethods {
+		return nil
+	}
+	v := new(atomic.Int64)
+	nm := make(map[string]*atomic.Int64, len(*m)+1)
+	for k, old := range *m {
+		nm[k] = old
+	}
+	nm[method] = v
+	g.learned.Store(&nm)
+	return v
 }

@@ -1,0 +1,120 @@
+package protect_test
+
+import (
+	"context"
+	"net"
+	"runtime"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/peer"
+
+	"github.com/levee-go/levee/admission"
+	"github.com/levee-go/levee/bulkhead"
+	"github.com/levee-go/levee/deadline"
+	"github.com/levee-go/levee/grpcguard"
+	"github.com/levee-go/levee/protect"
+	"github.com/levee-go/levee/queuedelay"
+	"github.com/levee-go/levee/ratelimit"
+)
+
+// firstWave builds the first wave's recipe (cmd/levee's policy before the
+// preset) at a capacity no benchmark reaches: deadline, queue delay, a
+// global and a per-client bucket, a bulkhead and a run limit of
+// GOMAXPROCS.
+func firstWave(tb testing.TB) *grpcguard.Server {
+	tb.Helper()
+	procs := runtime.GOMAXPROCS(0)
+	dl, err := deadline.New()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	q, err := queuedelay.New(20*time.Millisecond, 100*time.Millisecond)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	global, err := ratelimit.NewLimiter(1e9, 1<<30)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	perClient, err := ratelimit.NewKeyed(1e9, 1<<30, ratelimit.WithSweepInterval(0))
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { perClient.Close() })
+	slots, err := bulkhead.New(1024)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	run, err := bulkhead.New(1024, bulkhead.WithQueue(4*procs))
+	if err != nil {
+		tb.Fatal(err)
+	}
+	s, err := grpcguard.New([]grpcguard.Rule{{Key: grpcguard.PeerKey(), Guards: []admission.Guard{
+		dl, q,
+		ratelimit.NewGuard("global", global),
+		ratelimit.NewKeyedGuard("client", perClient),
+		bulkhead.NewGuard("inflight", slots, 0),
+		bulkhead.NewRunGuard("run", run, 0),
+	}}})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return s
+}
+
+func preset(tb testing.TB) *grpcguard.Server {
+	tb.Helper()
+	p, err := protect.New(protect.WithoutCPU(), protect.WithMaxConcurrency(1024))
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(p.Stop)
+	return p.Guard()
+}
+
+var (
+	benchInfo    = &grpc.UnaryServerInfo{FullMethod: emptyCall}
+	benchHandler = func(context.Context, any) (any, error) { return nil, nil }
+	benchCtx     = peer.NewContext(context.Background(), &peer.Peer{Addr: &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1), Port: 40000}})
+)
+
+// BenchmarkUnaryChain calls the unary interceptor directly with a no-op
+// handler, every call admitted: the preset against the first wave's
+// recipe, in one run.
+func BenchmarkUnaryChain(b *testing.B) {
+	for _, c := range []struct {
+		name  string
+		build func(testing.TB) *grpcguard.Server
+	}{{"preset", preset}, {"firstwave", firstWave}} {
+		b.Run(c.name, func(b *testing.B) {
+			in := c.build(b).UnaryServerInterceptor()
+			b.ReportAllocs()
+			for b.Loop() {
+				in(benchCtx, nil, benchInfo, benchHandler)
+			}
+		})
+		b.Run(c.name+"-parallel", func(b *testing.B) {
+			in := c.build(b).UnaryServerInterceptor()
+			b.ReportAllocs()
+			b.RunParallel(func(pb *testing.PB) {
+				for pb.Next() {
+					in(benchCtx, nil, benchInfo, benchHandler)
+				}
+			})
+		})
+	}
+}
+
+func TestPresetAdmittedPathAllocatesNothing(t *testing.T) {
+	in := preset(t).UnaryServerInterceptor()
+	n := testing.AllocsPerRun(1000, func() {
+		if _, err := in(benchCtx, nil, benchInfo, benchHandler); err != nil {
+			t.Fatal(err)
+		}
+	})
+	if n != 0 {
+		t.Errorf("preset's admitted unary path allocates %v times per call, want 0", n)
+	}
+}
