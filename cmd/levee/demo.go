@@ -15,6 +15,7 @@ import (
 	"github.com/levee-go/levee/examples/inventory"
 	"github.com/levee-go/levee/internal/loadgen"
 	"github.com/levee-go/levee/internal/report"
+	"github.com/levee-go/levee/internal/stats"
 )
 
 // demoConfig is a parsed `levee demo` command line.
@@ -58,7 +59,7 @@ type demoResult struct {
 
 func (c *cli) parseDemo(args []string) (*demoConfig, error) {
 	fs := c.newFlagSet("demo", "Run the overload demo: measure the inventory service's capacity, then drive\nthe same open-loop scenario (normal load, a spike of about 10x capacity,\nrecovery) against the unprotected and then the protected server, each in\nits own process on its own CPU. Prints a side-by-side table per phase and\nwrites an HTML report.\n\nWith -scenario dependency: the inventory service calls a downstream service\nthat turns slow or failing for -incident in the middle of steady load;\nwithout and then with client-side protection (circuit breaker and adaptive\nthrottle), same table and report.")
-	cfg := &demoConfig{capacity: capacityFlag{auto: true}, drain: statsDrain, stopGrace: 2 * time.Second}
+	cfg := &demoConfig{capacity: capacityFlag{auto: true}, drain: stats.DefaultDrain, stopGrace: 2 * time.Second}
 	fs.Var(&cfg.capacity, "capacity", "server capacity in `calls/s` (auto: measure it closed-loop against the unprotected server)")
 	fs.DurationVar(&cfg.cpuWork, "cpu-work", inventory.DefaultCPUWork, "CPU time each Allocate burns")
 	fs.StringVar(&cfg.scenario, "scenario", "overload", "scenario to run: overload or dependency")
@@ -253,7 +254,7 @@ func (c *cli) demoRun(ctx context.Context, cfg *demoConfig, plan cpuPlan, name s
 		return report.Run{}, fmt.Errorf("%s server: %w", name, err)
 	}
 	// The demo's servers need no long goodbye: after the run they have had
-	// time to drain (see serverSamples).
+	// time to drain (see stats.Client.ServerSamples).
 	defer srv.stop(cfg.stopGrace)
 	fmt.Fprintf(c.stderr, "levee demo: %s server up: %s\n", name, srv.line)
 	t, err := dial(ctx, srv.grpcAddr, cfg.loadFlags.conns, c.readyTimeout)
@@ -273,9 +274,9 @@ func (c *cli) demoRun(ctx context.Context, cfg *demoConfig, plan cpuPlan, name s
 	}
 	fmt.Fprintf(c.stderr, "levee demo: %s run: %v normal at %.0f/s, %v spike at %.0f/s, %v recovery at %.0f/s\n",
 		name, phases[0].Duration, phases[0].Rate, phases[1].Duration, phases[1].Rate, phases[2].Duration, phases[2].Rate)
-	stats := newStatsClient(srv.httpAddr, statsTimeout)
-	defer stats.Close()
-	run, err := runLoad(ctx, t, stats, cfg.drain, phases, opts)
+	sc := stats.NewClient(srv.httpAddr, stats.DefaultTimeout)
+	defer sc.Close()
+	run, err := runLoad(ctx, t, sc, cfg.drain, phases, opts)
 	if err != nil {
 		return report.Run{}, fmt.Errorf("%s run: %w", name, err)
 	}

@@ -16,6 +16,7 @@ import (
 
 	"github.com/levee-go/levee/internal/loadgen"
 	"github.com/levee-go/levee/internal/report"
+	"github.com/levee-go/levee/internal/stats"
 )
 
 // loadFlags are the load-shaping flags shared by `levee load` and `levee
@@ -158,16 +159,16 @@ func (c *cli) load(ctx context.Context, args []string) error {
 		return err
 	}
 	defer t.Close()
-	var stats *statsClient
+	var sc *stats.Client
 	if *statsAddr != "" {
-		stats = newStatsClient(*statsAddr, statsTimeout)
-		defer stats.Close()
-		if _, err := stats.fetch(ctx, time.Now()); err != nil {
+		sc = stats.NewClient(*statsAddr, stats.DefaultTimeout)
+		defer sc.Close()
+		if _, err := sc.Fetch(ctx, time.Now()); err != nil {
 			return fmt.Errorf("-stats %s: %w", *statsAddr, err)
 		}
 	}
 
-	run, runErr := runLoad(ctx, t, stats, statsDrain, phases, opts)
+	run, runErr := runLoad(ctx, t, sc, stats.DefaultDrain, phases, opts)
 	if run.Result == nil {
 		return runErr
 	}
@@ -197,7 +198,7 @@ func (c *cli) load(ctx context.Context, args []string) error {
 
 // runLoad runs phases against t and, if stats is not nil, reads what the
 // server recorded meanwhile.
-func runLoad(ctx context.Context, t *target, stats *statsClient, drain time.Duration, phases []loadgen.Phase, opts []loadgen.Option) (report.Run, error) {
+func runLoad(ctx context.Context, t *target, sc *stats.Client, drain time.Duration, phases []loadgen.Phase, opts []loadgen.Option) (report.Run, error) {
 	runID := fmt.Sprintf("load-%d", time.Now().UnixNano())
 	gen, err := loadgen.New(t.allocateCall(runID), phases, opts...)
 	if err != nil {
@@ -205,10 +206,10 @@ func runLoad(ctx context.Context, t *target, stats *statsClient, drain time.Dura
 	}
 	res, runErr := gen.Run(ctx)
 	run := report.Run{Result: res}
-	if stats != nil {
+	if sc != nil {
 		// A fresh context: the samples are wanted even after an interrupt.
-		sctx, cancel := context.WithTimeout(context.Background(), statsTimeout)
-		samples, err := serverSamples(sctx, stats, res.Start, drain)
+		sctx, cancel := context.WithTimeout(context.Background(), stats.DefaultTimeout)
+		samples, err := sc.ServerSamples(sctx, res.Start, drain)
 		cancel()
 		run.Server = samples
 		if err != nil && runErr == nil {
@@ -217,14 +218,6 @@ func runLoad(ctx context.Context, t *target, stats *statsClient, drain time.Dura
 	}
 	return run, runErr
 }
-
-// Reading a server's stats after a run: the server may still be busy with
-// the calls it accepted, so wait up to statsDrain for its handlers to
-// finish and up to statsTimeout in all.
-const (
-	statsDrain   = 5 * time.Second
-	statsTimeout = 20 * time.Second
-)
 
 func writeJSON(path string, stdout io.Writer, v any) error {
 	b, err := json.MarshalIndent(v, "", "  ")

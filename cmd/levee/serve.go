@@ -18,6 +18,7 @@ import (
 
 	"github.com/levee-go/levee/examples/inventory"
 	inventoryv1 "github.com/levee-go/levee/examples/inventory/proto/corecart/inventory/v1"
+	"github.com/levee-go/levee/internal/stats"
 )
 
 // shutdownGrace bounds a graceful stop: calls still running after it are
@@ -94,7 +95,7 @@ func (c *cli) serve(ctx context.Context, args []string) error {
 		mux = http.NewServeMux()
 	}
 
-	g := &gauges{}
+	g := &stats.Gauges{}
 	params := policyParams{Capacity: capValue, CPUWork: *cpuWork, Mux: mux, Gauges: g}
 	var opts []grpc.ServerOption
 	stopPolicy := func() {}
@@ -114,7 +115,7 @@ func (c *cli) serve(ctx context.Context, args []string) error {
 	var hsrv *http.Server
 	httpAddr := "off"
 	if mux != nil {
-		rec := startStatsRecorder(srv, g, !*unprotected, capValue, time.Second)
+		rec := stats.StartRecorder(srv, g, !*unprotected, capValue, time.Second)
 		defer rec.Stop()
 		mux.Handle("/stats", rec)
 		hsrv = &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
