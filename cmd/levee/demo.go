@@ -13,9 +13,11 @@ import (
 	"time"
 
 	"github.com/levee-go/levee/examples/inventory"
+	"github.com/levee-go/levee/internal/affinity"
 	"github.com/levee-go/levee/internal/loadgen"
 	"github.com/levee-go/levee/internal/report"
 	"github.com/levee-go/levee/internal/stats"
+	"github.com/levee-go/levee/internal/target"
 )
 
 // demoConfig is a parsed `levee demo` command line.
@@ -176,13 +178,13 @@ func (c *cli) runDemo(ctx context.Context, cfg *demoConfig) (*demoResult, error)
 	var workIterations string
 
 	// 1. The unprotected server: measure its capacity, then overload it.
-	unprotected, err := c.demoRun(ctx, cfg, plan, "unprotected", func(srv *childServer, t *target) error {
+	unprotected, err := c.demoRun(ctx, cfg, plan, "unprotected", func(srv *childServer, t *target.Target) error {
 		workIterations = srv.workIter
 		if !cfg.capacity.auto {
 			return nil
 		}
 		fmt.Fprintf(c.stderr, "levee demo: measuring capacity closed-loop for %v (%d callers)...\n", cfg.calibrate, cfg.calWorkers)
-		capacity, err := t.calibrate(ctx, cfg.calWorkers, cfg.calibrate/8, cfg.calibrate)
+		capacity, err := t.Calibrate(ctx, cfg.calWorkers, cfg.calibrate/8, cfg.calibrate)
 		if err != nil {
 			return err
 		}
@@ -200,7 +202,7 @@ func (c *cli) runDemo(ctx context.Context, cfg *demoConfig) (*demoResult, error)
 	if workIterations != "" {
 		protectedArgs = append(protectedArgs, "-work-iterations", workIterations)
 	}
-	sameWork := func(srv *childServer, _ *target) error {
+	sameWork := func(srv *childServer, _ *target.Target) error {
 		if srv.workIter != workIterations {
 			return fmt.Errorf("server burns %s SHA-256 rounds per call, want %s like the unprotected one", srv.workIter, workIterations)
 		}
@@ -248,7 +250,7 @@ func demoPhases(cfg *demoConfig, capacity float64) []loadgen.Phase {
 
 // demoRun starts a server with serveArgs, runs before (if any) against it,
 // then the scenario sized from *capacity, and stops the server.
-func (c *cli) demoRun(ctx context.Context, cfg *demoConfig, plan cpuPlan, name string, before func(*childServer, *target) error, capacity *float64, serveArgs ...string) (report.Run, error) {
+func (c *cli) demoRun(ctx context.Context, cfg *demoConfig, plan cpuPlan, name string, before func(*childServer, *target.Target) error, capacity *float64, serveArgs ...string) (report.Run, error) {
 	srv, err := c.startServer(ctx, plan.server, serveArgs...)
 	if err != nil {
 		return report.Run{}, fmt.Errorf("%s server: %w", name, err)
@@ -257,7 +259,7 @@ func (c *cli) demoRun(ctx context.Context, cfg *demoConfig, plan cpuPlan, name s
 	// time to drain (see stats.Client.ServerSamples).
 	defer srv.stop(cfg.stopGrace)
 	fmt.Fprintf(c.stderr, "levee demo: %s server up: %s\n", name, srv.line)
-	t, err := dial(ctx, srv.grpcAddr, cfg.loadFlags.conns, c.readyTimeout)
+	t, err := target.Dial(ctx, srv.grpcAddr, cfg.loadFlags.conns, c.readyTimeout)
 	if err != nil {
 		return report.Run{}, fmt.Errorf("%s server: %w", name, err)
 	}
@@ -276,7 +278,7 @@ func (c *cli) demoRun(ctx context.Context, cfg *demoConfig, plan cpuPlan, name s
 		name, phases[0].Duration, phases[0].Rate, phases[1].Duration, phases[1].Rate, phases[2].Duration, phases[2].Rate)
 	sc := stats.NewClient(srv.httpAddr, stats.DefaultTimeout)
 	defer sc.Close()
-	run, err := runLoad(ctx, t, sc, cfg.drain, phases, opts)
+	run, err := t.Run(ctx, sc, cfg.drain, phases, opts)
 	if err != nil {
 		return report.Run{}, fmt.Errorf("%s run: %w", name, err)
 	}
@@ -299,7 +301,7 @@ type cpuPlan struct {
 // not possible, nothing is pinned and the note says so.
 func (c *cli) planCPUs() cpuPlan {
 	p := cpuPlan{server: -1, stderr: c.stderr}
-	allowed, err := allowedCPUs()
+	allowed, err := affinity.Allowed()
 	if err != nil {
 		p.note = fmt.Sprintf("server not pinned (%v), GOMAXPROCS=1", err)
 		return p
@@ -311,7 +313,7 @@ func (c *cli) planCPUs() cpuPlan {
 	}
 	server := allowed[len(allowed)-1]
 	rest := allowed[:len(allowed)-1]
-	if err := pinProcess(rest); err != nil {
+	if err := affinity.Pin(rest); err != nil {
 		p.note = fmt.Sprintf("server not pinned (%v), GOMAXPROCS=1", err)
 		return p
 	}
@@ -323,7 +325,7 @@ func (c *cli) planCPUs() cpuPlan {
 // restore gives this process back all the CPUs it had.
 func (p cpuPlan) restore() {
 	if p.pinned {
-		if err := pinProcess(p.allowed); err != nil {
+		if err := affinity.Pin(p.allowed); err != nil {
 			fmt.Fprintf(p.stderr, "levee demo: restoring CPU affinity: %v\n", err)
 		}
 	}

@@ -15,8 +15,10 @@ import (
 	"github.com/levee-go/levee/breaker"
 	"github.com/levee-go/levee/examples/inventory"
 	"github.com/levee-go/levee/grpcguard"
+	"github.com/levee-go/levee/internal/capacity"
 	"github.com/levee-go/levee/internal/loadgen"
 	"github.com/levee-go/levee/internal/report"
+	"github.com/levee-go/levee/internal/target"
 	"github.com/levee-go/levee/throttle"
 )
 
@@ -134,11 +136,11 @@ func (c *cli) runDependency(ctx context.Context, cfg *demoConfig) (*demoResult, 
 	if cfg.capacity.auto {
 		// One CPU's worth: the front's capacity were it alone on a CPU,
 		// as each server of the overload demo is.
-		capacity, err := estimateCapacity(iterations)
+		est, err := capacity.Estimate(iterations)
 		if err != nil {
 			return nil, err
 		}
-		res.Capacity = capacity / float64(runtime.GOMAXPROCS(0))
+		res.Capacity = est / float64(runtime.GOMAXPROCS(0))
 	}
 	phases := dependencyPhases(cfg, res.Capacity)
 	fmt.Fprintf(c.stderr, "levee demo: dependency scenario, capacity %.0f calls/s (%s), %v normal, %v incident (%s downstream), %v recovery at %.0f/s\n",
@@ -232,7 +234,7 @@ func (c *cli) dependencyRun(ctx context.Context, cfg *demoConfig, name string, p
 		return report.Run{}, fmt.Errorf("%s run: %w", name, err)
 	}
 	defer fs.stop() // runs before ds.stop: the front's calls end first
-	t, err := dial(ctx, fs.addr, cfg.loadFlags.conns, c.readyTimeout)
+	t, err := target.Dial(ctx, fs.addr, cfg.loadFlags.conns, c.readyTimeout)
 	if err != nil {
 		return report.Run{}, fmt.Errorf("%s front: %w", name, err)
 	}
@@ -242,7 +244,7 @@ func (c *cli) dependencyRun(ctx context.Context, cfg *demoConfig, name string, p
 	if !cfg.loadFlags.quiet {
 		opts = append(opts[:len(opts):len(opts)], loadgen.WithProgress(prefixWriter{w: c.stderr, prefix: name + " "}))
 	}
-	gen, err := loadgen.New(t.allocateCall(fmt.Sprintf("dependency-%s-%d", name, time.Now().UnixNano())), phases, opts...)
+	gen, err := loadgen.New(t.AllocateCall(fmt.Sprintf("dependency-%s-%d", name, time.Now().UnixNano())), phases, opts...)
 	if err != nil {
 		return report.Run{}, usageError("%v", err)
 	}

@@ -17,6 +17,7 @@ import (
 	inventoryv1 "github.com/levee-go/levee/examples/inventory/proto/corecart/inventory/v1"
 	"github.com/levee-go/levee/grpcguard"
 	"github.com/levee-go/levee/internal/report"
+	"github.com/levee-go/levee/internal/target"
 )
 
 func TestIncidentHitsAt(t *testing.T) {
@@ -124,7 +125,7 @@ func TestFrontAnswers(t *testing.T) {
 			fs, guard, openings := startGuardedFront(t, ds, &cfg)
 			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 			defer cancel()
-			cl, err := dial(ctx, fs.addr, 1, 3*time.Second)
+			cl, err := target.Dial(ctx, fs.addr, 1, 3*time.Second)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -133,7 +134,7 @@ func TestFrontAnswers(t *testing.T) {
 			var base counts
 			if tt.openBreaker {
 				// The pair's breaker exists once the pair has made a call.
-				if _, err := cl.pick().Allocate(ctx, &inventoryv1.AllocateRequest{Sku: "SKU-0001", Quantity: 1, OrderId: "o-0"}); err != nil {
+				if _, err := cl.Client().Allocate(ctx, &inventoryv1.AllocateRequest{Sku: "SKU-0001", Quantity: 1, OrderId: "o-0"}); err != nil {
 					t.Fatal(err)
 				}
 				b := guard.Breaker(ds.addr, "/corecart.inventory.v1.InventoryService/Allocate")
@@ -143,7 +144,7 @@ func TestFrontAnswers(t *testing.T) {
 				b.ForceOpen()
 				base = counts{succeeded: 1, received: 1}
 			}
-			_, err = cl.pick().Allocate(ctx, &inventoryv1.AllocateRequest{Sku: "SKU-0001", Quantity: 1, OrderId: "o-1"})
+			_, err = cl.Client().Allocate(ctx, &inventoryv1.AllocateRequest{Sku: "SKU-0001", Quantity: 1, OrderId: "o-1"})
 			if got := status.Code(err); got != tt.wantCode || !strings.Contains(status.Convert(err).Message(), tt.wantMsg) {
 				t.Errorf("front Allocate error = %v, want code %v with %q", err, tt.wantCode, tt.wantMsg)
 			}

@@ -17,6 +17,7 @@ import (
 	"github.com/levee-go/levee/internal/loadgen"
 	"github.com/levee-go/levee/internal/report"
 	"github.com/levee-go/levee/internal/stats"
+	"github.com/levee-go/levee/internal/target"
 )
 
 // loadFlags are the load-shaping flags shared by `levee load` and `levee
@@ -154,7 +155,7 @@ func (c *cli) load(ctx context.Context, args []string) error {
 
 	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	t, err := dial(ctx, *addr, lf.conns, c.readyTimeout)
+	t, err := target.Dial(ctx, *addr, lf.conns, c.readyTimeout)
 	if err != nil {
 		return err
 	}
@@ -168,7 +169,7 @@ func (c *cli) load(ctx context.Context, args []string) error {
 		}
 	}
 
-	run, runErr := runLoad(ctx, t, sc, stats.DefaultDrain, phases, opts)
+	run, runErr := t.Run(ctx, sc, stats.DefaultDrain, phases, opts)
 	if run.Result == nil {
 		return runErr
 	}
@@ -194,29 +195,6 @@ func (c *cli) load(ctx context.Context, args []string) error {
 		return fmt.Errorf("interrupted; the report covers the part that ran")
 	}
 	return runErr
-}
-
-// runLoad runs phases against t and, if stats is not nil, reads what the
-// server recorded meanwhile.
-func runLoad(ctx context.Context, t *target, sc *stats.Client, drain time.Duration, phases []loadgen.Phase, opts []loadgen.Option) (report.Run, error) {
-	runID := fmt.Sprintf("load-%d", time.Now().UnixNano())
-	gen, err := loadgen.New(t.allocateCall(runID), phases, opts...)
-	if err != nil {
-		return report.Run{}, usageError("%v", err)
-	}
-	res, runErr := gen.Run(ctx)
-	run := report.Run{Result: res}
-	if sc != nil {
-		// A fresh context: the samples are wanted even after an interrupt.
-		sctx, cancel := context.WithTimeout(context.Background(), stats.DefaultTimeout)
-		samples, err := sc.ServerSamples(sctx, res.Start, drain)
-		cancel()
-		run.Server = samples
-		if err != nil && runErr == nil {
-			runErr = fmt.Errorf("reading server stats: %w", err)
-		}
-	}
-	return run, runErr
 }
 
 func writeJSON(path string, stdout io.Writer, v any) error {

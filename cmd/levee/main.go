@@ -22,6 +22,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/levee-go/levee/internal/loadgen"
 )
 
 func main() {
@@ -100,6 +102,10 @@ func (c *cli) run(ctx context.Context, args []string) int {
 		return exitOK
 	case errors.Is(err, errUsage):
 		fmt.Fprintf(c.stderr, "levee %s: %s\n", args[0], oneLine(strings.TrimPrefix(err.Error(), errUsage.Error()+": ")))
+		return exitUsage
+	case errors.Is(err, loadgen.ErrInvalid):
+		// The generator's schedule and options come from the command line.
+		fmt.Fprintf(c.stderr, "levee %s: %s\n", args[0], oneLine(err.Error()))
 		return exitUsage
 	default:
 		fmt.Fprintf(c.stderr, "levee %s: %s\n", args[0], oneLine(err.Error()))
