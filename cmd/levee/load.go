@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
 	"os"
@@ -181,12 +180,12 @@ func (c *cli) load(ctx context.Context, args []string) error {
 		}
 	}
 	if *jsonOut != "" {
-		if err := writeJSON(*jsonOut, c.stdout, run.Result); err != nil {
+		if err := report.WriteJSONFile(*jsonOut, c.stdout, run.Result); err != nil {
 			return err
 		}
 	}
 	if *htmlOut != "" {
-		if err := writeHTML(*htmlOut, cmp); err != nil {
+		if err := report.WriteHTMLFile(*htmlOut, cmp); err != nil {
 			return err
 		}
 		fmt.Fprintf(c.stderr, "wrote %s\n", *htmlOut)
@@ -195,35 +194,4 @@ func (c *cli) load(ctx context.Context, args []string) error {
 		return fmt.Errorf("interrupted; the report covers the part that ran")
 	}
 	return runErr
-}
-
-func writeJSON(path string, stdout io.Writer, v any) error {
-	b, err := json.MarshalIndent(v, "", "  ")
-	if err != nil {
-		return err
-	}
-	b = append(b, '\n')
-	if path == "-" {
-		_, err = stdout.Write(b)
-		return err
-	}
-	if err := os.WriteFile(path, b, 0o644); err != nil {
-		return fmt.Errorf("writing JSON: %w", err)
-	}
-	return nil
-}
-
-func writeHTML(path string, cmp *report.Comparison) error {
-	f, err := os.Create(path)
-	if err != nil {
-		return fmt.Errorf("writing HTML report: %w", err)
-	}
-	if err := report.WriteHTML(f, cmp); err != nil {
-		f.Close()
-		return fmt.Errorf("writing HTML report: %w", err)
-	}
-	if err := f.Close(); err != nil {
-		return fmt.Errorf("writing HTML report: %w", err)
-	}
-	return nil
 }

@@ -186,25 +186,3 @@ func positive(name string, d time.Duration) error {
 	}
 	return nil
 }
-
-// prefixWriter prefixes every line written through it.
-type prefixWriter struct {
-	w      io.Writer
-	prefix string
-}
-
-func (p prefixWriter) Write(b []byte) (int, error) {
-	lines := strings.SplitAfter(string(b), "\n")
-	var out strings.Builder
-	for _, l := range lines {
-		if l == "" {
-			continue
-		}
-		out.WriteString(p.prefix)
-		out.WriteString(l)
-	}
-	if _, err := io.WriteString(p.w, out.String()); err != nil {
-		return 0, err
-	}
-	return len(b), nil
-}

@@ -18,16 +18,13 @@ import (
 	"github.com/levee-go/levee/examples/inventory"
 	"github.com/levee-go/levee/internal/affinity"
 	"github.com/levee-go/levee/internal/capacity"
+	"github.com/levee-go/levee/internal/scenario"
 	"github.com/levee-go/levee/internal/stats"
 )
 
 // shutdownGrace bounds a graceful stop: calls still running after it are
 // cut off.
 const shutdownGrace = 5 * time.Second
-
-// listeningPrefix starts the line `levee serve` prints once it accepts
-// calls; `levee demo` reads the addresses from it.
-const listeningPrefix = "levee serve: listening"
 
 func (c *cli) serve(ctx context.Context, args []string) error {
 	fs := c.newFlagSet("serve", "Serve the CoreCart inventory service (gRPC, with health and reflection),\nprotected by levee unless -unprotected.")
@@ -132,7 +129,7 @@ func (c *cli) serve(ctx context.Context, args []string) error {
 		mode = "unprotected"
 	}
 	fmt.Fprintf(c.stdout, "%s grpc=%s http=%s mode=%s capacity=%s (%s) work-iterations=%d gomaxprocs=%d\n",
-		listeningPrefix, lis.Addr(), httpAddr, mode, strconv.FormatFloat(capValue, 'f', 1, 64), capHow, srv.WorkIterations(), runtime.GOMAXPROCS(0))
+		scenario.ListeningPrefix, lis.Addr(), httpAddr, mode, strconv.FormatFloat(capValue, 'f', 1, 64), capHow, srv.WorkIterations(), runtime.GOMAXPROCS(0))
 
 	select {
 	case <-ctx.Done():
