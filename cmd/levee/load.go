@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
 	"os"
@@ -16,6 +15,8 @@ import (
 
 	"github.com/levee-go/levee/internal/loadgen"
 	"github.com/levee-go/levee/internal/report"
+	"github.com/levee-go/levee/internal/stats"
+	"github.com/levee-go/levee/internal/target"
 )
 
 // loadFlags are the load-shaping flags shared by `levee load` and `levee
@@ -153,21 +154,21 @@ func (c *cli) load(ctx context.Context, args []string) error {
 
 	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	t, err := dial(ctx, *addr, lf.conns, c.readyTimeout)
+	t, err := target.Dial(ctx, *addr, lf.conns, c.readyTimeout)
 	if err != nil {
 		return err
 	}
 	defer t.Close()
-	var stats *statsClient
+	var sc *stats.Client
 	if *statsAddr != "" {
-		stats = newStatsClient(*statsAddr, statsTimeout)
-		defer stats.Close()
-		if _, err := stats.fetch(ctx, time.Now()); err != nil {
+		sc = stats.NewClient(*statsAddr, stats.DefaultTimeout)
+		defer sc.Close()
+		if _, err := sc.Fetch(ctx, time.Now()); err != nil {
 			return fmt.Errorf("-stats %s: %w", *statsAddr, err)
 		}
 	}
 
-	run, runErr := runLoad(ctx, t, stats, statsDrain, phases, opts)
+	run, runErr := t.Run(ctx, sc, stats.DefaultDrain, phases, opts)
 	if run.Result == nil {
 		return runErr
 	}
@@ -179,12 +180,12 @@ func (c *cli) load(ctx context.Context, args []string) error {
 		}
 	}
 	if *jsonOut != "" {
-		if err := writeJSON(*jsonOut, c.stdout, run.Result); err != nil {
+		if err := report.WriteJSONFile(*jsonOut, c.stdout, run.Result); err != nil {
 			return err
 		}
 	}
 	if *htmlOut != "" {
-		if err := writeHTML(*htmlOut, cmp); err != nil {
+		if err := report.WriteHTMLFile(*htmlOut, cmp); err != nil {
 			return err
 		}
 		fmt.Fprintf(c.stderr, "wrote %s\n", *htmlOut)
@@ -193,66 +194,4 @@ func (c *cli) load(ctx context.Context, args []string) error {
 		return fmt.Errorf("interrupted; the report covers the part that ran")
 	}
 	return runErr
-}
-
-// runLoad runs phases against t and, if stats is not nil, reads what the
-// server recorded meanwhile.
-func runLoad(ctx context.Context, t *target, stats *statsClient, drain time.Duration, phases []loadgen.Phase, opts []loadgen.Option) (report.Run, error) {
-	runID := fmt.Sprintf("load-%d", time.Now().UnixNano())
-	gen, err := loadgen.New(t.allocateCall(runID), phases, opts...)
-	if err != nil {
-		return report.Run{}, usageError("%v", err)
-	}
-	res, runErr := gen.Run(ctx)
-	run := report.Run{Result: res}
-	if stats != nil {
-		// A fresh context: the samples are wanted even after an interrupt.
-		sctx, cancel := context.WithTimeout(context.Background(), statsTimeout)
-		samples, err := serverSamples(sctx, stats, res.Start, drain)
-		cancel()
-		run.Server = samples
-		if err != nil && runErr == nil {
-			runErr = fmt.Errorf("reading server stats: %w", err)
-		}
-	}
-	return run, runErr
-}
-
-// Reading a server's stats after a run: the server may still be busy with
-// the calls it accepted, so wait up to statsDrain for its handlers to
-// finish and up to statsTimeout in all.
-const (
-	statsDrain   = 5 * time.Second
-	statsTimeout = 20 * time.Second
-)
-
-func writeJSON(path string, stdout io.Writer, v any) error {
-	b, err := json.MarshalIndent(v, "", "  ")
-	if err != nil {
-		return err
-	}
-	b = append(b, '\n')
-	if path == "-" {
-		_, err = stdout.Write(b)
-		return err
-	}
-	if err := os.WriteFile(path, b, 0o644); err != nil {
-		return fmt.Errorf("writing JSON: %w", err)
-	}
-	return nil
-}
-
-func writeHTML(path string, cmp *report.Comparison) error {
-	f, err := os.Create(path)
-	if err != nil {
-		return fmt.Errorf("writing HTML report: %w", err)
-	}
-	if err := report.WriteHTML(f, cmp); err != nil {
-		f.Close()
-		return fmt.Errorf("writing HTML report: %w", err)
-	}
-	if err := f.Close(); err != nil {
-		return fmt.Errorf("writing HTML report: %w", err)
-	}
-	return nil
 }

@@ -22,6 +22,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/levee-go/levee/internal/loadgen"
 )
 
 func main() {
@@ -101,6 +103,10 @@ func (c *cli) run(ctx context.Context, args []string) int {
 	case errors.Is(err, errUsage):
 		fmt.Fprintf(c.stderr, "levee %s: %s\n", args[0], oneLine(strings.TrimPrefix(err.Error(), errUsage.Error()+": ")))
 		return exitUsage
+	case errors.Is(err, loadgen.ErrInvalid):
+		// The generator's schedule and options come from the command line.
+		fmt.Fprintf(c.stderr, "levee %s: %s\n", args[0], oneLine(err.Error()))
+		return exitUsage
 	default:
 		fmt.Fprintf(c.stderr, "levee %s: %s\n", args[0], oneLine(err.Error()))
 		return exitFail
@@ -179,26 +185,4 @@ func positive(name string, d time.Duration) error {
 		return usageError("-%s must be > 0, got %v", name, d)
 	}
 	return nil
-}
-
-// prefixWriter prefixes every line written through it.
-type prefixWriter struct {
-	w      io.Writer
-	prefix string
-}
-
-func (p prefixWriter) Write(b []byte) (int, error) {
-	lines := strings.SplitAfter(string(b), "\n")
-	var out strings.Builder
-	for _, l := range lines {
-		if l == "" {
-			continue
-		}
-		out.WriteString(p.prefix)
-		out.WriteString(l)
-	}
-	if _, err := io.WriteString(p.w, out.String()); err != nil {
-		return 0, err
-	}
-	return len(b), nil
 }

@@ -1,16 +1,15 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"runtime"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -18,6 +17,9 @@ import (
 
 	"github.com/levee-go/levee/internal/loadgen"
 	"github.com/levee-go/levee/internal/report"
+	"github.com/levee-go/levee/internal/scenario"
+	"github.com/levee-go/levee/internal/scenario/overload"
+	"github.com/levee-go/levee/internal/scenario/scenariotest"
 )
 
 // childEnvVar makes the test binary behave as the levee command, so that
@@ -31,29 +33,11 @@ func TestMain(m *testing.M) {
 	goleak.VerifyTestMain(m)
 }
 
-// lockedBuffer is a bytes.Buffer safe for concurrent writes.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
 // testCLI returns a cli writing to buffers, whose demo re-executes the test
 // binary as its servers.
-func testCLI(t *testing.T) (*cli, *lockedBuffer, *lockedBuffer) {
+func testCLI(t *testing.T) (*cli, *scenariotest.Buffer, *scenariotest.Buffer) {
 	t.Helper()
-	var stdout, stderr lockedBuffer
+	var stdout, stderr scenariotest.Buffer
 	exe, err := os.Executable()
 	if err != nil {
 		t.Fatal(err)
@@ -165,27 +149,14 @@ func equalPhases(a, b []loadgen.Phase) bool {
 	return true
 }
 
-func TestPrefixWriter(t *testing.T) {
-	var b bytes.Buffer
-	w := prefixWriter{w: &b, prefix: "p "}
-	for _, s := range []string{"one\n", "two\nthree\n"} {
-		if n, err := w.Write([]byte(s)); err != nil || n != len(s) {
-			t.Fatalf("Write(%q) = %d, %v; want %d, nil", s, n, err, len(s))
-		}
-	}
-	if got, want := b.String(), "p one\np two\np three\n"; got != want {
-		t.Errorf("prefixed output = %q, want %q", got, want)
-	}
-}
-
 // listening waits for serve's listening line in out and returns its grpc
 // and http addresses.
-func listening(t *testing.T, out *lockedBuffer, serveDone <-chan int) (grpcAddr, httpAddr string) {
+func listening(t *testing.T, out *scenariotest.Buffer, serveDone <-chan int) (grpcAddr, httpAddr string) {
 	t.Helper()
 	deadline := time.After(10 * time.Second)
 	for {
 		for _, line := range strings.Split(out.String(), "\n") {
-			if !strings.HasPrefix(line, listeningPrefix) {
+			if !strings.HasPrefix(line, scenario.ListeningPrefix) {
 				continue
 			}
 			for _, f := range strings.Fields(line) {
@@ -272,17 +243,17 @@ func TestServeAndLoad(t *testing.T) {
 // as the demo does, and stops it with SIGTERM.
 func TestChildServerStopsGracefully(t *testing.T) {
 	c, _, stderr := testCLI(t)
-	srv, err := c.startServer(context.Background(), -1, "-unprotected", "-cpu-work", "1ms")
+	srv, err := scenario.StartServer(context.Background(), c.env(), -1, "-unprotected", "-cpu-work", "1ms")
 	if err != nil {
-		t.Fatalf("startServer() error = %v; stderr:\n%s", err, stderr)
+		t.Fatalf("StartServer() error = %v; stderr:\n%s", err, stderr)
 	}
-	if !strings.Contains(srv.line, "mode=unprotected") || !strings.Contains(srv.line, "gomaxprocs=1") || srv.workIter == "" {
-		t.Errorf("listening line = %q, want mode=unprotected, gomaxprocs=1 and work-iterations", srv.line)
+	if !strings.Contains(srv.Line, "mode=unprotected") || !strings.Contains(srv.Line, "gomaxprocs=1") || srv.WorkIterations == "" {
+		t.Errorf("listening line = %q, want mode=unprotected, gomaxprocs=1 and work-iterations", srv.Line)
 	}
 	start := time.Now()
-	srv.stop(shutdownGrace + 2*time.Second)
-	if !srv.exitedCleanly() {
-		t.Errorf("server exit = %v, want status 0 after SIGTERM; stderr:\n%s", srv.waitErr, stderr)
+	srv.Stop(shutdownGrace + 2*time.Second)
+	if !srv.ExitedCleanly() {
+		t.Errorf("server exit = %v, want status 0 after SIGTERM; stderr:\n%s", srv.Err(), stderr)
 	}
 	if d := time.Since(start); d > shutdownGrace {
 		t.Errorf("server took %v to stop, more than the %v grace period", d, shutdownGrace)
@@ -307,13 +278,16 @@ func TestDemoEndToEnd(t *testing.T) {
 	if err != nil {
 		t.Fatalf("parseDemo() error = %v", err)
 	}
-	cfg.drain, cfg.stopGrace = 500*time.Millisecond, 500*time.Millisecond
-	res, err := c.runDemo(context.Background(), cfg)
-	if err != nil {
-		t.Fatalf("runDemo() error = %v; stderr:\n%s", err, stderr)
+	if cfg.scenario.Name != overload.Name {
+		t.Fatalf("parseDemo() picked scenario %q, want the default %q", cfg.scenario.Name, overload.Name)
 	}
-	if err := c.writeDemo(cfg, res); err != nil {
-		t.Fatalf("writeDemo() error = %v", err)
+	cfg.settings.Drain, cfg.settings.StopGrace = 500*time.Millisecond, 500*time.Millisecond
+	res, err := cfg.scenario.Run(context.Background(), c.env(), cfg.settings)
+	if err != nil {
+		t.Fatalf("Run() error = %v; stderr:\n%s", err, stderr)
+	}
+	if err := scenario.Write(c.stdout, res, cfg.out, cfg.jsonOut); err != nil {
+		t.Fatalf("Write() error = %v", err)
 	}
 
 	if n, err := strconv.Atoi(res.WorkIterations); err != nil || n <= 0 {
@@ -322,7 +296,7 @@ func TestDemoEndToEnd(t *testing.T) {
 	if !res.Measured || !(res.Capacity > 0) {
 		t.Fatalf("capacity = %v (measured %v), want a measured capacity > 0", res.Capacity, res.Measured)
 	}
-	runs := checkRunsComplete(t, res.Comparison.Runs)
+	runs := scenariotest.CheckRunsComplete(t, res.Comparison.Runs)
 	for _, r := range runs {
 		if len(r.Server) < 2 {
 			t.Errorf("%s run: %d server samples, want at least 2", r.Name, len(r.Server))
@@ -392,25 +366,40 @@ func buildLevee(t *testing.T) string {
 	return bin
 }
 
-// checkRunsComplete checks that a demo compared an unprotected and a
-// protected run, and that both completed: three phases, every request with
-// an outcome, and calls served in the first phase. It returns the runs.
-func checkRunsComplete(t *testing.T, runs []report.Run) []report.Run {
-	t.Helper()
-	if len(runs) != 2 || runs[0].Name != "unprotected" || runs[1].Name != "protected" {
-		t.Fatalf("runs = %d, want unprotected and protected", len(runs))
+func TestDependencyFlags(t *testing.T) {
+	tests := []struct {
+		name string
+		give []string
+		want string // "" for no error
+	}{
+		{name: "defaults", give: nil},
+		{name: "fail fault", give: []string{"-fault", "fail", "-fault-share", "0.8"}},
+		{name: "unknown fault", give: []string{"-fault", "flood"}, want: `-fault must be slow or fail, got "flood"`},
+		{name: "share 0", give: []string{"-fault-share", "0"}, want: "-fault-share must be in (0, 1], got 0"},
+		{name: "share above 1", give: []string{"-fault-share", "1.5"}, want: "-fault-share must be in (0, 1], got 1.5"},
+		{name: "zero incident", give: []string{"-incident", "0s"}, want: "-incident must be > 0, got 0s"},
+		{name: "negative slowness", give: []string{"-slowness", "-1s"}, want: "-slowness must be > 0, got -1s"},
+		{name: "zero downstream deadline", give: []string{"-downstream-deadline", "0s"}, want: "-downstream-deadline must be > 0"},
+		{name: "zero breaker wait", give: []string{"-breaker-wait", "0s"}, want: "-breaker-wait must be > 0"},
+		{name: "no throttle", give: []string{"-throttle-window", "0s"}},
+		{name: "negative throttle window", give: []string{"-throttle-window", "-1s"}, want: "-throttle-window must be 0 (no throttle) or >= 10ms, got -1s"},
+		{name: "tiny throttle window", give: []string{"-throttle-window", "1ms"}, want: "-throttle-window must be 0 (no throttle) or >= 10ms, got 1ms"},
 	}
-	for _, r := range runs {
-		if len(r.Result.Phases) != 3 {
-			t.Fatalf("%s run has %d phases, want 3", r.Name, len(r.Result.Phases))
-		}
-		tot := r.Result.Total
-		if tot.Offered == 0 || tot.Offered != tot.Dropped+tot.Succeeded+tot.RefusedTotal()+tot.TimedOut+tot.FailedTotal() {
-			t.Errorf("%s run: offered %d is not the sum of its outcomes %+v", r.Name, tot.Offered, tot)
-		}
-		if r.Result.Phases[0].Succeeded == 0 {
-			t.Errorf("%s run: no call succeeded in the first phase", r.Name)
-		}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c, _, _ := testCLI(t)
+			_, err := c.parseDemo(append([]string{"-scenario", "dependency"}, tt.give...))
+			switch {
+			case tt.want == "" && err != nil:
+				t.Errorf("parseDemo(%q) error = %v, want nil", tt.give, err)
+			case tt.want != "" && (!errors.Is(err, errUsage) || !strings.Contains(err.Error(), tt.want)):
+				t.Errorf("parseDemo(%q) error = %v, want a usage error containing %q", tt.give, err, tt.want)
+			}
+		})
 	}
-	return runs
+	// The overload scenario does not judge the dependency flags.
+	c, _, _ := testCLI(t)
+	if _, err := c.parseDemo([]string{"-fault", "flood"}); err != nil {
+		t.Errorf("parseDemo(-fault flood) for the overload scenario error = %v, want nil", err)
+	}
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/levee-go/levee/cpu"
 	"github.com/levee-go/levee/deadline"
 	"github.com/levee-go/levee/grpcguard"
+	"github.com/levee-go/levee/internal/stats"
 	"github.com/levee-go/levee/loadshed"
 	"github.com/levee-go/levee/metrics"
 	"github.com/levee-go/levee/queuedelay"
@@ -35,7 +36,7 @@ type policyParams struct {
 	// Gauges collects the policy's live values (e.g. "scale", the
 	// load-shedding scale in 0..1) for the /stats endpoint that `levee
 	// demo` samples every second.
-	Gauges *gauges
+	Gauges *stats.Gauges
 }
 
 const allocateMethod = "/corecart.inventory.v1.InventoryService/Allocate"

@@ -9,7 +9,6 @@ import (
 	"os"
 	"os/signal"
 	"runtime"
-	"slices"
 	"strconv"
 	"syscall"
 	"time"
@@ -17,23 +16,22 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/levee-go/levee/examples/inventory"
-	inventoryv1 "github.com/levee-go/levee/examples/inventory/proto/corecart/inventory/v1"
+	"github.com/levee-go/levee/internal/affinity"
+	"github.com/levee-go/levee/internal/capacity"
+	"github.com/levee-go/levee/internal/scenario"
+	"github.com/levee-go/levee/internal/stats"
 )
 
 // shutdownGrace bounds a graceful stop: calls still running after it are
 // cut off.
 const shutdownGrace = 5 * time.Second
 
-// listeningPrefix starts the line `levee serve` prints once it accepts
-// calls; `levee demo` reads the addresses from it.
-const listeningPrefix = "levee serve: listening"
-
 func (c *cli) serve(ctx context.Context, args []string) error {
 	fs := c.newFlagSet("serve", "Serve the CoreCart inventory service (gRPC, with health and reflection),\nprotected by levee unless -unprotected.")
 	addr := fs.String("addr", "127.0.0.1:50051", "gRPC listen `address`")
 	metricsAddr := fs.String("metrics-addr", "", "HTTP listen `address` for /metrics and /stats (empty: off)")
-	capacity := &capacityFlag{auto: true}
-	fs.Var(capacity, "capacity", "sustainable Allocate `calls/s` the protection is sized from (auto: estimate by timing the handler)")
+	capFlag := &capacityFlag{auto: true}
+	fs.Var(capFlag, "capacity", "sustainable Allocate `calls/s` the protection is sized from (auto: estimate by timing the handler)")
 	cpuWork := fs.Duration("cpu-work", inventory.DefaultCPUWork, "CPU time each Allocate burns (turned into SHA-256 rounds by timing this machine)")
 	workIterations := fs.Int("work-iterations", -1, "exact SHA-256 rounds each Allocate burns, overriding -cpu-work (-1: from -cpu-work); the demo gives both its servers the same")
 	unprotected := fs.Bool("unprotected", false, "serve without any protection")
@@ -47,14 +45,14 @@ func (c *cli) serve(ctx context.Context, args []string) error {
 	if *workIterations < -1 {
 		return usageError("-work-iterations must be >= 0 (or -1), got %d", *workIterations)
 	}
-	if *pinCPU < -1 || *pinCPU >= maxCPUs {
-		return usageError("-cpu must be a CPU number in 0..%d or -1, got %d", maxCPUs-1, *pinCPU)
+	if *pinCPU < -1 || *pinCPU >= affinity.MaxCPUs {
+		return usageError("-cpu must be a CPU number in 0..%d or -1, got %d", affinity.MaxCPUs-1, *pinCPU)
 	}
 	if *pinCPU >= 0 {
 		// The CPU may lie outside this process's current affinity (the demo
 		// starts its servers from a pinned process): the kernel accepts any
 		// CPU of the cgroup's cpuset.
-		if err := pinProcess([]int{*pinCPU}); err != nil {
+		if err := affinity.Pin([]int{*pinCPU}); err != nil {
 			return fmt.Errorf("-cpu %d: %w", *pinCPU, err)
 		}
 	}
@@ -70,9 +68,9 @@ func (c *cli) serve(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	capValue, capHow := capacity.value, "given"
-	if capacity.auto {
-		if capValue, err = estimateCapacity(srv.WorkIterations()); err != nil {
+	capValue, capHow := capFlag.value, "given"
+	if capFlag.auto {
+		if capValue, err = capacity.Estimate(srv.WorkIterations()); err != nil {
 			return err
 		}
 		capHow = "estimated"
@@ -94,7 +92,7 @@ func (c *cli) serve(ctx context.Context, args []string) error {
 		mux = http.NewServeMux()
 	}
 
-	g := &gauges{}
+	g := &stats.Gauges{}
 	params := policyParams{Capacity: capValue, CPUWork: *cpuWork, Mux: mux, Gauges: g}
 	var opts []grpc.ServerOption
 	stopPolicy := func() {}
@@ -114,7 +112,7 @@ func (c *cli) serve(ctx context.Context, args []string) error {
 	var hsrv *http.Server
 	httpAddr := "off"
 	if mux != nil {
-		rec := startStatsRecorder(srv, g, !*unprotected, capValue, time.Second)
+		rec := stats.StartRecorder(srv, g, !*unprotected, capValue, time.Second)
 		defer rec.Stop()
 		mux.Handle("/stats", rec)
 		hsrv = &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
@@ -131,7 +129,7 @@ func (c *cli) serve(ctx context.Context, args []string) error {
 		mode = "unprotected"
 	}
 	fmt.Fprintf(c.stdout, "%s grpc=%s http=%s mode=%s capacity=%s (%s) work-iterations=%d gomaxprocs=%d\n",
-		listeningPrefix, lis.Addr(), httpAddr, mode, strconv.FormatFloat(capValue, 'f', 1, 64), capHow, srv.WorkIterations(), runtime.GOMAXPROCS(0))
+		scenario.ListeningPrefix, lis.Addr(), httpAddr, mode, strconv.FormatFloat(capValue, 'f', 1, 64), capHow, srv.WorkIterations(), runtime.GOMAXPROCS(0))
 
 	select {
 	case <-ctx.Done():
@@ -161,25 +159,4 @@ func (c *cli) serve(ctx context.Context, args []string) error {
 		return fmt.Errorf("serving: %w", err)
 	}
 	return nil
-}
-
-// estimateCapacity estimates the Allocate calls/s this process can serve:
-// GOMAXPROCS divided by the handler's median run time, timed in-process on
-// a scratch server. It ignores gRPC's own cost per call, so it is an upper
-// bound that the protection's CPU signal corrects.
-func estimateCapacity(iterations int) (float64, error) {
-	scratch, err := inventory.NewServer(inventory.WithWorkIterations(iterations), inventory.WithStock("estimate", 1<<40))
-	if err != nil {
-		return 0, err
-	}
-	const runs = 15
-	times := make([]time.Duration, 0, runs)
-	for i := range runs {
-		start := time.Now()
-		_, _ = scratch.Allocate(context.Background(), &inventoryv1.AllocateRequest{Sku: "estimate", Quantity: 1, OrderId: "estimate-" + strconv.Itoa(i)})
-		times = append(times, time.Since(start))
-	}
-	slices.Sort(times)
-	median := max(times[runs/2], time.Microsecond)
-	return float64(runtime.GOMAXPROCS(0)) / median.Seconds(), nil
 }

@@ -1,6 +1,6 @@
 //go:build linux
 
-package main
+package affinity
 
 import (
 	"fmt"
@@ -10,17 +10,17 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// maxCPUs is the number of CPUs a CPU set can name.
-const maxCPUs = len(unix.CPUSet{}) * 64
+// MaxCPUs is the number of CPUs a CPU set can name.
+const MaxCPUs = len(unix.CPUSet{}) * 64
 
-// allowedCPUs returns the CPUs this process may run on, in increasing order.
-func allowedCPUs() ([]int, error) {
+// Allowed returns the CPUs this process may run on, in increasing order.
+func Allowed() ([]int, error) {
 	var set unix.CPUSet
 	if err := unix.SchedGetaffinity(0, &set); err != nil {
 		return nil, fmt.Errorf("sched_getaffinity: %w", err)
 	}
 	var cpus []int
-	for i := range maxCPUs {
+	for i := range MaxCPUs {
 		if set.IsSet(i) {
 			cpus = append(cpus, i)
 		}
@@ -28,11 +28,11 @@ func allowedCPUs() ([]int, error) {
 	return cpus, nil
 }
 
-// pinProcess restricts every thread of this process to cpus. Linux sets
+// Pin restricts every thread of this process to cpus. Linux sets
 // affinity per thread, and a new thread inherits the affinity of the thread
 // that creates it, so pinning every existing thread (twice, to catch
 // threads created meanwhile) pins the whole Go process.
-func pinProcess(cpus []int) error {
+func Pin(cpus []int) error {
 	var set unix.CPUSet
 	for _, c := range cpus {
 		set.Set(c)

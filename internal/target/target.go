@@ -1,4 +1,9 @@
-package main
+// Package target is the load generator's side of a running inventory
+// server: gRPC connections that wait for its health check, the Allocate
+// call the generator sends, a closed-loop capacity measurement, and a run
+// of open-loop phases that also reads what the server recorded on /stats.
+// `levee load` and the scenarios of `levee demo` share it.
+package target
 
 import (
 	"context"
@@ -16,21 +21,24 @@ import (
 	"github.com/levee-go/levee/examples/inventory"
 	inventoryv1 "github.com/levee-go/levee/examples/inventory/proto/corecart/inventory/v1"
 	"github.com/levee-go/levee/internal/loadgen"
+	"github.com/levee-go/levee/internal/report"
+	"github.com/levee-go/levee/internal/stats"
 )
 
-// target is a connection to an inventory server.
-type target struct {
+// Target is a set of connections to an inventory server. Create it with
+// Dial; Close closes it. It is safe for concurrent use.
+type Target struct {
 	addr   string
 	conns  []*grpc.ClientConn
 	client []inventoryv1.InventoryServiceClient
 	next   atomic.Uint64
 }
 
-// dial connects to addr over n connections (plaintext: levee talks to
+// Dial connects to addr over n connections (plaintext: levee talks to
 // loopback) and waits until the server's health service answers SERVING,
 // at most readyTimeout.
-func dial(ctx context.Context, addr string, n int, readyTimeout time.Duration) (*target, error) {
-	t := &target{addr: addr}
+func Dial(ctx context.Context, addr string, n int, readyTimeout time.Duration) (*Target, error) {
+	t := &Target{addr: addr}
 	for range n {
 		cc, err := grpc.NewClient(addr,
 			grpc.WithTransportCredentials(insecure.NewCredentials()),
@@ -51,7 +59,7 @@ func dial(ctx context.Context, addr string, n int, readyTimeout time.Duration) (
 
 // waitReady polls every connection's health check until all answer
 // SERVING for the inventory service.
-func (t *target) waitReady(ctx context.Context, timeout time.Duration) error {
+func (t *Target) waitReady(ctx context.Context, timeout time.Duration) error {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	for _, cc := range t.conns {
@@ -77,26 +85,27 @@ func (t *target) waitReady(ctx context.Context, timeout time.Duration) error {
 }
 
 // Close closes the connections.
-func (t *target) Close() {
+func (t *Target) Close() {
 	for _, cc := range t.conns {
 		_ = cc.Close()
 	}
 }
 
-func (t *target) pick() inventoryv1.InventoryServiceClient {
+// Client returns a client of the next connection, round robin.
+func (t *Target) Client() inventoryv1.InventoryServiceClient {
 	return t.client[t.next.Add(1)%uint64(len(t.client))]
 }
 
-// allocateCall returns a CallFunc that allocates one unit of a SKU for a
+// AllocateCall returns a CallFunc that allocates one unit of a SKU for a
 // fresh order per request (the same order id on every retry of a request,
 // so retries are idempotent), and passes the server's pushback trailer on
 // to the generator.
-func (t *target) allocateCall(runID string) loadgen.CallFunc {
+func (t *Target) AllocateCall(runID string) loadgen.CallFunc {
 	skus := inventory.DefaultSKUs()
 	return func(ctx context.Context) error {
 		id, _ := loadgen.RequestID(ctx)
 		var trailer metadata.MD
-		_, err := t.pick().Allocate(ctx, &inventoryv1.AllocateRequest{
+		_, err := t.Client().Allocate(ctx, &inventoryv1.AllocateRequest{
 			Sku:      skus[id%uint64(len(skus))],
 			Quantity: 1,
 			OrderId:  runID + "-" + strconv.FormatUint(id, 10),
@@ -105,11 +114,11 @@ func (t *target) allocateCall(runID string) loadgen.CallFunc {
 	}
 }
 
-// calibrate measures the calls/s the server completes closed-loop:
+// Calibrate measures the calls/s the server completes closed-loop:
 // workers goroutines each send the next Allocate as soon as the previous
 // one answered, for warmup (not counted) and then d. Errors are not
 // counted as completed work.
-func (t *target) calibrate(ctx context.Context, workers int, warmup, d time.Duration) (float64, error) {
+func (t *Target) Calibrate(ctx context.Context, workers int, warmup, d time.Duration) (float64, error) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	var (
@@ -176,4 +185,31 @@ func (t *target) calibrate(ctx context.Context, workers int, warmup, d time.Dura
 		return 0, fmt.Errorf("calibration: no call completed in %v", d)
 	}
 	return float64(completed.Load()) / elapsed.Seconds(), nil
+}
+
+// Run runs phases of Allocate calls against t with the generator options
+// opts and, if sc is not nil, reads what the server recorded meanwhile,
+// waiting at most drain for the calls it still holds. The run is returned
+// even with an error if the generator ran: it covers the part that ran.
+// An error from loadgen.New (bad phases or options) wraps
+// loadgen.ErrInvalid.
+func (t *Target) Run(ctx context.Context, sc *stats.Client, drain time.Duration, phases []loadgen.Phase, opts []loadgen.Option) (report.Run, error) {
+	runID := fmt.Sprintf("load-%d", time.Now().UnixNano())
+	gen, err := loadgen.New(t.AllocateCall(runID), phases, opts...)
+	if err != nil {
+		return report.Run{}, err
+	}
+	res, runErr := gen.Run(ctx)
+	run := report.Run{Result: res}
+	if sc != nil {
+		// A fresh context: the samples are wanted even after an interrupt.
+		sctx, cancel := context.WithTimeout(context.Background(), stats.DefaultTimeout)
+		samples, err := sc.ServerSamples(sctx, res.Start, drain)
+		cancel()
+		run.Server = samples
+		if err != nil && runErr == nil {
+			runErr = fmt.Errorf("reading server stats: %w", err)
+		}
+	}
+	return run, runErr
 }

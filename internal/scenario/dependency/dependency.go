@@ -1,4 +1,11 @@
-package main
+// Package dependency is the dependency scenario of `levee demo`: the
+// inventory service (the front) reserves stock at a downstream service
+// before each Allocate, and the downstream turns slow or failing in the
+// middle of steady load. The front runs without and then with client-side
+// protection (a circuit breaker and an adaptive throttle per downstream
+// method). The load generator, the front and the downstream all run in
+// this process.
+package dependency
 
 import (
 	"context"
@@ -15,13 +22,37 @@ import (
 	"github.com/levee-go/levee/breaker"
 	"github.com/levee-go/levee/examples/inventory"
 	"github.com/levee-go/levee/grpcguard"
+	"github.com/levee-go/levee/internal/capacity"
 	"github.com/levee-go/levee/internal/loadgen"
 	"github.com/levee-go/levee/internal/report"
+	"github.com/levee-go/levee/internal/scenario"
+	"github.com/levee-go/levee/internal/target"
 	"github.com/levee-go/levee/throttle"
 )
 
-// dependencyConfig is what only `levee demo -scenario dependency` reads.
-type dependencyConfig struct {
+// Name is the scenario's name.
+const Name = "dependency"
+
+// New returns the dependency scenario, with its own flags (-fault,
+// -incident, ...).
+func New() scenario.Scenario {
+	cfg := defaultConfig()
+	return scenario.Scenario{
+		Name: Name,
+		Description: "the inventory service calls a downstream service\nthat turns slow or failing for -incident in the middle of steady load;\n" +
+			"without and then with client-side protection (circuit breaker and adaptive\nthrottle), same table and report.",
+		Flags: func(fs *flag.FlagSet) func() error {
+			cfg.register(fs)
+			return cfg.check
+		},
+		Run: func(ctx context.Context, env scenario.Env, s scenario.Settings) (*scenario.Result, error) {
+			return run(ctx, env, s, cfg)
+		},
+	}
+}
+
+// config is what only the dependency scenario reads.
+type config struct {
 	fault       string        // faultSlow or faultFail
 	incident    time.Duration // length of the incident phase
 	slowness    time.Duration // how long a slow downstream call hangs
@@ -35,36 +66,49 @@ type dependencyConfig struct {
 	sampleEvery time.Duration
 }
 
-// register adds the scenario's flags to fs.
-func (d *dependencyConfig) register(fs *flag.FlagSet) {
-	fs.StringVar(&d.fault, "fault", faultSlow, "dependency scenario: what goes wrong downstream during the incident: slow (calls hang for -slowness) or fail (calls fail at once)")
-	fs.DurationVar(&d.incident, "incident", 10*time.Second, "dependency scenario: length of the incident phase")
-	fs.DurationVar(&d.slowness, "slowness", 2*time.Second, "dependency scenario: how long a slow downstream call hangs")
-	fs.Float64Var(&d.share, "fault-share", 1, "dependency scenario: `share` (0..1] of the downstream's calls the fault hits during the incident")
-	fs.DurationVar(&d.deadline, "downstream-deadline", 300*time.Millisecond, "dependency scenario: the front's deadline for each downstream call")
-	fs.DurationVar(&d.breakerWait, "breaker-wait", time.Second, "dependency scenario: how long the protected front's client breaker stays open before it probes")
-	fs.DurationVar(&d.throttleWin, "throttle-window", 3*time.Second, "dependency scenario: the window of the protected front's adaptive throttle (0: no throttle; the library's default is 2m)")
-	d.sampleEvery = 250 * time.Millisecond
+// defaultConfig is the scenario's flags' defaults.
+func defaultConfig() *config {
+	return &config{
+		fault:       faultSlow,
+		incident:    10 * time.Second,
+		slowness:    2 * time.Second,
+		share:       1,
+		deadline:    300 * time.Millisecond,
+		breakerWait: time.Second,
+		throttleWin: 3 * time.Second,
+		sampleEvery: 250 * time.Millisecond,
+	}
 }
 
-// check validates the scenario's flags.
-func (d *dependencyConfig) check() error {
+// register adds the scenario's flags to fs, with d's values as defaults.
+func (d *config) register(fs *flag.FlagSet) {
+	fs.StringVar(&d.fault, "fault", d.fault, "dependency scenario: what goes wrong downstream during the incident: slow (calls hang for -slowness) or fail (calls fail at once)")
+	fs.DurationVar(&d.incident, "incident", d.incident, "dependency scenario: length of the incident phase")
+	fs.DurationVar(&d.slowness, "slowness", d.slowness, "dependency scenario: how long a slow downstream call hangs")
+	fs.Float64Var(&d.share, "fault-share", d.share, "dependency scenario: `share` (0..1] of the downstream's calls the fault hits during the incident")
+	fs.DurationVar(&d.deadline, "downstream-deadline", d.deadline, "dependency scenario: the front's deadline for each downstream call")
+	fs.DurationVar(&d.breakerWait, "breaker-wait", d.breakerWait, "dependency scenario: how long the protected front's client breaker stays open before it probes")
+	fs.DurationVar(&d.throttleWin, "throttle-window", d.throttleWin, "dependency scenario: the window of the protected front's adaptive throttle (0: no throttle; the library's default is 2m)")
+}
+
+// check validates the scenario's flags. Its errors name the flag.
+func (d *config) check() error {
 	if d.fault != faultSlow && d.fault != faultFail {
-		return usageError("-fault must be slow or fail, got %q", d.fault)
+		return fmt.Errorf("-fault must be slow or fail, got %q", d.fault)
 	}
 	for _, f := range []struct {
 		name string
 		v    time.Duration
 	}{{"incident", d.incident}, {"slowness", d.slowness}, {"downstream-deadline", d.deadline}, {"breaker-wait", d.breakerWait}} {
-		if err := positive(f.name, f.v); err != nil {
-			return err
+		if f.v <= 0 {
+			return fmt.Errorf("-%s must be > 0, got %v", f.name, f.v)
 		}
 	}
 	if d.throttleWin < 0 || d.throttleWin > 0 && d.throttleWin < 10*time.Millisecond {
-		return usageError("-throttle-window must be 0 (no throttle) or >= 10ms, got %v", d.throttleWin)
+		return fmt.Errorf("-throttle-window must be 0 (no throttle) or >= 10ms, got %v", d.throttleWin)
 	}
 	if !(d.share > 0 && d.share <= 1) {
-		return usageError("-fault-share must be in (0, 1], got %v", d.share)
+		return fmt.Errorf("-fault-share must be in (0, 1], got %v", d.share)
 	}
 	return nil
 }
@@ -83,7 +127,7 @@ const (
 // method a circuit breaker (opened by failures or by calls slower than
 // half the downstream deadline) and, unless its window is 0, an SRE
 // adaptive throttle. It counts the breakers' openings in openings.
-func (d *dependencyConfig) clientGuard(openings *atomic.Uint64) (*grpcguard.Client, error) {
+func (d *config) clientGuard(openings *atomic.Uint64) (*grpcguard.Client, error) {
 	throttled := grpcguard.WithThrottle(func(target, method string) []throttle.Option {
 		return []throttle.Option{throttle.WithK(depThrottleK), throttle.WithWindow(d.throttleWin, depThrottleBins)}
 	})
@@ -110,56 +154,56 @@ func (d *dependencyConfig) clientGuard(openings *atomic.Uint64) (*grpcguard.Clie
 	)
 }
 
-// dependencyPhases is the scenario's schedule: the same load throughout,
-// the downstream's incident in the middle.
-func dependencyPhases(cfg *demoConfig, capacity float64) []loadgen.Phase {
-	rate := cfg.normalLoad * capacity
+// schedule is the scenario's phases: the same load throughout, the
+// downstream's incident in the middle.
+func schedule(s scenario.Settings, incident time.Duration, capacity float64) []loadgen.Phase {
+	rate := s.NormalLoad * capacity
 	return []loadgen.Phase{
-		{Name: "normal", Duration: cfg.normal, Rate: rate},
-		{Name: "incident", Duration: cfg.dep.incident, Rate: rate},
-		{Name: "recovery", Duration: cfg.recovery, Rate: rate},
+		{Name: "normal", Duration: s.Normal, Rate: rate},
+		{Name: "incident", Duration: incident, Rate: rate},
+		{Name: "recovery", Duration: s.Recovery, Rate: rate},
 	}
 }
 
-// runDependency runs the dependency scenario against the unprotected and
-// then the protected front and returns both runs.
-func (c *cli) runDependency(ctx context.Context, cfg *demoConfig) (*demoResult, error) {
+// run runs the dependency scenario against the unprotected and then the
+// protected front and returns both runs.
+func run(ctx context.Context, env scenario.Env, s scenario.Settings, cfg *config) (*scenario.Result, error) {
 	// Both fronts burn the same SHA-256 rounds per Allocate.
-	sized, err := inventory.NewServer(inventory.WithCPUWork(cfg.cpuWork))
+	sized, err := inventory.NewServer(inventory.WithCPUWork(s.CPUWork))
 	if err != nil {
 		return nil, err
 	}
 	iterations := sized.WorkIterations()
-	res := &demoResult{Capacity: cfg.capacity.value, Measured: cfg.capacity.auto, WorkIterations: strconv.Itoa(iterations)}
-	if cfg.capacity.auto {
+	res := &scenario.Result{Capacity: s.Capacity, Measured: s.MeasureCapacity, WorkIterations: strconv.Itoa(iterations)}
+	if s.MeasureCapacity {
 		// One CPU's worth: the front's capacity were it alone on a CPU,
 		// as each server of the overload demo is.
-		capacity, err := estimateCapacity(iterations)
+		est, err := capacity.Estimate(iterations)
 		if err != nil {
 			return nil, err
 		}
-		res.Capacity = capacity / float64(runtime.GOMAXPROCS(0))
+		res.Capacity = est / float64(runtime.GOMAXPROCS(0))
 	}
-	phases := dependencyPhases(cfg, res.Capacity)
-	fmt.Fprintf(c.stderr, "levee demo: dependency scenario, capacity %.0f calls/s (%s), %v normal, %v incident (%s downstream), %v recovery at %.0f/s\n",
+	phases := schedule(s, cfg.incident, res.Capacity)
+	fmt.Fprintf(env.Stderr, "levee demo: dependency scenario, capacity %.0f calls/s (%s), %v normal, %v incident (%s downstream), %v recovery at %.0f/s\n",
 		res.Capacity, map[bool]string{true: "one CPU's worth, estimated", false: "given"}[res.Measured],
-		phases[0].Duration, phases[1].Duration, cfg.dep.fault, phases[2].Duration, phases[0].Rate)
+		phases[0].Duration, phases[1].Duration, cfg.fault, phases[2].Duration, phases[0].Rate)
 
-	unprotected, err := c.dependencyRun(ctx, cfg, "unprotected", phases, iterations, nil)
+	unprotected, err := runFront(ctx, env, s, cfg, "unprotected", phases, iterations, nil)
 	if err != nil {
 		return nil, err
 	}
 	var openings atomic.Uint64
-	guard, err := cfg.dep.clientGuard(&openings)
+	guard, err := cfg.clientGuard(&openings)
 	if err != nil {
 		return nil, err
 	}
-	protected, err := c.dependencyRun(ctx, cfg, "protected", phases, iterations, &guardedDial{guard: guard, openings: &openings})
+	protected, err := runFront(ctx, env, s, cfg, "protected", phases, iterations, &guardedDial{guard: guard, openings: &openings})
 	if err != nil {
 		return nil, err
 	}
 
-	dep := cfg.dep
+	dep := cfg
 	what := fmt.Sprintf("hang for %v (the front gives each call %v)", dep.slowness, dep.deadline)
 	if dep.fault == faultFail {
 		what = "fail at once with INTERNAL"
@@ -177,13 +221,13 @@ func (c *cli) runDependency(ctx context.Context, cfg *demoConfig) (*demoResult, 
 			"The inventory service (the front) reserves stock at a downstream warehouse service before each Allocate, with a deadline of " + dep.deadline.String() +
 				" per call, and answers UNAVAILABLE when the reservation fails. The load generator, the front and the downstream run in this process.",
 			fmt.Sprintf("Incident: %.0f%% of the downstream's calls %s, from %v to %v. Load %.0f calls/s throughout (%.1f× the front's capacity of %.0f calls/s, %s; each Allocate burns about %v of CPU, %d SHA-256 rounds).",
-				100*dep.share, what, phases[0].Duration, phases[0].Duration+phases[1].Duration, phases[0].Rate, cfg.normalLoad, res.Capacity, how, cfg.cpuWork, iterations),
+				100*dep.share, what, phases[0].Duration, phases[0].Duration+phases[1].Duration, phases[0].Rate, s.NormalLoad, res.Capacity, how, s.CPUWork, iterations),
 			fmt.Sprintf("Unprotected: the front calls the downstream plainly. Protected: through grpcguard.NewClient with, per downstream method, a circuit breaker "+
 				"(last %d calls, at least %d, opens at %d%% failures or %d%% calls slower than %v, stays open %v, then %d probes) and %s. "+
 				"A call they refuse fails at once with UNAVAILABLE and is never sent.",
 				depBreakerWindow, depBreakerMinCalls, depBreakerRate, depBreakerRate, dep.deadline/2, dep.breakerWait, depBreakerProbes, throttleNote(dep.throttleWin, dep.incident)),
 			fmt.Sprintf("%s arrivals, caller deadline %v, retries %d. Refusals in the tables are the front's UNAVAILABLE answers: fast when a client guard refused, as slow as the downstream deadline when a call was sent and timed out. %s/%s, %d CPUs.",
-				cfg.loadFlags.arrivals, cfg.loadFlags.deadline, cfg.loadFlags.retries, runtime.GOOS, runtime.GOARCH, runtime.NumCPU()),
+				s.Load.Arrivals, s.Load.Deadline, s.Load.Retries, runtime.GOOS, runtime.GOARCH, runtime.NumCPU()),
 			"What to look at: in the incident, refusal latency (fast failures, or waits for the downstream deadline: the calls sent before the breaker opened and its probes), " +
 				"the calls that reach the downstream and the calls piled up in flight in the front and the downstream; " +
 				"in the recovery, how soon goodput is back (the protected front waits for its breaker to probe, so it comes back a second or two after the unprotected one).",
@@ -213,11 +257,11 @@ type guardedDial struct {
 	openings *atomic.Uint64
 }
 
-// dependencyRun starts a downstream and a front (guarded by g unless nil),
+// runFront starts a downstream and a front (guarded by g unless nil),
 // drives the phases against the front while the downstream's incident
 // runs in the middle phase, and stops both.
-func (c *cli) dependencyRun(ctx context.Context, cfg *demoConfig, name string, phases []loadgen.Phase, iterations int, g *guardedDial) (report.Run, error) {
-	inc := &incident{fault: cfg.dep.fault, slowness: cfg.dep.slowness, share: cfg.dep.share}
+func runFront(ctx context.Context, env scenario.Env, s scenario.Settings, cfg *config, name string, phases []loadgen.Phase, iterations int, g *guardedDial) (report.Run, error) {
+	inc := &incident{fault: cfg.fault, slowness: cfg.slowness, share: cfg.share}
 	ds, err := startDownstream(inc)
 	if err != nil {
 		return report.Run{}, fmt.Errorf("%s run: %w", name, err)
@@ -227,27 +271,24 @@ func (c *cli) dependencyRun(ctx context.Context, cfg *demoConfig, name string, p
 	if g != nil {
 		dialOpts = g.guard.DialOptions()
 	}
-	fs, err := startFront(ds.addr, cfg.dep.deadline, iterations, dialOpts)
+	fs, err := startFront(ds.addr, cfg.deadline, iterations, dialOpts)
 	if err != nil {
 		return report.Run{}, fmt.Errorf("%s run: %w", name, err)
 	}
 	defer fs.stop() // runs before ds.stop: the front's calls end first
-	t, err := dial(ctx, fs.addr, cfg.loadFlags.conns, c.readyTimeout)
+	t, err := target.Dial(ctx, fs.addr, s.Load.Conns, env.ReadyTimeout)
 	if err != nil {
 		return report.Run{}, fmt.Errorf("%s front: %w", name, err)
 	}
 	defer t.Close()
 
-	opts := cfg.loadOptions
-	if !cfg.loadFlags.quiet {
-		opts = append(opts[:len(opts):len(opts)], loadgen.WithProgress(prefixWriter{w: c.stderr, prefix: name + " "}))
-	}
-	gen, err := loadgen.New(t.allocateCall(fmt.Sprintf("dependency-%s-%d", name, time.Now().UnixNano())), phases, opts...)
+	opts := s.GeneratorOptions(env, name)
+	gen, err := loadgen.New(t.AllocateCall(fmt.Sprintf("dependency-%s-%d", name, time.Now().UnixNano())), phases, opts...)
 	if err != nil {
-		return report.Run{}, usageError("%v", err)
+		return report.Run{}, err // wraps loadgen.ErrInvalid: the command reports a usage error
 	}
-	fmt.Fprintf(c.stderr, "levee demo: %s front up at %s, downstream at %s\n", name, fs.addr, ds.addr)
-	sampler := startDepSampler(fs.front, ds, g, cfg.dep.sampleEvery)
+	fmt.Fprintf(env.Stderr, "levee demo: %s front up at %s, downstream at %s\n", name, fs.addr, ds.addr)
+	sampler := startDepSampler(fs.front, ds, g, cfg.sampleEvery)
 	// The generator's schedule starts at Run, microseconds from here.
 	start := time.Now()
 	inc.schedule(start.Add(phases[0].Duration), start.Add(phases[0].Duration+phases[1].Duration))
@@ -255,7 +296,7 @@ func (c *cli) dependencyRun(ctx context.Context, cfg *demoConfig, name string, p
 	if err == nil {
 		// Let the calls still running in the front and the downstream
 		// (hung ones) finish, so that what they do late is counted.
-		waitIdle(ctx, cfg.drain, &fs.inFlight, &ds.inFlight)
+		waitIdle(ctx, s.Drain, &fs.inFlight, &ds.inFlight)
 	}
 	samples := sampler.stop()
 	if err != nil {

@@ -1,6 +1,6 @@
 //go:build linux
 
-package main
+package scenario
 
 import (
 	"os/exec"

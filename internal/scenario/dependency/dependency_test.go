@@ -1,8 +1,8 @@
-package main
+package dependency
 
 import (
 	"context"
-	"errors"
+	"flag"
 	"math"
 	"os"
 	"path/filepath"
@@ -11,13 +11,20 @@ import (
 	"testing"
 	"time"
 
+	"go.uber.org/goleak"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
 	inventoryv1 "github.com/levee-go/levee/examples/inventory/proto/corecart/inventory/v1"
 	"github.com/levee-go/levee/grpcguard"
+	"github.com/levee-go/levee/internal/loadgen"
 	"github.com/levee-go/levee/internal/report"
+	"github.com/levee-go/levee/internal/scenario"
+	"github.com/levee-go/levee/internal/scenario/scenariotest"
+	"github.com/levee-go/levee/internal/target"
 )
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 func TestIncidentHitsAt(t *testing.T) {
 	t0 := time.Unix(1_700_000_000, 0)
@@ -52,44 +59,6 @@ func TestIncidentHitsAt(t *testing.T) {
 	}
 }
 
-func TestDependencyFlags(t *testing.T) {
-	tests := []struct {
-		name string
-		give []string
-		want string // "" for no error
-	}{
-		{name: "defaults", give: nil},
-		{name: "fail fault", give: []string{"-fault", "fail", "-fault-share", "0.8"}},
-		{name: "unknown fault", give: []string{"-fault", "flood"}, want: `-fault must be slow or fail, got "flood"`},
-		{name: "share 0", give: []string{"-fault-share", "0"}, want: "-fault-share must be in (0, 1], got 0"},
-		{name: "share above 1", give: []string{"-fault-share", "1.5"}, want: "-fault-share must be in (0, 1], got 1.5"},
-		{name: "zero incident", give: []string{"-incident", "0s"}, want: "-incident must be > 0, got 0s"},
-		{name: "negative slowness", give: []string{"-slowness", "-1s"}, want: "-slowness must be > 0, got -1s"},
-		{name: "zero downstream deadline", give: []string{"-downstream-deadline", "0s"}, want: "-downstream-deadline must be > 0"},
-		{name: "zero breaker wait", give: []string{"-breaker-wait", "0s"}, want: "-breaker-wait must be > 0"},
-		{name: "no throttle", give: []string{"-throttle-window", "0s"}},
-		{name: "negative throttle window", give: []string{"-throttle-window", "-1s"}, want: "-throttle-window must be 0 (no throttle) or >= 10ms, got -1s"},
-		{name: "tiny throttle window", give: []string{"-throttle-window", "1ms"}, want: "-throttle-window must be 0 (no throttle) or >= 10ms, got 1ms"},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			c, _, _ := testCLI(t)
-			_, err := c.parseDemo(append([]string{"-scenario", "dependency"}, tt.give...))
-			switch {
-			case tt.want == "" && err != nil:
-				t.Errorf("parseDemo(%q) error = %v, want nil", tt.give, err)
-			case tt.want != "" && (!errors.Is(err, errUsage) || !strings.Contains(err.Error(), tt.want)):
-				t.Errorf("parseDemo(%q) error = %v, want a usage error containing %q", tt.give, err, tt.want)
-			}
-		})
-	}
-	// The overload scenario does not judge the dependency flags.
-	c, _, _ := testCLI(t)
-	if _, err := c.parseDemo([]string{"-fault", "flood"}); err != nil {
-		t.Errorf("parseDemo(-fault flood) for the overload scenario error = %v, want nil", err)
-	}
-}
-
 // TestFrontAnswers calls a front over gRPC with its downstream healthy,
 // failing, hanging, and behind an open client breaker, and checks the
 // front's status code and what it counted.
@@ -120,11 +89,11 @@ func TestFrontAnswers(t *testing.T) {
 				t.Fatal(err)
 			}
 			t.Cleanup(ds.stop) // after the front, which startGuardedFront stops
-			cfg := dependencyConfig{deadline: 50 * time.Millisecond, breakerWait: time.Minute, throttleWin: time.Minute}
+			cfg := config{deadline: 50 * time.Millisecond, breakerWait: time.Minute, throttleWin: time.Minute}
 			fs, guard, openings := startGuardedFront(t, ds, &cfg)
 			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 			defer cancel()
-			cl, err := dial(ctx, fs.addr, 1, 3*time.Second)
+			cl, err := target.Dial(ctx, fs.addr, 1, 3*time.Second)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -133,7 +102,7 @@ func TestFrontAnswers(t *testing.T) {
 			var base counts
 			if tt.openBreaker {
 				// The pair's breaker exists once the pair has made a call.
-				if _, err := cl.pick().Allocate(ctx, &inventoryv1.AllocateRequest{Sku: "SKU-0001", Quantity: 1, OrderId: "o-0"}); err != nil {
+				if _, err := cl.Client().Allocate(ctx, &inventoryv1.AllocateRequest{Sku: "SKU-0001", Quantity: 1, OrderId: "o-0"}); err != nil {
 					t.Fatal(err)
 				}
 				b := guard.Breaker(ds.addr, "/corecart.inventory.v1.InventoryService/Allocate")
@@ -143,7 +112,7 @@ func TestFrontAnswers(t *testing.T) {
 				b.ForceOpen()
 				base = counts{succeeded: 1, received: 1}
 			}
-			_, err = cl.pick().Allocate(ctx, &inventoryv1.AllocateRequest{Sku: "SKU-0001", Quantity: 1, OrderId: "o-1"})
+			_, err = cl.Client().Allocate(ctx, &inventoryv1.AllocateRequest{Sku: "SKU-0001", Quantity: 1, OrderId: "o-1"})
 			if got := status.Code(err); got != tt.wantCode || !strings.Contains(status.Convert(err).Message(), tt.wantMsg) {
 				t.Errorf("front Allocate error = %v, want code %v with %q", err, tt.wantCode, tt.wantMsg)
 			}
@@ -164,26 +133,42 @@ func TestFrontAnswers(t *testing.T) {
 // and its downstream receives far fewer calls than the unprotected
 // front's; after the incident the protected front serves again.
 func TestDependencyDemoEndToEnd(t *testing.T) {
-	c, stdout, stderr := testCLI(t)
+	var stdout, stderr scenariotest.Buffer
+	env := scenario.Env{Stderr: &stderr, ReadyTimeout: 3 * time.Second}
 	out := filepath.Join(t.TempDir(), "dependency.html")
 	const downstreamDeadline = 200 * time.Millisecond
-	cfg, err := c.parseDemo([]string{"-scenario", "dependency", "-capacity", "400", "-cpu-work", "200us",
-		"-normal", "300ms", "-incident", "1200ms", "-recovery", "1s",
-		"-slowness", "600ms", "-downstream-deadline", downstreamDeadline.String(), "-breaker-wait", "300ms",
-		"-deadline", "1s", "-quiet", "-out", out})
-	if err != nil {
-		t.Fatalf("parseDemo() error = %v", err)
+	// As `levee demo -scenario dependency -capacity 400 -cpu-work 200us
+	// -normal 300ms -recovery 1s -deadline 1s -quiet` would set them (with
+	// the flags' defaults: normal load 0.5, Poisson arrivals, no retries).
+	s := scenario.Settings{
+		Capacity: 400, CPUWork: 200 * time.Microsecond,
+		Normal: 300 * time.Millisecond, Recovery: time.Second, NormalLoad: 0.5,
+		Load: scenario.Load{
+			Options:  []loadgen.Option{loadgen.WithDeadline(time.Second), loadgen.WithArrivals(loadgen.Poisson), loadgen.WithMaxInFlight(10000)},
+			Arrivals: "poisson", Deadline: time.Second, Conns: 1, Quiet: true,
+		},
+		Drain: 300 * time.Millisecond,
 	}
-	cfg.drain, cfg.dep.sampleEvery = 300*time.Millisecond, 100*time.Millisecond
-	res, err := c.runDependency(context.Background(), cfg)
-	if err != nil {
-		t.Fatalf("runDependency() error = %v; stderr:\n%s", err, stderr)
+	cfg := defaultConfig()
+	fs := flag.NewFlagSet("dependency", flag.ContinueOnError)
+	cfg.register(fs)
+	if err := fs.Parse([]string{"-incident", "1200ms", "-slowness", "600ms",
+		"-downstream-deadline", downstreamDeadline.String(), "-breaker-wait", "300ms"}); err != nil {
+		t.Fatal(err)
 	}
-	if err := c.writeDemo(cfg, res); err != nil {
-		t.Fatalf("writeDemo() error = %v", err)
+	if err := cfg.check(); err != nil {
+		t.Fatalf("check() error = %v", err)
+	}
+	cfg.sampleEvery = 100 * time.Millisecond
+	res, err := run(context.Background(), env, s, cfg)
+	if err != nil {
+		t.Fatalf("run() error = %v; stderr:\n%s", err, stderr.String())
+	}
+	if err := scenario.Write(&stdout, res, out, ""); err != nil {
+		t.Fatalf("Write() error = %v", err)
 	}
 
-	runs := checkRunsComplete(t, res.Comparison.Runs)
+	runs := scenariotest.CheckRunsComplete(t, res.Comparison.Runs)
 	un, pr := runs[0], runs[1]
 	unInc, prInc := un.Result.Phases[1], pr.Result.Phases[1]
 	t.Logf("incident: refusal p50 unprotected %v, protected %v; downstream calls unprotected %.0f, protected %.0f",
@@ -362,7 +347,7 @@ func TestClientGuardThrottleWindow(t *testing.T) {
 				t.Fatal(err)
 			}
 			t.Cleanup(ds.stop) // after the front, which startGuardedFront stops
-			cfg := dependencyConfig{deadline: time.Second, breakerWait: time.Second, throttleWin: tt.give}
+			cfg := config{deadline: time.Second, breakerWait: time.Second, throttleWin: tt.give}
 			fs, guard, _ := startGuardedFront(t, ds, &cfg)
 			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 			defer cancel()
@@ -382,7 +367,7 @@ func TestClientGuardThrottleWindow(t *testing.T) {
 // startGuardedFront starts a front whose calls to ds go through the
 // client guard of cfg, stopped when the test ends; it returns the front,
 // the guard and the guard's count of breaker openings.
-func startGuardedFront(t *testing.T, ds *downstream, cfg *dependencyConfig) (*frontServer, *grpcguard.Client, *atomic.Uint64) {
+func startGuardedFront(t *testing.T, ds *downstream, cfg *config) (*frontServer, *grpcguard.Client, *atomic.Uint64) {
 	t.Helper()
 	openings := new(atomic.Uint64)
 	guard, err := cfg.clientGuard(openings)

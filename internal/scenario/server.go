@@ -1,4 +1,4 @@
-package main
+package scenario
 
 import (
 	"bufio"
@@ -18,36 +18,46 @@ import (
 // to print its listening line.
 const serverStartTimeout = 15 * time.Second
 
-// childServer is a `levee serve` running in its own process.
-type childServer struct {
-	cmd      *exec.Cmd
-	grpcAddr string
-	httpAddr string
-	line     string        // the listening line it printed
-	workIter string        // the SHA-256 rounds per Allocate it reported
-	exited   chan struct{} // closed when the process has exited
-	waitErr  error         // valid once exited is closed
+// ListeningPrefix starts the line `levee serve` prints once it accepts
+// calls; StartServer reads the addresses from it.
+const ListeningPrefix = "levee serve: listening"
+
+// Server is a `levee serve` running in its own process. Create it with
+// StartServer; Stop stops it.
+type Server struct {
+	// GRPCAddr and HTTPAddr are where it listens: gRPC, and /stats and
+	// /metrics.
+	GRPCAddr, HTTPAddr string
+	// Line is the listening line it printed.
+	Line string
+	// WorkIterations is the SHA-256 rounds per Allocate it reported.
+	WorkIterations string
+
+	cmd     *exec.Cmd
+	exited  chan struct{} // closed when the process has exited
+	waitErr error         // valid once exited is closed
 }
 
-// startServer starts `levee serve` with args in a child process with
-// GOMAXPROCS=1, pinned to cpu when cpu >= 0, and waits until it listens.
-func (c *cli) startServer(ctx context.Context, cpu int, args ...string) (*childServer, error) {
+// StartServer starts `levee serve` (env.Exe) with args in a child process
+// with GOMAXPROCS=1, pinned to cpu when cpu >= 0, and waits until it
+// listens. Its stderr goes to env.Stderr, each line prefixed "server: ".
+func StartServer(ctx context.Context, env Env, cpu int, args ...string) (*Server, error) {
 	full := append([]string{"serve", "-addr", "127.0.0.1:0", "-metrics-addr", "127.0.0.1:0"}, args...)
 	if cpu >= 0 {
 		full = append(full, "-cpu", strconv.Itoa(cpu))
 	}
-	cmd := exec.Command(c.exe, full...)
-	cmd.Env = append(append(os.Environ(), "GOMAXPROCS=1"), c.childEnv...)
-	cmd.Stderr = prefixWriter{w: c.stderr, prefix: "server: "}
+	cmd := exec.Command(env.Exe, full...)
+	cmd.Env = append(append(os.Environ(), "GOMAXPROCS=1"), env.ChildEnv...)
+	cmd.Stderr = prefixWriter{w: env.Stderr, prefix: "server: "}
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {
 		return nil, fmt.Errorf("starting server: %w", err)
 	}
 	dieWithParent(cmd)
 	if err := cmd.Start(); err != nil {
-		return nil, fmt.Errorf("starting server %s: %w", c.exe, err)
+		return nil, fmt.Errorf("starting server %s: %w", env.Exe, err)
 	}
-	s := &childServer{cmd: cmd, exited: make(chan struct{})}
+	s := &Server{cmd: cmd, exited: make(chan struct{})}
 	lines := make(chan string, 1)
 	go func() {
 		// Read the listening line, then drain stdout until the process
@@ -55,7 +65,7 @@ func (c *cli) startServer(ctx context.Context, cpu int, args ...string) (*childS
 		sc := bufio.NewScanner(stdout)
 		sent := false
 		for sc.Scan() {
-			if !sent && strings.HasPrefix(sc.Text(), listeningPrefix) {
+			if !sent && strings.HasPrefix(sc.Text(), ListeningPrefix) {
 				lines <- sc.Text()
 				sent = true
 			}
@@ -69,37 +79,37 @@ func (c *cli) startServer(ctx context.Context, cpu int, args ...string) (*childS
 	defer timer.Stop()
 	select {
 	case line := <-lines:
-		s.line = line
+		s.Line = line
 		for _, f := range strings.Fields(line) {
 			if v, ok := strings.CutPrefix(f, "grpc="); ok {
-				s.grpcAddr = v
+				s.GRPCAddr = v
 			}
 			if v, ok := strings.CutPrefix(f, "http="); ok {
-				s.httpAddr = v
+				s.HTTPAddr = v
 			}
 			if v, ok := strings.CutPrefix(f, "work-iterations="); ok {
-				s.workIter = v
+				s.WorkIterations = v
 			}
 		}
-		if s.grpcAddr == "" || s.httpAddr == "" || s.httpAddr == "off" {
-			s.stop(0)
+		if s.GRPCAddr == "" || s.HTTPAddr == "" || s.HTTPAddr == "off" {
+			s.Stop(0)
 			return nil, fmt.Errorf("server printed an unexpected listening line %q", line)
 		}
 		return s, nil
 	case <-s.exited:
 		return nil, fmt.Errorf("server exited before listening: %v", s.waitErr)
 	case <-timer.C:
-		s.stop(0)
+		s.Stop(0)
 		return nil, fmt.Errorf("server did not start listening within %v", serverStartTimeout)
 	case <-ctx.Done():
-		s.stop(0)
+		s.Stop(0)
 		return nil, ctx.Err()
 	}
 }
 
-// stop asks the server to shut down gracefully and kills it if it has not
+// Stop asks the server to shut down gracefully and kills it if it has not
 // exited within grace. It is safe to call more than once.
-func (s *childServer) stop(grace time.Duration) {
+func (s *Server) Stop(grace time.Duration) {
 	select {
 	case <-s.exited:
 		return
@@ -118,13 +128,24 @@ func (s *childServer) stop(grace time.Duration) {
 	}
 }
 
-// exitedCleanly reports whether the server has exited with status 0.
-func (s *childServer) exitedCleanly() bool {
+// ExitedCleanly reports whether the server has exited with status 0.
+func (s *Server) ExitedCleanly() bool {
 	select {
 	case <-s.exited:
 		var ee *exec.ExitError
 		return s.waitErr == nil || (errors.As(s.waitErr, &ee) && ee.ExitCode() == 0)
 	default:
 		return false
+	}
+}
+
+// Err returns how the process exited: nil before it has, or if it exited
+// with status 0.
+func (s *Server) Err() error {
+	select {
+	case <-s.exited:
+		return s.waitErr
+	default:
+		return nil
 	}
 }

@@ -1,0 +1,141 @@
+// Package overload is the default scenario of `levee demo`: the
+// inventory service, CPU-bound, unprotected and then protected, each in a
+// `levee serve` process on a CPU of its own, under the same open-loop
+// schedule of normal load, a spike of about 10× capacity, and recovery.
+package overload
+
+import (
+	"context"
+	"fmt"
+	"runtime"
+	"strconv"
+	"time"
+
+	"github.com/levee-go/levee/internal/report"
+	"github.com/levee-go/levee/internal/scenario"
+	"github.com/levee-go/levee/internal/stats"
+	"github.com/levee-go/levee/internal/target"
+)
+
+// Name is the scenario's name.
+const Name = "overload"
+
+// New returns the overload scenario. It has no flags of its own.
+func New() scenario.Scenario {
+	return scenario.Scenario{
+		Name: Name,
+		Description: "measure the inventory service's capacity, then drive\nthe same open-loop scenario (normal load, a spike of about 10x capacity,\n" +
+			"recovery) against the unprotected and then the protected server, each in\nits own process on its own CPU. Prints a side-by-side table per phase and\nwrites an HTML report.",
+		Run: run,
+	}
+}
+
+// run runs the scenario against the unprotected and then the protected
+// server and returns both runs.
+func run(ctx context.Context, env scenario.Env, s scenario.Settings) (*scenario.Result, error) {
+	plan := scenario.PlanCPUs(env.Stderr)
+	defer plan.Restore()
+	fmt.Fprintf(env.Stderr, "levee demo: %s\n", plan.Note)
+
+	res := &scenario.Result{Capacity: s.Capacity, Measured: s.MeasureCapacity}
+	cpuWork := s.CPUWork.String()
+	// Each server turns -cpu-work into SHA-256 rounds by timing its CPU, a
+	// measurement that a busy machine skews. The protected server is given
+	// the unprotected one's rounds so that both do the same work per call.
+	var workIterations string
+
+	// 1. The unprotected server: measure its capacity, then overload it.
+	unprotected, err := runServer(ctx, env, s, plan, "unprotected", func(srv *scenario.Server, t *target.Target) error {
+		workIterations = srv.WorkIterations
+		if !s.MeasureCapacity {
+			return nil
+		}
+		fmt.Fprintf(env.Stderr, "levee demo: measuring capacity closed-loop for %v (%d callers)...\n", s.Calibrate, s.CalibrationWorkers)
+		capacity, err := t.Calibrate(ctx, s.CalibrationWorkers, s.Calibrate/8, s.Calibrate)
+		if err != nil {
+			return err
+		}
+		res.Capacity = capacity
+		fmt.Fprintf(env.Stderr, "levee demo: capacity %.0f calls/s\n", capacity)
+		return nil
+	}, &res.Capacity, "-unprotected", "-cpu-work", cpuWork)
+	if err != nil {
+		return nil, err
+	}
+
+	// 2. The protected server, told the capacity, under the same load.
+	capArg := strconv.FormatFloat(res.Capacity*s.CapacityGuess, 'f', 1, 64)
+	protectedArgs := []string{"-cpu-work", cpuWork, "-capacity", capArg}
+	if workIterations != "" {
+		protectedArgs = append(protectedArgs, "-work-iterations", workIterations)
+	}
+	sameWork := func(srv *scenario.Server, _ *target.Target) error {
+		if srv.WorkIterations != workIterations {
+			return fmt.Errorf("server burns %s SHA-256 rounds per call, want %s like the unprotected one", srv.WorkIterations, workIterations)
+		}
+		return nil
+	}
+	protected, err := runServer(ctx, env, s, plan, "protected", sameWork, &res.Capacity, protectedArgs...)
+	if err != nil {
+		return nil, err
+	}
+
+	res.WorkIterations = workIterations
+	phases := s.SpikePhases(res.Capacity)
+	how := "given with -capacity"
+	if res.Measured {
+		how = fmt.Sprintf("measured closed-loop for %v against the unprotected server", s.Calibrate)
+	}
+	res.Comparison = &report.Comparison{
+		Title:    "levee demo: unprotected vs protected inventory service",
+		Capacity: res.Capacity,
+		Runs:     []report.Run{unprotected, protected},
+		Notes: []string{
+			fmt.Sprintf("Capacity %.0f calls/s, %s. Each Allocate burns about %v of CPU (%s SHA-256 rounds in both servers).", res.Capacity, how, s.CPUWork, workIterations),
+			fmt.Sprintf("Phases: %s %v at %.0f/s, %s %v at %.0f/s, %s %v at %.0f/s; %s arrivals, deadline %v, retries %d.",
+				phases[0].Name, phases[0].Duration, phases[0].Rate, phases[1].Name, phases[1].Duration, phases[1].Rate,
+				phases[2].Name, phases[2].Duration, phases[2].Rate, s.Load.Arrivals, s.Load.Deadline, s.Load.Retries),
+			"Server: " + plan.Note + ". " + runtime.GOOS + "/" + runtime.GOARCH + ", " + strconv.Itoa(runtime.NumCPU()) + " CPUs.",
+			"What to look at: goodput in the spike (a protected server keeps near its capacity, an unprotected one collapses), " +
+				"refusal latency (a refusal should cost well under a millisecond), wasted work (handlers that finished after their caller gave up), " +
+				"and how soon the recovery phase is back to 100% of offered.",
+			"Generated " + time.Now().Format(time.RFC1123) + ".",
+		},
+	}
+	return res, nil
+}
+
+// runServer starts a server with serveArgs, runs before (if any) against
+// it, then the schedule sized from *capacity, and stops the server.
+func runServer(ctx context.Context, env scenario.Env, s scenario.Settings, plan scenario.CPUPlan, name string, before func(*scenario.Server, *target.Target) error, capacity *float64, serveArgs ...string) (report.Run, error) {
+	srv, err := scenario.StartServer(ctx, env, plan.Server, serveArgs...)
+	if err != nil {
+		return report.Run{}, fmt.Errorf("%s server: %w", name, err)
+	}
+	// The demo's servers need no long goodbye: after the run they have had
+	// time to drain (see stats.Client.ServerSamples).
+	defer srv.Stop(s.StopGrace)
+	fmt.Fprintf(env.Stderr, "levee demo: %s server up: %s\n", name, srv.Line)
+	t, err := target.Dial(ctx, srv.GRPCAddr, s.Load.Conns, env.ReadyTimeout)
+	if err != nil {
+		return report.Run{}, fmt.Errorf("%s server: %w", name, err)
+	}
+	defer t.Close()
+	if before != nil {
+		if err := before(srv, t); err != nil {
+			return report.Run{}, fmt.Errorf("%s server: %w", name, err)
+		}
+	}
+	phases := s.SpikePhases(*capacity)
+	opts := s.GeneratorOptions(env, name)
+	fmt.Fprintf(env.Stderr, "levee demo: %s run: %v normal at %.0f/s, %v spike at %.0f/s, %v recovery at %.0f/s\n",
+		name, phases[0].Duration, phases[0].Rate, phases[1].Duration, phases[1].Rate, phases[2].Duration, phases[2].Rate)
+	sc := stats.NewClient(srv.HTTPAddr, stats.DefaultTimeout)
+	defer sc.Close()
+	run, err := t.Run(ctx, sc, s.Drain, phases, opts)
+	if err != nil {
+		return report.Run{}, fmt.Errorf("%s run: %w", name, err)
+	}
+	run.Name = name
+	return run, nil
+}
