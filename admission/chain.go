@@ -64,6 +64,11 @@ type Chain struct {
 	timed    bool   // some guard's Finish reads the duration
 	quiet    uint32 // guards whose Finish matters only for skipped calls
 	always   uint32 // guards whose Admit always admits
+	counters []counters
+	fast     []FastAdmitter // per guard; nil for guards without the fast path
+	fastFin  []FastFinisher // per guard; nil for guards without the fast path
+
+	_ [64]byte // keep the counters below off the line of the fields above, read by every call
 	// passed counts the calls that passed every guard: their handler
 	// started (server) or they were sent (client). It is the one counter
 	// the admitted path adds to; the calls that reached the chain are
@@ -72,9 +77,7 @@ type Chain struct {
 	// abandoned counts the calls admitted in two steps that were
 	// abandoned before they started.
 	abandoned atomic.Uint64
-	counters  []counters
-	fast      []FastAdmitter // per guard; nil for guards without the fast path
-	fastFin   []FastFinisher // per guard; nil for guards without the fast path
+	_         [48]byte
 }
 
 // counters are the refusals of one guard within one chain, kept as atomics

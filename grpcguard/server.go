@@ -280,11 +280,20 @@ func (s *Server) unary(ctx context.Context, req any, info *grpc.UnaryServerInfo,
 	if r == nil {
 		return handler(ctx, req)
 	}
+	// enter, inlined by hand: returning the Decision from a helper costs
+	// the unary hot path one more copy.
 	var c admission.Call
+	c.Init(ctx, info.FullMethod, s.now())
+	if r.key != nil {
+		c.Key = r.key(ctx, nil)
+	}
 	var permits admission.Permits
-	if i, d := s.enter(ctx, r, info.FullMethod, &c, &permits); i >= 0 {
+	if i, d := r.Enter(&c, &permits); i >= 0 {
 		setPushback(ctx, nil, d)
 		return nil, refusalStatus(r.code, r.Guard(i).Name(), d, c.Key).Err()
+	}
+	if r.HasStarters() {
+		c.Now = s.now() // the handler starts after its turn: see outcome
 	}
 	resp, err := handler(ctx, req)
 	r.Finish(&c, &permits, s.outcome(r, &c, err))

@@ -26,7 +26,8 @@ const (
 
 // NewGuard adapts l to the admission contract, with one flow per method
 // (admission.Call.Method). At admission it refuses a call whose method's
-// queue is full (Flow.Admissible), before any work; when the handler is
+// queue is full (Flow.Admissible), before any work, and reserves a place
+// for the others (Flow.Reserve); when the handler is
 // about to start (admission.Starter) it refuses a call that already waited
 // longer than twice its queue target in the transport, then waits for the
 // call's turn, and refuses it if its deadline can no longer be met. Finish
@@ -49,20 +50,31 @@ func (g *guard) Name() string { return g.name }
 
 func (g *guard) Traits() admission.Traits { return admission.Traits{Cost: admission.CostRun} }
 
+// A Permit of the guard holds its flow in Ref and, in Value, either
+// reserved (the call was admitted and will ask for its turn: the flow
+// counts it as on its way) or turn|start (the call holds a turn since
+// start).
+const (
+	reserved = 0
+	turn     = 1 << 63
+)
+
 func (g *guard) Admit(c admission.Call) admission.Decision {
 	f := g.l.Flow(c.Method)
-	if f.Admissible() {
-		return admission.Decision{}
+	if !f.Admissible() {
+		return admission.Refuse(ReasonQueueFull, f.QueueTarget())
 	}
-	return admission.Refuse(ReasonQueueFull, f.QueueTarget())
+	f.Reserve()
+	return admission.Grant(admission.Permit{Ref: f, Value: reserved})
 }
 
 func (g *guard) Start(c admission.Call) admission.Decision {
 	f := g.l.Flow(c.Method)
 	target := f.QueueTarget()
 	if c.Queued > 2*target {
-		return admission.Refuse(ReasonTimeout, target)
+		return admission.Refuse(ReasonTimeout, target) // Finish unreserves
 	}
+	f.Unreserve()
 	t, ok := f.TryAcquire(c.Now)
 	waited := !ok
 	if !ok {
@@ -71,7 +83,8 @@ func (g *guard) Start(c admission.Call) admission.Decision {
 			ctx = context.Background()
 		}
 		var err error
-		if t, err = f.Acquire(ctx); err != nil {
+		if t, err = f.acquire(ctx, false); err != nil {
+			f.Reserve() // Finish, with Admit's permit, unreserves
 			switch {
 			case errors.Is(err, ErrQueueFull):
 				return admission.Refuse(ReasonQueueFull, target)
@@ -85,6 +98,7 @@ func (g *guard) Start(c admission.Call) admission.Decision {
 	if !c.Deadline.IsZero() {
 		if left := time.Until(c.Deadline); left < f.ServiceTime() {
 			t.Release()
+			f.Reserve() // Finish, with Admit's permit, unreserves
 			return admission.Decision{Refused: true, Reason: ReasonTooLate, DeadlineTooShort: true}
 		}
 	}
@@ -96,7 +110,7 @@ func (g *guard) Start(c admission.Call) admission.Decision {
 		// go first.
 		runtime.Gosched()
 	}
-	return admission.Grant(admission.Permit{Ref: f, Value: uint64(t.start)})
+	return admission.Grant(admission.Permit{Ref: f, Value: turn | uint64(t.start)})
 }
 
 func (g *guard) Finish(c admission.Call, p admission.Permit, o admission.Outcome) {
@@ -104,7 +118,11 @@ func (g *guard) Finish(c admission.Call, p admission.Permit, o admission.Outcome
 	if f == nil {
 		return
 	}
-	t := Ticket{f: f, start: int64(p.Value)}
+	if p.Value&turn == 0 {
+		f.Unreserve() // admitted, never started
+		return
+	}
+	t := Ticket{f: f, start: int64(p.Value &^ turn)}
 	if o.Skipped {
 		t.Release()
 		return

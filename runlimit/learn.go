@@ -5,9 +5,6 @@ import (
 	"time"
 )
 
-// periodicProbe is how often the baseline is re-measured without cause.
-const periodicProbe = 10 * time.Second
-
 // update closes the interval ending at end and reconsiders the limit. Needs
 // upd.
 func (l *Limiter) update(end int64) {
@@ -34,7 +31,7 @@ func (l *Limiter) update(end int64) {
 		}
 		mean := float64(sum) / float64(n)
 		if f.base == 0 || mean < f.base {
-			f.base = mean
+			f.setBase(mean)
 		}
 		ratios += float64(n) * mean / f.base
 		weight += float64(n)
@@ -57,31 +54,55 @@ func (l *Limiter) update(end int64) {
 	cpuSat := l.o.cpu != nil && l.o.cpu.Saturated()
 	est := l.est
 	reached := peak >= int64(est)
+	if !cpuSat {
+		l.cpuElsewhere = false
+	}
+	if sh := l.shrunk; sh.from > 0 && weight > 0 {
+		l.shrunk = shrink{}
+		if r > 0.8*sh.r {
+			// The last shrink for CPU time-sharing barely shortened the
+			// calls: what stretches them is not their own concurrency
+			// but CPU taken elsewhere (a transport refusing a flood).
+			// Undo it, and leave the stretch to probes until the CPU is
+			// no longer saturated.
+			l.cpuElsewhere = true
+			l.apply(sh.from)
+			return
+		}
+	}
 	switch {
 	case overloads > 0:
 		est *= 0.9
-	case cpuSat && r > shrinkTrigger:
-		// The CPU is the bottleneck and calls share it: run fewer at once.
+	case cpuSat && !l.cpuElsewhere && r > shrinkTrigger && est*(1-1/r) >= 0.5*(est-1):
+		// The CPU is saturated and service times stretch as calls share
+		// it (a queue estimate near limit - 1 is what time-sharing gives:
+		// every call but one waits): run fewer at once. A stretch smaller
+		// than that, with the CPU busy elsewhere (a transport refusing a
+		// flood, say), is left to the probe below.
+		l.shrunk = shrink{from: est, r: r}
 		est *= max(0.5, 1.1/r)
 	default:
 		// Vegas: how many calls queue inside the server.
 		queue := est * (1 - 1/r)
 		lo, hi := max(0.5, 0.1*est), max(1, 0.2*est)
 		switch {
-		case queue > hi && !cpuSat && r >= 1.5 && end-l.lastProbe >= 5*int64(l.o.interval):
-			// A large stretch with the CPU not saturated: is it ours, or
-			// did a dependency slow down? A probe at a lower limit tells.
+		case queue > hi && r >= 1.5 && end-l.lastProbe >= 5*int64(l.o.interval):
+			// A large stretch: is it ours, or did a dependency slow down,
+			// or is the CPU busy elsewhere? A probe at a lower limit tells.
 			l.startProbe(end, est, true)
 			return
 		case queue > hi:
 			est -= max(1, (queue-hi)/2)
 		case queue <= lo && reached && !cpuSat:
-			est += max(1, math.Sqrt(est))
+			if l.steady {
+				est += max(1, math.Sqrt(est))
+			} else {
+				est *= 2 // slow start: no stretch seen yet
+			}
 		}
-	}
-	if !cpuSat && end-l.lastProbe >= int64(periodicProbe) && int(est/2) > l.o.floor {
-		l.startProbe(end, est, false)
-		return
+		if queue > lo {
+			l.steady = true
+		}
 	}
 	l.apply(est)
 }
@@ -169,7 +190,7 @@ func (l *Limiter) checkProbe(now int64, flows []*Flow) {
 		// changed. Move the baselines, keep the limit.
 		for _, f := range flows {
 			if pn := f.pn.Load(); pn > 0 {
-				f.base = float64(f.psum.Load()) / float64(pn)
+				f.setBase(float64(f.psum.Load()) / float64(pn))
 			}
 		}
 		l.rebases.Add(1)
@@ -178,7 +199,7 @@ func (l *Limiter) checkProbe(now int64, flows []*Flow) {
 		// The baseline holds: the stretch was the limit's own doing.
 		for _, f := range flows {
 			if pn := f.pn.Load(); pn > 0 {
-				f.base = min(f.base, float64(f.psum.Load())/float64(pn))
+				f.setBase(min(f.base, float64(f.psum.Load())/float64(pn)))
 			}
 		}
 		if p.stretched {

@@ -73,7 +73,7 @@ func WithBounds(floor, ceiling int) Option {
 }
 
 // WithInitialLimit sets the limit the Limiter starts from, clamped into
-// the bounds. Default 2 × GOMAXPROCS.
+// the bounds. Default max(8, 2 × GOMAXPROCS).
 func WithInitialLimit(n int) Option { return func(o *options) { o.initial = n } }
 
 // WithInterval sets how often the limit is reconsidered. Default
@@ -141,14 +141,26 @@ type Limiter struct {
 	overloads atomic.Int64 // calls that failed by overload in the interval
 	upd       sync.Mutex
 	est       float64
-	opened    int64 // start of the current interval, ns since epoch
-	probe     probeState
-	lastProbe int64
-	probing   atomic.Bool  // probe.on, for Done
-	drained   atomic.Int64 // when a probe's calls drained to its limit; 0 until then
-	probes    atomic.Uint64
-	rebases   atomic.Uint64
-	updates   atomic.Uint64
+	steady    bool   // a stretch was seen: growth is additive, no longer doubling
+	shrunk    shrink // the last shrink for CPU time-sharing, until the next interval judges it
+	// cpuElsewhere: a shrink for CPU time-sharing did not help, so the CPU
+	// is saturated by something else; until it is not, stretches are left
+	// to probes.
+	cpuElsewhere bool
+	opened       int64 // start of the current interval, ns since epoch
+	probe        probeState
+	lastProbe    int64
+	probing      atomic.Bool  // probe.on, for Done
+	drained      atomic.Int64 // when a probe's calls drained to its limit; 0 until then
+	probes       atomic.Uint64
+	rebases      atomic.Uint64
+	updates      atomic.Uint64
+}
+
+// shrink is a cut of the limit for CPU time-sharing: from the limit
+// before, when calls were stretched r times their baseline.
+type shrink struct {
+	from, r float64
 }
 
 // probeState is a measurement of the service time at a lower limit.
@@ -170,7 +182,7 @@ func waiting(s uint64) int64 { return int64(s >> 32) }
 
 // New returns a Limiter, or an error naming every bad option.
 func New(opts ...Option) (*Limiter, error) {
-	o := options{floor: 1, ceiling: DefaultCeiling, initial: 2 * runtime.GOMAXPROCS(0), interval: DefaultInterval, maxFlows: DefaultMaxFlows}
+	o := options{floor: 1, ceiling: DefaultCeiling, initial: max(8, 2*runtime.GOMAXPROCS(0)), interval: DefaultInterval, maxFlows: DefaultMaxFlows}
 	for _, opt := range opts {
 		opt(&o)
 	}
@@ -269,15 +281,17 @@ type Flow struct {
 	l    *Limiter
 	name string
 
-	n      atomic.Int64 // calls finished in the interval
-	sum    atomic.Int64 // their service time, ns
-	pn     atomic.Int64 // calls a probe measured
-	psum   atomic.Int64 // their service time, ns
-	svc    atomic.Int64 // mean service time (EWMA, weight 1/8), ns; 0 until the first
-	queued atomic.Int64 // calls of this flow waiting
+	n       atomic.Int64 // calls finished in the interval
+	sum     atomic.Int64 // their service time, ns
+	pn      atomic.Int64 // calls a probe measured
+	psum    atomic.Int64 // their service time, ns
+	svc     atomic.Int64 // mean service time (EWMA, weight 1/8), ns; 0 until the first
+	queued  atomic.Int64 // calls of this flow waiting
+	pending atomic.Int64 // calls admitted and on their way to wait (Reserve)
 
 	// under Limiter.upd
-	base float64 // baseline service time, ns; 0 until the first interval
+	base   float64      // baseline service time, ns; 0 until the first interval
+	baseNs atomic.Int64 // base, for readers outside upd
 
 	// under Limiter.mu
 	head, tail *waiter
@@ -293,35 +307,54 @@ func (f *Flow) ServiceTime() time.Duration { return time.Duration(f.svc.Load()) 
 
 // Baseline returns the service time without contention that the flow's
 // calls are compared with, or 0 before it is learned.
-func (f *Flow) Baseline() time.Duration {
-	f.l.upd.Lock()
-	defer f.l.upd.Unlock()
-	return time.Duration(f.base)
+func (f *Flow) Baseline() time.Duration { return time.Duration(f.baseNs.Load()) }
+
+func (f *Flow) setBase(ns float64) {
+	f.base = ns
+	f.baseNs.Store(int64(ns))
 }
 
-// QueueTarget returns the longest a call of the flow waits for its turn.
+// QueueTarget returns the longest a call of the flow waits for its turn:
+// WithQueueTarget, or twice the flow's baseline service time (its mean
+// service time until a baseline is learned), at least
+// DefaultMinQueueTarget. It is not derived from the mean, which stretches
+// with contention and would lengthen the queue it should bound.
 func (f *Flow) QueueTarget() time.Duration {
 	if t := f.l.o.target; t > 0 {
 		return t
 	}
-	return max(DefaultMinQueueTarget, 2*f.ServiceTime())
+	base := f.Baseline()
+	if base == 0 {
+		base = f.ServiceTime()
+	}
+	return max(DefaultMinQueueTarget, 2*base)
 }
 
 // cost is the weight of one call of the flow in fair queueing, ns.
 func (f *Flow) cost() float64 { return float64(max(f.svc.Load(), int64(time.Microsecond))) }
 
-// Admissible reports whether a new call of the flow may queue: whether
-// fewer of its calls are waiting than can start within its queue target.
-// A transport asks it before admitting a call, so that a call that would
-// only wait to be refused is refused at once.
+// Admissible reports whether a new call of the flow may be admitted to
+// wait for a turn: whether fewer of its calls are waiting, or admitted
+// and on their way to wait (Reserve), than can start within half its queue
+// target. A transport asks it before admitting a call, so that a call that
+// would only wait to be refused is refused at once, and calls that do wait
+// rarely reach the target.
 func (f *Flow) Admissible() bool {
-	q := f.queued.Load()
+	q := f.queued.Load() + f.pending.Load()
 	if q == 0 {
 		return true
 	}
-	capacity := float64(f.l.limit.Load()) * float64(f.QueueTarget()) / f.cost()
-	return float64(q) < max(1, math.Ceil(capacity))
+	capacity := float64(f.l.limit.Load()) * float64(f.QueueTarget()/2) / f.cost()
+	return float64(q) < math.Ceil(capacity)+1
 }
+
+// Reserve counts a call admitted by a transport that will ask for its turn
+// later (Acquire) as on its way, so that Admissible sees it. End the
+// reservation with Unreserve, once, whether or not the call then waits.
+func (f *Flow) Reserve() { f.pending.Add(1) }
+
+// Unreserve ends a reservation made with Reserve.
+func (f *Flow) Unreserve() { f.pending.Add(-1) }
 
 // Ticket is one call's turn. Finish it once with Done or Release. The zero
 // Ticket holds nothing.
@@ -377,11 +410,17 @@ type waiter struct {
 // ErrQueueFull at once when the flow is not Admissible, ErrTimeout after
 // the flow's queue target, and ctx's error if ctx ends first.
 func (f *Flow) Acquire(ctx context.Context) (Ticket, error) {
+	return f.acquire(ctx, true)
+}
+
+// acquire is Acquire; check says whether to refuse a call the flow cannot
+// admit (a call already admitted with Reserve is not asked again).
+func (f *Flow) acquire(ctx context.Context, check bool) (Ticket, error) {
 	l := f.l
 	if t, ok := f.TryAcquire(l.o.now()); ok {
 		return t, nil
 	}
-	if !f.Admissible() {
+	if check && !f.Admissible() {
 		return Ticket{}, ErrQueueFull
 	}
 	l.mu.Lock()

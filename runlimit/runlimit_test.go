@@ -137,17 +137,19 @@ func TestAcquireTimesOutAndRespectsContext(t *testing.T) {
 func TestAdmissibleBoundsTheQueue(t *testing.T) {
 	l := mustNew(t, WithBounds(2, 2), WithQueueTarget(10*time.Millisecond))
 	f := l.Flow("m")
-	f.svc.Store(int64(5 * time.Millisecond)) // 2 turns x 10ms / 5ms: 4 may wait
+	f.svc.Store(int64(5 * time.Millisecond)) // 2 turns x 10ms/2 / 5ms, plus 1: 3 may wait
 	for _, q := range []struct {
-		queued int64
-		want   bool
-	}{{0, true}, {3, true}, {4, false}, {9, false}} {
+		queued, pending int64
+		want            bool
+	}{{0, 0, true}, {2, 0, true}, {3, 0, false}, {1, 1, true}, {1, 2, false}, {9, 0, false}} {
 		f.queued.Store(q.queued)
+		f.pending.Store(q.pending)
 		if got := f.Admissible(); got != q.want {
-			t.Errorf("with %d waiting: Admissible() = %v, want %v", q.queued, got, q.want)
+			t.Errorf("with %d waiting and %d reserved: Admissible() = %v, want %v", q.queued, q.pending, got, q.want)
 		}
 	}
 	f.queued.Store(0)
+	f.pending.Store(0)
 }
 
 func TestTurnsAllocateNothing(t *testing.T) {
@@ -204,5 +206,62 @@ func TestGuardThroughChain(t *testing.T) {
 	}
 	if l.Running() != 0 {
 		t.Errorf("Running() = %d after refusals, want 0", l.Running())
+	}
+}
+
+// TestGuardReservationsBalance: every way through the guard — admitted and
+// run, refused at start, admitted and abandoned — leaves no reservation
+// behind.
+func TestGuardReservationsBalance(t *testing.T) {
+	l := mustNew(t, WithBounds(1, 1), WithQueueTarget(time.Millisecond))
+	ch, err := admission.NewChain("r", []admission.Guard{NewGuard("run", l)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := l.Flow("/s/M")
+	now := time.Now()
+	c := admission.Call{Ctx: context.Background(), Method: "/s/M", Now: now}
+	var held admission.Permits
+	if i, d := ch.Admit(&c, &held); i >= 0 {
+		t.Fatalf("Admit = %+v", d)
+	}
+	if f.pending.Load() != 1 {
+		t.Fatalf("after Admit: %d reserved, want 1", f.pending.Load())
+	}
+	if i, d := ch.Start(&c, &held); i >= 0 {
+		t.Fatalf("Start = %+v", d)
+	}
+	// The turn is held: a second call is admitted, waits 1ms, is refused.
+	var refused admission.Permits
+	c2 := c
+	if i, _ := ch.Admit(&c2, &refused); i >= 0 {
+		t.Fatal("second Admit refused")
+	}
+	if i, d := ch.Start(&c2, &refused); i != 0 || d.Reason != ReasonTimeout {
+		t.Fatalf("second Start = %d %+v, want refused with %q", i, d, ReasonTimeout)
+	}
+	// A third is admitted and abandoned before its handler.
+	var abandoned admission.Permits
+	c3 := c
+	if i, _ := ch.Admit(&c3, &abandoned); i >= 0 {
+		t.Fatal("third Admit refused")
+	}
+	ch.Abandon(&c3, &abandoned)
+	// A fourth queued too long in the transport.
+	var late admission.Permits
+	c4 := c
+	if i, _ := ch.Admit(&c4, &late); i >= 0 {
+		t.Fatal("fourth Admit refused")
+	}
+	c4.Queued = time.Second
+	if i, d := ch.Start(&c4, &late); i != 0 || d.Reason != ReasonTimeout {
+		t.Fatalf("fourth Start = %d %+v, want refused with %q", i, d, ReasonTimeout)
+	}
+	ch.Finish(&c, &held, admission.Outcome{Duration: time.Millisecond})
+	if got := f.pending.Load(); got != 0 {
+		t.Errorf("after every call ended: %d reservations left, want 0", got)
+	}
+	if l.Running() != 0 || l.Waiting() != 0 {
+		t.Errorf("running %d, waiting %d; want 0, 0", l.Running(), l.Waiting())
 	}
 }

@@ -48,6 +48,9 @@ type ioBound struct {
 	query time.Duration
 	busy  int
 	queue []*ioCall
+	// flood: something else saturates the CPU (a transport refusing a
+	// flood), which stretches every query by half, whatever the limit.
+	flood bool
 }
 
 type ioCall struct {
@@ -66,6 +69,9 @@ func (s *ioBound) grant(now time.Duration) {
 		c := s.queue[0]
 		s.queue = s.queue[1:]
 		c.until = now + s.query
+		if s.flood {
+			c.until += s.query / 2
+		}
 		s.busy++
 	}
 }
@@ -80,7 +86,7 @@ func (s *ioBound) step(now, _ time.Duration, calls []any) {
 	s.grant(now)
 }
 func (s *ioBound) done(c any) bool    { return c.(*ioCall).ended }
-func (s *ioBound) cpuSaturated() bool { return false }
+func (s *ioBound) cpuSaturated() bool { return s.flood }
 
 // sim drives a Limiter against a service with injected time.
 type sim struct {
@@ -237,5 +243,21 @@ func TestSimulationRuns(t *testing.T) {
 	t.Logf("done %d, stats %+v, baseline %v, now %v", s.done, st, s.f.Baseline(), s.now)
 	if s.done < 7000 || st.Updates < 50 {
 		t.Errorf("10s of simulated saturation: %d calls done, %d updates; the simulation did not run", s.done, st.Updates)
+	}
+}
+
+// TestCPUTakenElsewhereDoesNotCollapseTheLimit: an I/O-bound service whose
+// CPU another part of the process saturates (its calls stretch by half,
+// whatever the limit) keeps its limit near the pool size: cutting it would
+// not shorten the calls.
+func TestCPUTakenElsewhereDoesNotCollapseTheLimit(t *testing.T) {
+	io := &ioBound{conns: 8, query: 10 * time.Millisecond}
+	s := newSim(t, io)
+	s.run(10*time.Second, nil)
+	io.flood = true
+	s.run(2*time.Second, nil)
+	got := s.limits(10 * time.Second)
+	if sh := share(got, 8, 14); sh < 0.9 {
+		t.Errorf("CPU saturated elsewhere: limit in [8, 14] for %.0f%% of the time (limits %v), want >= 90%%", 100*sh, got)
 	}
 }

@@ -20,7 +20,7 @@ import (
 // the first the default. Each call returns fresh ones: a scenario's flags
 // are bound to the scenario value.
 func demoScenarios() (*scenario.Registry, error) {
-	return scenario.NewRegistry(overload.New(), dependency.New())
+	return scenario.NewRegistry(overload.New(), overload.NewIO(), dependency.New())
 }
 
 // demoConfig is a parsed `levee demo` command line.
@@ -72,7 +72,8 @@ func (c *cli) parseDemo(args []string) (*demoConfig, error) {
 	fs.Float64Var(&s.NormalLoad, "normal-load", 0.5, "normal and recovery load as a multiple of capacity")
 	fs.Float64Var(&s.SpikeLoad, "spike-load", 10, "spike load as a multiple of capacity")
 	fs.DurationVar(&s.Calibrate, "calibrate", 2*time.Second, "how long to measure capacity when -capacity is auto")
-	fs.Float64Var(&s.CapacityGuess, "capacity-guess", 1, "tell the protected server this `multiple` of the capacity (2: a guess twice too high), to show it holds without knowing its capacity")
+	fs.Float64Var(&s.CapacityGuess, "capacity-guess", 0, "tell the protected server this `multiple` of the capacity as an upper bound (0: tell it nothing, it learns; the firstwave recipe needs one and gets 1 by default)")
+	fs.StringVar(&s.Recipe, "recipe", recipePreset, "the protected server's `recipe`: preset (the library's protect.New) or firstwave (the first wave's recipe, sized from the capacity)")
 	fs.StringVar(&cfg.out, "out", "levee-report.html", "HTML report `file` (empty: none)")
 	fs.StringVar(&cfg.jsonOut, "json", "", "also write both runs' full results as JSON to this `file`")
 	cfg.loadFlags.register(fs, "poisson")
@@ -109,8 +110,14 @@ func (c *cli) parseDemo(args []string) (*demoConfig, error) {
 	if !(s.NormalLoad > 0) || s.NormalLoad > 1000 {
 		return nil, usageError("-normal-load must be in (0, 1000], got %v", s.NormalLoad)
 	}
-	if !(s.CapacityGuess > 0) || s.CapacityGuess > 1000 {
-		return nil, usageError("-capacity-guess must be in (0, 1000], got %v", s.CapacityGuess)
+	if !(s.CapacityGuess >= 0) || s.CapacityGuess > 1000 {
+		return nil, usageError("-capacity-guess must be in [0, 1000], got %v", s.CapacityGuess)
+	}
+	if s.Recipe != recipePreset && s.Recipe != recipeFirstWave {
+		return nil, usageError("-recipe must be %s or %s, got %q", recipePreset, recipeFirstWave, s.Recipe)
+	}
+	if s.Recipe == recipeFirstWave && s.CapacityGuess == 0 {
+		s.CapacityGuess = 1
 	}
 	if !(s.SpikeLoad > 0) || s.SpikeLoad > 1000 {
 		return nil, usageError("-spike-load must be in (0, 1000], got %v", s.SpikeLoad)

@@ -31,7 +31,10 @@ func (c *cli) serve(ctx context.Context, args []string) error {
 	addr := fs.String("addr", "127.0.0.1:50051", "gRPC listen `address`")
 	metricsAddr := fs.String("metrics-addr", "", "HTTP listen `address` for /metrics and /stats (empty: off)")
 	capFlag := &capacityFlag{auto: true}
-	fs.Var(capFlag, "capacity", "sustainable Allocate `calls/s` the protection is sized from (auto: estimate by timing the handler)")
+	fs.Var(capFlag, "capacity", "an upper bound on the `calls/s` the protection admits (auto: none, the preset learns what the server can run; the firstwave recipe estimates it by timing the handler)")
+	recipe := fs.String("recipe", recipePreset, "protection `recipe`: preset (the library's protect.New, learned) or firstwave (the first wave's recipe sized from -capacity, for comparison)")
+	dbConns := fs.Int("db-conns", 0, "I/O-bound mode: after its CPU work, Allocate holds one of `N` simulated database connections for -db-latency (0: no database)")
+	dbLatency := fs.Duration("db-latency", 10*time.Millisecond, "how long Allocate holds a database connection with -db-conns")
 	cpuWork := fs.Duration("cpu-work", inventory.DefaultCPUWork, "CPU time each Allocate burns (turned into SHA-256 rounds by timing this machine)")
 	workIterations := fs.Int("work-iterations", -1, "exact SHA-256 rounds each Allocate burns, overriding -cpu-work (-1: from -cpu-work); the demo gives both its servers the same")
 	unprotected := fs.Bool("unprotected", false, "serve without any protection")
@@ -47,6 +50,15 @@ func (c *cli) serve(ctx context.Context, args []string) error {
 	}
 	if *pinCPU < -1 || *pinCPU >= affinity.MaxCPUs {
 		return usageError("-cpu must be a CPU number in 0..%d or -1, got %d", affinity.MaxCPUs-1, *pinCPU)
+	}
+	if *recipe != recipePreset && *recipe != recipeFirstWave {
+		return usageError("-recipe must be %s or %s, got %q", recipePreset, recipeFirstWave, *recipe)
+	}
+	if *dbConns < 0 {
+		return usageError("-db-conns must be >= 0, got %d", *dbConns)
+	}
+	if *dbLatency < 0 {
+		return usageError("-db-latency must be >= 0, got %v", *dbLatency)
 	}
 	if *pinCPU >= 0 {
 		// The CPU may lie outside this process's current affinity (the demo
@@ -64,12 +76,19 @@ func (c *cli) serve(ctx context.Context, args []string) error {
 	if *workIterations >= 0 {
 		work = inventory.WithWorkIterations(*workIterations)
 	}
-	srv, err := inventory.NewServer(work)
+	invOpts := []inventory.Option{work}
+	if *dbConns > 0 {
+		invOpts = append(invOpts, inventory.WithDatabase(*dbConns, *dbLatency))
+	}
+	srv, err := inventory.NewServer(invOpts...)
 	if err != nil {
 		return err
 	}
 	capValue, capHow := capFlag.value, "given"
-	if capFlag.auto {
+	switch {
+	case capFlag.auto && *recipe == recipePreset:
+		capValue, capHow = 0, "learned"
+	case capFlag.auto:
 		if capValue, err = capacity.Estimate(srv.WorkIterations()); err != nil {
 			return err
 		}
@@ -97,7 +116,11 @@ func (c *cli) serve(ctx context.Context, args []string) error {
 	var opts []grpc.ServerOption
 	stopPolicy := func() {}
 	if !*unprotected {
-		opts, stopPolicy, err = protection(params)
+		build := presetProtection
+		if *recipe == recipeFirstWave {
+			build = protection
+		}
+		opts, stopPolicy, err = build(params)
 		if err != nil {
 			return fmt.Errorf("protection policy: %w", err)
 		}

@@ -71,8 +71,11 @@ type Settings struct {
 	// and of the spike phase, as multiples of capacity.
 	NormalLoad, SpikeLoad float64
 	// CapacityGuess is the multiple of the capacity the protected server
-	// is told (-capacity-guess).
+	// is told as an upper bound (-capacity-guess); 0: it is told nothing.
 	CapacityGuess float64
+	// Recipe is the protected server's `levee serve -recipe` (-recipe);
+	// "": the default, the library's preset.
+	Recipe string
 	// Calibrate is how long capacity is measured, with CalibrationWorkers
 	// closed-loop callers.
 	Calibrate          time.Duration

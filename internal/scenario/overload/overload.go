@@ -20,25 +20,76 @@ import (
 // Name is the scenario's name.
 const Name = "overload"
 
-// New returns the overload scenario. It has no flags of its own.
+// NameIO is the name of the I/O-bound variant.
+const NameIO = "io"
+
+// I/O-bound service of NewIO: a little CPU work, then one of DBConns
+// simulated database connections held for DBLatency.
+const (
+	IOCPUWork   = 300 * time.Microsecond
+	IODBConns   = 8
+	IODBLatency = 10 * time.Millisecond
+)
+
+// New returns the overload scenario on a CPU-bound service. It has no
+// flags of its own.
 func New() scenario.Scenario {
 	return scenario.Scenario{
 		Name: Name,
 		Description: "measure the inventory service's capacity, then drive\nthe same open-loop scenario (normal load, a spike of about 10x capacity,\n" +
 			"recovery) against the unprotected and then the protected server, each in\nits own process on its own CPU. Prints a side-by-side table per phase and\nwrites an HTML report.",
-		Run: run,
+		Run: func(ctx context.Context, env scenario.Env, s scenario.Settings) (*scenario.Result, error) {
+			return run(ctx, env, s, workload{cpuWork: s.CPUWork, workers: s.CalibrationWorkers})
+		},
 	}
+}
+
+// NewIO returns the overload scenario on an I/O-bound service: each
+// Allocate does IOCPUWork of CPU, then waits on one of IODBConns
+// simulated database connections for IODBLatency; the CPU is mostly idle
+// and the pool is the bottleneck.
+func NewIO() scenario.Scenario {
+	return scenario.Scenario{
+		Name: NameIO,
+		Description: fmt.Sprintf("the overload scenario on an I/O-bound service: each\nAllocate does %v of CPU work, then holds one of %d simulated database\nconnections for %v.",
+			IOCPUWork, IODBConns, IODBLatency),
+		Run: func(ctx context.Context, env scenario.Env, s scenario.Settings) (*scenario.Result, error) {
+			return run(ctx, env, s, workload{cpuWork: IOCPUWork, dbConns: IODBConns, dbLatency: IODBLatency, workers: 4 * IODBConns})
+		},
+	}
+}
+
+// workload is what the servers of a run do per Allocate.
+type workload struct {
+	cpuWork   time.Duration
+	dbConns   int
+	dbLatency time.Duration
+	workers   int // closed-loop callers that measure the capacity
+}
+
+func (w workload) args() []string {
+	a := []string{"-cpu-work", w.cpuWork.String()}
+	if w.dbConns > 0 {
+		a = append(a, "-db-conns", strconv.Itoa(w.dbConns), "-db-latency", w.dbLatency.String())
+	}
+	return a
+}
+
+func (w workload) String() string {
+	if w.dbConns == 0 {
+		return fmt.Sprintf("Each Allocate burns about %v of CPU", w.cpuWork)
+	}
+	return fmt.Sprintf("Each Allocate burns about %v of CPU, then holds one of %d simulated database connections for %v", w.cpuWork, w.dbConns, w.dbLatency)
 }
 
 // run runs the scenario against the unprotected and then the protected
 // server and returns both runs.
-func run(ctx context.Context, env scenario.Env, s scenario.Settings) (*scenario.Result, error) {
+func run(ctx context.Context, env scenario.Env, s scenario.Settings, w workload) (*scenario.Result, error) {
 	plan := scenario.PlanCPUs(env.Stderr)
 	defer plan.Restore()
 	fmt.Fprintf(env.Stderr, "levee demo: %s\n", plan.Note)
 
 	res := &scenario.Result{Capacity: s.Capacity, Measured: s.MeasureCapacity}
-	cpuWork := s.CPUWork.String()
 	// Each server turns -cpu-work into SHA-256 rounds by timing its CPU, a
 	// measurement that a busy machine skews. The protected server is given
 	// the unprotected one's rounds so that both do the same work per call.
@@ -50,22 +101,28 @@ func run(ctx context.Context, env scenario.Env, s scenario.Settings) (*scenario.
 		if !s.MeasureCapacity {
 			return nil
 		}
-		fmt.Fprintf(env.Stderr, "levee demo: measuring capacity closed-loop for %v (%d callers)...\n", s.Calibrate, s.CalibrationWorkers)
-		capacity, err := t.Calibrate(ctx, s.CalibrationWorkers, s.Calibrate/8, s.Calibrate)
+		fmt.Fprintf(env.Stderr, "levee demo: measuring capacity closed-loop for %v (%d callers)...\n", s.Calibrate, w.workers)
+		capacity, err := t.Calibrate(ctx, w.workers, s.Calibrate/8, s.Calibrate)
 		if err != nil {
 			return err
 		}
 		res.Capacity = capacity
 		fmt.Fprintf(env.Stderr, "levee demo: capacity %.0f calls/s\n", capacity)
 		return nil
-	}, &res.Capacity, "-unprotected", "-cpu-work", cpuWork)
+	}, &res.Capacity, append([]string{"-unprotected"}, w.args()...)...)
 	if err != nil {
 		return nil, err
 	}
 
-	// 2. The protected server, told the capacity, under the same load.
-	capArg := strconv.FormatFloat(res.Capacity*s.CapacityGuess, 'f', 1, 64)
-	protectedArgs := []string{"-cpu-work", cpuWork, "-capacity", capArg}
+	// 2. The protected server, told nothing (or a bound: -capacity-guess),
+	// under the same load.
+	protectedArgs := w.args()
+	if s.CapacityGuess > 0 {
+		protectedArgs = append(protectedArgs, "-capacity", strconv.FormatFloat(res.Capacity*s.CapacityGuess, 'f', 1, 64))
+	}
+	if s.Recipe != "" {
+		protectedArgs = append(protectedArgs, "-recipe", s.Recipe)
+	}
 	if workIterations != "" {
 		protectedArgs = append(protectedArgs, "-work-iterations", workIterations)
 	}
@@ -91,7 +148,8 @@ func run(ctx context.Context, env scenario.Env, s scenario.Settings) (*scenario.
 		Capacity: res.Capacity,
 		Runs:     []report.Run{unprotected, protected},
 		Notes: []string{
-			fmt.Sprintf("Capacity %.0f calls/s, %s. Each Allocate burns about %v of CPU (%s SHA-256 rounds in both servers).", res.Capacity, how, s.CPUWork, workIterations),
+			fmt.Sprintf("Capacity %.0f calls/s, %s. %s (%s SHA-256 rounds in both servers).", res.Capacity, how, w, workIterations),
+			protectedNote(s, res.Capacity),
 			fmt.Sprintf("Phases: %s %v at %.0f/s, %s %v at %.0f/s, %s %v at %.0f/s; %s arrivals, deadline %v, retries %d.",
 				phases[0].Name, phases[0].Duration, phases[0].Rate, phases[1].Name, phases[1].Duration, phases[1].Rate,
 				phases[2].Name, phases[2].Duration, phases[2].Rate, s.Load.Arrivals, s.Load.Deadline, s.Load.Retries),
@@ -138,4 +196,16 @@ func runServer(ctx context.Context, env scenario.Env, s scenario.Settings, plan 
 	}
 	run.Name = name
 	return run, nil
+}
+
+// protectedNote says what the protected server was told.
+func protectedNote(s scenario.Settings, capacity float64) string {
+	recipe := s.Recipe
+	if recipe == "" {
+		recipe = "preset"
+	}
+	if s.CapacityGuess == 0 {
+		return "Protected server: levee serve -recipe " + recipe + ", told no number: it learns what the server can run."
+	}
+	return fmt.Sprintf("Protected server: levee serve -recipe %s, told an upper bound of %.0f calls/s (%g x capacity).", recipe, capacity*s.CapacityGuess, s.CapacityGuess)
 }

@@ -1,0 +1,42 @@
+package main
+
+import (
+	"google.golang.org/grpc"
+
+	"github.com/levee-go/levee/metrics"
+	"github.com/levee-go/levee/protect"
+)
+
+// Recipes of `levee serve -recipe`.
+const (
+	recipePreset    = "preset"    // protect.New: the library's preset, nothing to give
+	recipeFirstWave = "firstwave" // the first wave's hand-sized recipe (policy.go), for comparison
+)
+
+// presetProtection is what `levee serve` runs by default: the library's
+// preset, whose numbers are learned. A capacity given with -capacity is
+// only an upper bound on the calls/s admitted.
+func presetProtection(p policyParams) (opts []grpc.ServerOption, stop func(), err error) {
+	var popts []protect.Option
+	if p.Capacity > 0 {
+		popts = append(popts, protect.WithMaxRate(p.Capacity))
+	}
+	pr, err := protect.New(popts...)
+	if err != nil {
+		return nil, func() {}, err
+	}
+	if p.Gauges != nil {
+		run := pr.RunLimit()
+		p.Gauges.Set("limit", func() float64 { return float64(run.Limit()) })
+		p.Gauges.Set("waiting", func() float64 { return float64(run.Waiting()) })
+	}
+	if p.Mux != nil {
+		reg := metrics.New(metrics.WithRuntimeMetrics())
+		if err := pr.Register(reg); err != nil {
+			pr.Stop()
+			return nil, func() {}, err
+		}
+		p.Mux.Handle("/metrics", reg.Handler())
+	}
+	return pr.ServerOptions(), pr.Stop, nil
+}
