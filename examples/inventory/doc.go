@@ -5,7 +5,8 @@
 // under proto/) allocates stock of a SKU to an order, releases it, and reads
 // the stock left. Stock lives in memory. Every Allocate does a fixed amount
 // of real CPU work (chained SHA-256, about 5 ms by default, see WithCPUWork)
-// so that the server has a CPU-bound capacity to overload. With
+// so that the server has a CPU-bound capacity to overload; GetStock does
+// none unless WithStockReadWork gives it a cheap read's worth. With
 // WithDatabase, Allocate then also queries a simulated database, holding
 // one connection of a small pool for a fixed latency without using the
 // CPU: the service is then I/O-bound, like most real gRPC services, and its

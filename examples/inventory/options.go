@@ -48,6 +48,7 @@ type options struct {
 	dbConns     int
 	dbLatency   time.Duration
 	dbSet       bool // WithDatabase given
+	readWork    time.Duration
 }
 
 func defaultOptions() options {
@@ -77,6 +78,9 @@ func (o *options) validate() error {
 	}
 	if o.iterSet && o.iterations < 0 {
 		bad("WithWorkIterations: n must be >= 0, got %d", o.iterations)
+	}
+	if o.readWork < 0 {
+		bad("WithStockReadWork: duration must be >= 0, got %v", o.readWork)
 	}
 	if o.orderMemory < 1 {
 		bad("WithOrderMemory: n must be >= 1, got %d", o.orderMemory)
@@ -116,6 +120,16 @@ func WithStock(sku string, units int64) Option {
 // takes precedence. NewServer fails when d is negative.
 func WithCPUWork(d time.Duration) Option {
 	return func(o *options) { o.cpuWork = d }
+}
+
+// WithStockReadWork sets the CPU time each GetStock burns before it reads
+// the stock, like the CPU work of Allocate (see WithCPUWork: a fixed number
+// of SHA-256 iterations calibrated once per process). A real read is cheap
+// but not free: about 0.1 ms makes GetStock compete for the CPU with
+// Allocate as a cached read would. Default 0: GetStock does no CPU work.
+// NewServer fails when d is negative.
+func WithStockReadWork(d time.Duration) Option {
+	return func(o *options) { o.readWork = d }
 }
 
 // WithWorkIterations sets the work of each Allocate as an exact number of

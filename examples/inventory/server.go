@@ -25,6 +25,7 @@ type Server struct {
 	inventoryv1.UnimplementedInventoryServiceServer
 
 	iterations int       // burn iterations per Allocate
+	readIter   int       // burn iterations per GetStock
 	db         *database // nil without WithDatabase
 
 	// now is the server's clock: time.Now, or a fake set by in-package
@@ -102,6 +103,7 @@ func NewServer(opts ...Option) (*Server, error) {
 	}
 	s := &Server{
 		iterations: o.iterations,
+		readIter:   iterationsFor(o.readWork),
 		skus:       o.skus,
 		stock:      make(map[string]*skuStock, len(o.stock)),
 		orders:     make(map[string]orderState),
@@ -122,6 +124,10 @@ func NewServer(opts ...Option) (*Server, error) {
 
 // WorkIterations returns the SHA-256 iterations each Allocate burns.
 func (s *Server) WorkIterations() int { return s.iterations }
+
+// StockReadIterations returns the SHA-256 iterations each GetStock burns
+// (0 without WithStockReadWork).
+func (s *Server) StockReadIterations() int { return s.readIter }
 
 // SKUs returns the catalogue's SKUs in the order they were configured.
 func (s *Server) SKUs() []string { return append([]string(nil), s.skus...) }
@@ -264,7 +270,9 @@ func (s *Server) Release(ctx context.Context, req *inventoryv1.ReleaseRequest) (
 }
 
 // GetStock reports the units of req.Sku available for allocation. Errors:
-// INVALID_ARGUMENT (empty sku), NOT_FOUND (unknown sku). It does no CPU work.
+// INVALID_ARGUMENT (empty sku), NOT_FOUND (unknown sku). It does no CPU work
+// unless WithStockReadWork is given, and then does it after checking its
+// argument and before it reads the stock.
 func (s *Server) GetStock(ctx context.Context, req *inventoryv1.GetStockRequest) (*inventoryv1.GetStockResponse, error) {
 	s.begin()
 	defer s.end(ctx)
@@ -272,6 +280,10 @@ func (s *Server) GetStock(ctx context.Context, req *inventoryv1.GetStockRequest)
 	sku := req.GetSku()
 	if sku == "" {
 		return nil, s.reject(codes.InvalidArgument, "inventory: sku is required")
+	}
+	if s.readIter > 0 {
+		sum := burn(s.readIter, uint64(len(sku)))
+		s.sink.Add(uint64(sum[0]))
 	}
 	lvl, ok := s.Stock(sku)
 	if !ok {

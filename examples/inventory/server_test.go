@@ -286,6 +286,17 @@ func TestGetStock(t *testing.T) {
 	}
 }
 
+func TestGetStockWithReadWork(t *testing.T) {
+	srv := newServer(t, WithStock("A", 10), WithWorkIterations(0), WithStockReadWork(50*time.Microsecond))
+	got, err := client(t, srv).GetStock(context.Background(), &inventoryv1.GetStockRequest{Sku: "A"})
+	if err != nil || got.GetAvailable() != 10 {
+		t.Fatalf("GetStock(A) with WithStockReadWork(50µs) = %v, %v; want available 10", got, err)
+	}
+	if got := srv.StockReadIterations(); got < 1 {
+		t.Errorf("StockReadIterations() with WithStockReadWork(50µs) = %d, want >= 1", got)
+	}
+}
+
 // TestConcurrentNeverOversells drives thousands of concurrent Allocate,
 // retried Allocate and Release calls over gRPC at a stock far smaller than the
 // demand, then checks that no SKU went negative and that the stock the server
@@ -625,6 +636,12 @@ func TestNewServerDefaults(t *testing.T) {
 	if got := newServer(t, WithCPUWork(time.Second), WithWorkIterations(7)).WorkIterations(); got != 7 {
 		t.Errorf("NewServer(WithCPUWork(1s), WithWorkIterations(7)).WorkIterations() = %d, want 7", got)
 	}
+	if got := srv.StockReadIterations(); got != 0 {
+		t.Errorf("NewServer().StockReadIterations() = %d, want 0", got)
+	}
+	if got, want := newServer(t, WithStockReadWork(100*time.Microsecond)).StockReadIterations(), iterationsFor(100*time.Microsecond); got != want || got < 1 {
+		t.Errorf("NewServer(WithStockReadWork(100µs)).StockReadIterations() = %d, want iterationsFor(100µs) = %d >= 1", got, want)
+	}
 	// Twice the time, twice the iterations (up to rounding).
 	one, two := iterationsFor(time.Millisecond), iterationsFor(2*time.Millisecond)
 	if two < 2*one-1 || two > 2*one+1 {
@@ -651,6 +668,7 @@ func TestNewServerRejectsBadOptions(t *testing.T) {
 		{name: "empty sku", give: []Option{WithStock("", 1)}, want: "inventory: WithStock: sku must not be empty"},
 		{name: "negative stock", give: []Option{WithStock("A", -1)}, want: `inventory: WithStock("A"): units must be >= 0, got -1`},
 		{name: "negative work", give: []Option{WithCPUWork(-time.Millisecond)}, want: "inventory: WithCPUWork: duration must be >= 0, got -1ms"},
+		{name: "negative read work", give: []Option{WithStockReadWork(-time.Microsecond)}, want: "inventory: WithStockReadWork: duration must be >= 0, got -1µs"},
 		{name: "negative iterations", give: []Option{WithWorkIterations(-1)}, want: "inventory: WithWorkIterations: n must be >= 0, got -1"},
 		{name: "zero order memory", give: []Option{WithOrderMemory(0)}, want: "inventory: WithOrderMemory: n must be >= 1, got 0"},
 		{name: "negative order memory", give: []Option{WithOrderMemory(-5)}, want: "inventory: WithOrderMemory: n must be >= 1, got -5"},
@@ -670,7 +688,7 @@ func TestNewServerRejectsBadOptions(t *testing.T) {
 		{name: "the last value given counts", give: []Option{WithOrderMemory(0), WithOrderMemory(3), WithStock("A", -1), WithStock("A", 1)}},
 		{name: "a bad WithCPUWork is reported beside WithWorkIterations", give: []Option{WithWorkIterations(1), WithCPUWork(-time.Millisecond)},
 			want: "inventory: WithCPUWork: duration must be >= 0, got -1ms"},
-		{name: "zero values that are allowed", give: []Option{WithStock("A", 0), WithCPUWork(0), WithWorkIterations(0), WithOrderMemory(1), WithDatabase(1, 0)}},
+		{name: "zero values that are allowed", give: []Option{WithStock("A", 0), WithCPUWork(0), WithWorkIterations(0), WithOrderMemory(1), WithDatabase(1, 0), WithStockReadWork(0)}},
 		{name: "a bad database replaced by a good one", give: []Option{WithDatabase(0, -1), WithDatabase(2, time.Millisecond)}},
 	}
 	for _, tt := range tests {

@@ -1,0 +1,131 @@
+package main
+
+import (
+	"fmt"
+	"runtime"
+	"time"
+
+	"google.golang.org/grpc"
+
+	"github.com/levee-go/levee/admission"
+	"github.com/levee-go/levee/bulkhead"
+	"github.com/levee-go/levee/cpu"
+	"github.com/levee-go/levee/deadline"
+	"github.com/levee-go/levee/grpcguard"
+	"github.com/levee-go/levee/loadshed"
+	"github.com/levee-go/levee/protect"
+	"github.com/levee-go/levee/queuedelay"
+	"github.com/levee-go/levee/ratelimit"
+)
+
+// leveeProtection is levee's entry in the comparison: what a user gets in
+// one call, protect.New(), told no number.
+func leveeProtection() (opts []grpc.ServerOption, stop func(), err error) {
+	p, err := protect.New()
+	if err != nil {
+		return nil, func() {}, err
+	}
+	return p.ServerOptions(), p.Stop, nil
+}
+
+// leveeFirstWave is the first wave's recipe (cmd/levee/policy.go before
+// the preset), for comparison: it needs two numbers the preset learns, the
+// server's capacity in Allocate calls/s and the CPU time of one Allocate,
+// and takes them from the description of the server this process runs
+// (serverSpecFromEnv), which is what the benchmark measured and configured.
+func leveeFirstWave() (opts []grpc.ServerOption, stop func(), err error) {
+	s, err := serverSpecFromEnv()
+	if err != nil {
+		return nil, func() {}, err
+	}
+	capacity, cpuWork := s.Capacity, s.CPUWork
+	if !(capacity > 0) {
+		return nil, func() {}, fmt.Errorf("levee: capacity must be > 0, got %v", capacity)
+	}
+
+	// Allocate, at the transport, cheapest first: calls whose deadline
+	// cannot be met; calls that queued too long (CoDel, target 4 service
+	// times); a global token bucket at the capacity, scaled down by the
+	// CPU shedder; a per-client bucket at the capacity; a bulkhead of
+	// 4 × GOMAXPROCS in flight of which GOMAXPROCS run at a time, in FIFO
+	// order. Every other method: the deadline check only.
+	procs := runtime.GOMAXPROCS(0)
+	burst := max(1, int(capacity/10)) // 100 ms of capacity
+	dl, err := deadline.New()
+	if err != nil {
+		return nil, func() {}, err
+	}
+	queue, err := queuedelay.New(max(5*time.Millisecond, 4*cpuWork), max(100*time.Millisecond, 20*cpuWork))
+	if err != nil {
+		return nil, func() {}, err
+	}
+	global, err := ratelimit.NewLimiter(ratelimit.Limit(capacity), burst)
+	if err != nil {
+		return nil, func() {}, err
+	}
+	slots, err := bulkhead.New(4 * procs)
+	if err != nil {
+		return nil, func() {}, err
+	}
+	run, err := bulkhead.New(procs, bulkhead.WithQueue(4*procs))
+	if err != nil {
+		return nil, func() {}, err
+	}
+	shed, err := loadshed.New(loadshed.AIMD{}, []loadshed.Scaler{global})
+	if err != nil {
+		return nil, func() {}, err
+	}
+	perClient, err := ratelimit.NewKeyed(ratelimit.Limit(capacity), burst)
+	if err != nil {
+		return nil, func() {}, err
+	}
+	retry := time.Duration(float64(time.Second) / capacity) // about one call's slot
+	guard, err := grpcguard.New([]grpcguard.Rule{
+		{
+			Name:    "allocate",
+			Methods: []string{allocateMethod},
+			Key:     grpcguard.PeerKey(),
+			Guards: []admission.Guard{
+				dl,
+				queue,
+				ratelimit.NewGuard("global", global),
+				ratelimit.NewKeyedGuard("client", perClient),
+				bulkhead.NewGuard("inflight", slots, retry),
+				bulkhead.NewRunGuard("run", run, retry),
+			},
+		},
+		{Name: "default", Guards: []admission.Guard{dl}},
+	})
+	if err != nil {
+		perClient.Close()
+		return nil, func() {}, err
+	}
+
+	// The CPU shedder (AIMD) lowers the global bucket's scale only while
+	// the CPU is saturated and calls stand in a queue.
+	var monitor *cpu.Monitor
+	if src, err := cpu.Detect(); err == nil {
+		if mon, err := cpu.NewMonitor(src); err == nil {
+			monitor = mon
+			_ = shed.Follow(queuedCPU{mon: mon, queue: queue}, cpu.DefaultInterval) // fails only for an interval <= 0
+		}
+	}
+	stop = func() {
+		shed.Close()
+		if monitor != nil {
+			monitor.Close()
+		}
+		perClient.Close()
+	}
+	return guard.ServerOptions(), stop, nil
+}
+
+// queuedCPU is the shedder's signal: the CPU's utilisation, saturated only
+// while the queue guard sees a standing queue.
+type queuedCPU struct {
+	mon   *cpu.Monitor
+	queue *queuedelay.Guard
+}
+
+func (s queuedCPU) Utilization() float64 { return s.mon.Utilization() }
+func (s queuedCPU) Saturated() bool      { return s.mon.Saturated() && s.queue.Overloaded() }

@@ -1,0 +1,385 @@
+// Command peers compares levee with the Go load-protection libraries it is
+// measured against, side by side, on the CoreCart inventory service: the
+// same open-loop overload (normal load, a spike of 10× capacity,
+// recovery) on a CPU-bound, an I/O-bound and a mixed service, one table
+// per scenario. See README.md.
+//
+// Each server runs in a child process of this binary (GOMAXPROCS=1, pinned
+// to one CPU, in a one-CPU cgroup when the machine allows), started fresh
+// for every protection and scenario; this process generates the load from
+// the other CPUs.
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"runtime"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/levee-go/levee/internal/loadgen"
+)
+
+func main() {
+	if os.Getenv(serverEnv) != "" {
+		os.Exit(serveMain(os.Stdout, os.Stderr))
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := run(ctx, os.Args[1:], os.Stdout, os.Stderr); err != nil {
+		if !errors.Is(err, flag.ErrHelp) {
+			fmt.Fprintf(os.Stderr, "peers: %v\n", err)
+		}
+		os.Exit(2)
+	}
+}
+
+// config is a parsed command line.
+type config struct {
+	scenarios   []scenario
+	protections []protection
+	warmup      time.Duration
+	normal      time.Duration
+	spike       time.Duration
+	recovery    time.Duration
+	calibrate   time.Duration
+	normalLoad  float64
+	spikeLoad   float64
+	deadline    time.Duration
+	cgroup      bool
+	progress    bool
+	jsonOut     string
+}
+
+// Phase lengths of the default run and of -quick.
+const (
+	defaultNormal, defaultSpike, defaultRecovery, defaultCalibrate = 3 * time.Second, 6 * time.Second, 4 * time.Second, 2 * time.Second
+	quickNormal, quickSpike, quickRecovery, quickCalibrate         = 500 * time.Millisecond, time.Second, 700 * time.Millisecond, 500 * time.Millisecond
+)
+
+func parse(args []string, stderr io.Writer) (*config, error) {
+	fs := flag.NewFlagSet("peers", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() {
+		fmt.Fprintf(stderr, "Usage: go run . [flags]\n\nRuns the same open-loop overload against the inventory service protected by\neach of levee's peers and by levee, and prints one markdown table per scenario.\n\nFlags:\n")
+		fs.PrintDefaults()
+	}
+	cfg := &config{}
+	scen := fs.String("scenarios", scenarioNames(), "comma-separated `scenarios` to run: "+scenarioNames())
+	prot := fs.String("protections", protectionNames(), "comma-separated `protections` to compare: "+protectionNames())
+	fs.DurationVar(&cfg.warmup, "warmup", 0, "normal load before the normal phase, not scored: lets protections that smooth their signal over many seconds start the scored phases warm")
+	fs.DurationVar(&cfg.normal, "normal", defaultNormal, "length of the normal-load phase")
+	fs.DurationVar(&cfg.spike, "spike", defaultSpike, "length of the spike phase")
+	fs.DurationVar(&cfg.recovery, "recovery", defaultRecovery, "length of the recovery phase")
+	fs.DurationVar(&cfg.calibrate, "calibrate", defaultCalibrate, "how long to measure each server kind's capacity closed-loop")
+	quick := fs.Bool("quick", false, fmt.Sprintf("smoke-test lengths (normal %v, spike %v, recovery %v, calibrate %v) unless given explicitly: about a minute for everything; the numbers mean little",
+		quickNormal, quickSpike, quickRecovery, quickCalibrate))
+	fs.Float64Var(&cfg.normalLoad, "normal-load", 0.5, "normal and recovery load as a `multiple` of capacity")
+	fs.Float64Var(&cfg.spikeLoad, "spike-load", 10, "spike load as a `multiple` of capacity")
+	fs.DurationVar(&cfg.deadline, "deadline", time.Second, "deadline of every call")
+	fs.BoolVar(&cfg.cgroup, "cgroup", true, "run each server in a cgroup of one CPU when possible (Linux, root)")
+	fs.BoolVar(&cfg.progress, "progress", false, "print the load generator's progress every second on stderr")
+	fs.StringVar(&cfg.jsonOut, "json", "", "also write every run's full results as JSON to this `file`")
+	if err := fs.Parse(args); err != nil {
+		return nil, err
+	}
+	if fs.NArg() > 0 {
+		return nil, fmt.Errorf("unexpected arguments %q", fs.Args())
+	}
+	if *quick {
+		set := map[string]bool{}
+		fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+		for _, d := range []struct {
+			name string
+			p    *time.Duration
+			v    time.Duration
+		}{{"normal", &cfg.normal, quickNormal}, {"spike", &cfg.spike, quickSpike}, {"recovery", &cfg.recovery, quickRecovery}, {"calibrate", &cfg.calibrate, quickCalibrate}} {
+			if !set[d.name] {
+				*d.p = d.v
+			}
+		}
+	}
+	for _, name := range splitList(*scen) {
+		s, ok := scenarioNamed(name)
+		if !ok {
+			return nil, fmt.Errorf("-scenarios: unknown scenario %q (want some of %s)", name, scenarioNames())
+		}
+		cfg.scenarios = append(cfg.scenarios, s)
+	}
+	for _, name := range splitList(*prot) {
+		p, ok := protectionNamed(name)
+		if !ok {
+			return nil, fmt.Errorf("-protections: unknown protection %q (want some of %s)", name, protectionNames())
+		}
+		cfg.protections = append(cfg.protections, p)
+	}
+	if len(cfg.scenarios) == 0 || len(cfg.protections) == 0 {
+		return nil, errors.New("-scenarios and -protections must each name at least one")
+	}
+	for _, d := range []struct {
+		name string
+		v    time.Duration
+	}{{"normal", cfg.normal}, {"spike", cfg.spike}, {"recovery", cfg.recovery}, {"calibrate", cfg.calibrate}, {"deadline", cfg.deadline}} {
+		if d.v <= 0 {
+			return nil, fmt.Errorf("-%s must be > 0, got %v", d.name, d.v)
+		}
+	}
+	if cfg.warmup < 0 {
+		return nil, fmt.Errorf("-warmup must be >= 0, got %v", cfg.warmup)
+	}
+	if !(cfg.normalLoad > 0) || !(cfg.spikeLoad > 0) {
+		return nil, fmt.Errorf("-normal-load and -spike-load must be > 0, got %v and %v", cfg.normalLoad, cfg.spikeLoad)
+	}
+	return cfg, nil
+}
+
+func splitList(s string) []string {
+	var out []string
+	for _, f := range strings.Split(s, ",") {
+		if f = strings.TrimSpace(f); f != "" {
+			out = append(out, f)
+		}
+	}
+	return out
+}
+
+// measured is a server kind's capacity and the work its servers share.
+type measured struct {
+	capacity       float64
+	workIterations int
+}
+
+// run runs the benchmark the command line asks for and writes its tables
+// to stdout.
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	cfg, err := parse(args, stderr)
+	if err != nil {
+		return err
+	}
+	pl := place(cfg.cgroup)
+	defer pl.removeCgroup()
+	defer pl.restore()
+	fmt.Fprintf(stderr, "peers: %s\n", pl.note)
+
+	caps := map[string]measured{}
+	var results []scenarioResult
+	for _, sc := range cfg.scenarios {
+		m, ok := caps[sc.capacityKey()]
+		if !ok {
+			if m, err = measure(ctx, cfg, pl, sc, stderr); err != nil {
+				return err
+			}
+			caps[sc.capacityKey()] = m
+		}
+		res := scenarioResult{Scenario: sc.name, About: sc.about, Capacity: m.capacity, WorkIterations: m.workIterations,
+			Phases: cfg.phases(m.capacity), Mixed: sc.mixed}
+		for _, p := range cfg.protections {
+			rr, err := runOne(ctx, cfg, pl, sc, m, p, stderr)
+			if err != nil {
+				return fmt.Errorf("%s/%s: %w", sc.name, p.name, err)
+			}
+			s := scoreRun(p.label, m.capacity, rr.Allocate, rr.GetStock)
+			fmt.Fprintf(stderr, "peers: %s/%s: spike goodput %.0f%% of capacity, normal refused %.1f%%, recovery %.0f%%\n",
+				sc.name, p.name, s.SpikeGoodput, s.NormalRefused, s.Recovery)
+			res.Scores = append(res.Scores, s)
+			res.Runs = append(res.Runs, rr)
+		}
+		results = append(results, res)
+	}
+
+	for _, r := range results {
+		writeTable(stdout, r, cfg.deadline)
+	}
+	writeNotes(stdout, cfg, pl, results)
+	if cfg.jsonOut != "" {
+		b, err := json.MarshalIndent(results, "", "  ")
+		if err != nil {
+			return err
+		}
+		if err := os.WriteFile(cfg.jsonOut, b, 0o644); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// measure starts an unprotected server of the scenario's kind and
+// measures its capacity closed-loop; its SHA-256 rounds per Allocate
+// become every later server's.
+func measure(ctx context.Context, cfg *config, pl placement, sc scenario, stderr io.Writer) (measured, error) {
+	spec := sc.server
+	spec.Protection, spec.WorkIterations = "none", -1
+	srv, err := startServer(ctx, pl, spec, prefixed(stderr, "server: "))
+	if err != nil {
+		return measured{}, err
+	}
+	defer srv.stop()
+	c, err := dial(ctx, srv.addr)
+	if err != nil {
+		return measured{}, err
+	}
+	defer c.Close()
+	capacity, err := c.calibrate(ctx, sc.calWorkers, cfg.calibrate/4, cfg.calibrate)
+	if err != nil {
+		return measured{}, fmt.Errorf("%s: %w", sc.name, err)
+	}
+	fmt.Fprintf(stderr, "peers: %s server: capacity %.0f Allocate calls/s (%d callers closed-loop for %v), %d SHA-256 rounds per Allocate\n",
+		sc.name, capacity, sc.calWorkers, cfg.calibrate, srv.workIter)
+	return measured{capacity: capacity, workIterations: srv.workIter}, nil
+}
+
+// runOne runs the scenario against a fresh server protected by p.
+func runOne(ctx context.Context, cfg *config, pl placement, sc scenario, m measured, p protection, stderr io.Writer) (runResult, error) {
+	spec := sc.server
+	spec.Protection, spec.Capacity, spec.WorkIterations = p.name, m.capacity, m.workIterations
+	srv, err := startServer(ctx, pl, spec, prefixed(stderr, p.name+" server: "))
+	if err != nil {
+		return runResult{}, err
+	}
+	defer srv.stop()
+	alloc, err := dial(ctx, srv.addr)
+	if err != nil {
+		return runResult{}, err
+	}
+	defer alloc.Close()
+
+	opts := []loadgen.Option{loadgen.WithArrivals(loadgen.Poisson), loadgen.WithDeadline(cfg.deadline)}
+	if cfg.progress {
+		opts = append(opts, loadgen.WithProgress(prefixed(stderr, sc.name+"/"+p.name+" ")))
+	}
+	runID := fmt.Sprintf("%s-%s-%d", sc.name, p.name, time.Now().UnixNano())
+	genA, err := loadgen.New(alloc.allocateCall(runID), cfg.phases(m.capacity), append(opts, loadgen.WithSeed(1))...)
+	if err != nil {
+		return runResult{}, err
+	}
+	fmt.Fprintf(stderr, "peers: %s/%s: running %v\n", sc.name, p.name, cfg.warmup+cfg.normal+cfg.spike+cfg.recovery)
+
+	var reads *client
+	if sc.mixed {
+		// The readers are other clients: a connection of their own.
+		if reads, err = dial(ctx, srv.addr); err != nil {
+			return runResult{}, err
+		}
+		defer reads.Close()
+	}
+
+	rr := runResult{Protection: p.name}
+	cpuDone := make(chan float64, 1) // buffered: the sampler never blocks
+	go func() { cpuDone <- spikeCPU(ctx, srv.cmd.Process.Pid, cfg.warmup+cfg.normal, cfg.spike) }()
+	if sc.mixed {
+		rr.Allocate, rr.GetStock, err = runMixed(ctx, reads, genA, cfg)
+	} else {
+		rr.Allocate, err = genA.Run(ctx)
+	}
+	if err != nil {
+		return runResult{}, err
+	}
+	rr.ServerCPUSpike = <-cpuDone
+	return rr, nil
+}
+
+// runMixed runs genA and, beside it on reads, the steady GetStock load.
+func runMixed(ctx context.Context, reads *client, genA *loadgen.Generator, cfg *config) (alloc, stock *loadgen.Result, err error) {
+	genS, err := loadgen.New(reads.stockCall(), cfg.stockPhases(), loadgen.WithArrivals(loadgen.Poisson), loadgen.WithDeadline(cfg.deadline), loadgen.WithSeed(2))
+	if err != nil {
+		return nil, nil, err
+	}
+	type out struct {
+		res *loadgen.Result
+		err error
+	}
+	done := make(chan out, 1)
+	go func() {
+		res, err := genS.Run(ctx)
+		done <- out{res, err}
+	}()
+	alloc, err = genA.Run(ctx)
+	s := <-done
+	return alloc, s.res, errors.Join(err, s.err)
+}
+
+// spikeCPU returns the CPU time the server process used during the spike,
+// as % of one CPU, measured from start to start+spike after the call (the
+// generator's schedule starts when it is called, within a millisecond);
+// -1 when it cannot be read.
+func spikeCPU(ctx context.Context, pid int, start, spike time.Duration) float64 {
+	t0 := time.Now()
+	wait := func(d time.Duration) bool {
+		select {
+		case <-ctx.Done():
+			return false
+		case <-time.After(time.Until(t0.Add(d))):
+			return true
+		}
+	}
+	if !wait(start) {
+		return -1
+	}
+	c0, err := processCPU(pid)
+	if err != nil {
+		return -1
+	}
+	if !wait(start + spike) {
+		return -1
+	}
+	c1, err := processCPU(pid)
+	if err != nil {
+		return -1
+	}
+	return pct(float64(c1-c0), float64(spike))
+}
+
+// writeNotes says how the tables were made.
+func writeNotes(w io.Writer, cfg *config, pl placement, results []scenarioResult) {
+	fmt.Fprintln(w, "Notes:")
+	fmt.Fprintf(w, "- Servers: %s. %s/%s, %d CPUs.\n", pl.note, runtime.GOOS, runtime.GOARCH, runtime.NumCPU())
+	fmt.Fprintln(w, "- Spike goodput: Allocate calls that succeeded during the spike per second, as % of the measured capacity. "+
+		"Recovery: share of the recovery phase's calls that succeeded. Calls count in the phase in which they were scheduled.")
+	for _, p := range cfg.protections {
+		fmt.Fprintf(w, "- %s: %s.\n", p.label, p.about)
+	}
+	var lag time.Duration
+	for _, r := range results {
+		for _, s := range r.Scores {
+			lag = max(lag, s.SpikeLag)
+		}
+	}
+	fmt.Fprintf(w, "- Load generator start lag in the spike, p99, worst run: %.1f ms (large values mean the generator, not only the server, was short of CPU).\n",
+		float64(lag)/float64(time.Millisecond))
+}
+
+// prefixed writes each line to w with prefix in front.
+func prefixed(w io.Writer, prefix string) io.Writer {
+	return &prefixWriter{w: w, prefix: prefix, bol: true}
+}
+
+type prefixWriter struct {
+	w      io.Writer
+	prefix string
+	bol    bool
+}
+
+func (p *prefixWriter) Write(b []byte) (int, error) {
+	var buf []byte
+	for _, c := range b {
+		if p.bol {
+			buf = append(buf, p.prefix...)
+			p.bol = false
+		}
+		buf = append(buf, c)
+		if c == '\n' {
+			p.bol = true
+		}
+	}
+	if _, err := p.w.Write(buf); err != nil {
+		return 0, err
+	}
+	return len(b), nil
+}

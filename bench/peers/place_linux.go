@@ -1,0 +1,224 @@
+//go:build linux
+
+package main
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// maxCPUs is the number of CPUs a CPU set can name.
+const maxCPUs = len(unix.CPUSet{}) * 64
+
+// allowedCPUs returns the CPUs this process may run on, in increasing order.
+func allowedCPUs() ([]int, error) {
+	var set unix.CPUSet
+	if err := unix.SchedGetaffinity(0, &set); err != nil {
+		return nil, fmt.Errorf("sched_getaffinity: %w", err)
+	}
+	var cpus []int
+	for i := range maxCPUs {
+		if set.IsSet(i) {
+			cpus = append(cpus, i)
+		}
+	}
+	return cpus, nil
+}
+
+// pinProcess restricts every thread of this process to cpus. Linux sets
+// affinity per thread and a new thread inherits its creator's, so pinning
+// every existing thread (twice, to catch threads created meanwhile) pins
+// the whole Go process.
+func pinProcess(cpus []int) error {
+	var set unix.CPUSet
+	for _, c := range cpus {
+		set.Set(c)
+	}
+	for range 2 {
+		tasks, err := os.ReadDir("/proc/self/task")
+		if err != nil {
+			return fmt.Errorf("listing threads: %w", err)
+		}
+		for _, t := range tasks {
+			tid, err := strconv.Atoi(t.Name())
+			if err != nil {
+				continue
+			}
+			if err := unix.SchedSetaffinity(tid, &set); err != nil && err != unix.ESRCH {
+				return fmt.Errorf("sched_setaffinity(%d, %v): %w", tid, cpus, err)
+			}
+		}
+	}
+	return nil
+}
+
+// dieWithParent makes the child get SIGKILL if the benchmark dies, so a
+// crashed or interrupted run leaves no server behind. The setting survives
+// the exec of sh and taskset into the server.
+func dieWithParent(cmd *exec.Cmd) {
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+}
+
+// newCgroup creates a cgroup of one CPU for the servers: a fresh cpu and
+// cpuacct cgroup (v1) or a fresh cgroup with the cpu controller (v2),
+// with a CFS quota of one CPU, so that a server in it sees a one-CPU
+// container whose usage counters are its own. It returns the
+// cgroup.procs files a process writes its pid to in order to join, and a
+// function that removes the cgroup once no process is left in it. It
+// needs root (or a delegated hierarchy); any failure is returned and the
+// caller runs the servers without it.
+func newCgroup(name string) (procs []string, remove func(), err error) {
+	mounts, err := cgroupMounts()
+	if err != nil {
+		return nil, nil, err
+	}
+	var dirs []string
+	remove = func() {
+		for i := len(dirs) - 1; i >= 0; i-- {
+			_ = os.Remove(dirs[i])
+		}
+	}
+	mk := func(mount string) (string, error) {
+		dir := filepath.Join(mount, name)
+		if err := os.Mkdir(dir, 0o755); err != nil && !errors.Is(err, os.ErrExist) {
+			return "", err
+		}
+		dirs = append(dirs, dir)
+		return dir, nil
+	}
+	write := func(file, value string) error {
+		if err := os.WriteFile(file, []byte(value), 0o644); err != nil {
+			return fmt.Errorf("writing %q to %s: %w", value, file, err)
+		}
+		return nil
+	}
+	fail := func(err error) ([]string, func(), error) {
+		remove()
+		return nil, nil, err
+	}
+
+	if mounts.v1CPU != "" && mounts.v1Acct != "" {
+		cpuDir, err := mk(mounts.v1CPU)
+		if err != nil {
+			return fail(err)
+		}
+		if err := write(filepath.Join(cpuDir, "cpu.cfs_period_us"), "100000"); err != nil {
+			return fail(err)
+		}
+		if err := write(filepath.Join(cpuDir, "cpu.cfs_quota_us"), "100000"); err != nil {
+			return fail(err)
+		}
+		procs = append(procs, filepath.Join(cpuDir, "cgroup.procs"))
+		if mounts.v1Acct != mounts.v1CPU { // co-mounted as cpu,cpuacct: one directory
+			acctDir, err := mk(mounts.v1Acct)
+			if err != nil {
+				return fail(err)
+			}
+			procs = append(procs, filepath.Join(acctDir, "cgroup.procs"))
+		}
+		return procs, remove, nil
+	}
+	if mounts.v2 != "" {
+		ctrl, err := os.ReadFile(filepath.Join(mounts.v2, "cgroup.controllers"))
+		if err != nil {
+			return fail(err)
+		}
+		if !strings.Contains(" "+string(ctrl)+" ", " cpu ") {
+			return fail(fmt.Errorf("cgroup v2 at %s has no cpu controller", mounts.v2))
+		}
+		if err := write(filepath.Join(mounts.v2, "cgroup.subtree_control"), "+cpu"); err != nil {
+			return fail(err)
+		}
+		dir, err := mk(mounts.v2)
+		if err != nil {
+			return fail(err)
+		}
+		if err := write(filepath.Join(dir, "cpu.max"), "100000 100000"); err != nil {
+			return fail(err)
+		}
+		return []string{filepath.Join(dir, "cgroup.procs")}, remove, nil
+	}
+	return fail(errors.New("no cgroup v1 cpu and cpuacct controllers and no cgroup v2 with cpu mounted"))
+}
+
+type mounts struct {
+	v1CPU, v1Acct, v2 string
+}
+
+// cgroupMounts reads where the cgroup hierarchies are mounted from
+// /proc/self/mountinfo.
+func cgroupMounts() (mounts, error) {
+	var m mounts
+	f, err := os.Open("/proc/self/mountinfo")
+	if err != nil {
+		return m, err
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		pre, post, ok := strings.Cut(sc.Text(), " - ")
+		if !ok {
+			continue
+		}
+		fields, tail := strings.Fields(pre), strings.Fields(post)
+		if len(fields) < 5 || len(tail) < 3 {
+			continue
+		}
+		point := fields[4]
+		switch tail[0] {
+		case "cgroup2":
+			if m.v2 == "" {
+				m.v2 = point
+			}
+		case "cgroup":
+			for _, opt := range strings.Split(tail[2], ",") {
+				switch opt {
+				case "cpu":
+					m.v1CPU = point
+				case "cpuacct":
+					m.v1Acct = point
+				}
+			}
+		}
+	}
+	return m, sc.Err()
+}
+
+// processCPU returns the CPU time (user + system) process pid has used,
+// from /proc/PID/stat, to the kernel's tick (USER_HZ, 100 on Linux).
+func processCPU(pid int) (time.Duration, error) {
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0, err
+	}
+	// The command name, in parentheses, may hold spaces: count the
+	// fields after its closing parenthesis (state is the first).
+	i := strings.LastIndexByte(string(data), ')')
+	if i < 0 {
+		return 0, fmt.Errorf("/proc/%d/stat: no command name", pid)
+	}
+	f := strings.Fields(string(data[i+1:]))
+	if len(f) < 13 {
+		return 0, fmt.Errorf("/proc/%d/stat: %d fields after the command name, want >= 13", pid, len(f))
+	}
+	var ticks uint64
+	for _, v := range f[11:13] { // utime, stime
+		n, err := strconv.ParseUint(v, 10, 64)
+		if err != nil {
+			return 0, fmt.Errorf("/proc/%d/stat: %w", pid, err)
+		}
+		ticks += n
+	}
+	const userHZ = 100
+	return time.Duration(ticks) * (time.Second / userHZ), nil
+}

@@ -1,0 +1,21 @@
+//go:build !linux
+
+package main
+
+import (
+	"errors"
+	"os/exec"
+	"time"
+)
+
+var errNoPlacement = errors.New("CPU pinning and cgroups are only supported on Linux")
+
+func allowedCPUs() ([]int, error) { return nil, errNoPlacement }
+
+func pinProcess([]int) error { return errNoPlacement }
+
+func dieWithParent(*exec.Cmd) {}
+
+func newCgroup(string) ([]string, func(), error) { return nil, nil, errNoPlacement }
+
+func processCPU(int) (time.Duration, error) { return 0, errNoPlacement }

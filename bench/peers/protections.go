@@ -1,0 +1,205 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/failsafe-go/failsafe-go/adaptivelimiter"
+	"github.com/failsafe-go/failsafe-go/failsafegrpc"
+	aegisrl "github.com/go-kratos/aegis/ratelimit"
+	"github.com/go-kratos/aegis/ratelimit/bbr"
+	"github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors"
+	grpcrl "github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors/ratelimit"
+	"github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors/selector"
+	"github.com/zeromicro/go-zero/core/load"
+	"github.com/zeromicro/go-zero/core/logx"
+	"golang.org/x/time/rate"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/grpc/tap"
+)
+
+// go-zero's stat package, linked for the shedder, starts a goroutine in
+// its init that logs the machine's CPU and memory every minute to stdout,
+// in this process as in the servers; the tables go to stdout.
+func init() { logx.Disable() }
+
+// allocateMethod is the one method the CPU- or I/O-heavy scenarios load.
+const allocateMethod = "/corecart.inventory.v1.InventoryService/Allocate"
+
+// rateFraction is the share of the measured capacity that the static rate
+// limit admits: what a careful operator would configure by hand.
+const rateFraction = 0.8
+
+// A protection is one way of protecting the inventory server. build runs
+// in the server's process and returns its gRPC server options and a
+// function that stops whatever it started (never nil).
+type protection struct {
+	name  string // the -protections name
+	label string // the table's row
+	about string // one line for the notes under the tables
+	build func(s serverSpec) (opts []grpc.ServerOption, stop func(), err error)
+}
+
+// protections are the contenders, in the order of the tables. Each peer is
+// set up as its own documentation shows, with its defaults; only the
+// static rate limit needs a number, the measured capacity.
+var protections = []protection{
+	{
+		name: "none", label: "none",
+		about: "no protection",
+		build: func(serverSpec) ([]grpc.ServerOption, func(), error) { return nil, func() {}, nil },
+	},
+	{
+		name: "bbr", label: "kratos aegis BBR",
+		about: "github.com/go-kratos/aegis/ratelimit/bbr with its defaults (CPU threshold 80%, 10 s window), as a unary interceptor the way kratos' ratelimit middleware calls it",
+		build: bbrProtection,
+	},
+	{
+		name: "gozero", label: "go-zero shedder",
+		about: "github.com/zeromicro/go-zero/core/load adaptive shedder with its defaults (CPU threshold 90%, 5 s window), as a copy of zrpc's shedding interceptor (its drop log off)",
+		build: goZeroProtection,
+	},
+	{
+		name: "failsafe", label: "failsafe-go adaptive limiter",
+		about: "github.com/failsafe-go/failsafe-go/adaptivelimiter with its defaults, through its failsafegrpc adapter: the tap refuses when the limiter is full, the unary interceptor holds the permit and records the time",
+		build: failsafeProtection,
+	},
+	{
+		name: "ratelimit", label: fmt.Sprintf("grpc-middleware ratelimit %.1f×", rateFraction),
+		about: fmt.Sprintf("go-grpc-middleware v2 ratelimit interceptor over golang.org/x/time/rate at %.1f× the measured capacity (burst 100 ms of it), on Allocate only", rateFraction),
+		build: rateLimitProtection,
+	},
+	{
+		name: "levee", label: "levee preset",
+		about: "levee's one-call preset, protect.New(), told no number (levee.go)",
+		build: func(serverSpec) ([]grpc.ServerOption, func(), error) { return leveeProtection() },
+	},
+	{
+		name: "levee-firstwave", label: "levee first wave (told the capacity)",
+		about: "the first wave's recipe, sized from the measured capacity and CPU work (levee.go)",
+		build: func(serverSpec) ([]grpc.ServerOption, func(), error) { return leveeFirstWave() },
+	},
+}
+
+// protectionNamed returns the protection called name.
+func protectionNamed(name string) (protection, bool) {
+	for _, p := range protections {
+		if p.name == name {
+			return p, true
+		}
+	}
+	return protection{}, false
+}
+
+func protectionNames() string {
+	names := make([]string, len(protections))
+	for i, p := range protections {
+		names[i] = p.name
+	}
+	return strings.Join(names, ",")
+}
+
+// refused is the status of a call a peer refused. The peers' own gRPC
+// integrations answer RESOURCE_EXHAUSTED too (kratos maps its 429, zrpc
+// and go-grpc-middleware use the code), so every refusal is counted alike.
+func refused(who string, err error) error {
+	return status.Error(codes.ResourceExhausted, who+": "+err.Error())
+}
+
+// bbrProtection is kratos' middleware/ratelimit around an aegis BBR
+// limiter.
+func bbrProtection(serverSpec) ([]grpc.ServerOption, func(), error) {
+	l := bbr.NewLimiter()
+	intercept := func(ctx context.Context, req any, _ *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+		done, err := l.Allow()
+		if err != nil {
+			return nil, refused("aegis bbr", err)
+		}
+		resp, err := handler(ctx, req)
+		done(aegisrl.DoneInfo{Err: err})
+		return resp, err
+	}
+	return []grpc.ServerOption{grpc.ChainUnaryInterceptor(intercept)}, func() {}, nil
+}
+
+// goZeroProtection is zrpc's UnarySheddingInterceptor (an internal
+// package of go-zero, so copied here without its metrics) around the
+// adaptive shedder. go-zero logs every drop at error level by default;
+// the log is off (see init) so that the server does not spend its CPU
+// writing to the benchmark's pipe.
+func goZeroProtection(serverSpec) ([]grpc.ServerOption, func(), error) {
+	load.DisableLog()
+	shedder := load.NewAdaptiveShedder()
+	intercept := func(ctx context.Context, req any, _ *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (resp any, err error) {
+		promise, err := shedder.Allow()
+		if err != nil {
+			return nil, refused("go-zero", err)
+		}
+		defer func() {
+			if errors.Is(err, context.DeadlineExceeded) {
+				promise.Fail()
+			} else {
+				promise.Pass()
+			}
+		}()
+		return handler(ctx, req)
+	}
+	return []grpc.ServerOption{grpc.ChainUnaryInterceptor(intercept)}, func() {}, nil
+}
+
+// failsafeProtection installs one adaptive limiter twice through
+// failsafegrpc: as a tap, which only checks that a permit is free and so
+// refuses before a stream exists, and as a unary interceptor, which takes
+// the permit for the handler's run and records its time (a tap alone
+// takes no permit, so the limiter would never fill).
+func failsafeProtection(serverSpec) ([]grpc.ServerOption, func(), error) {
+	lim := adaptivelimiter.NewWithDefaults[any]()
+	inTap := failsafegrpc.NewServerInHandle[any](lim)
+	inHandler := failsafegrpc.NewUnaryServerInterceptor[any](lim)
+	tapFn := func(ctx context.Context, info *tap.Info) (context.Context, error) {
+		ctx, err := inTap(ctx, info)
+		if errors.Is(err, adaptivelimiter.ErrExceeded) {
+			err = refused("failsafe-go", err)
+		}
+		return ctx, err
+	}
+	intercept := func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+		resp, err := inHandler(ctx, req, info, handler)
+		if errors.Is(err, adaptivelimiter.ErrExceeded) {
+			err = refused("failsafe-go", err)
+		}
+		return resp, err
+	}
+	return []grpc.ServerOption{grpc.InTapHandle(tapFn), grpc.ChainUnaryInterceptor(intercept)}, func() {}, nil
+}
+
+// rateLimiter adapts an x/time/rate limiter to go-grpc-middleware's
+// ratelimit.Limiter.
+type rateLimiter struct{ l *rate.Limiter }
+
+func (r rateLimiter) Limit(context.Context) error {
+	if !r.l.Allow() {
+		return errors.New("rate limit exceeded")
+	}
+	return nil
+}
+
+// rateLimitProtection is a static token bucket at rateFraction of the
+// measured capacity, applied to Allocate only (the method the capacity
+// was measured for) with go-grpc-middleware's selector.
+func rateLimitProtection(s serverSpec) ([]grpc.ServerOption, func(), error) {
+	if !(s.Capacity > 0) {
+		return nil, func() {}, fmt.Errorf("ratelimit: needs the measured capacity, got %v", s.Capacity)
+	}
+	r := rateFraction * s.Capacity
+	l := rateLimiter{rate.NewLimiter(rate.Limit(r), max(1, int(r/10)))}
+	onAllocate := selector.MatchFunc(func(_ context.Context, c interceptors.CallMeta) bool {
+		return c.FullMethod() == allocateMethod
+	})
+	intercept := selector.UnaryServerInterceptor(grpcrl.UnaryServerInterceptor(l), onAllocate)
+	return []grpc.ServerOption{grpc.ChainUnaryInterceptor(intercept)}, func() {}, nil
+}
