@@ -30,9 +30,17 @@
 // method that uses little of the server is served ahead of an expensive one
 // that floods it, so a spike on one method does not make another slow. A
 // flow's queue is bounded by its queue target (the wait it may add, by
-// default twice its service time, at least 5ms): a call that would wait
-// longer is refused at admission, before any work, and one that waited its
-// target is refused when its turn has not come.
+// default four times its baseline service time, at least 5ms): a transport
+// admits only the calls that should start within half of it, counting the
+// calls on their way (Reserve), so a call that would wait is refused
+// before any work; one that waited twice its target is refused when its
+// turn has not come.
+//
+// On a CPU-bound server handlers take turns on the CPU, in the Go
+// scheduler's queue, whatever the limit; the wait for a turn there shows
+// in service times measured from the turn (the guard yields once after
+// taking its turn, so that transport goroutines run between handlers), and
+// in the wait between admission and the handler's start (NoteQueued).
 //
 // The learning is lock-free: each finished call adds to a few atomic
 // counters of its flow, and the caller that closes an interval updates the

@@ -14,8 +14,7 @@ const (
 	// ReasonQueueFull: the method's queue holds as many calls as can start
 	// within its queue target.
 	ReasonQueueFull = "too many calls waiting for a turn to run"
-	// ReasonTimeout: the call waited its queue target, in the transport or
-	// for a turn, without starting.
+	// ReasonTimeout: the call waited twice its queue target for a turn.
 	ReasonTimeout = "no turn to run within the queue target"
 	// ReasonGone: the caller left while the call waited for its turn.
 	ReasonGone = "caller gave up while waiting for a turn to run"
@@ -27,13 +26,12 @@ const (
 // NewGuard adapts l to the admission contract, with one flow per method
 // (admission.Call.Method). At admission it refuses a call whose method's
 // queue is full (Flow.Admissible), before any work, and reserves a place
-// for the others (Flow.Reserve); when the handler is
-// about to start (admission.Starter) it refuses a call that already waited
-// longer than twice its queue target in the transport, then waits for the
-// call's turn, and refuses it if its deadline can no longer be met. Finish
-// returns the turn and teaches l the call's service time: the outcome's
-// Duration, which a transport measures from the end of the wait (grpcguard
-// does). It panics if l is nil.
+// for the others (Flow.Reserve). When the handler is about to start
+// (admission.Starter) it waits for the call's turn, refuses the call if the
+// wait ran out (ReasonTimeout) or its deadline can no longer be met, and
+// yields the CPU once. Finish returns the turn and teaches l the call's
+// service time, from its turn to its end (Call.Now plus the outcome's
+// Duration). It panics if l is nil.
 func NewGuard(name string, l *Limiter) admission.Guard {
 	if l == nil {
 		panic("runlimit: NewGuard: nil Limiter")
@@ -71,12 +69,9 @@ func (g *guard) Admit(c admission.Call) admission.Decision {
 func (g *guard) Start(c admission.Call) admission.Decision {
 	f := g.l.Flow(c.Method)
 	target := f.QueueTarget()
-	if c.Queued > 2*target {
-		return admission.Refuse(ReasonTimeout, target) // Finish unreserves
-	}
 	f.Unreserve()
+	f.NoteQueued(c.Queued)
 	t, ok := f.TryAcquire(c.Now)
-	waited := !ok
 	if !ok {
 		ctx := c.Ctx
 		if ctx == nil {
@@ -102,14 +97,12 @@ func (g *guard) Start(c admission.Call) admission.Decision {
 			return admission.Decision{Refused: true, Reason: ReasonTooLate, DeadlineTooShort: true}
 		}
 	}
-	if waited {
-		// A turn handed over by a finishing handler makes this goroutine
-		// the next to run, ahead of the transport's goroutines that wait
-		// for the CPU: requests would go unread and responses unwritten
-		// for as long as handlers keep handing over. Yield once so they
-		// go first.
-		runtime.Gosched()
-	}
+	// A handler that starts as soon as the one before it finishes runs
+	// ahead of the transport's goroutines that wait for the CPU: on a
+	// saturated CPU, requests would go unread (and unrefused) and
+	// responses unwritten for as long as handlers follow each other.
+	// Yield once so they go first.
+	runtime.Gosched()
 	return admission.Grant(admission.Permit{Ref: f, Value: turn | uint64(t.start)})
 }
 
@@ -127,5 +120,9 @@ func (g *guard) Finish(c admission.Call, p admission.Permit, o admission.Outcome
 		t.Release()
 		return
 	}
-	t.done(o.Duration, o.Overload)
+	// The call ended o.Duration after its handler started, which the
+	// transport reads after Start; its service time runs from the turn,
+	// so that it includes the wait for the CPU after the yield above:
+	// that wait grows with the calls holding turns.
+	t.Done(c.Now.Add(o.Duration), o.Overload)
 }

@@ -23,12 +23,15 @@ func (l *Limiter) update(end int64) {
 	l.updates.Add(1)
 	peak := l.peak.Swap(running(l.state.Load()))
 	overloads := l.overloads.Swap(0)
-	var weight, ratios float64
+	var weight, ratios, svcSum, queuedSum, queuedN float64
 	for _, f := range flows {
+		queuedN += float64(f.qn.Swap(0))
+		queuedSum += float64(f.qsum.Swap(0))
 		n, sum := f.n.Swap(0), f.sum.Swap(0)
 		if n == 0 {
 			continue
 		}
+		svcSum += float64(sum)
 		mean := float64(sum) / float64(n)
 		if f.base == 0 || mean < f.base {
 			f.setBase(mean)
@@ -44,7 +47,7 @@ func (l *Limiter) update(end int64) {
 	if l.probes.Load() == 0 && int(l.est/2) >= l.o.floor && int(l.est/2) < int(l.est) {
 		// The first baseline was measured at the initial limit, maybe
 		// with contention: measure it at half the limit once.
-		l.startProbe(end, l.est, false)
+		l.startProbe(end, probeBaseline, l.est, int(l.est/2), 1)
 		return
 	}
 	r := 1.0
@@ -57,30 +60,28 @@ func (l *Limiter) update(end int64) {
 	if !cpuSat {
 		l.cpuElsewhere = false
 	}
-	if sh := l.shrunk; sh.from > 0 && weight > 0 {
-		l.shrunk = shrink{}
-		if r > 0.8*sh.r {
-			// The last shrink for CPU time-sharing barely shortened the
-			// calls: what stretches them is not their own concurrency
-			// but CPU taken elsewhere (a transport refusing a flood).
-			// Undo it, and leave the stretch to probes until the CPU is
-			// no longer saturated.
-			l.cpuElsewhere = true
-			l.apply(sh.from)
-			return
-		}
-	}
 	switch {
 	case overloads > 0:
 		est *= 0.9
-	case cpuSat && !l.cpuElsewhere && r > shrinkTrigger && est*(1-1/r) >= 0.5*(est-1):
-		// The CPU is saturated and service times stretch as calls share
-		// it (a queue estimate near limit - 1 is what time-sharing gives:
-		// every call but one waits): run fewer at once. A stretch smaller
-		// than that, with the CPU busy elsewhere (a transport refusing a
-		// flood, say), is left to the probe below.
-		l.shrunk = shrink{from: est, r: r}
-		est *= max(0.5, 1.1/r)
+	case peak < int64(est) && queuedN > 0 && weight > 0 && queuedSum/queuedN > 0.5*svcSum/weight:
+		// Fewer calls ran at once than the limit allows, yet calls waited
+		// to start longer than half a service time: the handlers take
+		// turns on the CPU before they even ask for one (they are
+		// CPU-bound), and every call let in beyond what ran only waits in
+		// the scheduler's queue. Limit to what ran.
+		est = float64(max(peak, 1))
+		l.steady = true
+	case !l.cpuElsewhere && r > shrinkTrigger && est*(1-1/r) >= 0.5*(est-1) && int(est*max(0.25, 1.1/r)) < int(est) &&
+		(cpuSat || end-l.lastProbe >= 5*int64(l.o.interval)):
+		// Service times stretch as calls share something (a queue
+		// estimate near limit - 1 is what time-sharing gives: every call
+		// but one waits), most often the CPU: try running fewer at once,
+		// and keep the cut if the calls that start after it are shorter.
+		// If they are not, the CPU is busy elsewhere (a transport refusing
+		// a flood, say) and the cut is undone. Without a saturated CPU the
+		// cut is tried at most every five intervals.
+		l.startProbe(end, probeCPU, est, int(est*max(0.25, 1.1/r)), r)
+		return
 	default:
 		// Vegas: how many calls queue inside the server.
 		queue := est * (1 - 1/r)
@@ -89,7 +90,7 @@ func (l *Limiter) update(end int64) {
 		case queue > hi && r >= 1.5 && end-l.lastProbe >= 5*int64(l.o.interval):
 			// A large stretch: is it ours, or did a dependency slow down,
 			// or is the CPU busy elsewhere? A probe at a lower limit tells.
-			l.startProbe(end, est, true)
+			l.startProbe(end, probeStretch, est, int(est/2), r)
 			return
 		case queue > hi:
 			est -= max(1, (queue-hi)/2)
@@ -119,12 +120,18 @@ func (l *Limiter) apply(est float64) {
 	}
 }
 
-// startProbe halves the limit to measure service times with less
-// contention. Needs upd.
-// stretched says service times had stretched, which a baseline that holds
-// blames on the limit.
-func (l *Limiter) startProbe(now int64, est float64, stretched bool) {
-	l.probe = probeState{on: true, saved: est, limit: max(l.o.floor, int(est/2)), started: now, stretched: stretched}
+// Kinds of probe: why the limit was lowered for a while.
+const (
+	probeBaseline = iota // measure the first baseline with less contention
+	probeStretch         // service times stretched: ours, or the service's?
+	probeCPU             // the CPU is saturated: do fewer calls at once help?
+)
+
+// startProbe lowers the limit to limit to measure service times with less
+// contention, est being the limit before and r the stretch that prompted
+// it. Needs upd.
+func (l *Limiter) startProbe(now int64, kind int, est float64, limit int, r float64) {
+	l.probe = probeState{on: true, kind: kind, saved: est, limit: max(l.o.floor, limit), started: now, r: r}
 	for _, f := range l.allFlows() {
 		f.pn.Store(0)
 		f.psum.Store(0)
@@ -185,6 +192,21 @@ func (l *Limiter) checkProbe(now int64, flows []*Flow) {
 	}
 	pr := ratios / weight
 	switch {
+	case p.kind == probeCPU && pr < 0.8*p.r:
+		// Fewer calls at once are shorter: keep the cut.
+		for _, f := range flows {
+			if pn := f.pn.Load(); pn > 0 {
+				f.setBase(min(f.base, float64(f.psum.Load())/float64(pn)))
+			}
+		}
+		l.steady = true
+		l.apply(float64(p.limit))
+	case p.kind == probeCPU && l.o.cpu != nil && l.o.cpu.Saturated():
+		// No shorter, and the CPU saturated: it is busy elsewhere. Undo
+		// the cut and leave stretches to the other probes until the CPU
+		// is not saturated.
+		l.cpuElsewhere = true
+		l.apply(p.saved)
 	case pr >= rebaseTrigger:
 		// Calls are slower even with less contention: the service itself
 		// changed. Move the baselines, keep the limit.
@@ -196,13 +218,13 @@ func (l *Limiter) checkProbe(now int64, flows []*Flow) {
 		l.rebases.Add(1)
 		l.apply(p.saved)
 	default:
-		// The baseline holds: the stretch was the limit's own doing.
+		// The baseline holds: a stretch was the limit's own doing.
 		for _, f := range flows {
 			if pn := f.pn.Load(); pn > 0 {
 				f.setBase(min(f.base, float64(f.psum.Load())/float64(pn)))
 			}
 		}
-		if p.stretched {
+		if p.kind == probeStretch {
 			l.apply(p.saved * 0.8)
 		} else {
 			l.apply(p.saved)

@@ -35,7 +35,8 @@ var (
 	// ErrQueueFull: the call's flow already has as many calls waiting as
 	// can start within its queue target.
 	ErrQueueFull = errors.New("runlimit: queue full")
-	// ErrTimeout: the call waited its flow's queue target without a turn.
+	// ErrTimeout: the call waited twice its flow's queue target without a
+	// turn.
 	ErrTimeout = errors.New("runlimit: no turn within the queue target")
 )
 
@@ -81,7 +82,7 @@ func WithInitialLimit(n int) Option { return func(o *options) { o.initial = n } 
 func WithInterval(d time.Duration) Option { return func(o *options) { o.interval = d } }
 
 // WithQueueTarget fixes the queue target of every flow: the longest a call
-// may wait for its turn. Default 0: each flow's is twice its learned
+// may wait for its turn. Default 0: each flow's is four times its learned
 // service time, at least DefaultMinQueueTarget. New fails if d < 0.
 func WithQueueTarget(d time.Duration) Option { return func(o *options) { o.target = d } }
 
@@ -141,8 +142,7 @@ type Limiter struct {
 	overloads atomic.Int64 // calls that failed by overload in the interval
 	upd       sync.Mutex
 	est       float64
-	steady    bool   // a stretch was seen: growth is additive, no longer doubling
-	shrunk    shrink // the last shrink for CPU time-sharing, until the next interval judges it
+	steady    bool // a stretch was seen: growth is additive, no longer doubling
 	// cpuElsewhere: a shrink for CPU time-sharing did not help, so the CPU
 	// is saturated by something else; until it is not, stretches are left
 	// to probes.
@@ -157,19 +157,14 @@ type Limiter struct {
 	updates      atomic.Uint64
 }
 
-// shrink is a cut of the limit for CPU time-sharing: from the limit
-// before, when calls were stretched r times their baseline.
-type shrink struct {
-	from, r float64
-}
-
 // probeState is a measurement of the service time at a lower limit.
 type probeState struct {
-	on        bool
-	stretched bool // started because service times stretched
-	saved     float64
-	limit     int
-	started   int64
+	on      bool
+	kind    int     // probeBaseline, probeStretch or probeCPU
+	saved   float64 // the limit before the probe
+	r       float64 // the stretch that prompted it
+	limit   int
+	started int64
 }
 
 const (
@@ -283,6 +278,8 @@ type Flow struct {
 
 	n       atomic.Int64 // calls finished in the interval
 	sum     atomic.Int64 // their service time, ns
+	qn      atomic.Int64 // calls that started in the interval (NoteQueued)
+	qsum    atomic.Int64 // how long they waited to start, ns
 	pn      atomic.Int64 // calls a probe measured
 	psum    atomic.Int64 // their service time, ns
 	svc     atomic.Int64 // mean service time (EWMA, weight 1/8), ns; 0 until the first
@@ -314,8 +311,8 @@ func (f *Flow) setBase(ns float64) {
 	f.baseNs.Store(int64(ns))
 }
 
-// QueueTarget returns the longest a call of the flow waits for its turn:
-// WithQueueTarget, or twice the flow's baseline service time (its mean
+// QueueTarget returns how long a call of the flow may wait for its turn:
+// WithQueueTarget, or four times the flow's baseline service time (its mean
 // service time until a baseline is learned), at least
 // DefaultMinQueueTarget. It is not derived from the mean, which stretches
 // with contention and would lengthen the queue it should bound.
@@ -327,7 +324,7 @@ func (f *Flow) QueueTarget() time.Duration {
 	if base == 0 {
 		base = f.ServiceTime()
 	}
-	return max(DefaultMinQueueTarget, 2*base)
+	return max(DefaultMinQueueTarget, 4*base)
 }
 
 // cost is the weight of one call of the flow in fair queueing, ns.
@@ -346,6 +343,16 @@ func (f *Flow) Admissible() bool {
 	}
 	capacity := float64(f.l.limit.Load()) * float64(f.QueueTarget()/2) / f.cost()
 	return float64(q) < math.Ceil(capacity)+1
+}
+
+// NoteQueued tells the flow how long a call waited between its admission
+// by a transport and the start of its handler, before asking for its turn.
+// On a CPU-bound server that wait is where calls queue for the CPU, out of
+// the Limiter's sight: fewer calls running than the limit allows, and long
+// waits to start, tell the Limiter to allow only what ran.
+func (f *Flow) NoteQueued(d time.Duration) {
+	f.qn.Add(1)
+	f.qsum.Add(int64(max(d, 0)))
 }
 
 // Reserve counts a call admitted by a transport that will ask for its turn
@@ -408,7 +415,9 @@ type waiter struct {
 // Acquire takes a turn for a call of f, waiting if every turn is taken:
 // turns are handed out fairly among the flows' waiting calls. It returns
 // ErrQueueFull at once when the flow is not Admissible, ErrTimeout after
-// the flow's queue target, and ctx's error if ctx ends first.
+// twice the flow's queue target (admission lets in only what should start
+// within half of it, so a timeout means the estimate went badly wrong),
+// and ctx's error if ctx ends first.
 func (f *Flow) Acquire(ctx context.Context) (Ticket, error) {
 	return f.acquire(ctx, true)
 }
@@ -452,7 +461,7 @@ func (f *Flow) acquire(ctx context.Context, check bool) (Ticket, error) {
 	f.queued.Add(1)
 	l.mu.Unlock()
 
-	timer := time.NewTimer(f.QueueTarget())
+	timer := time.NewTimer(2 * f.QueueTarget())
 	var err error
 	select {
 	case <-w.ready:
@@ -598,12 +607,6 @@ func (t Ticket) Done(now time.Time, overload bool) {
 	if t.f != nil {
 		t.doneAt(t.f.l.nanos(now), overload)
 	}
-}
-
-// done is Done for a call whose service time svc was measured by its
-// transport; the call ended svc after its turn's start.
-func (t Ticket) done(svc time.Duration, overload bool) {
-	t.doneAt(t.start+int64(max(svc, 0)), overload)
 }
 
 func (t Ticket) doneAt(end int64, overload bool) {

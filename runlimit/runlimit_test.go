@@ -196,9 +196,14 @@ func TestGuardThroughChain(t *testing.T) {
 	if l.Running() != 0 {
 		t.Errorf("Running() = %d after Finish, want 0", l.Running())
 	}
+	// Time queued in the transport is not held against a call: only its
+	// deadline is.
 	c := admission.Call{Ctx: context.Background(), Method: "/s/M", Now: now, Queued: time.Second}
-	if i, d := ch.Enter(&c, new(admission.Permits)); i != 0 || d.Reason != ReasonTimeout {
-		t.Errorf("a call that queued 1s in the transport = %d %+v, want refused with %q", i, d, ReasonTimeout)
+	ps := new(admission.Permits)
+	if i, d := ch.Enter(&c, ps); i >= 0 {
+		t.Errorf("a call that queued 1s in the transport = %d %+v, want admitted", i, d)
+	} else {
+		ch.Finish(&c, ps, admission.Outcome{Duration: 3 * time.Millisecond})
 	}
 	c = admission.Call{Ctx: context.Background(), Method: "/s/M", Now: now, Deadline: time.Now().Add(time.Millisecond)}
 	if i, d := ch.Enter(&c, new(admission.Permits)); i != 0 || !d.DeadlineTooShort {
@@ -247,15 +252,23 @@ func TestGuardReservationsBalance(t *testing.T) {
 		t.Fatal("third Admit refused")
 	}
 	ch.Abandon(&c3, &abandoned)
-	// A fourth queued too long in the transport.
+	// A fourth whose deadline is too short once its turn comes.
 	var late admission.Permits
 	c4 := c
+	c4.Deadline = time.Now().Add(-time.Millisecond)
+	ch.Finish(&c, &held, admission.Outcome{Duration: time.Millisecond})
+	held = admission.Permits{}
 	if i, _ := ch.Admit(&c4, &late); i >= 0 {
 		t.Fatal("fourth Admit refused")
 	}
-	c4.Queued = time.Second
-	if i, d := ch.Start(&c4, &late); i != 0 || d.Reason != ReasonTimeout {
-		t.Fatalf("fourth Start = %d %+v, want refused with %q", i, d, ReasonTimeout)
+	if i, d := ch.Start(&c4, &late); i != 0 || !d.DeadlineTooShort {
+		t.Fatalf("fourth Start = %d %+v, want a DeadlineTooShort refusal", i, d)
+	}
+	if i, _ := ch.Admit(&c, &held); i >= 0 {
+		t.Fatal("fifth Admit refused")
+	}
+	if i, d := ch.Start(&c, &held); i >= 0 {
+		t.Fatalf("fifth Start = %+v", d)
 	}
 	ch.Finish(&c, &held, admission.Outcome{Duration: time.Millisecond})
 	if got := f.pending.Load(); got != 0 {

@@ -72,7 +72,7 @@ func TestBadInputIsOneLineAndNonZero(t *testing.T) {
 		{name: "load extra argument", give: []string{"load", "now"}, wantCode: exitUsage, want: `unexpected argument "now"`},
 		{name: "demo negative spike", give: []string{"demo", "-spike", "-1s"}, wantCode: exitUsage, want: "-spike must be > 0, got -1s"},
 		{name: "demo zero normal", give: []string{"demo", "-normal", "0s"}, wantCode: exitUsage, want: "-normal must be > 0"},
-		{name: "demo unknown scenario", give: []string{"demo", "-scenario", "meteor"}, wantCode: exitUsage, want: `-scenario must be overload, io or dependency, got "meteor"`},
+		{name: "demo unknown scenario", give: []string{"demo", "-scenario", "meteor"}, wantCode: exitUsage, want: `-scenario must be overload, io, mixed or dependency, got "meteor"`},
 		{name: "demo zero cpu work", give: []string{"demo", "-cpu-work", "0s"}, wantCode: exitUsage, want: "-cpu-work must be > 0"},
 		{name: "unreachable target", give: []string{"load", "-target", "127.0.0.1:1", "-duration", "1s"}, wantCode: exitFail, want: "levee load: target 127.0.0.1:1 is not serving"},
 	}

@@ -35,6 +35,7 @@ func (c *cli) serve(ctx context.Context, args []string) error {
 	recipe := fs.String("recipe", recipePreset, "protection `recipe`: preset (the library's protect.New, learned) or firstwave (the first wave's recipe sized from -capacity, for comparison)")
 	dbConns := fs.Int("db-conns", 0, "I/O-bound mode: after its CPU work, Allocate holds one of `N` simulated database connections for -db-latency (0: no database)")
 	dbLatency := fs.Duration("db-latency", 10*time.Millisecond, "how long Allocate holds a database connection with -db-conns")
+	stockWork := fs.Duration("stock-work", 0, "CPU time each GetStock burns (the mixed scenario's cheap method)")
 	cpuWork := fs.Duration("cpu-work", inventory.DefaultCPUWork, "CPU time each Allocate burns (turned into SHA-256 rounds by timing this machine)")
 	workIterations := fs.Int("work-iterations", -1, "exact SHA-256 rounds each Allocate burns, overriding -cpu-work (-1: from -cpu-work); the demo gives both its servers the same")
 	unprotected := fs.Bool("unprotected", false, "serve without any protection")
@@ -57,6 +58,9 @@ func (c *cli) serve(ctx context.Context, args []string) error {
 	if *dbConns < 0 {
 		return usageError("-db-conns must be >= 0, got %d", *dbConns)
 	}
+	if *stockWork < 0 {
+		return usageError("-stock-work must be >= 0, got %v", *stockWork)
+	}
 	if *dbLatency < 0 {
 		return usageError("-db-latency must be >= 0, got %v", *dbLatency)
 	}
@@ -76,7 +80,7 @@ func (c *cli) serve(ctx context.Context, args []string) error {
 	if *workIterations >= 0 {
 		work = inventory.WithWorkIterations(*workIterations)
 	}
-	invOpts := []inventory.Option{work}
+	invOpts := []inventory.Option{work, inventory.WithStockReadWork(*stockWork)}
 	if *dbConns > 0 {
 		invOpts = append(invOpts, inventory.WithDatabase(*dbConns, *dbLatency))
 	}

@@ -114,6 +114,17 @@ func (t *Target) AllocateCall(runID string) loadgen.CallFunc {
 	}
 }
 
+// GetStockCall returns a CallFunc that reads the stock of a SKU.
+func (t *Target) GetStockCall() loadgen.CallFunc {
+	skus := inventory.DefaultSKUs()
+	return func(ctx context.Context) error {
+		id, _ := loadgen.RequestID(ctx)
+		var trailer metadata.MD
+		_, err := t.Client().GetStock(ctx, &inventoryv1.GetStockRequest{Sku: skus[id%uint64(len(skus))]}, grpc.Trailer(&trailer))
+		return loadgen.PushbackFromTrailer(err, trailer)
+	}
+}
+
 // Calibrate measures the calls/s the server completes closed-loop:
 // workers goroutines each send the next Allocate as soon as the previous
 // one answered, for warmup (not counted) and then d. Errors are not

@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/levee-go/levee/internal/loadgen"
 	"github.com/levee-go/levee/internal/report"
 	"github.com/levee-go/levee/internal/scenario"
 	"github.com/levee-go/levee/internal/stats"
@@ -59,18 +60,50 @@ func NewIO() scenario.Scenario {
 	}
 }
 
-// workload is what the servers of a run do per Allocate.
+// NameMixed is the name of the mixed variant.
+const NameMixed = "mixed"
+
+// The cheap method of NewMixed: GetStock, with this much CPU work, at a
+// steady rate through every phase.
+const (
+	MixedStockWork = 100 * time.Microsecond
+	MixedStockRate = 100
+)
+
+// NewMixed returns the overload scenario on a server with two methods of
+// different cost: the spike is on Allocate (CPU-bound), while GetStock, a
+// cheap read of MixedStockWork, runs steady at MixedStockRate calls/s.
+// Both are scored: a spike on the expensive method should not make the
+// cheap one slow or refused.
+func NewMixed() scenario.Scenario {
+	return scenario.Scenario{
+		Name: NameMixed,
+		Description: fmt.Sprintf("the overload scenario with two methods: the spike is on\nthe CPU-bound Allocate while GetStock (%v of CPU) runs steady at %d/s;\nboth are scored.",
+			MixedStockWork, MixedStockRate),
+		Run: func(ctx context.Context, env scenario.Env, s scenario.Settings) (*scenario.Result, error) {
+			return run(ctx, env, s, workload{cpuWork: s.CPUWork, workers: s.CalibrationWorkers, stockWork: MixedStockWork, stockRate: MixedStockRate})
+		},
+	}
+}
+
+// workload is what the servers of a run do per Allocate, and the steady
+// GetStock load beside it, if any.
 type workload struct {
 	cpuWork   time.Duration
 	dbConns   int
 	dbLatency time.Duration
 	workers   int // closed-loop callers that measure the capacity
+	stockWork time.Duration
+	stockRate float64 // GetStock calls/s through every phase; 0: none
 }
 
 func (w workload) args() []string {
 	a := []string{"-cpu-work", w.cpuWork.String()}
 	if w.dbConns > 0 {
 		a = append(a, "-db-conns", strconv.Itoa(w.dbConns), "-db-latency", w.dbLatency.String())
+	}
+	if w.stockWork > 0 {
+		a = append(a, "-stock-work", w.stockWork.String())
 	}
 	return a
 }
@@ -96,7 +129,7 @@ func run(ctx context.Context, env scenario.Env, s scenario.Settings, w workload)
 	var workIterations string
 
 	// 1. The unprotected server: measure its capacity, then overload it.
-	unprotected, err := runServer(ctx, env, s, plan, "unprotected", func(srv *scenario.Server, t *target.Target) error {
+	unprotected, err := runServer(ctx, env, s, w, plan, "unprotected", func(srv *scenario.Server, t *target.Target) error {
 		workIterations = srv.WorkIterations
 		if !s.MeasureCapacity {
 			return nil
@@ -132,7 +165,7 @@ func run(ctx context.Context, env scenario.Env, s scenario.Settings, w workload)
 		}
 		return nil
 	}
-	protected, err := runServer(ctx, env, s, plan, "protected", sameWork, &res.Capacity, protectedArgs...)
+	protected, err := runServer(ctx, env, s, w, plan, "protected", sameWork, &res.Capacity, protectedArgs...)
 	if err != nil {
 		return nil, err
 	}
@@ -146,7 +179,7 @@ func run(ctx context.Context, env scenario.Env, s scenario.Settings, w workload)
 	res.Comparison = &report.Comparison{
 		Title:    "levee demo: unprotected vs protected inventory service",
 		Capacity: res.Capacity,
-		Runs:     []report.Run{unprotected, protected},
+		Runs:     append(unprotected, protected...),
 		Notes: []string{
 			fmt.Sprintf("Capacity %.0f calls/s, %s. %s (%s SHA-256 rounds in both servers).", res.Capacity, how, w, workIterations),
 			protectedNote(s, res.Capacity),
@@ -165,10 +198,10 @@ func run(ctx context.Context, env scenario.Env, s scenario.Settings, w workload)
 
 // runServer starts a server with serveArgs, runs before (if any) against
 // it, then the schedule sized from *capacity, and stops the server.
-func runServer(ctx context.Context, env scenario.Env, s scenario.Settings, plan scenario.CPUPlan, name string, before func(*scenario.Server, *target.Target) error, capacity *float64, serveArgs ...string) (report.Run, error) {
+func runServer(ctx context.Context, env scenario.Env, s scenario.Settings, w workload, plan scenario.CPUPlan, name string, before func(*scenario.Server, *target.Target) error, capacity *float64, serveArgs ...string) ([]report.Run, error) {
 	srv, err := scenario.StartServer(ctx, env, plan.Server, serveArgs...)
 	if err != nil {
-		return report.Run{}, fmt.Errorf("%s server: %w", name, err)
+		return nil, fmt.Errorf("%s server: %w", name, err)
 	}
 	// The demo's servers need no long goodbye: after the run they have had
 	// time to drain (see stats.Client.ServerSamples).
@@ -176,12 +209,12 @@ func runServer(ctx context.Context, env scenario.Env, s scenario.Settings, plan 
 	fmt.Fprintf(env.Stderr, "levee demo: %s server up: %s\n", name, srv.Line)
 	t, err := target.Dial(ctx, srv.GRPCAddr, s.Load.Conns, env.ReadyTimeout)
 	if err != nil {
-		return report.Run{}, fmt.Errorf("%s server: %w", name, err)
+		return nil, fmt.Errorf("%s server: %w", name, err)
 	}
 	defer t.Close()
 	if before != nil {
 		if err := before(srv, t); err != nil {
-			return report.Run{}, fmt.Errorf("%s server: %w", name, err)
+			return nil, fmt.Errorf("%s server: %w", name, err)
 		}
 	}
 	phases := s.SpikePhases(*capacity)
@@ -190,12 +223,43 @@ func runServer(ctx context.Context, env scenario.Env, s scenario.Settings, plan 
 		name, phases[0].Duration, phases[0].Rate, phases[1].Duration, phases[1].Rate, phases[2].Duration, phases[2].Rate)
 	sc := stats.NewClient(srv.HTTPAddr, stats.DefaultTimeout)
 	defer sc.Close()
+	var (
+		stock    *loadgen.Result
+		stockErr error
+		done     = make(chan struct{})
+	)
+	if w.stockRate > 0 {
+		steady := make([]loadgen.Phase, len(phases))
+		for i, p := range phases {
+			steady[i] = loadgen.Phase{Name: p.Name, Duration: p.Duration, Rate: w.stockRate}
+		}
+		go func() {
+			defer close(done)
+			gen, err := loadgen.New(t.GetStockCall(), steady, s.GeneratorOptions(env, name+" GetStock")...)
+			if err != nil {
+				stockErr = err
+				return
+			}
+			stock, stockErr = gen.Run(ctx)
+		}()
+	} else {
+		close(done)
+	}
 	run, err := t.Run(ctx, sc, s.Drain, phases, opts)
+	<-done
 	if err != nil {
-		return report.Run{}, fmt.Errorf("%s run: %w", name, err)
+		return nil, fmt.Errorf("%s run: %w", name, err)
+	}
+	if stockErr != nil {
+		return nil, fmt.Errorf("%s GetStock run: %w", name, stockErr)
 	}
 	run.Name = name
-	return run, nil
+	runs := []report.Run{run}
+	if w.stockRate > 0 {
+		run.Name = name + " Allocate"
+		runs = []report.Run{run, {Name: name + " GetStock", Result: stock}}
+	}
+	return runs, nil
 }
 
 // protectedNote says what the protected server was told.
