@@ -183,10 +183,6 @@ func (ch *Chain) HasStarters() bool { return len(ch.starters) > 0 }
 func (ch *Chain) Admit(c *Call, ps *Permits) (refused int, d Decision) {
 	for i, g := range ch.guards {
 		bit := uint32(1) << i
-		if ch.always&bit != 0 {
-			ps.mask |= bit
-			continue
-		}
 		if f := ch.fast[i]; f != nil {
 			p, ok := f.AdmitFast(c.Now, c.Key)
 			if ok {
@@ -195,6 +191,9 @@ func (ch *Chain) Admit(c *Call, ps *Permits) (refused int, d Decision) {
 				continue
 			}
 			d = f.Refusal(*c)
+		} else if ch.always&bit != 0 {
+			ps.mask |= bit
+			continue
 		} else {
 			d = g.Admit(*c)
 		}

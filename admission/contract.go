@@ -32,10 +32,8 @@ type Call struct {
 // by value is copied through memory, which on an admitted path costs more
 // than the fields.
 func (c *Call) Init(ctx context.Context, method string, now time.Time) {
-	*c = Call{Ctx: ctx, Method: method, Now: now}
-	if dl, ok := ctx.Deadline(); ok {
-		c.Deadline = dl
-	}
+	c.Ctx, c.Method, c.Key, c.Now, c.Queued = ctx, method, "", now, 0
+	c.Deadline, _ = ctx.Deadline()
 }
 
 // Permit is what an admitted call holds from one guard until it is

@@ -68,7 +68,7 @@ func mustManual(tb testing.TB, opts ...cpu.Option) *cpu.Monitor {
 	return m
 }
 
-func mustController(tb testing.TB, p loadshed.Policy, targets []loadshed.Scaler, opts ...loadshed.Option) *loadshed.Controller {
+func mustController(tb testing.TB, p loadshed.Policy, targets []loadshed.Target, opts ...loadshed.Option) *loadshed.Controller {
 	tb.Helper()
 	c, err := loadshed.New(p, targets, opts...)
 	if err != nil {

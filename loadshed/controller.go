@@ -9,23 +9,23 @@ import (
 	"time"
 )
 
-// A Scaler is a limit that can be scaled: the Controller calls SetScaleAt
+// A Target is a limit that can be scaled: the Controller calls SetScaleAt
 // with a factor in (0, 1] whenever its scale changes.
 // *ratelimit.Limiter implements it. SetScaleAt runs under the
 // Controller's lock: it must be quick and must not call the Controller.
 // It returns an error, and keeps its previous scale, if it refuses f; the
 // Controller reports that error (see Controller.Observe) and carries on.
-// A nil Scaler is a programming error: New panics on it.
-type Scaler interface {
+// A nil Target is a programming error: New panics on it.
+type Target interface {
 	SetScaleAt(now time.Time, f float64) error
 }
 
-// ScalerFunc adapts a function to [Scaler]. The function runs under the
+// TargetFunc adapts a function to [Target]. The function runs under the
 // Controller's lock, as SetScaleAt does; it must not be nil.
-type ScalerFunc func(now time.Time, f float64) error
+type TargetFunc func(now time.Time, f float64) error
 
 // SetScaleAt returns f(now, scale).
-func (f ScalerFunc) SetScaleAt(now time.Time, scale float64) error { return f(now, scale) }
+func (f TargetFunc) SetScaleAt(now time.Time, scale float64) error { return f(now, scale) }
 
 // Signal is the CPU signal a Controller follows; *cpu.Monitor implements
 // it. Follow's goroutine calls it, so it must be safe for concurrent use
@@ -77,7 +77,7 @@ type Controller struct {
 
 	mu      sync.Mutex
 	run     runner
-	targets []Scaler
+	targets []Target
 	applied bool
 	opts    options
 
@@ -93,7 +93,7 @@ type Controller struct {
 // and is first applied at the first observation. It returns an error
 // naming every invalid policy field and its value. A nil policy or a nil
 // target is a programming error, not a value to validate: New panics.
-func New(p Policy, targets []Scaler, opts ...Option) (*Controller, error) {
+func New(p Policy, targets []Target, opts ...Option) (*Controller, error) {
 	if p == nil {
 		panic("loadshed: New with nil Policy")
 	}
@@ -106,7 +106,7 @@ func New(p Policy, targets []Scaler, opts ...Option) (*Controller, error) {
 	if err != nil {
 		return nil, err
 	}
-	c := &Controller{run: run, targets: append([]Scaler(nil), targets...)}
+	c := &Controller{run: run, targets: append([]Target(nil), targets...)}
 	for _, o := range opts {
 		if o != nil {
 			o(&c.opts)

@@ -56,7 +56,7 @@ func TestSeedScenario(t *testing.T) {
 			a := mustLimiter(t, 100, 100)
 			b := mustLimiter(t, 1000, 10)
 			mon := mustManual(t, cpu.WithSmoothing(0))
-			ctl := mustController(t, tt.policy, []loadshed.Scaler{a, b})
+			ctl := mustController(t, tt.policy, []loadshed.Target{a, b})
 			step := func(at time.Duration, u float64) float64 {
 				mon.Update(t0.Add(at), u)
 				return observe(t, ctl, t0.Add(at), mon.Utilization(), mon.Saturated())
@@ -127,7 +127,7 @@ func TestStepReproducesSeed(t *testing.T) {
 	seed := &seedMonitor{threshold: 0.8, cooldown: 5 * time.Second}
 	mon := mustManual(t, cpu.WithSmoothing(0))
 	target := &fakeScaler{scale: 1}
-	ctl := mustController(t, loadshed.Step{}, []loadshed.Scaler{target})
+	ctl := mustController(t, loadshed.Step{}, []loadshed.Target{target})
 	now := t0
 	changes := 0
 	for i := range 5000 {
@@ -199,8 +199,8 @@ func TestCallbackOutsideLock(t *testing.T) {
 func TestTargetsAppliedOnChangeOnly(t *testing.T) {
 	f1, f2 := &fakeScaler{}, &fakeScaler{}
 	var fn atomic.Int64
-	ctl := mustController(t, loadshed.AIMD{Ceiling: 0.9}, []loadshed.Scaler{f1, f2,
-		loadshed.ScalerFunc(func(time.Time, float64) error { fn.Add(1); return nil })})
+	ctl := mustController(t, loadshed.AIMD{Ceiling: 0.9}, []loadshed.Target{f1, f2,
+		loadshed.TargetFunc(func(time.Time, float64) error { fn.Add(1); return nil })})
 	if ctl.Scale() != 0.9 {
 		t.Fatalf("New(AIMD{Ceiling: 0.9}).Scale() = %v, want 0.9", ctl.Scale())
 	}
@@ -222,8 +222,8 @@ func TestTargetErrors(t *testing.T) {
 	refused := errors.New("refused")
 	ok := &fakeScaler{}
 	var got []loadshed.Change
-	ctl := mustController(t, loadshed.Step{}, []loadshed.Scaler{
-		loadshed.ScalerFunc(func(time.Time, float64) error { return refused }), ok,
+	ctl := mustController(t, loadshed.Step{}, []loadshed.Target{
+		loadshed.TargetFunc(func(time.Time, float64) error { return refused }), ok,
 	}, loadshed.WithOnChange(func(c loadshed.Change) { got = append(got, c) }))
 	s, err := ctl.Observe(t0, 0.9, true)
 	if s != 0.2 || !errors.Is(err, refused) || err.Error() != "loadshed: target 0: refused" {
@@ -333,7 +333,7 @@ func TestFollow(t *testing.T) {
 	sig := &fakeSignal{}
 	sig.set(1, true)
 	target := &fakeScaler{}
-	ctl := mustController(t, loadshed.Step{}, []loadshed.Scaler{target})
+	ctl := mustController(t, loadshed.Step{}, []loadshed.Target{target})
 	ctl.Follow(sig, time.Millisecond)
 	waitFor(t, func() bool { s, _ := target.get(); return s == 0.2 })
 	sig.set(0.1, false)
@@ -373,7 +373,7 @@ func waitFor(t *testing.T, cond func() bool) {
 func TestFollowMonitor(t *testing.T) {
 	mon := mustManual(t, cpu.WithSmoothing(0))
 	lim := mustLimiter(t, 50, 5)
-	ctl := mustController(t, loadshed.AIMD{}, []loadshed.Scaler{lim})
+	ctl := mustController(t, loadshed.AIMD{}, []loadshed.Target{lim})
 	defer ctl.Close()
 	ctl.Follow(mon, time.Millisecond)
 	mon.Update(time.Now(), 1)
@@ -385,7 +385,7 @@ func TestFollowMonitor(t *testing.T) {
 
 func TestConcurrentObserve(t *testing.T) {
 	lim := mustLimiter(t, 100, 10)
-	ctl := mustController(t, loadshed.AIMD{}, []loadshed.Scaler{lim}, loadshed.WithOnChange(func(loadshed.Change) {}))
+	ctl := mustController(t, loadshed.AIMD{}, []loadshed.Target{lim}, loadshed.WithOnChange(func(loadshed.Change) {}))
 	var wg sync.WaitGroup
 	for g := range 4 {
 		wg.Add(1)
@@ -451,7 +451,7 @@ func TestNewErrors(t *testing.T) {
 func TestObserveNaN(t *testing.T) {
 	f := &fakeScaler{}
 	var got []loadshed.Change
-	ctl := mustController(t, loadshed.Step{}, []loadshed.Scaler{f}, loadshed.WithOnChange(func(c loadshed.Change) { got = append(got, c) }))
+	ctl := mustController(t, loadshed.Step{}, []loadshed.Target{f}, loadshed.WithOnChange(func(c loadshed.Change) { got = append(got, c) }))
 	s, err := ctl.Observe(t0, nan(), true)
 	const want = "loadshed: Observe: utilization must not be NaN"
 	if s != 1 || err == nil || err.Error() != want {
@@ -491,7 +491,7 @@ func TestPanics(t *testing.T) {
 		want string
 	}{
 		{"nil policy", func() { loadshed.New(nil, nil) }, "loadshed: New with nil Policy"},
-		{"nil target", func() { loadshed.New(loadshed.Step{}, []loadshed.Scaler{nil}) }, "loadshed: target 0 is nil"},
+		{"nil target", func() { loadshed.New(loadshed.Step{}, []loadshed.Target{nil}) }, "loadshed: target 0 is nil"},
 		{"Follow nil", func() { mustController(t, loadshed.Step{}, nil).Follow(nil, time.Second) }, "loadshed: Follow with nil Signal"},
 		{"Follow closed", func() {
 			c := mustController(t, loadshed.Step{}, nil)
@@ -521,7 +521,7 @@ func nan() float64 { z := 0.0; return z / z }
 
 func TestReadsDoNotAllocate(t *testing.T) {
 	lim := mustLimiter(t, 100, 10)
-	ctl := mustController(t, loadshed.AIMD{}, []loadshed.Scaler{lim})
+	ctl := mustController(t, loadshed.AIMD{}, []loadshed.Target{lim})
 	if n := testing.AllocsPerRun(1000, func() { _ = ctl.Scale() }); n != 0 {
 		t.Errorf("Scale() allocates %v times, want 0", n)
 	}
@@ -559,7 +559,7 @@ func BenchmarkLimiterScale(b *testing.B) {
 
 func BenchmarkObserve(b *testing.B) {
 	lim := mustLimiter(b, 100, 10)
-	ctl := mustController(b, loadshed.AIMD{}, []loadshed.Scaler{lim})
+	ctl := mustController(b, loadshed.AIMD{}, []loadshed.Target{lim})
 	b.ReportAllocs()
 	now := t0
 	for i := range b.N {

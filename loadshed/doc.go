@@ -22,6 +22,6 @@
 //     0.2 and 1.
 //
 // The package imports nothing from levee but defines the small interfaces
-// it needs ([Scaler], [Signal]); *ratelimit.Limiter and *cpu.Monitor
+// it needs ([Target], [Signal]); *ratelimit.Limiter and *cpu.Monitor
 // satisfy them.
 package loadshed

@@ -25,7 +25,7 @@ func Example() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	ctl, err := loadshed.New(loadshed.AIMD{}, []loadshed.Scaler{lim},
+	ctl, err := loadshed.New(loadshed.AIMD{}, []loadshed.Target{lim},
 		loadshed.WithOnChange(func(c loadshed.Change) {
 			if c.Err != nil {
 				log.Printf("load shedding: %v", c.Err)
@@ -54,7 +54,7 @@ func ExampleStep() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	ctl, err := loadshed.New(loadshed.Step{}, []loadshed.Scaler{lim})
+	ctl, err := loadshed.New(loadshed.Step{}, []loadshed.Target{lim})
 	if err != nil {
 		log.Fatal(err)
 	}

@@ -11,9 +11,10 @@ import (
 // ReasonShed is the refusal of NewGuard.
 const ReasonShed = "shedding load while CPU is saturated"
 
-// Scale is what NewGuard reads: the current admission scale in (0, 1].
-// *Controller satisfies it.
-type Scale interface{ Scale() float64 }
+// Scaler is what NewGuard reads: anything with a current admission scale
+// in (0, 1]. *Controller satisfies it (and so does a Target such as
+// *ratelimit.Limiter).
+type Scaler interface{ Scale() float64 }
 
 // NewGuard adapts a scale to the admission contract: while src's scale is
 // below 1 the guard admits that fraction of calls, spread evenly (a credit
@@ -22,16 +23,16 @@ type Scale interface{ Scale() float64 }
 // by the CPU signal without a rate to scale; to scale token buckets
 // instead, give them to the Controller as targets. It panics if src is
 // nil.
-func NewGuard(name string, src Scale, retryAfter time.Duration) admission.Guard {
+func NewGuard(name string, src Scaler, retryAfter time.Duration) admission.Guard {
 	if src == nil {
-		panic("loadshed: NewGuard: nil Scale")
+		panic("loadshed: NewGuard: nil Scaler")
 	}
 	return &shedGuard{name: name, src: src, retry: retryAfter}
 }
 
 type shedGuard struct {
 	name   string
-	src    Scale
+	src    Scaler
 	retry  time.Duration
 	credit atomic.Uint64 // fixed point, 1<<32 is one call
 }

@@ -42,7 +42,7 @@ func observe(tb testing.TB, c *loadshed.Controller, now time.Time, u float64, sa
 }
 
 // mustController is loadshed.New for a policy a test knows to be valid.
-func mustController(tb testing.TB, p loadshed.Policy, targets []loadshed.Scaler, opts ...loadshed.Option) *loadshed.Controller {
+func mustController(tb testing.TB, p loadshed.Policy, targets []loadshed.Target, opts ...loadshed.Option) *loadshed.Controller {
 	tb.Helper()
 	c, err := loadshed.New(p, targets, opts...)
 	if err != nil {

@@ -29,7 +29,7 @@ func TestHotPathAllocs(t *testing.T) {
 	br := mustBreaker(t)
 	th := mustThrottle(t)
 	m := mustManual(t)
-	ctl := mustController(t, loadshed.AIMD{}, []loadshed.Scaler{l})
+	ctl := mustController(t, loadshed.AIMD{}, []loadshed.Target{l})
 	for _, err := range []error{
 		r.AddLimiter("l", l), r.AddKeyed("k", k), r.AddBulkhead("b", b), r.AddAdaptive("a", a),
 		r.AddBreaker("br", br), r.AddThrottle("th", th), r.AddCPU(m), r.AddScale("cpu", ctl),

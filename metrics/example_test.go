@@ -47,7 +47,7 @@ func printSeries(url string, prefixes ...string) {
 func Example() {
 	monitor := must(cpu.NewManual()) // in a server: cpu.NewMonitor(src) from cpu.Detect()
 	global := must(ratelimit.NewLimiter(100, 10))
-	shed := must(loadshed.New(loadshed.Step{}, []loadshed.Scaler{global}))
+	shed := must(loadshed.New(loadshed.Step{}, []loadshed.Target{global}))
 	slots := must(bulkhead.New(8))
 	guards, err := grpcguard.New([]grpcguard.Rule{{
 		Name:    "allocate",

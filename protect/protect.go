@@ -36,6 +36,7 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -175,7 +176,10 @@ func New(opts ...Option) (*Server, error) {
 	signal := o.cpuSignal
 	if signal == nil && !o.cpuOff {
 		if src, err := cpu.Detect(); err == nil {
-			if mon, err := cpu.NewMonitor(src); err == nil {
+			// Sampled and smoothed faster than the monitor's defaults, so
+			// that a spike on a CPU-bound server is seen within a few
+			// tenths of a second; the cooldown keeps it seen for a while.
+			if mon, err := cpu.NewMonitor(src, cpu.WithInterval(100*time.Millisecond), cpu.WithSmoothing(200*time.Millisecond)); err == nil {
 				p.monitor, signal = mon, mon
 			}
 		}

@@ -265,7 +265,7 @@ func (l *Limiter) SetScale(f float64) error { return l.SetScaleAt(time.Now(), f)
 // Limit × f and the burst Burst × f (rounded down, at least 1). The tokens
 // earned up to now are kept, capped at the scaled burst. SetScaleAt(now, 1)
 // restores the configured values. Unless 0 < f ≤ 1 it returns an error and
-// changes nothing. It implements loadshed.Scaler.
+// changes nothing. It implements loadshed.Target.
 func (l *Limiter) SetScaleAt(now time.Time, f float64) error {
 	if err := checkScale("SetScale", f); err != nil {
 		return err

@@ -94,7 +94,7 @@ func (l *Limiter) update(end int64) {
 			return
 		case queue > hi:
 			est -= max(1, (queue-hi)/2)
-		case queue <= lo && reached && !cpuSat:
+		case queue <= lo && reached && !cpuSat && end >= l.holdUntil:
 			if l.steady {
 				est += max(1, math.Sqrt(est))
 			} else {
@@ -172,6 +172,7 @@ func (l *Limiter) checkProbe(now int64, flows []*Flow) {
 	l.probing.Store(false)
 	l.lastProbe = now
 	l.probes.Add(1)
+	l.peak.Store(running(l.state.Load())) // the peak before the probe says nothing of what follows
 	if n < probeSamples {
 		l.apply(p.saved * 0.9) // abandoned
 		return
@@ -193,7 +194,9 @@ func (l *Limiter) checkProbe(now int64, flows []*Flow) {
 	pr := ratios / weight
 	switch {
 	case p.kind == probeCPU && pr < 0.8*p.r:
-		// Fewer calls at once are shorter: keep the cut.
+		// Fewer calls at once are shorter: keep the cut, and do not grow
+		// again for a while (a CPU signal lags the load that saturates it).
+		l.holdUntil = now + 20*int64(l.o.interval)
 		for _, f := range flows {
 			if pn := f.pn.Load(); pn > 0 {
 				f.setBase(min(f.base, float64(f.psum.Load())/float64(pn)))

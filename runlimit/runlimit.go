@@ -147,6 +147,7 @@ type Limiter struct {
 	// is saturated by something else; until it is not, stretches are left
 	// to probes.
 	cpuElsewhere bool
+	holdUntil    int64 // no growth before this instant, ns since epoch
 	opened       int64 // start of the current interval, ns since epoch
 	probe        probeState
 	lastProbe    int64

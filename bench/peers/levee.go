@@ -71,7 +71,7 @@ func leveeFirstWave() (opts []grpc.ServerOption, stop func(), err error) {
 	if err != nil {
 		return nil, func() {}, err
 	}
-	shed, err := loadshed.New(loadshed.AIMD{}, []loadshed.Scaler{global})
+	shed, err := loadshed.New(loadshed.AIMD{}, []loadshed.Target{global})
 	if err != nil {
 		return nil, func() {}, err
 	}

@@ -136,7 +136,7 @@ func newPolicy(p policyParams) (*policy, error) {
 	}
 	pol.guard = guard
 
-	if pol.shed, err = loadshed.New(loadshed.AIMD{}, []loadshed.Scaler{pol.global}); err != nil {
+	if pol.shed, err = loadshed.New(loadshed.AIMD{}, []loadshed.Target{pol.global}); err != nil {
 		pol.perClient.Close()
 		return nil, err
 	}
