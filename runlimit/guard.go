@@ -29,9 +29,10 @@ const (
 // for the others (Flow.Reserve). When the handler is about to start
 // (admission.Starter) it waits for the call's turn, refuses the call if the
 // wait ran out (ReasonTimeout) or its deadline can no longer be met, and
-// yields the CPU once. Finish returns the turn and teaches l the call's
-// service time, from its turn to its end (Call.Now plus the outcome's
-// Duration). It panics if l is nil.
+// yields the CPU once. Finish returns the turn and teaches l the service
+// time of a call that succeeded, from its turn to its end (Call.Now plus
+// the outcome's Duration), or that it failed by overload. It panics if l
+// is nil.
 func NewGuard(name string, l *Limiter) admission.Guard {
 	if l == nil {
 		panic("runlimit: NewGuard: nil Limiter")
@@ -116,7 +117,10 @@ func (g *guard) Finish(c admission.Call, p admission.Permit, o admission.Outcome
 		return
 	}
 	t := Ticket{f: f, start: int64(p.Value &^ turn)}
-	if o.Skipped {
+	if o.Skipped || (o.Err != nil && !o.Overload) {
+		// Never ran, or failed for a reason of its own (canceled by its
+		// caller, refused by the application): its time says nothing of
+		// the service's, and a fast failure would lower the baseline.
 		t.Release()
 		return
 	}

@@ -278,3 +278,42 @@ func TestGuardReservationsBalance(t *testing.T) {
 		t.Errorf("running %d, waiting %d; want 0, 0", l.Running(), l.Waiting())
 	}
 }
+
+// TestGuardLearnsOnlyFromSuccesses: a call canceled by its caller, or
+// refused by the application, teaches the limiter nothing; an overload
+// failure counts as one.
+func TestGuardLearnsOnlyFromSuccesses(t *testing.T) {
+	l := mustNew(t, WithBounds(1, 1))
+	ch, err := admission.NewChain("r", []admission.Guard{NewGuard("run", l)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := l.Flow("/s/M")
+	run := func(o admission.Outcome) {
+		t.Helper()
+		c := admission.Call{Ctx: context.Background(), Method: "/s/M", Now: time.Now()}
+		var ps admission.Permits
+		if i, d := ch.Enter(&c, &ps); i >= 0 {
+			t.Fatalf("Enter = %+v", d)
+		}
+		ch.Finish(&c, &ps, o)
+	}
+	run(admission.Outcome{Duration: 10 * time.Millisecond})
+	run(admission.Outcome{Err: context.Canceled, Duration: time.Microsecond})
+	run(admission.Outcome{Err: errors.New("not found"), Duration: time.Microsecond})
+	if got := f.ServiceTime(); got != 10*time.Millisecond {
+		t.Errorf("ServiceTime() = %v after one 10ms success and two fast failures, want 10ms", got)
+	}
+	run(admission.Outcome{Err: errors.New("deadline"), Overload: true, Duration: time.Second})
+	if got := f.ServiceTime(); got != 10*time.Millisecond {
+		t.Errorf("ServiceTime() = %v after an overload failure, want still 10ms", got)
+	}
+	// The overload is counted for the next update, unless that update
+	// already ran (on this call) and took it.
+	if got := l.overloads.Load(); got != 1 && l.Stats().Updates == 0 {
+		t.Errorf("overloads = %d after an overload failure and no update, want 1", got)
+	}
+	if l.Running() != 0 {
+		t.Errorf("Running() = %d, want 0", l.Running())
+	}
+}
