@@ -9,19 +9,10 @@ import (
 	"os/exec"
 	"strconv"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"syscall"
 	"time"
 
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
-	healthpb "google.golang.org/grpc/health/grpc_health_v1"
-	"google.golang.org/grpc/metadata"
-
-	"github.com/levee-go/levee/examples/inventory"
-	inventoryv1 "github.com/levee-go/levee/examples/inventory/proto/corecart/inventory/v1"
-	"github.com/levee-go/levee/internal/loadgen"
+	"github.com/levee-go/levee/internal/affinity"
 )
 
 // serverStartTimeout bounds the wait for a server's listening line.
@@ -46,7 +37,7 @@ type placement struct {
 func place(useCgroup bool) placement {
 	p := placement{serverCPU: -1, restore: func() {}, removeCgroup: func() {}}
 	var notes []string
-	allowed, err := allowedCPUs()
+	allowed, err := affinity.Allowed()
 	switch {
 	case err != nil:
 		notes = append(notes, fmt.Sprintf("servers not pinned (%v)", err))
@@ -54,12 +45,12 @@ func place(useCgroup bool) placement {
 		notes = append(notes, fmt.Sprintf("servers not pinned (only CPU %v: servers and load generator share it)", allowed))
 	default:
 		server, rest := allowed[0], allowed[1:]
-		if err := pinProcess(rest); err != nil {
+		if err := affinity.Pin(rest); err != nil {
 			notes = append(notes, fmt.Sprintf("servers not pinned (%v)", err))
 			break
 		}
 		p.serverCPU = server
-		p.restore = func() { _ = pinProcess(allowed) }
+		p.restore = func() { _ = affinity.Pin(allowed) }
 		how := "sched_setaffinity"
 		if path, err := exec.LookPath("taskset"); err == nil {
 			p.taskset, how = path, "taskset"
@@ -194,132 +185,4 @@ func (s *server) stop() {
 		_ = s.cmd.Process.Kill()
 		<-s.exited
 	}
-}
-
-// client is a connection to a server.
-type client struct {
-	cc  *grpc.ClientConn
-	inv inventoryv1.InventoryServiceClient
-}
-
-// dial connects to addr and waits until its health service answers
-// SERVING.
-func dial(ctx context.Context, addr string) (*client, error) {
-	cc, err := grpc.NewClient(addr,
-		grpc.WithTransportCredentials(insecure.NewCredentials()),
-		grpc.WithDisableRetry()) // the generator counts outcomes, it does not retry
-	if err != nil {
-		return nil, err
-	}
-	ctx, cancel := context.WithTimeout(ctx, serverStartTimeout)
-	defer cancel()
-	hc := healthpb.NewHealthClient(cc)
-	for {
-		cctx, ccancel := context.WithTimeout(ctx, 500*time.Millisecond)
-		resp, err := hc.Check(cctx, &healthpb.HealthCheckRequest{Service: inventory.ServiceName})
-		ccancel()
-		if err == nil && resp.GetStatus() == healthpb.HealthCheckResponse_SERVING {
-			return &client{cc: cc, inv: inventoryv1.NewInventoryServiceClient(cc)}, nil
-		}
-		select {
-		case <-ctx.Done():
-			_ = cc.Close()
-			return nil, fmt.Errorf("server %s not serving: %v", addr, err)
-		case <-time.After(50 * time.Millisecond):
-		}
-	}
-}
-
-func (c *client) Close() { _ = c.cc.Close() }
-
-// allocateCall allocates one unit for a fresh order per request, passing
-// the server's pushback trailer on to the generator.
-func (c *client) allocateCall(runID string) loadgen.CallFunc {
-	skus := inventory.DefaultSKUs()
-	return func(ctx context.Context) error {
-		id, _ := loadgen.RequestID(ctx)
-		var trailer metadata.MD
-		_, err := c.inv.Allocate(ctx, &inventoryv1.AllocateRequest{
-			Sku:      skus[id%uint64(len(skus))],
-			Quantity: 1,
-			OrderId:  runID + "-" + strconv.FormatUint(id, 10),
-		}, grpc.Trailer(&trailer))
-		return loadgen.PushbackFromTrailer(err, trailer)
-	}
-}
-
-// stockCall reads the stock of a SKU.
-func (c *client) stockCall() loadgen.CallFunc {
-	skus := inventory.DefaultSKUs()
-	return func(ctx context.Context) error {
-		id, _ := loadgen.RequestID(ctx)
-		_, err := c.inv.GetStock(ctx, &inventoryv1.GetStockRequest{Sku: skus[id%uint64(len(skus))]})
-		return err
-	}
-}
-
-// calibrate measures the Allocate calls/s the server completes
-// closed-loop: workers callers each send the next call as soon as the
-// previous one answered, for warmup (not counted) and then d.
-func (c *client) calibrate(ctx context.Context, workers int, warmup, d time.Duration) (float64, error) {
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	var (
-		counting  atomic.Bool
-		completed atomic.Int64
-		errMu     sync.Mutex
-		firstErr  error
-		wg        sync.WaitGroup
-	)
-	skus := inventory.DefaultSKUs()
-	runID := fmt.Sprintf("calibrate-%d", time.Now().UnixNano())
-	for w := range workers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for i := 0; ctx.Err() == nil; i++ {
-				cctx, ccancel := context.WithTimeout(ctx, 10*time.Second)
-				_, err := c.inv.Allocate(cctx, &inventoryv1.AllocateRequest{
-					Sku: skus[i%len(skus)], Quantity: 1, OrderId: fmt.Sprintf("%s-%d-%d", runID, w, i),
-				})
-				ccancel()
-				switch {
-				case ctx.Err() != nil:
-				case err != nil:
-					errMu.Lock()
-					if firstErr == nil {
-						firstErr = err
-					}
-					errMu.Unlock()
-				case counting.Load():
-					completed.Add(1)
-				}
-			}
-		}()
-	}
-	sleep := func(d time.Duration) error {
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(d):
-			return nil
-		}
-	}
-	err := sleep(warmup)
-	counting.Store(true)
-	start := time.Now()
-	if err == nil {
-		err = sleep(d)
-	}
-	counting.Store(false)
-	elapsed := time.Since(start)
-	cancel()
-	wg.Wait()
-	if err != nil {
-		return 0, err
-	}
-	if completed.Load() == 0 {
-		return 0, fmt.Errorf("calibration: no call succeeded in %v (first error: %v)", d, firstErr)
-	}
-	return float64(completed.Load()) / elapsed.Seconds(), nil
 }

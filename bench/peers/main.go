@@ -25,6 +25,7 @@ import (
 	"time"
 
 	"github.com/levee-go/levee/internal/loadgen"
+	"github.com/levee-go/levee/internal/target"
 )
 
 func main() {
@@ -221,12 +222,12 @@ func measure(ctx context.Context, cfg *config, pl placement, sc scenario, stderr
 		return measured{}, err
 	}
 	defer srv.stop()
-	c, err := dial(ctx, srv.addr)
+	c, err := target.Dial(ctx, srv.addr, 1, serverStartTimeout)
 	if err != nil {
 		return measured{}, err
 	}
 	defer c.Close()
-	capacity, err := c.calibrate(ctx, sc.calWorkers, cfg.calibrate/4, cfg.calibrate)
+	capacity, err := c.Calibrate(ctx, sc.calWorkers, cfg.calibrate/4, cfg.calibrate)
 	if err != nil {
 		return measured{}, fmt.Errorf("%s: %w", sc.name, err)
 	}
@@ -244,7 +245,7 @@ func runOne(ctx context.Context, cfg *config, pl placement, sc scenario, m measu
 		return runResult{}, err
 	}
 	defer srv.stop()
-	alloc, err := dial(ctx, srv.addr)
+	alloc, err := target.Dial(ctx, srv.addr, 1, serverStartTimeout)
 	if err != nil {
 		return runResult{}, err
 	}
@@ -255,16 +256,16 @@ func runOne(ctx context.Context, cfg *config, pl placement, sc scenario, m measu
 		opts = append(opts, loadgen.WithProgress(prefixed(stderr, sc.name+"/"+p.name+" ")))
 	}
 	runID := fmt.Sprintf("%s-%s-%d", sc.name, p.name, time.Now().UnixNano())
-	genA, err := loadgen.New(alloc.allocateCall(runID), cfg.phases(m.capacity), append(opts, loadgen.WithSeed(1))...)
+	genA, err := loadgen.New(alloc.AllocateCall(runID), cfg.phases(m.capacity), append(opts, loadgen.WithSeed(1))...)
 	if err != nil {
 		return runResult{}, err
 	}
 	fmt.Fprintf(stderr, "peers: %s/%s: running %v\n", sc.name, p.name, cfg.warmup+cfg.normal+cfg.spike+cfg.recovery)
 
-	var reads *client
+	var reads *target.Target
 	if sc.mixed {
 		// The readers are other clients: a connection of their own.
-		if reads, err = dial(ctx, srv.addr); err != nil {
+		if reads, err = target.Dial(ctx, srv.addr, 1, serverStartTimeout); err != nil {
 			return runResult{}, err
 		}
 		defer reads.Close()
@@ -286,8 +287,8 @@ func runOne(ctx context.Context, cfg *config, pl placement, sc scenario, m measu
 }
 
 // runMixed runs genA and, beside it on reads, the steady GetStock load.
-func runMixed(ctx context.Context, reads *client, genA *loadgen.Generator, cfg *config) (alloc, stock *loadgen.Result, err error) {
-	genS, err := loadgen.New(reads.stockCall(), cfg.stockPhases(), loadgen.WithArrivals(loadgen.Poisson), loadgen.WithDeadline(cfg.deadline), loadgen.WithSeed(2))
+func runMixed(ctx context.Context, reads *target.Target, genA *loadgen.Generator, cfg *config) (alloc, stock *loadgen.Result, err error) {
+	genS, err := loadgen.New(reads.GetStockCall(), cfg.stockPhases(), loadgen.WithArrivals(loadgen.Poisson), loadgen.WithDeadline(cfg.deadline), loadgen.WithSeed(2))
 	if err != nil {
 		return nil, nil, err
 	}

@@ -10,10 +10,6 @@ import (
 
 var errNoPlacement = errors.New("CPU pinning and cgroups are only supported on Linux")
 
-func allowedCPUs() ([]int, error) { return nil, errNoPlacement }
-
-func pinProcess([]int) error { return errNoPlacement }
-
 func dieWithParent(*exec.Cmd) {}
 
 func newCgroup(string) ([]string, func(), error) { return nil, nil, errNoPlacement }

@@ -15,6 +15,7 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/levee-go/levee/examples/inventory"
+	"github.com/levee-go/levee/internal/affinity"
 )
 
 // serverEnv names the environment variable that makes this binary (or the
@@ -98,7 +99,7 @@ func serve(stdout io.Writer) error {
 		return err
 	}
 	if s.PinCPU >= 0 {
-		if err := pinProcess([]int{s.PinCPU}); err != nil {
+		if err := affinity.Pin([]int{s.PinCPU}); err != nil {
 			return fmt.Errorf("pinning to CPU %d: %w", s.PinCPU, err)
 		}
 	}
