@@ -313,7 +313,8 @@ func (ch *Chain) finish(c *Call, ps *Permits, o Outcome) {
 // Passed returns how many calls passed every guard.
 func (ch *Chain) Passed() uint64 { return ch.passed.Load() }
 
-// GuardStats are the decision counts of one guard in one chain. A call
+// GuardStats are the decision counts of one guard in one chain, a plain
+// value (the zero value counts nothing). A call
 // that a guard refuses when its handler is about to start (Rechecker,
 // Starter) counts as refused by that guard, and not as admitted by it or
 // by the guards after it, whose grants were given back.

@@ -7,7 +7,9 @@ import (
 )
 
 // Call describes one call being admitted. Guards receive it by value, so
-// that admission allocates nothing.
+// that admission allocates nothing. The zero Call is a call of no method,
+// with no key and no deadline, seen at the zero instant; fill one with
+// Init.
 type Call struct {
 	// Ctx is the call's context (the stream's, or the client's). Guards may
 	// read values from it but must not keep it.
@@ -82,7 +84,8 @@ func Refuse(reason string, retryAfter time.Duration) Decision {
 	return Decision{Refused: true, Reason: reason, RetryAfter: retryAfter}
 }
 
-// Outcome is how an admitted call ended.
+// Outcome is how an admitted call ended. The zero Outcome is a success
+// whose duration was not measured.
 type Outcome struct {
 	// Err is the handler's (or, on a client, the server's) error; nil on
 	// success.

@@ -9,16 +9,17 @@
 // It learns online what a hand-tuned recipe takes as input:
 //
 //   - how many calls the server can usefully run at once (runlimit): about
-//     GOMAXPROCS for CPU-bound handlers, about as many as its database or
-//     downstream takes for handlers that wait on one, told apart by the CPU
+//     one per core for CPU-bound handlers, about as many as its database or
+//     downstream takes for handlers that wait on one, told apart by how
+//     service times stretch, by probes at a lower limit, and by the CPU
 //     signal of this process's allowance (package cpu);
-//   - each method's service time, measured after the wait for a turn, so
-//     that levee's own queueing never enters it; calls whose deadline is
-//     shorter are refused unworked (package deadline);
-//   - each method's queue target, twice its service time: a call that would
-//     wait longer is refused at the transport, before a goroutine exists,
-//     and one that waited that long in the transport is refused at its
-//     handler's start.
+//   - each method's service time, measured from its turn, so that the wait
+//     for a turn never enters it; calls whose deadline is shorter are
+//     refused unworked (package deadline);
+//   - each method's queue target, four times its baseline service time (at
+//     least 5ms): only the calls that should start within half of it are
+//     admitted, at the transport, before a goroutine exists; a call that
+//     waits twice that long for its turn is refused at its handler's start.
 //
 // Turns are shared fairly among methods, weighted by their service time,
 // so that a spike on an expensive method does not make a cheap one slow.

@@ -209,7 +209,8 @@ func (l *Limiter) Running() int { return int(running(l.state.Load())) }
 // Waiting returns the calls waiting for a turn.
 func (l *Limiter) Waiting() int { return int(waiting(l.state.Load())) }
 
-// Stats are a Limiter's counters since New.
+// Stats are a Limiter's counters since New, a plain value (the zero value
+// counts nothing).
 type Stats struct {
 	Limit   int    // the current limit
 	Running int    // calls holding a turn
@@ -271,8 +272,8 @@ func (l *Limiter) allFlows() []*Flow {
 }
 
 // Flow is one class of calls (a method, say) with its own queue, learned
-// service time and fair share of the turns. Get one with Limiter.Flow; it
-// is safe for concurrent use.
+// service time and fair share of the turns. Get one with Limiter.Flow; the
+// zero Flow is not usable. It is safe for concurrent use.
 type Flow struct {
 	l    *Limiter
 	name string
