@@ -16,7 +16,7 @@
 //   - each method's service time, measured from its turn, so that the wait
 //     for a turn never enters it; calls whose deadline is shorter are
 //     refused unworked (package deadline);
-//   - each method's queue target, four times its baseline service time (at
+//   - each method's queue target, three times its baseline service time (at
 //     least 5ms): only the calls that should start within half of it are
 //     admitted, at the transport, before a goroutine exists; a call that
 //     waits twice that long for its turn is refused at its handler's start.

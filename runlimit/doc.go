@@ -30,7 +30,7 @@
 // method that uses little of the server is served ahead of an expensive one
 // that floods it, so a spike on one method does not make another slow. A
 // flow's queue is bounded by its queue target (the wait it may add, by
-// default four times its baseline service time, at least 5ms): a transport
+// default three times its baseline service time, at least 5ms): a transport
 // admits only the calls that should start within half of it, counting the
 // calls on their way (Reserve), so a call that would wait is refused
 // before any work; one that waited twice its target is refused when its

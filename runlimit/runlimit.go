@@ -82,7 +82,7 @@ func WithInitialLimit(n int) Option { return func(o *options) { o.initial = n } 
 func WithInterval(d time.Duration) Option { return func(o *options) { o.interval = d } }
 
 // WithQueueTarget fixes the queue target of every flow: the longest a call
-// may wait for its turn. Default 0: each flow's is four times its learned
+// may wait for its turn. Default 0: each flow's is three times its learned
 // service time, at least DefaultMinQueueTarget. New fails if d < 0.
 func WithQueueTarget(d time.Duration) Option { return func(o *options) { o.target = d } }
 
@@ -314,7 +314,7 @@ func (f *Flow) setBase(ns float64) {
 }
 
 // QueueTarget returns how long a call of the flow may wait for its turn:
-// WithQueueTarget, or four times the flow's baseline service time (its mean
+// WithQueueTarget, or three times the flow's baseline service time (its mean
 // service time until a baseline is learned), at least
 // DefaultMinQueueTarget. It is not derived from the mean, which stretches
 // with contention and would lengthen the queue it should bound.
@@ -326,7 +326,7 @@ func (f *Flow) QueueTarget() time.Duration {
 	if base == 0 {
 		base = f.ServiceTime()
 	}
-	return max(DefaultMinQueueTarget, 4*base)
+	return max(DefaultMinQueueTarget, 3*base)
 }
 
 // cost is the weight of one call of the flow in fair queueing, ns.
