@@ -335,7 +335,8 @@ func (f *Flow) cost() float64 { return float64(max(f.svc.Load(), int64(time.Micr
 // Admissible reports whether a new call of the flow may be admitted to
 // wait for a turn: whether fewer of its calls are waiting, or admitted
 // and on their way to wait (Reserve), than can start within half its queue
-// target. A transport asks it before admitting a call, so that a call that
+// target, plus two (so that a burst at normal load is not refused on a
+// server that runs one call at a time). A transport asks it before admitting a call, so that a call that
 // would only wait to be refused is refused at once, and calls that do wait
 // rarely reach the target.
 func (f *Flow) Admissible() bool {
@@ -344,7 +345,7 @@ func (f *Flow) Admissible() bool {
 		return true
 	}
 	capacity := float64(f.l.limit.Load()) * float64(f.QueueTarget()/2) / f.cost()
-	return float64(q) < math.Ceil(capacity)+1
+	return float64(q) < math.Ceil(capacity)+2
 }
 
 // NoteQueued tells the flow how long a call waited between its admission

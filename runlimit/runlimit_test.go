@@ -137,11 +137,11 @@ func TestAcquireTimesOutAndRespectsContext(t *testing.T) {
 func TestAdmissibleBoundsTheQueue(t *testing.T) {
 	l := mustNew(t, WithBounds(2, 2), WithQueueTarget(10*time.Millisecond))
 	f := l.Flow("m")
-	f.svc.Store(int64(5 * time.Millisecond)) // 2 turns x 10ms/2 / 5ms, plus 1: 3 may wait
+	f.svc.Store(int64(5 * time.Millisecond)) // 2 turns x 10ms/2 / 5ms, plus 2: 4 may wait
 	for _, q := range []struct {
 		queued, pending int64
 		want            bool
-	}{{0, 0, true}, {2, 0, true}, {3, 0, false}, {1, 1, true}, {1, 2, false}, {9, 0, false}} {
+	}{{0, 0, true}, {3, 0, true}, {4, 0, false}, {1, 2, true}, {1, 3, false}, {9, 0, false}} {
 		f.queued.Store(q.queued)
 		f.pending.Store(q.pending)
 		if got := f.Admissible(); got != q.want {
