@@ -104,7 +104,7 @@ func (g *guard) Start(c admission.Call) admission.Decision {
 	// responses unwritten for as long as handlers follow each other.
 	// Yield once so they go first.
 	runtime.Gosched()
-	return admission.Grant(admission.Permit{Ref: f, Value: turn | uint64(t.start)})
+	return admission.Grant(admission.Permit{Ref: f, Value: turn | uint64(max(t.start, 0))})
 }
 
 func (g *guard) Finish(c admission.Call, p admission.Permit, o admission.Outcome) {
