@@ -56,6 +56,7 @@ func (g *guard) Traits() admission.Traits { return admission.Traits{Cost: admiss
 const (
 	reserved = 0
 	turn     = 1 << 63
+	bypass   = 1 << 62 // ran without a turn
 )
 
 func (g *guard) Admit(c admission.Call) admission.Decision {
@@ -72,6 +73,11 @@ func (g *guard) Start(c admission.Call) admission.Decision {
 	target := f.QueueTarget()
 	f.Unreserve()
 	f.NoteQueued(c.Queued)
+	if f.light.Load() {
+		// A cheap flow that uses little of the server runs without a
+		// turn (see markLight).
+		return admission.Grant(admission.Permit{Ref: f, Value: bypass})
+	}
 	t, ok := f.TryAcquire(c.Now)
 	if !ok {
 		ctx := c.Ctx
@@ -110,6 +116,12 @@ func (g *guard) Start(c admission.Call) admission.Decision {
 func (g *guard) Finish(c admission.Call, p admission.Permit, o admission.Outcome) {
 	f, _ := p.Ref.(*Flow)
 	if f == nil {
+		return
+	}
+	if p.Value == bypass {
+		if !o.Skipped && o.Err == nil {
+			f.noteBypassed(o.Duration)
+		}
 		return
 	}
 	if p.Value&turn == 0 {

@@ -28,6 +28,7 @@ func (l *Limiter) update(end int64) {
 		queuedN += float64(f.qn.Swap(0))
 		queuedSum += float64(f.qsum.Swap(0))
 		n, sum := f.n.Swap(0), f.sum.Swap(0)
+		f.lastN = n + f.bypassed.Swap(0)
 		if n == 0 {
 			continue
 		}
@@ -39,6 +40,7 @@ func (l *Limiter) update(end int64) {
 		ratios += float64(n) * mean / f.base
 		weight += float64(n)
 	}
+	l.markLight(flows, end)
 	l.opened = end
 	l.next.Store(end + int64(l.o.interval))
 	if l.probe.on {
@@ -232,5 +234,26 @@ func (l *Limiter) checkProbe(now int64, flows []*Flow) {
 		} else {
 			l.apply(p.saved)
 		}
+	}
+}
+
+// markLight marks the flows that may run without a turn: those whose
+// calls are very cheap beside the server's most expensive flow (a tenth
+// of its baseline or less, and under a millisecond), and that used little
+// of the interval ending at end (their calls' service time adds up to
+// under a tenth of one turn). Waiting behind an expensive call for the
+// only turn would multiply a cheap call's latency, and its turn would be
+// held through the yield after it is taken; a cheap flow that floods the
+// server stops being light at the next interval. Needs upd.
+func (l *Limiter) markLight(flows []*Flow, end int64) {
+	var top float64
+	for _, f := range flows {
+		top = max(top, f.base)
+	}
+	span := float64(max(end-l.opened, 1))
+	for _, f := range flows {
+		light := f.base > 0 && f.base*10 <= top && f.base < float64(time.Millisecond) &&
+			float64(f.lastN)*f.base < 0.1*span
+		f.light.Store(light)
 	}
 }

@@ -278,17 +278,20 @@ type Flow struct {
 	l    *Limiter
 	name string
 
-	n       atomic.Int64 // calls finished in the interval
-	sum     atomic.Int64 // their service time, ns
-	qn      atomic.Int64 // calls that started in the interval (NoteQueued)
-	qsum    atomic.Int64 // how long they waited to start, ns
-	pn      atomic.Int64 // calls a probe measured
-	psum    atomic.Int64 // their service time, ns
-	svc     atomic.Int64 // mean service time (EWMA, weight 1/8), ns; 0 until the first
-	queued  atomic.Int64 // calls of this flow waiting
-	pending atomic.Int64 // calls admitted and on their way to wait (Reserve)
+	n        atomic.Int64 // calls finished in the interval
+	sum      atomic.Int64 // their service time, ns
+	qn       atomic.Int64 // calls that started in the interval (NoteQueued)
+	qsum     atomic.Int64 // how long they waited to start, ns
+	pn       atomic.Int64 // calls a probe measured
+	psum     atomic.Int64 // their service time, ns
+	svc      atomic.Int64 // mean service time (EWMA, weight 1/8), ns; 0 until the first
+	light    atomic.Bool  // may run without a turn (see markLight)
+	bypassed atomic.Int64 // calls that ran without a turn in the interval
+	queued   atomic.Int64 // calls of this flow waiting
+	pending  atomic.Int64 // calls admitted and on their way to wait (Reserve)
 
 	// under Limiter.upd
+	lastN  int64        // calls finished in the last interval
 	base   float64      // baseline service time, ns; 0 until the first interval
 	baseNs atomic.Int64 // base, for readers outside upd
 
@@ -356,6 +359,24 @@ func (f *Flow) Admissible() bool {
 func (f *Flow) NoteQueued(d time.Duration) {
 	f.qn.Add(1)
 	f.qsum.Add(int64(max(d, 0)))
+}
+
+// noteBypassed records a call that ran without a turn for d: it counts
+// toward the flow's load and its mean service time, not its baseline
+// (which only calls holding turns measure).
+func (f *Flow) noteBypassed(d time.Duration) {
+	f.bypassed.Add(1)
+	svc := int64(max(d, 1))
+	for {
+		old := f.svc.Load()
+		nv := svc
+		if old > 0 {
+			nv = old + (svc-old)/8
+		}
+		if f.svc.CompareAndSwap(old, nv) {
+			return
+		}
+	}
 }
 
 // Reserve counts a call admitted by a transport that will ask for its turn
