@@ -28,7 +28,9 @@
 // method, say), and turns are handed out fairly among flows by start-time
 // fair queueing weighted by each flow's learned service time: a cheap
 // method that uses little of the server is served ahead of an expensive one
-// that floods it, so a spike on one method does not make another slow. A
+// that floods it, so a spike on one method does not make another slow.
+// Through NewGuard, a flow much cheaper than the most expensive one that
+// uses little of the server runs without a turn at all, until it floods. A
 // flow's queue is bounded by its queue target (the wait it may add, by
 // default three times its baseline service time, at least 5ms): a transport
 // admits only the calls that should start within half of it, counting the
