@@ -5,6 +5,7 @@ import (
 	"errors"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -360,5 +361,69 @@ func TestLightFlowRunsWithoutATurn(t *testing.T) {
 	}
 	if l.Running() != 0 || cheap.pending.Load() != 0 {
 		t.Errorf("running %d, reserved %d; want 0, 0", l.Running(), cheap.pending.Load())
+	}
+}
+
+// TestStressTurnsBalance: many callers of two flows take turns through the
+// guard while the limit learns every millisecond, probes included; at the
+// end no turn, wait or reservation is left, and every call was answered.
+func TestStressTurnsBalance(t *testing.T) {
+	l := mustNew(t, WithBounds(1, 8), WithInitialLimit(4), WithInterval(time.Millisecond))
+	ch, err := admission.NewChain("r", []admission.Guard{NewGuard("run", l)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const callers, calls = 16, 200
+	var wg sync.WaitGroup
+	var answered, admitted atomic.Int64
+	for g := range callers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			method := "/s/A"
+			if g%4 == 0 {
+				method = "/s/B"
+			}
+			for i := range calls {
+				ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+				c := admission.Call{Ctx: ctx, Method: method, Now: time.Now()}
+				var ps admission.Permits
+				i2, _ := ch.Admit(&c, &ps)
+				if i2 < 0 {
+					if i%7 == 0 {
+						ch.Abandon(&c, &ps) // the stream ended before its handler
+					} else if j, _ := ch.Start(&c, &ps); j < 0 {
+						admitted.Add(1)
+						time.Sleep(time.Duration(i%3) * 100 * time.Microsecond)
+						c.Now = time.Now()
+						var err error
+						if i%11 == 0 {
+							err = context.Canceled
+						}
+						ch.Finish(&c, &ps, admission.Outcome{Err: err, Duration: time.Duration(i%3) * 100 * time.Microsecond})
+					}
+				}
+				answered.Add(1)
+				cancel()
+			}
+		}()
+	}
+	done := make(chan struct{})
+	go func() { wg.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(30 * time.Second):
+		t.Fatalf("callers stuck: %d of %d answered, running %d, waiting %d", answered.Load(), callers*calls, l.Running(), l.Waiting())
+	}
+	if admitted.Load() == 0 {
+		t.Fatal("no call was admitted: the test exercised nothing")
+	}
+	if l.Running() != 0 || l.Waiting() != 0 {
+		t.Errorf("after every call: running %d, waiting %d; want 0, 0", l.Running(), l.Waiting())
+	}
+	for _, f := range l.allFlows() {
+		if p, q := f.pending.Load(), f.queued.Load(); p != 0 || q != 0 {
+			t.Errorf("flow %s: %d reserved, %d queued after every call; want 0, 0", f.Name(), p, q)
+		}
 	}
 }
