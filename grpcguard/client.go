@@ -2,8 +2,6 @@ package grpcguard
 
 import (
 	"context"
-	"errors"
-	"fmt"
 	"math"
 	"strconv"
 	"sync"
@@ -107,18 +105,12 @@ func NewClient(opts ...ClientOption) (*Client, error) {
 		trailer:    true,
 	}
 	for _, opt := range opts {
-		opt(&o)
-		if o.err != nil {
-			return nil, o.err
+		if opt != nil {
+			opt(&o)
 		}
 	}
-	switch {
-	case o.classify == nil:
-		return nil, errors.New("grpcguard: WithClassifier: classifier must not be nil")
-	case o.maxHoldOff < 0:
-		return nil, fmt.Errorf("grpcguard: WithMaxHoldOff: want d >= 0, got %v", o.maxHoldOff)
-	case o.maxTargets < 1 || o.maxMethods < 1:
-		return nil, fmt.Errorf("grpcguard: WithMaxEntries: want targets >= 1 and methods >= 1, got %d and %d", o.maxTargets, o.maxMethods)
+	if err := o.validate(); err != nil {
+		return nil, err
 	}
 	c := &Client{o: o, clock: clock.New()}
 	c.judge = Judge(o.classify)

@@ -1,6 +1,7 @@
 package grpcguard
 
 import (
+	"errors"
 	"fmt"
 	"time"
 
@@ -44,7 +45,12 @@ type clientOptions struct {
 	maxTargets int
 	maxMethods int
 	trailer    bool
-	err        error // from an option's own validation
+	// targetLimit is WithTargetLimit's bucket, when given: built per
+	// target once NewClient has checked it.
+	targetLimit *struct {
+		r     ratelimit.Limit
+		burst int
+	}
 }
 
 // WithBreaker sets how the circuit breaker of each (target, method) pair
@@ -73,7 +79,7 @@ func WithThrottle(f func(target, method string) []throttle.Option) ClientOption 
 // Each call takes one token; a call that a later guard refuses gets it
 // back. Several targets may share one Limiter. Default: no limit.
 func WithTargetLimiter(f func(target string) *ratelimit.Limiter) ClientOption {
-	return func(o *clientOptions) { o.limiter = f }
+	return func(o *clientOptions) { o.limiter, o.targetLimit = f, nil }
 }
 
 // WithTargetLimit gives each target its own token bucket, refilling at r
@@ -82,14 +88,11 @@ func WithTargetLimiter(f func(target string) *ratelimit.Limiter) ClientOption {
 // 0 and burst >= 1. Default: no limit.
 func WithTargetLimit(r ratelimit.Limit, burst int) ClientOption {
 	return func(o *clientOptions) {
-		if !(r >= 0) || burst < 1 {
-			o.err = fmt.Errorf("grpcguard: WithTargetLimit: want rate >= 0 and burst >= 1, got rate %v, burst %d", float64(r), burst)
-			return
-		}
-		o.limiter = func(string) *ratelimit.Limiter {
-			l, _ := ratelimit.NewLimiter(r, burst) // r and burst checked above
-			return l
-		}
+		o.targetLimit = &struct {
+			r     ratelimit.Limit
+			burst int
+		}{r, burst}
+		o.limiter = nil
 	}
 }
 
@@ -143,4 +146,31 @@ func WithMaxEntries(targets, methods int) ClientOption {
 // of the status is read. Streams always read their trailer. Default true.
 func WithPushbackTrailer(read bool) ClientOption {
 	return func(o *clientOptions) { o.trailer = read }
+}
+
+// validate checks every option at once and builds WithTargetLimit's
+// buckets.
+func (o *clientOptions) validate() error {
+	var errs []error
+	if o.classify == nil {
+		errs = append(errs, errors.New("grpcguard: WithClassifier: classifier must not be nil"))
+	}
+	if o.maxHoldOff < 0 {
+		errs = append(errs, fmt.Errorf("grpcguard: WithMaxHoldOff: want d >= 0, got %v", o.maxHoldOff))
+	}
+	if o.maxTargets < 1 || o.maxMethods < 1 {
+		errs = append(errs, fmt.Errorf("grpcguard: WithMaxEntries: want targets >= 1 and methods >= 1, got %d and %d", o.maxTargets, o.maxMethods))
+	}
+	if t := o.targetLimit; t != nil {
+		if !(t.r >= 0) || t.burst < 1 {
+			errs = append(errs, fmt.Errorf("grpcguard: WithTargetLimit: want rate >= 0 and burst >= 1, got rate %v, burst %d", float64(t.r), t.burst))
+		} else {
+			r, burst := t.r, t.burst
+			o.limiter = func(string) *ratelimit.Limiter {
+				l, _ := ratelimit.NewLimiter(r, burst) // checked above
+				return l
+			}
+		}
+	}
+	return errors.Join(errs...)
 }

@@ -729,3 +729,17 @@ func TestClientConcurrentFirstCalls(t *testing.T) {
 		t.Errorf("Stats() has %d rows, want %d", rows, 2*(methods/2+1)*2)
 	}
 }
+
+// TestNewClientReportsEveryBadOption: the options only record; NewClient
+// names every bad one at once.
+func TestNewClientReportsEveryBadOption(t *testing.T) {
+	c, err := NewClient(WithTargetLimit(-1, 0), WithMaxHoldOff(-time.Second), WithClassifier(nil))
+	if c != nil || err == nil {
+		t.Fatalf("NewClient() = %v, %v; want nil and an error", c, err)
+	}
+	for _, want := range []string{"WithTargetLimit", "WithMaxHoldOff", "WithClassifier"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("NewClient() error %q does not name %s", err, want)
+		}
+	}
+}
