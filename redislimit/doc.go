@@ -40,12 +40,15 @@
 // The limiter takes a github.com/redis/rueidis client, chosen over
 // go-redis v9 by the benchmark in bench/redis (BenchmarkClient: EVALSHA
 // of this package's script, serial and from 16 goroutines, in one run on
-// a shared 2-core machine): from 16 goroutines rueidis's automatic
-// pipelining did a round trip in 28 µs where go-redis took 33 µs, with 1
-// allocation per call instead of 11; serial, the two were within the
-// machine's noise. A fleet limiter is called from many concurrent
-// handlers, so the concurrent figure decides. A rueidis client serves a
-// single Redis and a Redis Cluster alike.
+// a shared 2-core machine). From 16 goroutines, rueidis's automatic
+// pipelining did a round trip in 23–28 µs where go-redis took 26–74 µs,
+// with 1 allocation per call instead of 11. One goroutine alone is
+// go-redis's case (31–43 µs against 55–156 µs: rueidis hands each command
+// to its writer and reader goroutines, which a busy machine schedules
+// late). A fleet limiter is called from many concurrent handlers, and its
+// leases take Redis off the serial path altogether, so the concurrent
+// figure and the allocations decide. A rueidis client serves a single
+// Redis and a Redis Cluster alike.
 //
 // # Admission
 //
