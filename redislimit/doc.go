@@ -26,7 +26,7 @@
 // fallback: a bucket per key at the shared rate ÷ the replicas alive, which
 // each replica learns from heartbeats in Redis (a sorted set of replica
 // ids scored by expiry, in Redis's clock) or is told (WithReplicas). A
-// breaker on Redis (levee's breaker package: the last 20 calls, 50%
+// breaker on Redis (levee's breaker package: the last 10 calls, 50%
 // failures or 50% slow calls) opens after a few failures, and then every
 // call is decided locally at once: a sick Redis costs nothing per call.
 // No caller ever waits on a probe: the limiter's own goroutine probes

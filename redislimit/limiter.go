@@ -116,7 +116,7 @@ func New(client rueidis.Client, name string, rate float64, burst int, opts ...Op
 	var br *breaker.Breaker
 	if err == nil {
 		br, err = breaker.New(append([]breaker.Option{
-			breaker.WithCountWindow(20),
+			breaker.WithCountWindow(10),
 			breaker.WithMinimumCalls(5),
 			breaker.WithFailureRate(50),
 			breaker.WithSlowCalls(o.timeout/2, 50),

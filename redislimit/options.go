@@ -107,7 +107,7 @@ func WithProbe(wait, every time.Duration) Option {
 }
 
 // WithBreaker adds options to the breaker on Redis, after its defaults:
-// the last 20 calls judged once 5 have finished, open at 50% failures or
+// the last 10 calls judged once 5 have finished, open at 50% failures or
 // at 50% calls slower than half the timeout, the wait of WithProbe, and 2
 // probes in half-open. They are validated by breaker.New, and its errors
 // are reported by New.

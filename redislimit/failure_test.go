@@ -1,0 +1,163 @@
+package redislimit
+
+import (
+	"context"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/levee-go/levee/breaker"
+	"github.com/levee-go/levee/internal/redistest"
+)
+
+// TestRedisKilled kills the redis-server under three replicas sharing a
+// limit: every call is answered within one timeout, never with an error,
+// by the local fallback at the shared rate ÷ 3 once the breaker opens;
+// when Redis is restarted on the same port, the replicas are back on the
+// shared limit by themselves within 2 s.
+func TestRedisKilled(t *testing.T) {
+	s, c := single(t)
+	const rate, burst = 300, 30
+	var fleet []*Limiter
+	for range 3 {
+		fleet = append(fleet, mustNew(t, c, "killed", rate, burst, WithHeartbeat(20*time.Millisecond, 100*time.Millisecond)))
+	}
+	l := fleet[0]
+	eventually(t, 5*time.Second, "3 replicas alive", func() bool { return l.Replicas() == 3 })
+	ctx := context.Background()
+	if r := l.Allow(ctx, "acme"); !r.Allowed || r.Local {
+		t.Fatalf("Allow with Redis up = %+v, want allowed by Redis", r)
+	}
+
+	s.Stop()
+	var worst time.Duration
+	opened := false
+	for i := range 200 {
+		start := time.Now()
+		r := l.Allow(ctx, "other")
+		worst = max(worst, time.Since(start))
+		if !r.Local {
+			t.Fatalf("call %d with Redis down = %+v, want decided locally", i, r)
+		}
+		if l.Stats().Breaker == breaker.StateOpen {
+			opened = true
+			break
+		}
+	}
+	if !opened {
+		t.Fatalf("breaker on Redis still %v after 200 failed calls; stats %+v", l.Stats().Breaker, l.Stats())
+	}
+	if worst > 2*DefaultTimeout {
+		t.Errorf("slowest call with Redis down took %v, want within the timeout %v", worst, DefaultTimeout)
+	}
+	st := l.Stats()
+	if st.Replicas != 3 || st.LocalRate != rate/3 || st.Errors == 0 {
+		t.Fatalf("Stats with Redis down = %+v, want 3 replicas, local rate %v, errors counted", st, float64(rate/3))
+	}
+	// The fallback's bucket for a fresh key holds burst ÷ 3 tokens.
+	allowed := 0
+	for range 3 * burst {
+		if r := l.Allow(ctx, "fresh"); r.Allowed {
+			allowed++
+		} else if r.RetryAfter <= 0 {
+			t.Fatalf("local refusal %+v without a retry delay", r)
+		}
+	}
+	if allowed < burst/3 || allowed > burst/3+2 {
+		t.Fatalf("local fallback allowed %d of %d quick calls, want about burst ÷ 3 = %d", allowed, 3*burst, burst/3)
+	}
+
+	s.Restart()
+	took := eventually(t, 5*time.Second, "back on the shared limit", func() bool {
+		return !l.Allow(ctx, "back").Local
+	})
+	if took > 2*time.Second {
+		t.Fatalf("back on the shared limit %v after Redis returned, want within 2s", took)
+	}
+	t.Logf("back on the shared limit %v after Redis returned", took)
+	eventually(t, 5*time.Second, "heartbeats again", func() bool { return s.Do("ZCARD", l.hbKey) == "3" })
+}
+
+// TestRedisSlow puts a proxy that adds latency between the limiter and
+// Redis: the calls that wait on Redis end at the timeout, the breaker
+// opens, and from then on admitted calls never wait on Redis; when the
+// latency goes away the limiter is back on the shared limit within 2 s.
+func TestRedisSlow(t *testing.T) {
+	s := redistest.Start(t)
+	p := redistest.NewProxy(t, s.Addr())
+	c := newClient(t, p.Addr())
+	l := mustNew(t, c, "slow", 1e5, 1e5)
+	ctx := context.Background()
+	normal := latencies(t, l, 200, false)
+
+	p.SetLatency(10 * DefaultTimeout)
+	var slowest time.Duration
+	for i := 0; l.Stats().Breaker == breaker.StateClosed; i++ {
+		if i == 50 {
+			t.Fatalf("breaker still closed after 50 calls to a slow Redis: %+v", l.Stats())
+		}
+		start := time.Now()
+		if r := l.Allow(ctx, "k"); !r.Local || !r.Allowed {
+			t.Fatalf("call to a slow Redis = %+v, want allowed locally", r)
+		}
+		slowest = max(slowest, time.Since(start))
+	}
+	if slowest > 2*DefaultTimeout {
+		t.Errorf("slowest call while the breaker was closed took %v, want about the timeout %v, far below Redis's latency %v", slowest, DefaultTimeout, 10*DefaultTimeout)
+	}
+	open := latencies(t, l, 2000, true)
+	t.Logf("admitted calls: p50 %v p99 %v with Redis normal; p50 %v p99 %v with Redis slow and the breaker open",
+		normal[len(normal)/2], normal[len(normal)*99/100], open[len(open)/2], open[len(open)*99/100])
+	if p99 := open[len(open)*99/100]; p99 > DefaultTimeout/10 {
+		t.Errorf("p99 of admitted calls with the breaker open = %v, want far below the timeout %v: no call waits on Redis", p99, DefaultTimeout)
+	}
+
+	p.SetLatency(0)
+	took := eventually(t, 5*time.Second, "back on the shared limit", func() bool { return !l.Allow(ctx, "k").Local })
+	if took > 2*time.Second {
+		t.Fatalf("back on the shared limit %v after Redis recovered, want within 2s", took)
+	}
+}
+
+// latencies times n admitted calls, all decided locally or all by Redis,
+// and returns their durations sorted.
+func latencies(t *testing.T, l *Limiter, n int, local bool) []time.Duration {
+	t.Helper()
+	d := make([]time.Duration, n)
+	for i := range d {
+		start := time.Now()
+		r := l.Allow(context.Background(), "k")
+		d[i] = time.Since(start)
+		if !r.Allowed || r.Local != local {
+			t.Fatalf("call %d = %+v, want allowed, local %v", i, r, local)
+		}
+	}
+	slices.Sort(d)
+	return d
+}
+
+// TestReplicasFromHeartbeats counts the replicas alive from their
+// heartbeats: a replica that closes leaves at once, one that stops
+// beating leaves when its heartbeat expires, and WithReplicas fixes the
+// count whatever Redis says.
+func TestReplicasFromHeartbeats(t *testing.T) {
+	_, c := single(t)
+	beat := WithHeartbeat(20*time.Millisecond, 60*time.Millisecond)
+	a := mustNew(t, c, "beats", 90, 9, beat)
+	b := mustNew(t, c, "beats", 90, 9, beat)
+	fixed := mustNew(t, c, "beats", 90, 9, beat, WithReplicas(5))
+	eventually(t, 5*time.Second, "3 replicas alive", func() bool { return a.Replicas() == 3 })
+	if st := a.Stats(); st.LocalRate != 30 {
+		t.Fatalf("LocalRate with 3 replicas = %v, want 30", st.LocalRate)
+	}
+	if n := fixed.Replicas(); n != 5 {
+		t.Fatalf("Replicas() with WithReplicas(5) = %d, want 5", n)
+	}
+	_ = b.Close()
+	eventually(t, 5*time.Second, "2 replicas alive after one closed", func() bool { return a.Replicas() == 2 })
+	if st := a.Stats(); st.LocalRate != 45 {
+		t.Fatalf("LocalRate with 2 replicas = %v, want 45", st.LocalRate)
+	}
+	_ = fixed.Close()
+	eventually(t, 5*time.Second, "1 replica alive", func() bool { return a.Replicas() == 1 })
+}
