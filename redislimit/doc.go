@@ -19,6 +19,20 @@
 // Keys are "<prefix>:<name>:{<key>}": the hash tag keeps a bucket, and the
 // script that touches it, on one slot of a Redis Cluster.
 //
+// # Leases
+//
+// With WithLeases, Redis leaves the request path: each replica takes a
+// key's tokens in batches (the same script, asked for as many tokens as
+// there are up to the batch) sized from its own recent traffic on the key,
+// refills a lease in the background when half of it is spent, and drops
+// the tokens it has not spent within the lease's time to live. A call
+// admitted from a lease is one atomic add on the lease, with no lock, no
+// allocation and no wait; Redis sees about two round trips per horizon
+// per key and replica. The fleet never takes more than the shared bucket
+// gives out; a replica that finds the shared bucket short comes back for
+// more only after half a horizon, so a fleet at its limit does not send
+// Redis one command per call.
+//
 // # When Redis is slow or down
 //
 // Every round trip is bounded by a timeout (WithTimeout, 100 ms). A call
@@ -27,13 +41,15 @@
 // each replica learns from heartbeats in Redis (a sorted set of replica
 // ids scored by expiry, in Redis's clock) or is told (WithReplicas). A
 // breaker on Redis (levee's breaker package: the last 10 calls, 50%
-// failures or 50% slow calls) opens after a few failures, and then every
-// call is decided locally at once: a sick Redis costs nothing per call.
-// No caller ever waits on a probe: the limiter's own goroutine probes
-// Redis while the breaker is open (its heartbeat is the probe), so the
-// limiter is back on the shared limit by itself about 1.1 s after Redis
-// returns (WithProbe). Callers never get an error: Redis's failures show
-// only in Stats.
+// failures, a timeout being a failure) opens after a few failures, and
+// then every call is decided locally at once: a sick Redis costs nothing
+// per call. No caller ever waits on a probe: while the breaker is not
+// closed, the limiter's own goroutine PINGs Redis every 100 ms and, once
+// Redis answers, sends its heartbeat as the breaker's probe. The limiter
+// is so back on the shared limit by itself about 0.2 s after Redis
+// returns, and at most the breaker's wait in open (1 s) and 0.2 s after
+// the breaker opened (WithProbe). Callers never get an error: Redis's
+// failures show only in Stats.
 //
 // # The client: rueidis
 //

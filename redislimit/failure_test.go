@@ -20,7 +20,7 @@ func TestRedisKilled(t *testing.T) {
 	const rate, burst = 300, 30
 	var fleet []*Limiter
 	for range 3 {
-		fleet = append(fleet, mustNew(t, c, "killed", rate, burst, WithHeartbeat(20*time.Millisecond, 100*time.Millisecond)))
+		fleet = append(fleet, mustNew(t, c, "killed", rate, burst, WithTimeout(DefaultTimeout), WithHeartbeat(20*time.Millisecond, 100*time.Millisecond)))
 	}
 	l := fleet[0]
 	eventually(t, 5*time.Second, "3 replicas alive", func() bool { return l.Replicas() == 3 })
@@ -86,7 +86,7 @@ func TestRedisSlow(t *testing.T) {
 	s := redistest.Start(t)
 	p := redistest.NewProxy(t, s.Addr())
 	c := newClient(t, p.Addr())
-	l := mustNew(t, c, "slow", 1e5, 1e5)
+	l := mustNew(t, c, "slow", 1e5, 1e5, WithTimeout(DefaultTimeout))
 	ctx := context.Background()
 	normal := latencies(t, l, 200, false)
 

@@ -2,6 +2,7 @@ package redislimit
 
 import (
 	"context"
+	"time"
 
 	"github.com/levee-go/levee/admission"
 )
@@ -34,15 +35,27 @@ const (
 // shared limit or by the fallback gives ReasonFleet, its retry delay,
 // and, with ByKey, Decision.PerKey.
 //
-// A call that a later guard refuses keeps its token: giving it back would
-// cost another round trip on a refusal path. The guard reads the call's
+// In direct mode a call that a later guard refuses keeps its token:
+// giving it back would cost another round trip on a refusal path. With
+// leases (WithLeases) the token goes back to the lease, and a call
+// admitted from a lease allocates nothing and waits on nothing; a guard
+// without ByMethod then also offers the chain's fast path
+// (admission.FastAdmitter), whose refusal gives as retry delay the time
+// until Redis will have a token for the lease, or one token's interval. The guard reads the call's
 // context (Call.Ctx, Background if nil) for the round trip's values only;
 // see Limiter.AllowN for the timeout. It panics if l is nil.
 func NewGuard(name string, l *Limiter, scope Scope) admission.Guard {
 	if l == nil {
 		panic("redislimit: NewGuard: nil Limiter")
 	}
-	return &guard{name: name, l: l, scope: scope}
+	g := guard{name: name, l: l, scope: scope}
+	switch {
+	case l.ls == nil:
+		return &g
+	case scope&ByMethod != 0:
+		return &leasedGuard{g}
+	}
+	return &fastLeasedGuard{leasedGuard{g}}
 }
 
 type guard struct {
@@ -84,3 +97,80 @@ func (g *guard) Admit(c admission.Call) admission.Decision {
 }
 
 func (g *guard) Finish(admission.Call, admission.Permit, admission.Outcome) {}
+
+// leasedGuard takes its tokens from the limiter's leases.
+type leasedGuard struct{ guard }
+
+func (g *leasedGuard) id(method, key string) leaseID {
+	id := leaseID{scope: g.scope & (ByKey | ByMethod)}
+	if id.scope&ByKey != 0 {
+		id.key = key
+	}
+	if id.scope&ByMethod != 0 {
+		id.method = method
+	}
+	return id
+}
+
+// decide admits one call of id from its lease (or, with no room for one
+// more lease, in direct mode); the Permit holds the lease a token came
+// from, to give it back if a later guard refuses the call.
+func (g *leasedGuard) decide(ctx context.Context, id leaseID) (admission.Permit, Result) {
+	if lz := g.l.ls.get(id); lz != nil {
+		if _, ok := g.l.take(lz); ok {
+			return admission.Permit{Ref: lz}, Result{Allowed: true}
+		}
+		r, held := g.l.leased(ctx, id, lz)
+		if held != nil {
+			return admission.Permit{Ref: held}, r
+		}
+		return admission.Permit{}, r
+	}
+	return admission.Permit{}, g.l.direct(ctx, id.name(), 1)
+}
+
+func (g *leasedGuard) Admit(c admission.Call) admission.Decision {
+	ctx := c.Ctx
+	if ctx == nil {
+		ctx = context.Background()
+	}
+	p, r := g.decide(ctx, g.id(c.Method, c.Key))
+	if r.Allowed {
+		return admission.Grant(p)
+	}
+	d := admission.Refuse(ReasonFleet, r.RetryAfter)
+	d.PerKey = g.scope&ByKey != 0
+	return d
+}
+
+func (g *leasedGuard) Finish(_ admission.Call, p admission.Permit, o admission.Outcome) {
+	g.FinishFast(p, o)
+}
+
+// FinishFast gives a skipped call's token back to its lease.
+func (g *leasedGuard) FinishFast(p admission.Permit, o admission.Outcome) {
+	if lz, ok := p.Ref.(*lease); ok && o.Skipped {
+		lz.tokens.Add(1)
+	}
+}
+
+// fastLeasedGuard is a leasedGuard whose bucket does not depend on the
+// method, so the chain's fast path, which gives only the instant and the
+// key, fits.
+type fastLeasedGuard struct{ leasedGuard }
+
+func (g *fastLeasedGuard) AdmitFast(_ time.Time, key string) (admission.Permit, bool) {
+	p, r := g.decide(context.Background(), g.id("", key))
+	return p, r.Allowed
+}
+
+func (g *fastLeasedGuard) Refusal(c admission.Call) admission.Decision {
+	// The limiter's clock, not c.Now: the leases' instants are on it.
+	retry := time.Duration(g.l.interval)
+	if lz := g.l.ls.get(g.id("", c.Key)); lz != nil {
+		retry = max(retry, time.Duration(lz.until.Load()-g.l.ls.mono(g.l.o.now())))
+	}
+	d := admission.Refuse(ReasonFleet, retry)
+	d.PerKey = g.scope&ByKey != 0
+	return d
+}

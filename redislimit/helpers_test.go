@@ -1,6 +1,8 @@
 package redislimit
 
 import (
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -35,7 +37,9 @@ func newClient(tb testing.TB, addr string) rueidis.Client {
 // cleanups run last registered first).
 func mustNew(tb testing.TB, c rueidis.Client, name string, rate float64, burst int, opts ...Option) *Limiter {
 	tb.Helper()
-	l, err := New(c, name, rate, burst, opts...)
+	// A generous timeout by default: on a busy machine under the race
+	// detector a round trip can take longer than the default.
+	l, err := New(c, name, rate, burst, append([]Option{WithTimeout(time.Second)}, opts...)...)
 	if err != nil {
 		tb.Fatalf("New(%q, %v, %d): %v", name, rate, burst, err)
 	}
@@ -62,4 +66,24 @@ func single(tb testing.TB) (*redistest.Server, rueidis.Client) {
 	tb.Helper()
 	s := redistest.Start(tb)
 	return s, newClient(tb, s.Addr())
+}
+
+// redisNow reads Redis's clock (TIME) as a duration since the Unix epoch.
+func redisNow(tb testing.TB, s *redistest.Server) time.Duration {
+	tb.Helper()
+	f := strings.Fields(s.Do("TIME"))
+	sec, err1 := strconv.ParseInt(f[0], 10, 64)
+	usec, err2 := strconv.ParseInt(f[1], 10, 64)
+	if err1 != nil || err2 != nil {
+		tb.Fatalf("TIME = %q", f)
+	}
+	return time.Duration(sec)*time.Second + time.Duration(usec)*time.Microsecond
+}
+
+// settle waits for l's first heartbeat, then resets the server's command
+// counts, so that they count only what the test does next.
+func settle(tb testing.TB, s *redistest.Server, l *Limiter) {
+	tb.Helper()
+	eventually(tb, 5*time.Second, "first heartbeat", func() bool { return l.Stats().Heartbeats > 0 })
+	s.Do("CONFIG", "RESETSTAT")
 }

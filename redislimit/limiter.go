@@ -40,8 +40,8 @@ type Result struct {
 // Stats are a Limiter's counters since New, a plain value; the zero value
 // counts nothing.
 type Stats struct {
-	Allowed       uint64        // calls the shared limit in Redis allowed
-	Refused       uint64        // calls the shared limit in Redis refused
+	Allowed       uint64        // calls the shared limit in Redis allowed (not counting those a lease admitted)
+	Refused       uint64        // calls the shared limit in Redis (or a dry lease) refused
 	LocalAllowed  uint64        // calls the local fallback allowed
 	LocalRefused  uint64        // calls the local fallback refused
 	Errors        uint64        // Redis round trips that failed or timed out
@@ -51,7 +51,11 @@ type Stats struct {
 	Rate          float64       // the shared rate, tokens per second
 	LocalRate     float64       // the fallback's rate: Rate ÷ Replicas
 	Burst         int           // the shared burst
+	Heartbeats    uint64        // heartbeats that Redis answered
 	HeartbeatFail uint64        // heartbeats that failed
+	Refills       uint64        // round trips that refilled a lease
+	Dropped       uint64        // leased tokens dropped unspent at their time to live
+	Leases        int           // keys leased now
 }
 
 // Limiter is one token bucket per key shared by every replica of a
@@ -65,14 +69,16 @@ type Stats struct {
 // not usable. A Limiter owns one goroutine (heartbeats and probes) and the
 // fallback's sweeper: stop them with Close. It is safe for concurrent use.
 type Limiter struct {
-	client rueidis.Client
-	o      options
-	name   string
-	rate   float64
-	burst  int
-	base   string // "<prefix>:<name>:{"
-	argT   string // µs per token
-	argTau string // burst × µs per token
+	client   rueidis.Client
+	o        options
+	name     string
+	rate     float64
+	burst    int
+	base     string  // "<prefix>:<name>:{"
+	argT     string  // µs per token
+	argTau   string  // burst × µs per token
+	interval int64   // ns per token
+	ls       *leases // nil unless WithLeases
 
 	gcra  script
 	beat  script
@@ -85,7 +91,7 @@ type Limiter struct {
 	setMu sync.Mutex // serialises changes of the fallback's rate
 
 	allowed, refused, localAllowed, localRefused atomic.Uint64
-	errors, reloads, hbFail                      atomic.Uint64
+	errors, reloads, hbOK, hbFail                atomic.Uint64
 
 	stop      chan struct{}
 	done      chan struct{}
@@ -119,7 +125,6 @@ func New(client rueidis.Client, name string, rate float64, burst int, opts ...Op
 			breaker.WithCountWindow(10),
 			breaker.WithMinimumCalls(5),
 			breaker.WithFailureRate(50),
-			breaker.WithSlowCalls(o.timeout/2, 50),
 			breaker.WithWaitInOpen(o.waitOpen),
 			breaker.WithHalfOpenCalls(2),
 		}, o.breaker...)...)
@@ -150,12 +155,21 @@ func New(client rueidis.Client, name string, rate float64, burst int, opts ...Op
 		stop:   make(chan struct{}),
 		done:   make(chan struct{}),
 	}
+	l.interval = int64(t) * int64(time.Microsecond)
 	l.hbKey = l.base + "replicas}"
 	n := max(o.replicas, 1)
 	l.alive.Store(int64(n))
 	// Cannot fail: rate > 0 and the burst is at least 1.
 	l.local, _ = ratelimit.NewKeyed(ratelimit.Limit(rate/float64(n)), l.localBurst(n))
 	go l.run()
+	if o.leased {
+		l.ls = newLeases(o.lease)
+		l.ls.wg.Add(refillWorkers + 1)
+		for range refillWorkers {
+			go l.refiller()
+		}
+		go l.sweeper()
+	}
 	return l, nil
 }
 
@@ -200,6 +214,18 @@ func (l *Limiter) AllowN(ctx context.Context, key string, n int) Result {
 	if n > l.burst {
 		return Result{RetryAfter: admission.Never}
 	}
+	if l.ls != nil && n == 1 {
+		id := leaseID{key: key, scope: ByKey}
+		if lz := l.ls.get(id); lz != nil {
+			r, _ := l.leased(ctx, id, lz)
+			return r
+		}
+	}
+	return l.direct(ctx, key, n)
+}
+
+// direct decides n calls of key with one round trip to Redis.
+func (l *Limiter) direct(ctx context.Context, key string, n int) Result {
 	now := l.o.now()
 	if l.br.StateAt(now) != breaker.StateClosed {
 		return l.fallback(key, now, n)
@@ -231,24 +257,39 @@ func (l *Limiter) shared(ctx context.Context, key string, n int) (Result, error)
 	if n != 1 {
 		arg = strconv.Itoa(n)
 	}
+	v, err := l.run3(ctx, key, arg, "0")
+	if err != nil {
+		return Result{}, err
+	}
+	r := Result{Allowed: v[0] > 0, Remaining: int(v[2])}
+	if !r.Allowed {
+		r.RetryAfter = time.Duration(v[1]) * time.Microsecond
+	}
+	return r, nil
+}
+
+// run3 runs the GCRA script on the bucket of key (the name of the bucket,
+// not its Redis key) asking for n tokens, partial or not, and returns its
+// three integers.
+func (l *Limiter) run3(ctx context.Context, key, n, partial string) ([]int64, error) {
 	var res rueidis.RedisResult
 	var reloaded bool
 	if l.o.redisNow != nil {
-		res, reloaded = l.gcra.exec(ctx, l.client, l.Key(key), l.argT, l.argTau, arg, strconv.FormatInt(l.o.redisNow(), 10))
+		res, reloaded = l.gcra.exec(ctx, l.client, l.Key(key), l.argT, l.argTau, n, partial, strconv.FormatInt(l.o.redisNow(), 10))
 	} else {
-		res, reloaded = l.gcra.exec(ctx, l.client, l.Key(key), l.argT, l.argTau, arg)
+		res, reloaded = l.gcra.exec(ctx, l.client, l.Key(key), l.argT, l.argTau, n, partial)
 	}
 	if reloaded {
 		l.reloads.Add(1)
 	}
 	v, err := res.AsIntSlice()
 	if err != nil {
-		return Result{}, err
+		return nil, err
 	}
 	if len(v) != 3 {
-		return Result{}, fmt.Errorf("redislimit: script answered %v, want 3 integers", v)
+		return nil, fmt.Errorf("redislimit: script answered %v, want 3 integers", v)
 	}
-	return Result{Allowed: v[0] == 1, RetryAfter: time.Duration(v[1]) * time.Microsecond, Remaining: int(v[2])}, nil
+	return v, nil
 }
 
 // fallback decides locally at the shared rate ÷ the replicas alive.
@@ -283,7 +324,15 @@ func (l *Limiter) setAlive(n int) {
 // Stats returns the limiter's counters.
 func (l *Limiter) Stats() Stats {
 	n := l.Replicas()
+	var refills, dropped uint64
+	var leases int
+	if l.ls != nil {
+		refills, dropped, leases = l.ls.refilled.Load(), l.ls.dropped.Load(), int(l.ls.count.Load())
+	}
 	return Stats{
+		Refills:       refills,
+		Dropped:       dropped,
+		Leases:        leases,
 		Allowed:       l.allowed.Load(),
 		Refused:       l.refused.Load(),
 		LocalAllowed:  l.localAllowed.Load(),
@@ -295,6 +344,7 @@ func (l *Limiter) Stats() Stats {
 		Rate:          l.rate,
 		LocalRate:     l.rate / float64(n),
 		Burst:         l.burst,
+		Heartbeats:    l.hbOK.Load(),
 		HeartbeatFail: l.hbFail.Load(),
 	}
 }
@@ -319,9 +369,15 @@ func (l *Limiter) run() {
 }
 
 // tick sends one heartbeat through the breaker, which makes it the probe
-// while the breaker is half-open, and returns when to tick again.
+// while the breaker is half-open (after a PING has answered), and returns
+// when to tick again.
 func (l *Limiter) tick() time.Duration {
 	now := l.o.now()
+	if l.br.StateAt(now) != breaker.StateClosed && !l.ping() {
+		// Spend no probe on a Redis that does not answer: the breaker
+		// stays open (or half-open) until one would succeed.
+		return l.o.probe
+	}
 	p, err := l.br.AllowAt(now)
 	if err != nil {
 		return l.o.probe
@@ -329,15 +385,28 @@ func (l *Limiter) tick() time.Duration {
 	start := time.Now()
 	n, err := l.heartbeat(false)
 	p.Done(err, time.Since(start))
-	if err != nil {
+	switch {
+	case err != nil:
 		l.hbFail.Add(1)
-	} else if l.o.replicas == 0 {
+	case l.o.replicas == 0:
 		l.setAlive(n)
+		fallthrough
+	default:
+		l.hbOK.Add(1)
 	}
 	if l.br.StateAt(l.o.now()) != breaker.StateClosed {
 		return l.o.probe
 	}
 	return l.o.heartbeat
+}
+
+// ping reports whether Redis answers PING within the timeout; it also
+// lets the client reconnect, so that a probe after it measures Redis, not
+// the reconnection.
+func (l *Limiter) ping() bool {
+	ctx, cancel := context.WithTimeout(context.Background(), l.o.timeout)
+	defer cancel()
+	return l.client.Do(ctx, l.client.B().Ping().Build()).Error() == nil
 }
 
 // heartbeat renews (or, leaving, removes) this replica's heartbeat and
@@ -374,6 +443,9 @@ func (l *Limiter) Close() error {
 	l.closeOnce.Do(func() {
 		close(l.stop)
 		<-l.done
+		if l.ls != nil {
+			l.ls.wg.Wait()
+		}
 		_ = l.local.Close()
 	})
 	return nil

@@ -138,7 +138,7 @@ func TestSharedMatchesExactBucket(t *testing.T) {
 				retry = ref.RetryAfter(now, n)
 			}
 			left := int(ref.Tokens(now))
-			if r.Allowed != want || r.RetryAfter != retry || r.Remaining != left {
+			if r.Local || r.Allowed != want || r.RetryAfter != retry || r.Remaining != left {
 				t.Fatalf("rate %v burst %d, arrival %d at +%dµs: AllowN(%d) = %+v, want allowed %v retry %v remaining %d",
 					tc.rate, tc.burst, i, at, n, r, want, retry, left)
 			}
@@ -159,16 +159,7 @@ func TestSharedRealClock(t *testing.T) {
 	s, c := single(t)
 	const rate, burst = 200, 20
 	l := mustNew(t, c, "clock", rate, burst)
-	redisTime := func() time.Duration {
-		f := strings.Fields(s.Do("TIME"))
-		sec, err1 := strconv.ParseInt(f[0], 10, 64)
-		usec, err2 := strconv.ParseInt(f[1], 10, 64)
-		if err1 != nil || err2 != nil {
-			t.Fatalf("TIME = %q", f)
-		}
-		return time.Duration(sec)*time.Second + time.Duration(usec)*time.Microsecond
-	}
-	start := redisTime()
+	start := redisNow(t, s)
 	admitted := 0
 	for range 600 {
 		if r := l.Allow(context.Background(), "k"); r.Allowed {
@@ -177,7 +168,7 @@ func TestSharedRealClock(t *testing.T) {
 			t.Fatal("decided locally, want Redis")
 		}
 	}
-	elapsed := redisTime() - start
+	elapsed := redisNow(t, s) - start
 	if max := burst + rate*elapsed.Seconds(); float64(admitted) > max || admitted < burst {
 		t.Fatalf("admitted %d in %v of Redis time, want in [%d, %.1f]", admitted, elapsed, burst, max)
 	}
@@ -192,7 +183,7 @@ func TestNoScriptReload(t *testing.T) {
 	l := mustNew(t, c, "reload", 1, 3, withRedisNow(us.Load), WithHeartbeat(time.Minute, 2*time.Minute))
 	ctx := context.Background()
 	for i := range 2 {
-		if r := l.Allow(ctx, "k"); !r.Allowed {
+		if r := l.Allow(ctx, "k"); !r.Allowed || r.Local {
 			t.Fatalf("Allow #%d = %+v, want allowed", i, r)
 		}
 	}

@@ -26,8 +26,7 @@ const (
 	// closed, the limiter's own goroutine probes Redis.
 	DefaultProbeInterval = 100 * time.Millisecond
 	// DefaultWaitInOpen is how long the breaker on Redis stays open before
-	// it probes: with DefaultProbeInterval the limiter is back on the
-	// shared limit within about 1.2 s of Redis returning.
+	// it probes.
 	DefaultWaitInOpen = time.Second
 )
 
@@ -50,6 +49,8 @@ type options struct {
 	breaker    []breaker.Option
 	replicaID  string
 	localBurst int // 0: burst ÷ replicas
+	lease      leaseOptions
+	leased     bool
 
 	now      func() time.Time // the local clock; tests inject it
 	redisNow func() int64     // tests: the script's instant in µs instead of TIME
@@ -97,9 +98,11 @@ func WithHeartbeat(every, ttl time.Duration) Option {
 // name, the process id and a random number. It must be non-empty.
 func WithReplicaID(id string) Option { return func(o *options) { o.replicaID = id } }
 
-// WithProbe sets how long the breaker on Redis stays open and how often
-// the limiter's goroutine then probes Redis: it is back on the shared
-// limit about wait + every after Redis returns. Default
+// WithProbe sets how long the breaker on Redis stays open before it may
+// probe, and how often the limiter's goroutine then PINGs Redis, sending
+// its heartbeat as the probe once Redis answers: the limiter is back on
+// the shared limit about 2 × every after Redis returns, and at most wait
+// + 2 × every after the breaker opened. Default
 // DefaultWaitInOpen (1 s) and DefaultProbeInterval (100 ms). wait must be
 // in [10ms, 1m], every in [1ms, wait].
 func WithProbe(wait, every time.Duration) Option {
@@ -107,9 +110,9 @@ func WithProbe(wait, every time.Duration) Option {
 }
 
 // WithBreaker adds options to the breaker on Redis, after its defaults:
-// the last 10 calls judged once 5 have finished, open at 50% failures or
-// at 50% calls slower than half the timeout, the wait of WithProbe, and 2
-// probes in half-open. They are validated by breaker.New, and its errors
+// the last 10 calls judged once 5 have finished, open at 50% failures (a
+// call past the timeout is one), the wait of WithProbe, and 2 probes in
+// half-open. They are validated by breaker.New, and its errors
 // are reported by New.
 func WithBreaker(opts ...breaker.Option) Option {
 	return func(o *options) { o.breaker = append(o.breaker, opts...) }
@@ -147,6 +150,9 @@ func (o *options) validate() error {
 	}
 	if o.localBurst < 0 {
 		bad("WithLocalBurst: burst must be >= 0, got %d", o.localBurst)
+	}
+	if o.leased {
+		errs = append(errs, o.lease.validate())
 	}
 	return errors.Join(errs...)
 }

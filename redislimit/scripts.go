@@ -16,32 +16,40 @@ import (
 //	ARGV[1]  T, the emission interval: µs per token
 //	ARGV[2]  tau, the burst tolerance: burst × T
 //	ARGV[3]  n, the tokens asked for (1 ≤ n ≤ burst)
-//	ARGV[4]  optional: the instant in µs, for tests; TIME otherwise
+//	ARGV[4]  "1" to take as many as there are, up to n (a lease); "0" for
+//	         all or nothing
+//	ARGV[5]  optional: the instant in µs, for tests; TIME otherwise
 //
-// It returns {admitted (1 or 0), retry after in µs, tokens left}. An
-// admission moves the TAT n × T later; the key expires when the bucket
-// would be full again, so idle keys cost Redis nothing. Redis 5 and later
-// replicate a script's effects, so reading TIME before a write is allowed.
+// It returns {tokens taken, µs until one more token is there, tokens
+// left}; all or nothing, a refusal takes 0 and says when n will be there.
+// Taking k tokens moves the TAT k × T later; the key expires when the
+// bucket would be full again, so idle keys cost Redis nothing. Redis 5 and
+// later replicate a script's effects, so reading TIME before a write is
+// allowed.
 const gcraScript = `
 local T = tonumber(ARGV[1])
 local tau = tonumber(ARGV[2])
 local n = tonumber(ARGV[3])
 local now
-if ARGV[4] then
-  now = tonumber(ARGV[4])
+if ARGV[5] then
+  now = tonumber(ARGV[5])
 else
   local t = redis.call('TIME')
   now = tonumber(t[1]) * 1000000 + tonumber(t[2])
 end
 local tat = tonumber(redis.call('GET', KEYS[1]))
 if not tat or tat < now then tat = now end
-local new = tat + n * T
-local excess = new - now - tau
-if excess > 0 then
-  return {0, excess, math.floor((tau - (tat - now)) / T)}
+if ARGV[4] == '1' then
+  n = math.max(0, math.min(n, math.floor((tau - (tat - now)) / T)))
 end
-redis.call('SET', KEYS[1], string.format('%d', new), 'PX', math.ceil((new - now) / 1000))
-return {1, 0, math.floor((tau - (new - now)) / T)}
+local new = tat + n * T
+if new - now > tau then
+  return {0, new - now - tau, math.floor((tau - (tat - now)) / T)}
+end
+if n > 0 then
+  redis.call('SET', KEYS[1], string.format('%d', new), 'PX', math.ceil((new - now) / 1000))
+end
+return {n, math.max(0, new + T - tau - now), math.floor((tau - (new - now)) / T)}
 `
 
 // heartbeatScript renews one replica's heartbeat and counts the replicas
