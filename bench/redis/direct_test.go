@@ -3,7 +3,6 @@ package redisbench
 import (
 	"context"
 	"strconv"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -62,31 +61,7 @@ func BenchmarkDirect(b *testing.B) {
 		}},
 	}
 	for _, c := range calls {
-		b.Run(c.name+"/serial", func(b *testing.B) {
-			b.ReportAllocs()
-			i := 0
-			for b.Loop() {
-				if !c.call(keys[i&63]) {
-					b.Fatal("refused or failed")
-				}
-				i++
-			}
-		})
-		b.Run(c.name+"/parallel", func(b *testing.B) {
-			b.ReportAllocs()
-			b.SetParallelism(8)
-			var next atomic.Uint64
-			b.RunParallel(func(pb *testing.PB) {
-				i := next.Add(1)
-				for pb.Next() {
-					if !c.call(keys[i&63]) {
-						b.Error("refused or failed")
-						return
-					}
-					i++
-				}
-			})
-		})
+		serialAndParallel(b, c.name, c.call)
 	}
 	if st := lim.Stats(); st.Errors > 0 || st.LocalAllowed > 0 {
 		b.Fatalf("the limiter fell back during the benchmark: %+v", st)
