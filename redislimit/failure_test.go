@@ -161,3 +161,34 @@ func TestReplicasFromHeartbeats(t *testing.T) {
 	_ = fixed.Close()
 	eventually(t, 5*time.Second, "1 replica alive", func() bool { return a.Replicas() == 1 })
 }
+
+// TestLeasedRedisKilled: with leases, a dead Redis costs the callers
+// nothing either: the tokens in hand are spent, then the local fallback
+// decides, and the leases come back by themselves after a restart.
+func TestLeasedRedisKilled(t *testing.T) {
+	s, c := single(t)
+	l := mustNew(t, c, "leasekill", 1000, 100, WithTimeout(DefaultTimeout), WithReplicas(2), WithLeases(50*time.Millisecond, time.Second))
+	ctx := context.Background()
+	if r := l.Allow(ctx, "k"); !r.Allowed || r.Local {
+		t.Fatalf("Allow with Redis up = %+v, want allowed from a lease", r)
+	}
+	s.Stop()
+	var worst time.Duration
+	eventually(t, 5*time.Second, "local fallback", func() bool {
+		start := time.Now()
+		r := l.Allow(ctx, "k")
+		worst = max(worst, time.Since(start))
+		return r.Local
+	})
+	if worst > 2*DefaultTimeout {
+		t.Errorf("slowest call with Redis down took %v, want within the timeout %v", worst, DefaultTimeout)
+	}
+	if st := l.Stats(); st.LocalRate != 500 {
+		t.Fatalf("LocalRate = %v with 2 replicas configured, want 500", st.LocalRate)
+	}
+	s.Restart()
+	eventually(t, 5*time.Second, "leases again", func() bool {
+		r := l.Allow(ctx, "k")
+		return r.Allowed && !r.Local
+	})
+}

@@ -28,7 +28,8 @@ func TestNewErrors(t *testing.T) {
 		{"burst", func() (*Limiter, error) { return New(c, "x", 1, 0) }, []string{"burst must be in [1,", "got 0"}},
 		{"all options", func() (*Limiter, error) {
 			return New(c, "x", 1, 1, WithPrefix("a}"), WithTimeout(0), WithReplicas(-1),
-				WithHeartbeat(time.Millisecond, time.Millisecond), WithProbe(time.Hour, 0), WithLocalBurst(-2))
+				WithHeartbeat(time.Millisecond, time.Millisecond), WithProbe(time.Hour, 0), WithLocalBurst(-2),
+				WithLeases(0, time.Hour))
 		}, []string{
 			`WithPrefix: prefix must be non-empty without '{' or '}', got "a}"`,
 			"WithTimeout: timeout must be in [1ms, 10s], got 0s",
@@ -38,6 +39,8 @@ func TestNewErrors(t *testing.T) {
 			"WithProbe: wait must be in [10ms, 1m], got 1h0m0s",
 			"WithProbe: every must be in [1ms, wait], got 0s",
 			"WithLocalBurst: burst must be >= 0, got -2",
+			"WithLeases: horizon must be in [1ms, 10s], got 0s",
+			"WithLeases: ttl must be in [horizon, 1m], got 1h0m0s",
 		}},
 		{"breaker", func() (*Limiter, error) {
 			return New(c, "x", 1, 1, nil, WithBreaker(nil, breaker.WithFailureRate(0)))
