@@ -51,11 +51,17 @@ type Server struct {
 // (with the message Install) or does not come up.
 func Start(tb testing.TB, args ...string) *Server {
 	tb.Helper()
+	return start(tb, FreePort, args)
+}
+
+// start starts a redis-server on a port that pick finds.
+func start(tb testing.TB, pick func() (int, error), args []string) *Server {
+	tb.Helper()
 	bin := Binary(tb)
 	s := &Server{tb: tb, bin: bin, dir: tb.TempDir(), args: args}
 	var err error
 	for range 5 { // a free port can be taken by someone else before we bind it
-		s.port, err = FreePort()
+		s.port, err = pick()
 		if err != nil {
 			tb.Fatalf("redistest: %v", err)
 		}

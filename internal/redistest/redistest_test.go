@@ -78,3 +78,18 @@ func TestProxyLatency(t *testing.T) {
 		t.Fatal("Ping through a closed proxy = nil, want an error")
 	}
 }
+
+func TestCluster(t *testing.T) {
+	c := StartCluster(t, 3)
+	if len(c.Nodes) != 3 {
+		t.Fatalf("cluster of %d nodes, want 3", len(c.Nodes))
+	}
+	for i, info := range c.Do("CLUSTER", "INFO") {
+		if !strings.Contains(info, "cluster_known_nodes:3") || !strings.Contains(info, "cluster_slots_assigned:16384") {
+			t.Fatalf("node %d CLUSTER INFO:\n%s\nwant 3 known nodes and every slot assigned", i, info)
+		}
+	}
+	if a, b := c.Slot("x:{tag}:1"), c.Slot("y:{tag}:2"); a != b {
+		t.Fatalf("slots of keys sharing a hash tag: %d and %d, want equal", a, b)
+	}
+}
