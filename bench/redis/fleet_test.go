@@ -41,23 +41,7 @@ func TestFleetAccuracy(t *testing.T) {
 		if mode == "leased" {
 			opts = append(opts, redislimit.WithLeases(100*time.Millisecond, time.Second))
 		}
-		fleet := make([]*redislimit.Limiter, 3)
-		for i := range fleet {
-			c, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{srv.Addr()}, DisableCache: true})
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer c.Close()
-			l, err := redislimit.New(c, "fleet-"+mode, fleetRate, fleetBurst, opts...)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer l.Close()
-			fleet[i] = l
-		}
-		for fleet[0].Replicas() != 3 {
-			time.Sleep(10 * time.Millisecond)
-		}
+		fleet := newFleet(t, srv, "fleet-"+mode, opts...)
 		before := scripts(srv)
 		admitted, calls := drive(fleet)
 		commands := scripts(srv) - before
@@ -83,6 +67,31 @@ func TestFleetAccuracy(t *testing.T) {
 		}
 	}
 	t.Logf("fleet of 3, limit %d/s, offered %d/s split 80/10/10 then 10/10/80, %v windows:\n%s", fleetRate, offered, window, table.String())
+}
+
+// newFleet returns 3 limiters of the limit name, each with its own client
+// to srv, once their heartbeats count 3 replicas; they are closed when the
+// test ends.
+func newFleet(t *testing.T, srv *redistest.Server, name string, opts ...redislimit.Option) []*redislimit.Limiter {
+	t.Helper()
+	fleet := make([]*redislimit.Limiter, 3)
+	for i := range fleet {
+		c, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{srv.Addr()}, DisableCache: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(c.Close)
+		l, err := redislimit.New(c, name, fleetRate, fleetBurst, opts...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = l.Close() })
+		fleet[i] = l
+	}
+	for fleet[0].Replicas() != 3 {
+		time.Sleep(10 * time.Millisecond)
+	}
+	return fleet
 }
 
 // scripts returns how many scripts (EVALSHA and EVAL) Redis has run.

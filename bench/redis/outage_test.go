@@ -9,8 +9,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/redis/rueidis"
-
 	"github.com/levee-go/levee/internal/redistest"
 	"github.com/levee-go/levee/redislimit"
 )
@@ -23,23 +21,7 @@ import (
 // It takes about 10 s and is not part of levee's `make test`.
 func TestFleetOutage(t *testing.T) {
 	srv := redistest.Start(t)
-	fleet := make([]*redislimit.Limiter, 3)
-	for i := range fleet {
-		c, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{srv.Addr()}, DisableCache: true})
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer c.Close()
-		l, err := redislimit.New(c, "outage", fleetRate, fleetBurst, redislimit.WithLeases(100*time.Millisecond, time.Second))
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer l.Close()
-		fleet[i] = l
-	}
-	for fleet[0].Replicas() != 3 {
-		time.Sleep(10 * time.Millisecond)
-	}
+	fleet := newFleet(t, srv, "outage", redislimit.WithLeases(100*time.Millisecond, time.Second))
 	const seconds = 9 // 3 s up, 3 s down, 3 s up again
 	var admitted, local [seconds]atomic.Int64
 	var slowest atomic.Int64
