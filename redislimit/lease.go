@@ -211,6 +211,9 @@ func (l *Limiter) leased(ctx context.Context, id leaseID, lz *lease) (Result, *l
 		return Result{Allowed: true, Remaining: int(n)}, lz
 	}
 	lz.dry.Add(1)
+	if l.closed.Load() {
+		return l.direct(ctx, id.name(), 1), nil
+	}
 	now := l.o.now()
 	mono := l.ls.mono(now)
 	if l.br.StateAt(now) != breaker.StateClosed {

@@ -233,3 +233,28 @@ func TestLeasedFleetBound(t *testing.T) {
 		t.Fatalf("3 leased replicas admitted %d in %v, want at least half of burst + rate × t = %.0f", spent, elapsed, bound)
 	}
 }
+
+// TestLeasedAfterClose: a closed limiter, whose refills have stopped,
+// still answers: from the lease, then in direct mode.
+func TestLeasedAfterClose(t *testing.T) {
+	_, c := single(t)
+	l := mustNew(t, c, "closed", 1000, 10, quiet, WithLeases(10*time.Millisecond, time.Second))
+	ctx := context.Background()
+	if r := l.Allow(ctx, "k"); !r.Allowed {
+		t.Fatalf("Allow = %+v, want allowed", r)
+	}
+	_ = l.Close()
+	allowed := 0
+	for range 50 {
+		r := l.Allow(ctx, "k")
+		if r.Local {
+			t.Fatalf("Allow after Close = %+v, want decided by Redis", r)
+		}
+		if r.Allowed {
+			allowed++
+		}
+	}
+	if allowed < 10 {
+		t.Fatalf("allowed %d of 50 calls after Close, want at least the burst (10)", allowed)
+	}
+}

@@ -96,6 +96,7 @@ type Limiter struct {
 	stop      chan struct{}
 	done      chan struct{}
 	closeOnce sync.Once
+	closed    atomic.Bool // no goroutine refills leases any more
 }
 
 // New returns a Limiter of the limit name, shared through client by every
@@ -206,7 +207,10 @@ func (l *Limiter) Allow(ctx context.Context, key string) Result { return l.Allow
 // Redis even so. Past the timeout, on an error, or while the breaker on
 // Redis is not closed, the local fallback decides (Result.Local): a
 // bucket per key at the shared rate ÷ the replicas alive. It never
-// returns an error: Redis's failures show only in Stats.
+// returns an error: Redis's failures show only in Stats. With leases
+// (WithLeases) a call of one token is taken from key's lease, which
+// allocates nothing and waits on nothing while the lease holds tokens;
+// other n are asked of Redis directly.
 func (l *Limiter) AllowN(ctx context.Context, key string, n int) Result {
 	if n <= 0 {
 		return Result{Allowed: true, Remaining: l.burst}
@@ -436,11 +440,13 @@ func (l *Limiter) leave() {
 
 // Close stops the limiter's goroutine, after removing its heartbeat from
 // Redis (one round trip, bounded by the timeout), and the fallback's
-// sweeper. It does not close the client, which is the caller's. Calls
-// after Close are still answered; Close twice does nothing and returns
-// nil.
+// sweeper and lease refills. It does not close the client, which is the
+// caller's. Calls after Close are still answered: from the tokens a lease
+// still holds, then in direct mode (or by the local fallback, which no
+// probe ends any more). Close twice does nothing and returns nil.
 func (l *Limiter) Close() error {
 	l.closeOnce.Do(func() {
+		l.closed.Store(true)
 		close(l.stop)
 		<-l.done
 		if l.ls != nil {
