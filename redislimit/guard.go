@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/levee-go/levee/admission"
+	"github.com/levee-go/levee/breaker"
 )
 
 // ReasonFleet is the reason of the guard's refusals; a constant, so
@@ -164,11 +165,30 @@ func (g *fastLeasedGuard) AdmitFast(_ time.Time, key string) (admission.Permit, 
 	return p, r.Allowed
 }
 
+// Admit answers as AdmitFast then Refusal do, as the contract asks of a
+// FastAdmitter.
+func (g *fastLeasedGuard) Admit(c admission.Call) admission.Decision {
+	if p, ok := g.AdmitFast(c.Now, c.Key); ok {
+		return admission.Grant(p)
+	}
+	return g.Refusal(c)
+}
+
+// Refusal gives the local fallback's retry delay while the breaker on
+// Redis is not closed; else the time until Redis will have a token for the
+// lease, at least one token's interval.
 func (g *fastLeasedGuard) Refusal(c admission.Call) admission.Decision {
 	// The limiter's clock, not c.Now: the leases' instants are on it.
-	retry := time.Duration(g.l.interval)
-	if lz := g.l.ls.get(g.id("", c.Key)); lz != nil {
-		retry = max(retry, time.Duration(lz.until.Load()-g.l.ls.mono(g.l.o.now())))
+	now := g.l.o.now()
+	id := g.id("", c.Key)
+	var retry time.Duration
+	if g.l.br.StateAt(now) != breaker.StateClosed {
+		retry = g.l.local.RetryAfter(id.name(), now, 1)
+	} else {
+		retry = time.Duration(g.l.interval)
+		if lz := g.l.ls.get(id); lz != nil {
+			retry = max(retry, time.Duration(lz.until.Load()-g.l.ls.mono(now)))
+		}
 	}
 	d := admission.Refuse(ReasonFleet, retry)
 	d.PerKey = g.scope&ByKey != 0

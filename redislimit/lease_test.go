@@ -258,3 +258,33 @@ func TestLeasedAfterClose(t *testing.T) {
 		t.Fatalf("allowed %d of 50 calls after Close, want at least the burst (10)", allowed)
 	}
 }
+
+// TestLeasedGuardRefusal: a leased guard's refusal, by Admit or by the
+// chain's fast path, names the fleet limit and the key, and says when
+// Redis will have a token again.
+func TestLeasedGuardRefusal(t *testing.T) {
+	_, c := single(t)
+	var us atomic.Int64
+	us.Store(1_700_000_000_000_000)
+	l := mustNew(t, c, "refusal", 10, 2, quiet, WithLeases(time.Second, 2*time.Second), withRedisNow(us.Load))
+	g := NewGuard("fleet", l, ByKey)
+	var call admission.Call
+	call.Init(context.Background(), "/pkg.S/M", time.Now())
+	call.Key = "acme"
+	for i := range 2 {
+		if d := g.Admit(call); d.Refused {
+			t.Fatalf("Admit #%d = %+v, want admitted", i, d)
+		}
+	}
+	d := g.Admit(call)
+	if !d.Refused || d.Reason != ReasonFleet || !d.PerKey || d.RetryAfter < 100*time.Millisecond {
+		t.Fatalf("Admit on a dry lease = %+v, want refused by %q per key, retry >= 100ms", d, ReasonFleet)
+	}
+	fa := g.(admission.FastAdmitter)
+	if _, ok := fa.AdmitFast(call.Now, call.Key); ok {
+		t.Fatal("AdmitFast on a dry lease admitted")
+	}
+	if r := fa.Refusal(call); !r.Refused || r.Reason != d.Reason || r.PerKey != d.PerKey || r.RetryAfter <= 0 {
+		t.Fatalf("Refusal = %+v, want as Admit's %+v", r, d)
+	}
+}
