@@ -3,6 +3,7 @@ package redislimit
 import (
 	"context"
 	"slices"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -191,4 +192,56 @@ func TestLeasedRedisKilled(t *testing.T) {
 		r := l.Allow(ctx, "k")
 		return r.Allowed && !r.Local
 	})
+}
+
+// TestRecoveryInjectedTime drives the breaker on Redis and the probes
+// through an injected clock: Redis killed, the breaker opens and every call
+// is decided locally; Redis restarted, nothing changes until the wait in
+// open has passed on the limiter's clock, then two probe ticks (a PING,
+// then the heartbeat as the probe) close the breaker.
+func TestRecoveryInjectedTime(t *testing.T) {
+	s, c := single(t)
+	var nowNs atomic.Int64
+	base := time.Now()
+	clock := func() time.Time { return base.Add(time.Duration(nowNs.Load())) }
+	// The goroutine's next tick is a minute away: the test ticks by hand.
+	l := mustNew(t, c, "recovery", 100, 10, withNow(clock), WithTimeout(DefaultTimeout), WithHeartbeat(time.Minute, 2*time.Minute))
+	eventually(t, 5*time.Second, "first heartbeat", func() bool { return l.Stats().Heartbeats > 0 })
+	ctx := context.Background()
+	s.Stop()
+	for i := 0; l.Stats().Breaker != breaker.StateOpen; i++ {
+		if i == 50 {
+			t.Fatalf("breaker still %v after 50 calls to a dead Redis", l.Stats().Breaker)
+		}
+		if r := l.Allow(ctx, "k"); !r.Local {
+			t.Fatalf("call with Redis down = %+v, want local", r)
+		}
+	}
+	s.Restart()
+	steps := []struct {
+		at        time.Duration // on the limiter's clock, after the breaker opened
+		wantState breaker.State
+	}{
+		{500 * time.Millisecond, breaker.StateOpen}, // still waiting in open: no probe
+		// The breaker opened at the end of the failed call that tripped it:
+		// after +0 by the real time that call took, at most the timeout.
+		{DefaultWaitInOpen + DefaultTimeout, breaker.StateHalfOpen},                      // first probe succeeds
+		{DefaultWaitInOpen + DefaultTimeout + DefaultProbeInterval, breaker.StateClosed}, // second: closed
+	}
+	for _, st := range steps {
+		nowNs.Store(int64(st.at))
+		if r := l.Allow(ctx, "k"); !r.Local {
+			t.Fatalf("at +%v before the tick: Allow = %+v, want local", st.at, r)
+		}
+		next := l.tick()
+		if got := l.Stats().Breaker; got != st.wantState {
+			t.Fatalf("at +%v after a tick: breaker %v, want %v", st.at, got, st.wantState)
+		}
+		if st.wantState != breaker.StateClosed && next != DefaultProbeInterval {
+			t.Fatalf("at +%v: next tick in %v, want the probe interval %v", st.at, next, DefaultProbeInterval)
+		}
+	}
+	if r := l.Allow(ctx, "k"); r.Local {
+		t.Fatalf("Allow after the breaker closed = %+v, want decided by Redis", r)
+	}
 }
