@@ -66,8 +66,9 @@ type Stats struct {
 //
 // Create one with New, which takes a rueidis client (to a single Redis or
 // a cluster), the limit's name, its rate and its burst; the zero value is
-// not usable. A Limiter owns one goroutine (heartbeats and probes) and the
-// fallback's sweeper: stop them with Close. It is safe for concurrent use.
+// not usable. A Limiter owns its goroutines — heartbeats and probes, the
+// fallback's sweeper, and with leases their refills and sweeper: stop them
+// with Close. It is safe for concurrent use.
 type Limiter struct {
 	client   rueidis.Client
 	o        options
@@ -119,21 +120,21 @@ func New(client rueidis.Client, name string, rate float64, burst int, opts ...Op
 			opt(&o)
 		}
 	}
-	err := errors.Join(checkName(name), checkRate(rate), checkBurst(burst), o.validate())
-	var br *breaker.Breaker
-	if err == nil {
-		br, err = breaker.New(append([]breaker.Option{
-			breaker.WithCountWindow(10),
-			breaker.WithMinimumCalls(5),
-			breaker.WithFailureRate(50),
-			breaker.WithWaitInOpen(o.waitOpen),
-			breaker.WithHalfOpenCalls(2),
-		}, o.breaker...)...)
-		if err != nil {
-			err = fmt.Errorf("redislimit: WithBreaker: %w", err)
-		}
+	wait := o.waitOpen
+	if wait <= 0 {
+		wait = DefaultWaitInOpen // reported by o.validate; keep the breaker's errors the user's own
 	}
-	if err != nil {
+	br, brErr := breaker.New(append([]breaker.Option{
+		breaker.WithCountWindow(10),
+		breaker.WithMinimumCalls(5),
+		breaker.WithFailureRate(50),
+		breaker.WithWaitInOpen(wait),
+		breaker.WithHalfOpenCalls(2),
+	}, o.breaker...)...)
+	if brErr != nil {
+		brErr = fmt.Errorf("redislimit: WithBreaker: %w", brErr)
+	}
+	if err := errors.Join(checkName(name), checkRate(rate), checkBurst(burst), o.validate(), brErr); err != nil {
 		return nil, err
 	}
 	if o.replicaID == "" {

@@ -43,8 +43,8 @@ func TestNewErrors(t *testing.T) {
 			"WithLeases: ttl must be in [horizon, 1m], got 1h0m0s",
 		}},
 		{"breaker", func() (*Limiter, error) {
-			return New(c, "x", 1, 1, nil, WithBreaker(nil, breaker.WithFailureRate(0)))
-		}, []string{"redislimit: WithBreaker: breaker: WithFailureRate: percent must be in (0, 100], got 0"}},
+			return New(c, "", 1, 1, nil, WithBreaker(nil, breaker.WithFailureRate(0)))
+		}, []string{"redislimit: WithBreaker: breaker: WithFailureRate: percent must be in (0, 100], got 0", `name must be non-empty`}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
