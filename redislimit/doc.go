@@ -48,11 +48,11 @@
 // then every call is decided locally at once: a sick Redis costs nothing
 // per call. No caller ever waits on a probe: while the breaker is not
 // closed, the limiter's own goroutine PINGs Redis every 100 ms and, once
-// Redis answers, sends its heartbeat as the breaker's probe. The limiter
-// is so back on the shared limit by itself about 0.2 s after Redis
-// returns, and at most the breaker's wait in open (1 s) and 0.2 s after
-// the breaker opened (WithProbe). Callers never get an error: Redis's
-// failures show only in Stats.
+// Redis answers, sends its heartbeat as the breaker's probe. So the
+// limiter is back on the shared limit by itself about 0.2 s after Redis
+// returns, though never before the breaker's wait in open (1 s,
+// WithProbe) has passed since it opened. Callers never get an error:
+// Redis's failures show only in Stats.
 //
 // # The client: rueidis
 //

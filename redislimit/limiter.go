@@ -103,8 +103,8 @@ type Limiter struct {
 // New returns a Limiter of the limit name, shared through client by every
 // replica that uses the same name (and prefix): each key's bucket refills
 // at rate tokens per second across the fleet and holds at most burst
-// tokens, starting full. It starts the limiter's goroutine, which sends
-// the first heartbeat at once; New itself sends nothing to Redis.
+// tokens, starting full. It starts the limiter's goroutines, whose first
+// heartbeat goes at once; New itself sends nothing to Redis.
 //
 // It returns an error naming every bad value: a name that is empty or
 // holds '{' or '}', a rate outside (0, 10⁶] (the script counts
@@ -439,9 +439,9 @@ func (l *Limiter) leave() {
 	}
 }
 
-// Close stops the limiter's goroutine, after removing its heartbeat from
-// Redis (one round trip, bounded by the timeout), and the fallback's
-// sweeper and lease refills. It does not close the client, which is the
+// Close stops the limiter's goroutines: the heartbeats, after removing
+// this replica's from Redis (one round trip, bounded by the timeout), the
+// fallback's sweeper, and the leases' refills and sweeper. It does not close the client, which is the
 // caller's. Calls after Close are still answered: from the tokens a lease
 // still holds, then in direct mode (or by the local fallback, which no
 // probe ends any more). Close twice does nothing and returns nil.

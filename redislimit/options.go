@@ -94,15 +94,16 @@ func WithHeartbeat(every, ttl time.Duration) Option {
 	return func(o *options) { o.heartbeat, o.ttl = every, ttl }
 }
 
-// WithReplicaID names this replica in the heartbeats. Default: the host
-// name, the process id and a random number. It must be non-empty.
+// WithReplicaID names this replica in the heartbeats; give each replica
+// its own. Default (and for ""): the host name, the process id and a
+// random number.
 func WithReplicaID(id string) Option { return func(o *options) { o.replicaID = id } }
 
 // WithProbe sets how long the breaker on Redis stays open before it may
 // probe, and how often the limiter's goroutine then PINGs Redis, sending
 // its heartbeat as the probe once Redis answers: the limiter is back on
-// the shared limit about 2 × every after Redis returns, and at most wait
-// + 2 × every after the breaker opened. Default
+// the shared limit about 2 × every after Redis returns, though not before
+// wait has passed since the breaker opened. Default
 // DefaultWaitInOpen (1 s) and DefaultProbeInterval (100 ms). wait must be
 // in [10ms, 1m], every in [1ms, wait].
 func WithProbe(wait, every time.Duration) Option {
