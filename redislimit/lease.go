@@ -46,6 +46,11 @@ type leaseOptions struct {
 // call. Default off; horizon must be in [1ms, 10s] and ttl in
 // [horizon, 1m]. Keys beyond DefaultMaxLeases are decided in direct mode.
 //
+// Leases suit keys whose traffic is steady over a horizon: a batch holds
+// about rate × horizon ÷ replicas tokens, so with rate × horizon near 1 a
+// quick burst of calls finds the lease dry, and is refused while its
+// refill is on the way, though the shared bucket may hold more.
+//
 // The fleet never takes more tokens from Redis than the shared bucket
 // allows; a token may be spent up to ttl after it was taken, so over any
 // interval t the fleet admits at most burst + rate × t plus the tokens in
