@@ -42,9 +42,9 @@ const (
 // admitted from a lease allocates nothing and waits on nothing; a guard
 // without ByMethod then also offers the chain's fast path
 // (admission.FastAdmitter), whose refusal gives as retry delay the time
-// until Redis will have a token for the lease, or one token's interval. The guard reads the call's
-// context (Call.Ctx, Background if nil) for the round trip's values only;
-// see Limiter.AllowN for the timeout. It panics if l is nil.
+// until Redis will have a token for the lease, or one token's interval.
+// A call whose context (Call.Ctx) is already done is decided locally; see
+// Limiter.AllowN. It panics if l is nil.
 func NewGuard(name string, l *Limiter, scope Scope) admission.Guard {
 	if l == nil {
 		panic("redislimit: NewGuard: nil Limiter")

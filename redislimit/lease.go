@@ -233,7 +233,7 @@ func (l *Limiter) leased(ctx context.Context, id leaseID, lz *lease) (Result, *l
 		l.refused.Add(1)
 		return Result{RetryAfter: time.Duration(l.interval)}, nil
 	}
-	if err := l.refill(ctx, lz); err != nil {
+	if err := l.refill(lz); err != nil {
 		return l.fallback(id.name(), now, 1), nil
 	}
 	if n, ok := l.take(lz); ok {
@@ -250,7 +250,7 @@ func (ls *leases) mono(t time.Time) int64 { return int64(t.Sub(ls.epoch)) }
 // refill tops lz up from Redis, through the breaker, sizing the batch from
 // the replica's recent traffic on the bucket; lz.queued must be set, and
 // is cleared, or kept while the refill is scheduled for later.
-func (l *Limiter) refill(ctx context.Context, lz *lease) error {
+func (l *Limiter) refill(lz *lease) error {
 	now := l.o.now()
 	mono := l.ls.mono(now)
 	if until := lz.until.Load(); mono < until {
@@ -288,10 +288,8 @@ func (l *Limiter) refill(ctx context.Context, lz *lease) error {
 	if err != nil {
 		return err
 	}
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), l.o.timeout)
-	defer cancel()
 	start := time.Now()
-	v, err := l.run3(ctx, lz.name, strconv.FormatInt(want, 10), "1")
+	v, err := l.run3(l.dl.get(), lz.name, strconv.FormatInt(want, 10), "1")
 	p.Done(err, time.Since(start))
 	l.ls.refilled.Add(1)
 	if err != nil {
@@ -320,7 +318,7 @@ func (l *Limiter) refiller() {
 		case <-l.stop:
 			return
 		case lz := <-l.ls.refills:
-			_ = l.refill(context.Background(), lz)
+			_ = l.refill(lz)
 		}
 	}
 }

@@ -80,6 +80,7 @@ type Limiter struct {
 	argTau   string  // burst × µs per token
 	interval int64   // ns per token
 	ls       *leases // nil unless WithLeases
+	dl       *deadlines
 
 	gcra  script
 	beat  script
@@ -154,6 +155,7 @@ func New(client rueidis.Client, name string, rate float64, burst int, opts ...Op
 		beat:   newScript(heartbeatScript),
 		id:     o.replicaID,
 		br:     br,
+		dl:     newDeadlines(o.timeout),
 		stop:   make(chan struct{}),
 		done:   make(chan struct{}),
 	}
@@ -203,11 +205,14 @@ func (l *Limiter) Allow(ctx context.Context, key string) Result { return l.Allow
 // tokens if so. With n <= 0 it allows and takes nothing; with n above the
 // burst it refuses with RetryAfter admission.Never, without asking Redis.
 //
-// It asks Redis in one round trip, bounded by the timeout (WithTimeout),
-// which does not end early when ctx does: the tokens may be taken in
-// Redis even so. Past the timeout, on an error, or while the breaker on
-// Redis is not closed, the local fallback decides (Result.Local): a
-// bucket per key at the shared rate ÷ the replicas alive. It never
+// It asks Redis in one round trip, bounded by the timeout (WithTimeout)
+// alone: calls that start within the same tenth of the timeout share one
+// deadline, so that no call pays for a timer of its own, and a round trip
+// does not end early when ctx does. Past the timeout, on an error, while
+// the breaker on Redis is not closed, or when ctx is already done (its
+// caller gave up: no round trip is worth it), the local fallback decides
+// (Result.Local): a bucket per key at the shared rate ÷ the replicas
+// alive. It never
 // returns an error: Redis's failures show only in Stats. With leases
 // (WithLeases) a call of one token is taken from key's lease, which
 // allocates nothing and waits on nothing while the lease holds tokens;
@@ -232,7 +237,7 @@ func (l *Limiter) AllowN(ctx context.Context, key string, n int) Result {
 // direct decides n calls of key with one round trip to Redis.
 func (l *Limiter) direct(ctx context.Context, key string, n int) Result {
 	now := l.o.now()
-	if l.br.StateAt(now) != breaker.StateClosed {
+	if ctx.Err() != nil || l.br.StateAt(now) != breaker.StateClosed {
 		return l.fallback(key, now, n)
 	}
 	p, err := l.br.AllowAt(now)
@@ -240,7 +245,7 @@ func (l *Limiter) direct(ctx context.Context, key string, n int) Result {
 		return l.fallback(key, now, n)
 	}
 	start := time.Now()
-	r, err := l.shared(ctx, key, n)
+	r, err := l.shared(key, n)
 	p.Done(err, time.Since(start))
 	if err != nil {
 		l.errors.Add(1)
@@ -255,14 +260,12 @@ func (l *Limiter) direct(ctx context.Context, key string, n int) Result {
 }
 
 // shared runs the GCRA script on key's bucket.
-func (l *Limiter) shared(ctx context.Context, key string, n int) (Result, error) {
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), l.o.timeout)
-	defer cancel()
+func (l *Limiter) shared(key string, n int) (Result, error) {
 	arg := "1"
 	if n != 1 {
 		arg = strconv.Itoa(n)
 	}
-	v, err := l.run3(ctx, key, arg, "0")
+	v, err := l.run3(l.dl.get(), key, arg, "0")
 	if err != nil {
 		return Result{}, err
 	}
@@ -453,6 +456,7 @@ func (l *Limiter) Close() error {
 		if l.ls != nil {
 			l.ls.wg.Wait()
 		}
+		l.dl.stop()
 		_ = l.local.Close()
 	})
 	return nil
