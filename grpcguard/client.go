@@ -3,6 +3,7 @@ package grpcguard
 import (
 	"context"
 	"math"
+	"math/rand/v2"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -17,6 +18,7 @@ import (
 	"github.com/levee-go/levee/breaker"
 	"github.com/levee-go/levee/holdoff"
 	"github.com/levee-go/levee/internal/clock"
+	"github.com/levee-go/levee/retrybudget"
 	"github.com/levee-go/levee/throttle"
 )
 
@@ -59,6 +61,12 @@ import (
 type Client struct {
 	o     clientOptions
 	clock clock.Mono // in-package tests set clock.Fake
+	// wait sleeps before a retry, false if ctx ended first; in-package
+	// tests replace it.
+	wait func(ctx context.Context, d time.Duration) bool
+	// jitter returns a uniform number in [0, 1) for the retry backoff;
+	// in-package tests replace it.
+	jitter func() float64
 
 	mu      sync.Mutex            // serialises changes to the registries
 	targets cowMap[*clientTarget] // with the overflow target
@@ -71,6 +79,8 @@ type Client struct {
 type clientTarget struct {
 	name    string
 	hold    *holdoff.Gate
+	budget  *retrybudget.Budget // nil: no retries, or no budget
+	err     error               // not nil: the budget could not be built
 	limit   admission.Guard      // nil: no bucket
 	methods cowMap[*clientEntry] // with the target's overflow method
 }
@@ -103,6 +113,10 @@ func NewClient(opts ...ClientOption) (*Client, error) {
 		maxTargets: DefaultMaxTargets,
 		maxMethods: DefaultMaxMethods,
 		trailer:    true,
+		attempts:   1,
+		backoff:    DefaultRetryBackoff,
+		maxBackoff: DefaultMaxRetryBackoff,
+		budget:     func(string) []retrybudget.Option { return nil },
 	}
 	for _, opt := range opts {
 		if opt != nil {
@@ -112,7 +126,7 @@ func NewClient(opts ...ClientOption) (*Client, error) {
 	if err := o.validate(); err != nil {
 		return nil, err
 	}
-	c := &Client{o: o, clock: clock.New()}
+	c := &Client{o: o, clock: clock.New(), wait: sleep, jitter: rand.Float64}
 	c.judge = Judge(o.classify)
 	c.targets.init()
 	c.boxes.New = func() any {
@@ -151,35 +165,57 @@ type trailerBox struct {
 }
 
 func (c *Client) unaryCall(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
-	target := cc.Target()
-	e := c.entry(target, method)
+	e := c.entry(cc.Target(), method)
 	if e.err != nil {
 		return e.err
 	}
+	if c.o.attempts > 1 {
+		return c.retrying(ctx, e, method, req, reply, cc, invoker, opts)
+	}
+	err, _ := c.attempt(ctx, e, method, req, reply, cc, invoker, opts, nil, nil)
+	return err
+}
+
+// attempt makes one guarded attempt of a unary call: admission, the call,
+// its finish at every guard. sent is false when a guard refused it (err
+// is then the refusal). count, if not nil, counts the attempt as a
+// request once admitted; hint, if not nil, is filled from the trailer of
+// an attempt that failed.
+func (c *Client) attempt(ctx context.Context, e *clientEntry, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts []grpc.CallOption, count *retrybudget.Budget, hint *retryHint) (err error, sent bool) {
 	var call admission.Call
 	call.Init(ctx, method, c.now())
-	call.Key = target
+	call.Key = e.target.name
 	var permits admission.Permits
 	if i, d := e.chain.Enter(&call, &permits); i >= 0 {
-		return e.refusal(i, d)
+		return e.refusal(i, d), false
+	}
+	if count != nil {
+		count.RequestAt(call.Now)
 	}
 	var box *trailerBox
 	var md *metadata.MD
-	if c.o.trailer {
+	if c.o.trailer || hint != nil {
 		if md = userTrailer(opts); md == nil {
 			box = c.boxes.Get().(*trailerBox)
 			box.opts = append(append(box.opts[:0], opts...), box.opt)
 			opts, md = box.opts, &box.md
 		}
 	}
-	err := invoker(ctx, method, req, reply, cc, opts...)
-	c.finish(e, &call, &permits, err, md)
+	err = invoker(ctx, method, req, reply, cc, opts...)
+	learn := md
+	if !c.o.trailer {
+		learn = nil // read for the retry only
+	}
+	c.finish(e, &call, &permits, err, learn)
+	if err != nil && hint != nil {
+		hint.read(md)
+	}
 	if box != nil {
 		box.md = nil
 		clear(box.opts[:cap(box.opts)])
 		c.boxes.Put(box)
 	}
-	return err
+	return err, true
 }
 
 // userTrailer returns the metadata a caller's own grpc.Trailer option

@@ -13,6 +13,7 @@ import (
 	"github.com/levee-go/levee/breaker"
 	"github.com/levee-go/levee/holdoff"
 	"github.com/levee-go/levee/ratelimit"
+	"github.com/levee-go/levee/retrybudget"
 	"github.com/levee-go/levee/throttle"
 )
 
@@ -126,6 +127,14 @@ func (c *Client) entry(target, method string) *clientEntry {
 func (c *Client) newTarget(name string) *clientTarget {
 	t := &clientTarget{name: name, hold: holdoff.New(c.clock.Epoch())}
 	t.methods.init()
+	if c.o.attempts > 1 && c.o.budget != nil {
+		b, err := retrybudget.New(c.o.budget(name)...)
+		if err != nil {
+			t.err = fmt.Errorf("grpcguard: WithRetryBudget: %w", err)
+		} else {
+			t.budget = b
+		}
+	}
 	if c.o.limiter != nil {
 		if l := c.o.limiter(name); l != nil {
 			t.limit = ratelimit.NewGuard("rate", l)
@@ -142,6 +151,9 @@ func (c *Client) newTarget(name string) *clientTarget {
 // never sent.
 func (c *Client) newPair(t *clientTarget, method string) *clientEntry {
 	e := &clientEntry{target: t}
+	if t.err != nil {
+		return e.failed(t.err)
+	}
 	name := t.name + " " + method
 	guards := make([]admission.Guard, 0, admission.MaxGuards)
 	guards = append(guards, holdoff.NewGuard("holdoff", t.hold))
