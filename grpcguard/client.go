@@ -79,8 +79,8 @@ type Client struct {
 type clientTarget struct {
 	name    string
 	hold    *holdoff.Gate
-	budget  *retrybudget.Budget // nil: no retries, or no budget
-	err     error               // not nil: the budget could not be built
+	budget  *retrybudget.Budget  // nil: no retries, or no budget
+	err     error                // not nil: the budget could not be built
 	limit   admission.Guard      // nil: no bucket
 	methods cowMap[*clientEntry] // with the target's overflow method
 }
