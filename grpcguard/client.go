@@ -331,6 +331,19 @@ func (c *Client) Throttle(target, method string) *throttle.Throttle {
 	return nil
 }
 
+// RetryBudget returns the retry budget of target, or nil if the target
+// has made no call yet or the Client keeps no budget (no WithRetries, or
+// WithRetryBudget(nil)). Its Snapshot tells the retries granted and
+// refused.
+func (c *Client) RetryBudget(target string) *retrybudget.Budget {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if t, ok := c.targets.lookup(target); ok {
+		return t.budget
+	}
+	return nil
+}
+
 // HoldOff returns how long target is still held off after a server
 // pushback: 0 when its calls are not being refused for that reason.
 func (c *Client) HoldOff(target string) time.Duration {
