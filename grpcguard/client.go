@@ -51,9 +51,20 @@ import (
 // context ends. Its duration is the stream's lifetime, so give breakers of
 // long-lived streams no slow-call threshold.
 //
+// With WithRetries it retries a unary call a server refused for
+// overload, each attempt admitted and finished like a call, within the
+// call's deadline and the target's retry budget (WithRetryBudget); it
+// never retries a local refusal or a server's UpstreamOverloaded answer.
+//
+// When the pair has both, its throttle lets the breaker's half-open
+// probes through, and forgets its window when the probes close the
+// breaker: after an incident the throttle's window holds only failures,
+// and it would otherwise starve the probes and then keep dropping calls
+// for up to a window after the downstream has recovered.
+//
 // Install it with DialOptions, or UnaryClientInterceptor and
-// StreamClientInterceptor, inside any retry interceptor so that each
-// attempt is guarded. Create one with NewClient; the zero value is not
+// StreamClientInterceptor, inside any retry interceptor of your own so
+// that each attempt is guarded (or let it retry, WithRetries). Create one with NewClient; the zero value is not
 // usable. A Client needs no Close: it starts no goroutine of its own (a
 // stream's context.AfterFunc runs only if the stream's context ends before
 // the stream does, and is stopped when the stream ends). It is safe for
