@@ -154,7 +154,9 @@ func WithMaxEntries(targets, methods int) ClientOption {
 // the caller passes its own grpc.Trailer option, and otherwise adds one
 // grpc.Trailer option of the Client's (pooled, so no allocation) without
 // touching the caller's. With false only the google.rpc.RetryInfo detail
-// of the status is read. Streams always read their trailer. Default true.
+// of the status sets a hold-off (with WithRetries the trailer is still
+// read, to decide on a retry). Streams always read their trailer. Default
+// true.
 func WithPushbackTrailer(read bool) ClientOption {
 	return func(o *clientOptions) { o.trailer = read }
 }
