@@ -56,16 +56,16 @@ import (
 // call's deadline and the target's retry budget (WithRetryBudget); it
 // never retries a local refusal or a server's UpstreamOverloaded answer.
 //
-// When the pair has both, its throttle lets the breaker's half-open
-// probes through, and forgets its window when the probes close the
-// breaker: after an incident the throttle's window holds only failures,
-// and it would otherwise starve the probes and then keep dropping calls
-// for up to a window after the downstream has recovered.
+// When a pair has both a throttle and a breaker, the throttle lets the
+// breaker's half-open probes through, and forgets its window when the
+// probes close the breaker: after an incident the throttle's window holds
+// only failures, and it would otherwise starve the probes and then keep
+// dropping calls for up to a window after the downstream has recovered.
 //
 // Install it with DialOptions, or UnaryClientInterceptor and
 // StreamClientInterceptor, inside any retry interceptor of your own so
-// that each attempt is guarded (or let it retry, WithRetries). Create one with NewClient; the zero value is not
-// usable. A Client needs no Close: it starts no goroutine of its own (a
+// that each attempt is guarded (or let it retry, WithRetries). Create one
+// with NewClient; the zero value is not usable. A Client needs no Close: it starts no goroutine of its own (a
 // stream's context.AfterFunc runs only if the stream's context ends before
 // the stream does, and is stopped when the stream ends). It is safe for
 // concurrent use. The admitted unary path allocates nothing.
@@ -176,14 +176,15 @@ type trailerBox struct {
 }
 
 func (c *Client) unaryCall(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
-	e := c.entry(cc.Target(), method)
+	target := cc.Target()
+	e := c.entry(target, method)
 	if e.err != nil {
 		return e.err
 	}
 	if c.o.attempts > 1 {
-		return c.retrying(ctx, e, method, req, reply, cc, invoker, opts)
+		return c.retrying(ctx, e, target, method, req, reply, cc, invoker, opts)
 	}
-	err, _ := c.attempt(ctx, e, method, req, reply, cc, invoker, opts, nil, nil)
+	_, err := c.attempt(ctx, e, target, method, req, reply, cc, invoker, opts, nil, nil)
 	return err
 }
 
@@ -192,13 +193,13 @@ func (c *Client) unaryCall(ctx context.Context, method string, req, reply any, c
 // is then the refusal). count, if not nil, counts the attempt as a
 // request once admitted; hint, if not nil, is filled from the trailer of
 // an attempt that failed.
-func (c *Client) attempt(ctx context.Context, e *clientEntry, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts []grpc.CallOption, count *retrybudget.Budget, hint *retryHint) (err error, sent bool) {
+func (c *Client) attempt(ctx context.Context, e *clientEntry, target, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts []grpc.CallOption, count *retrybudget.Budget, hint *retryHint) (sent bool, err error) {
 	var call admission.Call
 	call.Init(ctx, method, c.now())
-	call.Key = e.target.name
+	call.Key = target
 	var permits admission.Permits
 	if i, d := e.chain.Enter(&call, &permits); i >= 0 {
-		return e.refusal(i, d), false
+		return false, e.refusal(i, d)
 	}
 	if count != nil {
 		count.RequestAt(call.Now)
@@ -226,7 +227,7 @@ func (c *Client) attempt(ctx context.Context, e *clientEntry, method string, req
 		clear(box.opts[:cap(box.opts)])
 		c.boxes.Put(box)
 	}
-	return err, true
+	return true, err
 }
 
 // userTrailer returns the metadata a caller's own grpc.Trailer option

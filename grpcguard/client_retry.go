@@ -50,10 +50,10 @@ func (h *retryHint) read(md *metadata.MD) {
 
 // retrying runs a unary call of up to c.o.attempts attempts; see
 // WithRetries.
-func (c *Client) retrying(ctx context.Context, e *clientEntry, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts []grpc.CallOption) error {
+func (c *Client) retrying(ctx context.Context, e *clientEntry, target, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts []grpc.CallOption) error {
 	t := e.target
 	var hint retryHint
-	err, sent := c.attempt(ctx, e, method, req, reply, cc, invoker, opts, t.budget, &hint)
+	sent, err := c.attempt(ctx, e, target, method, req, reply, cc, invoker, opts, t.budget, &hint)
 	if !sent {
 		return err
 	}
@@ -73,7 +73,7 @@ func (c *Client) retrying(ctx context.Context, e *clientEntry, method string, re
 		if d > 0 && !c.wait(ctx, d) {
 			return err
 		}
-		next, sent := c.attempt(ctx, e, method, req, reply, cc, invoker, opts, nil, &hint)
+		sent, next := c.attempt(ctx, e, target, method, req, reply, cc, invoker, opts, nil, &hint)
 		if !sent {
 			return err // a guard refused the retry: the server's answer stands
 		}
