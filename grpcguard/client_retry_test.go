@@ -14,6 +14,7 @@ import (
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
+	"github.com/levee-go/levee/admission"
 	"github.com/levee-go/levee/breaker"
 	"github.com/levee-go/levee/retrybudget"
 )
@@ -328,5 +329,42 @@ func TestUpstreamOverloaded(t *testing.T) {
 				t.Fatalf("UpstreamOverloaded(%v) ErrorInfo = %v, want reason %s in %s naming the downstream code", tt.give, info, ReasonUpstreamOverloaded, ErrorDomain)
 			}
 		})
+	}
+}
+
+// keyGuard records the Key of the calls it admits.
+type keyGuard struct {
+	mu   sync.Mutex
+	keys []string
+}
+
+func (g *keyGuard) Name() string { return "keys" }
+func (g *keyGuard) Admit(c admission.Call) admission.Decision {
+	g.mu.Lock()
+	g.keys = append(g.keys, c.Key)
+	g.mu.Unlock()
+	return admission.Decision{}
+}
+func (g *keyGuard) Finish(admission.Call, admission.Permit, admission.Outcome) {}
+
+// Guards of your own see the call's target as its Key, each attempt's,
+// even a target beyond WithMaxEntries's cap that shares the overflow entry.
+func TestClientGuardsSeeTheTarget(t *testing.T) {
+	for _, attempts := range []int{1, 2} {
+		g := &keyGuard{}
+		c, _ := retryClient(t, WithRetries(attempts), WithRetryBudget(nil), WithBreaker(nil), WithThrottle(nil), WithMaxHoldOff(0),
+			WithMaxEntries(1, 4), WithClientGuards(func(string, string) []admission.Guard { return []admission.Guard{g} }))
+		refused := status.Error(codes.Unavailable, "busy")
+		for _, target := range []string{"passthrough:///a", "passthrough:///b"} {
+			inv := &scriptInvoker{errs: []error{refused}}
+			_ = c.UnaryClientInterceptor()(context.Background(), cliMethod, nil, nil, cliConn(t, target), inv.invoke)
+		}
+		want := []string{"passthrough:///a", "passthrough:///b"}
+		if attempts == 2 {
+			want = []string{"passthrough:///a", "passthrough:///a", "passthrough:///b", "passthrough:///b"}
+		}
+		if strings.Join(g.keys, " ") != strings.Join(want, " ") {
+			t.Errorf("%d attempts: guard saw keys %v, want %v", attempts, g.keys, want)
+		}
 	}
 }
