@@ -190,11 +190,13 @@ func (b *Budget) bin(now time.Time) int64 {
 
 // totals sums the bins of the window whose newest bin is bin.
 func (b *Budget) totals(bin int64) (requests, retries int64) {
-	for k := range b.n {
-		want := bin - k
-		i := mod(want, b.n)
+	i := mod(bin, b.n)
+	for want := bin; want > bin-b.n; want-- {
 		requests += countOf(b.requests[i].Load(), want)
 		retries += countOf(b.retries[i].Load(), want)
+		if i--; i < 0 {
+			i = b.n - 1
+		}
 	}
 	return requests, retries
 }
@@ -213,6 +215,13 @@ func countOf(w uint64, bin int64) int64 {
 // and false if the count is saturated.
 func add(w *atomic.Uint64, bin int64, delta uint64) (uint64, bool) {
 	stamp := uint64(bin) & stampMask
+	if old := w.Load(); old>>countBits == stamp && old&countMax+delta <= countMax/2 {
+		// The common case, one atomic add: the word holds bin, far from
+		// saturated. Should another goroutine restart the word for a newer
+		// bin meanwhile, the count lands in that bin, as time that went
+		// back does.
+		return (w.Add(delta) >> countBits), true
+	}
 	for {
 		old := w.Load()
 		next := stamp<<countBits | delta
