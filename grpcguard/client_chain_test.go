@@ -226,6 +226,12 @@ func TestChainNoRetryAmplification(t *testing.T) {
 	levee := runChain(t, calls, rate,
 		append(callerGuard.DialOptions(), grpc.WithDisableRetry()),
 		append(frontGuard.DialOptions(), grpc.WithDisableRetry()), true)
+	// The budget alone: the front's guard neither holds off nor throttles
+	// nor breaks, so every call is sent and only the budget stops retries.
+	budgetGuard := newClient(grpcguard.WithBreaker(nil), grpcguard.WithThrottle(nil), grpcguard.WithMaxHoldOff(0))
+	budgetOnly := runChain(t, calls, rate,
+		append(newClient(grpcguard.WithBreaker(nil), grpcguard.WithThrottle(nil)).DialOptions(), grpc.WithDisableRetry()),
+		append(budgetGuard.DialOptions(), grpc.WithDisableRetry()), true)
 	naive := runChain(t, calls, rate,
 		[]grpc.DialOption{grpc.WithUnaryInterceptor(naiveRetries), grpc.WithDisableRetry()},
 		[]grpc.DialOption{grpc.WithUnaryInterceptor(naiveRetries), grpc.WithDisableRetry()}, false)
@@ -234,7 +240,7 @@ func TestChainNoRetryAmplification(t *testing.T) {
 	for _, r := range []struct {
 		name string
 		f    chainFigures
-	}{{"levee", levee}, {"naive retries", naive}} {
+	}{{"levee", levee}, {"levee, budget only", budgetOnly}, {"naive retries", naive}} {
 		t.Logf("%-22s %d calls: front received %d attempts (%.2f×), inventory %d (%.2f× the front's, %.2f× the calls); %d succeeded",
 			r.name, r.f.calls, r.f.front, ratio(r.f.front, r.f.calls), r.f.inventory, ratio(r.f.inventory, r.f.front), ratio(r.f.inventory, r.f.calls), r.f.ok)
 	}
@@ -242,11 +248,25 @@ func TestChainNoRetryAmplification(t *testing.T) {
 		s := b.Snapshot()
 		t.Logf("levee: the front's retry budget granted %d retries and refused %d", s.Granted, s.Refused)
 	}
-	if levee.front != calls {
-		t.Errorf("levee: the front received %d attempts of %d calls, want exactly one each: the caller must not retry \"overloaded, don't retry\"", levee.front, calls)
+	if b := budgetGuard.RetryBudget(budgetOnly.target); b != nil {
+		s := b.Snapshot()
+		t.Logf("levee, budget only: the front's retry budget granted %d retries and refused %d", s.Granted, s.Refused)
 	}
-	if ratio(levee.inventory, levee.front) > 1.1 {
-		t.Errorf("levee: the inventory received %d attempts for the front's %d calls, %.2f×, want at most 1.1×", levee.inventory, levee.front, ratio(levee.inventory, levee.front))
+	for _, r := range []struct {
+		name string
+		f    chainFigures
+	}{{"levee", levee}, {"levee, budget only", budgetOnly}} {
+		if r.f.front != calls {
+			t.Errorf("%s: the front received %d attempts of %d calls, want exactly one each: the caller must not retry \"overloaded, don't retry\"", r.name, r.f.front, calls)
+		}
+		if ratio(r.f.inventory, r.f.front) > 1.1 {
+			t.Errorf("%s: the inventory received %d attempts for the front's %d calls, %.2f×, want at most 1.1×", r.name, r.f.inventory, r.f.front, ratio(r.f.inventory, r.f.front))
+		}
+	}
+	// The budget is what stops the retries when nothing else does: some
+	// are made, up to the 10% it allows.
+	if budgetOnly.inventory <= budgetOnly.front {
+		t.Errorf("levee, budget only: the inventory received %d attempts for %d calls, want some retries", budgetOnly.inventory, budgetOnly.front)
 	}
 	// Up to 9 attempts per call; under a busy machine's delays at least
 	// half again as many as the calls.
