@@ -417,7 +417,7 @@ func TestRuleSelection(t *testing.T) {
 		{"/grpc.health.v1.Health/Check", ""},
 	}
 	for _, tt := range tests {
-		r := s.rules.match(tt.method)
+		r := s.set.Load().match(tt.method)
 		got := ""
 		if r != nil {
 			got = r.Name()
