@@ -4,8 +4,6 @@ import (
 	"errors"
 	"fmt"
 
-	"go.yaml.in/yaml/v3"
-
 	"github.com/levee-go/levee/admission"
 	"github.com/levee-go/levee/bulkhead"
 	"github.com/levee-go/levee/cpu"
@@ -69,10 +67,10 @@ type builder struct {
 
 // build makes p into rules. On error it stops what it started and
 // returns every problem.
-func build(p *Policy, prev *built, sig CPUSignal) (*built, error) {
+func build(p *Policy, hash uint64, prev *built, sig CPUSignal) (*built, error) {
 	b := &builder{cpu: sig, prev: prev, next: &built{
 		policy:  p,
-		hash:    p.Hash(),
+		hash:    hash,
 		exempt:  append([]string(nil), p.Exempt...),
 		inst:    map[string]*instance{},
 		shadows: map[[2]string]shadowCounter{},
@@ -209,14 +207,9 @@ func (b *builder) rule(i int, r Rule) {
 	b.next.rules = append(b.next.rules, gr)
 }
 
-// identity is a guard's type, name and parameters, as Format writes them.
-func identity(g Guard) string {
-	out, err := yaml.Marshal(g.node())
-	if err != nil {
-		panic(err) // a bug: the node holds scalars only
-	}
-	return string(out)
-}
+// identity is a guard's type, name and parameters: every field of the
+// decoded Guard, whose defaults are filled in.
+func identity(g Guard) string { return fmt.Sprintf("%#v", g) }
 
 // guard builds one guard of a rule.
 func (b *builder) guard(path string, g Guard) (admission.Guard, func(), error) {

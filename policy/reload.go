@@ -96,7 +96,7 @@ func NewReloader(path string, opts ...Option) (*Reloader, error) {
 	if err != nil {
 		return nil, err
 	}
-	b, err := build(p, nil, r.o.cpu)
+	b, err := build(p, p.Hash(), nil, r.o.cpu)
 	if err != nil {
 		return nil, err
 	}
@@ -184,10 +184,11 @@ func (r *Reloader) apply(data []byte) error {
 		return err
 	}
 	prev := r.cur.Load()
-	if p.Hash() == prev.hash {
+	hash := p.Hash()
+	if hash == prev.hash {
 		return nil
 	}
-	b, err := build(p, prev, r.o.cpu)
+	b, err := build(p, hash, prev, r.o.cpu)
 	if err != nil {
 		return err
 	}
