@@ -347,16 +347,19 @@ func codeName(c codes.Code) string {
 	return "RESOURCE_EXHAUSTED"
 }
 
-func (d *decoder) code(n *yaml.Node, path string) (codes.Code, bool) {
+// code decodes a refusal code into *into, which it leaves as it was on
+// error.
+func (d *decoder) code(n *yaml.Node, path string, into *codes.Code) {
 	s, ok := d.str(n, path)
 	if !ok {
-		return 0, false
+		return
 	}
 	c, ok := codeNames[s]
 	if !ok {
 		d.errf(n, path, "want RESOURCE_EXHAUSTED or UNAVAILABLE, got %q", s)
+		return
 	}
-	return c, ok
+	*into = c
 }
 
 // Method patterns.
@@ -412,9 +415,7 @@ func (d *decoder) policy(root *yaml.Node) *Policy {
 	seen := d.mapping(n, "", topFields, func(key string, v *yaml.Node, path string) {
 		switch key {
 		case "code":
-			if c, ok := d.code(v, path); ok {
-				p.Code = c
-			}
+			d.code(v, path, &p.Code)
 		case "exempt":
 			exemptN = v
 		case "preset":
@@ -489,9 +490,7 @@ func (d *decoder) preset(n *yaml.Node, path string, p *Policy, taken claims) {
 		case "cpu":
 			ps.CPU, _ = d.boolean(v, fp)
 		case "code":
-			if c, ok := d.code(v, fp); ok {
-				ps.Code = c
-			}
+			d.code(v, fp, &ps.Code)
 		case "shadow":
 			ps.Shadow, _ = d.boolean(v, fp)
 		case "methods":
@@ -576,9 +575,7 @@ func (d *decoder) rules(n *yaml.Node, path string, p *Policy, taken claims) {
 			case "key":
 				r.Key = d.key(v, fp, p.Tenants)
 			case "code":
-				if c, ok := d.code(v, fp); ok {
-					r.Code = c
-				}
+				d.code(v, fp, &r.Code)
 			case "shadow":
 				r.Shadow, _ = d.boolean(v, fp)
 			case "guards":

@@ -35,7 +35,8 @@ type Policy struct {
 }
 
 // Preset is the preset's part of a policy: the protection protect.New
-// builds, learned, with optional bounds. Zero numbers mean "no bound".
+// builds, learned, with optional bounds. Zero numbers mean "no bound"; the
+// zero Preset is off. A plain value, like every type of a Policy.
 type Preset struct {
 	// Enabled turns the preset on. Default: true when the file has a
 	// preset section, false otherwise. YAML: enabled.
@@ -61,6 +62,7 @@ type Preset struct {
 }
 
 // MethodOverride overrides the preset for one method (protect.Method).
+// The zero value overrides nothing.
 type MethodOverride struct {
 	// Method is the full method name, "/pkg.Service/Method".
 	Method string
@@ -71,7 +73,8 @@ type MethodOverride struct {
 	MaxRate float64
 }
 
-// Rule is a rule of guards (grpcguard.Rule).
+// Rule is a rule of guards (grpcguard.Rule). Decode fills every default;
+// the zero Rule is not valid (it has no guards).
 type Rule struct {
 	// Name labels the rule in metrics; default: its first method pattern.
 	// Names are unique in a policy. YAML: name.
@@ -125,7 +128,8 @@ const (
 
 // Guard is one guard of a rule: its type, its name and its parameters.
 // Only the parameters of its type are set (see the table in the package
-// documentation); the others are zero.
+// documentation); the others are zero. Decode fills every default; the
+// zero Guard is not valid (it has no type).
 type Guard struct {
 	// Type is the kind of guard; required. YAML: type.
 	Type GuardType
@@ -174,7 +178,8 @@ const (
 
 // Criticality is the default class of calls whose levee-criticality
 // header is missing or unknown. It is decoded and validated; building it
-// into guards is not wired yet (see the package documentation).
+// into guards is not wired yet (see the package documentation). The zero
+// value has no default class; Decode sets critical.
 type Criticality struct {
 	// Default is the class of methods not listed. Default critical. YAML:
 	// default.
@@ -184,14 +189,16 @@ type Criticality struct {
 	Methods []MethodClass
 }
 
-// MethodClass is the default class of one method pattern.
+// MethodClass is the default class of one method pattern. The zero value
+// is not valid.
 type MethodClass struct {
 	Method string
 	Class  Class
 }
 
 // Tenants names the tenants and their shares for max-min fair sharing. It
-// is decoded and validated; building it into guards is not wired yet.
+// is decoded and validated; building it into guards is not wired yet. The
+// zero value is not valid (it names no header).
 type Tenants struct {
 	// Header is the metadata key naming a call's tenant, lower case;
 	// required. YAML: header.
@@ -204,7 +211,8 @@ type Tenants struct {
 	Weights []TenantWeight
 }
 
-// TenantWeight is the weight of one tenant.
+// TenantWeight is the weight of one tenant. The zero value is not valid
+// (a weight is > 0).
 type TenantWeight struct {
 	Tenant string
 	Weight float64
