@@ -234,7 +234,12 @@ func TestWatchKubernetesSymlinkSwap(t *testing.T) {
 	}
 	defer r.Close()
 	reports := make(chan error, 16)
-	r.reported = func(err error) { reports <- err }
+	r.reported = func(err error) {
+		select { // never block a reload, which holds the Reloader's lock
+		case reports <- err:
+		default:
+		}
+	}
 	if err := r.Watch(); err != nil {
 		t.Fatal(err)
 	}
