@@ -7,6 +7,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -406,6 +407,7 @@ rules:
 	}()
 
 	want := r.Hash()
+	base, peak := runtime.NumGoroutine(), 0
 	for i := 1; i < versions; i++ {
 		s, ok := version(i)
 		write(t, path, s)
@@ -422,6 +424,7 @@ rules:
 		} else if err == nil {
 			t.Fatalf("version %d (invalid): Reload succeeded", i)
 		}
+		peak = max(peak, runtime.NumGoroutine())
 		if got := r.Hash(); got != want {
 			t.Fatalf("after version %d the policy in force is %s, want %s", i, HashString(got), HashString(want))
 		}
@@ -442,11 +445,17 @@ rules:
 	if n := invalidSeen.Load(); n > 0 {
 		t.Errorf("a policy that is not one of the valid versions was in force %d times", n)
 	}
+	// Most valid versions build new per-client buckets, whose sweeper is
+	// a goroutine: about 60 would pile up if the old ones did not stop.
+	// The slack is for the calls' own goroutines.
+	if peak > base+20 {
+		t.Errorf("goroutines grew from %d to %d during the reloads", base, peak)
+	}
 	ok, failed := r.Reloads()
 	if ok < 66 || failed < 33 {
 		t.Errorf("Reloads() = %d ok, %d failed; want at least 66 and 33", ok, failed)
 	}
-	t.Logf("%d calls, %d reloads ok, %d failed", calls.Load(), ok, failed)
+	t.Logf("%d calls, %d reloads ok, %d failed; goroutines %d at the start, at most %d", calls.Load(), ok, failed, base, peak)
 	if calls.Load() < 100*2 {
 		t.Errorf("only %d calls ran during 100 versions, want at least 200", calls.Load())
 	}

@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -173,6 +174,11 @@ func TestServePolicy(t *testing.T) {
 		}
 	}
 	waitFor("start", `levee_decisions_total{guard="ratelimit",result="admitted",rule="all"} 0`)
+	// SIGHUP reloads the file (unchanged: a reload that changes nothing).
+	if err := syscall.Kill(os.Getpid(), syscall.SIGHUP); err != nil {
+		t.Fatal(err)
+	}
+	waitFor("SIGHUP", `levee_policy_reload_total{result="ok"} 1`)
 	second := "rules:\n  - name: all\n    guards: [{type: ratelimit, name: global, rate: 500/s}]\n"
 	tmp := filepath.Join(dir, "tmp.yaml")
 	if err := os.WriteFile(tmp, []byte(second), 0o644); err != nil {
@@ -181,7 +187,7 @@ func TestServePolicy(t *testing.T) {
 	if err := os.Rename(tmp, path); err != nil { // as editors and kubectl do: atomically
 		t.Fatal(err)
 	}
-	waitFor("reload", `levee_policy_reload_total{result="ok"} 1`)
+	waitFor("reload", `levee_policy_reload_total{result="ok"} 2`)
 	if m := scrape(); !strings.Contains(m, `guard="global"`) || strings.Contains(m, `guard="ratelimit"`) {
 		t.Errorf("after the reload /metrics should show guard global and not ratelimit:\n%s", m)
 	}
