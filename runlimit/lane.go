@@ -154,7 +154,7 @@ func (ln *Lane) Acquire(ctx context.Context) (Ticket, error) {
 // tenantLanes are the lanes of one tenant of a flow, one per class.
 type tenantLanes struct {
 	lanes [admission.Classes]Lane
-	used  atomic.Int64 // last admission, ns since the Limiter's epoch
+	used  atomic.Int64 // start of the interval of its last admission, ns since the Limiter's epoch
 }
 
 func (tl *tenantLanes) init(f *Flow, tenant string, weight int64) {
@@ -206,9 +206,10 @@ func (f *Flow) Lane(tenant string, class admission.Criticality) *Lane {
 	if tl == nil {
 		tl = f.newTenant(s, tenant)
 	}
-	now := l.nanos(l.o.now())
-	if now-tl.used.Load() > int64(l.o.interval) {
-		tl.used.Store(now)
+	// The start of the current interval, not the clock: reading the
+	// clock would cost more than the rest of the lookup.
+	if opened := l.openedAt.Load(); tl.used.Load() != opened {
+		tl.used.Store(opened)
 	}
 	return &tl.lanes[ci]
 }
@@ -233,7 +234,7 @@ func (f *Flow) newTenant(s *tenantShard, tenant string) *tenantLanes {
 		w = max(1, int64(tw*weightOne))
 	}
 	tl.init(f, tenant, w)
-	tl.used.Store(l.nanos(l.o.now()))
+	tl.used.Store(l.openedAt.Load())
 	s.m[tenant] = tl
 	return tl
 }

@@ -47,6 +47,7 @@ func (l *Limiter) update(end int64) {
 	}
 	l.markLight(flows, end)
 	l.opened = end
+	l.openedAt.Store(end)
 	l.next.Store(end + int64(l.o.interval))
 	if l.probe.on {
 		return

@@ -177,10 +177,11 @@ type Limiter struct {
 	active [admission.Classes][]*Lane // lanes with waiting calls, by class
 
 	// Sharing among classes and lanes (see Lane.Admissible), by class:
-	work       [admission.Classes]atomic.Int64  // cost of the calls reserved or waiting, ns
-	backlogged [admission.Classes]atomic.Int64  // weights of the lanes with two calls or more
-	served     [admission.Classes]atomic.Int64  // turns that ended in the interval
+	work       [admission.Classes]paddedInt     // cost of the calls reserved or waiting, ns
+	backlogged [admission.Classes]paddedInt     // weights of the lanes with two calls or more
+	served     [admission.Classes]paddedInt     // turns that ended in the interval
 	avail      [admission.Classes]atomic.Uint64 // float64: share of the turns higher classes left over the last interval
+	openedAt   atomic.Int64                     // opened, for readers outside upd
 
 	tenantCount atomic.Int64
 	lastSweep   int64 // under upd
@@ -226,6 +227,13 @@ const (
 	oneWaiting  = 1 << 32
 )
 
+// paddedInt is an atomic counter alone on its cache line, so that
+// counters written by different calls do not share one.
+type paddedInt struct {
+	atomic.Int64
+	_ [56]byte
+}
+
 func running(s uint64) int64 { return int64(s & runningMask) }
 func waiting(s uint64) int64 { return int64(s >> 32) }
 
@@ -249,6 +257,7 @@ func New(opts ...Option) (*Limiter, error) {
 	l.next.Store(l.opened + int64(o.interval))
 	l.lastProbe = l.opened
 	l.lastSweep = l.opened
+	l.openedAt.Store(l.opened)
 	for i := range l.avail {
 		l.avail[i].Store(math.Float64bits(1))
 	}
