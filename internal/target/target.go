@@ -106,8 +106,12 @@ func (t *Target) Client() inventoryv1.InventoryServiceClient {
 // so retries are idempotent), and passes the server's pushback trailer on
 // to the generator.
 func (t *Target) AllocateCall(runID string) loadgen.CallFunc {
+	return t.AllocateCallWith(runID, t.md)
+}
+
+// AllocateCallWith is AllocateCall sending md (nil: none) with every call.
+func (t *Target) AllocateCallWith(runID string, md metadata.MD) loadgen.CallFunc {
 	skus := inventory.DefaultSKUs()
-	md := t.md
 	return func(ctx context.Context) error {
 		id, _ := loadgen.RequestID(ctx)
 		if md != nil {
