@@ -30,6 +30,14 @@ type Rule struct {
 	Methods []string
 	// Key extracts the key of per-key guards (PerKey); nil: no key.
 	Key KeyFunc
+	// Tenant extracts the call's tenant (admission.Call.Tenant), among
+	// whom guards that share capacity fairly share it, such as the run
+	// limit (runlimit.Lane): HeaderKey("x-tenant-id"), or TLSIdentityKey
+	// for a tenant the caller must prove. nil: no tenants.
+	Tenant KeyFunc
+	// Criticality says how the rule reads each call's criticality class
+	// (admission.Call.Class); nil: every call is Critical.
+	Criticality *Criticality
 	// Guards are the rule's guards, at most admission.MaxGuards. They run
 	// cheapest first by their declared cost (admission.Traits), guards of
 	// equal cost in the order given; a refusal gives back what earlier
@@ -125,9 +133,26 @@ func addrHost(a net.Addr) string {
 type rule struct {
 	*admission.Chain
 	key    KeyFunc
+	tenant KeyFunc
+	crit   *Criticality
 	code   codes.Code
 	guards []admission.Guard // as given, to recognise the rule in a Swap
 	shadow bool
+}
+
+// describe fills in what the transport reads of a call for the rule: its
+// key, tenant and class. md is the call's incoming metadata when at hand
+// (in the tap), else nil.
+func (r *rule) describe(ctx context.Context, md metadata.MD, c *admission.Call) {
+	if r.key != nil {
+		c.Key = r.key(ctx, md)
+	}
+	if r.tenant != nil {
+		c.Tenant = r.tenant(ctx, md)
+	}
+	if r.crit != nil {
+		c.Class = r.crit.class(ctx, md, c.Method)
+	}
 }
 
 // compileRule compiles r, reusing the chain of a rule of old (nil: none)
@@ -144,7 +169,19 @@ func compileRule(r Rule, old *ruleSet) (*rule, error) {
 	if code == codes.OK {
 		code = codes.ResourceExhausted
 	}
-	cr := &rule{key: r.Key, code: code, guards: append([]admission.Guard(nil), r.Guards...), shadow: r.Shadow}
+	var crit *Criticality
+	if r.Criticality != nil {
+		if err := r.Criticality.validate(name); err != nil {
+			return nil, err
+		}
+		cp := *r.Criticality
+		cp.Methods = make(map[string]admission.Criticality, len(r.Criticality.Methods))
+		for k, v := range r.Criticality.Methods {
+			cp.Methods[k] = v
+		}
+		crit = &cp
+	}
+	cr := &rule{key: r.Key, tenant: r.Tenant, crit: crit, code: code, guards: append([]admission.Guard(nil), r.Guards...), shadow: r.Shadow}
 	if prev := old.same(name, r); prev != nil {
 		cr.Chain = prev.Chain
 		return cr, nil

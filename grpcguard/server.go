@@ -208,9 +208,7 @@ func (s *Server) TapHandle(ctx context.Context, info *tap.Info) (context.Context
 	}
 	st := &callState{rule: r}
 	st.call.Init(ctx, info.FullMethodName, s.now())
-	if r.key != nil {
-		st.call.Key = r.key(ctx, info.Header)
-	}
+	r.describe(ctx, info.Header, &st.call)
 	if i, d := r.Admit(&st.call, &st.permits); i >= 0 {
 		return nil, refusalStatus(r.code, r.Guard(i).Name(), d, st.call.Key).Err()
 	}
@@ -322,9 +320,7 @@ func (s *Server) unary(ctx context.Context, req any, info *grpc.UnaryServerInfo,
 	// the unary hot path one more copy.
 	var c admission.Call
 	c.Init(ctx, info.FullMethod, s.now())
-	if r.key != nil {
-		c.Key = r.key(ctx, nil)
-	}
+	r.describe(ctx, nil, &c)
 	var permits admission.Permits
 	if i, d := r.Enter(&c, &permits); i >= 0 {
 		setPushback(ctx, nil, d)
@@ -344,9 +340,7 @@ func (s *Server) unary(ctx context.Context, req any, info *grpc.UnaryServerInfo,
 // than the fields) and returns the index of the refusing guard, or -1.
 func (s *Server) enter(ctx context.Context, r *rule, method string, c *admission.Call, permits *admission.Permits) (int, admission.Decision) {
 	c.Init(ctx, method, s.now())
-	if r.key != nil {
-		c.Key = r.key(ctx, nil)
-	}
+	r.describe(ctx, nil, c)
 	i, d := r.Enter(c, permits)
 	if i < 0 && r.HasStarters() {
 		c.Now = s.now() // the handler starts after its turn: see outcome
