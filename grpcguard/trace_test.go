@@ -246,3 +246,43 @@ func TestRefusalEventRecordingSpan(t *testing.T) {
 		t.Errorf("levee.guard = %q, want never", ev[attrGuard].AsString())
 	}
 }
+
+// BenchmarkRefusedUnary measures a refused unary call through the
+// interceptor with no span, with a span that is not recording (a
+// sampled-out call) and with a recording span, which adds the event.
+func BenchmarkRefusedUnary(b *testing.B) {
+	_, tracer := newRecorderB(b)
+	s := mustServer(b, []Rule{{Guards: []admission.Guard{ratelimit.NewGuard("never", mustLimiter(b, 0, 1))}}})
+	info := &grpc.UnaryServerInfo{FullMethod: emptyCall}
+	handler := func(context.Context, any) (any, error) { return nil, nil }
+	base := grpc.NewContextWithServerTransportStream(context.Background(), trailerStream{})
+	if _, err := s.unary(base, nil, info, handler); err != nil {
+		b.Fatal(err) // spends the only token
+	}
+	notRecording := trace.ContextWithSpanContext(base, trace.NewSpanContext(trace.SpanContextConfig{TraceID: trace.TraceID{1}, SpanID: trace.SpanID{1}}))
+	recording, span := tracer.Start(base, "call")
+	defer span.End()
+	for _, bc := range []struct {
+		name string
+		ctx  context.Context
+	}{{"no span", base}, {"span not recording", notRecording}, {"span recording", recording}} {
+		b.Run(bc.name, func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				if _, err := s.unary(bc.ctx, nil, info, handler); err == nil {
+					b.Fatal("admitted")
+				}
+			}
+		})
+	}
+}
+
+// newRecorderB is newRecorder for a benchmark; the recorder drops nothing,
+// so a recording span keeps every event (as an SDK span does up to its
+// event limit).
+func newRecorderB(b *testing.B) (*tracetest.SpanRecorder, trace.Tracer) {
+	sr := tracetest.NewSpanRecorder()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(sr))
+	b.Cleanup(func() { _ = tp.Shutdown(context.Background()) })
+	return sr, tp.Tracer("grpcguard-bench")
+}
