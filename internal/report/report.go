@@ -35,7 +35,10 @@
 // side, all within the first 1,300 pixels of a 1280-pixel-wide window;
 // then the folded "Per phase: every figure". With every details element
 // opened (sed 's/<details /<details open /g'), the notes sit under the
-// headline and the full per-phase tables after the charts. The page loads
+// headline and the full per-phase tables after the charts. The same with
+// -scenario mixed: four columns (each method, unprotected and protected),
+// the steady GetStock's goodput given as a share of what was offered, all
+// four columns of charts within the window's width. The page loads
 // nothing from anywhere (the tests check it has no script, link or URL).
 package report
 
