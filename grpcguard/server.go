@@ -210,7 +210,7 @@ func (s *Server) TapHandle(ctx context.Context, info *tap.Info) (context.Context
 	st.call.Init(ctx, info.FullMethodName, s.now())
 	r.describe(ctx, info.Header, &st.call)
 	if i, d := r.Admit(&st.call, &st.permits); i >= 0 {
-		return nil, refusalStatus(r.code, r.Guard(i).Name(), d, st.call.Key).Err()
+		return nil, refusalStatus(ctx, r.code, r.Guard(i).Name(), d, st.call.Key).Err()
 	}
 	st.call.Ctx = nil // the stream's context replaces the transport's
 	st.Context = ctx
@@ -247,7 +247,7 @@ func (s *Server) start(ctx context.Context, st *callState) (admission.Call, *sta
 	if i, d := st.rule.Start(&c, &st.permits); i >= 0 {
 		st.phase.Store(phaseDone)
 		st.stop()
-		return c, refusalStatus(st.rule.code, st.rule.Guard(i).Name(), d, c.Key), d
+		return c, refusalStatus(ctx, st.rule.code, st.rule.Guard(i).Name(), d, c.Key), d
 	}
 	if st.rule.HasStarters() {
 		c.Now = s.now() // the handler starts after its turn: see outcome
@@ -324,7 +324,7 @@ func (s *Server) unary(ctx context.Context, req any, info *grpc.UnaryServerInfo,
 	var permits admission.Permits
 	if i, d := r.Enter(&c, &permits); i >= 0 {
 		setPushback(ctx, nil, d)
-		return nil, refusalStatus(r.code, r.Guard(i).Name(), d, c.Key).Err()
+		return nil, refusalStatus(ctx, r.code, r.Guard(i).Name(), d, c.Key).Err()
 	}
 	if r.HasStarters() {
 		c.Now = s.now() // the handler starts after its turn: see outcome
@@ -373,7 +373,7 @@ func (s *Server) stream(srv any, ss grpc.ServerStream, info *grpc.StreamServerIn
 	var permits admission.Permits
 	if i, d := s.enter(ctx, r, info.FullMethod, &c, &permits); i >= 0 {
 		setPushback(ctx, ss, d)
-		return refusalStatus(r.code, r.Guard(i).Name(), d, c.Key).Err()
+		return refusalStatus(ctx, r.code, r.Guard(i).Name(), d, c.Key).Err()
 	}
 	err := handler(srv, ss)
 	r.Finish(&c, &permits, s.outcome(r, &c, err))
