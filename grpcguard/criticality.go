@@ -34,8 +34,9 @@ const CriticalityHeader = "levee-criticality"
 type Criticality struct {
 	// Default is the default class of the rule's methods; zero: Critical.
 	Default admission.Criticality
-	// Methods overrides Default for some full method names
-	// ("/pkg.Service/Method").
+	// Methods overrides Default for some methods: a full method name
+	// ("/pkg.Service/Method") or a service's ("/pkg.Service/*"); a method's
+	// own entry wins over its service's.
 	Methods map[string]admission.Criticality
 	// Trusted reports whether the caller of a call may claim a class
 	// above its method's default. It gets the call's context, which
@@ -43,6 +44,8 @@ type Criticality struct {
 	// default only. nil: no caller is trusted; see TrustPeers and
 	// TrustTLSNames.
 	Trusted func(ctx context.Context) bool
+
+	services map[string]admission.Criticality // "/pkg.Service" → class, compiled from Methods
 }
 
 func (c *Criticality) validate(rule string) error {
@@ -52,8 +55,8 @@ func (c *Criticality) validate(rule string) error {
 		errs = append(errs, fmt.Sprintf("Default: class %d is not one of the four classes", c.Default))
 	}
 	for m, k := range c.Methods {
-		if !strings.HasPrefix(m, "/") || strings.Count(m, "/") != 2 || strings.HasSuffix(m, "/") || strings.Contains(m, "*") {
-			errs = append(errs, fmt.Sprintf("Methods: %q is not a full method name \"/pkg.Service/Method\"", m))
+		if !strings.HasPrefix(m, "/") || strings.Count(m, "/") != 2 || strings.HasSuffix(m, "/") || strings.Contains(strings.TrimSuffix(m, "/*"), "*") {
+			errs = append(errs, fmt.Sprintf("Methods: %q is not a method \"/pkg.Service/Method\" or a service \"/pkg.Service/*\"", m))
 		}
 		if !valid(k) {
 			errs = append(errs, fmt.Sprintf("Methods[%q]: class %d is not one of the four classes", m, k))
@@ -72,6 +75,10 @@ func (c *Criticality) class(ctx context.Context, md metadata.MD, method string) 
 	def := c.Default
 	if k, ok := c.Methods[method]; ok {
 		def = k
+	} else if i := strings.LastIndexByte(method, '/'); i > 0 {
+		if k, ok := c.services[method[:i]]; ok {
+			def = k
+		}
 	}
 	var v []string
 	if md != nil {

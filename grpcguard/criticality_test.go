@@ -47,7 +47,7 @@ func TestCriticalityTrustModel(t *testing.T) {
 	for _, mode := range []string{"tap", "interceptors"} {
 		for _, trusted := range []bool{false, true} {
 			rec := &recorder{}
-			crit := &Criticality{Methods: map[string]admission.Criticality{unaryCall: admission.SheddablePlus}}
+			crit := &Criticality{Methods: map[string]admission.Criticality{unaryCall: admission.SheddablePlus, "/grpc.testing.TestService/*": admission.Critical, "/other.Service/*": admission.Sheddable}}
 			if trusted {
 				crit.Trusted = TrustPeers(netip.MustParsePrefix("127.0.0.0/8"))
 			} else {
@@ -106,7 +106,7 @@ func TestCriticalityValidated(t *testing.T) {
 	if err == nil {
 		t.Fatal("New accepted a bad Criticality")
 	}
-	for _, want := range []string{`rule "r"`, "Default: class 7", `"Bad" is not a full method name`, `Methods["/grpc.testing.TestService/UnaryCall"]: class -9`} {
+	for _, want := range []string{`rule "r"`, "Default: class 7", `"Bad" is not a method`, `Methods["/grpc.testing.TestService/UnaryCall"]: class -9`} {
 		if !contains(err.Error(), want) {
 			t.Errorf("error %q does not name %q", err, want)
 		}
@@ -224,4 +224,22 @@ func startRelay(t *testing.T, r *relay, sopts []grpc.ServerOption) testgrpc.Test
 		gs.Stop()
 	})
 	return testgrpc.NewTestServiceClient(conn)
+}
+
+func TestCriticalityServicePatterns(t *testing.T) {
+	r, err := compileRule(Rule{Guards: []admission.Guard{&recorder{}}, Criticality: &Criticality{
+		Default: admission.SheddablePlus,
+		Methods: map[string]admission.Criticality{"/a.S/*": admission.Sheddable, "/a.S/M": admission.CriticalPlus},
+	}}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	md := metadata.MD{}
+	for method, want := range map[string]admission.Criticality{
+		"/a.S/X": admission.Sheddable, "/a.S/M": admission.CriticalPlus, "/b.S/X": admission.SheddablePlus,
+	} {
+		if got := r.crit.class(context.Background(), md, method); got != want {
+			t.Errorf("class of %s = %v, want %v", method, got, want)
+		}
+	}
 }

@@ -176,8 +176,13 @@ func compileRule(r Rule, old *ruleSet) (*rule, error) {
 		}
 		cp := *r.Criticality
 		cp.Methods = make(map[string]admission.Criticality, len(r.Criticality.Methods))
+		cp.services = map[string]admission.Criticality{}
 		for k, v := range r.Criticality.Methods {
-			cp.Methods[k] = v
+			if svc, ok := strings.CutSuffix(k, "/*"); ok {
+				cp.services[svc] = v
+			} else {
+				cp.Methods[k] = v
+			}
 		}
 		crit = &cp
 	}

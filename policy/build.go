@@ -63,6 +63,39 @@ type builder struct {
 	prev *built
 	next *built
 	errs []error
+
+	// What every rule reads of a call: its class and tenant.
+	crit     *grpcguard.Criticality
+	tenant   grpcguard.KeyFunc // nil: no tenants
+	tenantID string            // the tenants' part of a run limit's identity
+	tenantOp []runlimit.Option // the tenants' options of a run limit
+}
+
+// callTraits sets what every rule reads of a call from p: its class
+// (criticality) and tenant (tenants).
+func (b *builder) callTraits(p *Policy) {
+	b.crit = &grpcguard.Criticality{Default: classOf(p.Criticality.Default), Methods: map[string]admission.Criticality{}}
+	for _, m := range p.Criticality.Methods {
+		b.crit.Methods[m.Method] = classOf(m.Class)
+	}
+	if t := p.Tenants; t != nil {
+		b.tenant = grpcguard.HeaderKey(t.Header)
+		weights := make(map[string]float64, len(t.Weights))
+		id := fmt.Sprintf("\x00tenants\x00%v", t.DefaultWeight)
+		for _, w := range t.Weights {
+			weights[w.Tenant] = w.Weight
+			id += fmt.Sprintf("\x00%s=%v", w.Tenant, w.Weight)
+		}
+		b.tenantID = id
+		b.tenantOp = []runlimit.Option{runlimit.WithTenantWeights(weights), runlimit.WithDefaultTenantWeight(t.DefaultWeight)}
+	}
+}
+
+// classOf is the admission class of c (critical if unknown, which Decode
+// does not let through).
+func classOf(c Class) admission.Criticality {
+	k, _ := admission.ParseCriticality(string(c))
+	return k
 }
 
 // build makes p into rules. On error it stops what it started and
@@ -75,6 +108,7 @@ func build(p *Policy, hash uint64, prev *built, sig CPUSignal) (*built, error) {
 		inst:    map[string]*instance{},
 		shadows: map[[2]string]shadowCounter{},
 	}}
+	b.callTraits(p)
 	if p.Preset.Enabled {
 		b.preset(p.Preset)
 	}
@@ -124,8 +158,8 @@ func (b *builder) preset(ps Preset) {
 		g, err := deadline.New()
 		return g, nil, err
 	})
-	run := b.get(fmt.Sprintf("preset\x00run\x00%d\x00%t", ps.MaxConcurrency, ps.CPU && b.cpu != nil), func() (admission.Guard, func(), error) {
-		var opts []runlimit.Option
+	run := b.get(fmt.Sprintf("preset\x00run\x00%d\x00%t", ps.MaxConcurrency, ps.CPU && b.cpu != nil)+b.tenantID, func() (admission.Guard, func(), error) {
+		opts := append([]runlimit.Option(nil), b.tenantOp...)
 		if c := b.cpuFor(ps.CPU); c != nil {
 			opts = append(opts, runlimit.WithCPU(c))
 		}
@@ -159,7 +193,7 @@ func (b *builder) preset(ps Preset) {
 		}))
 		key = grpcguard.PeerKey()
 	}
-	b.next.rules = append(b.next.rules, grpcguard.Rule{Name: "default", Key: key, Guards: shared, Code: ps.Code, Shadow: ps.Shadow})
+	b.next.rules = append(b.next.rules, grpcguard.Rule{Name: "default", Key: key, Tenant: b.tenant, Criticality: b.crit, Guards: shared, Code: ps.Code, Shadow: ps.Shadow})
 	for _, m := range ps.Methods {
 		switch {
 		case m.Exempt:
@@ -173,7 +207,7 @@ func (b *builder) preset(ps Preset) {
 				return ratelimit.NewGuard("method-rate", l), nil, nil
 			})
 			guards := append(append([]admission.Guard(nil), shared...), g)
-			b.next.rules = append(b.next.rules, grpcguard.Rule{Name: m.Method, Methods: []string{m.Method}, Key: key, Guards: guards, Code: ps.Code, Shadow: ps.Shadow})
+			b.next.rules = append(b.next.rules, grpcguard.Rule{Name: m.Method, Methods: []string{m.Method}, Key: key, Tenant: b.tenant, Criticality: b.crit, Guards: guards, Code: ps.Code, Shadow: ps.Shadow})
 		}
 	}
 }
@@ -186,12 +220,15 @@ func (b *builder) rule(i int, r Rule) {
 	case KeyHeader, KeyTenant:
 		key = grpcguard.HeaderKey(r.Key.Header)
 	}
-	gr := grpcguard.Rule{Name: r.Name, Methods: append([]string(nil), r.Methods...), Key: key, Code: r.Code, Shadow: r.Shadow}
+	gr := grpcguard.Rule{Name: r.Name, Methods: append([]string(nil), r.Methods...), Key: key, Tenant: b.tenant, Criticality: b.crit, Code: r.Code, Shadow: r.Shadow}
 	for j, g := range r.Guards {
 		path := fmt.Sprintf("rules[%d].guards[%d]", i, j)
 		plain := g
 		plain.Shadow = false
 		id := "rule\x00" + r.Name + "\x00" + identity(plain)
+		if g.Type == TypeRunLimit {
+			id += b.tenantID // its tenants' weights are part of it
+		}
 		inner := b.get(id, func() (admission.Guard, func(), error) { return b.guard(path, g) })
 		if inner == nil {
 			continue
@@ -271,7 +308,7 @@ func (b *builder) guard(path string, g Guard) (admission.Guard, func(), error) {
 		}
 		return namedQueue{q, g.Name}, nil, nil
 	case TypeRunLimit:
-		opts := []runlimit.Option{runlimit.WithBounds(g.MinLimit, g.MaxLimit), runlimit.WithQueueTarget(g.QueueTarget), runlimit.WithInterval(g.Interval)}
+		opts := append([]runlimit.Option{runlimit.WithBounds(g.MinLimit, g.MaxLimit), runlimit.WithQueueTarget(g.QueueTarget), runlimit.WithInterval(g.Interval)}, b.tenantOp...)
 		if g.InitialLimit > 0 {
 			opts = append(opts, runlimit.WithInitialLimit(g.InitialLimit))
 		}

@@ -73,11 +73,13 @@
 // admitted them; guards whose rule, name, type and parameters did not
 // change keep their instance, with its state and counters.
 //
-// # Not wired yet
+// # Criticality and tenants
 //
-// The criticality and tenants sections are decoded and validated into
-// Policy.Criticality and Policy.Tenants (and `key: tenant` keys a rule by
-// the tenants header), but no guard is built from the classes or the
-// weights yet: the server's criticality and fair-share guards are being
-// added separately.
+// The criticality section gives every rule the classes of its methods
+// (grpcguard.Criticality: a claim above a method's class is not trusted
+// from a policy file, which names no trusted callers); the tenants section
+// names every rule's tenant header (grpcguard.Rule.Tenant) and gives the
+// run limits (the preset's and every runlimit guard) the tenants' weights,
+// among whom they share turns max-min fairly (runlimit.Lane). Changing the
+// weights builds new run limits, which learn afresh.
 package policy

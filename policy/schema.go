@@ -177,8 +177,8 @@ const (
 )
 
 // Criticality is the default class of calls whose levee-criticality
-// header is missing or unknown. It is decoded and validated; building it
-// into guards is not wired yet (see the package documentation). The zero
+// header is missing or unknown: every rule reads calls' classes with it
+// (see the package documentation). The zero
 // value has no default class; Decode sets critical.
 type Criticality struct {
 	// Default is the class of methods not listed. Default critical. YAML:
@@ -197,7 +197,7 @@ type MethodClass struct {
 }
 
 // Tenants names the tenants and their shares for max-min fair sharing. It
-// is decoded and validated; building it into guards is not wired yet. The
+// names every rule's tenant header and the run limits' tenant weights. The
 // zero value is not valid (it names no header).
 type Tenants struct {
 	// Header is the metadata key naming a call's tenant, lower case;

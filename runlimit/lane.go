@@ -229,7 +229,7 @@ func (f *Flow) newTenant(s *tenantShard, tenant string) *tenantLanes {
 		s.m = map[string]*tenantLanes{}
 	}
 	tl := new(tenantLanes)
-	w := int64(weightOne)
+	w := max(1, int64(l.o.defaultWeight*weightOne))
 	if tw, ok := l.o.weights[tenant]; ok {
 		w = max(1, int64(tw*weightOne))
 	}

@@ -70,6 +70,7 @@ type options struct {
 	maxFlows       int
 	maxTenants     int
 	weights        map[string]float64
+	defaultWeight  float64
 	now            func() time.Time // in-package tests
 }
 
@@ -120,8 +121,16 @@ func WithTenantWeights(w map[string]float64) Option {
 	}
 }
 
+// WithDefaultTenantWeight sets the weight of tenants that
+// WithTenantWeights does not name. Default 1; New fails unless it is
+// finite, > 0 and <= 1e6.
+func WithDefaultTenantWeight(w float64) Option { return func(o *options) { o.defaultWeight = w } }
+
 func (o *options) validate() error {
 	var errs []error
+	if !(o.defaultWeight > 0) || o.defaultWeight > 1e6 {
+		errs = append(errs, fmt.Errorf("runlimit: WithDefaultTenantWeight: weight must be > 0 and <= 1e6, got %v", o.defaultWeight))
+	}
 	if o.maxTenants < 1 {
 		errs = append(errs, fmt.Errorf("runlimit: WithMaxTenants: n must be >= 1, got %d", o.maxTenants))
 	}
@@ -239,7 +248,7 @@ func waiting(s uint64) int64 { return int64(s >> 32) }
 
 // New returns a Limiter, or an error naming every bad option.
 func New(opts ...Option) (*Limiter, error) {
-	o := options{floor: 1, ceiling: DefaultCeiling, initial: max(8, 2*runtime.GOMAXPROCS(0)), interval: DefaultInterval, maxFlows: DefaultMaxFlows, maxTenants: DefaultMaxTenants}
+	o := options{floor: 1, ceiling: DefaultCeiling, initial: max(8, 2*runtime.GOMAXPROCS(0)), interval: DefaultInterval, maxFlows: DefaultMaxFlows, maxTenants: DefaultMaxTenants, defaultWeight: 1}
 	for _, opt := range opts {
 		opt(&o)
 	}
