@@ -74,6 +74,8 @@ type options struct {
 	cpuOff      bool
 	cpuSignal   runlimit.CPU
 	code        codes.Code
+	orca        bool
+	orcaOpts    []grpcguard.ORCAOption
 }
 
 // WithMaxRate caps the server's guarded calls per second with a token
@@ -117,6 +119,18 @@ func WithCPU(c runlimit.CPU) Option { return func(o *options) { o.cpuSignal = c 
 // or UNAVAILABLE. New fails on any other code.
 func WithCode(c codes.Code) Option { return func(o *options) { o.code = c } }
 
+// WithORCA publishes ORCA load reports (grpcguard.ORCA) for clients that
+// balance by load, such as grpc-go's weighted_round_robin: the CPU
+// utilisation of the CPU signal (when it has one), the application
+// utilisation (calls running ÷ the learned run limit), and the queries
+// and errors per second. ServerOptions then installs its interceptors
+// too; Server.ORCA().Register installs the out-of-band service. opts tune
+// it, after the preset's own (grpcguard.WithORCAPerCall adds a report to
+// every call's trailer). Default: no reports.
+func WithORCA(opts ...grpcguard.ORCAOption) Option {
+	return func(o *options) { o.orca, o.orcaOpts = true, opts }
+}
+
 func (o *options) validate() error {
 	var errs []error
 	if !(o.maxRate >= 0) {
@@ -155,6 +169,7 @@ type Server struct {
 	global    *ratelimit.Limiter
 	perClient *ratelimit.Keyed
 	methods   map[string]*ratelimit.Limiter
+	orca      *grpcguard.ORCA // nil without WithORCA
 	stopOnce  sync.Once
 }
 
@@ -235,6 +250,15 @@ func New(opts ...Option) (*Server, error) {
 	if p.guard, err = grpcguard.New(rules, grpcguard.WithExempt(append(append([]string(nil), grpcguard.DefaultExempt...), exempt...)...)); err != nil {
 		return nil, err
 	}
+	if o.orca {
+		oopts := []grpcguard.ORCAOption{grpcguard.WithORCACapacity(p.run)}
+		if u, ok := signal.(grpcguard.Utilizer); ok {
+			oopts = append(oopts, grpcguard.WithORCACPU(u))
+		}
+		if p.orca, err = grpcguard.NewORCA(p.guard, append(oopts, o.orcaOpts...)...); err != nil {
+			return nil, err
+		}
+	}
 	ok = true
 	return p, nil
 }
@@ -243,8 +267,19 @@ func New(opts ...Option) (*Server, error) {
 func burstOf(r float64) int { return max(1, int(r/10)) }
 
 // ServerOptions returns the options that install the protection in a
-// grpc.Server: grpcguard's tap handle and interceptors.
-func (p *Server) ServerOptions() []grpc.ServerOption { return p.guard.ServerOptions() }
+// grpc.Server: grpcguard's tap handle and interceptors, and with WithORCA
+// the load reports' interceptors after them.
+func (p *Server) ServerOptions() []grpc.ServerOption {
+	opts := p.guard.ServerOptions()
+	if p.orca != nil {
+		opts = append(opts, p.orca.ServerOptions()...)
+	}
+	return opts
+}
+
+// ORCA returns the load reports, or nil without WithORCA. Install the
+// out-of-band service with p.ORCA().Register(grpcServer).
+func (p *Server) ORCA() *grpcguard.ORCA { return p.orca }
 
 // Guard returns the transport that runs the protection, for its Stats.
 func (p *Server) Guard() *grpcguard.Server { return p.guard }
