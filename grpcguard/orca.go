@@ -14,6 +14,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/orca"
+	"google.golang.org/grpc/tap"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/levee-go/levee/internal/clock"
@@ -115,16 +116,17 @@ type Load struct {
 	// CPU is the CPU utilisation (WithORCACPU), a fraction in [0, 1]; -1
 	// without a source.
 	CPU float64
-	// Application is the mean number of unary calls running over the
-	// window divided by the capacity's limit (WithORCACapacity), in
-	// [0, ∞): above 1 when calls run beyond the limit; -1 without a
-	// capacity.
+	// Application is the mean number of unary calls in the server over
+	// the window (from the start of the Server's interceptor to its end:
+	// waiting for a turn to run, or running) divided by the capacity's
+	// limit (WithORCACapacity), in [0, ∞): above 1 when calls queue; -1
+	// without a capacity.
 	Application float64
-	// QPS is the calls decided per second over the window: the calls
-	// whose handler ended, and the calls the Server refused.
+	// QPS is the calls that ended per second over the window, refused
+	// ones included.
 	QPS float64
-	// EPS is the errors per second over the window: the calls whose
-	// handler returned an error, and the calls the Server refused.
+	// EPS is the calls that ended with an error per second over the
+	// window: refused by the Server, or failed.
 	EPS float64
 }
 
@@ -139,16 +141,18 @@ type Load struct {
 //
 // A report carries the CPU utilisation, the application utilisation, and
 // the queries and errors per second (see Load), read from atomic counters
-// when the report is made. Its interceptors (ServerOptions) count the calls
-// whose handler ran, their errors and the time unary handlers ran; the
-// calls the Server refused come from its Stats. Install them after the
-// Server's, as protect does, so that they see only the calls that passed
-// it (a refused call would otherwise count twice).
+// when the report is made. The ORCA counts them by wrapping the Server's
+// tap handle and interceptors: install ORCA.ServerOptions instead of
+// Server.ServerOptions (protect does). The wrappers are called directly,
+// not chained, so they add no allocation to a call: grpc-go's chaining
+// allocates a closure per call for every interceptor beyond the first.
 //
-// A unary call's time counts when it ends: the application utilisation is
-// accurate for calls much shorter than the window. Streams count as calls
-// (and errors), not as time running, since a long-lived stream is mostly
-// idle.
+// A unary call's time in the server counts when it ends: the application
+// utilisation is accurate for calls much shorter than the window. Streams
+// count as calls (and errors), not as time in the server, since a
+// long-lived stream is mostly idle. The out-of-band service's own streams
+// bypass the Server (a stream holds its permits for its life) and do not
+// count.
 //
 // Create one with NewORCA; the zero value is not usable. An ORCA is safe
 // for concurrent use and starts no goroutine. Its interceptors allocate
@@ -158,14 +162,14 @@ type ORCA struct {
 	o     orcaOptions
 	clock clock.Mono // in-package tests set clock.Fake
 
-	calls  atomic.Uint64 // handlers that ended
-	errors atomic.Uint64 // handlers that returned an error
-	busy   atomic.Int64  // nanoseconds unary handlers ran, added at their end
+	calls  atomic.Uint64 // calls that ended, refused ones included
+	errors atomic.Uint64 // calls that ended with an error
+	busy   atomic.Int64  // nanoseconds unary calls spent in the interceptor, added at their end
 
 	mu           sync.Mutex
 	older, newer orcaSample // older.at <= newer.at - window once a window has passed
 
-	trailer    atomic.Pointer[orcaTrailer]
+	trailer    atomic.Pointer[orcaTrailer] // with WithORCAPerCall, never nil
 	refreshing atomic.Bool
 }
 
@@ -209,17 +213,34 @@ func (r *ORCA) startAt(now time.Time) {
 	r.older = r.sample(now)
 	r.newer = r.older
 	r.mu.Unlock()
+	if r.o.perCall {
+		r.trailer.Store(r.encode(now))
+	}
 }
 
-// ServerOptions returns the options that install the ORCA's interceptors
-// (chained, so they compose with others): give them to grpc.NewServer
-// after the Server's. They count calls and, with WithORCAPerCall, add the
-// per-call report.
+// ServerOptions returns the options that install the Server with the
+// ORCA's counting around it, in place of Server.ServerOptions: the tap
+// handle and both interceptors (chained, so they compose with others).
+// With WithORCAPerCall the interceptors add the per-call report.
 func (r *ORCA) ServerOptions() []grpc.ServerOption {
 	return []grpc.ServerOption{
+		grpc.InTapHandle(r.TapHandle),
 		grpc.ChainUnaryInterceptor(r.UnaryServerInterceptor()),
 		grpc.ChainStreamInterceptor(r.StreamServerInterceptor()),
 	}
+}
+
+// TapHandle is the Server's TapHandle, counting the calls it refuses.
+// The out-of-band service's streams bypass the Server.
+func (r *ORCA) TapHandle(ctx context.Context, info *tap.Info) (context.Context, error) {
+	if strings.HasPrefix(info.FullMethodName, orcaServicePrefix) {
+		return ctx, nil
+	}
+	ctx, err := r.guard.TapHandle(ctx, info)
+	if err != nil {
+		r.ended(err)
+	}
+	return ctx, err
 }
 
 // Register installs the out-of-band ORCA service (OpenRcaService) on reg.
@@ -227,36 +248,34 @@ func (r *ORCA) Register(reg grpc.ServiceRegistrar) error {
 	return orca.Register(reg, orca.ServiceOptions{ServerMetricsProvider: r, MinReportingInterval: r.o.minInterval})
 }
 
-// UnaryServerInterceptor returns the unary interceptor; see ORCA.
+// UnaryServerInterceptor returns the Server's unary interceptor with the
+// ORCA's counting around it; see ORCA.
 func (r *ORCA) UnaryServerInterceptor() grpc.UnaryServerInterceptor { return r.unary }
 
-// StreamServerInterceptor returns the stream interceptor; see ORCA.
+// StreamServerInterceptor returns the Server's stream interceptor with
+// the ORCA's counting around it; see ORCA.
 func (r *ORCA) StreamServerInterceptor() grpc.StreamServerInterceptor { return r.stream }
 
-func (r *ORCA) unary(ctx context.Context, req any, _ *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+func (r *ORCA) unary(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
 	start := r.clock.Now()
-	resp, err := handler(ctx, req)
+	resp, err := r.guard.unary(ctx, req, info, handler)
 	end := r.clock.Now()
 	r.busy.Add(int64(end.Sub(start)))
 	r.ended(err)
 	if r.o.perCall {
-		if md := r.perCall(end); md != nil {
-			_ = grpc.SetTrailer(ctx, md) // fails only once the call has ended
-		}
+		_ = grpc.SetTrailer(ctx, r.perCall(end)) // fails only once the call has ended
 	}
 	return resp, err
 }
 
 func (r *ORCA) stream(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
 	if strings.HasPrefix(info.FullMethod, orcaServicePrefix) {
-		return handler(srv, ss)
+		return handler(srv, ss) // not guarded, not counted
 	}
-	err := handler(srv, ss)
+	err := r.guard.stream(srv, ss, info, handler)
 	r.ended(err)
 	if r.o.perCall {
-		if md := r.perCall(r.clock.Now()); md != nil {
-			ss.SetTrailer(md)
-		}
+		ss.SetTrailer(r.perCall(r.clock.Now()))
 	}
 	return err
 }
@@ -273,38 +292,27 @@ func (r *ORCA) ended(err error) {
 // previous one.
 func (r *ORCA) perCall(now time.Time) metadata.MD {
 	t := r.trailer.Load()
-	if t != nil && now.Sub(t.at) < r.o.window/10 {
-		return t.md
-	}
-	if !r.refreshing.CompareAndSwap(false, true) {
-		if t == nil {
-			return nil
-		}
+	if now.Sub(t.at) < r.o.window/10 || !r.refreshing.CompareAndSwap(false, true) {
 		return t.md
 	}
 	defer r.refreshing.Store(false)
-	b, err := proto.Marshal(r.LoadAt(now).proto())
-	if err != nil { // cannot happen: the message holds only numbers
-		return nil
-	}
-	t = &orcaTrailer{at: now, md: metadata.MD{ORCATrailerKey: []string{string(b)}}}
+	t = r.encode(now)
 	r.trailer.Store(t)
 	return t.md
 }
 
-// sample reads the counters at now: the calls the Server refused from its
-// Stats (which allocates; reports are rare), the others from r's atomics.
+// encode encodes the load at now as a per-call trailer.
+func (r *ORCA) encode(now time.Time) *orcaTrailer {
+	b, err := proto.Marshal(r.LoadAt(now).proto())
+	if err != nil { // cannot happen: the message holds only numbers
+		b = nil
+	}
+	return &orcaTrailer{at: now, md: metadata.MD{ORCATrailerKey: []string{string(b)}}}
+}
+
+// sample reads the counters at now.
 func (r *ORCA) sample(now time.Time) orcaSample {
-	var refused uint64
-	for _, g := range r.guard.Stats() {
-		refused += g.Refused
-	}
-	return orcaSample{
-		at:     now,
-		calls:  r.calls.Load() + refused,
-		errors: r.errors.Load() + refused,
-		busy:   r.busy.Load(),
-	}
+	return orcaSample{at: now, calls: r.calls.Load(), errors: r.errors.Load(), busy: r.busy.Load()}
 }
 
 // Load returns the load now; see LoadAt.

@@ -267,14 +267,13 @@ func New(opts ...Option) (*Server, error) {
 func burstOf(r float64) int { return max(1, int(r/10)) }
 
 // ServerOptions returns the options that install the protection in a
-// grpc.Server: grpcguard's tap handle and interceptors, and with WithORCA
-// the load reports' interceptors after them.
+// grpc.Server: grpcguard's tap handle and interceptors (with WithORCA,
+// wrapped by the load reports' counting).
 func (p *Server) ServerOptions() []grpc.ServerOption {
-	opts := p.guard.ServerOptions()
 	if p.orca != nil {
-		opts = append(opts, p.orca.ServerOptions()...)
+		return p.orca.ServerOptions()
 	}
-	return opts
+	return p.guard.ServerOptions()
 }
 
 // ORCA returns the load reports, or nil without WithORCA. Install the
