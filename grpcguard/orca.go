@@ -50,8 +50,10 @@ type Utilizer interface {
 }
 
 // Capacity is how many calls a server runs at once, read when a report is
-// made: *runlimit.Limiter (the learned run limit) and *bulkhead.Adaptive
-// are ones.
+// made: a fixed number (its CPUs, its database pool), or a learned limit
+// such as *runlimit.Limiter or *bulkhead.Adaptive. A learned limit moves
+// as it probes, and a balancer's weights with it; a fixed one gives
+// steadier weights.
 type Capacity interface {
 	Limit() int
 }
@@ -157,6 +159,39 @@ type Load struct {
 // Create one with NewORCA; the zero value is not usable. An ORCA is safe
 // for concurrent use and starts no goroutine. Its interceptors allocate
 // nothing unless WithORCAPerCall is on.
+//
+// # Clients on weighted_round_robin
+//
+// grpc-go's weighted_round_robin balancer weighs each backend by
+// qps / (utilisation + errorUtilizationPenalty × eps / qps), where the
+// utilisation is the application utilisation when a report has one and
+// the CPU utilisation otherwise. With levee's reports a replica that is
+// slower, queues or refuses gets fewer calls before it has to refuse them.
+// The client imports the balancer and names it in its service config:
+//
+//	import _ "google.golang.org/grpc/balancer/weightedroundrobin"
+//
+//	conn, err := grpc.NewClient("dns:///inventory:50051",
+//		grpc.WithTransportCredentials(creds),
+//		grpc.WithDefaultServiceConfig(`{"loadBalancingConfig":[{"weighted_round_robin":{}}]}`))
+//
+// Per-call reports (the balancer's default, enableOobLoadReport false)
+// need WithORCAPerCall on the server: every call then updates its
+// backend's weight, and weights follow the load within the balancer's
+// weightUpdatePeriod (default 1s) once its blackoutPeriod (default 10s) of
+// steady reports has passed. Out-of-band reports (enableOobLoadReport
+// true, oobReportingPeriod) cost the server nothing per call, but
+// grpc-go's ORCA service sends them at most every DefaultORCAMinInterval,
+// and the first one, sent when the client connects, usually finds an idle
+// server, whose report the balancer ignores: they suit a steady fleet, not
+// a sudden slowdown. On two inventory replicas, one doing twice the CPU
+// work per call, under the same closed-loop load
+// (TestWeightedRoundRobinSteersAwayFromSlowReplica, protect.WithORCA),
+// round_robin sent the slow one 50% of the calls, weighted_round_robin
+// with per-call reports 34-39% after a second of warm-up (1/3 is what the
+// replicas' speeds call for), and with out-of-band reports 50% over the
+// test's seconds. Replicas twice as slow in their database: 50%, 34%,
+// 50%.
 type ORCA struct {
 	guard *Server
 	o     orcaOptions

@@ -35,6 +35,7 @@ package protect
 import (
 	"errors"
 	"fmt"
+	"runtime"
 	"strings"
 	"sync"
 	"time"
@@ -122,11 +123,16 @@ func WithCode(c codes.Code) Option { return func(o *options) { o.code = c } }
 // WithORCA publishes ORCA load reports (grpcguard.ORCA) for clients that
 // balance by load, such as grpc-go's weighted_round_robin: the CPU
 // utilisation of the CPU signal (when it has one), the application
-// utilisation (calls running ÷ the learned run limit), and the queries
-// and errors per second. ServerOptions then installs its interceptors
-// too; Server.ORCA().Register installs the out-of-band service. opts tune
-// it, after the preset's own (grpcguard.WithORCAPerCall adds a report to
-// every call's trailer). Default: no reports.
+// utilisation, and the queries and errors per second. The application
+// utilisation is the mean number of calls in the server per CPU
+// (GOMAXPROCS), so that weighted_round_robin weighs replicas by how fast
+// they answer; not per the learned run limit, which moves as the limit
+// probes: two identical replicas learned limits of 2 and 6, and the client
+// then sent the slower one more calls. ServerOptions then installs the
+// reports' counting around the guards; Server.ORCA().Register installs the
+// out-of-band service. opts tune it, after the preset's own
+// (grpcguard.WithORCAPerCall adds a report to every call's trailer,
+// grpcguard.WithORCACapacity replaces the CPUs). Default: no reports.
 func WithORCA(opts ...grpcguard.ORCAOption) Option {
 	return func(o *options) { o.orca, o.orcaOpts = true, opts }
 }
@@ -251,7 +257,7 @@ func New(opts ...Option) (*Server, error) {
 		return nil, err
 	}
 	if o.orca {
-		oopts := []grpcguard.ORCAOption{grpcguard.WithORCACapacity(p.run)}
+		oopts := []grpcguard.ORCAOption{grpcguard.WithORCACapacity(procs{})}
 		if u, ok := signal.(grpcguard.Utilizer); ok {
 			oopts = append(oopts, grpcguard.WithORCACPU(u))
 		}
@@ -262,6 +268,12 @@ func New(opts ...Option) (*Server, error) {
 	ok = true
 	return p, nil
 }
+
+// procs is the CPUs the Go scheduler runs goroutines on, read when a load
+// report is made (GOMAXPROCS follows the container's CPU limit).
+type procs struct{}
+
+func (procs) Limit() int { return runtime.GOMAXPROCS(0) }
 
 // burstOf is a tenth of a second's worth of rate r, at least 1.
 func burstOf(r float64) int { return max(1, int(r/10)) }
