@@ -187,14 +187,14 @@ type Load struct {
 // grpc-go's ORCA service sends them at most every DefaultORCAMinInterval,
 // and the first one, sent when the client connects, usually finds an idle
 // server, whose report the balancer ignores: they suit a steady fleet, not
-// a sudden slowdown. On two inventory replicas, one doing twice the CPU
-// work per call, under the same closed-loop load
-// (TestWeightedRoundRobinSteersAwayFromSlowReplica, protect.WithORCA),
-// round_robin sent the slow one 50% of the calls, weighted_round_robin
-// with per-call reports 34-39% after a second of warm-up (1/3 is what the
-// replicas' speeds call for), and with out-of-band reports 50% over the
-// test's seconds. Replicas twice as slow in their database: 50%, 34%,
-// 50%.
+// a sudden slowdown. On two inventory replicas behind protect.WithORCA,
+// one twice as slow in its database, under the same closed-loop load
+// (TestWeightedRoundRobinSteersAwayFromSlowReplica), round_robin sent the slow one 50% of the calls, weighted_round_robin
+// with per-call reports 34% after a second of warm-up (1/3 is what the
+// replicas' speeds call for; their mean latency fell from 76ms to 68ms),
+// and with out-of-band reports 50% over the test's seconds. Replicas with
+// twice the CPU work, in one process whose CPUs they share: 50% and
+// 37-46%.
 type ORCA struct {
 	tap        tap.ServerInHandle // the Server's
 	nextUnary  grpc.UnaryServerInterceptor

@@ -131,6 +131,17 @@ func (s *orcaService) EmptyCall(context.Context, *testgrpc.Empty) (*testgrpc.Emp
 	return &testgrpc.Empty{}, nil
 }
 
+func (s *orcaService) FullDuplexCall(stream testgrpc.TestService_FullDuplexCallServer) error {
+	for {
+		if _, err := stream.Recv(); err != nil {
+			return nil
+		}
+		if err := stream.Send(&testgrpc.StreamingOutputCallResponse{}); err != nil {
+			return err
+		}
+	}
+}
+
 func (s *orcaService) UnaryCall(context.Context, *testgrpc.SimpleRequest) (*testgrpc.SimpleResponse, error) {
 	return nil, status.Error(codes.FailedPrecondition, "always fails")
 }
@@ -321,5 +332,42 @@ func TestORCAPerCallOverLoopback(t *testing.T) {
 				last.CpuUtilization, last.ApplicationUtilization, last.RpsFractional, last.Eps)
 		}
 		mu.Unlock()
+	}
+}
+
+// TestORCAStreamCountsAndReports: a stream counts as one call when it
+// ends, and with WithORCAPerCall its trailer carries a report.
+func TestORCAStreamCountsAndReports(t *testing.T) {
+	e := startORCAServer(t, 0, WithORCAPerCall())
+	e.cpu.set(0.5)
+	conn, err := grpc.NewClient(e.addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	stream, err := testgrpc.NewTestServiceClient(conn).FullDuplexCall(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range 3 {
+		if err := stream.Send(&testgrpc.StreamingOutputCallRequest{}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := stream.Recv(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := stream.CloseSend(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := stream.Recv(); err == nil {
+		t.Fatal("Recv() after CloseSend = nil, want the end of the stream")
+	}
+	lr, err := toLoadReport(stream.Trailer())
+	if err != nil || lr == nil {
+		t.Fatalf("stream trailer: load report = %v, %v; want one", lr, err)
+	}
+	if got := e.r.calls.Load(); got != 1 {
+		t.Errorf("ORCA counted %d calls after one stream, want 1", got)
 	}
 }

@@ -273,6 +273,16 @@ func TestORCAPerCallTrailer(t *testing.T) {
 	if cpu, _ := report(); cpu != 0.75 {
 		t.Errorf("report another tenth of a window later: cpu_utilization = %v, want 0.75", cpu)
 	}
+
+	// A call that the interceptor refuses carries the report too.
+	g.guard.on.Store(true)
+	st := &trailerStream{}
+	if err := g.call(grpc.NewContextWithServerTransportStream(context.Background(), st), 0, nil); err == nil {
+		t.Fatal("call with the guard switched off = nil, want a refusal")
+	}
+	if lr, err := toLoadReport(st.trailer); err != nil || lr == nil || lr.CpuUtilization != 0.75 {
+		t.Errorf("refused call's trailer: load report = %v, %v; want one with cpu_utilization 0.75", lr, err)
+	}
 }
 
 // TestORCAInterceptorAllocatesNothing: without per-call reports, the

@@ -99,12 +99,13 @@ func startReplica(t *testing.T, slots int, opts ...inventory.Option) replica {
 	return replica{addr: lis.Addr().String(), stop: func() { gs.Stop(); stopGuard() }, limit: limit}
 }
 
-// balanced is what one policy did: calls per replica and the p99 latency
-// of the calls that succeeded.
+// balanced is what one policy did: calls per replica and the mean and p99
+// latency of the calls that succeeded.
 type balanced struct {
 	calls   map[string]int
 	ok      int
 	failed  map[codes.Code]int
+	mean    time.Duration
 	p99     time.Duration
 	elapsed time.Duration
 }
@@ -180,6 +181,11 @@ func drive(t *testing.T, serviceConfig string, addrs []string, workers int, warm
 	wg.Wait()
 	slices.Sort(lat)
 	if len(lat) > 0 {
+		var sum time.Duration
+		for _, d := range lat {
+			sum += d
+		}
+		res.mean = sum / time.Duration(len(lat))
 		res.p99 = lat[(len(lat)*99)/100]
 	}
 	return res
@@ -247,8 +253,8 @@ func TestWeightedRoundRobinSteersAwayFromSlowReplica(t *testing.T) {
 			if r.name == rr.name {
 				rrShare = share
 			}
-			t.Logf("%-3s %-28s slow replica's share %4.1f%%, %4.0f calls/s ok, failed %v, p99 %v, run limits %v",
-				w.name, r.name, 100*share, float64(b.ok)/b.elapsed.Seconds(), b.failed, b.p99.Round(100*time.Microsecond), limits)
+			t.Logf("%-3s %-28s slow replica's share %4.1f%%, %4.0f calls/s ok, failed %v, mean %v, p99 %v, run limits %v",
+				w.name, r.name, 100*share, float64(b.ok)/b.elapsed.Seconds(), b.failed, b.mean.Round(100*time.Microsecond), b.p99.Round(100*time.Microsecond), limits)
 			if !r.want(rrShare, share) {
 				t.Errorf("%s, %s: slow replica's share = %.2f, want %s (%.2f)", w.name, r.name, share, r.wants, rrShare)
 			}
