@@ -156,6 +156,7 @@ func (c *Client) unaryCall(ctx context.Context, method string, req, reply any, c
 	if e.err != nil {
 		return e.err
 	}
+	ctx = propagateCriticality(ctx)
 	var call admission.Call
 	call.Init(ctx, method, c.now())
 	call.Key = target
@@ -258,6 +259,7 @@ func (c *Client) streamCall(ctx context.Context, desc *grpc.StreamDesc, cc *grpc
 	if e.err != nil {
 		return nil, e.err
 	}
+	ctx = propagateCriticality(ctx)
 	s := &guardedClientStream{c: c, e: e, serverStreams: desc.ServerStreams}
 	s.call.Init(ctx, method, c.now())
 	s.call.Key = target

@@ -74,7 +74,7 @@ func BenchmarkORCAInterceptor(b *testing.B) {
 		b.Run(c.name, func(b *testing.B) {
 			s, ctx := chainServer(b)
 			r := mustORCA(b, s, append([]ORCAOption{WithORCACapacity(newFixedCap(4))}, c.opts...)...)
-			st := &trailerStream{}
+			st := &keptTrailerStream{}
 			ctx = grpc.NewContextWithServerTransportStream(ctx, st)
 			b.ReportAllocs()
 			for b.Loop() {

@@ -229,14 +229,14 @@ func toLoadReport(md metadata.MD) (*v3orcapb.OrcaLoadReport, error) {
 	return lr, nil
 }
 
-// trailerStream is a grpc.ServerTransportStream that keeps the trailers
+// keptTrailerStream is a grpc.ServerTransportStream that keeps the trailers
 // set on it.
-type trailerStream struct{ trailer metadata.MD }
+type keptTrailerStream struct{ trailer metadata.MD }
 
-func (s *trailerStream) Method() string               { return emptyCall }
-func (s *trailerStream) SetHeader(metadata.MD) error  { return nil }
-func (s *trailerStream) SendHeader(metadata.MD) error { return nil }
-func (s *trailerStream) SetTrailer(md metadata.MD) error {
+func (s *keptTrailerStream) Method() string               { return emptyCall }
+func (s *keptTrailerStream) SetHeader(metadata.MD) error  { return nil }
+func (s *keptTrailerStream) SendHeader(metadata.MD) error { return nil }
+func (s *keptTrailerStream) SetTrailer(md metadata.MD) error {
 	s.trailer = metadata.Join(s.trailer, md)
 	return nil
 }
@@ -248,7 +248,7 @@ func TestORCAPerCallTrailer(t *testing.T) {
 	g.cpu.set(0.25)
 	report := func() (float64, float64) {
 		t.Helper()
-		st := &trailerStream{}
+		st := &keptTrailerStream{}
 		if err := g.call(grpc.NewContextWithServerTransportStream(context.Background(), st), 10*time.Millisecond, nil); err != nil {
 			t.Fatal(err)
 		}
@@ -276,7 +276,7 @@ func TestORCAPerCallTrailer(t *testing.T) {
 
 	// A call that the interceptor refuses carries the report too.
 	g.guard.on.Store(true)
-	st := &trailerStream{}
+	st := &keptTrailerStream{}
 	if err := g.call(grpc.NewContextWithServerTransportStream(context.Background(), st), 0, nil); err == nil {
 		t.Fatal("call with the guard switched off = nil, want a refusal")
 	}
