@@ -27,6 +27,12 @@
 //
 // Health checks and reflection are exempt by default (DefaultExempt).
 //
+// An ORCA publishes the server's load (CPU and application utilisation,
+// queries and errors per second) in ORCA load reports, out of band and
+// per call, so that clients on grpc-go's weighted_round_robin balancer
+// send a slow or saturated replica fewer calls; see ORCA for the client's
+// side.
+//
 // On the client, NewClient guards calls per target and method with a
 // hold-off after a server's pushback (package holdoff), a per-target
 // bucket, an adaptive throttle and a circuit breaker; refused calls fail

@@ -41,6 +41,7 @@ package protect
 import (
 	"errors"
 	"fmt"
+	"runtime"
 	"strings"
 	"sync"
 	"time"
@@ -80,6 +81,8 @@ type options struct {
 	cpuOff      bool
 	cpuSignal   runlimit.CPU
 	code        codes.Code
+	orca        bool
+	orcaOpts    []grpcguard.ORCAOption
 	tenant      grpcguard.KeyFunc
 	weights     map[string]float64
 	crit        *grpcguard.Criticality
@@ -158,6 +161,23 @@ func WithCPU(c runlimit.CPU) Option { return func(o *options) { o.cpuSignal = c 
 // or UNAVAILABLE. New fails on any other code.
 func WithCode(c codes.Code) Option { return func(o *options) { o.code = c } }
 
+// WithORCA publishes ORCA load reports (grpcguard.ORCA) for clients that
+// balance by load, such as grpc-go's weighted_round_robin: the CPU
+// utilisation of the CPU signal (when it has one), the application
+// utilisation, and the queries and errors per second. The application
+// utilisation is the mean number of calls in the server per CPU
+// (GOMAXPROCS), so that weighted_round_robin weighs replicas by how fast
+// they answer; not per the learned run limit, which moves as the limit
+// probes: two identical replicas learned limits of 2 and 6, and the client
+// then sent the slower one more calls. ServerOptions then installs the
+// reports' counting around the guards; Server.ORCA().Register installs the
+// out-of-band service. opts tune it, after the preset's own
+// (grpcguard.WithORCAPerCall adds a report to every call's trailer,
+// grpcguard.WithORCACapacity replaces the CPUs). Default: no reports.
+func WithORCA(opts ...grpcguard.ORCAOption) Option {
+	return func(o *options) { o.orca, o.orcaOpts = true, opts }
+}
+
 func (o *options) validate() error {
 	var errs []error
 	if !(o.maxRate >= 0) {
@@ -199,6 +219,7 @@ type Server struct {
 	global    *ratelimit.Limiter
 	perClient *ratelimit.Keyed
 	methods   map[string]*ratelimit.Limiter
+	orca      *grpcguard.ORCA // nil without WithORCA
 	stopOnce  sync.Once
 }
 
@@ -288,16 +309,41 @@ func New(opts ...Option) (*Server, error) {
 	if p.guard, err = grpcguard.New(rules, grpcguard.WithExempt(append(append([]string(nil), grpcguard.DefaultExempt...), exempt...)...)); err != nil {
 		return nil, err
 	}
+	if o.orca {
+		oopts := []grpcguard.ORCAOption{grpcguard.WithORCACapacity(procs{})}
+		if u, ok := signal.(grpcguard.Utilizer); ok {
+			oopts = append(oopts, grpcguard.WithORCACPU(u))
+		}
+		if p.orca, err = grpcguard.NewORCA(p.guard, append(oopts, o.orcaOpts...)...); err != nil {
+			return nil, err
+		}
+	}
 	ok = true
 	return p, nil
 }
+
+// procs is the CPUs the Go scheduler runs goroutines on, read when a load
+// report is made (GOMAXPROCS follows the container's CPU limit).
+type procs struct{}
+
+func (procs) Limit() int { return runtime.GOMAXPROCS(0) }
 
 // burstOf is a tenth of a second's worth of rate r, at least 1.
 func burstOf(r float64) int { return max(1, int(r/10)) }
 
 // ServerOptions returns the options that install the protection in a
-// grpc.Server: grpcguard's tap handle and interceptors.
-func (p *Server) ServerOptions() []grpc.ServerOption { return p.guard.ServerOptions() }
+// grpc.Server: grpcguard's tap handle and interceptors (with WithORCA,
+// wrapped by the load reports' counting).
+func (p *Server) ServerOptions() []grpc.ServerOption {
+	if p.orca != nil {
+		return p.orca.ServerOptions()
+	}
+	return p.guard.ServerOptions()
+}
+
+// ORCA returns the load reports, or nil without WithORCA. Install the
+// out-of-band service with p.ORCA().Register(grpcServer).
+func (p *Server) ORCA() *grpcguard.ORCA { return p.orca }
 
 // Guard returns the transport that runs the protection, for its Stats.
 func (p *Server) Guard() *grpcguard.Server { return p.guard }
