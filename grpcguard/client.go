@@ -181,6 +181,7 @@ func (c *Client) unaryCall(ctx context.Context, method string, req, reply any, c
 	if e.err != nil {
 		return e.err
 	}
+	ctx = propagateCriticality(ctx)
 	if c.o.attempts > 1 {
 		return c.retrying(ctx, e, target, method, req, reply, cc, invoker, opts)
 	}
@@ -306,6 +307,7 @@ func (c *Client) streamCall(ctx context.Context, desc *grpc.StreamDesc, cc *grpc
 	if e.err != nil {
 		return nil, e.err
 	}
+	ctx = propagateCriticality(ctx)
 	s := &guardedClientStream{c: c, e: e, serverStreams: desc.ServerStreams}
 	s.call.Init(ctx, method, c.now())
 	s.call.Key = target

@@ -27,6 +27,8 @@ var below = map[string][]string{
 	"retrybudget": nil,
 	"runlimit":    nil,
 	"metrics":     {"github.com/prometheus/", "github.com/beorn7/perks", "github.com/cespare/xxhash", "github.com/munnerz/goautoneg", "go.yaml.in/yaml", "google.golang.org/protobuf/", "golang.org/x/sys/"},
+	// The OTel API only: the application picks the SDK.
+	"metrics/otelmetrics": {"go.opentelemetry.io/otel/metric", "go.opentelemetry.io/otel/attribute", "github.com/cespare/xxhash", "golang.org/x/sys/"},
 }
 
 // TestNoTransportBelowTheTransport lists, with `go list -deps`, what each
