@@ -36,5 +36,15 @@
 // On the client, NewClient guards calls per target and method with a
 // hold-off after a server's pushback (package holdoff), a per-target
 // bucket, an adaptive throttle and a circuit breaker; refused calls fail
-// with UNAVAILABLE (ErrClientRefused) without leaving the process.
+// with UNAVAILABLE (ErrClientRefused) without leaving the process. With
+// WithRetries the Client retries a server's overload refusals itself,
+// each attempt guarded, within the call's deadline and the target's retry
+// budget (package retrybudget: by default retries at most 10% of the
+// calls of the last 10 seconds).
+//
+// A server whose own downstream call failed for overload answers its
+// caller with UpstreamOverloaded: UNAVAILABLE with a google.rpc.ErrorInfo
+// of reason ReasonUpstreamOverloaded and a -1 pushback, which levee's
+// clients and grpc-go's retry policies do not retry, so that a chain of
+// services retries only at the hop next to the overloaded one.
 package grpcguard
