@@ -1,0 +1,196 @@
+package redislimit
+
+import (
+	"context"
+	"time"
+
+	"github.com/levee-go/levee/admission"
+	"github.com/levee-go/levee/breaker"
+)
+
+// ReasonFleet is the reason of the guard's refusals; a constant, so
+// refusals allocate no message of their own.
+const ReasonFleet = "fleet rate limit exceeded"
+
+// Cost is the guard's declared admission.Cost: after the local buckets
+// (admission.CostKeyed), which refuse for free what the fleet's limit
+// would, and before the guards that hold a slot, whose refusals would
+// otherwise spend the fleet's tokens.
+const Cost = admission.CostKeyed + 5
+
+// Scope says which parts of a call name its bucket. The zero Scope puts
+// every call of the guard in one bucket (a fleet-wide limit of the rule).
+type Scope uint8
+
+const (
+	// ByKey gives each value of the rule's key (admission.Call.Key: a
+	// tenant, a client) its own bucket.
+	ByKey Scope = 1 << iota
+	// ByMethod gives each method its own bucket.
+	ByMethod
+)
+
+// NewGuard adapts l to the admission contract: each call takes one token
+// from the bucket that scope names for it, "<method>|<key>" with both,
+// "<method>" or "<key>" with one, "" with neither. A refusal by the
+// shared limit or by the fallback gives ReasonFleet, its retry delay,
+// and, with ByKey, Decision.PerKey.
+//
+// In direct mode a call that a later guard refuses keeps its token:
+// giving it back would cost another round trip on a refusal path. With
+// leases (WithLeases) the token goes back to the lease, and a call
+// admitted from a lease allocates nothing and waits on nothing; a guard
+// without ByMethod then also offers the chain's fast path
+// (admission.FastAdmitter), whose refusal gives as retry delay the time
+// until Redis will have a token for the lease, or one token's interval.
+// A call whose context (Call.Ctx) is already done is decided locally; see
+// Limiter.AllowN. It panics if l is nil.
+func NewGuard(name string, l *Limiter, scope Scope) admission.Guard {
+	if l == nil {
+		panic("redislimit: NewGuard: nil Limiter")
+	}
+	g := guard{name: name, l: l, scope: scope}
+	switch {
+	case l.ls == nil:
+		return &g
+	case scope&ByMethod != 0:
+		return &leasedGuard{g}
+	}
+	return &fastLeasedGuard{leasedGuard{g}}
+}
+
+type guard struct {
+	name  string
+	l     *Limiter
+	scope Scope
+}
+
+func (g *guard) Name() string { return g.name }
+
+func (g *guard) Traits() admission.Traits {
+	return admission.Traits{Cost: Cost, IgnoresDuration: true, FinishesSkippedOnly: true}
+}
+
+func (g *guard) key(c *admission.Call) string {
+	switch g.scope & (ByKey | ByMethod) {
+	case ByKey:
+		return c.Key
+	case ByMethod:
+		return c.Method
+	case ByKey | ByMethod:
+		return c.Method + "|" + c.Key
+	}
+	return ""
+}
+
+func (g *guard) Admit(c admission.Call) admission.Decision {
+	ctx := c.Ctx
+	if ctx == nil {
+		ctx = context.Background()
+	}
+	r := g.l.AllowN(ctx, g.key(&c), 1)
+	if r.Allowed {
+		return admission.Decision{}
+	}
+	d := admission.Refuse(ReasonFleet, r.RetryAfter)
+	d.PerKey = g.scope&ByKey != 0
+	return d
+}
+
+func (g *guard) Finish(admission.Call, admission.Permit, admission.Outcome) {}
+
+// leasedGuard takes its tokens from the limiter's leases.
+type leasedGuard struct{ guard }
+
+func (g *leasedGuard) id(method, key string) leaseID {
+	id := leaseID{scope: g.scope & (ByKey | ByMethod)}
+	if id.scope&ByKey != 0 {
+		id.key = key
+	}
+	if id.scope&ByMethod != 0 {
+		id.method = method
+	}
+	return id
+}
+
+// decide admits one call of id from its lease (or, with no room for one
+// more lease, in direct mode); the Permit holds the lease a token came
+// from, to give it back if a later guard refuses the call.
+func (g *leasedGuard) decide(ctx context.Context, id leaseID) (admission.Permit, Result) {
+	if lz := g.l.ls.get(id); lz != nil {
+		if _, ok := g.l.take(lz); ok {
+			return admission.Permit{Ref: lz}, Result{Allowed: true}
+		}
+		r, held := g.l.leased(ctx, id, lz)
+		if held != nil {
+			return admission.Permit{Ref: held}, r
+		}
+		return admission.Permit{}, r
+	}
+	return admission.Permit{}, g.l.direct(ctx, id.name(), 1)
+}
+
+func (g *leasedGuard) Admit(c admission.Call) admission.Decision {
+	ctx := c.Ctx
+	if ctx == nil {
+		ctx = context.Background()
+	}
+	p, r := g.decide(ctx, g.id(c.Method, c.Key))
+	if r.Allowed {
+		return admission.Grant(p)
+	}
+	d := admission.Refuse(ReasonFleet, r.RetryAfter)
+	d.PerKey = g.scope&ByKey != 0
+	return d
+}
+
+func (g *leasedGuard) Finish(_ admission.Call, p admission.Permit, o admission.Outcome) {
+	g.FinishFast(p, o)
+}
+
+// FinishFast gives a skipped call's token back to its lease.
+func (g *leasedGuard) FinishFast(p admission.Permit, o admission.Outcome) {
+	if lz, ok := p.Ref.(*lease); ok && o.Skipped {
+		lz.tokens.Add(1)
+	}
+}
+
+// fastLeasedGuard is a leasedGuard whose bucket does not depend on the
+// method, so the chain's fast path, which gives only the instant and the
+// key, fits.
+type fastLeasedGuard struct{ leasedGuard }
+
+func (g *fastLeasedGuard) AdmitFast(_ time.Time, key string) (admission.Permit, bool) {
+	p, r := g.decide(context.Background(), g.id("", key))
+	return p, r.Allowed
+}
+
+// Admit answers as AdmitFast then Refusal do, as the contract asks of a
+// FastAdmitter.
+func (g *fastLeasedGuard) Admit(c admission.Call) admission.Decision {
+	if p, ok := g.AdmitFast(c.Now, c.Key); ok {
+		return admission.Grant(p)
+	}
+	return g.Refusal(c)
+}
+
+// Refusal gives the local fallback's retry delay while the breaker on
+// Redis is not closed; else the time until Redis will have a token for the
+// lease, at least one token's interval.
+func (g *fastLeasedGuard) Refusal(c admission.Call) admission.Decision {
+	// The limiter's clock, not c.Now: the leases' instants are on it.
+	now := g.l.o.now()
+	id := g.id("", c.Key)
+	var retry time.Duration
+	if g.l.br.StateAt(now) != breaker.StateClosed {
+		retry = g.l.local.RetryAfter(id.name(), now, 1)
+	} else {
+		retry = time.Duration(g.l.interval)
+		if lz := g.l.ls.get(id); lz != nil {
+			retry = max(retry, time.Duration(lz.until.Load()-g.l.ls.mono(now)))
+		}
+	}
+	d := admission.Refuse(ReasonFleet, retry)
+	d.PerKey = g.scope&ByKey != 0
+	return d
+}

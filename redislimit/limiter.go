@@ -1,0 +1,463 @@
+package redislimit
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"math"
+	"os"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/rueidis"
+
+	"github.com/levee-go/levee/admission"
+	"github.com/levee-go/levee/breaker"
+	"github.com/levee-go/levee/ratelimit"
+)
+
+// Result is a Limiter's answer for one call. The zero Result refuses,
+// decided by Redis, with no retry delay known.
+type Result struct {
+	// Allowed is true when the call may go ahead; its tokens are taken.
+	Allowed bool
+	// RetryAfter is, for a refused call, how long until the tokens asked
+	// for are there (admission.Never when they never can be: more than the
+	// burst); 0 for an allowed call.
+	RetryAfter time.Duration
+	// Remaining is how many whole tokens the bucket holds after the
+	// decision.
+	Remaining int
+	// Local is true when the local fallback decided, because Redis was
+	// slow, down, or behind an open breaker.
+	Local bool
+}
+
+// Stats are a Limiter's counters since New, a plain value; the zero value
+// counts nothing.
+type Stats struct {
+	Allowed       uint64        // calls the shared limit in Redis allowed (not counting those a lease admitted)
+	Refused       uint64        // calls the shared limit in Redis (or a dry lease) refused
+	LocalAllowed  uint64        // calls the local fallback allowed
+	LocalRefused  uint64        // calls the local fallback refused
+	Errors        uint64        // Redis round trips that failed or timed out
+	Reloads       uint64        // scripts given to Redis again after NOSCRIPT
+	Replicas      int           // replicas sharing the limit, as last learned or configured
+	Breaker       breaker.State // the breaker on Redis
+	Rate          float64       // the shared rate, tokens per second
+	LocalRate     float64       // the fallback's rate: Rate ÷ Replicas
+	Burst         int           // the shared burst
+	Heartbeats    uint64        // heartbeats that Redis answered
+	HeartbeatFail uint64        // heartbeats that failed
+	Refills       uint64        // round trips that refilled a lease
+	Dropped       uint64        // leased tokens dropped unspent at their time to live
+	Leases        int           // keys leased now
+}
+
+// Limiter is one token bucket per key shared by every replica of a
+// service, kept in Redis: GCRA in one Lua script with Redis's clock (see
+// the package documentation). When Redis is slow or down it decides
+// locally, at the shared rate ÷ the replicas alive, behind a breaker, and
+// goes back to Redis by itself.
+//
+// Create one with New, which takes a rueidis client (to a single Redis or
+// a cluster), the limit's name, its rate and its burst; the zero value is
+// not usable. A Limiter owns its goroutines — heartbeats and probes, the
+// fallback's sweeper, and with leases their refills and sweeper: stop them
+// with Close. It is safe for concurrent use.
+type Limiter struct {
+	client   rueidis.Client
+	o        options
+	name     string
+	rate     float64
+	burst    int
+	base     string  // "<prefix>:<name>:{"
+	argT     string  // µs per token
+	argTau   string  // burst × µs per token
+	interval int64   // ns per token
+	ls       *leases // nil unless WithLeases
+	dl       *deadlines
+
+	gcra  script
+	beat  script
+	hbKey string
+	id    string
+
+	br    *breaker.Breaker
+	local *ratelimit.Keyed
+	alive atomic.Int64
+	setMu sync.Mutex // serialises changes of the fallback's rate
+
+	allowed, refused, localAllowed, localRefused atomic.Uint64
+	errors, reloads, hbOK, hbFail                atomic.Uint64
+
+	stop      chan struct{}
+	done      chan struct{}
+	closeOnce sync.Once
+	closed    atomic.Bool // no goroutine refills leases any more
+}
+
+// New returns a Limiter of the limit name, shared through client by every
+// replica that uses the same name (and prefix): each key's bucket refills
+// at rate tokens per second across the fleet and holds at most burst
+// tokens, starting full. It starts the limiter's goroutines, whose first
+// heartbeat goes at once; New itself sends nothing to Redis.
+//
+// It returns an error naming every bad value: a name that is empty or
+// holds '{' or '}', a rate outside (0, 10⁶] (the script counts
+// microseconds), a burst below 1, or a bad option. It panics if client is
+// nil.
+func New(client rueidis.Client, name string, rate float64, burst int, opts ...Option) (*Limiter, error) {
+	if client == nil {
+		panic("redislimit: New: nil client")
+	}
+	o := defaults()
+	for _, opt := range opts {
+		if opt != nil {
+			opt(&o)
+		}
+	}
+	wait := o.waitOpen
+	if wait <= 0 {
+		wait = DefaultWaitInOpen // reported by o.validate; keep the breaker's errors the user's own
+	}
+	br, brErr := breaker.New(append([]breaker.Option{
+		breaker.WithCountWindow(10),
+		breaker.WithMinimumCalls(5),
+		breaker.WithFailureRate(50),
+		breaker.WithWaitInOpen(wait),
+		breaker.WithHalfOpenCalls(2),
+	}, o.breaker...)...)
+	if brErr != nil {
+		brErr = fmt.Errorf("redislimit: WithBreaker: %w", brErr)
+	}
+	if err := errors.Join(checkName(name), checkRate(rate), checkBurst(burst), o.validate(), brErr); err != nil {
+		return nil, err
+	}
+	if o.replicaID == "" {
+		o.replicaID = defaultReplicaID()
+	}
+	t := math.Ceil(1e6 / rate) // µs per token, rounded up: never faster than rate
+	l := &Limiter{
+		client: client,
+		o:      o,
+		name:   name,
+		rate:   rate,
+		burst:  burst,
+		base:   o.prefix + ":" + name + ":{",
+		argT:   strconv.FormatFloat(t, 'f', 0, 64),
+		argTau: strconv.FormatFloat(t*float64(burst), 'f', 0, 64),
+		gcra:   newScript(gcraScript),
+		beat:   newScript(heartbeatScript),
+		id:     o.replicaID,
+		br:     br,
+		dl:     newDeadlines(o.timeout),
+		stop:   make(chan struct{}),
+		done:   make(chan struct{}),
+	}
+	l.interval = int64(t) * int64(time.Microsecond)
+	l.hbKey = l.base + "replicas}"
+	n := max(o.replicas, 1)
+	l.alive.Store(int64(n))
+	// Cannot fail: rate > 0 and the burst is at least 1.
+	l.local, _ = ratelimit.NewKeyed(ratelimit.Limit(rate/float64(n)), l.localBurst(n))
+	go l.run()
+	if o.leased {
+		l.ls = newLeases(o.lease)
+		l.ls.wg.Add(refillWorkers + 1)
+		for range refillWorkers {
+			go l.refiller()
+		}
+		go l.sweeper()
+	}
+	return l, nil
+}
+
+func defaultReplicaID() string {
+	host, _ := os.Hostname()
+	var b [4]byte
+	_, _ = rand.Read(b[:])
+	return host + "-" + strconv.Itoa(os.Getpid()) + "-" + hex.EncodeToString(b[:])
+}
+
+// localBurst is the burst of the fallback's buckets with n replicas.
+func (l *Limiter) localBurst(n int) int {
+	if l.o.localBurst > 0 {
+		return l.o.localBurst
+	}
+	return max(1, l.burst/n)
+}
+
+// Key returns the Redis key of key's bucket: "<prefix>:<name>:{<key>}",
+// hash-tagged so that a cluster keeps it, and the script on it, on one
+// slot.
+func (l *Limiter) Key(key string) string { return l.base + key + "}" }
+
+// Allow reports whether one call of key may go ahead now; it is AllowN(ctx,
+// key, 1).
+func (l *Limiter) Allow(ctx context.Context, key string) Result { return l.AllowN(ctx, key, 1) }
+
+// AllowN reports whether n calls of key may go ahead now, and takes their
+// tokens if so. With n <= 0 it allows and takes nothing; with n above the
+// burst it refuses with RetryAfter admission.Never, without asking Redis.
+//
+// It asks Redis in one round trip, bounded by the timeout (WithTimeout)
+// alone: calls that start within the same tenth of the timeout share one
+// deadline, so that no call pays for a timer of its own, and a round trip
+// does not end early when ctx does. Past the timeout, on an error, while
+// the breaker on Redis is not closed, or when ctx is already done (its
+// caller gave up: no round trip is worth it), the local fallback decides
+// (Result.Local): a bucket per key at the shared rate ÷ the replicas
+// alive. It never
+// returns an error: Redis's failures show only in Stats. With leases
+// (WithLeases) a call of one token is taken from key's lease, which
+// allocates nothing and waits on nothing while the lease holds tokens;
+// other n are asked of Redis directly.
+func (l *Limiter) AllowN(ctx context.Context, key string, n int) Result {
+	if n <= 0 {
+		return Result{Allowed: true, Remaining: l.burst}
+	}
+	if n > l.burst {
+		return Result{RetryAfter: admission.Never}
+	}
+	if l.ls != nil && n == 1 {
+		id := leaseID{key: key, scope: ByKey}
+		if lz := l.ls.get(id); lz != nil {
+			r, _ := l.leased(ctx, id, lz)
+			return r
+		}
+	}
+	return l.direct(ctx, key, n)
+}
+
+// direct decides n calls of key with one round trip to Redis.
+func (l *Limiter) direct(ctx context.Context, key string, n int) Result {
+	now := l.o.now()
+	if ctx.Err() != nil || l.br.StateAt(now) != breaker.StateClosed {
+		return l.fallback(key, now, n)
+	}
+	p, err := l.br.AllowAt(now)
+	if err != nil {
+		return l.fallback(key, now, n)
+	}
+	start := time.Now()
+	r, err := l.shared(key, n)
+	p.Done(err, time.Since(start))
+	if err != nil {
+		l.errors.Add(1)
+		return l.fallback(key, now, n)
+	}
+	if r.Allowed {
+		l.allowed.Add(1)
+	} else {
+		l.refused.Add(1)
+	}
+	return r
+}
+
+// shared runs the GCRA script on key's bucket.
+func (l *Limiter) shared(key string, n int) (Result, error) {
+	arg := "1"
+	if n != 1 {
+		arg = strconv.Itoa(n)
+	}
+	v, err := l.run3(l.dl.get(), key, arg, "0")
+	if err != nil {
+		return Result{}, err
+	}
+	r := Result{Allowed: v[0] > 0, Remaining: int(v[2])}
+	if !r.Allowed {
+		r.RetryAfter = time.Duration(v[1]) * time.Microsecond
+	}
+	return r, nil
+}
+
+// run3 runs the GCRA script on the bucket of key (the name of the bucket,
+// not its Redis key) asking for n tokens, partial or not, and returns its
+// three integers.
+func (l *Limiter) run3(ctx context.Context, key, n, partial string) ([]int64, error) {
+	var res rueidis.RedisResult
+	var reloaded bool
+	if l.o.redisNow != nil {
+		res, reloaded = l.gcra.exec(ctx, l.client, l.Key(key), l.argT, l.argTau, n, partial, strconv.FormatInt(l.o.redisNow(), 10))
+	} else {
+		res, reloaded = l.gcra.exec(ctx, l.client, l.Key(key), l.argT, l.argTau, n, partial)
+	}
+	if reloaded {
+		l.reloads.Add(1)
+	}
+	v, err := res.AsIntSlice()
+	if err != nil {
+		return nil, err
+	}
+	if len(v) != 3 {
+		return nil, fmt.Errorf("redislimit: script answered %v, want 3 integers", v)
+	}
+	return v, nil
+}
+
+// fallback decides locally at the shared rate ÷ the replicas alive.
+func (l *Limiter) fallback(key string, now time.Time, n int) Result {
+	if l.local.AllowN(key, now, n) {
+		l.localAllowed.Add(1)
+		return Result{Allowed: true, Remaining: int(l.local.Tokens(key, now)), Local: true}
+	}
+	l.localRefused.Add(1)
+	return Result{RetryAfter: l.local.RetryAfter(key, now, n), Local: true}
+}
+
+// Replicas returns how many replicas share the limit: as configured
+// (WithReplicas), or as the last heartbeat counted them.
+func (l *Limiter) Replicas() int { return int(l.alive.Load()) }
+
+// setAlive records that n replicas are alive and rescales the fallback.
+func (l *Limiter) setAlive(n int) {
+	n = max(n, 1)
+	l.setMu.Lock()
+	defer l.setMu.Unlock()
+	if int(l.alive.Load()) == n {
+		return
+	}
+	l.alive.Store(int64(n))
+	now := l.o.now()
+	// Cannot fail: the rate is positive and the burst at least 1.
+	_ = l.local.SetLimitAt(now, ratelimit.Limit(l.rate/float64(n)))
+	_ = l.local.SetBurstAt(now, l.localBurst(n))
+}
+
+// Stats returns the limiter's counters.
+func (l *Limiter) Stats() Stats {
+	n := l.Replicas()
+	var refills, dropped uint64
+	var leases int
+	if l.ls != nil {
+		refills, dropped, leases = l.ls.refilled.Load(), l.ls.dropped.Load(), int(l.ls.count.Load())
+	}
+	return Stats{
+		Refills:       refills,
+		Dropped:       dropped,
+		Leases:        leases,
+		Allowed:       l.allowed.Load(),
+		Refused:       l.refused.Load(),
+		LocalAllowed:  l.localAllowed.Load(),
+		LocalRefused:  l.localRefused.Load(),
+		Errors:        l.errors.Load(),
+		Reloads:       l.reloads.Load(),
+		Replicas:      n,
+		Breaker:       l.br.StateAt(l.o.now()),
+		Rate:          l.rate,
+		LocalRate:     l.rate / float64(n),
+		Burst:         l.burst,
+		Heartbeats:    l.hbOK.Load(),
+		HeartbeatFail: l.hbFail.Load(),
+	}
+}
+
+// run is the limiter's goroutine: it renews the heartbeat every
+// WithHeartbeat interval and, while the breaker on Redis is open or
+// half-open, probes Redis every WithProbe interval, so that no caller ever
+// waits on a probe.
+func (l *Limiter) run() {
+	defer close(l.done)
+	t := time.NewTimer(0)
+	defer t.Stop()
+	for {
+		select {
+		case <-l.stop:
+			l.leave()
+			return
+		case <-t.C:
+		}
+		t.Reset(l.tick())
+	}
+}
+
+// tick sends one heartbeat through the breaker, which makes it the probe
+// while the breaker is half-open (after a PING has answered), and returns
+// when to tick again.
+func (l *Limiter) tick() time.Duration {
+	now := l.o.now()
+	if l.br.StateAt(now) != breaker.StateClosed && !l.ping() {
+		// Spend no probe on a Redis that does not answer: the breaker
+		// stays open (or half-open) until one would succeed.
+		return l.o.probe
+	}
+	p, err := l.br.AllowAt(now)
+	if err != nil {
+		return l.o.probe
+	}
+	start := time.Now()
+	n, err := l.heartbeat(false)
+	p.Done(err, time.Since(start))
+	switch {
+	case err != nil:
+		l.hbFail.Add(1)
+	case l.o.replicas == 0:
+		l.setAlive(n)
+		fallthrough
+	default:
+		l.hbOK.Add(1)
+	}
+	if l.br.StateAt(l.o.now()) != breaker.StateClosed {
+		return l.o.probe
+	}
+	return l.o.heartbeat
+}
+
+// ping reports whether Redis answers PING within the timeout; it also
+// lets the client reconnect, so that a probe after it measures Redis, not
+// the reconnection.
+func (l *Limiter) ping() bool {
+	ctx, cancel := context.WithTimeout(context.Background(), l.o.timeout)
+	defer cancel()
+	return l.client.Do(ctx, l.client.B().Ping().Build()).Error() == nil
+}
+
+// heartbeat renews (or, leaving, removes) this replica's heartbeat and
+// returns how many replicas are alive.
+func (l *Limiter) heartbeat(leaving bool) (int, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), l.o.timeout)
+	defer cancel()
+	flag := "0"
+	if leaving {
+		flag = "1"
+	}
+	res, reloaded := l.beat.exec(ctx, l.client, l.hbKey, l.id, strconv.FormatInt(l.o.ttl.Milliseconds(), 10), flag)
+	if reloaded {
+		l.reloads.Add(1)
+	}
+	n, err := res.AsInt64()
+	return int(n), err
+}
+
+// leave removes this replica's heartbeat, so the others' fallback counts
+// it gone at once; best effort, skipped while the breaker is open.
+func (l *Limiter) leave() {
+	if l.br.StateAt(l.o.now()) == breaker.StateClosed {
+		_, _ = l.heartbeat(true)
+	}
+}
+
+// Close stops the limiter's goroutines: the heartbeats, after removing
+// this replica's from Redis (one round trip, bounded by the timeout), the
+// fallback's sweeper, and the leases' refills and sweeper. It does not close the client, which is the
+// caller's. Calls after Close are still answered: from the tokens a lease
+// still holds, then in direct mode (or by the local fallback, which no
+// probe ends any more). Close twice does nothing and returns nil.
+func (l *Limiter) Close() error {
+	l.closeOnce.Do(func() {
+		l.closed.Store(true)
+		close(l.stop)
+		<-l.done
+		if l.ls != nil {
+			l.ls.wg.Wait()
+		}
+		l.dl.stop()
+		_ = l.local.Close()
+	})
+	return nil
+}

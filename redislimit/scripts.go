@@ -1,0 +1,105 @@
+package redislimit
+
+import (
+	"context"
+	"crypto/sha1"
+	"encoding/hex"
+
+	"github.com/redis/rueidis"
+)
+
+// gcraScript is the generic cell rate algorithm on one key, in Redis's
+// clock. The key holds the theoretical arrival time (TAT) in microseconds
+// of Redis's TIME; the bucket is full when it is absent or in the past.
+//
+//	KEYS[1]  the bucket
+//	ARGV[1]  T, the emission interval: µs per token
+//	ARGV[2]  tau, the burst tolerance: burst × T
+//	ARGV[3]  n, the tokens asked for (1 ≤ n ≤ burst)
+//	ARGV[4]  "1" to take as many as there are, up to n (a lease); "0" for
+//	         all or nothing
+//	ARGV[5]  optional: the instant in µs, for tests; TIME otherwise
+//
+// It returns {tokens taken, µs until one more token is there, tokens
+// left}; all or nothing, a refusal takes 0 and says when n will be there.
+// Taking k tokens moves the TAT k × T later; the key expires when the
+// bucket would be full again, so idle keys cost Redis nothing. Redis 5 and
+// later replicate a script's effects, so reading TIME before a write is
+// allowed.
+const gcraScript = `
+local T = tonumber(ARGV[1])
+local tau = tonumber(ARGV[2])
+local n = tonumber(ARGV[3])
+local now
+if ARGV[5] then
+  now = tonumber(ARGV[5])
+else
+  local t = redis.call('TIME')
+  now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+end
+local tat = tonumber(redis.call('GET', KEYS[1]))
+if not tat or tat < now then tat = now end
+if ARGV[4] == '1' then
+  n = math.max(0, math.min(n, math.floor((tau - (tat - now)) / T)))
+end
+local new = tat + n * T
+if new - now > tau then
+  return {0, new - now - tau, math.floor((tau - (tat - now)) / T)}
+end
+if n > 0 then
+  redis.call('SET', KEYS[1], string.format('%d', new), 'PX', math.ceil((new - now) / 1000))
+end
+return {n, math.max(0, new + T - tau - now), math.floor((tau - (new - now)) / T)}
+`
+
+// heartbeatScript renews one replica's heartbeat and counts the replicas
+// alive, in Redis's clock: a sorted set of replica ids scored by the
+// millisecond their heartbeat expires.
+//
+//	KEYS[1]  the set
+//	ARGV[1]  this replica's id
+//	ARGV[2]  the heartbeat's time to live, ms
+//	ARGV[3]  "0" to renew, "1" to leave
+//
+// It returns the number of replicas alive.
+const heartbeatScript = `
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local ttl = tonumber(ARGV[2])
+if ARGV[3] == '1' then
+  redis.call('ZREM', KEYS[1], ARGV[1])
+else
+  redis.call('ZADD', KEYS[1], now + ttl, ARGV[1])
+end
+redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
+redis.call('PEXPIRE', KEYS[1], ttl)
+return redis.call('ZCARD', KEYS[1])
+`
+
+// script is a Lua script run by EVALSHA, loaded again (EVAL, which caches
+// it) when Redis answers NOSCRIPT: after a restart, a failover or SCRIPT
+// FLUSH. Its scripts touch one key, so a cluster client sends them to
+// that key's node.
+type script struct {
+	src, sha string
+}
+
+func newScript(src string) script {
+	sum := sha1.Sum([]byte(src))
+	return script{src: src, sha: hex.EncodeToString(sum[:])}
+}
+
+// exec runs the script on key with args; reloaded reports whether Redis
+// had to be given the script again.
+func (s *script) exec(ctx context.Context, c rueidis.Client, key string, args ...string) (r rueidis.RedisResult, reloaded bool) {
+	r = c.Do(ctx, c.B().Evalsha().Sha1(s.sha).Numkeys(1).Key(key).Arg(args...).Build())
+	if e, ok := rueidis.IsRedisErr(r.Error()); ok && e.IsNoScript() {
+		return c.Do(ctx, c.B().Eval().Script(s.src).Numkeys(1).Key(key).Arg(args...).Build()), true
+	}
+	return r, false
+}
+
+// Script returns the Lua source of the direct mode's script (see the
+// package documentation for its keys and arguments), for a tool that loads
+// it ahead of time (SCRIPT LOAD) or compares it with another.
+func Script() string { return gcraScript }
