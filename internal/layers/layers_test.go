@@ -27,6 +27,8 @@ var below = map[string][]string{
 	"retrybudget": nil,
 	"runlimit":    nil,
 	"metrics":     {"github.com/prometheus/", "github.com/beorn7/perks", "github.com/cespare/xxhash", "github.com/munnerz/goautoneg", "go.yaml.in/yaml", "google.golang.org/protobuf/", "golang.org/x/sys/"},
+	// The only package that imports a Redis client.
+	"redislimit": {"github.com/redis/rueidis", "golang.org/x/sys/"},
 	// The OTel API only: the application picks the SDK.
 	"metrics/otelmetrics": {"go.opentelemetry.io/otel/metric", "go.opentelemetry.io/otel/attribute", "github.com/cespare/xxhash", "golang.org/x/sys/"},
 }
@@ -67,4 +69,32 @@ func hasPrefix(s string, prefixes []string) bool {
 		}
 	}
 	return false
+}
+
+// TestOnlyRedislimitImportsRedis fails when a package other than
+// redislimit imports a Redis client itself (linking redislimit is fine).
+func TestOnlyRedislimitImportsRedis(t *testing.T) {
+	out, err := exec.Command("go", "list", "-f", `{{.ImportPath}} {{join .Imports " "}} {{join .TestImports " "}}`, module+"...").CombinedOutput()
+	if err != nil {
+		t.Fatalf("go list: %v\n%s", err, out)
+	}
+	var seen int
+	for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+		f := strings.Fields(line)
+		if len(f) == 0 {
+			continue
+		}
+		seen++
+		if f[0] == module+"redislimit" {
+			continue
+		}
+		for _, imp := range f[1:] {
+			if strings.Contains(imp, "redis/rueidis") || strings.Contains(imp, "redis/go-redis") {
+				t.Errorf("%s imports %s: only redislimit talks to Redis", f[0], imp)
+			}
+		}
+	}
+	if seen < 10 {
+		t.Fatalf("go list listed %d packages, want the whole module", seen)
+	}
 }
