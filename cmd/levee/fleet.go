@@ -7,10 +7,9 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/redis/rueidis"
-
 	"github.com/levee-go/levee/admission"
 	"github.com/levee-go/levee/grpcguard"
+	"github.com/levee-go/levee/internal/redisproc"
 	"github.com/levee-go/levee/metrics"
 	"github.com/levee-go/levee/protect"
 	"github.com/levee-go/levee/redislimit"
@@ -62,7 +61,7 @@ func (f fleetFlags) check(rateGiven bool) error {
 // fleet is the fleet-wide limit of `levee serve -redis`: the Redis client,
 // the limiter, and the guard the preset adds to its rules.
 type fleet struct {
-	client  rueidis.Client
+	client  interface{ Close() }
 	limiter *redislimit.Limiter
 	guard   admission.Guard
 }
@@ -73,15 +72,13 @@ type fleet struct {
 // is not an error: the limiter decides locally until Redis answers, and a
 // line on warn says so.
 func newFleet(f fleetFlags, tenantHeader string, warn io.Writer) (*fleet, error) {
-	// A single client even when Redis does not answer yet: rueidis then
-	// dials again at the next command.
-	client, err := rueidis.NewClient(rueidis.ClientOption{
-		InitAddress: []string{f.redis}, ForceSingleClient: true, DisableCache: true,
-	})
-	if client == nil {
+	// A client even when Redis does not answer yet: it dials again at
+	// the next command.
+	client, err := redislimit.Dial(f.redis)
+	if err != nil {
 		return nil, fmt.Errorf("-redis %s: %w", f.redis, err)
 	}
-	if err != nil {
+	if err := redisproc.Ping(f.redis); err != nil {
 		fmt.Fprintf(warn, "levee serve: -redis %s does not answer (%v); the fleet limit is decided locally until it does\n", f.redis, err)
 	}
 	var opts []redislimit.Option
