@@ -31,14 +31,15 @@ const (
 type fleetFlags struct {
 	redis  string  // -redis: host:port of a single Redis; "": no fleet limit
 	rate   float64 // -fleet-rate: calls/s shared by every replica
+	burst  int     // -fleet-burst: the shared bucket's size; 0: a tenth of a second's worth
 	leases bool    // -fleet-leases
 }
 
 // check reports a bad combination of the fleet flags, naming the flag.
 func (f fleetFlags) check(rateGiven bool) error {
 	if f.redis == "" {
-		if rateGiven || f.leases {
-			return usageError("-fleet-rate and -fleet-leases need -redis")
+		if rateGiven || f.leases || f.burst != 0 {
+			return usageError("-fleet-rate, -fleet-burst and -fleet-leases need -redis")
 		}
 		return nil
 	}
@@ -55,6 +56,9 @@ func (f fleetFlags) check(rateGiven bool) error {
 	if !(f.rate > 0) || f.rate > 1e6 {
 		return usageError("-fleet-rate must be in (0, 1e6] calls/s, got %v", f.rate)
 	}
+	if f.burst < 0 {
+		return usageError("-fleet-burst must be >= 0 (0: a tenth of a second's worth), got %d", f.burst)
+	}
 	return nil
 }
 
@@ -67,7 +71,7 @@ type fleet struct {
 }
 
 // newFleet connects to Redis and builds the limit: one bucket of rate
-// calls/s (burst a tenth of a second's worth) per tenant named by
+// calls/s (burst: -fleet-burst) per tenant named by
 // tenantHeader, or one for every call when it is empty. Redis being down
 // is not an error: the limiter decides locally until Redis answers, and a
 // line on warn says so.
@@ -85,8 +89,11 @@ func newFleet(f fleetFlags, tenantHeader string, warn io.Writer) (*fleet, error)
 	if f.leases {
 		opts = append(opts, redislimit.WithLeases(fleetLeaseHorizon, fleetLeaseTTL))
 	}
-	// Burst: a tenth of a second's worth, as the preset's own buckets.
-	lim, err := redislimit.New(client, fleetName, f.rate, max(1, int(f.rate/10)), opts...)
+	burst := f.burst
+	if burst == 0 {
+		burst = max(1, int(f.rate/10)) // a tenth of a second's worth, as the preset's own buckets
+	}
+	lim, err := redislimit.New(client, fleetName, f.rate, burst, opts...)
 	if err != nil {
 		client.Close()
 		return nil, err

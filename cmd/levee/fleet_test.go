@@ -4,6 +4,8 @@ import (
 	"context"
 	"io"
 	"net/http"
+	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -16,6 +18,8 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/levee-go/levee/internal/redistest"
+	"github.com/levee-go/levee/internal/scenario"
+	fleetdemo "github.com/levee-go/levee/internal/scenario/fleet"
 	"github.com/levee-go/levee/internal/scenario/scenariotest"
 	"github.com/levee-go/levee/internal/target"
 )
@@ -181,4 +185,81 @@ func grepLines(s, sub string) string {
 		}
 	}
 	return strings.Join(out, "\n")
+}
+
+// TestFleetDemoEndToEnd runs `levee demo -scenario fleet`, tiny, against
+// real server processes and a redis-server it starts, and checks the
+// report's structure: a run per replica and pass, each phase, the fleet's
+// row, and the notes with the fleet's rate, Redis's commands and the
+// recovery. It judges no figure: those are for a full run on a quiet
+// machine.
+func TestFleetDemoEndToEnd(t *testing.T) {
+	redistest.Binary(t) // fails, with how to install it, when missing
+	c, stdout, stderr := testCLI(t)
+	c.exe, c.childEnv = buildLevee(t), nil
+	out := filepath.Join(t.TempDir(), "fleet.html")
+	cfg, err := c.parseDemo([]string{"-scenario", "fleet", "-fleet-window", "700ms", "-fleet-rate", "50", "-deadline", "500ms", "-quiet", "-out", out})
+	if err != nil {
+		t.Fatalf("parseDemo() error = %v", err)
+	}
+	cfg.settings.Drain, cfg.settings.StopGrace = 300*time.Millisecond, 500*time.Millisecond
+	res, err := cfg.scenario.Run(context.Background(), c.env(), cfg.settings)
+	if err != nil {
+		t.Fatalf("Run() error = %v; stderr:\n%s", err, stderr)
+	}
+	if err := scenario.Write(c.stdout, res, cfg.out, cfg.jsonOut); err != nil {
+		t.Fatalf("Write() error = %v", err)
+	}
+	var names []string
+	for _, r := range res.Comparison.Runs {
+		names = append(names, r.Name)
+		var phases []string
+		for _, p := range r.Result.Phases {
+			phases = append(phases, p.Name)
+		}
+		if want := []string{fleetdemo.PhaseSkew, fleetdemo.PhaseShift, fleetdemo.PhaseOutage}; !slices.Equal(phases, want) {
+			t.Errorf("%s: phases %q, want %q", r.Name, phases, want)
+		}
+		if r.Result.Total.Offered == 0 || r.Result.Total.Succeeded == 0 {
+			t.Errorf("%s: offered %d, succeeded %d; want calls offered and admitted", r.Name, r.Result.Total.Offered, r.Result.Total.Succeeded)
+		}
+		if len(r.Measures) != 1 || r.Measures[0].Name != fleetdemo.FleetMeasure || len(r.Measures[0].Samples) < 2 {
+			t.Errorf("%s: measures %+v, want the fleet's admitted calls, sampled", r.Name, r.Measures)
+		}
+	}
+	if want := []string{"direct r1", "direct r2", "direct r3", "leased r1", "leased r2", "leased r3"}; !slices.Equal(names, want) {
+		t.Errorf("runs %q, want %q", names, want)
+	}
+	notes := strings.Join(res.Comparison.Notes, "\n")
+	for _, want := range []string{"Fleet admitted rate per 700ms window against the limit L = 50/s: direct skew", "leased outage",
+		"direct mode: Redis ran", "leased mode: Redis ran", "back on the shared limit within", "killed (SIGKILL)"} {
+		if !strings.Contains(notes, want) {
+			t.Errorf("notes lack %q:\n%s", want, notes)
+		}
+	}
+	for _, want := range []string{"fleet admitted", `phase 3/3 "outage"`, "leased r3", "wrote " + out} {
+		if !strings.Contains(stdout.String(), want) {
+			t.Errorf("demo output lacks %q:\n%s", want, stdout)
+		}
+	}
+	// The fleet's windows are computed from the runs' own seconds.
+	ws := fleetdemo.Windows("direct", res.Comparison.Runs[:3], 50)
+	if len(ws) != 3 || ws[0].Phase != fleetdemo.PhaseSkew || !(ws[0].Rate > 0) || ws[0].Min > ws[0].Max {
+		t.Errorf("Windows(direct) = %+v, want 3 windows with a rate and min <= max", ws)
+	}
+}
+
+// TestFleetDemoWithoutRedis: with no redis-server in PATH and no -redis,
+// the scenario fails at once with one line saying how to install it.
+func TestFleetDemoWithoutRedis(t *testing.T) {
+	c, _, _ := testCLI(t)
+	t.Setenv("PATH", "")
+	cfg, err := c.parseDemo([]string{"-scenario", "fleet"})
+	if err != nil {
+		t.Fatalf("parseDemo() error = %v", err)
+	}
+	_, err = cfg.scenario.Run(context.Background(), c.env(), cfg.settings)
+	if err == nil || !strings.Contains(err.Error(), "redis-server not found in PATH; install it with") || strings.Contains(err.Error(), "\n") {
+		t.Errorf("Run() without redis-server = %v, want one line saying how to install it", err)
+	}
 }

@@ -46,6 +46,7 @@ func (c *cli) serve(ctx context.Context, args []string) error {
 	var ff fleetFlags
 	fs.StringVar(&ff.redis, "redis", "", "share a limit of -fleet-rate calls/s with every replica through the Redis at this `host:port` (preset recipe; Redis down is not fatal: the limit is then decided locally at the rate ÷ the replicas alive); also turns on per-call ORCA load reports for clients on weighted_round_robin")
 	fs.Float64Var(&ff.rate, "fleet-rate", 0, "with -redis, the `calls/s` every replica shares (per tenant with -tenant-header)")
+	fs.IntVar(&ff.burst, "fleet-burst", 0, "with -redis, the shared bucket's size in `calls` (0: a tenth of a second's worth); with -fleet-leases each replica's batch is at most this ÷ the replicas alive")
 	fs.BoolVar(&ff.leases, "fleet-leases", false, "with -redis, take the fleet's tokens in leases, so that Redis sees a small fraction of the calls")
 	policyFile := fs.String("policy", "", "protect the server with this policy `file` (see levee policy example), reloaded when it changes and on SIGHUP; empty: -recipe")
 	if err := c.parse(fs, args); err != nil {
