@@ -80,6 +80,9 @@ func TestNewRejectsBadOptions(t *testing.T) {
 		{"method rate", []protect.Option{protect.WithMethod(emptyCall, protect.Method{MaxRate: -1})}, []string{`protect: WithMethod("/grpc.testing.TestService/EmptyCall"): MaxRate must be >= 0, got -1`}},
 		{"code", []protect.Option{protect.WithCode(codes.Internal)}, []string{"protect: WithCode: want RESOURCE_EXHAUSTED or UNAVAILABLE, got Internal"}},
 		{"all at once", []protect.Option{protect.WithMaxRate(-1), protect.WithClientRate(-1), protect.WithCode(codes.NotFound)}, []string{"WithMaxRate", "WithClientRate", "WithCode"}},
+		{"tenant key", []protect.Option{protect.WithTenants(nil, nil)}, []string{"protect: WithTenants: nil key"}},
+		{"tenant weight", []protect.Option{protect.WithTenants(grpcguard.HeaderKey("x-tenant-id"), map[string]float64{"acme": 0})}, []string{`runlimit: WithTenantWeights: weight of "acme" must be > 0`}},
+		{"criticality", []protect.Option{protect.WithCriticality(grpcguard.Criticality{Default: 5})}, []string{"Criticality: Default: class 5 is not one of the four classes"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
