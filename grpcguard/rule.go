@@ -8,6 +8,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"unicode/utf8"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
@@ -79,9 +80,18 @@ func capKey(k string) string {
 
 // HeaderKey keys calls by the first value of a metadata header, such as
 // "x-tenant-id" (case-insensitive), shortened to MaxKeyLen bytes. Calls
-// without it share the key "".
+// without it share the key "". A name that is not ASCII once lowercased
+// names no header HTTP/2 can carry: every call has the key "".
 func HeaderKey(name string) KeyFunc {
 	name = strings.ToLower(name)
+	for i := 0; i < len(name); i++ {
+		if name[i] >= utf8.RuneSelf {
+			// metadata.ValueFromIncomingContext would match such a name
+			// to an ASCII header by Unicode case folding ("ſ" to "s")
+			// where the tap's exact lookup does not.
+			return func(context.Context, metadata.MD) string { return "" }
+		}
+	}
 	return func(ctx context.Context, md metadata.MD) string {
 		if md != nil {
 			if v := md[name]; len(v) > 0 {
