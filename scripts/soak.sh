@@ -18,7 +18,7 @@
 # every phase it samples, every INTERVAL seconds, go_goroutines from
 # /metrics, VmRSS from /proc/PID/status, and the calls the service has run
 # from /stats (each applied Allocate is a new remembered order until ORDERS
-# are). Writes OUT/samples.csv and the ghz reports, and prints the curve's
+# are). Writes OUT/samples.csv and the ghz summaries, and prints the curve's
 # min/max over the run, after the order memory filled, and in the overload.
 #
 # Environment (defaults): DURATION (5m), FACTOR (10), RPS (FACTOR × the
@@ -28,7 +28,8 @@
 # minutes), TIMEOUT (1s, each call's deadline), INTERVAL (5), ADDR
 # (127.0.0.1:50171), METRICS (127.0.0.1:9171), OUT (a new directory under
 # /tmp), BIN (/tmp/levee-soak), GHZ (ghz on PATH or ~/go/bin/ghz), ORDERS
-# (100000, the service's DefaultOrderMemory).
+# (100000, the service's DefaultOrderMemory), CHUNK (30: seconds per ghz
+# run in the overload).
 set -euo pipefail
 
 cd "$(dirname "$0")/.."
@@ -45,6 +46,7 @@ BIN=${BIN:-/tmp/levee-soak}
 GHZ=${GHZ:-$(command -v ghz || echo "$HOME/go/bin/ghz")}
 ORDERS=${ORDERS:-100000}
 TIMEOUT=${TIMEOUT:-1s}
+CHUNK=${CHUNK:-30}
 PREFILL=${PREFILL:-$((2 * ORDERS))}
 PROTO=examples/inventory/proto/corecart/inventory/v1/inventory.proto
 CALL=corecart.inventory.v1.InventoryService/Allocate
@@ -133,18 +135,39 @@ if [ "$PREFILL" -gt 0 ]; then
 	done
 fi
 
+# The overload runs as a series of CHUNK-second ghz runs: one ghz keeps
+# every result in memory and, on a loaded machine, falls ever further
+# behind its rate as they pile up. Each run's order ids carry its number
+# (cheaper for ghz than a UUID per call), so every call is a new order.
 echo overload >"$OUT/phase"
-echo "soak: overload: ${RPS}/s open loop for $DURATION"
-"${client_pin[@]}" "$GHZ" "${ghz_common[@]}" --async --rps "$RPS" -c 50 -z "$DURATION" -O json "$ADDR" \
-	>"$OUT/ghz.json" 2>"$OUT/ghz.err" &
-ghz_pid=$!
-wait "$ghz_pid" || true
-ghz_pid=
+echo "soak: overload: ${RPS}/s open loop for $DURATION, in runs of ${CHUNK}s"
+case $DURATION in
+*m) secs=$((${DURATION%m} * 60)) ;;
+*s) secs=${DURATION%s} ;;
+*) secs=$DURATION ;;
+esac
+end=$(($(date +%s) + secs))
+run=0
+while [ "$(date +%s)" -lt "$end" ]; do
+	z=$((end - $(date +%s)))
+	[ "$z" -gt "$CHUNK" ] && z=$CHUNK
+	"${client_pin[@]}" "$GHZ" --insecure --proto "$PROTO" --call "$CALL" \
+		-d '{"sku":"SKU-0001","quantity":1,"order_id":"ov'"$run"'-{{.RequestNumber}}"}' \
+		--timeout "$TIMEOUT" --connections 4 --async --rps "$RPS" -c 50 -z "${z}s" -O json "$ADDR" \
+		>"$OUT/overload.json" 2>>"$OUT/ghz.err" &
+	ghz_pid=$!
+	wait "$ghz_pid" || true
+	ghz_pid=
+	jq -c '{count, total, statusCodeDistribution}' "$OUT/overload.json" >>"$OUT/overload-runs.jsonl" || true
+	run=$((run + 1))
+done
+rm -f "$OUT/overload.json"
 sleep "$INTERVAL"
 kill "$sampler" 2>/dev/null || true
 wait "$sampler" 2>/dev/null || true
 
-jq -r '"ghz: \(.count) calls, \(.rps | floor)/s offered; codes \(.statusCodeDistribution)"' "$OUT/ghz.json" || true
+jq -rs '"ghz: \(map(.count) | add) calls in \(length) runs, \((map(.count) | add) / (map(.total) | add) * 1e9 | floor)/s sent; codes \(map(.statusCodeDistribution | to_entries) | add | group_by(.key) | map({(.[0].key): (map(.value) | add)}) | add)"' \
+	"$OUT/overload-runs.jsonl" || true
 
 # Orders remembered: every Allocate the service ran and did not cancel
 # applied one new order id, until ORDERS of them are remembered.
