@@ -247,17 +247,12 @@ func (ch *Chain) atStart(c *Call, ps *Permits, idx []int, starters bool) (refuse
 			continue // refused in shadow mode at admission: counted once
 		}
 		if starters {
-			d = ch.guards[i].(Starter).Start(*c)
+			d = ch.guards[i].(Starter).Start(*c, ps.p[i])
+			ps.p[i] = d.Permit // what the guard holds now, granted or not
 		} else {
 			d = ch.guards[i].(Rechecker).Recheck(*c)
 		}
-		if !d.Refused {
-			if starters {
-				ps.p[i] = d.Permit
-			}
-			continue
-		}
-		if ch.shadowed(i) {
+		if !d.Refused || ch.shadowed(i) {
 			continue
 		}
 		ch.rollback(i, c, ps)

@@ -19,6 +19,12 @@ type Call struct {
 	// Key is the value of the rule's key (a tenant, a client address, a
 	// downstream target), or "" when the rule has no key.
 	Key string
+	// Tenant names whose share of the capacity the call uses when tenants
+	// share it fairly, or "" (one unnamed tenant) when they do not.
+	Tenant string
+	// Class is the call's criticality class: lower classes are refused
+	// first. The zero value is Critical.
+	Class Criticality
 	// Now is the instant of the decision: when the transport or the
 	// interceptor saw the call.
 	Now time.Time
@@ -35,6 +41,7 @@ type Call struct {
 // than the fields.
 func (c *Call) Init(ctx context.Context, method string, now time.Time) {
 	c.Ctx, c.Method, c.Key, c.Now, c.Queued = ctx, method, "", now, 0
+	c.Tenant, c.Class = "", Critical
 	c.Deadline, _ = ctx.Deadline()
 }
 
@@ -209,10 +216,13 @@ type Rechecker interface {
 }
 
 // Starter is implemented by guards that act when the handler is about to
-// start, after admission and any rechecks. Start may block (a run limit
-// waits there for its turn) and returns the Permit the call then holds
-// from the guard; Admit, which may run in the transport, must not block.
-// A refusal finishes the call's permits as skipped.
+// start, after admission and any rechecks. Start gets the Permit that the
+// guard's Admit granted; it may block (a run limit waits there for its
+// turn) and returns the Permit the call then holds from the guard. Admit,
+// which may run in the transport, must not block. A refusal finishes the
+// call's permits as skipped: the guard's Finish then gets the Permit that
+// Start refused with (Decision.Permit), so that Start can say what it
+// still holds.
 type Starter interface {
-	Start(c Call) Decision
+	Start(c Call, p Permit) Decision
 }

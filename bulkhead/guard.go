@@ -144,8 +144,8 @@ func (g *runGuard) Traits() admission.Traits {
 // Admit admits: the turn is taken at Start.
 func (g *runGuard) Admit(admission.Call) admission.Decision { return admission.Decision{} }
 
-// Start waits for a turn to run.
-func (g *runGuard) Start(c admission.Call) admission.Decision {
+// Start waits for a turn to run. Admit's permit holds nothing.
+func (g *runGuard) Start(c admission.Call, _ admission.Permit) admission.Decision {
 	ctx := c.Ctx
 	if ctx == nil {
 		ctx = context.Background()

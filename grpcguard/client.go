@@ -3,6 +3,7 @@ package grpcguard
 import (
 	"context"
 	"math"
+	"math/rand/v2"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -17,6 +18,7 @@ import (
 	"github.com/levee-go/levee/breaker"
 	"github.com/levee-go/levee/holdoff"
 	"github.com/levee-go/levee/internal/clock"
+	"github.com/levee-go/levee/retrybudget"
 	"github.com/levee-go/levee/throttle"
 )
 
@@ -49,16 +51,33 @@ import (
 // context ends. Its duration is the stream's lifetime, so give breakers of
 // long-lived streams no slow-call threshold.
 //
+// With WithRetries it retries a unary call a server refused for
+// overload, each attempt admitted and finished like a call, within the
+// call's deadline and the target's retry budget (WithRetryBudget); it
+// never retries a local refusal or a server's UpstreamOverloaded answer.
+//
+// When a pair has both a throttle and a breaker, the throttle lets the
+// breaker's half-open probes through, and forgets its window when the
+// probes close the breaker: after an incident the throttle's window holds
+// only failures, and it would otherwise starve the probes and then keep
+// dropping calls for up to a window after the downstream has recovered.
+//
 // Install it with DialOptions, or UnaryClientInterceptor and
-// StreamClientInterceptor, inside any retry interceptor so that each
-// attempt is guarded. Create one with NewClient; the zero value is not
-// usable. A Client needs no Close: it starts no goroutine of its own (a
+// StreamClientInterceptor, inside any retry interceptor of your own so
+// that each attempt is guarded (or let it retry, WithRetries). Create one
+// with NewClient; the zero value is not usable. A Client needs no Close: it starts no goroutine of its own (a
 // stream's context.AfterFunc runs only if the stream's context ends before
 // the stream does, and is stopped when the stream ends). It is safe for
 // concurrent use. The admitted unary path allocates nothing.
 type Client struct {
 	o     clientOptions
 	clock clock.Mono // in-package tests set clock.Fake
+	// wait sleeps before a retry, false if ctx ended first; in-package
+	// tests replace it.
+	wait func(ctx context.Context, d time.Duration) bool
+	// jitter returns a uniform number in [0, 1) for the retry backoff;
+	// in-package tests replace it.
+	jitter func() float64
 
 	mu      sync.Mutex            // serialises changes to the registries
 	targets cowMap[*clientTarget] // with the overflow target
@@ -71,6 +90,8 @@ type Client struct {
 type clientTarget struct {
 	name    string
 	hold    *holdoff.Gate
+	budget  *retrybudget.Budget  // nil: no retries, or no budget
+	err     error                // not nil: the budget could not be built
 	limit   admission.Guard      // nil: no bucket
 	methods cowMap[*clientEntry] // with the target's overflow method
 }
@@ -103,6 +124,10 @@ func NewClient(opts ...ClientOption) (*Client, error) {
 		maxTargets: DefaultMaxTargets,
 		maxMethods: DefaultMaxMethods,
 		trailer:    true,
+		attempts:   1,
+		backoff:    DefaultRetryBackoff,
+		maxBackoff: DefaultMaxRetryBackoff,
+		budget:     func(string) []retrybudget.Option { return nil },
 	}
 	for _, opt := range opts {
 		if opt != nil {
@@ -112,7 +137,7 @@ func NewClient(opts ...ClientOption) (*Client, error) {
 	if err := o.validate(); err != nil {
 		return nil, err
 	}
-	c := &Client{o: o, clock: clock.New()}
+	c := &Client{o: o, clock: clock.New(), wait: sleep, jitter: rand.Float64}
 	c.judge = Judge(o.classify)
 	c.targets.init()
 	c.boxes.New = func() any {
@@ -156,30 +181,54 @@ func (c *Client) unaryCall(ctx context.Context, method string, req, reply any, c
 	if e.err != nil {
 		return e.err
 	}
+	ctx = propagateCriticality(ctx)
+	if c.o.attempts > 1 {
+		return c.retrying(ctx, e, target, method, req, reply, cc, invoker, opts)
+	}
+	_, err := c.attempt(ctx, e, target, method, req, reply, cc, invoker, opts, nil, nil)
+	return err
+}
+
+// attempt makes one guarded attempt of a unary call: admission, the call,
+// its finish at every guard. sent is false when a guard refused it (err
+// is then the refusal). count, if not nil, counts the attempt as a
+// request once admitted; hint, if not nil, is filled from the trailer of
+// an attempt that failed.
+func (c *Client) attempt(ctx context.Context, e *clientEntry, target, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts []grpc.CallOption, count *retrybudget.Budget, hint *retryHint) (sent bool, err error) {
 	var call admission.Call
 	call.Init(ctx, method, c.now())
 	call.Key = target
 	var permits admission.Permits
 	if i, d := e.chain.Enter(&call, &permits); i >= 0 {
-		return e.refusal(i, d)
+		return false, e.refusal(i, d)
+	}
+	if count != nil {
+		count.RequestAt(call.Now)
 	}
 	var box *trailerBox
 	var md *metadata.MD
-	if c.o.trailer {
+	if c.o.trailer || hint != nil {
 		if md = userTrailer(opts); md == nil {
 			box = c.boxes.Get().(*trailerBox)
 			box.opts = append(append(box.opts[:0], opts...), box.opt)
 			opts, md = box.opts, &box.md
 		}
 	}
-	err := invoker(ctx, method, req, reply, cc, opts...)
-	c.finish(e, &call, &permits, err, md)
+	err = invoker(ctx, method, req, reply, cc, opts...)
+	learn := md
+	if !c.o.trailer {
+		learn = nil // read for the retry only
+	}
+	c.finish(e, &call, &permits, err, learn)
+	if err != nil && hint != nil {
+		hint.read(md)
+	}
 	if box != nil {
 		box.md = nil
 		clear(box.opts[:cap(box.opts)])
 		c.boxes.Put(box)
 	}
-	return err
+	return true, err
 }
 
 // userTrailer returns the metadata a caller's own grpc.Trailer option
@@ -258,6 +307,7 @@ func (c *Client) streamCall(ctx context.Context, desc *grpc.StreamDesc, cc *grpc
 	if e.err != nil {
 		return nil, e.err
 	}
+	ctx = propagateCriticality(ctx)
 	s := &guardedClientStream{c: c, e: e, serverStreams: desc.ServerStreams}
 	s.call.Init(ctx, method, c.now())
 	s.call.Key = target
@@ -291,6 +341,19 @@ func (c *Client) Breaker(target, method string) *breaker.Breaker {
 func (c *Client) Throttle(target, method string) *throttle.Throttle {
 	if e := c.lookup(target, method); e != nil {
 		return e.thr
+	}
+	return nil
+}
+
+// RetryBudget returns the retry budget of target, or nil if the target
+// has made no call yet or the Client keeps no budget (no WithRetries, or
+// WithRetryBudget(nil)). Its Snapshot tells the retries granted and
+// refused.
+func (c *Client) RetryBudget(target string) *retrybudget.Budget {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if t, ok := c.targets.lookup(target); ok {
+		return t.budget
 	}
 	return nil
 }

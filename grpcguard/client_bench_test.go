@@ -21,7 +21,9 @@ func noopInvoker(context.Context, string, any, any, *grpc.ClientConn, ...grpc.Ca
 //   - gobreaker: sony/gobreaker v2's Execute around the invoker, the peer;
 //   - levee-breaker: a Client with a breaker only;
 //   - levee-full: a Client with breaker, throttle and a target bucket
-//     that never runs dry, plus the hold-off check and the pooled trailer.
+//     that never runs dry, plus the hold-off check and the pooled trailer;
+//   - levee-retries: levee-full with up to 3 attempts per call, whose
+//     calls the target's retry budget counts.
 func clientBenchCases(b *testing.B) []struct {
 	name  string
 	unary grpc.UnaryClientInterceptor
@@ -42,6 +44,10 @@ func clientBenchCases(b *testing.B) []struct {
 	if err != nil {
 		b.Fatal(err)
 	}
+	retries, err := NewClient(WithTargetLimit(ratelimit.Limit(1e9), 1_000_000_000), WithRetries(3))
+	if err != nil {
+		b.Fatal(err)
+	}
 	return []struct {
 		name  string
 		unary grpc.UnaryClientInterceptor
@@ -50,6 +56,7 @@ func clientBenchCases(b *testing.B) []struct {
 		{"gobreaker", peer},
 		{"levee-breaker", brkOnly.UnaryClientInterceptor()},
 		{"levee-full", full.UnaryClientInterceptor()},
+		{"levee-retries", retries.UnaryClientInterceptor()},
 	}
 }
 

@@ -8,6 +8,7 @@ import (
 	"github.com/levee-go/levee/admission"
 	"github.com/levee-go/levee/breaker"
 	"github.com/levee-go/levee/ratelimit"
+	"github.com/levee-go/levee/retrybudget"
 	"github.com/levee-go/levee/throttle"
 )
 
@@ -21,6 +22,12 @@ const (
 	// DefaultMaxHoldOff caps how long one server pushback holds a target
 	// off.
 	DefaultMaxHoldOff = time.Minute
+	// DefaultRetryBackoff and DefaultMaxRetryBackoff bound the wait before
+	// a retry when the server gave no delay: see WithRetryBackoff.
+	DefaultRetryBackoff    = 50 * time.Millisecond
+	DefaultMaxRetryBackoff = time.Second
+	// MaxAttempts is the most attempts WithRetries allows a call.
+	MaxAttempts = 10
 )
 
 // clientGuardsFixed is the most guards a Client puts in an entry itself:
@@ -45,6 +52,10 @@ type clientOptions struct {
 	maxTargets int
 	maxMethods int
 	trailer    bool
+	attempts   int // per call; 1: no retries
+	backoff    time.Duration
+	maxBackoff time.Duration
+	budget     func(target string) []retrybudget.Option
 	// targetLimit is WithTargetLimit's bucket, when given: built per
 	// target once NewClient has checked it.
 	targetLimit *struct {
@@ -143,9 +154,72 @@ func WithMaxEntries(targets, methods int) ClientOption {
 // the caller passes its own grpc.Trailer option, and otherwise adds one
 // grpc.Trailer option of the Client's (pooled, so no allocation) without
 // touching the caller's. With false only the google.rpc.RetryInfo detail
-// of the status is read. Streams always read their trailer. Default true.
+// of the status sets a hold-off (with WithRetries the trailer is still
+// read, to decide on a retry). Streams always read their trailer. Default
+// true.
 func WithPushbackTrailer(read bool) ClientOption {
 	return func(o *clientOptions) { o.trailer = read }
+}
+
+// WithRetries lets the Client retry a unary call that a server refused
+// for overload, up to maxAttempts attempts in all. A call is retried only
+// when:
+//
+//   - the server answered it with RESOURCE_EXHAUSTED (not a message-size
+//     error) or UNAVAILABLE — a local refusal, by this Client's guards or
+//     another's in the process, is never retried, nor is any other code;
+//   - the server did not say not to: no negative grpc-retry-pushback-ms
+//     trailer, and not the answer of a server whose own downstream is
+//     overloaded (UpstreamOverloaded, google.rpc.ErrorInfo reason
+//     ReasonUpstreamOverloaded), which levee's clients never retry;
+//   - the wait before the retry ends before the call's deadline: the
+//     server's delay (the pushback trailer, else the
+//     google.rpc.RetryInfo detail) or, without one, the backoff of
+//     WithRetryBackoff, and at least what is left of the target's
+//     hold-off;
+//   - the target's retry budget (WithRetryBudget) grants it, before the
+//     wait.
+//
+// Otherwise the call fails with the error of its last attempt sent: a
+// retry the budget refuses, or that a guard refuses (the hold-off, the
+// throttle, the breaker: each attempt is admitted like a call), or whose
+// wait would outlast the deadline, ends with the server's refusal, not
+// with a refusal of its own. Each attempt is guarded and finished at
+// every guard as a call is, so breakers and throttles see every attempt.
+//
+// The Client retries itself rather than configuring grpc-go's retry
+// policy, whose attempts happen below the interceptors, out of reach of
+// the guards and the budget: give the ClientConn no retryPolicy (or
+// grpc.WithDisableRetry()) when the Client retries. Streams are never
+// retried. Retry only methods that may run twice when UNAVAILABLE can
+// mean the server did part of the work (a levee server's refusals
+// happen before the handler runs). NewClient fails unless maxAttempts is
+// in [1, MaxAttempts]. Default 1: no retries.
+func WithRetries(maxAttempts int) ClientOption {
+	return func(o *clientOptions) { o.attempts = maxAttempts }
+}
+
+// WithRetryBackoff sets the wait before a retry when the server gave no
+// delay: a random duration in [0, min(initial·2^(n−1), max)) before the
+// n-th retry (full jitter). NewClient fails unless 0 < initial <= max.
+// Default DefaultRetryBackoff and DefaultMaxRetryBackoff.
+func WithRetryBackoff(initial, max time.Duration) ClientOption {
+	return func(o *clientOptions) { o.backoff, o.maxBackoff = initial, max }
+}
+
+// WithRetryBudget sets the retry budget of each target: f returns the
+// options given to retrybudget.New, once per target, on its first call,
+// outside any lock. The budget counts the calls sent to the target (their
+// first attempts) and grants a retry only while the target's retries stay
+// within a ratio of them over a window, so that however many attempts
+// WithRetries allows, the attempts reaching an overloaded target are at
+// most (1 + ratio) × the calls. Options retrybudget.New refuses fail the
+// target's calls with INTERNAL, as WithBreaker's do. WithRetryBudget(nil)
+// gives no budget: only WithRetries's cap limits retries. Default:
+// retrybudget.New's defaults, 10% of the calls of the last 10 seconds.
+// Without WithRetries no budget is kept.
+func WithRetryBudget(f func(target string) []retrybudget.Option) ClientOption {
+	return func(o *clientOptions) { o.budget = f }
 }
 
 // validate checks every option at once and builds WithTargetLimit's
@@ -160,6 +234,12 @@ func (o *clientOptions) validate() error {
 	}
 	if o.maxTargets < 1 || o.maxMethods < 1 {
 		errs = append(errs, fmt.Errorf("grpcguard: WithMaxEntries: want targets >= 1 and methods >= 1, got %d and %d", o.maxTargets, o.maxMethods))
+	}
+	if o.attempts < 1 || o.attempts > MaxAttempts {
+		errs = append(errs, fmt.Errorf("grpcguard: WithRetries: maxAttempts must be in [1, %d], got %d", MaxAttempts, o.attempts))
+	}
+	if !(o.backoff > 0 && o.backoff <= o.maxBackoff) {
+		errs = append(errs, fmt.Errorf("grpcguard: WithRetryBackoff: want 0 < initial <= max, got %v and %v", o.backoff, o.maxBackoff))
 	}
 	if t := o.targetLimit; t != nil {
 		if !(t.r >= 0) || t.burst < 1 {

@@ -13,6 +13,7 @@ import (
 	"github.com/levee-go/levee/breaker"
 	"github.com/levee-go/levee/holdoff"
 	"github.com/levee-go/levee/ratelimit"
+	"github.com/levee-go/levee/retrybudget"
 	"github.com/levee-go/levee/throttle"
 )
 
@@ -126,6 +127,14 @@ func (c *Client) entry(target, method string) *clientEntry {
 func (c *Client) newTarget(name string) *clientTarget {
 	t := &clientTarget{name: name, hold: holdoff.New(c.clock.Epoch())}
 	t.methods.init()
+	if c.o.attempts > 1 && c.o.budget != nil {
+		b, err := retrybudget.New(c.o.budget(name)...)
+		if err != nil {
+			t.err = fmt.Errorf("grpcguard: WithRetryBudget: %w", err)
+		} else {
+			t.budget = b
+		}
+	}
 	if c.o.limiter != nil {
 		if l := c.o.limiter(name); l != nil {
 			t.limit = ratelimit.NewGuard("rate", l)
@@ -142,19 +151,14 @@ func (c *Client) newTarget(name string) *clientTarget {
 // never sent.
 func (c *Client) newPair(t *clientTarget, method string) *clientEntry {
 	e := &clientEntry{target: t}
+	if t.err != nil {
+		return e.failed(t.err)
+	}
 	name := t.name + " " + method
 	guards := make([]admission.Guard, 0, admission.MaxGuards)
 	guards = append(guards, holdoff.NewGuard("holdoff", t.hold))
 	if t.limit != nil {
 		guards = append(guards, t.limit)
-	}
-	if c.o.throttle != nil {
-		thr, err := throttle.New(c.o.throttle(t.name, method)...)
-		if err != nil {
-			return e.failed(fmt.Errorf("grpcguard: WithThrottle: %w", err))
-		}
-		e.thr = thr
-		guards = append(guards, throttle.NewGuard("throttle", e.thr, c.judge))
 	}
 	if c.o.breaker != nil {
 		bopts := append([]breaker.Option{breaker.WithClassifier(c.o.classify)}, c.o.breaker(t.name, method)...)
@@ -163,6 +167,20 @@ func (c *Client) newPair(t *clientTarget, method string) *clientEntry {
 			return e.failed(fmt.Errorf("grpcguard: WithBreaker: %w", err))
 		}
 		e.brk = brk
+	}
+	if c.o.throttle != nil {
+		thr, err := throttle.New(c.o.throttle(t.name, method)...)
+		if err != nil {
+			return e.failed(fmt.Errorf("grpcguard: WithThrottle: %w", err))
+		}
+		e.thr = thr
+		var g admission.Guard = throttle.NewGuard("throttle", e.thr, c.judge)
+		if e.brk != nil {
+			g = &probedThrottle{Guard: g, thr: e.thr, brk: e.brk}
+		}
+		guards = append(guards, g)
+	}
+	if e.brk != nil {
 		guards = append(guards, breaker.NewGuard("breaker", e.brk))
 	}
 	if c.o.guards != nil {
@@ -197,4 +215,44 @@ func (c *Client) lookup(target, method string) *clientEntry {
 	}
 	e, _ := t.methods.lookup(method)
 	return e
+}
+
+// probedThrottle is the throttle guard of a pair that also has a breaker.
+// The two judge the same downstream, and the breaker's half-open probes
+// are the surer test of its recovery, so:
+//
+//   - while the breaker is half-open the throttle lets every call through
+//     to it: it does not starve the probes (after an incident its window
+//     holds only failures, and it would drop nearly all of them);
+//   - when a probe's end closes the breaker, the throttle forgets its
+//     window (throttle.Throttle.Reset): the incident is over, and its
+//     failures must not keep dropping calls for a window's length while
+//     the accepts catch up.
+//
+// Otherwise it is the throttle's own guard. The breaker runs after the
+// throttle (its cost is higher) and finishes before it, so a probe's
+// Finish here sees the state the probe's outcome left the breaker in.
+type probedThrottle struct {
+	admission.Guard // throttle.NewGuard's
+	thr             *throttle.Throttle
+	brk             *breaker.Breaker
+}
+
+// probe marks the permit of a call let through as a half-open probe.
+const probe = 1
+
+func (g *probedThrottle) Traits() admission.Traits { return admission.TraitsOf(g.Guard) }
+
+func (g *probedThrottle) Admit(c admission.Call) admission.Decision {
+	if g.brk.StateAt(c.Now) == breaker.StateHalfOpen {
+		return admission.Grant(admission.Permit{Value: probe})
+	}
+	return g.Guard.Admit(c)
+}
+
+func (g *probedThrottle) Finish(c admission.Call, p admission.Permit, o admission.Outcome) {
+	g.Guard.Finish(c, p, o)
+	if p.Value == probe && !o.Skipped && g.brk.StateAt(c.Now.Add(o.Duration)) == breaker.StateClosed {
+		g.thr.Reset()
+	}
 }

@@ -743,3 +743,67 @@ func TestNewClientReportsEveryBadOption(t *testing.T) {
 		}
 	}
 }
+
+// TestClientRecoveryAfterIncident: after an incident the throttle's window
+// holds only failures. It neither starves the breaker's half-open probes
+// nor, once they have closed the breaker, goes on dropping calls.
+func TestClientRecoveryAfterIncident(t *testing.T) {
+	clk := newCliClock()
+	c := mustClient(t, clk,
+		WithBreaker(func(string, string) []breaker.Option {
+			return []breaker.Option{breaker.WithCountWindow(4), breaker.WithMinimumCalls(4), breaker.WithFailureRate(50),
+				breaker.WithWaitInOpen(time.Second), breaker.WithHalfOpenCalls(2)}
+		}),
+		WithThrottle(func(string, string) []throttle.Option {
+			return []throttle.Option{throttle.WithWindow(3*time.Second, 10), throttle.WithRandom(func() float64 { return 0.75 })} // drop when P > 0.75
+		}))
+	cc := cliConn(t, "passthrough:///inventory")
+	unary := c.UnaryClientInterceptor()
+	call := func() error { return unary(context.Background(), cliMethod, nil, nil, cc, (&fakeInvoker{}).invoke) }
+	inv := &fakeInvoker{err: status.Error(codes.Unavailable, "down")}
+	send := func() error { return unary(context.Background(), cliMethod, nil, nil, cc, inv.invoke) }
+
+	// The incident: 4 failures open the breaker; the throttle's window holds
+	// them (P = 4/5) and it drops the next call.
+	for range 4 {
+		if err := send(); status.Code(err) != codes.Unavailable || errors.Is(err, ErrClientRefused) {
+			t.Fatalf("incident call = %v, want the server's UNAVAILABLE", err)
+		}
+		clk.advance(10 * time.Millisecond)
+	}
+	if err := call(); !errors.Is(err, throttle.ErrThrottled) {
+		t.Fatalf("after 4 failures: call = %v, want dropped by the throttle", err)
+	}
+	thr := c.Throttle(cc.Target(), cliMethod)
+	if p := thr.ProbabilityAt(clk.now()); p < 0.79 {
+		t.Fatalf("after 4 failures: throttle P = %v, want 0.8", p)
+	}
+
+	// The downstream is back. After the breaker's wait its two probes go
+	// through although the throttle still remembers the failures...
+	inv.set(nil, nil)
+	clk.advance(time.Second)
+	for i := range 2 {
+		if err := send(); err != nil {
+			t.Fatalf("half-open probe %d = %v, want sent and answered", i, err)
+		}
+	}
+	if st := c.Breaker(cc.Target(), cliMethod).StateAt(clk.now()); st != breaker.StateClosed {
+		t.Fatalf("after 2 successful probes: breaker %v, want closed", st)
+	}
+	// ...and once they have closed the breaker the throttle has forgotten
+	// the incident: every call is sent, although the 4 failures are still
+	// within its 3-second window.
+	if p := thr.ProbabilityAt(clk.now()); p != 0 {
+		t.Fatalf("after the breaker closed: throttle P = %v, want 0", p)
+	}
+	before := inv.count()
+	for range 20 {
+		if err := send(); err != nil {
+			t.Fatalf("after recovery: call = %v, want sent", err)
+		}
+	}
+	if n := inv.count() - before; n != 20 {
+		t.Fatalf("after recovery: %d of 20 calls sent, want all", n)
+	}
+}

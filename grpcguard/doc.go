@@ -18,12 +18,33 @@
 // naming the guard, a google.rpc.RetryInfo detail, a google.rpc.QuotaFailure
 // detail for per-key refusals, and the grpc-retry-pushback-ms trailer where
 // grpc-go lets a server set one, so that clients back off by themselves.
-// Calls that cannot meet their deadline end with DEADLINE_EXCEEDED.
+// Calls that cannot meet their deadline end with DEADLINE_EXCEEDED. A call
+// refused by an interceptor also adds a RefusalEvent (levee.refusal, with
+// the guard and the reason) to its OpenTelemetry span when one is
+// recording (otelgrpc's stats handler starts it); when none is, the check
+// costs a context lookup and no allocation. Refusals in the tap carry no
+// event: the span does not exist yet.
 //
 // Health checks and reflection are exempt by default (DefaultExempt).
+//
+// An ORCA publishes the server's load (CPU and application utilisation,
+// queries and errors per second) in ORCA load reports, out of band and
+// per call, so that clients on grpc-go's weighted_round_robin balancer
+// send a slow or saturated replica fewer calls; see ORCA for the client's
+// side.
 //
 // On the client, NewClient guards calls per target and method with a
 // hold-off after a server's pushback (package holdoff), a per-target
 // bucket, an adaptive throttle and a circuit breaker; refused calls fail
-// with UNAVAILABLE (ErrClientRefused) without leaving the process.
+// with UNAVAILABLE (ErrClientRefused) without leaving the process. With
+// WithRetries the Client retries a server's overload refusals itself,
+// each attempt guarded, within the call's deadline and the target's retry
+// budget (package retrybudget: by default retries at most 10% of the
+// calls of the last 10 seconds).
+//
+// A server whose own downstream call failed for overload answers its
+// caller with UpstreamOverloaded: UNAVAILABLE with a google.rpc.ErrorInfo
+// of reason ReasonUpstreamOverloaded and a -1 pushback, which levee's
+// clients and grpc-go's retry policies do not retry, so that a chain of
+// services retries only at the hop next to the overloaded one.
 package grpcguard

@@ -47,7 +47,7 @@ func (m *MiddlewareLimiter) Limit(ctx context.Context) error {
 	}
 	d := m.g.Admit(c)
 	if d.Refused {
-		return refusalStatus(codes.ResourceExhausted, m.g.Name(), d, c.Key).Err()
+		return refusalStatus(ctx, codes.ResourceExhausted, m.g.Name(), d, c.Key).Err()
 	}
 	m.g.Finish(c, d.Permit, admission.Outcome{})
 	return nil

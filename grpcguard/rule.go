@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"hash/fnv"
 	"net"
+	"reflect"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -31,6 +32,14 @@ type Rule struct {
 	Methods []string
 	// Key extracts the key of per-key guards (PerKey); nil: no key.
 	Key KeyFunc
+	// Tenant extracts the call's tenant (admission.Call.Tenant), among
+	// whom guards that share capacity fairly share it, such as the run
+	// limit (runlimit.Lane): HeaderKey("x-tenant-id"), or TLSIdentityKey
+	// for a tenant the caller must prove. nil: no tenants.
+	Tenant KeyFunc
+	// Criticality says how the rule reads each call's criticality class
+	// (admission.Call.Class); nil: every call is Critical.
+	Criticality *Criticality
 	// Guards are the rule's guards, at most admission.MaxGuards. They run
 	// cheapest first by their declared cost (admission.Traits), guards of
 	// equal cost in the order given; a refusal gives back what earlier
@@ -165,11 +174,32 @@ func addrHost(a net.Addr) string {
 // adds to them.
 type rule struct {
 	*admission.Chain
-	key  KeyFunc
-	code codes.Code
+	key    KeyFunc
+	tenant KeyFunc
+	crit   *Criticality
+	code   codes.Code
+	guards []admission.Guard // as given, to recognise the rule in a Swap
+	shadow bool
 }
 
-func compileRule(r Rule) (*rule, error) {
+// describe fills in what the transport reads of a call for the rule: its
+// key, tenant and class. md is the call's incoming metadata when at hand
+// (in the tap), else nil.
+func (r *rule) describe(ctx context.Context, md metadata.MD, c *admission.Call) {
+	if r.key != nil {
+		c.Key = r.key(ctx, md)
+	}
+	if r.tenant != nil {
+		c.Tenant = r.tenant(ctx, md)
+	}
+	if r.crit != nil {
+		c.Class = r.crit.class(ctx, md, c.Method)
+	}
+}
+
+// compileRule compiles r, reusing the chain of a rule of old (nil: none)
+// with the same name, guards and shadow mode, so that its counts go on.
+func compileRule(r Rule, old *ruleSet) (*rule, error) {
 	name := r.Name
 	if name == "" {
 		name = "*"
@@ -177,15 +207,46 @@ func compileRule(r Rule) (*rule, error) {
 			name = r.Methods[0]
 		}
 	}
-	ch, err := admission.NewChain(name, r.Guards, admission.WithShadow(r.Shadow))
-	if err != nil {
-		return nil, fmt.Errorf("grpcguard: %w", err)
-	}
 	code := r.Code
 	if code == codes.OK {
 		code = codes.ResourceExhausted
 	}
-	return &rule{Chain: ch, key: r.Key, code: code}, nil
+	var crit *Criticality
+	if r.Criticality != nil {
+		if err := r.Criticality.validate(name); err != nil {
+			return nil, err
+		}
+		cp := *r.Criticality
+		cp.Methods = make(map[string]admission.Criticality, len(r.Criticality.Methods))
+		cp.services = map[string]admission.Criticality{}
+		for k, v := range r.Criticality.Methods {
+			if svc, ok := strings.CutSuffix(k, "/*"); ok {
+				cp.services[svc] = v
+			} else {
+				cp.Methods[k] = v
+			}
+		}
+		crit = &cp
+	}
+	cr := &rule{key: r.Key, tenant: r.Tenant, crit: crit, code: code, guards: append([]admission.Guard(nil), r.Guards...), shadow: r.Shadow}
+	if prev := old.same(name, r); prev != nil {
+		cr.Chain = prev.Chain
+		return cr, nil
+	}
+	ch, err := admission.NewChain(name, r.Guards, admission.WithShadow(r.Shadow))
+	if err != nil {
+		return nil, fmt.Errorf("grpcguard: %w", err)
+	}
+	cr.Chain = ch
+	return cr, nil
+}
+
+// sameGuard reports whether a and b are the same guard: equal values of
+// one comparable type (a guard that is not comparable is never the same,
+// rather than a panic).
+func sameGuard(a, b admission.Guard) bool {
+	ta := reflect.TypeOf(a)
+	return ta == reflect.TypeOf(b) && ta != nil && ta.Comparable() && a == b
 }
 
 // ruleSet selects the rule of a method.
@@ -193,6 +254,31 @@ type ruleSet struct {
 	exact    map[string]*rule // nil value: exempt
 	services map[string]*rule // by "/pkg.Service"; nil value: exempt
 	def      *rule
+	all      []*rule
+}
+
+// same returns the rule of s named name whose guards and shadow mode are
+// r's, or nil. s may be nil.
+func (s *ruleSet) same(name string, r Rule) *rule {
+	if s == nil {
+		return nil
+	}
+	for _, old := range s.all {
+		if old.Name() != name || old.shadow != r.Shadow || len(old.guards) != len(r.Guards) {
+			continue
+		}
+		same := true
+		for i, g := range r.Guards {
+			if !sameGuard(old.guards[i], g) {
+				same = false
+				break
+			}
+		}
+		if same {
+			return old
+		}
+	}
+	return nil
 }
 
 func (s *ruleSet) match(method string) *rule {

@@ -3,6 +3,7 @@ package grpcguard
 import (
 	"context"
 	"errors"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -67,8 +68,11 @@ func WithExempt(patterns ...string) Option {
 // Create one with New; the zero value is not usable. A Server is safe for
 // concurrent use.
 type Server struct {
-	rules ruleSet
-	all   []*rule
+	// set is the rule set in force. Each call reads it once, when it is
+	// admitted, and keeps the rule it matched until it is finished, so a
+	// Swap never splits a call between two sets.
+	set   atomic.Pointer[ruleSet]
+	swap  sync.Mutex // serialises Swap
 	clock clock.Mono // in-package tests set clock.Fake
 }
 
@@ -77,21 +81,55 @@ type Server struct {
 // malformed method pattern, or a pattern that another rule or an exemption
 // already takes.
 func New(rules []Rule, opts ...Option) (*Server, error) {
+	set, err := compileSet(rules, opts, nil)
+	if err != nil {
+		return nil, err
+	}
+	s := &Server{clock: clock.New()}
+	s.set.Store(set)
+	return s, nil
+}
+
+// Swap replaces the Server's rules and exemptions, as New would compile
+// them from rules and opts (WithExempt not given: DefaultExempt), in one
+// atomic step. On error it changes nothing.
+//
+// Calls admitted before the swap finish under the rule that admitted them
+// and give their permits back to its guards; calls admitted after it see
+// only the new rules. A new rule with the same name, the same guards (the
+// same instances, in the same order) and the same Shadow as a rule in
+// force keeps that rule's decision counts; guards keep their own state
+// whatever the rules around them, since they are the caller's instances.
+// Swap is safe for concurrent use with calls and with other Swaps.
+func (s *Server) Swap(rules []Rule, opts ...Option) error {
+	s.swap.Lock()
+	defer s.swap.Unlock()
+	set, err := compileSet(rules, opts, s.set.Load())
+	if err != nil {
+		return err
+	}
+	s.set.Store(set)
+	return nil
+}
+
+// compileSet compiles rules and the exemptions of opts into a rule set,
+// reusing the chains of old (which may be nil) whose rules did not
+// change.
+func compileSet(rules []Rule, opts []Option, old *ruleSet) (*ruleSet, error) {
 	o := serverOptions{exempt: DefaultExempt}
 	for _, opt := range opts {
-		opt(&o)
+		if opt != nil {
+			opt(&o)
+		}
 	}
-	s := &Server{
-		rules: ruleSet{exact: map[string]*rule{}, services: map[string]*rule{}},
-		clock: clock.New(),
-	}
+	set := &ruleSet{exact: map[string]*rule{}, services: map[string]*rule{}}
 	for _, p := range o.exempt {
-		if err := s.rules.add(p, nil); err != nil {
+		if err := set.add(p, nil); err != nil {
 			return nil, err
 		}
 	}
 	for _, r := range rules {
-		cr, err := compileRule(r)
+		cr, err := compileRule(r, old)
 		if err != nil {
 			return nil, err
 		}
@@ -100,13 +138,13 @@ func New(rules []Rule, opts ...Option) (*Server, error) {
 			methods = []string{"*"}
 		}
 		for _, m := range methods {
-			if err := s.rules.add(m, cr); err != nil {
+			if err := set.add(m, cr); err != nil {
 				return nil, err
 			}
 		}
-		s.all = append(s.all, cr)
+		set.all = append(set.all, cr)
 	}
-	return s, nil
+	return set, nil
 }
 
 // now reads the clock: monotonic only, which costs about half of time.Now.
@@ -164,17 +202,15 @@ func (st *callState) Value(key any) any {
 // call the tap admitted, and a call whose handler never starts holds what
 // the tap granted until its stream ends.
 func (s *Server) TapHandle(ctx context.Context, info *tap.Info) (context.Context, error) {
-	r := s.rules.match(info.FullMethodName)
+	r := s.set.Load().match(info.FullMethodName)
 	if r == nil {
 		return ctx, nil
 	}
 	st := &callState{rule: r}
 	st.call.Init(ctx, info.FullMethodName, s.now())
-	if r.key != nil {
-		st.call.Key = r.key(ctx, info.Header)
-	}
+	r.describe(ctx, info.Header, &st.call)
 	if i, d := r.Admit(&st.call, &st.permits); i >= 0 {
-		return nil, refusalStatus(r.code, r.Guard(i).Name(), d, st.call.Key).Err()
+		return nil, refusalStatus(ctx, r.code, r.Guard(i).Name(), d, st.call.Key).Err()
 	}
 	st.call.Ctx = nil // the stream's context replaces the transport's
 	st.Context = ctx
@@ -211,7 +247,7 @@ func (s *Server) start(ctx context.Context, st *callState) (admission.Call, *sta
 	if i, d := st.rule.Start(&c, &st.permits); i >= 0 {
 		st.phase.Store(phaseDone)
 		st.stop()
-		return c, refusalStatus(st.rule.code, st.rule.Guard(i).Name(), d, c.Key), d
+		return c, refusalStatus(ctx, st.rule.code, st.rule.Guard(i).Name(), d, c.Key), d
 	}
 	if st.rule.HasStarters() {
 		c.Now = s.now() // the handler starts after its turn: see outcome
@@ -276,7 +312,7 @@ func (s *Server) unary(ctx context.Context, req any, info *grpc.UnaryServerInfo,
 		s.end(st, c, err)
 		return resp, err
 	}
-	r := s.rules.match(info.FullMethod)
+	r := s.set.Load().match(info.FullMethod)
 	if r == nil {
 		return handler(ctx, req)
 	}
@@ -284,13 +320,11 @@ func (s *Server) unary(ctx context.Context, req any, info *grpc.UnaryServerInfo,
 	// the unary hot path one more copy.
 	var c admission.Call
 	c.Init(ctx, info.FullMethod, s.now())
-	if r.key != nil {
-		c.Key = r.key(ctx, nil)
-	}
+	r.describe(ctx, nil, &c)
 	var permits admission.Permits
 	if i, d := r.Enter(&c, &permits); i >= 0 {
 		setPushback(ctx, nil, d)
-		return nil, refusalStatus(r.code, r.Guard(i).Name(), d, c.Key).Err()
+		return nil, refusalStatus(ctx, r.code, r.Guard(i).Name(), d, c.Key).Err()
 	}
 	if r.HasStarters() {
 		c.Now = s.now() // the handler starts after its turn: see outcome
@@ -306,9 +340,7 @@ func (s *Server) unary(ctx context.Context, req any, info *grpc.UnaryServerInfo,
 // than the fields) and returns the index of the refusing guard, or -1.
 func (s *Server) enter(ctx context.Context, r *rule, method string, c *admission.Call, permits *admission.Permits) (int, admission.Decision) {
 	c.Init(ctx, method, s.now())
-	if r.key != nil {
-		c.Key = r.key(ctx, nil)
-	}
+	r.describe(ctx, nil, c)
 	i, d := r.Enter(c, permits)
 	if i < 0 && r.HasStarters() {
 		c.Now = s.now() // the handler starts after its turn: see outcome
@@ -333,7 +365,7 @@ func (s *Server) stream(srv any, ss grpc.ServerStream, info *grpc.StreamServerIn
 		s.end(st, c, err)
 		return err
 	}
-	r := s.rules.match(info.FullMethod)
+	r := s.set.Load().match(info.FullMethod)
 	if r == nil {
 		return handler(srv, ss)
 	}
@@ -341,7 +373,7 @@ func (s *Server) stream(srv any, ss grpc.ServerStream, info *grpc.StreamServerIn
 	var permits admission.Permits
 	if i, d := s.enter(ctx, r, info.FullMethod, &c, &permits); i >= 0 {
 		setPushback(ctx, ss, d)
-		return refusalStatus(r.code, r.Guard(i).Name(), d, c.Key).Err()
+		return refusalStatus(ctx, r.code, r.Guard(i).Name(), d, c.Key).Err()
 	}
 	err := handler(srv, ss)
 	r.Finish(&c, &permits, s.outcome(r, &c, err))
@@ -352,7 +384,7 @@ func (s *Server) stream(srv any, ss grpc.ServerStream, info *grpc.StreamServerIn
 // allocates; call it at scrape time, not per call.
 func (s *Server) Stats() []admission.GuardStats {
 	var out []admission.GuardStats
-	for _, r := range s.all {
+	for _, r := range s.set.Load().all {
 		out = append(out, r.Stats()...)
 	}
 	return out
@@ -361,7 +393,7 @@ func (s *Server) Stats() []admission.GuardStats {
 // HandlerStarts returns how many handlers started on guarded calls.
 func (s *Server) HandlerStarts() uint64 {
 	var n uint64
-	for _, r := range s.all {
+	for _, r := range s.set.Load().all {
 		n += r.Passed()
 	}
 	return n

@@ -26,8 +26,10 @@ const PushbackTrailer = "grpc-retry-pushback-ms"
 // refusalStatus builds the status of a refused call: code (the rule's, or
 // DEADLINE_EXCEEDED for a deadline that cannot be met), a message naming
 // the guard, a google.rpc.RetryInfo detail with the retry delay when there
-// is one, and a google.rpc.QuotaFailure detail for a per-key refusal.
-func refusalStatus(code codes.Code, guard string, d admission.Decision, key string) *status.Status {
+// is one, and a google.rpc.QuotaFailure detail for a per-key refusal. It
+// adds the RefusalEvent to the span of ctx, if one is recording.
+func refusalStatus(ctx context.Context, code codes.Code, guard string, d admission.Decision, key string) *status.Status {
+	traceRefusal(ctx, guard, d)
 	if d.DeadlineTooShort {
 		code = codes.DeadlineExceeded
 	}

@@ -92,6 +92,7 @@ type Registry struct {
 	server bool
 	client bool
 	cpu    bool
+	policy bool
 }
 
 // New returns an empty Registry: it exports nothing until guards are added

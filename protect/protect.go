@@ -30,11 +30,18 @@
 // Bounds are optional: WithMaxRate, WithMaxConcurrency, WithClientRate;
 // WithMethod overrides them, or exempts a method, per method. Health checks
 // and reflection are never guarded.
+//
+// Who gets the capacity: each call has a criticality class, from the
+// levee-criticality header (WithCriticality; by default every call is
+// critical, and a caller may lower its own calls): turns go to the highest
+// class first, so lower classes are refused first. WithTenants shares the
+// capacity max-min fairly among tenants within each class.
 package protect
 
 import (
 	"errors"
 	"fmt"
+	"runtime"
 	"strings"
 	"sync"
 	"time"
@@ -74,6 +81,43 @@ type options struct {
 	cpuOff      bool
 	cpuSignal   runlimit.CPU
 	code        codes.Code
+	orca        bool
+	orcaOpts    []grpcguard.ORCAOption
+	tenant      grpcguard.KeyFunc
+	weights     map[string]float64
+	crit        *grpcguard.Criticality
+}
+
+// WithTenants shares the server's capacity max-min fairly among tenants,
+// named by key (grpcguard.HeaderKey("x-tenant-id"), or
+// grpcguard.TLSIdentityKey for a tenant the caller must prove), with
+// optional weights (a tenant not named weighs 1): under overload a tenant
+// asking less than its share is not refused while another asks more, and
+// a greedy tenant gets what the others leave. No number per tenant is
+// needed. Memory stays bounded under a flood of tenant names: beyond
+// runlimit.DefaultMaxTenants, and for names longer than
+// runlimit.MaxTenantLen, tenants share one overflow share. Tenant names
+// never become metric labels. New fails if key is nil or a weight is not
+// > 0. Default: no tenants.
+func WithTenants(key grpcguard.KeyFunc, weights map[string]float64) Option {
+	return func(o *options) {
+		o.tenant = key
+		o.weights = weights
+		if o.weights == nil {
+			o.weights = map[string]float64{}
+		}
+	}
+}
+
+// WithCriticality reads each call's criticality class from the
+// levee-criticality header as c says (defaults per method, whom to trust
+// above them; see grpcguard.Criticality): under overload lower classes
+// are refused first, and while they cover the excess no call of a higher
+// class is refused. Default: every call is critical, whatever it claims
+// above that (a claim below is always honoured: callers may lower their
+// own calls). New fails on a class out of range or a bad method name.
+func WithCriticality(c grpcguard.Criticality) Option {
+	return func(o *options) { o.crit = &c }
 }
 
 // WithMaxRate caps the server's guarded calls per second with a token
@@ -117,6 +161,23 @@ func WithCPU(c runlimit.CPU) Option { return func(o *options) { o.cpuSignal = c 
 // or UNAVAILABLE. New fails on any other code.
 func WithCode(c codes.Code) Option { return func(o *options) { o.code = c } }
 
+// WithORCA publishes ORCA load reports (grpcguard.ORCA) for clients that
+// balance by load, such as grpc-go's weighted_round_robin: the CPU
+// utilisation of the CPU signal (when it has one), the application
+// utilisation, and the queries and errors per second. The application
+// utilisation is the mean number of calls in the server per CPU
+// (GOMAXPROCS), so that weighted_round_robin weighs replicas by how fast
+// they answer; not per the learned run limit, which moves as the limit
+// probes: two identical replicas learned limits of 2 and 6, and the client
+// then sent the slower one more calls. ServerOptions then installs the
+// reports' counting around the guards; Server.ORCA().Register installs the
+// out-of-band service. opts tune it, after the preset's own
+// (grpcguard.WithORCAPerCall adds a report to every call's trailer,
+// grpcguard.WithORCACapacity replaces the CPUs). Default: no reports.
+func WithORCA(opts ...grpcguard.ORCAOption) Option {
+	return func(o *options) { o.orca, o.orcaOpts = true, opts }
+}
+
 func (o *options) validate() error {
 	var errs []error
 	if !(o.maxRate >= 0) {
@@ -137,6 +198,9 @@ func (o *options) validate() error {
 			errs = append(errs, fmt.Errorf("protect: WithMethod(%q): MaxRate must be >= 0, got %v", name, m.MaxRate))
 		}
 	}
+	if o.weights != nil && o.tenant == nil {
+		errs = append(errs, errors.New("protect: WithTenants: nil key"))
+	}
 	if o.code != codes.OK && o.code != codes.ResourceExhausted && o.code != codes.Unavailable {
 		errs = append(errs, fmt.Errorf("protect: WithCode: want RESOURCE_EXHAUSTED or UNAVAILABLE, got %v", o.code))
 	}
@@ -155,6 +219,7 @@ type Server struct {
 	global    *ratelimit.Limiter
 	perClient *ratelimit.Keyed
 	methods   map[string]*ratelimit.Limiter
+	orca      *grpcguard.ORCA // nil without WithORCA
 	stopOnce  sync.Once
 }
 
@@ -192,6 +257,9 @@ func New(opts ...Option) (*Server, error) {
 	if o.maxConc > 0 {
 		ropts = append(ropts, runlimit.WithBounds(1, o.maxConc))
 	}
+	if len(o.weights) > 0 {
+		ropts = append(ropts, runlimit.WithTenantWeights(o.weights))
+	}
 	var err error
 	if p.run, err = runlimit.New(ropts...); err != nil {
 		return nil, err
@@ -215,7 +283,13 @@ func New(opts ...Option) (*Server, error) {
 		shared = append(shared, ratelimit.NewKeyedGuard("client", p.perClient))
 		key = grpcguard.PeerKey()
 	}
-	rules := []grpcguard.Rule{{Name: "default", Key: key, Guards: shared, Code: o.code}}
+	crit := o.crit
+	if crit == nil {
+		// Every call critical whatever it claims above that, but a caller
+		// may lower its own calls.
+		crit = &grpcguard.Criticality{}
+	}
+	rules := []grpcguard.Rule{{Name: "default", Key: key, Tenant: o.tenant, Criticality: crit, Guards: shared, Code: o.code}}
 	var exempt []string
 	for _, name := range o.methodOrder {
 		m := o.methods[name]
@@ -229,22 +303,47 @@ func New(opts ...Option) (*Server, error) {
 			}
 			p.methods[name] = l
 			guards := append(append([]admission.Guard(nil), shared...), ratelimit.NewGuard("method-rate", l))
-			rules = append(rules, grpcguard.Rule{Name: name, Methods: []string{name}, Key: key, Guards: guards, Code: o.code})
+			rules = append(rules, grpcguard.Rule{Name: name, Methods: []string{name}, Key: key, Tenant: o.tenant, Criticality: crit, Guards: guards, Code: o.code})
 		}
 	}
 	if p.guard, err = grpcguard.New(rules, grpcguard.WithExempt(append(append([]string(nil), grpcguard.DefaultExempt...), exempt...)...)); err != nil {
 		return nil, err
 	}
+	if o.orca {
+		oopts := []grpcguard.ORCAOption{grpcguard.WithORCACapacity(procs{})}
+		if u, ok := signal.(grpcguard.Utilizer); ok {
+			oopts = append(oopts, grpcguard.WithORCACPU(u))
+		}
+		if p.orca, err = grpcguard.NewORCA(p.guard, append(oopts, o.orcaOpts...)...); err != nil {
+			return nil, err
+		}
+	}
 	ok = true
 	return p, nil
 }
+
+// procs is the CPUs the Go scheduler runs goroutines on, read when a load
+// report is made (GOMAXPROCS follows the container's CPU limit).
+type procs struct{}
+
+func (procs) Limit() int { return runtime.GOMAXPROCS(0) }
 
 // burstOf is a tenth of a second's worth of rate r, at least 1.
 func burstOf(r float64) int { return max(1, int(r/10)) }
 
 // ServerOptions returns the options that install the protection in a
-// grpc.Server: grpcguard's tap handle and interceptors.
-func (p *Server) ServerOptions() []grpc.ServerOption { return p.guard.ServerOptions() }
+// grpc.Server: grpcguard's tap handle and interceptors (with WithORCA,
+// wrapped by the load reports' counting).
+func (p *Server) ServerOptions() []grpc.ServerOption {
+	if p.orca != nil {
+		return p.orca.ServerOptions()
+	}
+	return p.guard.ServerOptions()
+}
+
+// ORCA returns the load reports, or nil without WithORCA. Install the
+// out-of-band service with p.ORCA().Register(grpcServer).
+func (p *Server) ORCA() *grpcguard.ORCA { return p.orca }
 
 // Guard returns the transport that runs the protection, for its Stats.
 func (p *Server) Guard() *grpcguard.Server { return p.guard }

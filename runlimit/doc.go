@@ -24,19 +24,29 @@
 //     most (n+1)/n, so a larger jump at an unchanged limit comes from
 //     outside.
 //
-// Calls that find every turn taken wait in the queue of their flow (a
-// method, say), and turns are handed out fairly among flows by start-time
-// fair queueing weighted by each flow's learned service time: a cheap
-// method that uses little of the server is served ahead of an expensive one
-// that floods it, so a spike on one method does not make another slow.
+// Calls that find every turn taken wait in the queue of their lane: one
+// per flow (a method, say), tenant and criticality class (Flow.Lane).
+// Turns go to the highest class with calls waiting first, so lower
+// classes are refused first; within a class they are handed out fairly
+// among lanes by start-time fair queueing, each call weighted by its
+// flow's learned service time divided by its tenant's weight
+// (WithTenantWeights): a cheap method that uses little of the server is
+// served ahead of an expensive one that floods it, so a spike on one
+// method does not make another slow, and a tenant that asks less than its
+// share is served ahead of one that floods — capacity is shared max-min
+// fairly among the tenants present, without a number per tenant.
+// Tenants are bounded in number (WithMaxTenants; beyond it, and for names
+// longer than MaxTenantLen, they share OverflowTenant) and forgotten when
+// idle, so a flood of tenant names cannot exhaust memory.
 // Through NewGuard, a flow much cheaper than the most expensive one that
 // uses little of the server runs without a turn at all, until it floods. A
-// flow's queue is bounded by its queue target (the wait it may add, by
-// default three times its baseline service time, at least 5ms): a transport
-// admits only the calls that should start within half of it, counting the
-// calls on their way (Reserve), so a call that would wait is refused
-// before any work; one that waited twice its target is refused when its
-// turn has not come.
+// lane's queue is bounded by its flow's queue target (the wait it may add,
+// by default three times its baseline service time, at least 5ms): a
+// transport admits only the calls that should start within half of it,
+// counting the calls on their way and the work of higher classes ahead
+// (Lane.Admissible), so a call that would wait is refused before any
+// work; one that waited twice its target is refused when its turn has not
+// come.
 //
 // On a CPU-bound server handlers take turns on the CPU, in the Go
 // scheduler's queue, whatever the limit; the wait for a turn there shows

@@ -24,15 +24,16 @@ const (
 )
 
 // NewGuard adapts l to the admission contract, with one flow per method
-// (admission.Call.Method). At admission it refuses a call whose method's
-// queue is full (Flow.Admissible), before any work, and reserves a place
-// for the others (Flow.Reserve). When the handler is about to start
-// (admission.Starter) it waits for the call's turn, refuses the call if the
-// wait ran out (ReasonTimeout) or its deadline can no longer be met, and
-// yields the CPU once. Finish returns the turn and teaches l the service
-// time of a call that succeeded, from its turn to its end (Call.Now plus
-// the outcome's Duration), or that it failed by overload. It panics if l
-// is nil.
+// (admission.Call.Method) and, in each, one lane per tenant and class
+// (Call.Tenant, Call.Class; see Lane). At admission it refuses a call
+// whose lane is full (Lane.Admissible), before any work, and reserves a
+// place for the others. When the handler is about to start
+// (admission.Starter) it waits for the call's turn, refuses the call if
+// the wait ran out (ReasonTimeout) or its deadline can no longer be met,
+// and yields the CPU once. Finish returns the turn and teaches l the
+// service time of a call that succeeded, from its turn to its end
+// (Call.Now plus the outcome's Duration), or that it failed by overload.
+// It panics if l is nil.
 func NewGuard(name string, l *Limiter) admission.Guard {
 	if l == nil {
 		panic("runlimit: NewGuard: nil Limiter")
@@ -49,44 +50,52 @@ func (g *guard) Name() string { return g.name }
 
 func (g *guard) Traits() admission.Traits { return admission.Traits{Cost: admission.CostRun} }
 
-// A Permit of the guard holds its flow in Ref and, in Value, either
-// reserved (the call was admitted and will ask for its turn: the flow
-// counts it as on its way) or turn|start (the call holds a turn since
-// start).
+// A Permit of the guard holds the call's lane in Ref and, in Value, what
+// the call holds: a reservation (the call was admitted and will ask for
+// its turn: its lane counts it), whose cost is the rest of Value; a turn,
+// taken at the rest of Value; or nothing, having run without a turn.
 const (
-	reserved = 0
 	turn     = 1 << 63
 	bypass   = 1 << 62 // ran without a turn
+	reserved = 1 << 61
+	valueOf  = reserved - 1
 )
 
 func (g *guard) Admit(c admission.Call) admission.Decision {
 	f := g.l.Flow(c.Method)
-	if !f.Admissible() {
+	ln := f.Lane(c.Tenant, c.Class)
+	if !ln.Admissible() {
 		return admission.Refuse(ReasonQueueFull, f.QueueTarget())
 	}
-	f.Reserve()
-	return admission.Grant(admission.Permit{Ref: f, Value: reserved})
+	return admission.Grant(admission.Permit{Ref: ln, Value: reserved | uint64(ln.reserve())})
 }
 
-func (g *guard) Start(c admission.Call) admission.Decision {
-	f := g.l.Flow(c.Method)
+func (g *guard) Start(c admission.Call, p admission.Permit) admission.Decision {
+	ln, _ := p.Ref.(*Lane)
+	if ln == nil || p.Value&reserved == 0 {
+		return admission.Grant(p) // not this guard's reservation: nothing to do
+	}
+	cost := int64(p.Value & valueOf)
+	f := ln.f
 	target := f.QueueTarget()
-	f.Unreserve()
 	f.NoteQueued(c.Queued)
 	if f.light.Load() {
 		// A cheap flow that uses little of the server runs without a
 		// turn (see markLight).
-		return admission.Grant(admission.Permit{Ref: f, Value: bypass})
+		ln.unreserve(cost)
+		return admission.Grant(admission.Permit{Ref: ln, Value: bypass})
 	}
 	t, ok := f.TryAcquire(c.Now)
-	if !ok {
+	if ok {
+		ln.unreserve(cost)
+		t.ln = ln
+	} else {
 		ctx := c.Ctx
 		if ctx == nil {
 			ctx = context.Background()
 		}
 		var err error
-		if t, err = f.acquire(ctx, false); err != nil {
-			f.Reserve() // Finish, with Admit's permit, unreserves
+		if t, err = ln.acquire(ctx, cost); err != nil {
 			switch {
 			case errors.Is(err, ErrQueueFull):
 				return admission.Refuse(ReasonQueueFull, target)
@@ -100,7 +109,6 @@ func (g *guard) Start(c admission.Call) admission.Decision {
 	if !c.Deadline.IsZero() {
 		if left := time.Until(c.Deadline); left < f.ServiceTime() {
 			t.Release()
-			f.Reserve() // Finish, with Admit's permit, unreserves
 			return admission.Decision{Refused: true, Reason: ReasonTooLate, DeadlineTooShort: true}
 		}
 	}
@@ -110,25 +118,28 @@ func (g *guard) Start(c admission.Call) admission.Decision {
 	// responses unwritten for as long as handlers follow each other.
 	// Yield once so they go first.
 	runtime.Gosched()
-	return admission.Grant(admission.Permit{Ref: f, Value: turn | uint64(max(t.start, 0))})
+	return admission.Grant(admission.Permit{Ref: ln, Value: turn | uint64(max(t.start, 0))})
 }
 
 func (g *guard) Finish(c admission.Call, p admission.Permit, o admission.Outcome) {
-	f, _ := p.Ref.(*Flow)
-	if f == nil {
+	ln, _ := p.Ref.(*Lane)
+	if ln == nil {
 		return
 	}
-	if p.Value == bypass {
+	f := ln.f
+	switch {
+	case p.Value == bypass:
 		if !o.Skipped && o.Err == nil {
 			f.noteBypassed(o.Duration)
 		}
 		return
-	}
-	if p.Value&turn == 0 {
-		f.Unreserve() // admitted, never started
+	case p.Value&turn == 0:
+		if p.Value&reserved != 0 {
+			ln.unreserve(int64(p.Value & valueOf)) // admitted, never started
+		}
 		return
 	}
-	t := Ticket{f: f, start: int64(p.Value &^ turn)}
+	t := Ticket{f: f, ln: ln, start: int64(p.Value &^ turn)}
 	if o.Skipped || (o.Err != nil && !o.Overload) {
 		// Never ran, or failed for a reason of its own (canceled by its
 		// caller, refused by the application): its time says nothing of

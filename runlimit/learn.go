@@ -21,6 +21,11 @@ func (l *Limiter) update(end int64) {
 		return
 	}
 	l.updates.Add(1)
+	l.shareClasses()
+	if end-l.lastSweep >= int64(sweepEvery) {
+		l.lastSweep = end
+		l.sweepTenants(flows, end)
+	}
 	peak := l.peak.Swap(running(l.state.Load()))
 	overloads := l.overloads.Swap(0)
 	var weight, ratios, svcSum, queuedSum, queuedN float64
@@ -42,6 +47,7 @@ func (l *Limiter) update(end int64) {
 	}
 	l.markLight(flows, end)
 	l.opened = end
+	l.openedAt.Store(end)
 	l.next.Store(end + int64(l.o.interval))
 	if l.probe.on {
 		return
@@ -108,6 +114,27 @@ func (l *Limiter) update(end int64) {
 		}
 	}
 	l.apply(est)
+}
+
+// shareClasses sets, for each class, the share of the turns that ended in
+// the interval that the classes above it left to it, and starts counting
+// anew. Needs upd.
+func (l *Limiter) shareClasses() {
+	var served [len(l.served)]float64
+	var total float64
+	for i := range l.served {
+		served[i] = float64(l.served[i].Swap(0))
+		total += served[i]
+	}
+	var above float64
+	for i := len(served) - 1; i >= 0; i-- {
+		avail := 1.0
+		if total > 0 {
+			avail = 1 - above/total
+		}
+		l.avail[i].Store(math.Float64bits(avail))
+		above += served[i]
+	}
 }
 
 // apply sets the limit to est, within the bounds, and hands turns that a

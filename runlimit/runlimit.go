@@ -4,11 +4,15 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"hash/maphash"
 	"math"
 	"runtime"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/levee-go/levee/admission"
 )
 
 // Defaults of a Limiter.
@@ -64,6 +68,9 @@ type options struct {
 	target         time.Duration
 	cpu            CPU
 	maxFlows       int
+	maxTenants     int
+	weights        map[string]float64
+	defaultWeight  float64
 	now            func() time.Time // in-package tests
 }
 
@@ -95,8 +102,54 @@ func WithCPU(c CPU) Option { return func(o *options) { o.cpu = c } }
 // Default DefaultMaxFlows.
 func WithMaxFlows(n int) Option { return func(o *options) { o.maxFlows = n } }
 
+// WithMaxTenants caps the tenants tracked separately, over all flows;
+// later tenants share the lanes of OverflowTenant until idle tenants are
+// forgotten. Default DefaultMaxTenants; New fails unless n >= 1.
+func WithMaxTenants(n int) Option { return func(o *options) { o.maxTenants = n } }
+
+// WithTenantWeights gives tenants weights in the fair sharing of turns
+// (see Lane): a tenant of weight 2 gets twice the share of one of weight
+// 1, the weight of a tenant not named. New fails on a weight that is not
+// finite and > 0, on an empty name, and on a name longer than
+// MaxTenantLen. The map is copied.
+func WithTenantWeights(w map[string]float64) Option {
+	return func(o *options) {
+		o.weights = make(map[string]float64, len(w))
+		for k, v := range w {
+			o.weights[k] = v
+		}
+	}
+}
+
+// WithDefaultTenantWeight sets the weight of tenants that
+// WithTenantWeights does not name. Default 1; New fails unless it is
+// finite, > 0 and <= 1e6.
+func WithDefaultTenantWeight(w float64) Option { return func(o *options) { o.defaultWeight = w } }
+
 func (o *options) validate() error {
 	var errs []error
+	if !(o.defaultWeight > 0) || o.defaultWeight > 1e6 {
+		errs = append(errs, fmt.Errorf("runlimit: WithDefaultTenantWeight: weight must be > 0 and <= 1e6, got %v", o.defaultWeight))
+	}
+	if o.maxTenants < 1 {
+		errs = append(errs, fmt.Errorf("runlimit: WithMaxTenants: n must be >= 1, got %d", o.maxTenants))
+	}
+	names := make([]string, 0, len(o.weights))
+	for k := range o.weights {
+		names = append(names, k)
+	}
+	slices.Sort(names)
+	for _, k := range names {
+		v := o.weights[k]
+		switch {
+		case k == "":
+			errs = append(errs, fmt.Errorf("runlimit: WithTenantWeights: empty tenant name"))
+		case len(k) > MaxTenantLen:
+			errs = append(errs, fmt.Errorf("runlimit: WithTenantWeights: tenant name of %d bytes, longer than %d", len(k), MaxTenantLen))
+		case !(v > 0) || math.IsInf(v, 1) || v > 1e6:
+			errs = append(errs, fmt.Errorf("runlimit: WithTenantWeights: weight of %q must be > 0 and <= 1e6, got %v", k, v))
+		}
+	}
 	if o.floor < 1 || o.ceiling < o.floor {
 		errs = append(errs, fmt.Errorf("runlimit: WithBounds: want 1 <= floor <= ceiling, got floor %d, ceiling %d", o.floor, o.ceiling))
 	}
@@ -128,9 +181,19 @@ type Limiter struct {
 	limit atomic.Int64
 	peak  atomic.Int64 // most calls running at once in the current interval
 
-	mu     sync.Mutex // the flows' queues, the active list and the virtual clock
-	vclock float64    // start tag of the last turn handed out
-	active []*Flow    // flows with waiting calls
+	mu     sync.Mutex                 // the lanes' queues, the active lists and the virtual clock
+	vclock float64                    // start tag of the last turn handed out
+	active [admission.Classes][]*Lane // lanes with waiting calls, by class
+
+	// Sharing among classes and lanes (see Lane.Admissible), by class:
+	work       [admission.Classes]paddedInt     // cost of the calls reserved or waiting, ns
+	backlogged [admission.Classes]paddedInt     // weights of the lanes with two calls or more
+	served     [admission.Classes]paddedInt     // turns that ended in the interval
+	avail      [admission.Classes]atomic.Uint64 // float64: share of the turns higher classes left over the last interval
+	openedAt   atomic.Int64                     // opened, for readers outside upd
+
+	tenantCount atomic.Int64
+	lastSweep   int64 // under upd
 
 	flowsMu  sync.Mutex
 	flows    atomic.Pointer[map[string]*Flow]
@@ -173,12 +236,19 @@ const (
 	oneWaiting  = 1 << 32
 )
 
+// paddedInt is an atomic counter alone on its cache line, so that
+// counters written by different calls do not share one.
+type paddedInt struct {
+	atomic.Int64
+	_ [56]byte
+}
+
 func running(s uint64) int64 { return int64(s & runningMask) }
 func waiting(s uint64) int64 { return int64(s >> 32) }
 
 // New returns a Limiter, or an error naming every bad option.
 func New(opts ...Option) (*Limiter, error) {
-	o := options{floor: 1, ceiling: DefaultCeiling, initial: max(8, 2*runtime.GOMAXPROCS(0)), interval: DefaultInterval, maxFlows: DefaultMaxFlows}
+	o := options{floor: 1, ceiling: DefaultCeiling, initial: max(8, 2*runtime.GOMAXPROCS(0)), interval: DefaultInterval, maxFlows: DefaultMaxFlows, maxTenants: DefaultMaxTenants, defaultWeight: 1}
 	for _, opt := range opts {
 		opt(&o)
 	}
@@ -195,6 +265,11 @@ func New(opts ...Option) (*Limiter, error) {
 	l.opened = l.nanos(l.o.now())
 	l.next.Store(l.opened + int64(o.interval))
 	l.lastProbe = l.opened
+	l.lastSweep = l.opened
+	l.openedAt.Store(l.opened)
+	for i := range l.avail {
+		l.avail[i].Store(math.Float64bits(1))
+	}
 	return l, nil
 }
 
@@ -242,17 +317,26 @@ func (l *Limiter) Flow(name string) *Flow {
 	}
 	if len(*m) >= l.o.maxFlows {
 		if l.overflow == nil {
-			l.overflow = &Flow{l: l, name: OverflowFlow}
+			l.overflow = newFlow(l, OverflowFlow)
 		}
 		return l.overflow
 	}
-	f := &Flow{l: l, name: name}
+	f := newFlow(l, name)
 	nm := make(map[string]*Flow, len(*m)+1)
 	for k, v := range *m {
 		nm[k] = v
 	}
 	nm[name] = f
 	l.flows.Store(&nm)
+	return f
+}
+
+func newFlow(l *Limiter, name string) *Flow {
+	f := &Flow{l: l, name: name}
+	for i := range f.lanes {
+		f.lanes[i] = Lane{f: f, class: admission.Criticality(i) + admission.Sheddable, weight: weightOne}
+	}
+	f.tenants.seed = maphash.MakeSeed()
 	return f
 }
 
@@ -271,9 +355,10 @@ func (l *Limiter) allFlows() []*Flow {
 	return out
 }
 
-// Flow is one class of calls (a method, say) with its own queue, learned
-// service time and fair share of the turns. Get one with Limiter.Flow; the
-// zero Flow is not usable. It is safe for concurrent use.
+// Flow is one kind of calls (a method, say) with its own learned service
+// time, and its lanes: one queue per tenant and criticality class (see
+// Lane). Get one with Limiter.Flow; the zero Flow is not usable. It is safe
+// for concurrent use.
 type Flow struct {
 	l    *Limiter
 	name string
@@ -287,17 +372,15 @@ type Flow struct {
 	svc      atomic.Int64 // mean service time (EWMA, weight 1/8), ns; 0 until the first
 	light    atomic.Bool  // may run without a turn (see markLight)
 	bypassed atomic.Int64 // calls that ran without a turn in the interval
-	queued   atomic.Int64 // calls of this flow waiting
-	pending  atomic.Int64 // calls admitted and on their way to wait (Reserve)
+
+	lanes    [admission.Classes]Lane // calls of no tenant, by class
+	tenants  tenantShards
+	overflow atomic.Pointer[tenantLanes]
 
 	// under Limiter.upd
 	lastN  int64        // calls finished in the last interval
 	base   float64      // baseline service time, ns; 0 until the first interval
 	baseNs atomic.Int64 // base, for readers outside upd
-
-	// under Limiter.mu
-	head, tail *waiter
-	finish     float64 // finish tag of the flow's last queued call
 }
 
 // Name returns the flow's name.
@@ -335,21 +418,9 @@ func (f *Flow) QueueTarget() time.Duration {
 // cost is the weight of one call of the flow in fair queueing, ns.
 func (f *Flow) cost() float64 { return float64(max(f.svc.Load(), int64(time.Microsecond))) }
 
-// Admissible reports whether a new call of the flow may be admitted to
-// wait for a turn: whether fewer of its calls are waiting, or admitted
-// and on their way to wait (Reserve), than can start within half its queue
-// target, plus two (so that a burst at normal load is not refused on a
-// server that runs one call at a time). A transport asks it before admitting a call, so that a call that
-// would only wait to be refused is refused at once, and calls that do wait
-// rarely reach the target.
-func (f *Flow) Admissible() bool {
-	q := f.queued.Load() + f.pending.Load()
-	if q == 0 {
-		return true
-	}
-	capacity := float64(f.l.limit.Load()) * float64(f.QueueTarget()/2) / f.cost()
-	return float64(q) < math.Ceil(capacity)+2
-}
+// Admissible reports whether a new call of the flow, of no tenant and
+// class Critical, may be admitted to wait for a turn (see Lane.Admissible).
+func (f *Flow) Admissible() bool { return f.lanes[admission.Critical.Index()].Admissible() }
 
 // NoteQueued tells the flow how long a call waited between its admission
 // by a transport and the start of its handler, before asking for its turn.
@@ -379,18 +450,11 @@ func (f *Flow) noteBypassed(d time.Duration) {
 	}
 }
 
-// Reserve counts a call admitted by a transport that will ask for its turn
-// later (Acquire) as on its way, so that Admissible sees it. End the
-// reservation with Unreserve, once, whether or not the call then waits.
-func (f *Flow) Reserve() { f.pending.Add(1) }
-
-// Unreserve ends a reservation made with Reserve.
-func (f *Flow) Unreserve() { f.pending.Add(-1) }
-
 // Ticket is one call's turn. Finish it once with Done or Release. The zero
 // Ticket holds nothing.
 type Ticket struct {
 	f     *Flow
+	ln    *Lane // the lane whose class the turn counts for; nil: Critical
 	start int64 // when the turn was taken, ns since the Limiter's epoch
 }
 
@@ -430,32 +494,57 @@ func (l *Limiter) notePeak(r int64) {
 // waiter is a call waiting for its turn.
 type waiter struct {
 	next  *waiter
-	f     *Flow
+	ln    *Lane
+	cost  int64   // what its reservation added to its class's work
 	tag   float64 // start tag (fair queueing)
+	inc   float64 // what it added to its lane's finish tag
 	ready chan struct{}
 	done  bool // handed a turn, under Limiter.mu
 }
 
-// Acquire takes a turn for a call of f, waiting if every turn is taken:
-// turns are handed out fairly among the flows' waiting calls. It returns
-// ErrQueueFull at once when the flow is not Admissible, ErrTimeout after
-// twice the flow's queue target (admission lets in only what should start
-// within half of it, so a timeout means the estimate went badly wrong),
-// and ctx's error if ctx ends first.
+// Acquire takes a turn for a call of f, of no tenant and class Critical,
+// waiting if every turn is taken: turns are handed out fairly among the
+// lanes' waiting calls (see Lane). It returns ErrQueueFull at once when
+// the lane is not Admissible, ErrTimeout after twice the flow's queue
+// target (admission lets in only what should start within half of it, so
+// a timeout means the estimate went badly wrong), and ctx's error if ctx
+// ends first.
 func (f *Flow) Acquire(ctx context.Context) (Ticket, error) {
-	return f.acquire(ctx, true)
+	return f.lanes[admission.Critical.Index()].Acquire(ctx)
 }
 
-// acquire is Acquire; check says whether to refuse a call the flow cannot
-// admit (a call already admitted with Reserve is not asked again).
-func (f *Flow) acquire(ctx context.Context, check bool) (Ticket, error) {
-	l := f.l
-	if t, ok := f.TryAcquire(l.o.now()); ok {
+// acquire takes a turn for a call of ln that holds a reservation that
+// added cost, waiting if need be, and ends the reservation whatever it
+// returns.
+func (ln *Lane) acquire(ctx context.Context, cost int64) (Ticket, error) {
+	t, w := ln.enqueue(cost)
+	if w == nil {
 		return t, nil
 	}
-	if check && !f.Admissible() {
-		return Ticket{}, ErrQueueFull
+	timer := time.NewTimer(2 * ln.f.QueueTarget())
+	var err error
+	select {
+	case <-w.ready:
+		timer.Stop()
+		return ln.granted(), nil
+	case <-ctx.Done():
+		err = ctx.Err()
+	case <-timer.C:
+		err = ErrTimeout
 	}
+	timer.Stop()
+	ln.giveUp(w)
+	return Ticket{}, err
+}
+
+// enqueue takes a turn for a call of ln that holds a reservation that
+// added cost if one is free and nobody waits, ending the reservation; or
+// else queues the call and returns its waiter, whose ready channel says
+// when the turn is handed over (the reservation ends then; take the
+// ticket with granted), unless the caller gives up first (giveUp).
+func (ln *Lane) enqueue(cost int64) (Ticket, *waiter) {
+	f := ln.f
+	l := f.l
 	l.mu.Lock()
 	// Take a turn freed meanwhile, or queue, in one step against releases.
 	for {
@@ -463,8 +552,9 @@ func (f *Flow) acquire(ctx context.Context, check bool) (Ticket, error) {
 		if waiting(s) == 0 && running(s) < l.limit.Load() {
 			if l.state.CompareAndSwap(s, s+1) {
 				l.mu.Unlock()
+				ln.unreserve(cost)
 				l.notePeak(running(s) + 1)
-				return Ticket{f: f, start: l.nanos(l.o.now())}, nil
+				return Ticket{f: f, ln: ln, start: l.nanos(l.o.now())}, nil
 			}
 			continue
 		}
@@ -472,62 +562,65 @@ func (f *Flow) acquire(ctx context.Context, check bool) (Ticket, error) {
 			break
 		}
 	}
-	w := &waiter{f: f, ready: make(chan struct{}, 1)}
-	w.tag = max(l.vclock, f.finish)
-	f.finish = w.tag + f.cost()
-	if f.tail == nil {
-		f.head = w
-		l.active = append(l.active, f)
+	w := &waiter{ln: ln, cost: cost, ready: make(chan struct{}, 1)}
+	w.tag = max(l.vclock, ln.finish)
+	w.inc = f.cost() * weightOne / float64(ln.weight)
+	ln.finish = w.tag + w.inc
+	if ln.tail == nil {
+		ln.head = w
+		ci := ln.class.Index()
+		l.active[ci] = append(l.active[ci], ln)
 	} else {
-		f.tail.next = w
+		ln.tail.next = w
 	}
-	f.tail = w
-	f.queued.Add(1)
+	ln.tail = w
 	l.mu.Unlock()
-
-	timer := time.NewTimer(2 * f.QueueTarget())
-	var err error
-	select {
-	case <-w.ready:
-		timer.Stop()
-		return Ticket{f: f, start: l.nanos(l.o.now())}, nil
-	case <-ctx.Done():
-		err = ctx.Err()
-	case <-timer.C:
-		err = ErrTimeout
-	}
-	timer.Stop()
-	l.mu.Lock()
-	if w.done {
-		// Handed a turn as we gave up: pass it on.
-		l.mu.Unlock()
-		l.release()
-		return Ticket{}, err
-	}
-	f.unlink(w)
-	l.state.Add(^uint64(oneWaiting - 1)) // waiting - 1
-	l.mu.Unlock()
-	return Ticket{}, err
+	return Ticket{}, w
 }
 
-// unlink removes w from f's queue. Needs Limiter.mu.
-func (f *Flow) unlink(w *waiter) {
+// granted is the ticket of a waiter of ln that was handed its turn now.
+func (ln *Lane) granted() Ticket {
+	return Ticket{f: ln.f, ln: ln, start: ln.f.l.nanos(ln.f.l.o.now())}
+}
+
+// giveUp removes a waiter whose caller gave up, ending its reservation;
+// if the turn was handed to it meanwhile, it passes the turn on.
+func (ln *Lane) giveUp(w *waiter) {
+	l := ln.f.l
+	l.mu.Lock()
+	if w.done {
+		// Handed a turn as we gave up (which ended the reservation): pass
+		// it on.
+		l.mu.Unlock()
+		l.release()
+		return
+	}
+	ln.unlink(w)
+	// The lane did not use the turn its tag stood for: later calls of the
+	// lane must not wait for it.
+	ln.finish -= w.inc
+	l.state.Add(^uint64(oneWaiting - 1)) // waiting - 1
+	l.mu.Unlock()
+	ln.unreserve(w.cost)
+}
+
+// unlink removes w from ln's queue. Needs Limiter.mu.
+func (ln *Lane) unlink(w *waiter) {
 	var prev *waiter
-	for c := f.head; c != nil; prev, c = c, c.next {
+	for c := ln.head; c != nil; prev, c = c, c.next {
 		if c != w {
 			continue
 		}
 		if prev == nil {
-			f.head = c.next
+			ln.head = c.next
 		} else {
 			prev.next = c.next
 		}
-		if f.tail == c {
-			f.tail = prev
+		if ln.tail == c {
+			ln.tail = prev
 		}
-		f.queued.Add(-1)
-		if f.head == nil {
-			f.l.deactivate(f)
+		if ln.head == nil {
+			ln.f.l.deactivate(ln)
 		}
 		return
 	}
@@ -560,18 +653,25 @@ func (l *Limiter) release() {
 		l.state.Add(^uint64(oneWaiting - 1)) // waiting - 1; the turn passes on
 		w.done = true
 		l.mu.Unlock()
+		w.ln.unreserve(w.cost)
 		w.ready <- struct{}{}
 		return
 	}
 }
 
-// dequeue removes the waiting call with the smallest start tag. Needs mu
-// and at least one waiting call.
+// dequeue removes the next waiting call: of the highest class with calls
+// waiting, the one with the smallest start tag. Needs mu and at least one
+// waiting call.
 func (l *Limiter) dequeue() *waiter {
-	best := l.active[0]
-	for _, f := range l.active[1:] {
-		if f.head.tag < best.head.tag {
-			best = f
+	ci := admission.Classes - 1
+	for len(l.active[ci]) == 0 {
+		ci--
+	}
+	active := l.active[ci]
+	best := active[0]
+	for _, ln := range active[1:] {
+		if ln.head.tag < best.head.tag {
+			best = ln
 		}
 	}
 	w := best.head
@@ -580,20 +680,21 @@ func (l *Limiter) dequeue() *waiter {
 		best.tail = nil
 		l.deactivate(best)
 	}
-	best.queued.Add(-1)
 	l.vclock = max(l.vclock, w.tag)
 	return w
 }
 
-// deactivate removes f, whose queue is empty, from the active list. Needs
-// mu.
-func (l *Limiter) deactivate(f *Flow) {
-	for i, a := range l.active {
-		if a == f {
-			last := len(l.active) - 1
-			l.active[i] = l.active[last]
-			l.active[last] = nil
-			l.active = l.active[:last]
+// deactivate removes ln, whose queue is empty, from its class's active
+// list. Needs mu.
+func (l *Limiter) deactivate(ln *Lane) {
+	ci := ln.class.Index()
+	active := l.active[ci]
+	for i, a := range active {
+		if a == ln {
+			last := len(active) - 1
+			active[i] = active[last]
+			active[last] = nil
+			l.active[ci] = active[:last]
 			return
 		}
 	}
@@ -612,6 +713,7 @@ func (l *Limiter) dispatch() {
 		}
 		w := l.dequeue()
 		w.done = true
+		w.ln.unreserve(w.cost)
 		w.ready <- struct{}{}
 	}
 }
@@ -638,6 +740,11 @@ func (t Ticket) doneAt(end int64, overload bool) {
 	l := f.l
 	l.release()
 	svc := max(end-t.start, 1)
+	ci := admission.Critical.Index()
+	if t.ln != nil {
+		ci = t.ln.class.Index()
+	}
+	l.served[ci].Add(1)
 	if overload {
 		l.overloads.Add(1)
 	} else {

@@ -143,15 +143,16 @@ func TestAdmissibleBoundsTheQueue(t *testing.T) {
 		queued, pending int64
 		want            bool
 	}{{0, 0, true}, {3, 0, true}, {4, 0, false}, {1, 2, true}, {1, 3, false}, {9, 0, false}} {
-		f.queued.Store(q.queued)
-		f.pending.Store(q.pending)
+		crit(f).count.Store(q.queued + q.pending)
 		if got := f.Admissible(); got != q.want {
 			t.Errorf("with %d waiting and %d reserved: Admissible() = %v, want %v", q.queued, q.pending, got, q.want)
 		}
 	}
-	f.queued.Store(0)
-	f.pending.Store(0)
+	crit(f).count.Store(0)
 }
+
+// crit is the lane of f's calls of no tenant and class Critical.
+func crit(f *Flow) *Lane { return &f.lanes[admission.Critical.Index()] }
 
 func TestTurnsAllocateNothing(t *testing.T) {
 	l := mustNew(t, WithBounds(4, 4))
@@ -231,8 +232,8 @@ func TestGuardReservationsBalance(t *testing.T) {
 	if i, d := ch.Admit(&c, &held); i >= 0 {
 		t.Fatalf("Admit = %+v", d)
 	}
-	if f.pending.Load() != 1 {
-		t.Fatalf("after Admit: %d reserved, want 1", f.pending.Load())
+	if crit(f).count.Load() != 1 {
+		t.Fatalf("after Admit: %d reserved, want 1", crit(f).count.Load())
 	}
 	if i, d := ch.Start(&c, &held); i >= 0 {
 		t.Fatalf("Start = %+v", d)
@@ -272,7 +273,7 @@ func TestGuardReservationsBalance(t *testing.T) {
 		t.Fatalf("fifth Start = %+v", d)
 	}
 	ch.Finish(&c, &held, admission.Outcome{Duration: time.Millisecond})
-	if got := f.pending.Load(); got != 0 {
+	if got := crit(f).count.Load(); got != 0 {
 		t.Errorf("after every call ended: %d reservations left, want 0", got)
 	}
 	if l.Running() != 0 || l.Waiting() != 0 {
@@ -359,8 +360,8 @@ func TestLightFlowRunsWithoutATurn(t *testing.T) {
 	if cheap.light.Load() {
 		t.Errorf("a cheap flow using two turns' worth is still light")
 	}
-	if l.Running() != 0 || cheap.pending.Load() != 0 {
-		t.Errorf("running %d, reserved %d; want 0, 0", l.Running(), cheap.pending.Load())
+	if l.Running() != 0 || crit(cheap).count.Load() != 0 {
+		t.Errorf("running %d, reserved %d; want 0, 0", l.Running(), crit(cheap).count.Load())
 	}
 }
 
@@ -422,8 +423,15 @@ func TestStressTurnsBalance(t *testing.T) {
 		t.Errorf("after every call: running %d, waiting %d; want 0, 0", l.Running(), l.Waiting())
 	}
 	for _, f := range l.allFlows() {
-		if p, q := f.pending.Load(), f.queued.Load(); p != 0 || q != 0 {
-			t.Errorf("flow %s: %d reserved, %d queued after every call; want 0, 0", f.Name(), p, q)
+		for i := range f.lanes {
+			if n := f.lanes[i].count.Load(); n != 0 {
+				t.Errorf("flow %s, class %v: %d reserved or queued after every call; want 0", f.Name(), f.lanes[i].class, n)
+			}
+		}
+	}
+	for i := range l.work {
+		if w, b := l.work[i].Load(), l.backlogged[i].Load(); w != 0 || b != 0 {
+			t.Errorf("class %d: work %d, backlogged weight %d after every call; want 0, 0", i, w, b)
 		}
 	}
 }

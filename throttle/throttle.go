@@ -165,6 +165,19 @@ func (t *Throttle) RecordAt(now time.Time, accepted bool) {
 	t.mu.Unlock()
 }
 
+// Reset forgets the window: the drop probability is 0 until new calls
+// are recorded. Use it when something surer than the window says the
+// backend is healthy again — levee's gRPC client resets the throttle of a
+// (target, method) pair when the pair's circuit breaker closes after its
+// half-open probes succeeded — so that the failures of an incident that
+// has ended stop dropping calls. The counters of Snapshot (Allowed,
+// Throttled) are kept.
+func (t *Throttle) Reset() {
+	t.mu.Lock()
+	t.bins.Reset()
+	t.mu.Unlock()
+}
+
 // Probability returns the current drop probability; it is ProbabilityAt at
 // the current time.
 func (t *Throttle) Probability() float64 { return t.ProbabilityAt(t.o.now()) }

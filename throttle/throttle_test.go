@@ -314,3 +314,23 @@ func TestNilOptionIgnored(t *testing.T) {
 		t.Errorf("New(nil, WithK(3)): K %v, want 3", th.o.k)
 	}
 }
+
+// Reset forgets the window: an incident's failures stop dropping calls at
+// once, and the window fills again from the next calls.
+func TestReset(t *testing.T) {
+	th := mustNew(t, WithWindow(3*time.Second, 10))
+	for range 20 {
+		th.RecordAt(t0, false)
+	}
+	if got, want := th.ProbabilityAt(t0), 20.0/21; math.Abs(got-want) > 1e-12 {
+		t.Fatalf("Throttle.ProbabilityAt(t0) = %v, want %v", got, want)
+	}
+	th.Reset()
+	if got := th.ProbabilityAt(t0); got != 0 {
+		t.Fatalf("after Reset: Throttle.ProbabilityAt(t0) = %v, want 0", got)
+	}
+	th.RecordAt(t0.Add(time.Millisecond), false)
+	if s := th.SnapshotAt(t0.Add(time.Millisecond)); s.Requests != 1 || s.Accepts != 0 || math.Abs(s.Probability-0.5) > 1e-12 {
+		t.Fatalf("after Reset and one failure: Throttle.SnapshotAt() = %+v, want 1 request, 0 accepts, P 0.5", s)
+	}
+}

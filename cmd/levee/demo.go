@@ -20,7 +20,7 @@ import (
 // the first the default. Each call returns fresh ones: a scenario's flags
 // are bound to the scenario value.
 func demoScenarios() (*scenario.Registry, error) {
-	return scenario.NewRegistry(overload.New(), overload.NewIO(), overload.NewMixed(), dependency.New())
+	return scenario.NewRegistry(overload.New(), overload.NewIO(), overload.NewMixed(), overload.NewTenants(), dependency.New())
 }
 
 // demoConfig is a parsed `levee demo` command line.

@@ -13,6 +13,8 @@ import (
 
 	"google.golang.org/grpc/codes"
 
+	"github.com/levee-go/levee/admission"
+	"github.com/levee-go/levee/grpcguard"
 	"github.com/levee-go/levee/internal/loadgen"
 	"github.com/levee-go/levee/internal/report"
 	"github.com/levee-go/levee/internal/stats"
@@ -124,6 +126,9 @@ func (c *cli) load(ctx context.Context, args []string) error {
 	htmlOut := fs.String("html", "", "write an HTML report to this `file`")
 	statsAddr := fs.String("stats", "", "HTTP `address` of the server's /stats (its -metrics-addr), to report wasted work and CPU")
 	capacity := fs.Float64("capacity", 0, "server capacity in calls/s, to show goodput as a share of it (0: unknown)")
+	tenant := fs.String("tenant", "", "send this tenant `id` with every call, in the -tenant-header (mixes: run one levee load per tenant)")
+	tenantHeader := fs.String("tenant-header", "x-tenant-id", "metadata `key` that carries -tenant")
+	crit := fs.String("criticality", "", "send this `class` in levee-criticality with every call: critical_plus, critical, sheddable_plus or sheddable (mixes: run one levee load per class)")
 	var lf loadFlags
 	lf.register(fs, "constant")
 	if err := c.parse(fs, args); err != nil {
@@ -147,6 +152,20 @@ func (c *cli) load(ctx context.Context, args []string) error {
 	if *capacity < 0 {
 		return usageError("-capacity must be >= 0, got %v", *capacity)
 	}
+	var md []string
+	if *tenant != "" {
+		if *tenantHeader == "" {
+			return usageError("-tenant-header must not be empty with -tenant")
+		}
+		md = append(md, strings.ToLower(*tenantHeader), *tenant)
+	}
+	if *crit != "" {
+		class, ok := admission.ParseCriticality(*crit)
+		if !ok {
+			return usageError("-criticality: want critical_plus, critical, sheddable_plus or sheddable, got %q", *crit)
+		}
+		md = append(md, grpcguard.CriticalityHeader, class.String())
+	}
 	opts, err := lf.options(c.stderr)
 	if err != nil {
 		return err
@@ -159,6 +178,9 @@ func (c *cli) load(ctx context.Context, args []string) error {
 		return err
 	}
 	defer t.Close()
+	if len(md) > 0 {
+		t.SetMetadata(md...)
+	}
 	var sc *stats.Client
 	if *statsAddr != "" {
 		sc = stats.NewClient(*statsAddr, stats.DefaultTimeout)

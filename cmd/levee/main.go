@@ -6,6 +6,7 @@
 //	levee demo  [flags]   unprotected vs protected server under a 10× spike
 //	levee serve [flags]   the inventory service, protected unless -unprotected
 //	levee load  [flags]   open-loop load against a running server
+//	levee policy check|print|example   validate, show or write a policy file
 //
 // Run `levee <command> -h` for a command's flags. A bad flag or argument
 // prints one line to stderr and exits with status 2; a failure while
@@ -33,6 +34,8 @@ func main() {
 // cli is one invocation of the command.
 type cli struct {
 	stdout, stderr io.Writer
+	// stdin is what `levee policy check -` reads; nil: os.Stdin.
+	stdin io.Reader
 	// exe is the binary `levee demo` re-executes to start its servers.
 	exe string
 	// childEnv is added to the environment of those servers.
@@ -58,6 +61,9 @@ Usage:
                         unprotected and the protected inventory service
   levee serve [flags]   serve the CoreCart inventory service
   levee load  [flags]   drive open-loop load against a running server
+  levee policy check|print|example
+                        validate a policy file, print its effective form,
+                        or print a commented example
 
 Run "levee <command> -h" for the flags of a command.
 `
@@ -90,16 +96,20 @@ func (c *cli) run(ctx context.Context, args []string) int {
 		err = c.serve(ctx, args[1:])
 	case "load":
 		err = c.load(ctx, args[1:])
+	case "policy":
+		err = c.policy(args[1:])
 	case "help", "-h", "-help", "--help":
 		fmt.Fprint(c.stdout, usage)
 		return exitOK
 	default:
-		fmt.Fprintf(c.stderr, "levee: unknown command %q (want demo, serve or load; see levee -h)\n", args[0])
+		fmt.Fprintf(c.stderr, "levee: unknown command %q (want demo, serve, load or policy; see levee -h)\n", args[0])
 		return exitUsage
 	}
 	switch {
 	case err == nil || errors.Is(err, flag.ErrHelp):
 		return exitOK
+	case errors.Is(err, errReported):
+		return exitFail
 	case errors.Is(err, errUsage):
 		fmt.Fprintf(c.stderr, "levee %s: %s\n", args[0], oneLine(strings.TrimPrefix(err.Error(), errUsage.Error()+": ")))
 		return exitUsage

@@ -37,6 +37,9 @@ type policyParams struct {
 	// load-shedding scale in 0..1) for the /stats endpoint that `levee
 	// demo` samples every second.
 	Gauges *stats.Gauges
+	// TenantHeader names the metadata key of the tenant among whom the
+	// preset shares capacity fairly (-tenant-header); "": no tenants.
+	TenantHeader string
 }
 
 const allocateMethod = "/corecart.inventory.v1.InventoryService/Allocate"

@@ -3,6 +3,7 @@ package main
 import (
 	"google.golang.org/grpc"
 
+	"github.com/levee-go/levee/grpcguard"
 	"github.com/levee-go/levee/metrics"
 	"github.com/levee-go/levee/protect"
 )
@@ -20,6 +21,9 @@ func presetProtection(p policyParams) (opts []grpc.ServerOption, stop func(), er
 	var popts []protect.Option
 	if p.Capacity > 0 {
 		popts = append(popts, protect.WithMaxRate(p.Capacity))
+	}
+	if p.TenantHeader != "" {
+		popts = append(popts, protect.WithTenants(grpcguard.HeaderKey(p.TenantHeader), nil))
 	}
 	pr, err := protect.New(popts...)
 	if err != nil {

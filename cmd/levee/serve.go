@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"net"
 	"net/http"
@@ -10,6 +11,7 @@ import (
 	"os/signal"
 	"runtime"
 	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
@@ -39,9 +41,22 @@ func (c *cli) serve(ctx context.Context, args []string) error {
 	cpuWork := fs.Duration("cpu-work", inventory.DefaultCPUWork, "CPU time each Allocate burns (turned into SHA-256 rounds by timing this machine)")
 	workIterations := fs.Int("work-iterations", -1, "exact SHA-256 rounds each Allocate burns, overriding -cpu-work (-1: from -cpu-work); the demo gives both its servers the same")
 	unprotected := fs.Bool("unprotected", false, "serve without any protection")
+	tenantHeader := fs.String("tenant-header", "", "share the capacity max-min fairly among the tenants named by this metadata `key` (e.g. x-tenant-id; preset recipe; empty: no tenants)")
 	pinCPU := fs.Int("cpu", -1, "pin the server to this CPU (Linux; -1: no pinning)")
+	policyFile := fs.String("policy", "", "protect the server with this policy `file` (see levee policy example), reloaded when it changes and on SIGHUP; empty: -recipe")
 	if err := c.parse(fs, args); err != nil {
 		return err
+	}
+	if *policyFile != "" {
+		var conflict []string
+		fs.Visit(func(f *flag.Flag) {
+			if f.Name == "recipe" || f.Name == "capacity" || f.Name == "unprotected" {
+				conflict = append(conflict, "-"+f.Name)
+			}
+		})
+		if len(conflict) > 0 {
+			return usageError("-policy and %s exclude each other: the policy file says how the server is protected", strings.Join(conflict, ", "))
+		}
 	}
 	if *cpuWork < 0 {
 		return usageError("-cpu-work must be >= 0, got %v", *cpuWork)
@@ -116,12 +131,15 @@ func (c *cli) serve(ctx context.Context, args []string) error {
 	}
 
 	g := &stats.Gauges{}
-	params := policyParams{Capacity: capValue, CPUWork: *cpuWork, Mux: mux, Gauges: g}
+	params := policyParams{Capacity: capValue, CPUWork: *cpuWork, Mux: mux, Gauges: g, TenantHeader: *tenantHeader}
 	var opts []grpc.ServerOption
 	stopPolicy := func() {}
 	if !*unprotected {
 		build := presetProtection
-		if *recipe == recipeFirstWave {
+		switch {
+		case *policyFile != "":
+			build = func(p policyParams) ([]grpc.ServerOption, func(), error) { return c.fileProtection(*policyFile, p) }
+		case *recipe == recipeFirstWave:
 			build = protection
 		}
 		opts, stopPolicy, err = build(params)

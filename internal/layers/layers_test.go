@@ -14,18 +14,21 @@ const module = "github.com/levee-go/levee/"
 // below are the packages under the transport, and the outside modules each
 // may depend on (the standard library is always allowed).
 var below = map[string][]string{
-	"admission":  nil,
-	"ratelimit":  nil,
-	"bulkhead":   nil,
-	"breaker":    nil,
-	"throttle":   nil,
-	"cpu":        {"golang.org/x/sys/"},
-	"loadshed":   nil,
-	"deadline":   nil,
-	"queuedelay": nil,
-	"holdoff":    nil,
-	"runlimit":   nil,
-	"metrics":    {"github.com/prometheus/", "github.com/beorn7/perks", "github.com/cespare/xxhash", "github.com/munnerz/goautoneg", "go.yaml.in/yaml", "google.golang.org/protobuf/", "golang.org/x/sys/"},
+	"admission":   nil,
+	"ratelimit":   nil,
+	"bulkhead":    nil,
+	"breaker":     nil,
+	"throttle":    nil,
+	"cpu":         {"golang.org/x/sys/"},
+	"loadshed":    nil,
+	"deadline":    nil,
+	"queuedelay":  nil,
+	"holdoff":     nil,
+	"retrybudget": nil,
+	"runlimit":    nil,
+	"metrics":     {"github.com/prometheus/", "github.com/beorn7/perks", "github.com/cespare/xxhash", "github.com/munnerz/goautoneg", "go.yaml.in/yaml", "google.golang.org/protobuf/", "golang.org/x/sys/"},
+	// The OTel API only: the application picks the SDK.
+	"metrics/otelmetrics": {"go.opentelemetry.io/otel/metric", "go.opentelemetry.io/otel/attribute", "github.com/cespare/xxhash", "golang.org/x/sys/"},
 }
 
 // TestNoTransportBelowTheTransport lists, with `go list -deps`, what each

@@ -35,9 +35,8 @@ const (
 )
 
 type htmlTable struct {
-	Title  string
-	Header []string
-	Rows   []row
+	Title string
+	Rows  []row
 }
 
 type htmlChartRow struct {
@@ -47,6 +46,8 @@ type htmlChartRow struct {
 
 type htmlPage struct {
 	Title     string
+	Header    []string // the runs' names
+	Headline  headline
 	Notes     []string
 	Tables    []htmlTable
 	Columns   int
@@ -57,11 +58,21 @@ var page = template.Must(template.New("report").Parse(`<!doctype html>
 <html lang="en">
 <head>
 <meta charset="utf-8">
+<meta name="viewport" content="width=device-width, initial-scale=1">
 <title>{{.Title}}</title>
 <style>
 body { font-family: system-ui, -apple-system, "Segoe UI", sans-serif; margin: 24px; color: #222; }
-h1 { font-size: 22px; } h2 { font-size: 18px; margin-top: 28px; } h3 { font-size: 15px; margin-bottom: 6px; }
-p.note { color: #555; margin: 2px 0; }
+h1 { font-size: 22px; margin-bottom: 12px; } h2 { font-size: 18px; margin-top: 28px; } h3 { font-size: 15px; margin-bottom: 6px; }
+table.headline { border-collapse: collapse; margin: 4px 0 6px; }
+table.headline th { font-size: 14px; font-weight: 600; text-align: left; padding: 4px 28px 4px 0; border-bottom: 2px solid #ccc; }
+table.headline td { padding: 8px 28px 8px 0; border-bottom: 1px solid #eee; vertical-align: baseline; }
+table.headline td.label { font-size: 14px; color: #444; }
+table.headline td.fig { font-size: 22px; font-weight: 600; font-variant-numeric: tabular-nums; white-space: nowrap; }
+table.headline td.fig small { font-size: 12px; font-weight: 400; color: #666; margin-left: 4px; }
+p.caption { color: #555; font-size: 13px; margin: 4px 0 10px; }
+p.note { color: #555; margin: 4px 0; }
+details { margin: 10px 0; } details > summary { cursor: pointer; font-size: 15px; font-weight: 600; }
+details.tables > summary { font-size: 18px; margin-top: 28px; }
 table.phase { border-collapse: collapse; margin-bottom: 14px; font-size: 13px; }
 table.phase th, table.phase td { padding: 2px 12px; border-bottom: 1px solid #eee; }
 table.phase td.num { text-align: right; font-variant-numeric: tabular-nums; }
@@ -72,21 +83,26 @@ figure { margin: 0; } svg.chart { max-width: 100%; height: auto; font-family: in
 </head>
 <body>
 <h1>{{.Title}}</h1>
-{{range .Notes}}<p class="note">{{.}}</p>
-{{end}}
-<h2>Per phase</h2>
-{{range .Tables}}<h3>{{.Title}}</h3>
-<table class="phase">
+<table class="headline">
 <tr><th></th>{{range .Header}}<th>{{.}}</th>{{end}}</tr>
-{{range .Rows}}<tr><td>{{.Label}}</td>{{range .Cells}}<td class="num">{{.}}</td>{{end}}</tr>
+{{range .Headline.Rows}}<tr><td class="label">{{.Label}}</td>{{range .Cells}}<td class="fig">{{.Value}}{{if .Note}}<small>{{.Note}}</small>{{end}}</td>{{end}}</tr>
 {{end}}</table>
-{{end}}
-<h2>Over time</h2>
+<p class="caption">{{.Headline.Caption}}</p>
+{{if .Notes}}<details class="notes"><summary>About this run</summary>
+{{range .Notes}}<p class="note">{{.}}</p>
+{{end}}</details>
+{{end}}<h2>Over time</h2>
 {{range .ChartRows}}<h3>{{.Kind}}</h3>
 <div class="charts" style="grid-template-columns: repeat({{$.Columns}}, minmax(0, 1fr));">
 {{range .Charts}}<figure>{{.}}</figure>
 {{end}}</div>
-{{end}}
+{{end}}<details class="tables"><summary>Per phase: every figure</summary>
+{{range .Tables}}<h3>{{.Title}}</h3>
+<table class="phase">
+<tr><th></th>{{range $.Header}}<th>{{.}}</th>{{end}}</tr>
+{{range .Rows}}<tr><td>{{.Label}}</td>{{range .Cells}}<td class="num">{{.}}</td>{{end}}</tr>
+{{end}}</table>
+{{end}}</details>
 </body>
 </html>
 `))
@@ -95,13 +111,19 @@ figure { margin: 0; } svg.chart { max-width: 100%; height: auto; font-family: in
 func (r row) Label() string   { return r.label }
 func (r row) Cells() []string { return r.cells }
 
-// WriteHTML writes a self-contained HTML report to w: the per-phase tables
-// and, for every run side by side, charts over time of requests per second
+// WriteHTML writes a self-contained HTML report to w. It opens with a
+// headline, per run: goodput in the phase that stresses the server (the
+// spike), success p99 at normal load and in the spike, refusal p99 in the
+// spike and goodput in the recovery (see headlineOf); then the Notes,
+// folded; then, for every run side by side, charts over time of requests
+// per second
 // (offered, succeeded, refused, timed out, and the server's wasted work),
 // latency percentiles per second (successes and refusals, log scale),
 // when the server reported them, its CPU utilisation and load-shedding
-// scale, and the runs' Measures, if any. Charts are inline SVG; the page loads nothing from anywhere. It
-// returns ErrNoRuns if c has no runs.
+// scale, and the runs' Measures, if any; and last, folded in a details
+// element, the per-phase tables with every figure. Charts are inline SVG;
+// the page loads nothing from anywhere. It returns ErrNoRuns if c has no
+// runs.
 func WriteHTML(w io.Writer, c *Comparison) error {
 	if err := check(c); err != nil {
 		return err
@@ -110,12 +132,13 @@ func WriteHTML(w io.Writer, c *Comparison) error {
 	if p.Title == "" {
 		p.Title = "levee load report"
 	}
-	header := make([]string, len(c.Runs))
+	p.Header = make([]string, len(c.Runs))
 	for j, r := range c.Runs {
-		header[j] = r.Name
+		p.Header[j] = r.Name
 	}
+	p.Headline = headlineOf(c)
 	for i := range c.Runs[0].Result.Phases {
-		p.Tables = append(p.Tables, htmlTable{Title: phaseTitle(c, i), Header: header, Rows: phaseRows(c, i)})
+		p.Tables = append(p.Tables, htmlTable{Title: phaseTitle(c, i), Rows: phaseRows(c, i)})
 	}
 	for _, kind := range []string{chartThroughput, chartLatency, chartServer, chartMeasures} {
 		charts := chartsOf(c, kind)

@@ -7,6 +7,39 @@
 // counters taken about once a second (handler runs finished, wasted work,
 // CPU utilisation, the load-shedding scale). Everything the server did not
 // report is shown as "-" in the table and left out of the charts.
+//
+// The HTML report leads with what a reader came for: a headline of four
+// figures per run (goodput in the spike, success p99 at normal load and in
+// the spike, refusal p99 in the spike, goodput in the recovery), then the
+// charts, then the notes and the full per-phase tables folded in details
+// elements. testdata/report.html is the report of the tests' comparison,
+// kept as a golden file (go test -run Golden -update rewrites it).
+//
+// # Checking the page in a browser
+//
+// The tests check the HTML's structure and order; how it looks was checked
+// by hand in headless Chromium (Debian's chromium package), on the golden
+// file and on the report of a short real demo run:
+//
+//	go run ./cmd/levee demo -normal 4s -spike 6s -recovery 4s -out /tmp/demo.html
+//	chromium --headless --no-sandbox --disable-gpu --disable-quic --no-first-run \
+//	    --disable-background-networking --disable-component-update --disable-sync \
+//	    --user-data-dir=$(mktemp -d) --window-size=1280,2000 \
+//	    --screenshot=/tmp/report.png file:///tmp/demo.html
+//
+// What the screenshots showed (Chromium 156, November 2026): the title, then
+// the headline table with one column per run (unprotected, protected),
+// figures in large type with "of capacity", "of offered" or the refusal
+// count in small grey beside them, and under it a one-line caption of the
+// phases; a folded "About this run"; then the three rows of charts side by
+// side, all within the first 1,300 pixels of a 1280-pixel-wide window;
+// then the folded "Per phase: every figure". With every details element
+// opened (sed 's/<details /<details open /g'), the notes sit under the
+// headline and the full per-phase tables after the charts. The same with
+// -scenario mixed: four columns (each method, unprotected and protected),
+// the steady GetStock's goodput given as a share of what was offered, all
+// four columns of charts within the window's width. The page loads
+// nothing from anywhere (the tests check it has no script, link or URL).
 package report
 
 import (

@@ -32,6 +32,7 @@ type Target struct {
 	conns  []*grpc.ClientConn
 	client []inventoryv1.InventoryServiceClient
 	next   atomic.Uint64
+	md     metadata.MD // sent with every Allocate; nil: none
 }
 
 // Dial connects to addr over n connections (plaintext: levee talks to
@@ -91,6 +92,10 @@ func (t *Target) Close() {
 	}
 }
 
+// SetMetadata sends the metadata pairs (key, value, ...) with every
+// Allocate call made after it (a tenant header, a criticality class).
+func (t *Target) SetMetadata(kv ...string) { t.md = metadata.Pairs(kv...) }
+
 // Client returns a client of the next connection, round robin.
 func (t *Target) Client() inventoryv1.InventoryServiceClient {
 	return t.client[t.next.Add(1)%uint64(len(t.client))]
@@ -101,9 +106,17 @@ func (t *Target) Client() inventoryv1.InventoryServiceClient {
 // so retries are idempotent), and passes the server's pushback trailer on
 // to the generator.
 func (t *Target) AllocateCall(runID string) loadgen.CallFunc {
+	return t.AllocateCallWith(runID, t.md)
+}
+
+// AllocateCallWith is AllocateCall sending md (nil: none) with every call.
+func (t *Target) AllocateCallWith(runID string, md metadata.MD) loadgen.CallFunc {
 	skus := inventory.DefaultSKUs()
 	return func(ctx context.Context) error {
 		id, _ := loadgen.RequestID(ctx)
+		if md != nil {
+			ctx = metadata.NewOutgoingContext(ctx, md)
+		}
 		var trailer metadata.MD
 		_, err := t.Client().Allocate(ctx, &inventoryv1.AllocateRequest{
 			Sku:      skus[id%uint64(len(skus))],

@@ -230,7 +230,7 @@ func run(ctx context.Context, env scenario.Env, s scenario.Settings, cfg *config
 				s.Load.Arrivals, s.Load.Deadline, s.Load.Retries, runtime.GOOS, runtime.GOARCH, runtime.NumCPU()),
 			"What to look at: in the incident, refusal latency (fast failures, or waits for the downstream deadline: the calls sent before the breaker opened and its probes), " +
 				"the calls that reach the downstream and the calls piled up in flight in the front and the downstream; " +
-				"in the recovery, how soon goodput is back (the protected front waits for its breaker to probe, so it comes back a second or two after the unprotected one).",
+				"in the recovery, how soon goodput is back (the protected front waits for its breaker's next probe, up to -breaker-wait plus a probe's timeout after the downstream's return).",
 			"Generated " + time.Now().Format(time.RFC1123) + ".",
 		},
 	}
@@ -244,8 +244,8 @@ func throttleNote(window, incident time.Duration) string {
 		return "no adaptive throttle (-throttle-window 0)"
 	case window <= incident:
 		return fmt.Sprintf("an SRE adaptive throttle (K = %g over %v). The throttle's window is no longer than the incident: by the incident's end it remembers only failures "+
-			"and drops nearly every call, so after the downstream recovers it first starves the breaker's probes and then lets calls through again only as it sees them succeed, "+
-			"which lengthens the recovery (see its drops in the recovery phase; -throttle-window 0 runs without it)", float64(depThrottleK), window)
+			"and drops nearly every call the breaker would let through; it lets the breaker's half-open probes pass, and forgets its window when they close the breaker, "+
+			"so that it neither starves the probes nor keeps dropping calls once the downstream is back (-throttle-window 0 runs without it)", float64(depThrottleK), window)
 	}
 	return fmt.Sprintf("an SRE adaptive throttle (K = %g over %v; with a window this much longer than the incident it still remembers the successes from before it and drops little)", float64(depThrottleK), window)
 }

@@ -9,8 +9,12 @@ import (
 	"fmt"
 	"runtime"
 	"strconv"
+	"sync"
 	"time"
 
+	"google.golang.org/grpc/metadata"
+
+	"github.com/levee-go/levee/grpcguard"
 	"github.com/levee-go/levee/internal/loadgen"
 	"github.com/levee-go/levee/internal/report"
 	"github.com/levee-go/levee/internal/scenario"
@@ -86,6 +90,34 @@ func NewMixed() scenario.Scenario {
 	}
 }
 
+// NameTenants is the name of the tenants variant.
+const NameTenants = "tenants"
+
+// The tenants of NewTenants, as shares of the capacity: tenant A sends
+// TenantsACritical of it as critical calls in every phase and the rest of
+// the schedule (the spike) as sheddable ones; B and C send TenantsSmall
+// each, steady, with no class (critical).
+const (
+	TenantsHeader    = "x-tenant-id"
+	TenantsACritical = 0.2
+	TenantsSmall     = 0.2
+)
+
+// NewTenants returns the overload scenario with tenants sharing a
+// CPU-bound server: tenant A floods it, B and C stay small. The protected
+// server shares capacity among tenants (levee serve -tenant-header) and
+// sheds sheddable calls first.
+func NewTenants() scenario.Scenario {
+	return scenario.Scenario{
+		Name: NameTenants,
+		Description: fmt.Sprintf("the overload scenario with three tenants (%s): A sends\n%.0f%% of capacity as critical calls throughout and the spike as sheddable ones;\nB and C send %.0f%% each, steady. Each tenant and class is scored.",
+			TenantsHeader, 100*TenantsACritical, 100*TenantsSmall),
+		Run: func(ctx context.Context, env scenario.Env, s scenario.Settings) (*scenario.Result, error) {
+			return run(ctx, env, s, workload{cpuWork: s.CPUWork, workers: s.CalibrationWorkers, tenants: true})
+		},
+	}
+}
+
 // workload is what the servers of a run do per Allocate, and the steady
 // GetStock load beside it, if any.
 type workload struct {
@@ -95,6 +127,27 @@ type workload struct {
 	workers   int // closed-loop callers that measure the capacity
 	stockWork time.Duration
 	stockRate float64 // GetStock calls/s through every phase; 0: none
+	tenants   bool    // the tenants variant (NewTenants)
+}
+
+// stream is a steady Allocate load beside the run's main schedule, with
+// its own metadata, scored on its own.
+type stream struct {
+	name  string
+	share float64 // of the capacity, in every phase
+	md    metadata.MD
+}
+
+// streams are the steady Allocate loads of w beside its main schedule.
+func (w workload) streams() []stream {
+	if !w.tenants {
+		return nil
+	}
+	return []stream{
+		{"A critical", TenantsACritical, metadata.Pairs(TenantsHeader, "A", grpcguard.CriticalityHeader, "critical")},
+		{"B", TenantsSmall, metadata.Pairs(TenantsHeader, "B")},
+		{"C", TenantsSmall, metadata.Pairs(TenantsHeader, "C")},
+	}
 }
 
 func (w workload) args() []string {
@@ -106,6 +159,31 @@ func (w workload) args() []string {
 		a = append(a, "-stock-work", w.stockWork.String())
 	}
 	return a
+}
+
+// protectedArgs are the flags of the protected server beyond args.
+func (w workload) protectedArgs() []string {
+	if w.tenants {
+		return []string{"-tenant-header", TenantsHeader}
+	}
+	return nil
+}
+
+// mainPhases are the phases of the run's main schedule: the spike, or,
+// with tenants, A's sheddable calls (the spike less the steady streams,
+// at least a tenth of the capacity).
+func (w workload) mainPhases(s scenario.Settings, capacity float64) []loadgen.Phase {
+	phases := s.SpikePhases(capacity)
+	var steady float64
+	for _, st := range w.streams() {
+		steady += st.share * capacity
+	}
+	if steady > 0 {
+		for i := range phases {
+			phases[i].Rate = max(0.1*capacity, phases[i].Rate-steady)
+		}
+	}
+	return phases
 }
 
 func (w workload) String() string {
@@ -149,7 +227,7 @@ func run(ctx context.Context, env scenario.Env, s scenario.Settings, w workload)
 
 	// 2. The protected server, told nothing (or a bound: -capacity-guess),
 	// under the same load.
-	protectedArgs := w.args()
+	protectedArgs := append(w.args(), w.protectedArgs()...)
 	if s.CapacityGuess > 0 {
 		protectedArgs = append(protectedArgs, "-capacity", strconv.FormatFloat(res.Capacity*s.CapacityGuess, 'f', 1, 64))
 	}
@@ -171,7 +249,7 @@ func run(ctx context.Context, env scenario.Env, s scenario.Settings, w workload)
 	}
 
 	res.WorkIterations = workIterations
-	phases := s.SpikePhases(res.Capacity)
+	phases := w.mainPhases(s, res.Capacity)
 	how := "given with -capacity"
 	if res.Measured {
 		how = fmt.Sprintf("measured closed-loop for %v against the unprotected server", s.Calibrate)
@@ -217,7 +295,7 @@ func runServer(ctx context.Context, env scenario.Env, s scenario.Settings, w wor
 			return nil, fmt.Errorf("%s server: %w", name, err)
 		}
 	}
-	phases := s.SpikePhases(*capacity)
+	phases := w.mainPhases(s, *capacity)
 	opts := s.GeneratorOptions(env, name)
 	fmt.Fprintf(env.Stderr, "levee demo: %s run: %v normal at %.0f/s, %v spike at %.0f/s, %v recovery at %.0f/s\n",
 		name, phases[0].Duration, phases[0].Rate, phases[1].Duration, phases[1].Rate, phases[2].Duration, phases[2].Rate)
@@ -245,19 +323,54 @@ func runServer(ctx context.Context, env scenario.Env, s scenario.Settings, w wor
 	} else {
 		close(done)
 	}
+	streams := w.streams()
+	side := make([]*loadgen.Result, len(streams))
+	sideErr := make([]error, len(streams))
+	var wg sync.WaitGroup
+	for i, st := range streams {
+		steady := make([]loadgen.Phase, len(phases))
+		for j, p := range phases {
+			steady[j] = loadgen.Phase{Name: p.Name, Duration: p.Duration, Rate: st.share * *capacity}
+		}
+		gen, err := loadgen.New(t.AllocateCallWith(fmt.Sprintf("%s-%d-%d", name, i, time.Now().UnixNano()), st.md), steady, s.GeneratorOptions(env, name+" "+st.name)...)
+		if err != nil {
+			return nil, fmt.Errorf("%s %s run: %w", name, st.name, err)
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			side[i], sideErr[i] = gen.Run(ctx)
+		}()
+	}
+	if w.tenants {
+		t.SetMetadata(TenantsHeader, "A", grpcguard.CriticalityHeader, "sheddable")
+	}
 	run, err := t.Run(ctx, sc, s.Drain, phases, opts)
 	<-done
+	wg.Wait()
 	if err != nil {
 		return nil, fmt.Errorf("%s run: %w", name, err)
 	}
 	if stockErr != nil {
 		return nil, fmt.Errorf("%s GetStock run: %w", name, stockErr)
 	}
+	for i, err := range sideErr {
+		if err != nil {
+			return nil, fmt.Errorf("%s %s run: %w", name, streams[i].name, err)
+		}
+	}
 	run.Name = name
 	runs := []report.Run{run}
 	if w.stockRate > 0 {
 		run.Name = name + " Allocate"
 		runs = []report.Run{run, {Name: name + " GetStock", Result: stock}}
+	}
+	if w.tenants {
+		run.Name = name + " A sheddable"
+		runs = []report.Run{run}
+		for i, st := range streams {
+			runs = append(runs, report.Run{Name: name + " " + st.name, Result: side[i]})
+		}
 	}
 	return runs, nil
 }

@@ -1,0 +1,373 @@
+package grpcguard
+
+import (
+	"context"
+	"errors"
+	"net"
+	"sync"
+	"testing"
+	"time"
+
+	v3orcapb "github.com/cncf/xds/go/xds/data/orca/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/attributes"
+	"google.golang.org/grpc/balancer"
+	"google.golang.org/grpc/balancer/base"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/connectivity"
+	"google.golang.org/grpc/credentials/insecure"
+	testgrpc "google.golang.org/grpc/interop/grpc_testing"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/orca"
+	"google.golang.org/grpc/resolver"
+	"google.golang.org/grpc/resolver/manual"
+	"google.golang.org/grpc/status"
+
+	"github.com/levee-go/levee/admission"
+)
+
+// oobBalancerName is a test LB policy that connects one SubConn and lets
+// the test listen for its out-of-band ORCA reports, as grpc-go's own ORCA
+// example does: RegisterOOBListener needs a SubConn, which only an LB
+// policy holds.
+const oobBalancerName = "levee_orca_oob_test"
+
+func init() { balancer.Register(oobBuilder{}) }
+
+type oobBuilder struct{}
+
+func (oobBuilder) Name() string { return oobBalancerName }
+func (oobBuilder) Build(cc balancer.ClientConn, _ balancer.BuildOptions) balancer.Balancer {
+	return &oobBalancer{cc: cc}
+}
+
+// oobProbeKey carries the test's *oobProbe in the resolver state.
+type oobProbeKey struct{}
+
+// oobProbe receives the balancer's SubConn once it is ready.
+type oobProbe struct {
+	ready chan balancer.SubConn
+}
+
+type oobBalancer struct {
+	cc balancer.ClientConn
+	sc balancer.SubConn
+}
+
+func (b *oobBalancer) UpdateClientConnState(s balancer.ClientConnState) error {
+	if b.sc != nil {
+		return nil
+	}
+	probe, _ := s.ResolverState.Attributes.Value(oobProbeKey{}).(*oobProbe)
+	var sc balancer.SubConn
+	var once sync.Once
+	sc, err := b.cc.NewSubConn(s.ResolverState.Addresses, balancer.NewSubConnOptions{
+		StateListener: func(st balancer.SubConnState) {
+			if st.ConnectivityState == connectivity.Ready {
+				b.cc.UpdateState(balancer.State{ConnectivityState: connectivity.Ready, Picker: scPicker{sc}})
+				once.Do(func() { probe.ready <- sc })
+			}
+		},
+	})
+	if err != nil {
+		return err
+	}
+	b.sc = sc
+	b.cc.UpdateState(balancer.State{ConnectivityState: connectivity.Connecting, Picker: base.NewErrPicker(balancer.ErrNoSubConnAvailable)})
+	sc.Connect()
+	return nil
+}
+
+func (b *oobBalancer) ResolverError(error)                                        {}
+func (b *oobBalancer) UpdateSubConnState(balancer.SubConn, balancer.SubConnState) {}
+func (b *oobBalancer) ExitIdle()                                                  {}
+func (b *oobBalancer) Close() {
+	if b.sc != nil {
+		b.sc.Shutdown()
+	}
+}
+
+type scPicker struct{ sc balancer.SubConn }
+
+func (p scPicker) Pick(balancer.PickInfo) (balancer.PickResult, error) {
+	return balancer.PickResult{SubConn: p.sc}, nil
+}
+
+// oobListener passes each report to a channel.
+type oobListener chan *v3orcapb.OrcaLoadReport
+
+func (l oobListener) OnLoadReport(r *v3orcapb.OrcaLoadReport) {
+	select {
+	case l <- r:
+	default:
+	}
+}
+
+// oobReport opens an out-of-band stream on sc and returns its first
+// report, which grpc-go's ORCA service sends as soon as the stream opens
+// (later ones come DefaultORCAMinInterval apart at the earliest).
+func oobReport(t *testing.T, sc balancer.SubConn) *v3orcapb.OrcaLoadReport {
+	t.Helper()
+	l := make(oobListener, 1)
+	stop := orca.RegisterOOBListener(sc, l, orca.OOBListenerOptions{ReportInterval: time.Second})
+	defer stop()
+	select {
+	case r := <-l:
+		return r
+	case <-time.After(10 * time.Second):
+		t.Fatal("no out-of-band load report within 10s")
+		return nil
+	}
+}
+
+// orcaService answers EmptyCall after sleeping work, and fails UnaryCall.
+type orcaService struct {
+	testgrpc.UnimplementedTestServiceServer
+	work time.Duration
+}
+
+func (s *orcaService) EmptyCall(context.Context, *testgrpc.Empty) (*testgrpc.Empty, error) {
+	time.Sleep(s.work)
+	return &testgrpc.Empty{}, nil
+}
+
+func (s *orcaService) FullDuplexCall(stream testgrpc.TestService_FullDuplexCallServer) error {
+	for {
+		if _, err := stream.Recv(); err != nil {
+			return nil
+		}
+		if err := stream.Send(&testgrpc.StreamingOutputCallResponse{}); err != nil {
+			return err
+		}
+	}
+}
+
+func (s *orcaService) UnaryCall(context.Context, *testgrpc.SimpleRequest) (*testgrpc.SimpleResponse, error) {
+	return nil, status.Error(codes.FailedPrecondition, "always fails")
+}
+
+// orcaEnv is a guarded server with ORCA reports on 127.0.0.1: EmptyCall
+// passes its guard, UnaryCall's rule refuses while off is set.
+type orcaEnv struct {
+	addr string
+	r    *ORCA
+	cpu  *fixedUtil
+	off  *switchGuard
+}
+
+func startORCAServer(t *testing.T, work time.Duration, opts ...ORCAOption) *orcaEnv {
+	t.Helper()
+	e := &orcaEnv{cpu: &fixedUtil{}, off: &switchGuard{}}
+	s := mustServer(t, []Rule{
+		{Methods: []string{emptyCall}, Guards: []admission.Guard{&switchGuard{}}},
+		{Methods: []string{unaryCall}, Guards: []admission.Guard{e.off}},
+	})
+	e.r = mustORCA(t, s, append([]ORCAOption{WithORCACPU(e.cpu), WithORCACapacity(newFixedCap(4)), WithORCAWindow(200 * time.Millisecond)}, opts...)...)
+	gs := grpc.NewServer(e.r.ServerOptions()...)
+	testgrpc.RegisterTestServiceServer(gs, &orcaService{work: work})
+	if err := e.r.Register(gs); err != nil {
+		t.Fatalf("ORCA.Register() = %v", err)
+	}
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.addr = lis.Addr().String()
+	go gs.Serve(lis)
+	t.Cleanup(gs.Stop)
+	return e
+}
+
+// load runs workers calling EmptyCall back to back, and one calling
+// UnaryCall, until stop is called.
+func load(client testgrpc.TestServiceClient, workers int) (stop func()) {
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	for i := range workers + 1 {
+		wg.Go(func() {
+			for ctx.Err() == nil {
+				if i == workers {
+					client.UnaryCall(ctx, &testgrpc.SimpleRequest{})
+					time.Sleep(5 * time.Millisecond)
+				} else {
+					client.EmptyCall(ctx, &testgrpc.Empty{})
+				}
+			}
+		})
+	}
+	return func() { cancel(); wg.Wait() }
+}
+
+// TestORCAOutOfBandFollowsLoad: a client's out-of-band listener, through
+// grpc-go's ORCA producer and levee's ORCA service on loopback, gets
+// reports that follow the server's load: idle, then busy (four workers on
+// a 10ms handler with a capacity of 4: application utilisation near 1,
+// errors from the always-failing and the refused calls), then idle again.
+func TestORCAOutOfBandFollowsLoad(t *testing.T) {
+	e := startORCAServer(t, 10*time.Millisecond)
+	probe := &oobProbe{ready: make(chan balancer.SubConn, 1)}
+	r := manual.NewBuilderWithScheme("orcaoob")
+	r.InitialState(resolver.State{
+		Addresses:  []resolver.Address{{Addr: e.addr}},
+		Attributes: attributes.New(oobProbeKey{}, probe),
+	})
+	conn, err := grpc.NewClient(r.Scheme()+":///server",
+		grpc.WithResolvers(r),
+		grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithDefaultServiceConfig(`{"loadBalancingConfig":[{"`+oobBalancerName+`":{}}]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	conn.Connect()
+	var sc balancer.SubConn
+	select {
+	case sc = <-probe.ready:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the test balancer's SubConn is not ready within 10s")
+	}
+	client := testgrpc.NewTestServiceClient(conn)
+
+	e.cpu.set(0.1)
+	idle := oobReport(t, sc)
+	if idle.CpuUtilization != 0.1 || idle.RpsFractional != 0 || idle.ApplicationUtilization != 0 {
+		t.Errorf("idle report = {cpu %v, app %v, rps %v}, want {0.1, 0, 0}", idle.CpuUtilization, idle.ApplicationUtilization, idle.RpsFractional)
+	}
+
+	e.cpu.set(0.8)
+	e.off.on.Store(true) // UnaryCall refused by its rule from now on
+	stop := load(client, 4)
+	time.Sleep(500 * time.Millisecond) // more than two windows of load
+	busy := oobReport(t, sc)
+	stop()
+	t.Logf("busy report: cpu %.2f, application %.2f, rps %.0f, eps %.0f", busy.CpuUtilization, busy.ApplicationUtilization, busy.RpsFractional, busy.Eps)
+	if busy.CpuUtilization != 0.8 {
+		t.Errorf("busy report: cpu_utilization = %v, want 0.8", busy.CpuUtilization)
+	}
+	// Four workers on a 10ms handler: up to 400 calls/s and 4 calls
+	// running (a capacity's worth); a shared machine gets less.
+	if busy.ApplicationUtilization < 0.3 || busy.ApplicationUtilization > 1.2 {
+		t.Errorf("busy report: application_utilization = %v, want in [0.3, 1.2]", busy.ApplicationUtilization)
+	}
+	if busy.RpsFractional < 50 {
+		t.Errorf("busy report: rps_fractional = %v, want >= 50", busy.RpsFractional)
+	}
+	if busy.Eps <= 0 || busy.Eps >= busy.RpsFractional {
+		t.Errorf("busy report: eps = %v, want in (0, rps %v)", busy.Eps, busy.RpsFractional)
+	}
+
+	// Calls that ended after the busy report count in the next one; the
+	// one after that covers only idle time.
+	time.Sleep(300 * time.Millisecond)
+	oobReport(t, sc)
+	time.Sleep(300 * time.Millisecond)
+	after := oobReport(t, sc)
+	if after.RpsFractional != 0 || after.ApplicationUtilization != 0 {
+		t.Errorf("report after the load = {app %v, rps %v}, want {0, 0}", after.ApplicationUtilization, after.RpsFractional)
+	}
+}
+
+// TestORCAPerCallOverLoopback: with WithORCAPerCall, a client interceptor
+// finds a load report in each call's trailer, failed calls included, and
+// its rates follow the load; without it, no trailer.
+func TestORCAPerCallOverLoopback(t *testing.T) {
+	for _, perCall := range []bool{true, false} {
+		var opts []ORCAOption
+		if perCall {
+			opts = append(opts, WithORCAPerCall())
+		}
+		e := startORCAServer(t, 5*time.Millisecond, opts...)
+		e.cpu.set(0.5)
+		var mu sync.Mutex
+		var last *v3orcapb.OrcaLoadReport
+		reports, calls := 0, 0
+		record := func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+			var md metadata.MD
+			err := invoker(ctx, method, req, reply, cc, append(opts, grpc.Trailer(&md))...)
+			if status.Code(err) == codes.Canceled {
+				return err // the load's end: the client left before the trailer
+			}
+			lr, perr := toLoadReport(md)
+			if perr != nil {
+				return errors.Join(err, perr)
+			}
+			mu.Lock()
+			calls++
+			if lr != nil {
+				reports++
+				last = lr
+			}
+			mu.Unlock()
+			return err
+		}
+		conn, err := grpc.NewClient(e.addr, grpc.WithTransportCredentials(insecure.NewCredentials()), grpc.WithChainUnaryInterceptor(record))
+		if err != nil {
+			t.Fatal(err)
+		}
+		client := testgrpc.NewTestServiceClient(conn)
+		stop := load(client, 2)
+		time.Sleep(500 * time.Millisecond)
+		stop()
+		for range 3 { // a failing call carries a report too
+			if _, err := client.UnaryCall(context.Background(), &testgrpc.SimpleRequest{}); status.Code(err) != codes.FailedPrecondition {
+				t.Fatalf("UnaryCall() = %v, want FAILED_PRECONDITION", err)
+			}
+		}
+		conn.Close()
+		mu.Lock()
+		if !perCall {
+			if reports != 0 {
+				t.Errorf("without WithORCAPerCall: %d of %d calls had a load report, want none", reports, calls)
+			}
+			mu.Unlock()
+			continue
+		}
+		t.Logf("per call: %d of %d calls had a report; last: cpu %.2f, application %.2f, rps %.0f, eps %.0f",
+			reports, calls, last.CpuUtilization, last.ApplicationUtilization, last.RpsFractional, last.Eps)
+		if reports != calls || calls == 0 {
+			t.Errorf("with WithORCAPerCall: %d of %d calls had a load report, want all", reports, calls)
+		}
+		if last.CpuUtilization != 0.5 || last.RpsFractional <= 0 || last.ApplicationUtilization <= 0 || last.Eps <= 0 {
+			t.Errorf("last per-call report = {cpu %v, app %v, rps %v, eps %v}, want cpu 0.5 and the rest > 0",
+				last.CpuUtilization, last.ApplicationUtilization, last.RpsFractional, last.Eps)
+		}
+		mu.Unlock()
+	}
+}
+
+// TestORCAStreamCountsAndReports: a stream counts as one call when it
+// ends, and with WithORCAPerCall its trailer carries a report.
+func TestORCAStreamCountsAndReports(t *testing.T) {
+	e := startORCAServer(t, 0, WithORCAPerCall())
+	e.cpu.set(0.5)
+	conn, err := grpc.NewClient(e.addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	stream, err := testgrpc.NewTestServiceClient(conn).FullDuplexCall(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range 3 {
+		if err := stream.Send(&testgrpc.StreamingOutputCallRequest{}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := stream.Recv(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := stream.CloseSend(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := stream.Recv(); err == nil {
+		t.Fatal("Recv() after CloseSend = nil, want the end of the stream")
+	}
+	lr, err := toLoadReport(stream.Trailer())
+	if err != nil || lr == nil {
+		t.Fatalf("stream trailer: load report = %v, %v; want one", lr, err)
+	}
+	if got := e.r.calls.Load(); got != 1 {
+		t.Errorf("ORCA counted %d calls after one stream, want 1", got)
+	}
+}

@@ -1,0 +1,47 @@
+package grpcguard
+
+import (
+	"context"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/levee-go/levee/admission"
+)
+
+// RefusalEvent is the name of the span event a refused call adds to its
+// span, when one is recording. Its attributes are levee.guard (the
+// refusing guard's name), levee.reason (the Decision's reason) and, when
+// the refusal carries a retry delay, levee.retry_after (seconds).
+//
+// Which refusals carry it: those decided where the call's context holds
+// the span, that is by UnaryServerInterceptor and StreamServerInterceptor
+// (the rechecks of a call the tap admitted, such as a deadline or a queue
+// delay that ran out, and whole rules when the tap is not installed) and
+// by MiddlewareLimiter. A refusal in TapHandle carries none: the tap runs
+// before grpc-go creates the stream and before stats handlers (such as
+// OpenTelemetry's otelgrpc) start the call's span, so there is no span to
+// add it to; those refusals are counted in the Server's Stats.
+const RefusalEvent = "levee.refusal"
+
+// Attribute keys of the RefusalEvent.
+const (
+	attrGuard      = attribute.Key("levee.guard")
+	attrReason     = attribute.Key("levee.reason")
+	attrRetryAfter = attribute.Key("levee.retry_after")
+)
+
+// traceRefusal adds the RefusalEvent to the span of ctx if one is
+// recording. When none is, it costs a context lookup and allocates
+// nothing.
+func traceRefusal(ctx context.Context, guard string, d admission.Decision) {
+	span := trace.SpanFromContext(ctx)
+	if !span.IsRecording() {
+		return
+	}
+	attrs := []attribute.KeyValue{attrGuard.String(guard), attrReason.String(d.Reason)}
+	if d.RetryAfter > 0 && d.RetryAfter != admission.Never {
+		attrs = append(attrs, attrRetryAfter.Float64(d.RetryAfter.Seconds()))
+	}
+	span.AddEvent(RefusalEvent, trace.WithAttributes(attrs...))
+}

@@ -1,0 +1,301 @@
+package policy
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"log"
+	"os"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+
+	"github.com/fsnotify/fsnotify"
+	"google.golang.org/grpc"
+
+	"github.com/levee-go/levee/admission"
+	"github.com/levee-go/levee/grpcguard"
+)
+
+// Option configures a Reloader. Options only record values.
+type Option func(*options)
+
+type options struct {
+	cpu  CPUSignal
+	logf func(format string, args ...any)
+}
+
+// WithCPU gives the guards that follow the CPU signal (the preset's run
+// limit, runlimit and loadshed guards) a signal, typically a *cpu.Monitor
+// the caller runs for the life of the Reloader. Default: none; the run
+// limits then follow service times alone, and a policy with a loadshed
+// guard does not build.
+func WithCPU(c CPUSignal) Option { return func(o *options) { o.cpu = c } }
+
+// WithLogf sets where the Reloader says what it did (a reload, a rejected
+// file). Default log.Printf.
+func WithLogf(logf func(format string, args ...any)) Option {
+	return func(o *options) { o.logf = logf }
+}
+
+// Reloader runs a policy file in a grpcguard.Server and reloads it: on
+// Reload (call it on SIGHUP) and, once Watch is called, whenever the file
+// changes, including the symlink swap by which Kubernetes updates a
+// mounted ConfigMap.
+//
+// A reload reads the file, decodes and validates it, builds its guards,
+// then swaps the Server's rules in one atomic step (grpcguard.Server.Swap).
+// A file that fails any step leaves the policy in force as it was, and is
+// reported: a log line and the failed count of Reloads. Calls in flight
+// finish under the rules that admitted them and give their permits back to
+// those guards. A guard whose rule, name, type and parameters did not
+// change is the same instance after the reload, with its learned state
+// (tokens, learned limits and service times) and its counters; a rule
+// whose guards and shadow mode did not change keeps its decision counts.
+// Guards no longer used are stopped, and their counts leave Stats.
+//
+// Create one with NewReloader; the zero value is not usable. A Reloader is
+// safe for concurrent use. Close it when the gRPC server has stopped.
+type Reloader struct {
+	path   string
+	o      options
+	server *grpcguard.Server
+
+	mu        sync.Mutex // serialises reloads and Close
+	cur       atomic.Pointer[built]
+	lastBytes []byte // the file's content at the last reload attempt
+	closed    bool
+
+	ok, failed atomic.Uint64
+
+	watcher *fsnotify.Watcher
+	done    chan struct{} // closed when the watch goroutine ends
+	// reported, set by in-package tests, is called after each reload
+	// attempt with its error.
+	reported func(error)
+}
+
+// NewReloader loads the policy file at path into a new grpcguard.Server.
+// It returns an error (an Errors for a bad file) and starts nothing when
+// the file cannot be read, decoded or built.
+func NewReloader(path string, opts ...Option) (*Reloader, error) {
+	r := &Reloader{path: path}
+	for _, opt := range opts {
+		if opt != nil {
+			opt(&r.o)
+		}
+	}
+	if r.o.logf == nil {
+		r.o.logf = log.Printf
+	}
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("policy: %w", err)
+	}
+	p, err := Decode(path, data)
+	if err != nil {
+		return nil, err
+	}
+	b, err := build(p, p.Hash(), nil, r.o.cpu)
+	if err != nil {
+		return nil, err
+	}
+	srv, err := grpcguard.New(b.rules, grpcguard.WithExempt(b.exempt...))
+	if err != nil {
+		b.closeUnused(nil)
+		return nil, fmt.Errorf("policy: %w", err)
+	}
+	r.server = srv
+	r.lastBytes = data
+	r.cur.Store(b)
+	return r, nil
+}
+
+// Server returns the transport that runs the policy.
+func (r *Reloader) Server() *grpcguard.Server { return r.server }
+
+// ServerOptions returns the options that install the policy in a
+// grpc.Server (the Server's tap handle and interceptors).
+func (r *Reloader) ServerOptions() []grpc.ServerOption { return r.server.ServerOptions() }
+
+// Policy returns the policy in force.
+func (r *Reloader) Policy() *Policy { return r.cur.Load().policy }
+
+// Hash returns the Hash of the policy in force.
+func (r *Reloader) Hash() uint64 { return r.cur.Load().hash }
+
+// Reloads returns how many reloads succeeded and how many failed since
+// NewReloader.
+func (r *Reloader) Reloads() (ok, failed uint64) { return r.ok.Load(), r.failed.Load() }
+
+// Stats returns the decision counts of every guard of the policy in force
+// (a guard in shadow mode on its own counts the calls it let through as
+// ShadowRefused). With HandlerStarts it makes the Reloader a
+// metrics.ServerSource.
+func (r *Reloader) Stats() []admission.GuardStats {
+	b := r.cur.Load()
+	return b.stats(r.server.Stats())
+}
+
+// HandlerStarts returns how many handlers started on guarded calls.
+func (r *Reloader) HandlerStarts() uint64 { return r.server.HandlerStarts() }
+
+// Reload reads the file again and puts its policy in force. On error the
+// policy in force stays, and the error says why (an Errors for a bad
+// file). Reloading an unchanged file succeeds and changes nothing.
+func (r *Reloader) Reload() error { return r.reload(true) }
+
+// reload reloads the file; unless forced, an unchanged file is skipped
+// without a report (a watch sees several events per change).
+func (r *Reloader) reload(force bool) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.closed {
+		return errors.New("policy: Reloader is closed")
+	}
+	data, err := os.ReadFile(r.path)
+	if err == nil && !force && bytes.Equal(data, r.lastBytes) {
+		return nil
+	}
+	if err == nil {
+		r.lastBytes = data
+		err = r.apply(data)
+	} else {
+		err = fmt.Errorf("policy: %w", err)
+	}
+	cur := r.cur.Load()
+	if err != nil {
+		r.failed.Add(1)
+		r.o.logf("levee: policy %s rejected, keeping policy %s: %s", r.path, HashString(cur.hash), oneLine(err))
+	} else {
+		r.ok.Add(1)
+		r.o.logf("levee: policy %s loaded: policy %s in force", r.path, HashString(cur.hash))
+	}
+	if r.reported != nil {
+		r.reported(err)
+	}
+	return err
+}
+
+// apply decodes, builds and swaps in data.
+func (r *Reloader) apply(data []byte) error {
+	p, err := Decode(r.path, data)
+	if err != nil {
+		return err
+	}
+	prev := r.cur.Load()
+	hash := p.Hash()
+	if hash == prev.hash {
+		return nil
+	}
+	b, err := build(p, hash, prev, r.o.cpu)
+	if err != nil {
+		return err
+	}
+	if err := r.server.Swap(b.rules, grpcguard.WithExempt(b.exempt...)); err != nil {
+		b.closeUnused(prev)
+		return fmt.Errorf("policy: %w", err)
+	}
+	r.cur.Store(b)
+	prev.closeUnused(b)
+	return nil
+}
+
+func oneLine(err error) string {
+	var es Errors
+	if errors.As(err, &es) && len(es) > 1 {
+		return fmt.Sprintf("%s (and %d more)", es[0], len(es)-1)
+	}
+	return err.Error()
+}
+
+// Watch starts watching the file: the directory that holds it, and the
+// directory its symlink resolves to, again after every change (a
+// Kubernetes ConfigMap is a symlink to a directory that is swapped
+// whole). Each change reloads the file as Reload does, except that a file
+// whose content did not change is skipped silently. Close stops the
+// watch. It returns an error if the watch cannot start or is started
+// twice.
+func (r *Reloader) Watch() error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.closed {
+		return errors.New("policy: Reloader is closed")
+	}
+	if r.watcher != nil {
+		return errors.New("policy: Watch called twice")
+	}
+	w, err := fsnotify.NewWatcher()
+	if err != nil {
+		return fmt.Errorf("policy: watching %s: %w", r.path, err)
+	}
+	watched := map[string]bool{}
+	if err := watchDirs(w, r.path, watched); err != nil {
+		_ = w.Close()
+		return fmt.Errorf("policy: watching %s: %w", r.path, err)
+	}
+	r.watcher = w
+	r.done = make(chan struct{})
+	go r.watch(w, watched)
+	return nil
+}
+
+// watchDirs adds the directory of path and of the file its symlinks
+// resolve to.
+func watchDirs(w *fsnotify.Watcher, path string, watched map[string]bool) error {
+	dirs := []string{filepath.Dir(path)}
+	if real, err := filepath.EvalSymlinks(path); err == nil {
+		dirs = append(dirs, filepath.Dir(real))
+	}
+	for _, d := range dirs {
+		if watched[d] {
+			continue
+		}
+		if err := w.Add(d); err != nil {
+			return err
+		}
+		watched[d] = true
+	}
+	return nil
+}
+
+func (r *Reloader) watch(w *fsnotify.Watcher, watched map[string]bool) {
+	defer close(r.done)
+	for {
+		select {
+		case _, ok := <-w.Events:
+			if !ok {
+				return
+			}
+			// Any change in a watched directory may be the file's: an
+			// edit, a rename over it, a swap of the symlink it goes
+			// through. Reading it again tells.
+			_ = watchDirs(w, r.path, watched)
+			_ = r.reload(false)
+		case err, ok := <-w.Errors:
+			if !ok {
+				return
+			}
+			r.o.logf("levee: watching policy %s: %v", r.path, err)
+		}
+	}
+}
+
+// Close stops the watch and the guards the policy started (sweepers, load
+// shedders). Calls still running finish normally. It is safe to call more
+// than once.
+func (r *Reloader) Close() {
+	r.mu.Lock()
+	if r.closed {
+		r.mu.Unlock()
+		return
+	}
+	r.closed = true
+	w := r.watcher
+	r.mu.Unlock()
+	if w != nil {
+		_ = w.Close()
+		<-r.done
+	}
+	r.cur.Load().closeUnused(nil)
+}

@@ -1,0 +1,85 @@
+package runlimit
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/levee-go/levee/admission"
+	"github.com/levee-go/levee/ratelimit"
+)
+
+// tenantNames are the tenants of the benchmarks: a few hundred, as a
+// multi-tenant server sees.
+var tenantNames = func() []string {
+	n := make([]string, 256)
+	for i := range n {
+		n[i] = fmt.Sprintf("tenant-%03d", i)
+	}
+	return n
+}()
+
+// BenchmarkFairAdmit is the fair-share admission of a call of a tenant
+// and class: its lane found, Admissible, the reservation made and ended.
+// Compare with BenchmarkKeyedAllow, the plain keyed bucket, in the same
+// run.
+func BenchmarkFairAdmit(b *testing.B) {
+	l, err := New()
+	if err != nil {
+		b.Fatal(err)
+	}
+	f := l.Flow("/svc/Call")
+	b.RunParallel(func(pb *testing.PB) {
+		i := 0
+		for pb.Next() {
+			ln := f.Lane(tenantNames[i&255], admission.Sheddable)
+			if ln.Admissible() {
+				ln.unreserve(ln.reserve())
+			}
+			i++
+		}
+	})
+}
+
+// BenchmarkKeyedAllow is the plain keyed token bucket of package
+// ratelimit over the same keys.
+func BenchmarkKeyedAllow(b *testing.B) {
+	k, err := ratelimit.NewKeyed(ratelimit.Inf, 1, ratelimit.WithSweepInterval(0))
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer k.Close()
+	b.RunParallel(func(pb *testing.PB) {
+		i := 0
+		for pb.Next() {
+			k.Allow(tenantNames[i&255])
+			i++
+		}
+	})
+}
+
+func TestFairAdmissionAllocatesNothing(t *testing.T) {
+	l := mustNew(t, WithBounds(4, 4))
+	g := NewGuard("run", l)
+	st := g.(admission.Starter)
+	c := admission.Call{Ctx: context.Background(), Method: "/svc/Call", Tenant: "acme", Class: admission.SheddablePlus}
+	// Known tenant and flow: the admitted path, turn taken and returned.
+	d := g.Admit(c)
+	g.Finish(c, d.Permit, admission.Outcome{Skipped: true})
+	allocs := testing.AllocsPerRun(1000, func() {
+		c.Now = time.Now()
+		d := g.Admit(c)
+		if d.Refused {
+			t.Fatal("refused")
+		}
+		d = st.Start(c, d.Permit)
+		if d.Refused {
+			t.Fatal("refused at start")
+		}
+		g.Finish(c, d.Permit, admission.Outcome{Duration: time.Millisecond})
+	})
+	if allocs != 0 {
+		t.Errorf("admitted path of a tenant's call: %v allocs, want 0", allocs)
+	}
+}

@@ -1,0 +1,274 @@
+package runlimit
+
+import (
+	"context"
+	"hash/maphash"
+	"math"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/levee-go/levee/admission"
+)
+
+// Defaults of the tenants a Limiter shares its turns among.
+const (
+	// DefaultMaxTenants is how many tenants a Limiter tracks separately
+	// (WithMaxTenants); later tenants share the lanes of OverflowTenant.
+	DefaultMaxTenants = 4096
+	// MaxTenantLen is the longest tenant name kept: a longer name is
+	// treated as OverflowTenant, so that memory stays bounded whatever
+	// callers send.
+	MaxTenantLen = 128
+	// tenantIdle is how long a tenant's lanes must have been empty and
+	// unused before they are forgotten.
+	tenantIdle = 10 * time.Second
+	// sweepEvery is how often idle tenants are looked for.
+	sweepEvery = time.Second
+)
+
+// OverflowTenant is the tenant shared by tenants beyond a Limiter's cap
+// (WithMaxTenants) and by names longer than MaxTenantLen.
+const OverflowTenant = "*"
+
+// weightOne is a weight of 1 in fixed point.
+const weightOne = 1024
+
+// Lane is the queue of one tenant's calls of one flow in one criticality
+// class. Turns go first to the highest class with calls waiting; within a
+// class, lanes share them by start-time fair queueing, each lane's calls
+// weighted by its flow's service time divided by its tenant's weight, so
+// that capacity is shared max-min fairly among the tenants and methods
+// present: a lane that asks for less than its share is served as it asks,
+// and what it leaves goes to the others.
+//
+// Get one with Flow.Lane; the zero Lane is not usable. It is safe for
+// concurrent use.
+type Lane struct {
+	f      *Flow
+	tenant string
+	class  admission.Criticality
+	weight int64 // fixed point, weightOne = 1
+
+	// count is the calls admitted to wait for a turn (reserve) and not yet
+	// given one or refused, waiting or on their way to wait.
+	count atomic.Int64
+
+	// under Limiter.mu
+	head, tail *waiter
+	finish     float64 // finish tag of the lane's last queued call
+}
+
+// Tenant returns the lane's tenant ("" for calls of no tenant).
+func (ln *Lane) Tenant() string { return ln.tenant }
+
+// Class returns the lane's criticality class.
+func (ln *Lane) Class() admission.Criticality { return ln.class }
+
+// Flow returns the flow the lane belongs to.
+func (ln *Lane) Flow() *Flow { return ln.f }
+
+// Waiting returns the calls of the lane that were admitted to wait for a
+// turn and have not yet got one or given up.
+func (ln *Lane) Waiting() int { return int(ln.count.Load()) }
+
+// reserve counts a call admitted to wait for a turn as on its way, so
+// that Admissible sees it, and returns the cost it added to its class's
+// work: end the reservation with unreserve(cost).
+func (ln *Lane) reserve() int64 {
+	l := ln.f.l
+	cost := int64(ln.f.cost())
+	l.work[ln.class.Index()].Add(cost)
+	if ln.count.Add(1) == 2 {
+		l.backlogged[ln.class.Index()].Add(ln.weight)
+	}
+	return cost
+}
+
+// unreserve ends a reservation that added cost.
+func (ln *Lane) unreserve(cost int64) {
+	l := ln.f.l
+	l.work[ln.class.Index()].Add(-cost)
+	if ln.count.Add(-1) == 1 {
+		l.backlogged[ln.class.Index()].Add(-ln.weight)
+	}
+}
+
+// Admissible reports whether a new call of the lane may be admitted to
+// wait for a turn. A lane with no call waiting always may. Otherwise the
+// wait it may add is half its flow's queue target: in that time the
+// Limiter hands out limit × target/2 of turn time, less what the calls of
+// higher classes already waiting will take, scaled by the share of the
+// turns that calls of higher classes left to this class over the last
+// interval. Two calls more than that fit, so that a burst at normal load
+// is not refused on a server that runs one call at a time — unless higher
+// classes take every turn. Of that, a lane with calls queued gets its
+// weight's share among the lanes of its class that have calls queued too,
+// but never less than two calls, so that it stays backlogged and gets its
+// share of the turns.
+func (ln *Lane) Admissible() bool {
+	q := ln.count.Load()
+	if q == 0 {
+		return true
+	}
+	f := ln.f
+	l := f.l
+	ci := ln.class.Index()
+	budget := float64(l.limit.Load()) * float64(f.QueueTarget()/2)
+	if ci < admission.Classes-1 {
+		var above int64
+		for k := ci + 1; k < admission.Classes; k++ {
+			above += l.work[k].Load()
+		}
+		budget = budget*math.Float64frombits(l.avail[ci].Load()) - float64(above)
+		if budget <= 0 {
+			return false
+		}
+	}
+	share := 1.0
+	if bw := l.backlogged[ci].Load(); bw > 0 {
+		if q < 2 {
+			bw += ln.weight // not counted yet: would be, with one more
+		}
+		share = float64(ln.weight) / float64(max(bw, ln.weight))
+	}
+	// Two calls at least, one being handed a turn and one waiting, so
+	// that a lane with calls to run stays backlogged and gets its share.
+	return float64(q) < max(2, math.Ceil((budget/f.cost()+2)*share))
+}
+
+// Acquire takes a turn for a call of the lane, waiting if every turn is
+// taken, as Flow.Acquire does; it refuses at once with ErrQueueFull a call
+// the lane cannot admit.
+func (ln *Lane) Acquire(ctx context.Context) (Ticket, error) {
+	if t, ok := ln.f.TryAcquire(ln.f.l.o.now()); ok {
+		t.ln = ln
+		return t, nil
+	}
+	if !ln.Admissible() {
+		return Ticket{}, ErrQueueFull
+	}
+	return ln.acquire(ctx, ln.reserve())
+}
+
+// tenantLanes are the lanes of one tenant of a flow, one per class.
+type tenantLanes struct {
+	lanes [admission.Classes]Lane
+	used  atomic.Int64 // start of the interval of its last admission, ns since the Limiter's epoch
+}
+
+func (tl *tenantLanes) init(f *Flow, tenant string, weight int64) {
+	for i := range tl.lanes {
+		tl.lanes[i] = Lane{f: f, tenant: tenant, class: admission.Criticality(i) + admission.Sheddable, weight: weight}
+	}
+}
+
+func (tl *tenantLanes) idle() bool {
+	for i := range tl.lanes {
+		if tl.lanes[i].count.Load() != 0 {
+			return false
+		}
+	}
+	return true
+}
+
+// tenantShards is a flow's tenants, spread over shards each under its own
+// read-write lock, taken for reading to find a known tenant.
+type tenantShards struct {
+	seed   maphash.Seed
+	shards [64]tenantShard
+}
+
+type tenantShard struct {
+	mu sync.RWMutex
+	m  map[string]*tenantLanes
+	_  [40]byte // a shard a cache line
+}
+
+// Lane returns the lane of tenant's calls of class on f. Calls of no
+// tenant have tenant "". A name longer than MaxTenantLen, and tenants
+// beyond the Limiter's cap (WithMaxTenants), share the lanes of
+// OverflowTenant. Idle tenants are forgotten after a while; a Lane kept
+// meanwhile still works, but the tenant's new calls get new lanes.
+func (f *Flow) Lane(tenant string, class admission.Criticality) *Lane {
+	ci := class.Index()
+	if tenant == "" {
+		return &f.lanes[ci]
+	}
+	if len(tenant) > MaxTenantLen {
+		return &f.overflowLanes().lanes[ci]
+	}
+	l := f.l
+	s := &f.tenants.shards[maphash.String(f.tenants.seed, tenant)&63]
+	s.mu.RLock()
+	tl := s.m[tenant]
+	s.mu.RUnlock()
+	if tl == nil {
+		tl = f.newTenant(s, tenant)
+	}
+	// The start of the current interval, not the clock: reading the
+	// clock would cost more than the rest of the lookup.
+	if opened := l.openedAt.Load(); tl.used.Load() != opened {
+		tl.used.Store(opened)
+	}
+	return &tl.lanes[ci]
+}
+
+func (f *Flow) newTenant(s *tenantShard, tenant string) *tenantLanes {
+	l := f.l
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if tl := s.m[tenant]; tl != nil {
+		return tl
+	}
+	if l.tenantCount.Add(1) > int64(l.o.maxTenants) {
+		l.tenantCount.Add(-1)
+		return f.overflowLanes()
+	}
+	if s.m == nil {
+		s.m = map[string]*tenantLanes{}
+	}
+	tl := new(tenantLanes)
+	w := max(1, int64(l.o.defaultWeight*weightOne))
+	if tw, ok := l.o.weights[tenant]; ok {
+		w = max(1, int64(tw*weightOne))
+	}
+	tl.init(f, tenant, w)
+	tl.used.Store(l.openedAt.Load())
+	s.m[tenant] = tl
+	return tl
+}
+
+func (f *Flow) overflowLanes() *tenantLanes {
+	if tl := f.overflow.Load(); tl != nil {
+		return tl
+	}
+	tl := new(tenantLanes)
+	tl.init(f, OverflowTenant, weightOne)
+	if f.overflow.CompareAndSwap(nil, tl) {
+		return tl
+	}
+	return f.overflow.Load()
+}
+
+// sweepTenants forgets the tenants of every flow whose lanes have been
+// empty and unused for tenantIdle, as of now. Needs upd.
+func (l *Limiter) sweepTenants(flows []*Flow, now int64) {
+	for _, f := range flows {
+		for i := range f.tenants.shards {
+			s := &f.tenants.shards[i]
+			s.mu.Lock()
+			for name, tl := range s.m {
+				if now-tl.used.Load() >= int64(tenantIdle) && tl.idle() {
+					delete(s.m, name)
+					l.tenantCount.Add(-1)
+				}
+			}
+			s.mu.Unlock()
+		}
+	}
+}
+
+// Tenants returns how many tenants the Limiter tracks separately, over
+// all its flows.
+func (l *Limiter) Tenants() int { return int(l.tenantCount.Load()) }
