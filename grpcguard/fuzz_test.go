@@ -206,8 +206,8 @@ func FuzzRetryDelay(f *testing.F) {
 		}
 		return seed(st)
 	}
-	f.Add(seed(refusalStatus(codes.ResourceExhausted, "rate", admission.Decision{Refused: true, Reason: "rate limit exceeded", RetryAfter: 40 * time.Millisecond}, "")))
-	f.Add(seed(refusalStatus(codes.Unavailable, "tenant", admission.Decision{Refused: true, Reason: "over share", RetryAfter: time.Second, PerKey: true}, "acme")))
+	f.Add(seed(refusalStatus(context.Background(), codes.ResourceExhausted, "rate", admission.Decision{Refused: true, Reason: "rate limit exceeded", RetryAfter: 40 * time.Millisecond}, "")))
+	f.Add(seed(refusalStatus(context.Background(), codes.Unavailable, "tenant", admission.Decision{Refused: true, Reason: "over share", RetryAfter: time.Second, PerKey: true}, "acme")))
 	f.Add(seed(status.New(codes.Unavailable, "no detail")))
 	f.Add(withInfo(&errdetails.RetryInfo{RetryDelay: durpb(2, 500)}))
 	f.Add([]byte{0x08, 0x08, 0x1a, 0x00})
@@ -241,7 +241,7 @@ func FuzzRefusalRetryInfo(f *testing.F) {
 	f.Add(int64(-time.Second), "", false)
 	f.Fuzz(func(t *testing.T, retryAfter int64, key string, perKey bool) {
 		dec := admission.Decision{Refused: true, Reason: "rate limit exceeded", RetryAfter: time.Duration(retryAfter), PerKey: perKey}
-		st := refusalStatus(codes.ResourceExhausted, "rate", dec, key)
+		st := refusalStatus(context.Background(), codes.ResourceExhausted, "rate", dec, key)
 		wire, err := proto.Marshal(st.Proto())
 		if err != nil {
 			t.Fatalf("refusal status with key %q does not marshal: %v", key, err)
