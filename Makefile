@@ -1,7 +1,7 @@
 # levee build and test targets. `make test` is what CI runs (.ci/run).
 GO ?= go
 
-.PHONY: test vet tidy layers race bench proto
+.PHONY: test vet tidy layers race bench proto fuzz soak
 
 ## test: vet and run every test with the race detector. Packages run one at a
 ## time (-p 1): the demo's end-to-end test pins server processes to CPUs and
@@ -30,3 +30,27 @@ bench:
 ## proto: regenerate the committed gRPC code of the example service.
 proto:
 	./examples/inventory/proto/generate.sh
+
+## fuzz: run every fuzz target in turn for FUZZTIME each. Not part of
+## `make test`, which runs the committed seed corpora (testdata/fuzz/) as
+## ordinary tests. The targets are found in the sources: a new
+## `func FuzzXxx(f *testing.F)` in a _test.go file is picked up with no
+## change here. FUZZ_TARGETS="./pkg:FuzzName ..." runs a chosen few; a
+## failing input is saved under the package's testdata/fuzz/FuzzName/ and
+## becomes a seed once committed.
+FUZZTIME ?= 30s
+FUZZ_TARGETS ?= $(shell grep -rE --include='*_test.go' --exclude-dir=bench -o '^func Fuzz[A-Za-z0-9_]*' . \
+	| sed -E 's|^(.*)/[^/]*_test\.go:func (Fuzz.*)$$|\1:\2|' | sort -u)
+fuzz:
+	@failed=; for t in $(FUZZ_TARGETS); do \
+		pkg=$${t%%:*}; name=$${t##*:}; \
+		echo "== $$name ($$pkg) for $(FUZZTIME)"; \
+		$(GO) test -run '^$$' -fuzz "^$$name\$$" -fuzztime $(FUZZTIME) $$pkg || failed="$$failed $$t"; \
+	done; \
+	if [ -n "$$failed" ]; then echo "fuzz: failed:$$failed"; exit 1; fi
+
+## soak: a 5-minute 10x overload of `levee serve` under ghz, sampling its
+## goroutines and RSS (see scripts/soak.sh; takes longer than DURATION).
+## Not part of `make test`.
+soak:
+	./scripts/soak.sh

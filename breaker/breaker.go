@@ -34,9 +34,15 @@ type Breaker struct {
 	cur atomic.Pointer[epoch]
 	_   [56]byte
 
-	rejected atomic.Uint64
-	ignored  atomic.Uint64
-	late     atomic.Uint64
+	rejected   atomic.Uint64
+	ignored    atomic.Uint64
+	late       atomic.Uint64
+	duplicates atomic.Uint64
+
+	// slots hold the admitted calls' permits (see Permit); the table only
+	// grows, under growMu.
+	slots  atomic.Pointer[[]*slotChunk]
+	growMu sync.Mutex
 
 	mu        sync.Mutex // serialises state changes
 	gen       uint64
@@ -102,17 +108,9 @@ func New(opts ...Option) (*Breaker, error) {
 	if o.countSize > 0 && o.countSize < o.minCalls {
 		b.minCalls = int64(o.countSize)
 	}
+	b.slots.Store(b.newSlots(nil, 1))
 	b.cur.Store(b.newEpoch(StateClosed, 0))
 	return b, nil
-}
-
-// Permit is the admission of one call by Allow or AllowAt. Finish the call
-// by calling Done exactly once, from any goroutine. A Permit is a small
-// value: copy it freely; it holds no lock and allocates nothing. The zero
-// Permit is inert: Done on it does nothing.
-type Permit struct {
-	e     *epoch
-	start int64 // admission time (Breaker.nanos), or noTime
 }
 
 // Allow asks to admit one call now. It returns a Permit, or ErrOpen while
@@ -120,29 +118,37 @@ type Permit struct {
 // with every probe in flight. It is AllowAt at the current time, except
 // that it reads the clock only when the decision needs it: never in the
 // closed state (Done then reads it if a time window needs the call's end).
-func (b *Breaker) Allow() (Permit, error) { return b.allow(noTime) }
+func (b *Breaker) Allow() (Permit, error) {
+	p, _, err := b.allow(noTime)
+	return p, err
+}
 
 // AllowAt is Allow at time now. A Permit from AllowAt finishes at now plus
 // the duration given to Done, so a test driving AllowAt never depends on
 // the wall clock.
-func (b *Breaker) AllowAt(now time.Time) (Permit, error) { return b.allow(b.nanos(now)) }
+func (b *Breaker) AllowAt(now time.Time) (Permit, error) {
+	p, _, err := b.allow(b.nanos(now))
+	return p, err
+}
 
-func (b *Breaker) allow(now int64) (Permit, error) {
+// allow admits a call at now (noTime: read the clock only if the decision
+// needs it) and also returns the admission time it recorded.
+func (b *Breaker) allow(now int64) (Permit, int64, error) {
 	for {
 		e := b.cur.Load()
 		switch e.state {
 		case StateClosed, StateDisabled:
-			return Permit{e, now}, nil
+			return b.claim(e, now), now, nil
 		case StateForcedOpen:
 			b.rejected.Add(1)
-			return Permit{}, ErrOpen
+			return Permit{}, now, ErrOpen
 		case StateOpen:
 			if now == noTime {
 				now = b.clock()
 			}
 			if now < e.until {
 				b.rejected.Add(1)
-				return Permit{}, ErrOpen
+				return Permit{}, now, ErrOpen
 			}
 			b.transition(e, StateHalfOpen, now)
 		case StateHalfOpen:
@@ -150,7 +156,7 @@ func (b *Breaker) allow(now int64) (Permit, error) {
 				now = b.clock()
 			}
 			if e.until != noTime && now >= e.until {
-				b.transition(e, StateOpen, now)
+				b.transition(e, StateOpen, e.until)
 				continue
 			}
 			limit := int64(b.o.halfOpenCalls)
@@ -158,34 +164,35 @@ func (b *Breaker) allow(now int64) (Permit, error) {
 				n := e.probe.issued.Load()
 				if n >= limit {
 					b.rejected.Add(1)
-					return Permit{}, ErrTooManyCalls
+					return Permit{}, now, ErrTooManyCalls
 				}
 				if e.probe.issued.CompareAndSwap(n, n+1) {
-					return Permit{e, now}, nil
+					return b.claim(e, now), now, nil
 				}
 			}
 		}
 	}
 }
 
-// Done finishes the call with its error and how long it took. The
-// classifier (after the local-refusal rule of WithLocalRefusalsCounted)
-// decides whether err is a success, a failure or ignored; a call longer than
-// the slow-call threshold is also slow. If the breaker has changed state
-// since the call was admitted — a late result from an earlier generation —
-// the outcome is dropped and only counted in Snapshot.Late.
-//
-// Done must be called exactly once per Permit; a forgotten half-open probe
-// holds its permit until WithMaxWaitInHalfOpen's deadline, if any.
-func (p Permit) Done(err error, d time.Duration) {
-	e := p.e
-	if e == nil || e.state == StateDisabled {
+// record judges the outcome of a call admitted by e at start (see
+// Permit.Done). It runs once per admission.
+func (b *Breaker) record(e *epoch, start int64, err error, d time.Duration) {
+	if e.state == StateDisabled {
 		return
 	}
-	b := e.b
 	if b.cur.Load() != e {
 		b.late.Add(1)
 		return
+	}
+	if e.probe != nil && e.until != noTime {
+		// A half-open probe is judged at the time it ended: one that ran to
+		// the maximum wait or past it belongs to the open state that began
+		// at the deadline.
+		if b.end(start, d) >= e.until {
+			b.transition(e, StateOpen, e.until)
+			b.late.Add(1)
+			return
+		}
 	}
 	out := Success
 	if err != nil || b.o.classify != nil {
@@ -203,10 +210,10 @@ func (p Permit) Done(err error, d time.Duration) {
 	case e.ring != nil:
 		calls, fails, slow := unpack(e.ring.record(c))
 		if calls >= b.minCalls && b.exceeded(calls, fails, slow) {
-			b.transition(e, StateOpen, p.end(d))
+			b.transition(e, StateOpen, b.end(start, d))
 		}
 	case e.tw != nil:
-		end := p.end(d)
+		end := b.end(start, d)
 		e.tw.mu.Lock()
 		s := e.tw.bins.Add(end, window.Sums{1, int64(c >> 1 & 1), int64(c >> 2 & 1)})
 		e.tw.calls++
@@ -223,18 +230,18 @@ func (p Permit) Done(err error, d time.Duration) {
 			if b.exceeded(calls, fails, slow) {
 				to = StateOpen
 			}
-			b.transition(e, to, p.end(d))
+			b.transition(e, to, b.end(start, d))
 		}
 	}
 }
 
-// end is the time the call finished: admission plus d, or the clock's time
-// when admission did not read the clock.
-func (p Permit) end(d time.Duration) int64 {
-	if p.start == noTime {
-		return p.e.b.clock()
+// end is the time a call admitted at start finished after d: start plus
+// d, or the clock's time when admission did not read the clock.
+func (b *Breaker) end(start int64, d time.Duration) int64 {
+	if start == noTime {
+		return b.clock()
 	}
-	return p.start + int64(max(d, 0))
+	return start + int64(max(d, 0))
 }
 
 // Execute runs fn if the breaker admits it and records its outcome; it
@@ -243,12 +250,11 @@ func (p Permit) end(d time.Duration) int64 {
 // clock only when the configuration needs it (slow-call tracking, a time
 // window, or a state other than closed).
 func (b *Breaker) Execute(fn func() error) error {
-	p, err := b.allow(noTime)
+	p, start, err := b.allow(noTime)
 	if err != nil {
 		return err
 	}
-	timed := b.o.slowRate > 0 || p.start != noTime
-	start := p.start
+	timed := b.o.slowRate > 0 || start != noTime
 	if timed && start == noTime {
 		start = b.clock()
 	}
@@ -276,7 +282,8 @@ func (b *Breaker) State() State { return b.StateAt(b.o.now()) }
 
 // StateAt returns the state at time now, making any change that is due by
 // then: open becomes half-open once the wait is over, half-open becomes open
-// once the maximum wait in half-open is over.
+// once the maximum wait in half-open is over (the wait in open then counts
+// from that deadline, not from now).
 func (b *Breaker) StateAt(now time.Time) State {
 	t := b.nanos(now)
 	for {
@@ -285,7 +292,7 @@ func (b *Breaker) StateAt(now time.Time) State {
 		case e.state == StateOpen && t >= e.until:
 			b.transition(e, StateHalfOpen, t)
 		case e.state == StateHalfOpen && e.until != noTime && t >= e.until:
-			b.transition(e, StateOpen, t)
+			b.transition(e, StateOpen, e.until)
 		default:
 			return e.state
 		}
@@ -506,7 +513,14 @@ type Snapshot struct {
 	Successes, Failures, SlowCalls uint64
 	Ignored                        uint64 // outcomes the classifier or the local-refusal rule ignored
 	Rejected                       uint64 // calls refused with ErrOpen or ErrTooManyCalls
-	Late                           uint64 // outcomes dropped because the state had changed
+	// Late counts outcomes dropped because the breaker had left the state
+	// that admitted the call: it had changed state since, or the call was
+	// a half-open probe that ended at or after the half-open maximum wait
+	// (see Permit.Done).
+	Late uint64
+	// Duplicates counts Done calls on a Permit already finished, which
+	// record nothing.
+	Duplicates uint64
 
 	// The current window: the closed state's sliding window (a time window
 	// as of its last recorded call), or the finished half-open probes.
@@ -530,6 +544,7 @@ func (b *Breaker) Snapshot() Snapshot {
 		Ignored:    b.ignored.Load(),
 		Rejected:   b.rejected.Load(),
 		Late:       b.late.Load(),
+		Duplicates: b.duplicates.Load(),
 	}
 	s.WindowCalls, s.WindowFailures, s.WindowSlowCalls = e.window()
 	return s

@@ -158,6 +158,7 @@ func TestAllocs(t *testing.T) {
 		{name: "Execute", give: func() { _ = closed.Execute(nop) }},
 		{name: "time window Execute", give: func() { _ = timed.Execute(nop) }},
 		{name: "refused", give: func() { _, _ = open.Allow() }},
+		{name: "Done twice", give: func() { p, _ := closed.AllowAt(t0); p.Done(nil, 0); p.Done(errBoom, 0) }},
 	}
 	for _, tt := range tests {
 		if a := testing.AllocsPerRun(1000, tt.give); a != 0 {

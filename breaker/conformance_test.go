@@ -7,6 +7,8 @@ package breaker
 import (
 	"errors"
 	"fmt"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -399,5 +401,198 @@ func TestIgnoredOutcomes(t *testing.T) {
 	wantState(t, b, 10*time.Second, StateClosed)
 	if s := b.Snapshot(); s.Ignored != 6 || s.WindowCalls != 0 {
 		t.Fatalf("Snapshot() ignored %d, window calls %d; want 6, 0", s.Ignored, s.WindowCalls)
+	}
+}
+
+// A Permit finished twice counts once, in every state, and a stale Permit
+// never finishes the call that got its slot next.
+func TestDoneTwiceCountsOnce(t *testing.T) {
+	t.Run("closed failure", func(t *testing.T) {
+		b := mustNew(t, WithCountWindow(4), WithMinimumCalls(4), WithFailureRate(50))
+		p, err := b.AllowAt(at(0))
+		if err != nil {
+			t.Fatal(err)
+		}
+		p.Done(errBoom, 0)
+		p.Done(errBoom, 0) // must not be a second failure: 1 of 4 is under 50%
+		call(t, b, 0, nil, 0)
+		call(t, b, 0, nil, 0)
+		call(t, b, 0, nil, 0)
+		wantState(t, b, 0, StateClosed)
+		if s := b.Snapshot(); s.Failures != 1 || s.WindowCalls != 4 || s.Duplicates != 1 {
+			t.Fatalf("Snapshot() failures %d, window calls %d, duplicates %d; want 1, 4, 1", s.Failures, s.WindowCalls, s.Duplicates)
+		}
+	})
+	t.Run("half-open probe cannot close the breaker for another", func(t *testing.T) {
+		b := tripped(t, 2, WithHalfOpenCalls(2))
+		p1, _ := b.AllowAt(at(10 * time.Second))
+		p2, err := b.AllowAt(at(10 * time.Second))
+		if err != nil {
+			t.Fatal(err)
+		}
+		p1.Done(nil, 0)
+		p1.Done(nil, 0) // p2 is still running: the probes are not all in
+		wantState(t, b, 10*time.Second, StateHalfOpen)
+		p2.Done(errBoom, 0) // 1 failure of 2 probes: 50% reopens
+		wantState(t, b, 10*time.Second, StateOpen)
+	})
+	t.Run("ignored probe gives its permit back once", func(t *testing.T) {
+		b := tripped(t, 2, WithHalfOpenCalls(1), WithClassifier(func(err error) Outcome {
+			if errors.Is(err, errIgnored) {
+				return Ignore
+			}
+			return DefaultClassifier(err)
+		}))
+		p, _ := b.AllowAt(at(10 * time.Second))
+		p.Done(errIgnored, 0)
+		p.Done(errIgnored, 0)
+		if _, err := b.AllowAt(at(10 * time.Second)); err != nil {
+			t.Fatalf("Breaker.AllowAt(t0+10s) error = %v, want the permit given back", err)
+		}
+		wantRefused(t, b, 10*time.Second, ErrTooManyCalls) // one probe, not two
+		if s := b.Snapshot(); s.Ignored != 1 || s.Duplicates != 1 {
+			t.Fatalf("Snapshot() ignored %d, duplicates %d; want 1, 1", s.Ignored, s.Duplicates)
+		}
+	})
+	t.Run("stale permit after its slot is reused", func(t *testing.T) {
+		b := mustNew(t, WithCountWindow(10_000), WithMinimumCalls(10_000))
+		for i := range 1000 { // enough rounds that q takes p's slot often
+			p, _ := b.AllowAt(at(0))
+			if !p.Done(nil, 0) {
+				t.Fatalf("round %d: first Permit.Done = false, want true", i)
+			}
+			q, _ := b.AllowAt(at(0))
+			if p.Done(errBoom, 0) {
+				t.Fatalf("round %d: second Permit.Done = true, want false", i)
+			}
+			if !q.Done(nil, 0) {
+				t.Fatalf("round %d: the next call's Permit.Done = false after a stale Done, want true", i)
+			}
+		}
+		if s := b.Snapshot(); s.Successes != 2000 || s.Failures != 0 || s.Duplicates != 1000 {
+			t.Fatalf("Snapshot() successes %d, failures %d, duplicates %d; want 2000, 0, 1000", s.Successes, s.Failures, s.Duplicates)
+		}
+	})
+	t.Run("zero permit", func(t *testing.T) {
+		if (Permit{}).Done(errBoom, 0) {
+			t.Fatal("Permit{}.Done = true, want false")
+		}
+	})
+}
+
+// Many calls in flight at once each hold their own slot: the table grows
+// and every permit finishes exactly once.
+func TestManyPermitsInFlight(t *testing.T) {
+	b := mustNew(t, WithCountWindow(10_000), WithMinimumCalls(10_000))
+	ps := make([]Permit, 5000)
+	for i := range ps {
+		p, err := b.AllowAt(at(0))
+		if err != nil {
+			t.Fatal(err)
+		}
+		ps[i] = p
+	}
+	seen := make(map[*slot]bool, len(ps))
+	for _, p := range ps {
+		if seen[p.s] {
+			t.Fatal("two permits in flight share a slot")
+		}
+		seen[p.s] = true
+	}
+	for i, p := range ps {
+		if !p.Done(nil, 0) || p.Done(errBoom, 0) {
+			t.Fatalf("permit %d: Done twice did not return true then false", i)
+		}
+	}
+	if s := b.Snapshot(); s.Successes != 5000 || s.Failures != 0 {
+		t.Fatalf("Snapshot() successes %d, failures %d; want 5000, 0", s.Successes, s.Failures)
+	}
+}
+
+// Goroutines racing to finish one Permit: exactly one records it.
+func TestConcurrentDoneOnePermit(t *testing.T) {
+	b := mustNew(t, WithCountWindow(10_000), WithMinimumCalls(10_000))
+	for range 200 {
+		p, _ := b.AllowAt(at(0))
+		var wins atomic.Int32
+		var wg sync.WaitGroup
+		for range 4 {
+			wg.Go(func() {
+				if p.Done(errBoom, 0) {
+					wins.Add(1)
+				}
+			})
+		}
+		wg.Wait()
+		if n := wins.Load(); n != 1 {
+			t.Fatalf("%d goroutines' Permit.Done returned true, want exactly 1", n)
+		}
+	}
+	if s := b.Snapshot(); s.Failures != 200 || s.Duplicates != 600 {
+		t.Fatalf("Snapshot() failures %d, duplicates %d; want 200, 600", s.Failures, s.Duplicates)
+	}
+}
+
+// maxWaitDurationInHalfOpenState is a deadline: the breaker is open from
+// it whether or not anything asked, and a probe that ends at or after it is
+// late — it can neither close nor reopen the breaker.
+func TestProbeAfterMaxWaitInHalfOpen(t *testing.T) {
+	tests := []struct {
+		name     string
+		give     time.Duration // the probe's duration; admitted at 10s, deadline 15s
+		giveErr  error
+		want     State // at the probe's end
+		wantLate uint64
+	}{
+		{name: "success ending after the deadline", give: 6 * time.Second, want: StateOpen, wantLate: 1},
+		{name: "success ending at the deadline", give: 5 * time.Second, want: StateOpen, wantLate: 1},
+		{name: "failure ending after the deadline", give: 6 * time.Second, giveErr: errBoom, want: StateOpen, wantLate: 1},
+		{name: "success just in time", give: 5*time.Second - time.Nanosecond, want: StateClosed},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			b := tripped(t, 2, WithHalfOpenCalls(1), WithMaxWaitInHalfOpen(5*time.Second))
+			p, err := b.AllowAt(at(10 * time.Second))
+			if err != nil {
+				t.Fatal(err)
+			}
+			// Nothing asks the breaker until the probe ends.
+			if !p.Done(tt.giveErr, tt.give) {
+				t.Fatal("Permit.Done = false, want true")
+			}
+			end := 10*time.Second + tt.give
+			s := b.Snapshot()
+			if s.State != tt.want || s.Late != tt.wantLate {
+				t.Fatalf("after the probe ended at t0+%v: Snapshot() state %v, late %d; want %v, %d", end, s.State, s.Late, tt.want, tt.wantLate)
+			}
+			if tt.want == StateOpen {
+				// Open since the deadline (15s), so half-open again 10s later.
+				if s.Failures != 2 || s.Successes != 0 {
+					t.Fatalf("Snapshot() failures %d, successes %d; want only the 2 that tripped it", s.Failures, s.Successes)
+				}
+				wantRefused(t, b, 25*time.Second-time.Nanosecond, ErrOpen)
+				wantState(t, b, 25*time.Second, StateHalfOpen)
+			}
+		})
+	}
+}
+
+// The wait in open after a half-open deadline counts from the deadline,
+// not from whenever the breaker is next asked.
+func TestOpenAtHalfOpenDeadlineUnasked(t *testing.T) {
+	b := tripped(t, 2, WithHalfOpenCalls(2), WithMaxWaitInHalfOpen(5*time.Second))
+	p, err := b.AllowAt(at(10 * time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Asked first at 22s: open since 15s, so half-open at 25s, not 32s.
+	wantState(t, b, 22*time.Second, StateOpen)
+	wantRefused(t, b, 25*time.Second-time.Nanosecond, ErrOpen)
+	call(t, b, 25*time.Second, nil, 0)
+	p.Done(nil, 0) // the first generation's probe: late
+	call(t, b, 25*time.Second, nil, 0)
+	wantState(t, b, 25*time.Second, StateClosed)
+	if s := b.Snapshot(); s.Late != 1 {
+		t.Fatalf("Snapshot().Late = %d, want 1", s.Late)
 	}
 }

@@ -27,7 +27,9 @@
 //     until Reset.
 //
 // Changes that depend on time (open → half-open, half-open → open after the
-// maximum wait) happen lazily, on the next Allow or StateAt.
+// maximum wait) happen lazily, on the next Allow, StateAt or Done, without
+// a timer; half-open → open is dated at the deadline, not at the call that
+// noticed it.
 //
 // # Recording calls
 //
@@ -40,9 +42,17 @@
 // Every state change starts a new generation. A Permit remembers the
 // generation that admitted it, and an outcome that arrives after the
 // breaker has moved on — a call admitted while closed that finishes after
-// the breaker opened, or a probe that finishes after the half-open wait
-// ran out — is dropped (counted in Snapshot.Late). Only the calls admitted
-// by a half-open generation decide that generation.
+// the breaker opened, or a probe that ends at or after the half-open
+// maximum wait — is dropped (counted in Snapshot.Late). The half-open
+// maximum wait is a deadline: the breaker is open from that instant
+// whether or not anything asked it (the wait in open counts from it), so a
+// late probe can never close the breaker. Only the calls admitted by a
+// half-open generation, and finished in time, decide that generation.
+//
+// A Permit is finished once: a second Done records nothing, returns false
+// and is counted in Snapshot.Duplicates, so a call finished twice cannot
+// count twice, nor a half-open probe finished twice stand in for another
+// still running.
 //
 // # Local refusals
 //
@@ -65,9 +75,12 @@
 //
 // # Cost
 //
-// In the closed state with a count window, Allow is one atomic load and
-// Done a few atomic operations, with no lock and no allocation; a time
-// window adds a short lock. State changes take a lock and allocate the new
+// In the closed state with a count window, Allow is an atomic load and
+// the claim of a permit slot (a compare-and-swap on a slot picked at
+// random), Done a few atomic operations, with no lock and no allocation; a
+// time window adds a short lock. The slots live in a table that only grows
+// (rarely, when it is mostly held), to a small multiple of the most calls
+// ever in flight at once. State changes take a lock and allocate the new
 // state's window. State-change callbacks (WithOnStateChange) are never
 // called under the breaker's lock.
 package breaker

@@ -16,7 +16,8 @@ const (
 // NewGuard adapts b to the admission contract: Admit asks it with the
 // call's time (AllowAt) and refuses while it is open (ReasonOpen) or
 // half-open with every probe in flight (ReasonProbing); Finish reports the
-// call's error and duration to the Permit (Done), and the breaker's own
+// call's error and duration to the Permit (Done, which counts a call
+// finished twice once), and the breaker's own
 // classifier judges the error (give it WithClassifier to judge a
 // transport's errors, such as grpcguard.ClassifyError). A call that a
 // later guard refused is reported as a local refusal, which the breaker
@@ -42,7 +43,7 @@ func (g *guard) Traits() admission.Traits { return admission.Traits{Cost: admiss
 func (g *guard) Admit(c admission.Call) admission.Decision {
 	p, err := g.b.AllowAt(c.Now)
 	if err == nil {
-		return admission.Grant(admission.Permit{Ref: p.e, Value: uint64(p.start)})
+		return admission.Grant(admission.Permit{Ref: p.s, Value: p.gen})
 	}
 	if err == ErrTooManyCalls {
 		return admission.Refuse(ReasonProbing, 0)
@@ -51,8 +52,8 @@ func (g *guard) Admit(c admission.Call) admission.Decision {
 }
 
 func (g *guard) Finish(_ admission.Call, ap admission.Permit, o admission.Outcome) {
-	e, _ := ap.Ref.(*epoch)
-	p := Permit{e: e, start: int64(ap.Value)}
+	s, _ := ap.Ref.(*slot)
+	p := Permit{s: s, gen: ap.Value}
 	if o.Skipped {
 		p.Done(skippedCall, 0)
 		return

@@ -8,7 +8,10 @@ import (
 )
 
 // model is a plain, sequential restatement of the documented state machine
-// (count window): slices and recounts instead of packed atomics.
+// (count window): slices and recounts instead of packed atomics. A half-open
+// generation ends at its deadline: the model opens at that instant (not when
+// it is next asked), and a probe that ends at or after it is late. A permit
+// finished twice counts once.
 type model struct {
 	size, minCalls, probes int
 	rate, slowRate         float64
@@ -24,6 +27,9 @@ type model struct {
 	trips   int
 	changes int
 	closes  int // half-open → closed
+
+	late, duplicates int
+	lateProbes       int // probes late because they ended after the deadline
 }
 
 type rec struct{ fail, slow bool }
@@ -71,7 +77,7 @@ func (m *model) allow(now time.Duration) (int, error) {
 		m.enter(StateHalfOpen, now)
 	}
 	if m.state == StateHalfOpen && now >= m.until {
-		m.enter(StateOpen, now)
+		m.enter(StateOpen, m.until)
 	}
 	switch m.state {
 	case StateOpen:
@@ -87,7 +93,14 @@ func (m *model) allow(now time.Duration) (int, error) {
 
 func (m *model) done(gen int, err error, d, end time.Duration) {
 	if gen != m.gen {
-		return // late
+		m.late++
+		return
+	}
+	if m.state == StateHalfOpen && end >= m.until {
+		m.enter(StateOpen, m.until)
+		m.late++
+		m.lateProbes++
+		return
 	}
 	if errors.Is(err, errIgnored) {
 		if m.state == StateHalfOpen {
@@ -121,7 +134,7 @@ var errIgnored = errors.New("ignored")
 // sequences of admissions, completions (in any order, late ones included)
 // and time steps, and compares every decision and state.
 func TestMatchesModel(t *testing.T) {
-	closes := 0
+	closes, lateProbes, duplicates := 0, 0, 0
 	for seed := range uint64(40) {
 		rng := rand.New(rand.NewPCG(seed, 99))
 		m := &model{
@@ -147,10 +160,10 @@ func TestMatchesModel(t *testing.T) {
 			gen   int
 			start time.Duration
 		}
-		var out []pending
+		var out, finished []pending
 		now := time.Duration(0)
 		for step := range 3000 {
-			switch op := rng.IntN(10); {
+			switch op := rng.IntN(11); {
 			case op < 4:
 				gen, werr := m.allow(now)
 				p, err := b.AllowAt(at(now))
@@ -174,7 +187,18 @@ func TestMatchesModel(t *testing.T) {
 				// Calls finish no earlier than now and at most 200ms later.
 				d := now - c.start + time.Duration(rng.IntN(200))*time.Millisecond
 				m.done(c.gen, err, d, c.start+d)
-				c.p.Done(err, d)
+				if !c.p.Done(err, d) {
+					t.Fatalf("seed %d step %d: first Permit.Done = false, want true", seed, step)
+				}
+				finished = append(finished, c)
+			case op < 9 && len(finished) > 0:
+				// A permit finished again, maybe with another outcome: it
+				// must change nothing.
+				c := finished[rng.IntN(len(finished))]
+				m.duplicates++
+				if c.p.Done(errBoom, time.Duration(rng.IntN(200))*time.Millisecond) {
+					t.Fatalf("seed %d step %d: second Permit.Done = true, want false", seed, step)
+				}
 			default:
 				now += time.Duration(rng.IntN(800)) * time.Millisecond
 			}
@@ -185,12 +209,16 @@ func TestMatchesModel(t *testing.T) {
 					fails++
 				}
 			}
-			if s.State != m.state || s.WindowCalls != int64(len(m.window)) || s.WindowFailures != fails {
-				t.Fatalf("seed %d step %d: Snapshot() state %v window %d calls %d failures, model %v %d %d",
-					seed, step, s.State, s.WindowCalls, s.WindowFailures, m.state, len(m.window), fails)
+			if s.State != m.state || s.WindowCalls != int64(len(m.window)) || s.WindowFailures != fails ||
+				s.Late != uint64(m.late) || s.Duplicates != uint64(m.duplicates) {
+				t.Fatalf("seed %d step %d: Snapshot() state %v window %d calls %d failures, late %d, duplicates %d; model %v %d %d, %d, %d",
+					seed, step, s.State, s.WindowCalls, s.WindowFailures, s.Late, s.Duplicates,
+					m.state, len(m.window), fails, m.late, m.duplicates)
 			}
 		}
 		closes += m.closes
+		lateProbes += m.lateProbes
+		duplicates += m.duplicates
 		if m.changes < 5 {
 			t.Errorf("seed %d: only %d state changes; the sequence does not exercise the machine", seed, m.changes)
 		}
@@ -198,5 +226,8 @@ func TestMatchesModel(t *testing.T) {
 	if closes < 40 {
 		t.Errorf("half-open → closed %d times over all seeds, want the sequences to reach it often", closes)
 	}
-	t.Logf("%d closings from half-open over all seeds", closes)
+	if lateProbes < 10 || duplicates < 100 {
+		t.Errorf("over all seeds %d probes ended after the half-open deadline and %d permits were finished twice; want the sequences to exercise both", lateProbes, duplicates)
+	}
+	t.Logf("%d closings from half-open, %d late probes, %d duplicate finishes over all seeds", closes, lateProbes, duplicates)
 }

@@ -26,6 +26,10 @@ const (
 // methods beyond it are judged by their deadline alone.
 const MaxLearnedMethods = 4096
 
+// StaleAfter is the least time without a successful call after which a
+// learned service time is no longer used (see Guard).
+const StaleAfter = time.Second
+
 // Option configures a Guard. Options only record values; New validates
 // them.
 type Option func(*options)
@@ -56,6 +60,10 @@ func WithMargin(f float64) Option {
 // The service time of a method is fixed (WithServiceTime) or learned: an
 // exponentially weighted mean (weight 1/8) of its successful calls'
 // durations. A method with no sample yet is judged by its deadline alone.
+// So is a method whose learned time has gone stale (no successful call
+// for twice its service time, at least StaleAfter): a learned time that
+// rose above the callers' deadlines in a stall would otherwise refuse
+// every call for good, and no call would ever succeed to bring it down.
 //
 // Create one with New; the zero value is not usable. A Guard is safe for
 // concurrent use.
@@ -63,8 +71,15 @@ type Guard struct {
 	fixed  map[string]time.Duration
 	margin float64
 
-	mu      sync.Mutex                               // serialises new methods
-	learned atomic.Pointer[map[string]*atomic.Int64] // copy on write; ns, 0 until the first sample
+	mu      sync.Mutex                         // serialises new methods
+	learned atomic.Pointer[map[string]*method] // copy on write
+	epoch   time.Time
+}
+
+// method is what a Guard learned of one method.
+type method struct {
+	svc  atomic.Int64 // service time, ns; 0 until the first sample
+	last atomic.Int64 // when the last sample ended, ns since the Guard's epoch
 }
 
 // New returns a Guard, or an error naming every bad option.
@@ -85,8 +100,8 @@ func New(opts ...Option) (*Guard, error) {
 	if len(errs) > 0 {
 		return nil, errors.Join(errs...)
 	}
-	g := &Guard{fixed: o.fixed, margin: o.margin}
-	g.learned.Store(&map[string]*atomic.Int64{})
+	g := &Guard{fixed: o.fixed, margin: o.margin, epoch: time.Now()}
+	g.learned.Store(&map[string]*method{})
 	return g, nil
 }
 
@@ -98,15 +113,32 @@ func (g *Guard) Traits() admission.Traits { return admission.Traits{Cost: admiss
 
 // ServiceTime returns the service time the guard uses for method, or 0 if
 // it has none.
-func (g *Guard) ServiceTime(method string) time.Duration {
-	if d, ok := g.fixed[method]; ok {
+func (g *Guard) ServiceTime(name string) time.Duration {
+	if d, ok := g.fixed[name]; ok {
 		return d
 	}
-	v := (*g.learned.Load())[method]
+	v := (*g.learned.Load())[name]
 	if v == nil {
 		return 0
 	}
-	return time.Duration(v.Load())
+	return time.Duration(v.svc.Load())
+}
+
+// serviceTimeAt is the service time used for a call of name at now: 0
+// when there is none, or the learned one is stale.
+func (g *Guard) serviceTimeAt(name string, now time.Time) time.Duration {
+	if d, ok := g.fixed[name]; ok {
+		return d
+	}
+	v := (*g.learned.Load())[name]
+	if v == nil {
+		return 0
+	}
+	st := time.Duration(v.svc.Load())
+	if now.Sub(g.epoch)-time.Duration(v.last.Load()) > max(StaleAfter, 2*st) {
+		return 0
+	}
+	return st
 }
 
 // Admit refuses a call whose deadline cannot be met.
@@ -123,7 +155,7 @@ func (g *Guard) check(c admission.Call) admission.Decision {
 	if left <= 0 {
 		return admission.Decision{Refused: true, Reason: ReasonExpired, DeadlineTooShort: true}
 	}
-	if st := g.ServiceTime(c.Method); st > 0 && float64(left) < float64(st)*g.margin {
+	if st := g.serviceTimeAt(c.Method, c.Now); st > 0 && float64(left) < float64(st)*g.margin {
 		return admission.Decision{Refused: true, Reason: ReasonTooShort, DeadlineTooShort: true}
 	}
 	return admission.Decision{}
@@ -143,13 +175,16 @@ func (g *Guard) Finish(c admission.Call, _ admission.Permit, o admission.Outcome
 			return
 		}
 	}
+	if end := int64(c.Now.Add(o.Duration).Sub(g.epoch)); end > v.last.Load() {
+		v.last.Store(end)
+	}
 	for {
-		old := v.Load()
+		old := v.svc.Load()
 		nv := int64(o.Duration)
 		if old > 0 {
 			nv = old + (int64(o.Duration)-old)/8
 		}
-		if v.CompareAndSwap(old, nv) {
+		if v.svc.CompareAndSwap(old, nv) {
 			return
 		}
 	}
@@ -158,22 +193,22 @@ func (g *Guard) Finish(c admission.Call, _ admission.Permit, o admission.Outcome
 // add returns the learned service time of a new method, or nil when the
 // guard learns MaxLearnedMethods already. Reads never lock: the map is
 // replaced, never changed.
-func (g *Guard) add(method string) *atomic.Int64 {
+func (g *Guard) add(name string) *method {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	m := g.learned.Load()
-	if v := (*m)[method]; v != nil {
+	if v := (*m)[name]; v != nil {
 		return v
 	}
 	if len(*m) >= MaxLearnedMethods {
 		return nil
 	}
-	v := new(atomic.Int64)
-	nm := make(map[string]*atomic.Int64, len(*m)+1)
+	v := new(method)
+	nm := make(map[string]*method, len(*m)+1)
 	for k, old := range *m {
 		nm[k] = old
 	}
-	nm[method] = v
+	nm[name] = v
 	g.learned.Store(&nm)
 	return v
 }

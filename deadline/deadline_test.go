@@ -76,3 +76,48 @@ func TestNewRejectsBadOptions(t *testing.T) {
 		})
 	}
 }
+
+// A learned service time that rose above every caller's deadline (a stall)
+// would refuse every call for good, and no success would ever bring it
+// down: after StaleAfter (or twice the service time) without a success
+// the guard judges calls by their deadline alone, until successes teach
+// it again.
+func TestStaleServiceTimeDoesNotLockOut(t *testing.T) {
+	t0 := time.Now()
+	g, err := deadline.New()
+	if err != nil {
+		t.Fatal(err)
+	}
+	at := func(now time.Time) admission.Call {
+		return admission.Call{Method: method, Now: now, Deadline: now.Add(time.Second)}
+	}
+	// A stall: calls took 1.5s.
+	for range 20 {
+		g.Finish(at(t0), admission.Permit{}, admission.Outcome{Duration: 1500 * time.Millisecond})
+	}
+	end := t0.Add(1500 * time.Millisecond)
+	if d := g.Admit(at(end.Add(time.Second))); !d.Refused || d.Reason != deadline.ReasonTooShort {
+		t.Fatalf("1s after the last success, a 1s deadline against 1.5s learned: %+v, want refused", d)
+	}
+	if d := g.Admit(at(end.Add(2900 * time.Millisecond))); !d.Refused {
+		t.Fatalf("2.9s after the last success (stale after 3s): %+v, want refused", d)
+	}
+	stale := end.Add(3100 * time.Millisecond)
+	if d := g.Admit(at(stale)); d.Refused {
+		t.Fatalf("3.1s after the last success: %+v, want admitted (the learned time is stale)", d)
+	}
+	// The stall is over: calls take 1ms again, and the estimate comes down.
+	for i := range 30 {
+		g.Finish(at(stale.Add(time.Duration(i)*time.Millisecond)), admission.Permit{}, admission.Outcome{Duration: time.Millisecond})
+	}
+	if st := g.ServiceTime(method); st >= 100*time.Millisecond {
+		t.Fatalf("after 30 calls of 1ms, ServiceTime = %v, want it well down", st)
+	}
+	now := stale.Add(50 * time.Millisecond)
+	if d := g.Admit(at(now)); d.Refused {
+		t.Errorf("after recovery: %+v, want admitted", d)
+	}
+	if d := g.Admit(admission.Call{Method: method, Now: now, Deadline: now.Add(time.Microsecond)}); !d.Refused {
+		t.Errorf("after recovery, a 1µs deadline: %+v, want refused (the fresh estimate is used again)", d)
+	}
+}

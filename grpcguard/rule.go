@@ -3,11 +3,13 @@ package grpcguard
 import (
 	"context"
 	"fmt"
+	"hash/fnv"
 	"net"
 	"reflect"
 	"strings"
 	"sync"
 	"sync/atomic"
+	"unicode/utf8"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
@@ -56,25 +58,65 @@ type Rule struct {
 // tap), and nil otherwise (read it from ctx then).
 type KeyFunc func(ctx context.Context, md metadata.MD) string
 
+// MaxKeyLen is the longest key, in bytes, that HeaderKey and PeerKey
+// return. A client chooses its header values, and per-key guards keep
+// their keys (up to ratelimit.DefaultMaxKeys of them), so a longer value is
+// shortened: its first MaxKeyLen-17 bytes, "#" and 16 hexadecimal digits
+// of a 64-bit FNV-1a hash of the whole value. Distinct long values keep
+// distinct keys (barring a hash collision), and a key costs a per-key
+// guard at most MaxKeyLen bytes.
+const MaxKeyLen = 128
+
+// capKey returns k, or its shortened form when it is longer than
+// MaxKeyLen (see MaxKeyLen). Only a long key allocates.
+func capKey(k string) string {
+	if len(k) <= MaxKeyLen {
+		return k
+	}
+	h := fnv.New64a()
+	h.Write([]byte(k))
+	var b strings.Builder
+	b.Grow(MaxKeyLen)
+	b.WriteString(k[:MaxKeyLen-17])
+	b.WriteByte('#')
+	const hex = "0123456789abcdef"
+	sum := h.Sum64()
+	for i := 60; i >= 0; i -= 4 {
+		b.WriteByte(hex[sum>>uint(i)&0xf])
+	}
+	return b.String()
+}
+
 // HeaderKey keys calls by the first value of a metadata header, such as
-// "x-tenant-id" (case-insensitive). Calls without it share the key "".
+// "x-tenant-id" (case-insensitive), shortened to MaxKeyLen bytes. Calls
+// without it share the key "". A name that is not ASCII once lowercased
+// names no header HTTP/2 can carry: every call has the key "".
 func HeaderKey(name string) KeyFunc {
 	name = strings.ToLower(name)
+	for i := 0; i < len(name); i++ {
+		if name[i] >= utf8.RuneSelf {
+			// metadata.ValueFromIncomingContext would match such a name
+			// to an ASCII header by Unicode case folding ("ſ" to "s")
+			// where the tap's exact lookup does not.
+			return func(context.Context, metadata.MD) string { return "" }
+		}
+	}
 	return func(ctx context.Context, md metadata.MD) string {
 		if md != nil {
 			if v := md[name]; len(v) > 0 {
-				return v[0]
+				return capKey(v[0])
 			}
 			return ""
 		}
 		if v := metadata.ValueFromIncomingContext(ctx, name); len(v) > 0 {
-			return v[0]
+			return capKey(v[0])
 		}
 		return ""
 	}
 }
 
-// PeerKey keys calls by the client's IP address (without the port).
+// PeerKey keys calls by the client's IP address (without the port), or by
+// the host of an address of another kind, shortened to MaxKeyLen bytes.
 //
 // grpc-go gives every stream of a TCP connection the same address value,
 // so the returned KeyFunc formats each connection's address once and then
@@ -110,7 +152,7 @@ func (c *peerKeys) key(a *net.TCPAddr) string {
 	if k, ok := c.m.Load(a); ok {
 		return k.(string)
 	}
-	k := a.IP.String()
+	k := capKey(a.IP.String())
 	if c.n.Add(1) > MaxPeerKeys {
 		c.m.Clear()
 		c.n.Store(1)
@@ -123,9 +165,9 @@ func (c *peerKeys) key(a *net.TCPAddr) string {
 func addrHost(a net.Addr) string {
 	s := a.String()
 	if host, _, err := net.SplitHostPort(s); err == nil {
-		return host
+		return capKey(host)
 	}
-	return s
+	return capKey(s)
 }
 
 // rule is a compiled Rule: its chain of guards, with what the transport

@@ -3,7 +3,9 @@ package grpcguard
 import (
 	"context"
 	"strconv"
+	"strings"
 	"time"
+	"unicode/utf8"
 
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
@@ -37,6 +39,12 @@ func refusalStatus(ctx context.Context, code codes.Code, guard string, d admissi
 		details = append(details, &errdetails.RetryInfo{RetryDelay: durationpb.New(d.RetryAfter)})
 	}
 	if d.PerKey {
+		if !utf8.ValidString(key) {
+			// A protobuf string must be UTF-8, or the status would not
+			// marshal and lose its RetryInfo too; a key read from a -bin
+			// header or a raw header value need not be.
+			key = strings.ToValidUTF8(key, "\uFFFD")
+		}
 		details = append(details, &errdetails.QuotaFailure{Violations: []*errdetails.QuotaFailure_Violation{{
 			Subject:     key,
 			Description: d.Reason,
@@ -62,7 +70,10 @@ func pushback(d admission.Decision) string {
 	case d.RetryAfter <= 0:
 		return ""
 	}
-	ms := (d.RetryAfter + time.Millisecond - 1) / time.Millisecond
+	ms := d.RetryAfter / time.Millisecond
+	if d.RetryAfter%time.Millisecond != 0 {
+		ms++ // rounded up; adding a millisecond first would overflow near Never
+	}
 	return strconv.FormatInt(int64(ms), 10)
 }
 
@@ -84,16 +95,26 @@ func setPushback(ctx context.Context, ss grpc.ServerStream, d admission.Decision
 // RetryDelay returns the retry delay a levee refusal carries — its
 // google.rpc.RetryInfo detail — and whether there is one. Clients use it
 // to hold off; the pushback trailer carries the same delay for grpc-go's
-// built-in retries.
+// built-in retries. A RetryInfo whose delay is negative or not a valid
+// google.protobuf.Duration (seconds and nanos of different signs, nanos out
+// of range) is not a delay: RetryDelay skips it. A delay beyond
+// time.Duration's range is the largest Duration. The delay returned is
+// never negative.
 func RetryDelay(err error) (time.Duration, bool) {
 	st, ok := status.FromError(err)
 	if !ok {
 		return 0, false
 	}
 	for _, d := range st.Details() {
-		if ri, ok := d.(*errdetails.RetryInfo); ok && ri.GetRetryDelay() != nil {
-			return ri.GetRetryDelay().AsDuration(), true
+		ri, ok := d.(*errdetails.RetryInfo)
+		if !ok || ri.GetRetryDelay() == nil {
+			continue
 		}
+		pd := ri.GetRetryDelay()
+		if pd.GetSeconds() < 0 || pd.GetNanos() < 0 || pd.GetNanos() > 999_999_999 {
+			continue
+		}
+		return pd.AsDuration(), true
 	}
 	return 0, false
 }

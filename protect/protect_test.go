@@ -86,6 +86,9 @@ func TestNewRejectsBadOptions(t *testing.T) {
 		{"nil guard", []protect.Option{protect.WithGuard(nil)}, []string{"protect: WithGuard: guard 0 is nil"}},
 		{"nil pointer guard", []protect.Option{protect.WithGuard(&refuseAfter{}, (*refuseAfter)(nil))}, []string{"protect: WithGuard: guard 1 is nil"}},
 		{"all at once", []protect.Option{protect.WithMaxRate(-1), protect.WithClientRate(-1), protect.WithCode(codes.NotFound)}, []string{"WithMaxRate", "WithClientRate", "WithCode"}},
+		{"tenant key", []protect.Option{protect.WithTenants(nil, nil)}, []string{"protect: WithTenants: nil key"}},
+		{"tenant weight", []protect.Option{protect.WithTenants(grpcguard.HeaderKey("x-tenant-id"), map[string]float64{"acme": 0})}, []string{`runlimit: WithTenantWeights: weight of "acme" must be > 0`}},
+		{"criticality", []protect.Option{protect.WithCriticality(grpcguard.Criticality{Default: 5})}, []string{"Criticality: Default: class 5 is not one of the four classes"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -107,7 +107,7 @@ func (g *guard) Start(c admission.Call, p admission.Permit) admission.Decision {
 		}
 	}
 	if !c.Deadline.IsZero() {
-		if left := time.Until(c.Deadline); left < f.ServiceTime() {
+		if left := time.Until(c.Deadline); left < f.ServiceTimeAt(c.Now) {
 			t.Release()
 			return admission.Decision{Refused: true, Reason: ReasonTooLate, DeadlineTooShort: true}
 		}
@@ -130,7 +130,7 @@ func (g *guard) Finish(c admission.Call, p admission.Permit, o admission.Outcome
 	switch {
 	case p.Value == bypass:
 		if !o.Skipped && o.Err == nil {
-			f.noteBypassed(o.Duration)
+			f.noteBypassed(o.Duration, f.l.nanos(c.Now.Add(o.Duration)))
 		}
 		return
 	case p.Value&turn == 0:

@@ -191,6 +191,12 @@ type Limiter struct {
 	served     [admission.Classes]paddedInt     // turns that ended in the interval
 	avail      [admission.Classes]atomic.Uint64 // float64: share of the turns higher classes left over the last interval
 	openedAt   atomic.Int64                     // opened, for readers outside upd
+	// emptied: the lanes' queues were empty at some instant of the
+	// current interval (a call left them and none was left behind).
+	// standing: they were not in the last interval, so admission holds
+	// the queue to the target (see Lane.Admissible).
+	emptied  atomic.Bool
+	standing atomic.Bool
 
 	tenantCount atomic.Int64
 	lastSweep   int64 // under upd
@@ -370,6 +376,7 @@ type Flow struct {
 	pn       atomic.Int64 // calls a probe measured
 	psum     atomic.Int64 // their service time, ns
 	svc      atomic.Int64 // mean service time (EWMA, weight 1/8), ns; 0 until the first
+	lastOK   atomic.Int64 // when the last call that taught svc ended, ns since the Limiter's epoch
 	light    atomic.Bool  // may run without a turn (see markLight)
 	bypassed atomic.Int64 // calls that ran without a turn in the interval
 
@@ -418,6 +425,23 @@ func (f *Flow) QueueTarget() time.Duration {
 // cost is the weight of one call of the flow in fair queueing, ns.
 func (f *Flow) cost() float64 { return float64(max(f.svc.Load(), int64(time.Microsecond))) }
 
+// staleAfter is the least time without a call teaching a flow its service
+// time after which that time is not held against a call's deadline.
+const staleAfter = time.Second
+
+// ServiceTimeAt returns the flow's mean service time as a call's deadline
+// should be judged against it at now: 0 before the first call finished,
+// and 0 once no call has finished for twice that time (at least a
+// second), so that a service time learned in a stall, longer than every
+// caller's deadline, cannot refuse every call for good.
+func (f *Flow) ServiceTimeAt(now time.Time) time.Duration {
+	st := f.ServiceTime()
+	if st == 0 || f.l.nanos(now)-f.lastOK.Load() > int64(max(staleAfter, 2*st)) {
+		return 0
+	}
+	return st
+}
+
 // Admissible reports whether a new call of the flow, of no tenant and
 // class Critical, may be admitted to wait for a turn (see Lane.Admissible).
 func (f *Flow) Admissible() bool { return f.lanes[admission.Critical.Index()].Admissible() }
@@ -432,11 +456,15 @@ func (f *Flow) NoteQueued(d time.Duration) {
 	f.qsum.Add(int64(max(d, 0)))
 }
 
-// noteBypassed records a call that ran without a turn for d: it counts
+// noteBypassed records a call that ran without a turn for d, ending at
+// end (ns since the Limiter's epoch): it counts
 // toward the flow's load and its mean service time, not its baseline
 // (which only calls holding turns measure).
-func (f *Flow) noteBypassed(d time.Duration) {
+func (f *Flow) noteBypassed(d time.Duration, end int64) {
 	f.bypassed.Add(1)
+	if end-f.lastOK.Load() > int64(time.Millisecond) {
+		f.lastOK.Store(end)
+	}
 	svc := int64(max(d, 1))
 	for {
 		old := f.svc.Load()
@@ -748,6 +776,9 @@ func (t Ticket) doneAt(end int64, overload bool) {
 	if overload {
 		l.overloads.Add(1)
 	} else {
+		if end-f.lastOK.Load() > int64(time.Millisecond) {
+			f.lastOK.Store(end)
+		}
 		f.n.Add(1)
 		f.sum.Add(svc)
 		for {

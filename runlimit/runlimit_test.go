@@ -139,6 +139,14 @@ func TestAdmissibleBoundsTheQueue(t *testing.T) {
 	l := mustNew(t, WithBounds(2, 2), WithQueueTarget(10*time.Millisecond))
 	f := l.Flow("m")
 	f.svc.Store(int64(5 * time.Millisecond)) // 2 turns x 10ms/2 / 5ms, plus 2: 4 may wait
+	// While the queue empties now and then, four times that.
+	for q, want := range map[int64]bool{0: true, 4: true, 15: true, 16: false} {
+		crit(f).count.Store(q)
+		if got := f.Admissible(); got != want {
+			t.Errorf("queue not standing, %d waiting: Admissible() = %v, want %v", q, got, want)
+		}
+	}
+	l.standing.Store(true)
 	for _, q := range []struct {
 		queued, pending int64
 		want            bool
@@ -434,4 +442,43 @@ func TestStressTurnsBalance(t *testing.T) {
 			t.Errorf("class %d: work %d, backlogged weight %d after every call; want 0, 0", i, w, b)
 		}
 	}
+}
+
+// A service time learned in a stall, longer than every caller's deadline,
+// must not refuse every call at its start for good: once no call has
+// finished for twice that time (at least a second), it is not held against
+// deadlines until calls teach it again.
+func TestStaleServiceTimeDoesNotLockOut(t *testing.T) {
+	now := time.Unix(1_700_000_000, 0)
+	l := mustNew(t, withClock(func() time.Time { return now }), WithBounds(4, 4))
+	f := l.Flow("/svc/Call")
+	for range 30 {
+		tk, ok := f.TryAcquire(now)
+		if !ok {
+			t.Fatal("no turn")
+		}
+		tk.Done(now.Add(1500*time.Millisecond), false)
+	}
+	end := now.Add(1500 * time.Millisecond)
+	if st := f.ServiceTimeAt(end.Add(time.Second)); st < time.Second {
+		t.Fatalf("1s after the last call: ServiceTimeAt = %v, want the learned ~1.5s", st)
+	}
+	if st := f.ServiceTimeAt(end.Add(3100 * time.Millisecond)); st != 0 {
+		t.Errorf("3.1s after the last call of ~1.5s: ServiceTimeAt = %v, want 0 (stale)", st)
+	}
+	// Through the guard: a call with a 1s deadline starts once stale.
+	g := NewGuard("run", l).(interface {
+		admission.Guard
+		admission.Starter
+	})
+	now = end.Add(3100 * time.Millisecond)
+	c := admission.Call{Ctx: context.Background(), Method: "/svc/Call", Now: now, Deadline: time.Now().Add(time.Second)}
+	d := g.Admit(c)
+	if d.Refused {
+		t.Fatalf("Admit = %+v", d)
+	}
+	if d = g.Start(c, d.Permit); d.Refused {
+		t.Fatalf("a 1s deadline against a stale 1.5s: Start = %+v, want admitted", d)
+	}
+	g.Finish(c, d.Permit, admission.Outcome{Duration: time.Millisecond})
 }

@@ -1,0 +1,313 @@
+package grpcguard
+
+// Fuzz targets for what levee reads from the wire: call keys from incoming
+// metadata and peer addresses, the pushback trailer and the RetryInfo
+// detail. Their seed corpora are in testdata/fuzz/<Target>/ and run with
+// every `go test`; `make fuzz` explores beyond them for FUZZTIME each.
+
+import (
+	"context"
+	"fmt"
+	"hash/fnv"
+	"math"
+	"net"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
+	spb "google.golang.org/genproto/googleapis/rpc/status"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/peer"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	"github.com/levee-go/levee/admission"
+)
+
+// validHeaderName reports whether s can be the name of an incoming
+// metadata entry: HTTP/2 delivers only lowercase token characters (and
+// grpc-go lowercases what it builds), so the transport never hands a
+// KeyFunc anything else.
+func validHeaderName(s string) bool {
+	if s == "" {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if !(c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '-' || c == '_' || c == '.') {
+			return false
+		}
+	}
+	return true
+}
+
+// FuzzHeaderKey checks HeaderKey on any header name and values: it never
+// panics, the tap's path (metadata at hand) and the interceptors' path
+// (metadata in the context) agree, a key is never longer than MaxKeyLen,
+// a short value is its own key, a long one keeps its prefix, and two
+// different values never share a key.
+func FuzzHeaderKey(f *testing.F) {
+	// More seeds, the edge cases, are in testdata/fuzz/FuzzHeaderKey.
+	f.Add("x-tenant-id", "x-tenant-id", "tenant-a", "tenant-b", "x-other", "o")
+	f.Add("", "x-tenant-id", "", "a", "", "")
+	f.Fuzz(func(t *testing.T, name, header, v1, v2, otherName, otherValue string) {
+		if !validHeaderName(header) {
+			return // the transport never delivers such a name
+		}
+		pairs := []string{header, v1, header, v2}
+		if validHeaderName(otherName) && otherName != header {
+			pairs = append(pairs, otherName, otherValue)
+		}
+		md := metadata.Pairs(pairs...)
+		ctx := metadata.NewIncomingContext(context.Background(), md)
+		kf := HeaderKey(name)
+
+		tapKey := kf(context.Background(), md)
+		ctxKey := kf(ctx, nil)
+		if tapKey != ctxKey {
+			t.Fatalf("HeaderKey(%q): key from metadata %q, from the context %q; want the same", name, tapKey, ctxKey)
+		}
+		if len(tapKey) > MaxKeyLen {
+			t.Fatalf("HeaderKey(%q): key of %d bytes, want at most MaxKeyLen (%d)", name, len(tapKey), MaxKeyLen)
+		}
+		var want string // the header's first value, if the key names it
+		if vs := md[strings.ToLower(name)]; len(vs) > 0 {
+			want = vs[0]
+		}
+		switch {
+		case len(want) <= MaxKeyLen && tapKey != want:
+			t.Fatalf("HeaderKey(%q) = %q, want the header's first value %q", name, tapKey, want)
+		case len(want) > MaxKeyLen && !strings.HasPrefix(tapKey, want[:MaxKeyLen/2]):
+			t.Fatalf("HeaderKey(%q) = %q for a long value, want it to keep the value's prefix", name, tapKey)
+		}
+		if got := kf(context.Background(), md); got != tapKey {
+			t.Fatalf("HeaderKey(%q) = %q, then %q for the same metadata", name, tapKey, got)
+		}
+		// A call carrying v2 first has v2's key: different values, different keys.
+		other := kf(context.Background(), metadata.Pairs(header, v2))
+		if strings.ToLower(name) == header && (v1 == v2) != (tapKey == other) {
+			t.Fatalf("HeaderKey(%q): values %q and %q have keys %q and %q; want equal keys exactly for equal values",
+				name, v1, v2, tapKey, other)
+		}
+	})
+}
+
+// fakeAddr is a net.Addr of another kind than TCP (a Unix socket, bufconn).
+type fakeAddr string
+
+func (fakeAddr) Network() string  { return "fake" }
+func (a fakeAddr) String() string { return string(a) }
+
+// FuzzPeerKey checks PeerKey on any TCP address and any other address: it
+// never panics, a TCP peer's key is its IP without the port, the same
+// connection always gets the same key, and a key is never longer than
+// MaxKeyLen.
+func FuzzPeerKey(f *testing.F) {
+	// More seeds, the edge cases, are in testdata/fuzz/FuzzPeerKey.
+	f.Add([]byte{127, 0, 0, 1}, 50051, "10.0.0.1:443")
+	f.Add([]byte(net.ParseIP("::ffff:192.0.2.7")), 0, "bufconn")
+	f.Fuzz(func(t *testing.T, ip []byte, port int, other string) {
+		kf := PeerKey()
+		a := &net.TCPAddr{IP: net.IP(ip), Port: port}
+		ctx := peer.NewContext(context.Background(), &peer.Peer{Addr: a})
+		k := kf(ctx, nil)
+		if len(ip) == net.IPv4len || len(ip) == net.IPv6len { // what a TCP connection has
+			if want := net.IP(ip).String(); k != want {
+				t.Fatalf("PeerKey() for %v = %q, want %q", a, k, want)
+			}
+		}
+		if again := kf(ctx, nil); again != k {
+			t.Fatalf("PeerKey() for %v = %q, then %q", a, k, again)
+		}
+		ok := kf(peer.NewContext(context.Background(), &peer.Peer{Addr: fakeAddr(other)}), nil)
+		for _, key := range []string{k, ok} {
+			if len(key) > MaxKeyLen {
+				t.Fatalf("PeerKey() = %d bytes, want at most MaxKeyLen (%d)", len(key), MaxKeyLen)
+			}
+		}
+		if host, _, err := net.SplitHostPort(other); err == nil && len(host) <= MaxKeyLen && ok != host {
+			t.Fatalf("PeerKey() for address %q = %q, want its host %q", other, ok, host)
+		}
+		if kf(context.Background(), nil) != "" {
+			t.Fatal("PeerKey() without a peer is not \"\"")
+		}
+	})
+}
+
+// FuzzPushback checks the pushback trailer both ways. Any trailer value
+// parses without panic to a delay that is never negative. A delay the
+// server announces (pushback) parses back to that delay rounded up to the
+// millisecond; a refusal no wait can cure ("-1") parses to no delay.
+func FuzzPushback(f *testing.F) {
+	// More seeds, the edge cases, are in testdata/fuzz/FuzzPushback.
+	f.Add("250", int64(250*time.Millisecond))
+	f.Add("0", int64(1))
+	f.Add(" 7", int64(time.Hour))
+	f.Fuzz(func(t *testing.T, trailer string, retryAfter int64) {
+		md := metadata.Pairs(PushbackTrailer, trailer)
+		d, ok := pushbackDelay(&md)
+		if ok && d < 0 {
+			t.Fatalf("pushbackDelay(%q) = %v, true; want a delay >= 0", trailer, d)
+		}
+		if ms, err := strconv.ParseInt(trailer, 10, 64); err == nil {
+			switch {
+			case ms < 0 && ok:
+				t.Fatalf("pushbackDelay(%q) = %v, true; want no delay for a negative value", trailer, d)
+			case ms >= 0 && ms <= math.MaxInt64/int64(time.Millisecond) && (!ok || d != time.Duration(ms)*time.Millisecond):
+				t.Fatalf("pushbackDelay(%q) = %v, %v; want %v, true", trailer, d, ok, time.Duration(ms)*time.Millisecond)
+			case ms > math.MaxInt64/int64(time.Millisecond) && (!ok || d != admission.Never):
+				t.Fatalf("pushbackDelay(%q) = %v, %v; want admission.Never, true", trailer, d, ok)
+			}
+		} else if ok {
+			t.Fatalf("pushbackDelay(%q) = %v, true; want no delay for a value that is not an integer", trailer, d)
+		}
+
+		// The round trip from what the server writes.
+		dec := admission.Decision{Refused: true, RetryAfter: time.Duration(retryAfter)}
+		v := pushback(dec)
+		if v == "" {
+			if dec.RetryAfter > 0 && dec.RetryAfter != admission.Never {
+				t.Fatalf("pushback(RetryAfter %v) wrote no trailer", dec.RetryAfter)
+			}
+			return
+		}
+		back := metadata.Pairs(PushbackTrailer, v)
+		got, ok := pushbackDelay(&back)
+		switch {
+		case dec.RetryAfter == admission.Never:
+			if ok {
+				t.Fatalf("RetryAfter Never wrote %q, read back as %v; want no delay", v, got)
+			}
+		case !ok || got < dec.RetryAfter || got-dec.RetryAfter >= time.Millisecond:
+			t.Fatalf("RetryAfter %v wrote %q, read back as %v, %v; want it rounded up to the millisecond", dec.RetryAfter, v, got, ok)
+		}
+	})
+}
+
+// FuzzRetryDelay checks RetryDelay on any status a server can send (the
+// bytes of a google.rpc.Status): it never panics and never returns a
+// negative delay.
+func FuzzRetryDelay(f *testing.F) {
+	seed := func(st *status.Status) []byte {
+		b, err := proto.Marshal(st.Proto())
+		if err != nil {
+			f.Fatal(err)
+		}
+		return b
+	}
+	withInfo := func(d *errdetails.RetryInfo) []byte {
+		st, err := status.New(codes.ResourceExhausted, "levee: rate: rate limit exceeded").WithDetails(d)
+		if err != nil {
+			f.Fatal(err)
+		}
+		return seed(st)
+	}
+	f.Add(seed(refusalStatus(context.Background(), codes.ResourceExhausted, "rate", admission.Decision{Refused: true, Reason: "rate limit exceeded", RetryAfter: 40 * time.Millisecond}, "")))
+	f.Add(seed(refusalStatus(context.Background(), codes.Unavailable, "tenant", admission.Decision{Refused: true, Reason: "over share", RetryAfter: time.Second, PerKey: true}, "acme")))
+	f.Add(seed(status.New(codes.Unavailable, "no detail")))
+	f.Add(withInfo(&errdetails.RetryInfo{RetryDelay: durpb(2, 500)}))
+	f.Add([]byte{0x08, 0x08, 0x1a, 0x00})
+	// More seeds, the invalid and out-of-range delays, are in
+	// testdata/fuzz/FuzzRetryDelay.
+	f.Fuzz(func(t *testing.T, wire []byte) {
+		var sp spb.Status
+		if proto.Unmarshal(wire, &sp) != nil {
+			return
+		}
+		err := status.FromProto(&sp).Err()
+		d, ok := RetryDelay(err)
+		if ok && d < 0 {
+			t.Fatalf("RetryDelay(%v) = %v, true; want a delay >= 0", err, d)
+		}
+		if !ok && d != 0 {
+			t.Fatalf("RetryDelay(%v) = %v, false; want 0 with false", err, d)
+		}
+	})
+}
+
+// FuzzRefusalRetryInfo checks the RetryInfo round trip: a refusal with a
+// retry delay, whatever its key, carries the delay in its status through
+// the wire (RetryDelay reads back exactly what the server wrote), and a
+// per-key refusal names its key in a QuotaFailure detail.
+func FuzzRefusalRetryInfo(f *testing.F) {
+	// More seeds, the edge cases, are in testdata/fuzz/FuzzRefusalRetryInfo.
+	f.Add(int64(40*time.Millisecond), "", false)
+	f.Add(int64(time.Second), "tenant-a", true)
+	f.Add(int64(0), "k", true)
+	f.Add(int64(-time.Second), "", false)
+	f.Fuzz(func(t *testing.T, retryAfter int64, key string, perKey bool) {
+		dec := admission.Decision{Refused: true, Reason: "rate limit exceeded", RetryAfter: time.Duration(retryAfter), PerKey: perKey}
+		st := refusalStatus(context.Background(), codes.ResourceExhausted, "rate", dec, key)
+		wire, err := proto.Marshal(st.Proto())
+		if err != nil {
+			t.Fatalf("refusal status with key %q does not marshal: %v", key, err)
+		}
+		var sp spb.Status
+		if err := proto.Unmarshal(wire, &sp); err != nil {
+			t.Fatalf("refusal status with key %q does not unmarshal: %v", key, err)
+		}
+		got := status.FromProto(&sp)
+		if got.Code() != codes.ResourceExhausted {
+			t.Fatalf("refusal code = %v, want RESOURCE_EXHAUSTED", got.Code())
+		}
+		d, ok := RetryDelay(got.Err())
+		wantDelay := dec.RetryAfter > 0 && dec.RetryAfter != admission.Never
+		if ok != wantDelay || ok && d != dec.RetryAfter {
+			t.Fatalf("RetryAfter %v, key %q: RetryDelay after the wire = %v, %v; want %v, %v", dec.RetryAfter, key, d, ok, dec.RetryAfter, wantDelay)
+		}
+		var quota *errdetails.QuotaFailure
+		for _, det := range got.Details() {
+			if q, isQ := det.(*errdetails.QuotaFailure); isQ {
+				quota = q
+			}
+		}
+		if perKey != (quota != nil) {
+			t.Fatalf("PerKey %v, key %q: QuotaFailure detail present = %v", perKey, key, quota != nil)
+		}
+		if quota != nil && (len(quota.GetViolations()) != 1 || strings.ToValidUTF8(key, "\uFFFD") != quota.GetViolations()[0].GetSubject()) {
+			t.Fatalf("key %q: QuotaFailure %v, want one violation naming the key", key, quota)
+		}
+	})
+}
+
+func durpb(seconds int64, nanos int32) *durationpb.Duration {
+	return &durationpb.Duration{Seconds: seconds, Nanos: nanos}
+}
+
+func TestHeaderKeyCapsLongValues(t *testing.T) {
+	long := strings.Repeat("t", 500)
+	tests := []struct {
+		name string
+		give string
+		want string
+	}{
+		{name: "short", give: "tenant-a", want: "tenant-a"},
+		{name: "exactly MaxKeyLen", give: strings.Repeat("k", MaxKeyLen), want: strings.Repeat("k", MaxKeyLen)},
+		// FNV-1a 64 of 500 't's, as hash/fnv computes it.
+		{name: "long", give: long, want: long[:MaxKeyLen-17] + "#" + fnvHex(long)},
+	}
+	kf := HeaderKey("x-tenant-id")
+	for _, tt := range tests {
+		got := kf(context.Background(), metadata.Pairs("x-tenant-id", tt.give))
+		if got != tt.want {
+			t.Errorf("%s: HeaderKey(x-tenant-id) = %q, want %q", tt.name, got, tt.want)
+		}
+		if len(got) > MaxKeyLen {
+			t.Errorf("%s: key of %d bytes, want at most %d", tt.name, len(got), MaxKeyLen)
+		}
+	}
+	md := metadata.Pairs("x-tenant-id", "tenant-a")
+	if a := testing.AllocsPerRun(100, func() { _ = kf(context.Background(), md) }); a != 0 {
+		t.Errorf("HeaderKey on a short value: %v allocs per run, want 0", a)
+	}
+}
+
+func fnvHex(s string) string {
+	h := fnv.New64a()
+	h.Write([]byte(s))
+	return fmt.Sprintf("%016x", h.Sum64())
+}
