@@ -191,14 +191,14 @@ func grepLines(s, sub string) string {
 // real server processes and a redis-server it starts, and checks the
 // report's structure: a run per replica and pass, each phase, the fleet's
 // row, and the notes with the fleet's rate, Redis's commands and the
-// recovery. It judges no figure: those are for a full run on a quiet
+// recovery, and the balance pass's shares. It judges no figure: those are for a full run on a quiet
 // machine.
 func TestFleetDemoEndToEnd(t *testing.T) {
 	redistest.Binary(t) // fails, with how to install it, when missing
 	c, stdout, stderr := testCLI(t)
 	c.exe, c.childEnv = buildLevee(t), nil
 	out := filepath.Join(t.TempDir(), "fleet.html")
-	cfg, err := c.parseDemo([]string{"-scenario", "fleet", "-fleet-window", "700ms", "-fleet-rate", "50", "-deadline", "500ms", "-quiet", "-out", out})
+	cfg, err := c.parseDemo([]string{"-scenario", "fleet", "-fleet-window", "700ms", "-fleet-rate", "50", "-fleet-balance", "-deadline", "500ms", "-quiet", "-out", out})
 	if err != nil {
 		t.Fatalf("parseDemo() error = %v", err)
 	}
@@ -232,7 +232,8 @@ func TestFleetDemoEndToEnd(t *testing.T) {
 	}
 	notes := strings.Join(res.Comparison.Notes, "\n")
 	for _, want := range []string{"Fleet admitted rate per 700ms window against the limit L = 50/s: direct skew", "leased outage",
-		"direct mode: Redis ran", "leased mode: Redis ran", "back on the shared limit within", "killed (SIGKILL)"} {
+		"direct mode: Redis ran", "leased mode: Redis ran", "back on the shared limit within", "killed (SIGKILL)",
+		"Balance pass (-fleet-balance)", "round_robin sent the replicas", "weighted_round_robin sent the replicas"} {
 		if !strings.Contains(notes, want) {
 			t.Errorf("notes lack %q:\n%s", want, notes)
 		}

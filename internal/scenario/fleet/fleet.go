@@ -77,9 +77,10 @@ const (
 
 // config is what the scenario's flags set.
 type config struct {
-	redis  string
-	rate   float64
-	window time.Duration
+	redis   string
+	rate    float64
+	window  time.Duration
+	balance bool
 }
 
 // New returns the fleet scenario, with its flags -redis, -fleet-rate and
@@ -102,6 +103,7 @@ func (c *config) flags(fs *flag.FlagSet) func() error {
 	fs.StringVar(&c.redis, "redis", "", "fleet scenario: use the Redis at this `host:port` instead of starting redis-server (it is then not killed mid-run)")
 	fs.Float64Var(&c.rate, "fleet-rate", c.rate, "fleet scenario: the tenant's limit in `calls/s`, shared by the replicas")
 	fs.DurationVar(&c.window, "fleet-window", c.window, "fleet scenario: length of each phase (the windows the fleet's rate is judged over)")
+	fs.BoolVar(&c.balance, "fleet-balance", false, "fleet scenario: then make one replica 2x slower and compare a client on round_robin with one on weighted_round_robin (ORCA reports), a window each")
 	return func() error {
 		var errs []error
 		if !(c.rate >= 1) || c.rate > 100000 {
@@ -239,11 +241,21 @@ func (c *config) run(ctx context.Context, env scenario.Env, s scenario.Settings)
 		}
 		results = append(results, r)
 	}
+	var bs []balanced
+	if c.balance {
+		if bs, err = c.balanceRun(ctx, env, s, plan, rd); err != nil {
+			return nil, fmt.Errorf("balance pass: %w", err)
+		}
+	}
 	res := &scenario.Result{Capacity: c.rate, WorkIterations: results[0].iters}
 	res.Comparison = &report.Comparison{
 		Title:    fmt.Sprintf("levee demo: %d replicas sharing one tenant's limit of %.0f calls/s through Redis", Replicas, c.rate),
 		Capacity: c.rate,
 		Notes:    c.notes(s, plan, rd, results),
+	}
+	if len(bs) > 0 { // after the passes' own notes
+		n := 1 + len(results)
+		res.Comparison.Notes = append(res.Comparison.Notes[:n:n], append([]string{balanceNote(bs)}, res.Comparison.Notes[n:]...)...)
 	}
 	for _, r := range results {
 		res.Comparison.Runs = append(res.Comparison.Runs, r.runs...)
