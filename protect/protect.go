@@ -41,6 +41,7 @@ package protect
 import (
 	"errors"
 	"fmt"
+	"reflect"
 	"runtime"
 	"strings"
 	"sync"
@@ -86,6 +87,19 @@ type options struct {
 	tenant      grpcguard.KeyFunc
 	weights     map[string]float64
 	crit        *grpcguard.Criticality
+	guards      []admission.Guard
+}
+
+// WithGuard adds guards of your own to the server's protection, in every
+// rule (the default one and each WithMethod rule with a MaxRate), beside
+// the preset's: a fleet-wide limit (redislimit.NewGuard), say. Each runs
+// where its declared cost (admission.Traits) puts it, and sees the call
+// as the preset's guards do: Call.Tenant from WithTenants, Call.Key from
+// WithClientRate (the peer's address; empty without it). Given more than
+// once, the guards add up. Server.Stop does not stop them: stop what you
+// started after it. New fails if a guard is nil. Default: none.
+func WithGuard(g ...admission.Guard) Option {
+	return func(o *options) { o.guards = append(o.guards, g...) }
 }
 
 // WithTenants shares the server's capacity max-min fairly among tenants,
@@ -201,6 +215,11 @@ func (o *options) validate() error {
 	if o.weights != nil && o.tenant == nil {
 		errs = append(errs, errors.New("protect: WithTenants: nil key"))
 	}
+	for i, g := range o.guards {
+		if isNilGuard(g) {
+			errs = append(errs, fmt.Errorf("protect: WithGuard: guard %d is nil", i))
+		}
+	}
 	if o.code != codes.OK && o.code != codes.ResourceExhausted && o.code != codes.Unavailable {
 		errs = append(errs, fmt.Errorf("protect: WithCode: want RESOURCE_EXHAUSTED or UNAVAILABLE, got %v", o.code))
 	}
@@ -275,6 +294,7 @@ func New(opts ...Option) (*Server, error) {
 		}
 		shared = append(shared, ratelimit.NewGuard("rate", p.global))
 	}
+	shared = append(shared, o.guards...)
 	var key grpcguard.KeyFunc
 	if o.clientRate > 0 {
 		if p.perClient, err = ratelimit.NewKeyed(ratelimit.Limit(o.clientRate), burstOf(o.clientRate)); err != nil {
@@ -320,6 +340,15 @@ func New(opts ...Option) (*Server, error) {
 	}
 	ok = true
 	return p, nil
+}
+
+// isNilGuard reports whether g is nil or holds a nil pointer.
+func isNilGuard(g admission.Guard) bool {
+	if g == nil {
+		return true
+	}
+	v := reflect.ValueOf(g)
+	return v.Kind() == reflect.Pointer && v.IsNil()
 }
 
 // procs is the CPUs the Go scheduler runs goroutines on, read when a load

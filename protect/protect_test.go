@@ -3,7 +3,9 @@ package protect_test
 import (
 	"context"
 	"net"
+	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -12,8 +14,10 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
 	testgrpc "google.golang.org/grpc/interop/grpc_testing"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
+	"github.com/levee-go/levee/admission"
 	"github.com/levee-go/levee/grpcguard"
 	"github.com/levee-go/levee/metrics"
 	"github.com/levee-go/levee/protect"
@@ -79,6 +83,8 @@ func TestNewRejectsBadOptions(t *testing.T) {
 		{"method name", []protect.Option{protect.WithMethod("Allocate", protect.Method{})}, []string{`protect: WithMethod("Allocate"): want a full method name`}},
 		{"method rate", []protect.Option{protect.WithMethod(emptyCall, protect.Method{MaxRate: -1})}, []string{`protect: WithMethod("/grpc.testing.TestService/EmptyCall"): MaxRate must be >= 0, got -1`}},
 		{"code", []protect.Option{protect.WithCode(codes.Internal)}, []string{"protect: WithCode: want RESOURCE_EXHAUSTED or UNAVAILABLE, got Internal"}},
+		{"nil guard", []protect.Option{protect.WithGuard(nil)}, []string{"protect: WithGuard: guard 0 is nil"}},
+		{"nil pointer guard", []protect.Option{protect.WithGuard(&refuseAfter{}, (*refuseAfter)(nil))}, []string{"protect: WithGuard: guard 1 is nil"}},
 		{"all at once", []protect.Option{protect.WithMaxRate(-1), protect.WithClientRate(-1), protect.WithCode(codes.NotFound)}, []string{"WithMaxRate", "WithClientRate", "WithCode"}},
 		{"tenant key", []protect.Option{protect.WithTenants(nil, nil)}, []string{"protect: WithTenants: nil key"}},
 		{"tenant weight", []protect.Option{protect.WithTenants(grpcguard.HeaderKey("x-tenant-id"), map[string]float64{"acme": 0})}, []string{`runlimit: WithTenantWeights: weight of "acme" must be > 0`}},
@@ -162,6 +168,53 @@ func TestMethodOverrides(t *testing.T) {
 		if s.Rule == "default" && s.Admitted+s.Refused > 0 {
 			t.Errorf("default rule counted %+v; the exempt method should not reach it", s)
 		}
+	}
+}
+
+// refuseAfter admits its first n calls and refuses the rest, and records
+// each call's tenant.
+type refuseAfter struct {
+	n       int
+	mu      sync.Mutex
+	tenants []string
+}
+
+func (g *refuseAfter) Name() string { return "mine" }
+
+func (g *refuseAfter) Admit(c admission.Call) admission.Decision {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.tenants = append(g.tenants, c.Tenant)
+	if len(g.tenants) > g.n {
+		return admission.Refuse("mine says no", time.Second)
+	}
+	return admission.Decision{}
+}
+
+func (g *refuseAfter) Finish(admission.Call, admission.Permit, admission.Outcome) {}
+
+// TestWithGuard: a guard of one's own decides in the default rule and in
+// a method's rule, sees the tenant, and its refusal is the server's.
+func TestWithGuard(t *testing.T) {
+	g := &refuseAfter{n: 2}
+	_, client := serve(t, &service{}, protect.WithGuard(g),
+		protect.WithTenants(grpcguard.HeaderKey("x-tenant-id"), nil),
+		protect.WithMethod(unaryCall, protect.Method{MaxRate: 1000}))
+	ctx := metadata.AppendToOutgoingContext(context.Background(), "x-tenant-id", "acme")
+	if _, err := client.EmptyCall(ctx, &testgrpc.Empty{}); err != nil {
+		t.Fatalf("EmptyCall 1: %v", err)
+	}
+	if _, err := client.UnaryCall(ctx, &testgrpc.SimpleRequest{}); err != nil {
+		t.Fatalf("UnaryCall 2: %v", err)
+	}
+	_, err := client.EmptyCall(ctx, &testgrpc.Empty{})
+	if status.Code(err) != codes.ResourceExhausted || !strings.Contains(err.Error(), "mine says no") {
+		t.Fatalf("EmptyCall 3 = %v, want RESOURCE_EXHAUSTED from the guard given", err)
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if want := []string{"acme", "acme", "acme"}; !slices.Equal(g.tenants, want) {
+		t.Errorf("the guard saw tenants %q, want %q", g.tenants, want)
 	}
 }
 

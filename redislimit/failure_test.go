@@ -245,3 +245,28 @@ func TestRecoveryInjectedTime(t *testing.T) {
 		t.Fatalf("Allow after the breaker closed = %+v, want decided by Redis", r)
 	}
 }
+
+// TestDialRedisDown: Dial gives a usable client even when Redis is down;
+// the limiter decides locally, then shares the limit once Redis is up.
+func TestDialRedisDown(t *testing.T) {
+	s := redistest.Start(t)
+	s.Stop()
+	c, err := Dial(s.Addr())
+	if err != nil {
+		t.Fatalf("Dial(%s) with Redis down = %v, want a client", s.Addr(), err)
+	}
+	defer c.Close()
+	l := mustNew(t, c, "dial", 1000, 10, WithProbe(10*time.Millisecond, 10*time.Millisecond))
+	ctx := context.Background()
+	if r := l.Allow(ctx, "k"); !r.Allowed || !r.Local {
+		t.Fatalf("Allow with Redis down = %+v, want allowed locally", r)
+	}
+	s.Restart()
+	eventually(t, 10*time.Second, "shared again after Redis came up", func() bool {
+		r := l.Allow(ctx, "k")
+		return r.Allowed && !r.Local
+	})
+	if _, err := Dial(""); err == nil {
+		t.Error(`Dial("") = nil error, want one`)
+	}
+}

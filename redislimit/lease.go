@@ -137,6 +137,13 @@ type leases struct {
 	epoch   time.Time
 
 	refilled, dropped atomic.Uint64
+	// granted counts the tokens refills put in leases, added after the
+	// tokens (and dropped before they are taken away), so that spent never
+	// counts a token twice.
+	granted atomic.Uint64
+	// spentMax is the largest spent ever returned, which keeps it a
+	// counter (never going back) across reads racing an expiry.
+	spentMax atomic.Uint64
 
 	mu      sync.Mutex
 	delayed []*lease // refills due at their lease's until
@@ -237,12 +244,45 @@ func (l *Limiter) leased(ctx context.Context, id leaseID, lz *lease) (Result, *l
 		return l.fallback(id.name(), now, 1), nil
 	}
 	if n, ok := l.take(lz); ok {
-		l.allowed.Add(1)
+		// Counted in Stats.LeaseAllowed, as every token taken from a lease.
 		return Result{Allowed: true, Remaining: int(n)}, lz
 	}
 	l.refused.Add(1)
 	retry := time.Duration(lz.until.Load() - l.ls.mono(l.o.now()))
 	return Result{RetryAfter: max(retry, time.Duration(l.interval))}, nil
+}
+
+// spent returns the tokens taken from leases since New: those granted,
+// less those dropped and those in hand. It reads every lease, for Stats,
+// so that the admitted path counts nothing beyond its one atomic add. A
+// lease is forgotten only when it holds no token, so forgotten leases
+// need no account.
+func (ls *leases) spent() uint64 {
+	// Read the counters before the tokens: a refill adds its tokens
+	// before it counts them, so a read racing one errs low. A read racing
+	// an expiry (rare: idle leases, at their time to live) may err high by
+	// the tokens dropped; spentMax then holds the figure until the spends
+	// catch up, so that the result never goes back.
+	granted, dropped := ls.granted.Load(), ls.dropped.Load()
+	var held uint64
+	for i := range ls.shards {
+		for _, lz := range *ls.shards[i].m.Load() {
+			held += uint64(max(lz.tokens.Load(), 0))
+		}
+	}
+	var n uint64
+	if granted > dropped+held {
+		n = granted - dropped - held
+	}
+	for {
+		prev := ls.spentMax.Load()
+		if n <= prev {
+			return prev
+		}
+		if ls.spentMax.CompareAndSwap(prev, n) {
+			return n
+		}
+	}
 }
 
 func (ls *leases) mono(t time.Time) int64 { return int64(t.Sub(ls.epoch)) }
@@ -298,6 +338,7 @@ func (l *Limiter) refill(lz *lease) error {
 	}
 	got := v[0]
 	lz.tokens.Add(got)
+	l.ls.granted.Add(uint64(got))
 	lz.granted = held + got
 	lz.last = mono
 	lz.expires = mono + int64(l.o.lease.ttl)
@@ -384,8 +425,8 @@ func (ls *leases) expire(now int64) {
 			lz.mu.Lock()
 			t := lz.tokens.Load()
 			if lz.expires != 0 && now >= lz.expires && t > 0 {
-				lz.tokens.Add(-t)
 				ls.dropped.Add(uint64(t))
+				lz.tokens.Add(-t)
 				t = 0
 			}
 			if t == lz.seen && !lz.queued.Load() {

@@ -39,8 +39,8 @@ func TestLeaseBatches(t *testing.T) {
 	}
 	lz := l.ls.get(leaseID{key: "acme", scope: ByKey})
 	eventually(t, 5*time.Second, "refill ahead of need", func() bool { return lz.tokens.Load() > 50 })
-	if st := l.Stats(); st.Refills != 2 || st.Leases != 1 || st.Errors != 0 {
-		t.Fatalf("Stats = %+v, want 2 refills, 1 lease, no error", st)
+	if st := l.Stats(); st.Refills != 2 || st.Leases != 1 || st.Errors != 0 || st.LeaseAllowed != 50 || st.Allowed != 0 {
+		t.Fatalf("Stats = %+v, want 2 refills, 1 lease, no error, 50 calls admitted by the lease and none directly", st)
 	}
 	// Redis's clock stands still in this test, so the tokens are
 	// conserved: spent + in hand + left in Redis = the burst.
@@ -101,8 +101,8 @@ func TestLeaseExpiry(t *testing.T) {
 		t.Fatalf("tokens before the TTL = %d, want %d", got, held)
 	}
 	l.ls.expire(now + int64(2*time.Second))
-	if got, st := lz.tokens.Load(), l.Stats(); got != 0 || st.Dropped != uint64(held) {
-		t.Fatalf("after the TTL: %d tokens, %d dropped; want 0 and %d", got, st.Dropped, held)
+	if got, st := lz.tokens.Load(), l.Stats(); got != 0 || st.Dropped != uint64(held) || st.LeaseAllowed != 1 {
+		t.Fatalf("after the TTL: %d tokens, %d dropped, %d admitted by the lease; want 0, %d and 1", got, st.Dropped, st.LeaseAllowed, held)
 	}
 	for range idlePasses + 1 {
 		l.ls.expire(now + int64(3*time.Second))

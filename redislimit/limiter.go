@@ -41,6 +41,7 @@ type Result struct {
 // counts nothing.
 type Stats struct {
 	Allowed       uint64        // calls the shared limit in Redis allowed (not counting those a lease admitted)
+	LeaseAllowed  uint64        // calls a lease admitted: tokens leased from Redis, less those dropped and those in hand
 	Refused       uint64        // calls the shared limit in Redis (or a dry lease) refused
 	LocalAllowed  uint64        // calls the local fallback allowed
 	LocalRefused  uint64        // calls the local fallback refused
@@ -332,12 +333,14 @@ func (l *Limiter) setAlive(n int) {
 // Stats returns the limiter's counters.
 func (l *Limiter) Stats() Stats {
 	n := l.Replicas()
-	var refills, dropped uint64
+	var refills, dropped, leased uint64
 	var leases int
 	if l.ls != nil {
 		refills, dropped, leases = l.ls.refilled.Load(), l.ls.dropped.Load(), int(l.ls.count.Load())
+		leased = l.ls.spent()
 	}
 	return Stats{
+		LeaseAllowed:  leased,
 		Refills:       refills,
 		Dropped:       dropped,
 		Leases:        leases,

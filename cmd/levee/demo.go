@@ -12,6 +12,7 @@ import (
 	"github.com/levee-go/levee/examples/inventory"
 	"github.com/levee-go/levee/internal/scenario"
 	"github.com/levee-go/levee/internal/scenario/dependency"
+	fleetdemo "github.com/levee-go/levee/internal/scenario/fleet"
 	"github.com/levee-go/levee/internal/scenario/overload"
 	"github.com/levee-go/levee/internal/stats"
 )
@@ -20,7 +21,7 @@ import (
 // the first the default. Each call returns fresh ones: a scenario's flags
 // are bound to the scenario value.
 func demoScenarios() (*scenario.Registry, error) {
-	return scenario.NewRegistry(overload.New(), overload.NewIO(), overload.NewMixed(), overload.NewTenants(), dependency.New())
+	return scenario.NewRegistry(overload.New(), overload.NewIO(), overload.NewMixed(), overload.NewTenants(), dependency.New(), fleetdemo.New())
 }
 
 // demoConfig is a parsed `levee demo` command line.

@@ -74,8 +74,17 @@ func TestBadInputIsOneLineAndNonZero(t *testing.T) {
 		{name: "load extra argument", give: []string{"load", "now"}, wantCode: exitUsage, want: `unexpected argument "now"`},
 		{name: "demo negative spike", give: []string{"demo", "-spike", "-1s"}, wantCode: exitUsage, want: "-spike must be > 0, got -1s"},
 		{name: "demo zero normal", give: []string{"demo", "-normal", "0s"}, wantCode: exitUsage, want: "-normal must be > 0"},
-		{name: "demo unknown scenario", give: []string{"demo", "-scenario", "meteor"}, wantCode: exitUsage, want: `-scenario must be overload, io, mixed, tenants or dependency, got "meteor"`},
+		{name: "demo unknown scenario", give: []string{"demo", "-scenario", "meteor"}, wantCode: exitUsage, want: `-scenario must be overload, io, mixed, tenants, dependency or fleet, got "meteor"`},
+		{name: "demo fleet rate 0", give: []string{"demo", "-scenario", "fleet", "-fleet-rate", "0"}, wantCode: exitUsage, want: "-fleet-rate must be in [1, 100000] calls/s, got 0"},
+		{name: "demo fleet window", give: []string{"demo", "-scenario", "fleet", "-fleet-window", "10ms"}, wantCode: exitUsage, want: "-fleet-window must be >= 100ms, got 10ms"},
 		{name: "demo zero cpu work", give: []string{"demo", "-cpu-work", "0s"}, wantCode: exitUsage, want: "-cpu-work must be > 0"},
+		{name: "serve redis without rate", give: []string{"serve", "-redis", "127.0.0.1:6379"}, wantCode: exitUsage, want: "-redis needs -fleet-rate"},
+		{name: "serve bad redis address", give: []string{"serve", "-redis", "localhost", "-fleet-rate", "10"}, wantCode: exitUsage, want: `-redis: want host:port, got "localhost"`},
+		{name: "serve bad redis port", give: []string{"serve", "-redis", "127.0.0.1:99999", "-fleet-rate", "10"}, wantCode: exitUsage, want: "-redis: want host:port with a port in 1..65535"},
+		{name: "serve zero fleet rate", give: []string{"serve", "-redis", "127.0.0.1:6379", "-fleet-rate", "0"}, wantCode: exitUsage, want: "-fleet-rate must be in (0, 1e6] calls/s, got 0"},
+		{name: "serve fleet rate without redis", give: []string{"serve", "-fleet-rate", "10"}, wantCode: exitUsage, want: "-fleet-rate, -fleet-burst and -fleet-leases need -redis"},
+		{name: "serve negative fleet burst", give: []string{"serve", "-redis", "127.0.0.1:6379", "-fleet-rate", "10", "-fleet-burst", "-1"}, wantCode: exitUsage, want: "-fleet-burst must be >= 0"},
+		{name: "serve redis with firstwave", give: []string{"serve", "-redis", "127.0.0.1:6379", "-fleet-rate", "10", "-recipe", "firstwave"}, wantCode: exitUsage, want: "-redis works with the preset recipe only"},
 		{name: "unreachable target", give: []string{"load", "-target", "127.0.0.1:1", "-duration", "1s"}, wantCode: exitFail, want: "levee load: target 127.0.0.1:1 is not serving"},
 	}
 	for _, tt := range tests {

@@ -40,6 +40,9 @@ type policyParams struct {
 	// TenantHeader names the metadata key of the tenant among whom the
 	// preset shares capacity fairly (-tenant-header); "": no tenants.
 	TenantHeader string
+	// Fleet is the limit shared with the other replicas through Redis
+	// (-redis), which the preset adds to its rules; nil: none.
+	Fleet *fleet
 }
 
 const allocateMethod = "/corecart.inventory.v1.InventoryService/Allocate"

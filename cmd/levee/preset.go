@@ -25,6 +25,9 @@ func presetProtection(p policyParams) (opts []grpc.ServerOption, stop func(), er
 	if p.TenantHeader != "" {
 		popts = append(popts, protect.WithTenants(grpcguard.HeaderKey(p.TenantHeader), nil))
 	}
+	if p.Fleet != nil {
+		popts = append(popts, p.Fleet.options()...)
+	}
 	pr, err := protect.New(popts...)
 	if err != nil {
 		return nil, func() {}, err
@@ -36,7 +39,11 @@ func presetProtection(p policyParams) (opts []grpc.ServerOption, stop func(), er
 	}
 	if p.Mux != nil {
 		reg := metrics.New(metrics.WithRuntimeMetrics())
-		if err := pr.Register(reg); err != nil {
+		err := pr.Register(reg)
+		if err == nil && p.Fleet != nil {
+			err = p.Fleet.register(reg)
+		}
+		if err != nil {
 			pr.Stop()
 			return nil, func() {}, err
 		}

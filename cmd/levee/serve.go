@@ -43,6 +43,11 @@ func (c *cli) serve(ctx context.Context, args []string) error {
 	unprotected := fs.Bool("unprotected", false, "serve without any protection")
 	tenantHeader := fs.String("tenant-header", "", "share the capacity max-min fairly among the tenants named by this metadata `key` (e.g. x-tenant-id; preset recipe; empty: no tenants)")
 	pinCPU := fs.Int("cpu", -1, "pin the server to this CPU (Linux; -1: no pinning)")
+	var ff fleetFlags
+	fs.StringVar(&ff.redis, "redis", "", "share a limit of -fleet-rate calls/s with every replica through the Redis at this `host:port` (preset recipe; Redis down is not fatal: the limit is then decided locally at the rate ÷ the replicas alive); also turns on per-call ORCA load reports for clients on weighted_round_robin")
+	fs.Float64Var(&ff.rate, "fleet-rate", 0, "with -redis, the `calls/s` every replica shares (per tenant with -tenant-header)")
+	fs.IntVar(&ff.burst, "fleet-burst", 0, "with -redis, the shared bucket's size in `calls` (0: a tenth of a second's worth); with -fleet-leases each replica's batch is at most this ÷ the replicas alive")
+	fs.BoolVar(&ff.leases, "fleet-leases", false, "with -redis, take the fleet's tokens in leases, so that Redis sees a small fraction of the calls")
 	policyFile := fs.String("policy", "", "protect the server with this policy `file` (see levee policy example), reloaded when it changes and on SIGHUP; empty: -recipe")
 	if err := c.parse(fs, args); err != nil {
 		return err
@@ -57,6 +62,14 @@ func (c *cli) serve(ctx context.Context, args []string) error {
 		if len(conflict) > 0 {
 			return usageError("-policy and %s exclude each other: the policy file says how the server is protected", strings.Join(conflict, ", "))
 		}
+	}
+	rateGiven := false
+	fs.Visit(func(f *flag.Flag) { rateGiven = rateGiven || f.Name == "fleet-rate" })
+	if err := ff.check(rateGiven); err != nil {
+		return err
+	}
+	if ff.redis != "" && (*policyFile != "" || *recipe != recipePreset || *unprotected) {
+		return usageError("-redis works with the preset recipe only (not -policy, -recipe %s or -unprotected)", recipeFirstWave)
 	}
 	if *cpuWork < 0 {
 		return usageError("-cpu-work must be >= 0, got %v", *cpuWork)
@@ -132,6 +145,14 @@ func (c *cli) serve(ctx context.Context, args []string) error {
 
 	g := &stats.Gauges{}
 	params := policyParams{Capacity: capValue, CPUWork: *cpuWork, Mux: mux, Gauges: g, TenantHeader: *tenantHeader}
+	if ff.redis != "" {
+		fl, err := newFleet(ff, *tenantHeader, c.stderr)
+		if err != nil {
+			return err
+		}
+		defer fl.close()
+		params.Fleet = fl
+	}
 	var opts []grpc.ServerOption
 	stopPolicy := func() {}
 	if !*unprotected {
@@ -173,8 +194,12 @@ func (c *cli) serve(ctx context.Context, args []string) error {
 	if *unprotected {
 		mode = "unprotected"
 	}
-	fmt.Fprintf(c.stdout, "%s grpc=%s http=%s mode=%s capacity=%s (%s) work-iterations=%d gomaxprocs=%d\n",
-		scenario.ListeningPrefix, lis.Addr(), httpAddr, mode, strconv.FormatFloat(capValue, 'f', 1, 64), capHow, srv.WorkIterations(), runtime.GOMAXPROCS(0))
+	fleetNote := ""
+	if ff.redis != "" {
+		fleetNote = fmt.Sprintf(" fleet=%s@%s leases=%t", strconv.FormatFloat(ff.rate, 'f', -1, 64), ff.redis, ff.leases)
+	}
+	fmt.Fprintf(c.stdout, "%s grpc=%s http=%s mode=%s capacity=%s (%s) work-iterations=%d gomaxprocs=%d%s\n",
+		scenario.ListeningPrefix, lis.Addr(), httpAddr, mode, strconv.FormatFloat(capValue, 'f', 1, 64), capHow, srv.WorkIterations(), runtime.GOMAXPROCS(0), fleetNote)
 
 	select {
 	case <-ctx.Done():
