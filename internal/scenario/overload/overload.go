@@ -332,7 +332,15 @@ func runServer(ctx context.Context, env scenario.Env, s scenario.Settings, w wor
 		for j, p := range phases {
 			steady[j] = loadgen.Phase{Name: p.Name, Duration: p.Duration, Rate: st.share * *capacity}
 		}
-		gen, err := loadgen.New(t.AllocateCallWith(fmt.Sprintf("%s-%d-%d", name, i, time.Now().UnixNano()), st.md), steady, s.GeneratorOptions(env, name+" "+st.name)...)
+		// Each stream is a client of its own, on connections of its own,
+		// as tenants are: on a shared connection its calls would queue
+		// behind the flood's in the transport, whatever the server decides.
+		own, err := target.Dial(ctx, srv.GRPCAddr, 1, env.ReadyTimeout)
+		if err != nil {
+			return nil, fmt.Errorf("%s %s: %w", name, st.name, err)
+		}
+		defer own.Close()
+		gen, err := loadgen.New(own.AllocateCallWith(fmt.Sprintf("%s-%d-%d", name, i, time.Now().UnixNano()), st.md), steady, s.GeneratorOptions(env, name+" "+st.name)...)
 		if err != nil {
 			return nil, fmt.Errorf("%s %s run: %w", name, st.name, err)
 		}
