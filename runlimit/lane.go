@@ -88,19 +88,9 @@ func (ln *Lane) reserve() int64 {
 // unreserve ends a reservation that added cost.
 func (ln *Lane) unreserve(cost int64) {
 	l := ln.f.l
-	left := l.work[ln.class.Index()].Add(-cost)
+	l.work[ln.class.Index()].Add(-cost)
 	if ln.count.Add(-1) == 1 {
 		l.backlogged[ln.class.Index()].Add(-ln.weight)
-	}
-	if left == 0 && !l.emptied.Load() {
-		// Maybe the queue emptied: see Limiter.standing.
-		var total int64
-		for i := range l.work {
-			total += l.work[i].Load()
-		}
-		if total == 0 {
-			l.emptied.Store(true)
-		}
 	}
 }
 
@@ -110,10 +100,7 @@ func (ln *Lane) unreserve(cost int64) {
 // Limiter hands out limit × target/2 of turn time, less what the calls of
 // higher classes already waiting will take, scaled by the share of the
 // turns that calls of higher classes left to this class over the last
-// interval. (All of this while the queue stands: while it emptied in the
-// last interval, a lane may hold four times what fits in the target, of
-// any class, so that a burst at normal load is not refused.) Two calls more
-// than that fit, so that a burst at normal load
+// interval. Two calls more than that fit, so that a burst at normal load
 // is not refused on a server that runs one call at a time — unless higher
 // classes take every turn. Of that, a lane with calls queued gets its
 // weight's share among the lanes of its class that have calls queued too,
@@ -128,11 +115,6 @@ func (ln *Lane) Admissible() bool {
 	l := f.l
 	ci := ln.class.Index()
 	budget := float64(l.limit.Load()) * float64(f.QueueTarget()/2)
-	if !l.standing.Load() {
-		// The queue emptied in the last interval: a passing burst, not
-		// overload. Let it queue four times as long, whatever its class.
-		return float64(q) < 4*math.Ceil(budget/f.cost()+2)
-	}
 	if ci < admission.Classes-1 {
 		var above int64
 		for k := ci + 1; k < admission.Classes; k++ {

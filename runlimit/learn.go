@@ -22,7 +22,6 @@ func (l *Limiter) update(end int64) {
 	}
 	l.updates.Add(1)
 	l.shareClasses()
-	l.noteStanding()
 	if end-l.lastSweep >= int64(sweepEvery) {
 		l.lastSweep = end
 		l.sweepTenants(flows, end)
@@ -136,20 +135,6 @@ func (l *Limiter) shareClasses() {
 		l.avail[i].Store(math.Float64bits(avail))
 		above += served[i]
 	}
-}
-
-// noteStanding closes the interval's watch on the lanes' queues: they
-// stand if they never emptied in it. Needs upd.
-func (l *Limiter) noteStanding() {
-	drained := l.emptied.Swap(false)
-	if !drained {
-		var total int64
-		for i := range l.work {
-			total += l.work[i].Load()
-		}
-		drained = total == 0
-	}
-	l.standing.Store(!drained)
 }
 
 // apply sets the limit to est, within the bounds, and hands turns that a

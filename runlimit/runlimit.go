@@ -191,12 +191,6 @@ type Limiter struct {
 	served     [admission.Classes]paddedInt     // turns that ended in the interval
 	avail      [admission.Classes]atomic.Uint64 // float64: share of the turns higher classes left over the last interval
 	openedAt   atomic.Int64                     // opened, for readers outside upd
-	// emptied: the lanes' queues were empty at some instant of the
-	// current interval (a call left them and none was left behind).
-	// standing: they were not in the last interval, so admission holds
-	// the queue to the target (see Lane.Admissible).
-	emptied  atomic.Bool
-	standing atomic.Bool
 
 	tenantCount atomic.Int64
 	lastSweep   int64 // under upd
