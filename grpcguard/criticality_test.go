@@ -4,6 +4,7 @@ import (
 	"context"
 	"net"
 	"net/netip"
+	"strings"
 	"sync"
 	"testing"
 
@@ -107,19 +108,10 @@ func TestCriticalityValidated(t *testing.T) {
 		t.Fatal("New accepted a bad Criticality")
 	}
 	for _, want := range []string{`rule "r"`, "Default: class 7", `"Bad" is not a method`, `Methods["/grpc.testing.TestService/UnaryCall"]: class -9`} {
-		if !contains(err.Error(), want) {
+		if !strings.Contains(err.Error(), want) {
 			t.Errorf("error %q does not name %q", err, want)
 		}
 	}
-}
-
-func contains(s, sub string) bool {
-	for i := 0; i+len(sub) <= len(s); i++ {
-		if s[i:i+len(sub)] == sub {
-			return true
-		}
-	}
-	return false
 }
 
 func outgoingClass(ctx context.Context) string {

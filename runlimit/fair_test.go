@@ -6,6 +6,7 @@ import (
 	"math/rand/v2"
 	"runtime"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -408,15 +409,11 @@ func TestTenantWeightsValidated(t *testing.T) {
 		t.Fatal("New accepted bad weights")
 	}
 	for _, want := range []string{`weight of "a"`, `weight of "b"`, "empty tenant name", `weight of "c"`, "WithMaxTenants: n must be >= 1, got 0"} {
-		if !contains(err.Error(), want) {
+		if !strings.Contains(err.Error(), want) {
 			t.Errorf("error %q does not name %q", err, want)
 		}
 	}
-	if contains(err.Error(), `"ok"`) {
+	if strings.Contains(err.Error(), `"ok"`) {
 		t.Errorf("error %q names a good weight", err)
 	}
-}
-
-func contains(s, sub string) bool {
-	return len(sub) == 0 || (len(s) >= len(sub) && (s[:len(sub)] == sub || contains(s[1:], sub)))
 }
