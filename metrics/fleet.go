@@ -30,8 +30,8 @@ type FleetStats struct {
 	Breaker breaker.State
 	// Replicas is the replicas sharing the limit, as last learned.
 	Replicas int
-	// Rate is the shared rate and LocalRate the fallback's (Rate ÷
-	// Replicas), tokens per second.
+	// Rate is the shared rate and LocalRate the fallback's (Rate × this
+	// replica's share: see redislimit.Stats.Share), tokens per second.
 	Rate, LocalRate float64
 	// Heartbeats and HeartbeatFail count the heartbeats Redis answered
 	// and those that failed.

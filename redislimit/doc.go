@@ -33,16 +33,26 @@
 // allocation and no wait; Redis sees about two round trips per horizon
 // per key and replica. The fleet never takes more than the shared bucket
 // gives out; a replica that finds the shared bucket short comes back for
-// more only after half a horizon, so a fleet at its limit does not send
-// Redis one command per call.
+// more only after a horizon (or the time the bucket takes to fill half, if
+// shorter), so a fleet at its limit does not send Redis one command per
+// call.
 //
 // # When Redis is slow or down
 //
 // Every round trip is bounded by a timeout (WithTimeout, 100 ms). A call
 // whose answer does not come in time, or fails, is decided by a local
-// fallback: a bucket per key at the shared rate ÷ the replicas alive, which
-// each replica learns from heartbeats in Redis (a sorted set of replica
-// ids scored by expiry, in Redis's clock) or is told (WithReplicas). A
+// fallback: a bucket per key at this replica's share of the shared rate.
+// Each replica learns its share from heartbeats in Redis (every second: a
+// sorted set of replica ids scored by expiry, in Redis's clock, and a hash
+// of their recent rates of calls): it is the replica's share of the
+// fleet's calls over the last seconds before Redis went down, so a load
+// balancer that sends one replica 80% of the calls leaves it 80% of the
+// rate, and the fleet's rate holds while the split does. The share is at
+// least a quarter of an even one (a replica idle before the outage may
+// get calls during it; the fleet may then exceed the rate by those
+// quarters), and even while the fleet offers less than a call per second.
+// Told the number of replicas (WithReplicas), each falls back to the rate
+// ÷ that number. A
 // breaker on Redis (levee's breaker package: the last 10 calls, 50%
 // failures, a timeout being a failure) opens after a few failures, and
 // then every call is decided locally at once: a sick Redis costs nothing

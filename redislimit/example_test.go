@@ -33,7 +33,7 @@ func ExampleNew() {
 }
 
 // With leases Redis leaves the request path: each replica takes tokens in
-// batches covering 100 ms of its own traffic, and a call admitted from a
+// batches covering 250 ms of its own traffic, and a call admitted from a
 // lease costs one atomic add.
 func ExampleWithLeases() {
 	client, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{"127.0.0.1:6379"}})

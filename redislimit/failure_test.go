@@ -2,6 +2,7 @@ package redislimit
 
 import (
 	"context"
+	"math"
 	"slices"
 	"sync/atomic"
 	"testing"
@@ -29,6 +30,8 @@ func TestRedisKilled(t *testing.T) {
 	if r := l.Allow(ctx, "acme"); !r.Allowed || r.Local {
 		t.Fatalf("Allow with Redis up = %+v, want allowed by Redis", r)
 	}
+	// The fleet is quiet (one call): each replica's share is an even one.
+	eventually(t, 5*time.Second, "an even share", func() bool { return l.Stats().Share == 1.0/3 })
 
 	s.Stop()
 	var worst time.Duration
@@ -77,6 +80,79 @@ func TestRedisKilled(t *testing.T) {
 	}
 	t.Logf("back on the shared limit %v after Redis returned", took)
 	eventually(t, 5*time.Second, "heartbeats again", func() bool { return s.Do("ZCARD", l.hbKey) == "3" })
+}
+
+// TestFallbackShare: three replicas offered calls 6:2:0 learn their
+// shares of the fleet's calls from the heartbeats, and with Redis down
+// each falls back to its share of the rate: the busy one to three
+// quarters, the idle one to a quarter of an even share.
+func TestFallbackShare(t *testing.T) {
+	s, c := single(t)
+	const rate, burst = 1200, 120
+	beat := WithHeartbeat(20*time.Millisecond, 100*time.Millisecond)
+	a := mustNew(t, c, "share", rate, burst, beat)
+	b := mustNew(t, c, "share", rate, burst, beat)
+	idle := mustNew(t, c, "share", rate, burst, beat)
+	eventually(t, 5*time.Second, "3 replicas alive", func() bool { return a.Replicas() == 3 && b.Replicas() == 3 })
+	ctx := context.Background()
+	near := func(got, want float64) bool { return math.Abs(got-want) <= 0.06 }
+	eventually(t, 10*time.Second, "shares 3/4, 1/4 and 1/12", func() bool {
+		for range 50 {
+			for range 3 {
+				a.Allow(ctx, "k")
+			}
+			b.Allow(ctx, "k")
+		}
+		return near(a.Stats().Share, 0.75) && near(b.Stats().Share, 0.25) && idle.Stats().Share == 0.25/3
+	})
+	st := a.Stats()
+	if st.LocalRate != rate*st.Share {
+		t.Fatalf("LocalRate = %v with share %v, want %v", st.LocalRate, st.Share, rate*st.Share)
+	}
+
+	s.Stop()
+	eventually(t, 5*time.Second, "a's breaker open", func() bool {
+		a.Allow(ctx, "probe")
+		return a.Stats().Breaker == breaker.StateOpen
+	})
+	// The fallback's bucket for a fresh key holds the share of the burst.
+	share := a.Stats().Share
+	if !near(share, 0.75) {
+		t.Fatalf("share with Redis down = %v, want the one learned before, about 0.75", share)
+	}
+	allowed := 0
+	for range burst {
+		if r := a.Allow(ctx, "fresh"); r.Allowed {
+			allowed++
+		}
+	}
+	if want := int(burst * share); allowed < want || allowed > want+2 {
+		t.Fatalf("local fallback allowed %d of %d quick calls, want about burst × share = %d", allowed, burst, want)
+	}
+}
+
+// TestFleetShare covers the share's edge cases: a quiet fleet, a replica
+// alone, the floor of a quarter of an even share, bad inputs.
+func TestFleetShare(t *testing.T) {
+	for _, tt := range []struct {
+		mine, total float64
+		n           int
+		want        float64
+	}{
+		{mine: 0, total: 0, n: 3, want: 1.0 / 3},
+		{mine: 0.5, total: 0.9, n: 3, want: 1.0 / 3}, // quiet: under a call per second
+		{mine: 80, total: 100, n: 3, want: 0.8},
+		{mine: 0, total: 100, n: 3, want: 0.25 / 3},
+		{mine: 1, total: 100, n: 2, want: 0.125},
+		{mine: 100, total: 100, n: 1, want: 1},
+		{mine: 150, total: 100, n: 2, want: 1}, // our rate newer than the sum
+		{mine: -1, total: 100, n: 4, want: 0.25},
+		{mine: 10, total: math.NaN(), n: 0, want: 1},
+	} {
+		if got := fleetShare(tt.mine, tt.total, tt.n); math.Abs(got-tt.want) > 1e-12 {
+			t.Errorf("fleetShare(%v, %v, %d) = %v, want %v", tt.mine, tt.total, tt.n, got, tt.want)
+		}
+	}
 }
 
 // TestRedisSlow puts a proxy that adds latency between the limiter and

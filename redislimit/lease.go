@@ -18,8 +18,9 @@ import (
 // Defaults of WithLeases.
 const (
 	// DefaultLeaseHorizon is how much of a replica's own traffic one lease
-	// covers.
-	DefaultLeaseHorizon = 100 * time.Millisecond
+	// covers: a quarter of a second, so that a replica with 100 calls/s
+	// of a key asks Redis about 8 times a second for it.
+	DefaultLeaseHorizon = 250 * time.Millisecond
 	// DefaultLeaseTTL is how long leased tokens stay usable.
 	DefaultLeaseTTL = time.Second
 	// DefaultMaxLeases bounds the keys leased at once; further keys are
@@ -344,8 +345,11 @@ func (l *Limiter) refill(lz *lease) error {
 	lz.expires = mono + int64(l.o.lease.ttl)
 	if got < want {
 		// The shared bucket is short: come back when it may hold what we
-		// missed, not at every token, or Redis would see every call.
-		wait := max(time.Duration(v[1])*time.Microsecond, l.o.lease.horizon/2)
+		// missed, not at every token, or Redis would see every call; wait a
+		// horizon, or the time the bucket takes to fill half when that is
+		// shorter, so that no token is lost to a full bucket meanwhile.
+		fill := time.Duration(l.burst) * time.Duration(l.interval) / 2
+		wait := max(time.Duration(v[1])*time.Microsecond, min(l.o.lease.horizon, fill))
 		lz.until.Store(mono + int64(wait))
 	}
 	return nil

@@ -48,9 +48,10 @@ type Stats struct {
 	Errors        uint64        // Redis round trips that failed or timed out
 	Reloads       uint64        // scripts given to Redis again after NOSCRIPT
 	Replicas      int           // replicas sharing the limit, as last learned or configured
+	Share         float64       // this replica's share of the shared rate in the fallback: of the fleet's recent calls, as last learned, or 1 ÷ Replicas
 	Breaker       breaker.State // the breaker on Redis
 	Rate          float64       // the shared rate, tokens per second
-	LocalRate     float64       // the fallback's rate: Rate ÷ Replicas
+	LocalRate     float64       // the fallback's rate: Rate × Share
 	Burst         int           // the shared burst
 	Heartbeats    uint64        // heartbeats that Redis answered
 	HeartbeatFail uint64        // heartbeats that failed
@@ -62,8 +63,9 @@ type Stats struct {
 // Limiter is one token bucket per key shared by every replica of a
 // service, kept in Redis: GCRA in one Lua script with Redis's clock (see
 // the package documentation). When Redis is slow or down it decides
-// locally, at the shared rate ÷ the replicas alive, behind a breaker, and
-// goes back to Redis by itself.
+// locally, at its share of the shared rate (its share of the fleet's
+// recent calls, learned from the heartbeats), behind a breaker, and goes
+// back to Redis by itself.
 //
 // Create one with New, which takes a rueidis client (to a single Redis or
 // a cluster), the limit's name, its rate and its burst; the zero value is
@@ -83,15 +85,23 @@ type Limiter struct {
 	ls       *leases // nil unless WithLeases
 	dl       *deadlines
 
-	gcra  script
-	beat  script
-	hbKey string
-	id    string
+	gcra   script
+	beat   script
+	hbKey  string
+	hbLoad string // the hash of the replicas' recent rates
+	id     string
 
 	br    *breaker.Breaker
 	local *ratelimit.Keyed
 	alive atomic.Int64
-	setMu sync.Mutex // serialises changes of the fallback's rate
+	share atomic.Uint64 // float64 bits: this replica's share of the rate in the fallback
+	setMu sync.Mutex    // serialises changes of the fallback's rate
+
+	// Owned by the limiter's goroutine: the calls decided at the last
+	// heartbeat, when, and this replica's smoothed rate of calls.
+	beatCalls uint64
+	beatAt    time.Time
+	beatRate  float64
 
 	allowed, refused, localAllowed, localRefused atomic.Uint64
 	errors, reloads, hbOK, hbFail                atomic.Uint64
@@ -162,13 +172,17 @@ func New(client rueidis.Client, name string, rate float64, burst int, opts ...Op
 	}
 	l.interval = int64(t) * int64(time.Microsecond)
 	l.hbKey = l.base + "replicas}"
+	l.hbLoad = l.base + "replicas}:rates"
 	n := max(o.replicas, 1)
 	l.alive.Store(int64(n))
+	l.share.Store(math.Float64bits(1 / float64(n)))
 	// Cannot fail: rate > 0 and the burst is at least 1.
-	l.local, _ = ratelimit.NewKeyed(ratelimit.Limit(rate/float64(n)), l.localBurst(n))
-	go l.run()
+	l.local, _ = ratelimit.NewKeyed(ratelimit.Limit(rate/float64(n)), l.localBurst(1/float64(n)))
 	if o.leased {
 		l.ls = newLeases(o.lease)
+	}
+	go l.run()
+	if o.leased {
 		l.ls.wg.Add(refillWorkers + 1)
 		for range refillWorkers {
 			go l.refiller()
@@ -185,12 +199,13 @@ func defaultReplicaID() string {
 	return host + "-" + strconv.Itoa(os.Getpid()) + "-" + hex.EncodeToString(b[:])
 }
 
-// localBurst is the burst of the fallback's buckets with n replicas.
-func (l *Limiter) localBurst(n int) int {
+// localBurst is the burst of the fallback's buckets at share of the
+// shared rate.
+func (l *Limiter) localBurst(share float64) int {
 	if l.o.localBurst > 0 {
 		return l.o.localBurst
 	}
-	return max(1, l.burst/n)
+	return max(1, int(float64(l.burst)*share))
 }
 
 // Key returns the Redis key of key's bucket: "<prefix>:<name>:{<key>}",
@@ -212,8 +227,8 @@ func (l *Limiter) Allow(ctx context.Context, key string) Result { return l.Allow
 // does not end early when ctx does. Past the timeout, on an error, while
 // the breaker on Redis is not closed, or when ctx is already done (its
 // caller gave up: no round trip is worth it), the local fallback decides
-// (Result.Local): a bucket per key at the shared rate ÷ the replicas
-// alive. It never
+// (Result.Local): a bucket per key at this replica's share of the shared
+// rate (see Stats.Share). It never
 // returns an error: Redis's failures show only in Stats. With leases
 // (WithLeases) a call of one token is taken from key's lease, which
 // allocates nothing and waits on nothing while the lease holds tokens;
@@ -301,7 +316,7 @@ func (l *Limiter) run3(ctx context.Context, key, n, partial string) ([]int64, er
 	return v, nil
 }
 
-// fallback decides locally at the shared rate ÷ the replicas alive.
+// fallback decides locally at this replica's share of the shared rate.
 func (l *Limiter) fallback(key string, now time.Time, n int) Result {
 	if l.local.AllowN(key, now, n) {
 		l.localAllowed.Add(1)
@@ -315,24 +330,79 @@ func (l *Limiter) fallback(key string, now time.Time, n int) Result {
 // (WithReplicas), or as the last heartbeat counted them.
 func (l *Limiter) Replicas() int { return int(l.alive.Load()) }
 
-// setAlive records that n replicas are alive and rescales the fallback.
-func (l *Limiter) setAlive(n int) {
+// setAlive records that n replicas are alive and that this replica's
+// share of the shared rate in the fallback is share, and rescales the
+// fallback when either changed (the share by more than shareStep).
+func (l *Limiter) setAlive(n int, share float64) {
 	n = max(n, 1)
 	l.setMu.Lock()
 	defer l.setMu.Unlock()
-	if int(l.alive.Load()) == n {
+	old := math.Float64frombits(l.share.Load())
+	if int(l.alive.Load()) == n && math.Abs(share-old) <= shareStep*old {
 		return
 	}
 	l.alive.Store(int64(n))
+	l.share.Store(math.Float64bits(share))
 	now := l.o.now()
 	// Cannot fail: the rate is positive and the burst at least 1.
-	_ = l.local.SetLimitAt(now, ratelimit.Limit(l.rate/float64(n)))
-	_ = l.local.SetBurstAt(now, l.localBurst(n))
+	_ = l.local.SetLimitAt(now, ratelimit.Limit(l.rate*share))
+	_ = l.local.SetBurstAt(now, l.localBurst(share))
+}
+
+// The fallback's share: a replica's share of the fleet's recent calls,
+// at least minShare ÷ the replicas alive (a replica that was idle before
+// Redis went down may get calls while it is), and 1 ÷ the replicas alive
+// while the fleet offers fewer than quietRate calls per second. A change
+// of share by less than shareStep of it does not rescale the fallback.
+const (
+	minShare  = 0.25
+	quietRate = 1.0
+	shareStep = 0.02
+)
+
+// fleetShare returns the fallback's share of a replica offering mine of
+// the fleet's total calls per second, with n replicas alive.
+func fleetShare(mine, total float64, n int) float64 {
+	n = max(n, 1)
+	even := 1 / float64(n)
+	if !(total >= quietRate) || mine < 0 {
+		return even
+	}
+	return min(1, max(mine/total, minShare*even))
+}
+
+// decided returns the calls this limiter has decided since New, however
+// they were decided.
+func (l *Limiter) decided() uint64 {
+	n := l.allowed.Load() + l.refused.Load() + l.localAllowed.Load() + l.localRefused.Load()
+	if l.ls != nil {
+		n += l.ls.spent()
+	}
+	return n
+}
+
+// rateNow updates and returns this replica's smoothed rate of calls, in
+// calls per second, from the calls decided since the last heartbeat.
+func (l *Limiter) rateNow() float64 {
+	now, calls := l.o.now(), l.decided()
+	if !l.beatAt.IsZero() {
+		if dt := now.Sub(l.beatAt).Seconds(); dt > 0 {
+			r := float64(calls-l.beatCalls) / dt
+			if l.beatRate == 0 {
+				l.beatRate = r
+			} else {
+				l.beatRate = 0.5*l.beatRate + 0.5*r
+			}
+		}
+	}
+	l.beatCalls, l.beatAt = calls, now
+	return l.beatRate
 }
 
 // Stats returns the limiter's counters.
 func (l *Limiter) Stats() Stats {
 	n := l.Replicas()
+	share := math.Float64frombits(l.share.Load())
 	var refills, dropped, leased uint64
 	var leases int
 	if l.ls != nil {
@@ -351,9 +421,10 @@ func (l *Limiter) Stats() Stats {
 		Errors:        l.errors.Load(),
 		Reloads:       l.reloads.Load(),
 		Replicas:      n,
+		Share:         share,
 		Breaker:       l.br.StateAt(l.o.now()),
 		Rate:          l.rate,
-		LocalRate:     l.rate / float64(n),
+		LocalRate:     l.rate * share,
 		Burst:         l.burst,
 		Heartbeats:    l.hbOK.Load(),
 		HeartbeatFail: l.hbFail.Load(),
@@ -393,14 +464,15 @@ func (l *Limiter) tick() time.Duration {
 	if err != nil {
 		return l.o.probe
 	}
+	mine := l.rateNow()
 	start := time.Now()
-	n, err := l.heartbeat(false)
+	n, total, err := l.heartbeat(false, mine)
 	p.Done(err, time.Since(start))
 	switch {
 	case err != nil:
 		l.hbFail.Add(1)
 	case l.o.replicas == 0:
-		l.setAlive(n)
+		l.setAlive(n, fleetShare(mine, total, n))
 		fallthrough
 	default:
 		l.hbOK.Add(1)
@@ -420,28 +492,36 @@ func (l *Limiter) ping() bool {
 	return l.client.Do(ctx, l.client.B().Ping().Build()).Error() == nil
 }
 
-// heartbeat renews (or, leaving, removes) this replica's heartbeat and
-// returns how many replicas are alive.
-func (l *Limiter) heartbeat(leaving bool) (int, error) {
+// heartbeat renews (or, leaving, removes) this replica's heartbeat and its
+// rate of calls, mine per second, and returns how many replicas are alive
+// and the sum of their rates.
+func (l *Limiter) heartbeat(leaving bool, mine float64) (n int, total float64, err error) {
 	ctx, cancel := context.WithTimeout(context.Background(), l.o.timeout)
 	defer cancel()
 	flag := "0"
 	if leaving {
 		flag = "1"
 	}
-	res, reloaded := l.beat.exec(ctx, l.client, l.hbKey, l.id, strconv.FormatInt(l.o.ttl.Milliseconds(), 10), flag)
+	milli := strconv.FormatInt(int64(math.Round(min(mine, maxRate)*1000)), 10)
+	res, reloaded := l.beat.exec2(ctx, l.client, l.hbKey, l.hbLoad, l.id, strconv.FormatInt(l.o.ttl.Milliseconds(), 10), flag, milli)
 	if reloaded {
 		l.reloads.Add(1)
 	}
-	n, err := res.AsInt64()
-	return int(n), err
+	v, err := res.AsIntSlice()
+	if err != nil {
+		return 0, 0, err
+	}
+	if len(v) != 2 {
+		return 0, 0, fmt.Errorf("redislimit: heartbeat script answered %v, want 2 integers", v)
+	}
+	return int(v[0]), float64(v[1]) / 1000, nil
 }
 
 // leave removes this replica's heartbeat, so the others' fallback counts
 // it gone at once; best effort, skipped while the breaker is open.
 func (l *Limiter) leave() {
 	if l.br.StateAt(l.o.now()) == breaker.StateClosed {
-		_, _ = l.heartbeat(true)
+		_, _, _ = l.heartbeat(true, 0)
 	}
 }
 

@@ -81,9 +81,10 @@ func WithPrefix(p string) Option { return func(o *options) { o.prefix = p } }
 func WithTimeout(d time.Duration) Option { return func(o *options) { o.timeout = d } }
 
 // WithReplicas fixes how many replicas share the limit, for the local
-// fallback (each falls back to rate ÷ n). Default 0: learned from the
-// replicas' heartbeats in Redis, 1 until the first heartbeat answers. It
-// must be >= 0.
+// fallback: each falls back to rate ÷ n. Default 0: the replicas are
+// counted from their heartbeats in Redis (1 until the first heartbeat
+// answers), and each falls back to its share of the fleet's recent calls
+// (see the package documentation). It must be >= 0.
 func WithReplicas(n int) Option { return func(o *options) { o.replicas = n } }
 
 // WithHeartbeat sets how often the replica renews its heartbeat and how

@@ -52,28 +52,45 @@ end
 return {n, math.max(0, new + T - tau - now), math.floor((tau - (new - now)) / T)}
 `
 
-// heartbeatScript renews one replica's heartbeat and counts the replicas
-// alive, in Redis's clock: a sorted set of replica ids scored by the
-// millisecond their heartbeat expires.
+// heartbeatScript renews one replica's heartbeat and its recent rate of
+// calls, counts the replicas alive, in Redis's clock, and sums their
+// rates: a sorted set of replica ids scored by the millisecond their
+// heartbeat expires, and a hash of their rates, both in the same slot.
 //
 //	KEYS[1]  the set
+//	KEYS[2]  the hash of rates
 //	ARGV[1]  this replica's id
 //	ARGV[2]  the heartbeat's time to live, ms
 //	ARGV[3]  "0" to renew, "1" to leave
+//	ARGV[4]  this replica's recent rate of calls, in thousandths of a call
+//	         per second (an integer)
 //
-// It returns the number of replicas alive.
+// It returns the number of replicas alive and the sum of their rates, in
+// thousandths of a call per second.
 const heartbeatScript = `
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local ttl = tonumber(ARGV[2])
 if ARGV[3] == '1' then
   redis.call('ZREM', KEYS[1], ARGV[1])
+  redis.call('HDEL', KEYS[2], ARGV[1])
 else
   redis.call('ZADD', KEYS[1], now + ttl, ARGV[1])
+  redis.call('HSET', KEYS[2], ARGV[1], ARGV[4])
+end
+local gone = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now)
+for i = 1, #gone do
+  redis.call('HDEL', KEYS[2], gone[i])
 end
 redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
 redis.call('PEXPIRE', KEYS[1], ttl)
-return redis.call('ZCARD', KEYS[1])
+redis.call('PEXPIRE', KEYS[2], ttl)
+local total = 0
+local rates = redis.call('HVALS', KEYS[2])
+for i = 1, #rates do
+  total = total + (tonumber(rates[i]) or 0)
+end
+return {redis.call('ZCARD', KEYS[1]), total}
 `
 
 // script is a Lua script run by EVALSHA, loaded again (EVAL, which caches
@@ -95,6 +112,15 @@ func (s *script) exec(ctx context.Context, c rueidis.Client, key string, args ..
 	r = c.Do(ctx, c.B().Evalsha().Sha1(s.sha).Numkeys(1).Key(key).Arg(args...).Build())
 	if e, ok := rueidis.IsRedisErr(r.Error()); ok && e.IsNoScript() {
 		return c.Do(ctx, c.B().Eval().Script(s.src).Numkeys(1).Key(key).Arg(args...).Build()), true
+	}
+	return r, false
+}
+
+// exec2 runs the script on two keys of one slot with args, as exec does.
+func (s *script) exec2(ctx context.Context, c rueidis.Client, k1, k2 string, args ...string) (r rueidis.RedisResult, reloaded bool) {
+	r = c.Do(ctx, c.B().Evalsha().Sha1(s.sha).Numkeys(2).Key(k1, k2).Arg(args...).Build())
+	if e, ok := rueidis.IsRedisErr(r.Error()); ok && e.IsNoScript() {
+		return c.Do(ctx, c.B().Eval().Script(s.src).Numkeys(2).Key(k1, k2).Arg(args...).Build()), true
 	}
 	return r, false
 }

@@ -120,8 +120,10 @@ func (c *config) flags(fs *flag.FlagSet) func() error {
 type pass struct {
 	name   string
 	leases bool
-	// outage is the split of the outage window: a skewed split leaves the
-	// local fallbacks (L ÷ 3 each) short where the load is light.
+	// outage is the split of the outage window. Each replica's fallback
+	// is its share of L, learned from its share of the calls before the
+	// kill (the shift window's 10/10/80): a split that changes during the
+	// outage leaves the fallbacks short where the load moved to.
 	outage [Replicas]float64
 }
 
@@ -131,8 +133,22 @@ var (
 	evenSplit  = [Replicas]float64{1.0 / 3, 1.0 / 3, 1.0 / 3}
 )
 
-// passes: the direct pass keeps the shifted split through the outage,
-// the leased pass spreads the load evenly (as a balancer would).
+// evenAfterShift is the share of L the fleet can reach in an outage that
+// spreads the load evenly after the shift window's split: each replica is
+// capped at its learned share (at least a quarter of an even one), or its
+// load.
+func evenAfterShift() float64 {
+	var sum float64
+	for i := range Replicas {
+		share := max(shiftSplit[i], 0.25/Replicas)
+		sum += min(LoadFactor*evenSplit[i], share)
+	}
+	return sum
+}
+
+// passes: the direct pass keeps the shifted split through the outage
+// (the shares learned fit), the leased pass spreads the load evenly, as a
+// balancer might (they do not).
 var passes = []pass{
 	{name: "direct", outage: shiftSplit},
 	{name: "leased", leases: true, outage: evenSplit},
@@ -532,9 +548,10 @@ func (c *config) notes(s scenario.Settings, plan scenario.CPUPlan, rd *redis, re
 	redisNote := "Redis " + rd.addr + " given with -redis: not killed, no outage window."
 	if rd.proc != nil {
 		redisNote = fmt.Sprintf("redis-server started on %s, killed (SIGKILL) at the start of the outage window and restarted on the same port at its end, empty. "+
-			"While it is down each replica decides locally at L ÷ %d: the direct pass keeps the 10/10/80 split, where the two light replicas use only %.0f%% of their fallback share, "+
-			"so the fleet can reach only about %.0f%% of L; the leased pass spreads the load evenly, as a balancer would.",
-			rd.addr, Replicas, 100*LoadFactor*shiftSplit[0]*Replicas, 100*(LoadFactor*shiftSplit[0]*2+1.0/Replicas))
+			"While it is down each replica decides locally at its share of L, learned from its share of the fleet's calls before the kill (10/10/80): "+
+			"the direct pass keeps that split, so the shares fit and the fleet can reach L; the leased pass spreads the load evenly, as a balancer might, "+
+			"where the light replicas' shares cap them and the fleet can reach only about %.0f%% of L.",
+			rd.addr, 100*evenAfterShift())
 	}
 	lines = append(lines,
 		fmt.Sprintf("%d replicas of levee serve -redis %s -fleet-rate %.0f -fleet-burst %d -tenant-header %s (-fleet-leases in the leased pass), each Allocate burning %v; one tenant offering %gx L, split 80/10/10 (%s), then 10/10/80 (%s), then the outage split (%s); %s arrivals, deadline %v.",
