@@ -16,15 +16,16 @@ import (
 // source is an open-loop stream of calls of one tenant and class, at rate
 // per second, each running for svc once it has its turn.
 type source struct {
-	tenant string
-	class  admission.Criticality
-	rate   float64
+	tenant  string
+	class   admission.Criticality
+	rate    float64
+	poisson bool // exponential gaps between calls, not a fixed period
 }
 
 // fairSim drives a Limiter with a fixed limit through its lanes, as the
 // guard does, with injected time: calls arrive on schedule, are refused
 // if their lane is not Admissible, else take a turn or wait for one; a
-// waiter gives up after twice the queue target; a call with a turn runs
+// waiter gives up when its patience runs out; a call with a turn runs
 // for svc. It counts, per source, calls offered and served.
 type fairSim struct {
 	t        *testing.T
@@ -56,10 +57,11 @@ type simArrival struct {
 }
 
 type simWaiter struct {
-	w     *waiter
-	ln    *Lane
-	src   int
-	since time.Duration
+	w        *waiter
+	ln       *Lane
+	src      int
+	since    time.Duration
+	patience time.Duration
 }
 
 type simRun struct {
@@ -77,6 +79,9 @@ func (s *fairSim) run(d, warm time.Duration, srcs []source) {
 		period := time.Duration(float64(time.Second) / src.rate)
 		for at := time.Duration(rng.Int64N(int64(period))); at < d; at += period {
 			arrivals = append(arrivals, simArrival{at, i})
+			if src.poisson {
+				at += time.Duration(rng.ExpFloat64()*float64(period)) - period
+			}
 		}
 	}
 	slices.SortFunc(arrivals, func(a, b simArrival) int { return int(a.at - b.at) })
@@ -117,7 +122,7 @@ func (s *fairSim) run(d, warm time.Duration, srcs []source) {
 				continue
 			default:
 			}
-			if s.now-w.since >= 2*s.f.QueueTarget() {
+			if s.now-w.since >= w.patience {
 				w.ln.giveUp(w.w)
 				measured(w.src, s.now, s.timedOut)
 				continue
@@ -146,7 +151,7 @@ func (s *fairSim) run(d, warm time.Duration, srcs []source) {
 				startRun(t, a.src)
 				continue
 			}
-			waiters = append(waiters, simWaiter{w: w, ln: ln, src: a.src, since: s.now})
+			waiters = append(waiters, simWaiter{w: w, ln: ln, src: a.src, since: s.now, patience: ln.patience()})
 		}
 	}
 	for _, r := range running {
@@ -415,5 +420,50 @@ func TestTenantWeightsValidated(t *testing.T) {
 	}
 	if strings.Contains(err.Error(), `"ok"`) {
 		t.Errorf("error %q names a good weight", err)
+	}
+}
+
+// TestSmallTenantsAbsorbBursts: three small streams of critical calls
+// (tenants A, B and C, 0.2 of the capacity each) arrive at random
+// (Poisson), first alone, then while A floods with sheddable calls. Their
+// bursts queue for longer than half the queue target now and then; while
+// the critical class does not fill the server they must not be refused
+// for it, alone or beside the flood.
+func TestSmallTenantsAbsorbBursts(t *testing.T) {
+	small := []source{
+		{tenant: "A", class: admission.Critical, rate: 40, poisson: true},
+		{tenant: "B", class: admission.Critical, rate: 40, poisson: true},
+		{tenant: "C", class: admission.Critical, rate: 40, poisson: true},
+	}
+	flood := source{tenant: "A", class: admission.Sheddable, rate: 1800, poisson: true}
+	for _, tt := range []struct {
+		name string
+		srcs []source
+	}{
+		{"alone", small},
+		{"beside a flood", append(slices.Clone(small), flood)},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			// Capacity 200/s: one call at a time of 5ms.
+			s := newFairSim(t, 1, 5*time.Millisecond)
+			warm, span := time.Second, 20*time.Second
+			s.run(warm+span, warm, tt.srcs)
+			for j, src := range small {
+				t.Logf("%s %v: served %d of %d offered, %d refused, %d timed out", src.tenant, src.class, s.served[j], s.offered[j], s.refused[j], s.timedOut[j])
+				if got := float64(s.served[j]) / float64(s.offered[j]); got < 0.99 {
+					t.Errorf("%s %v: served %.2f%% of %d offered (%d refused, %d timed out), want >= 99%%",
+						src.tenant, src.class, 100*got, s.offered[j], s.refused[j], s.timedOut[j])
+				}
+			}
+			if len(tt.srcs) > len(small) {
+				var total int
+				for _, n := range s.served {
+					total += n
+				}
+				if rate := float64(total) / span.Seconds(); rate < 0.95*200 {
+					t.Errorf("served %.0f/s in all, want >= 95%% of 200/s", rate)
+				}
+			}
+		})
 	}
 }

@@ -46,6 +46,7 @@ func (l *Limiter) update(end int64) {
 		weight += float64(n)
 	}
 	l.markLight(flows, end)
+	l.noteRoom(svcSum, end)
 	l.opened = end
 	l.openedAt.Store(end)
 	l.next.Store(end + int64(l.o.interval))
@@ -114,6 +115,33 @@ func (l *Limiter) update(end int64) {
 		}
 	}
 	l.apply(est)
+}
+
+// Thresholds of noteRoom: the server counts as full over an interval
+// when its turns were busy for fullBusy of it, and a class leaves room
+// when the classes below it got minLower of the turns.
+const (
+	fullBusy = 0.9
+	minLower = 0.05
+)
+
+// noteRoom records, for each class, whether it and the classes above it
+// left room over the interval that ends at end, in which the calls that
+// finished held their turns for busy ns in all: the server's turns were
+// busy less than fullBusy of the time, or the classes below got at least
+// minLower of the turns. A class with room has no standing queue, only
+// bursts, which its lanes may queue for longer (see Lane.Admissible).
+// Needs upd, and shareClasses first.
+func (l *Limiter) noteRoom(busy float64, end int64) {
+	span := float64(end-l.opened) * l.est
+	full := span > 0 && busy >= fullBusy*span
+	for i := range l.roomy {
+		lower := 0.0
+		if i > 0 {
+			lower = math.Float64frombits(l.avail[i-1].Load())
+		}
+		l.roomy[i].Store(!full || lower >= minLower)
+	}
 }
 
 // shareClasses sets, for each class, the share of the turns that ended in

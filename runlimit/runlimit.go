@@ -40,7 +40,7 @@ var (
 	// can start within its queue target.
 	ErrQueueFull = errors.New("runlimit: queue full")
 	// ErrTimeout: the call waited twice its flow's queue target without a
-	// turn.
+	// turn (four times, in a class that leaves room: see Lane.Admissible).
 	ErrTimeout = errors.New("runlimit: no turn within the queue target")
 )
 
@@ -190,6 +190,7 @@ type Limiter struct {
 	backlogged [admission.Classes]paddedInt     // weights of the lanes with two calls or more
 	served     [admission.Classes]paddedInt     // turns that ended in the interval
 	avail      [admission.Classes]atomic.Uint64 // float64: share of the turns higher classes left over the last interval
+	roomy      [admission.Classes]atomic.Bool   // the class and those above did not fill the server over the last interval
 	openedAt   atomic.Int64                     // opened, for readers outside upd
 
 	tenantCount atomic.Int64
@@ -269,6 +270,7 @@ func New(opts ...Option) (*Limiter, error) {
 	l.openedAt.Store(l.opened)
 	for i := range l.avail {
 		l.avail[i].Store(math.Float64bits(1))
+		l.roomy[i].Store(true)
 	}
 	return l, nil
 }
@@ -529,7 +531,8 @@ type waiter struct {
 // lanes' waiting calls (see Lane). It returns ErrQueueFull at once when
 // the lane is not Admissible, ErrTimeout after twice the flow's queue
 // target (admission lets in only what should start within half of it, so
-// a timeout means the estimate went badly wrong), and ctx's error if ctx
+// a timeout means the estimate went badly wrong; four times while the
+// class leaves room, see Lane.Admissible), and ctx's error if ctx
 // ends first.
 func (f *Flow) Acquire(ctx context.Context) (Ticket, error) {
 	return f.lanes[admission.Critical.Index()].Acquire(ctx)
@@ -543,7 +546,7 @@ func (ln *Lane) acquire(ctx context.Context, cost int64) (Ticket, error) {
 	if w == nil {
 		return t, nil
 	}
-	timer := time.NewTimer(2 * ln.f.QueueTarget())
+	timer := time.NewTimer(ln.patience())
 	var err error
 	select {
 	case <-w.ready:

@@ -138,17 +138,67 @@ func TestAcquireTimesOutAndRespectsContext(t *testing.T) {
 func TestAdmissibleBoundsTheQueue(t *testing.T) {
 	l := mustNew(t, WithBounds(2, 2), WithQueueTarget(10*time.Millisecond))
 	f := l.Flow("m")
-	f.svc.Store(int64(5 * time.Millisecond)) // 2 turns x 10ms/2 / 5ms, plus 2: 4 may wait
-	for _, q := range []struct {
-		queued, pending int64
-		want            bool
-	}{{0, 0, true}, {3, 0, true}, {4, 0, false}, {1, 2, true}, {1, 3, false}, {9, 0, false}} {
-		crit(f).count.Store(q.queued + q.pending)
-		if got := f.Admissible(); got != q.want {
-			t.Errorf("with %d waiting and %d reserved: Admissible() = %v, want %v", q.queued, q.pending, got, q.want)
+	f.svc.Store(int64(5 * time.Millisecond))
+	ci := admission.Critical.Index()
+	for _, tt := range []struct {
+		roomy bool
+		cases []struct {
+			queued, pending int64
+			want            bool
+		}
+	}{
+		// The server full: 2 turns x 10ms/2 / 5ms, plus 2: 4 may wait.
+		{false, []struct {
+			queued, pending int64
+			want            bool
+		}{{0, 0, true}, {3, 0, true}, {4, 0, false}, {1, 2, true}, {1, 3, false}, {9, 0, false}}},
+		// Room left: a whole target, 2 turns x 10ms / 5ms, plus 2: 6.
+		{true, []struct {
+			queued, pending int64
+			want            bool
+		}{{0, 0, true}, {5, 0, true}, {6, 0, false}, {3, 2, true}, {3, 3, false}, {9, 0, false}}},
+	} {
+		l.roomy[ci].Store(tt.roomy)
+		for _, q := range tt.cases {
+			crit(f).count.Store(q.queued + q.pending)
+			if got := f.Admissible(); got != q.want {
+				t.Errorf("roomy %v, with %d waiting and %d reserved: Admissible() = %v, want %v", tt.roomy, q.queued, q.pending, got, q.want)
+			}
 		}
 	}
 	crit(f).count.Store(0)
+}
+
+// TestNoteRoom: a class leaves room while the server's turns are not busy
+// nine tenths of the time, or the classes below it get a twentieth of
+// the turns; the lowest class only in the first case.
+func TestNoteRoom(t *testing.T) {
+	l := mustNew(t, WithBounds(2, 2))
+	shed, crit := admission.Sheddable.Index(), admission.Critical.Index()
+	for _, tt := range []struct {
+		name              string
+		busy              float64 // of the interval's turn time
+		servedShed, other int64
+		wantShed, wantCr  bool
+	}{
+		{"half busy", 0.5, 0, 100, true, true},
+		{"full, critical only", 0.95, 0, 100, false, false},
+		{"full, sheddable gets 40%", 0.95, 40, 60, false, true},
+		{"full, sheddable gets 2%", 0.95, 2, 98, false, false},
+	} {
+		l.served[shed].Store(tt.servedShed)
+		l.served[crit].Store(tt.other)
+		l.shareClasses()
+		span := int64(time.Second)
+		l.opened = 0
+		l.noteRoom(tt.busy*float64(span)*l.est, span)
+		if got := l.roomy[shed].Load(); got != tt.wantShed {
+			t.Errorf("%s: sheddable roomy = %v, want %v", tt.name, got, tt.wantShed)
+		}
+		if got := l.roomy[crit].Load(); got != tt.wantCr {
+			t.Errorf("%s: critical roomy = %v, want %v", tt.name, got, tt.wantCr)
+		}
+	}
 }
 
 // crit is the lane of f's calls of no tenant and class Critical.
