@@ -46,10 +46,10 @@
 // counting the calls on their way and the work of higher classes ahead
 // (Lane.Admissible), so a call that would wait is refused before any
 // work; one that waited twice its target is refused when its turn has not
-// come. A class that leaves room — the server was not full over the last
-// interval, or lower classes got some of its turns — has bursts, not a
-// standing queue: its lanes may queue for the whole target, and wait
-// twice as long before they give up.
+// come. A class that leaves room — lower classes got some of the turns
+// over the last interval — has bursts, not a standing queue: its lanes
+// may queue for the whole target, and wait twice as long before they give
+// up.
 //
 // On a CPU-bound server handlers take turns on the CPU, in the Go
 // scheduler's queue, whatever the limit; the wait for a turn there shows

@@ -108,13 +108,14 @@ func (ln *Lane) unreserve(cost int64) {
 // share of the turns.
 //
 // While the lane's class and those above it leave room — over the last
-// interval the server's turns were not busy nine tenths of the time, or
-// lower classes got a twentieth of them — its queue holds bursts, not a
-// standing backlog: the wait it may add is the whole queue target, and
-// the lane is not held to its share, since every lane of the class gets
-// what it asks. Random (Poisson) arrivals of critical calls at 60% of a
-// server's capacity queue for more than half a target a quarter of the
-// time; they are served, not refused.
+// interval lower classes got a twentieth of the turns — its queue holds
+// bursts, not a standing backlog: the wait it may add is the whole queue
+// target, and the lane is not held to its share, since every lane of the
+// class gets what it asks. Random (Poisson) arrivals of critical calls at
+// 60% of a server's capacity, beside a flood of sheddable ones, queue for
+// more than half a target a quarter of the time; they are served, not
+// refused. Nor is a lane held to its share while the server is not full
+// (its turns were busy less than nine tenths of the last interval).
 func (ln *Lane) Admissible() bool {
 	q := ln.count.Load()
 	if q == 0 {
@@ -140,7 +141,7 @@ func (ln *Lane) Admissible() bool {
 		}
 	}
 	share := 1.0
-	if bw := l.backlogged[ci].Load(); bw > 0 && !roomy {
+	if bw := l.backlogged[ci].Load(); bw > 0 && !roomy && !l.notFull.Load() {
 		if q < 2 {
 			bw += ln.weight // not counted yet: would be, with one more
 		}

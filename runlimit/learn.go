@@ -125,22 +125,23 @@ const (
 	minLower = 0.05
 )
 
-// noteRoom records, for each class, whether it and the classes above it
-// left room over the interval that ends at end, in which the calls that
-// finished held their turns for busy ns in all: the server's turns were
-// busy less than fullBusy of the time, or the classes below got at least
-// minLower of the turns. A class with room has no standing queue, only
-// bursts, which its lanes may queue for longer (see Lane.Admissible).
+// noteRoom records, over the interval that ends at end, in which the
+// calls that finished held their turns for busy ns in all, whether the
+// server was full (its turns busy fullBusy of the time) and, for each
+// class, whether it and the classes above it left room: the classes
+// below got at least minLower of the turns. A class with room has no
+// standing queue, only bursts, which its lanes may queue for longer; on a
+// server not full no lane is held to its share (see Lane.Admissible).
 // Needs upd, and shareClasses first.
 func (l *Limiter) noteRoom(busy float64, end int64) {
 	span := float64(end-l.opened) * l.est
-	full := span > 0 && busy >= fullBusy*span
+	l.notFull.Store(!(span > 0 && busy >= fullBusy*span))
 	for i := range l.roomy {
 		lower := 0.0
 		if i > 0 {
 			lower = math.Float64frombits(l.avail[i-1].Load())
 		}
-		l.roomy[i].Store(!full || lower >= minLower)
+		l.roomy[i].Store(lower >= minLower)
 	}
 }
 

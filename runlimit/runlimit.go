@@ -190,7 +190,8 @@ type Limiter struct {
 	backlogged [admission.Classes]paddedInt     // weights of the lanes with two calls or more
 	served     [admission.Classes]paddedInt     // turns that ended in the interval
 	avail      [admission.Classes]atomic.Uint64 // float64: share of the turns higher classes left over the last interval
-	roomy      [admission.Classes]atomic.Bool   // the class and those above did not fill the server over the last interval
+	roomy      [admission.Classes]atomic.Bool   // lower classes got some of the turns over the last interval: the class has bursts, no standing queue
+	notFull    atomic.Bool                      // the turns were busy less than fullBusy of the last interval
 	openedAt   atomic.Int64                     // opened, for readers outside upd
 
 	tenantCount atomic.Int64
@@ -270,8 +271,8 @@ func New(opts ...Option) (*Limiter, error) {
 	l.openedAt.Store(l.opened)
 	for i := range l.avail {
 		l.avail[i].Store(math.Float64bits(1))
-		l.roomy[i].Store(true)
 	}
+	l.notFull.Store(true)
 	return l, nil
 }
 

@@ -169,9 +169,9 @@ func TestAdmissibleBoundsTheQueue(t *testing.T) {
 	crit(f).count.Store(0)
 }
 
-// TestNoteRoom: a class leaves room while the server's turns are not busy
-// nine tenths of the time, or the classes below it get a twentieth of
-// the turns; the lowest class only in the first case.
+// TestNoteRoom: a class leaves room while the classes below it get a
+// twentieth of the turns; the server is full while its turns are busy
+// nine tenths of the time.
 func TestNoteRoom(t *testing.T) {
 	l := mustNew(t, WithBounds(2, 2))
 	shed, crit := admission.Sheddable.Index(), admission.Critical.Index()
@@ -180,11 +180,13 @@ func TestNoteRoom(t *testing.T) {
 		busy              float64 // of the interval's turn time
 		servedShed, other int64
 		wantShed, wantCr  bool
+		wantFull          bool
 	}{
-		{"half busy", 0.5, 0, 100, true, true},
-		{"full, critical only", 0.95, 0, 100, false, false},
-		{"full, sheddable gets 40%", 0.95, 40, 60, false, true},
-		{"full, sheddable gets 2%", 0.95, 2, 98, false, false},
+		{"half busy", 0.5, 0, 100, false, false, false},
+		{"half busy, sheddable gets 40%", 0.5, 40, 60, false, true, false},
+		{"full, critical only", 0.95, 0, 100, false, false, true},
+		{"full, sheddable gets 40%", 0.95, 40, 60, false, true, true},
+		{"full, sheddable gets 2%", 0.95, 2, 98, false, false, true},
 	} {
 		l.served[shed].Store(tt.servedShed)
 		l.served[crit].Store(tt.other)
@@ -197,6 +199,9 @@ func TestNoteRoom(t *testing.T) {
 		}
 		if got := l.roomy[crit].Load(); got != tt.wantCr {
 			t.Errorf("%s: critical roomy = %v, want %v", tt.name, got, tt.wantCr)
+		}
+		if got := !l.notFull.Load(); got != tt.wantFull {
+			t.Errorf("%s: full = %v, want %v", tt.name, got, tt.wantFull)
 		}
 	}
 }
