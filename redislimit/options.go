@@ -48,7 +48,7 @@ type options struct {
 	waitOpen   time.Duration
 	breaker    []breaker.Option
 	replicaID  string
-	localBurst int // 0: burst ÷ replicas
+	localBurst int // 0: burst × share
 	lease      leaseOptions
 	leased     bool
 
@@ -121,7 +121,8 @@ func WithBreaker(opts ...breaker.Option) Option {
 }
 
 // WithLocalBurst sets the burst of each local fallback bucket. Default 0:
-// the shared burst ÷ the replicas alive, at least 1. It must be >= 0.
+// the shared burst × this replica's share (see Stats.Share), at least 1.
+// It must be >= 0.
 func WithLocalBurst(b int) Option { return func(o *options) { o.localBurst = b } }
 
 func (o *options) validate() error {

@@ -44,7 +44,7 @@ func (c *cli) serve(ctx context.Context, args []string) error {
 	tenantHeader := fs.String("tenant-header", "", "share the capacity max-min fairly among the tenants named by this metadata `key` (e.g. x-tenant-id; preset recipe; empty: no tenants)")
 	pinCPU := fs.Int("cpu", -1, "pin the server to this CPU (Linux; -1: no pinning)")
 	var ff fleetFlags
-	fs.StringVar(&ff.redis, "redis", "", "share a limit of -fleet-rate calls/s with every replica through the Redis at this `host:port` (preset recipe; Redis down is not fatal: the limit is then decided locally at the rate ÷ the replicas alive); also turns on per-call ORCA load reports for clients on weighted_round_robin")
+	fs.StringVar(&ff.redis, "redis", "", "share a limit of -fleet-rate calls/s with every replica through the Redis at this `host:port` (preset recipe; Redis down is not fatal: the limit is then decided locally at this replica's share of the rate, learned from its share of the fleet's calls); also turns on per-call ORCA load reports for clients on weighted_round_robin")
 	fs.Float64Var(&ff.rate, "fleet-rate", 0, "with -redis, the `calls/s` every replica shares (per tenant with -tenant-header)")
 	fs.IntVar(&ff.burst, "fleet-burst", 0, "with -redis, the shared bucket's size in `calls` (0: a tenth of a second's worth); with -fleet-leases each replica's batch is at most this ÷ the replicas alive")
 	fs.BoolVar(&ff.leases, "fleet-leases", false, "with -redis, take the fleet's tokens in leases, so that Redis sees a small fraction of the calls")
