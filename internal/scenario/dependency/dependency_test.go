@@ -370,7 +370,7 @@ func TestClientGuardThrottleWindow(t *testing.T) {
 func startGuardedFront(t *testing.T, ds *downstream, cfg *config) (*frontServer, *grpcguard.Client, *atomic.Uint64) {
 	t.Helper()
 	openings := new(atomic.Uint64)
-	guard, err := cfg.clientGuard(openings)
+	guard, err := cfg.clientGuard(openings, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -37,8 +37,8 @@ type incident struct {
 	slowness time.Duration
 	share    float64 // in (0, 1]
 
-	from, to atomic.Int64 // unix ns; both 0 until schedule
-	seen     atomic.Uint64
+	from, to atomic.Int64  // unix ns; both 0 until schedule
+	seen     atomic.Uint64 // calls that arrived during the window
 }
 
 // schedule sets the incident's window.
