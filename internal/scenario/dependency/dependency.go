@@ -219,7 +219,7 @@ func run(ctx context.Context, env scenario.Env, s scenario.Settings, cfg *config
 	}
 	fmt.Fprintf(env.Stderr, "levee demo: protected front: %s\n", back)
 	sick := fmt.Sprintf("During the incident window itself the downstream received %d calls from the unprotected front and %d from the protected one (%.1f%%); "+
-		"the table's figures are from samples every %v and take in up to a sample's interval of the neighbouring phases.",
+		"the table's figures come from samples taken every %v and just before each phase boundary.",
 		unHit, prHit, 100*float64(prHit)/math.Max(1, float64(unHit)), cfg.sampleEvery)
 	fmt.Fprintf(env.Stderr, "levee demo: incident: downstream received %d calls unprotected, %d protected (%.1f%%)\n", unHit, prHit, 100*float64(prHit)/math.Max(1, float64(unHit)))
 
@@ -338,10 +338,11 @@ func runFront(ctx context.Context, env scenario.Env, s scenario.Settings, cfg *c
 		return report.Run{}, 0, err // wraps loadgen.ErrInvalid: the command reports a usage error
 	}
 	fmt.Fprintf(env.Stderr, "levee demo: %s front up at %s, downstream at %s\n", name, fs.addr, ds.addr)
-	sampler := startDepSampler(fs.front, ds, g, cfg.sampleEvery)
 	// The generator's schedule starts at Run, microseconds from here.
 	start := time.Now()
-	inc.schedule(start.Add(phases[0].Duration), start.Add(phases[0].Duration+phases[1].Duration))
+	from, to := start.Add(phases[0].Duration), start.Add(phases[0].Duration+phases[1].Duration)
+	sampler := startDepSampler(fs.front, ds, g, cfg.sampleEvery, []time.Time{from, to})
+	inc.schedule(from, to)
 	res, err := gen.Run(ctx)
 	if err == nil {
 		// Let the calls still running in the front and the downstream
