@@ -175,8 +175,8 @@ func WithHalfOpenCalls(n int) Option {
 // rather than at the end of the wait in open: of the calls that arrive
 // while open (not forced open), one in every is admitted as a probe, the
 // others are refused with ErrOpen as usual. Probes do not wait for each
-// other, so a backend that hangs holds at most the probes of one call
-// timeout.
+// other: a backend that hangs holds at most the probes sent within one
+// call timeout.
 //
 // A probe that succeeds — not a failure, not slow (WithSlowCalls) — ends
 // the wait in open at the probe's end: the breaker moves to half-open,
