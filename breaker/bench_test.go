@@ -1,6 +1,7 @@
 package breaker_test
 
 import (
+	"errors"
 	"testing"
 	"time"
 
@@ -94,6 +95,32 @@ func BenchmarkRefuse(b *testing.B) {
 	b.ReportAllocs()
 	for b.Loop() {
 		_, _ = cb.Allow()
+	}
+}
+
+// BenchmarkOpen is a tripped breaker's path while open: every call
+// refused, or one in 20 let through as a probe that fails
+// (breaker.WithOpenProbes). Compare the two in one run.
+func BenchmarkOpen(b *testing.B) {
+	errDown := errors.New("down")
+	for _, bc := range []struct {
+		name  string
+		every int
+	}{{"refuse all", 0}, {"probe 1 in 20", 20}} {
+		b.Run(bc.name, func(b *testing.B) {
+			cb := mustNew(b, breaker.WithCountWindow(1), breaker.WithMinimumCalls(1), breaker.WithWaitInOpen(time.Hour), breaker.WithOpenProbes(bc.every))
+			p, _ := cb.Allow()
+			p.Done(errDown, 0)
+			b.ReportAllocs()
+			for b.Loop() {
+				if p, err := cb.Allow(); err == nil {
+					p.Done(errDown, time.Millisecond)
+				}
+			}
+			if cb.State() != breaker.StateOpen {
+				b.Fatalf("state %v, want open", cb.State())
+			}
+		})
 	}
 }
 

@@ -65,6 +65,15 @@ type epoch struct {
 	ring  *countRing  // closed with a count window
 	tw    *timeWindow // closed with a time window
 	probe *probes     // half-open
+	open  *trickle    // open with WithOpenProbes
+}
+
+// trickle counts the calls asked of an open epoch, one in every
+// WithOpenProbes of which is a probe, and the outcomes of its probes.
+type trickle struct {
+	asked atomic.Uint64
+	_     [56]byte
+	sums  atomic.Uint64 // packed calls, failures, slow calls of finished probes
 }
 
 type timeWindow struct {
@@ -147,6 +156,9 @@ func (b *Breaker) allow(now int64) (Permit, int64, error) {
 				now = b.clock()
 			}
 			if now < e.until {
+				if e.open != nil && e.open.asked.Add(1)%uint64(b.o.openProbes) == 0 {
+					return b.claim(e, now), now, nil
+				}
 				b.rejected.Add(1)
 				return Permit{}, now, ErrOpen
 			}
@@ -222,6 +234,12 @@ func (b *Breaker) record(e *epoch, start int64, err error, d time.Duration) {
 		e.tw.mu.Unlock()
 		if s[0] >= b.minCalls && b.exceeded(s[0], s[1], s[2]) {
 			b.transition(e, StateOpen, end)
+		}
+	case e.open != nil:
+		// A probe of the trickle: one success ends the wait in open.
+		e.open.sums.Add(contrib[c])
+		if c == codeCall {
+			b.transition(e, StateHalfOpen, b.end(start, d))
 		}
 	case e.probe != nil:
 		calls, fails, slow := unpack(e.probe.sums.Add(contrib[c]))
@@ -359,6 +377,9 @@ func (b *Breaker) newEpoch(s State, now int64) *epoch {
 	case StateOpen:
 		b.trips++
 		e.until = now + int64(b.openWait())
+		if b.o.openProbes > 0 {
+			e.open = &trickle{}
+		}
 	case StateHalfOpen:
 		e.probe = &probes{}
 		if b.o.halfOpenMaxWait > 0 {
@@ -406,6 +427,9 @@ func (e *epoch) recorded() totals {
 		return totals{e.tw.calls, e.tw.fails, e.tw.slow}
 	case e.probe != nil:
 		c, f, s := unpack(e.probe.sums.Load())
+		return totals{uint64(c), uint64(f), uint64(s)}
+	case e.open != nil:
+		c, f, s := unpack(e.open.sums.Load())
 		return totals{uint64(c), uint64(f), uint64(s)}
 	}
 	return totals{}

@@ -165,6 +165,22 @@ func TestAllocs(t *testing.T) {
 			t.Errorf("%s: allocs per run = %v, want 0", tt.name, a)
 		}
 	}
+	// Open with a trickle: refusals, and probes that fail (no state
+	// change).
+	trickling := mustNew(t, WithCountWindow(1), WithMinimumCalls(1), WithOpenProbes(2), WithWaitInOpen(time.Hour))
+	call(t, trickling, 0, errBoom, 0)
+	if a := testing.AllocsPerRun(1000, func() {
+		for range 2 {
+			if p, err := trickling.AllowAt(t0); err == nil {
+				p.Done(errBoom, 0)
+			}
+		}
+	}); a != 0 {
+		t.Errorf("open with probes: allocs per run = %v, want 0", a)
+	}
+	if s := trickling.Snapshot(); s.State != StateOpen || s.Failures < 1000 {
+		t.Fatalf("open with probes: after the allocation runs, state %v with %d failures; want open, probes recorded", s.State, s.Failures)
+	}
 	// Half-open probes.
 	b := mustNew(t, WithCountWindow(1), WithMinimumCalls(1), WithHalfOpenCalls(1_000_000), WithWaitInOpen(time.Second))
 	call(t, b, 0, errBoom, 0)
@@ -284,6 +300,8 @@ func TestNewErrors(t *testing.T) {
 		{"growth Inf", []Option{WithWaitGrowth(math.Inf(1), time.Minute)}, []string{"breaker: WithWaitGrowth: factor must be >= 1 and finite, got +Inf"}},
 		{"growth max", []Option{WithWaitGrowth(2, 0)}, []string{"breaker: WithWaitGrowth: max must be > 0, got 0s"}},
 		{"half-open calls", []Option{WithHalfOpenCalls(0)}, []string{"breaker: WithHalfOpenCalls: n must be in [1, 1000000], got 0"}},
+		{"open probes one", []Option{WithOpenProbes(1)}, []string{"breaker: WithOpenProbes: every must be 0 (no probes while open) or in [2, 1000000], got 1"}},
+		{"open probes negative", []Option{WithOpenProbes(-3)}, []string{"breaker: WithOpenProbes: every must be 0 (no probes while open) or in [2, 1000000], got -3"}},
 		{"half-open wait", []Option{WithMaxWaitInHalfOpen(-1)}, []string{"breaker: WithMaxWaitInHalfOpen: wait must be >= 0, got -1ns"}},
 		{"classifier", []Option{WithClassifier(nil)}, []string{"breaker: WithClassifier: classifier must not be nil"}},
 		{"overridden window still checked", []Option{WithCountWindow(-1), WithTimeWindow(time.Minute, 60)}, []string{"breaker: WithCountWindow: size must be in [1, 1000000], got -1"}},

@@ -15,7 +15,10 @@
 //   - Open: every call is refused with ErrOpen for the wait in open
 //     (WithWaitInOpen, 60s), which can grow with repeated trips
 //     (WithWaitGrowth). The first call after the wait moves the breaker to
-//     half-open.
+//     half-open. With WithOpenProbes one call in n is let through as a
+//     probe meanwhile, and the first probe that succeeds ends the wait
+//     early (half-open at once), so a recovery is noticed within about n
+//     calls instead of at the end of the wait.
 //   - Half-open: a fixed number of probe calls is admitted
 //     (WithHalfOpenCalls, 10); other calls are refused with ErrTooManyCalls
 //     (which also matches ErrOpen). When every probe has finished, their

@@ -11,9 +11,12 @@ import (
 // (count window): slices and recounts instead of packed atomics. A half-open
 // generation ends at its deadline: the model opens at that instant (not when
 // it is next asked), and a probe that ends at or after it is late. A permit
-// finished twice counts once.
+// finished twice counts once. With every > 0, one call in every asked of
+// an open generation is a probe, and the first that ends as a success (not
+// failed, not slow) moves it to half-open at its end.
 type model struct {
 	size, minCalls, probes int
+	every                  int
 	rate, slowRate         float64
 	slowT, wait, growMax   time.Duration
 	grow                   float64
@@ -23,6 +26,8 @@ type model struct {
 	gen     int
 	window  []rec // closed: last size calls; half-open: finished probes
 	issued  int   // half-open permits out
+	asked   int   // open: calls asked
+	trickle int   // open → half-open through a probe of the trickle
 	until   time.Duration
 	trips   int
 	changes int
@@ -53,7 +58,7 @@ func (m *model) enter(s State, now time.Duration) {
 	if s != m.state {
 		m.changes++
 	}
-	m.state, m.window, m.issued = s, nil, 0
+	m.state, m.window, m.issued, m.asked = s, nil, 0, 0
 	switch s {
 	case StateClosed:
 		m.trips = 0
@@ -81,6 +86,12 @@ func (m *model) allow(now time.Duration) (int, error) {
 	}
 	switch m.state {
 	case StateOpen:
+		if m.every > 0 {
+			m.asked++
+			if m.asked%m.every == 0 {
+				return m.gen, nil
+			}
+		}
 		return 0, ErrOpen
 	case StateHalfOpen:
 		if m.issued == m.probes {
@@ -105,6 +116,13 @@ func (m *model) done(gen int, err error, d, end time.Duration) {
 	if errors.Is(err, errIgnored) {
 		if m.state == StateHalfOpen {
 			m.issued--
+		}
+		return
+	}
+	if m.state == StateOpen {
+		if err == nil && d <= m.slowT {
+			m.trickle++
+			m.enter(StateHalfOpen, end)
 		}
 		return
 	}
@@ -134,7 +152,7 @@ var errIgnored = errors.New("ignored")
 // sequences of admissions, completions (in any order, late ones included)
 // and time steps, and compares every decision and state.
 func TestMatchesModel(t *testing.T) {
-	closes, lateProbes, duplicates := 0, 0, 0
+	closes, lateProbes, duplicates, trickle := 0, 0, 0, 0
 	for seed := range uint64(40) {
 		rng := rand.New(rand.NewPCG(seed, 99))
 		m := &model{
@@ -143,9 +161,12 @@ func TestMatchesModel(t *testing.T) {
 			slowT: 100 * time.Millisecond, wait: time.Second, grow: 2, growMax: 5 * time.Second,
 			maxHalfOpen: time.Duration(1+rng.IntN(3)) * time.Second,
 		}
+		if seed%2 == 1 {
+			m.every = 2 + rng.IntN(4)
+		}
 		b := mustNew(t, WithCountWindow(m.size), WithMinimumCalls(m.minCalls), WithHalfOpenCalls(m.probes),
 			WithFailureRate(m.rate), WithSlowCalls(m.slowT, m.slowRate), WithWaitInOpen(m.wait),
-			WithWaitGrowth(m.grow, m.growMax), WithMaxWaitInHalfOpen(m.maxHalfOpen),
+			WithWaitGrowth(m.grow, m.growMax), WithMaxWaitInHalfOpen(m.maxHalfOpen), WithOpenProbes(m.every),
 			WithClassifier(func(err error) Outcome {
 				switch {
 				case err == nil:
@@ -219,6 +240,7 @@ func TestMatchesModel(t *testing.T) {
 		closes += m.closes
 		lateProbes += m.lateProbes
 		duplicates += m.duplicates
+		trickle += m.trickle
 		if m.changes < 5 {
 			t.Errorf("seed %d: only %d state changes; the sequence does not exercise the machine", seed, m.changes)
 		}
@@ -229,5 +251,8 @@ func TestMatchesModel(t *testing.T) {
 	if lateProbes < 10 || duplicates < 100 {
 		t.Errorf("over all seeds %d probes ended after the half-open deadline and %d permits were finished twice; want the sequences to exercise both", lateProbes, duplicates)
 	}
-	t.Logf("%d closings from half-open, %d late probes, %d duplicate finishes over all seeds", closes, lateProbes, duplicates)
+	if trickle < 40 {
+		t.Errorf("open → half-open through a probe of the trickle %d times over all seeds, want the sequences to reach it often", trickle)
+	}
+	t.Logf("%d closings from half-open, %d late probes, %d duplicate finishes, %d ends of the wait in open by a probe over all seeds", closes, lateProbes, duplicates, trickle)
 }

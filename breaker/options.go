@@ -30,6 +30,7 @@ type options struct {
 	growthSet       bool // WithWaitGrowth was given
 	halfOpenCalls   int
 	halfOpenMaxWait time.Duration
+	openProbes      int // while open, one call in openProbes is a probe; 0: none
 	classify        func(error) Outcome
 	classifySet     bool // WithClassifier was given
 	countLocal      bool
@@ -90,6 +91,9 @@ func (o *options) validate() error {
 	}
 	if o.halfOpenCalls < 1 || o.halfOpenCalls > maxCountWindow {
 		bad("WithHalfOpenCalls: n must be in [1, %d], got %d", maxCountWindow, o.halfOpenCalls)
+	}
+	if o.openProbes != 0 && (o.openProbes < 2 || o.openProbes > maxCountWindow) {
+		bad("WithOpenProbes: every must be 0 (no probes while open) or in [2, %d], got %d", maxCountWindow, o.openProbes)
 	}
 	if o.halfOpenMaxWait < 0 {
 		bad("WithMaxWaitInHalfOpen: wait must be >= 0, got %v", o.halfOpenMaxWait)
@@ -164,6 +168,34 @@ func WithWaitGrowth(factor float64, max time.Duration) Option {
 // be in [1, 1_000_000].
 func WithHalfOpenCalls(n int) Option {
 	return func(o *options) { o.halfOpenCalls = n }
+}
+
+// WithOpenProbes lets a trickle of probe calls through while the breaker
+// is open, so that it notices a backend's recovery within a few calls
+// rather than at the end of the wait in open: of the calls that arrive
+// while open (not forced open), one in every is admitted as a probe, the
+// others are refused with ErrOpen as usual. Probes do not wait for each
+// other: a backend that hangs holds at most the probes sent within one
+// call timeout.
+//
+// A probe that succeeds — not a failure, not slow (WithSlowCalls) — ends
+// the wait in open at the probe's end: the breaker moves to half-open,
+// whose probes then decide as usual whether it closes (the surer test
+// the trickle only triggers). A probe that fails, or that the classifier
+// ignores, changes nothing: the breaker stays open and its wait is not
+// extended. A probe's outcome counts in Snapshot's Successes, Failures
+// and SlowCalls; it is dropped as late if the breaker has left that stay
+// in open meanwhile. The wait in open still ends as usual if no probe has
+// succeeded by then.
+//
+// The trickle is a share of the calls, not a rate, so the load it puts on
+// a sick backend is a fixed fraction (1/every) of what the callers offer,
+// and the time it takes to notice a recovery is about every/2 calls'
+// spacing. Default 0: no probes while open (Resilience4j's behaviour);
+// levee's gRPC client (grpcguard.NewClient) sets it. every must be 0 or in
+// [2, 1_000_000].
+func WithOpenProbes(every int) Option {
+	return func(o *options) { o.openProbes = every }
 }
 
 // WithMaxWaitInHalfOpen bounds how long the breaker stays half-open waiting

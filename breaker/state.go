@@ -14,7 +14,9 @@ const (
 	// window; the breaker opens when a rate reaches its threshold.
 	StateClosed State = iota
 	// StateOpen refuses every call with ErrOpen until the wait in open has
-	// passed; the next call then moves the breaker to StateHalfOpen.
+	// passed; the next call then moves the breaker to StateHalfOpen. With
+	// WithOpenProbes it lets one call in n through as a probe, and the
+	// first that succeeds moves it to StateHalfOpen at once.
 	StateOpen
 	// StateHalfOpen admits a fixed number of probe calls and refuses the
 	// rest with ErrTooManyCalls; once every probe has finished, their

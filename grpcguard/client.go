@@ -56,10 +56,14 @@ import (
 // call's deadline and the target's retry budget (WithRetryBudget); it
 // never retries a local refusal or a server's UpstreamOverloaded answer.
 //
-// When a pair has both a throttle and a breaker, the throttle lets the
-// breaker's half-open probes through, and forgets its window when the
-// probes close the breaker: after an incident the throttle's window holds
-// only failures, and it would otherwise starve the probes and then keep
+// A pair's breaker lets a trickle of probes through while open (one call
+// in DefaultOpenProbes, see WithBreaker), and the first that succeeds
+// ends its wait, so the pair serves again within a few calls of the
+// downstream's return. When a pair has both a throttle and a breaker, the
+// throttle defers to the breaker while the breaker is open or half-open,
+// letting its probes through, and forgets its window when the probes
+// close the breaker: after an incident the throttle's window holds only
+// failures, and it would otherwise starve the probes and then keep
 // dropping calls for up to a window after the downstream has recovered.
 //
 // Install it with DialOptions, or UnaryClientInterceptor and

@@ -200,9 +200,11 @@ func TestClientBreakerOverGRPC(t *testing.T) {
 			clk := newCliClock()
 			tr := &transitions{}
 			c := mustClient(t, clk, WithThrottle(nil), WithBreaker(func(string, string) []breaker.Option {
+				// The classic state machine, without the Client's trickle of
+				// probes while open (TestClientOpenProbes tests that).
 				return []breaker.Option{breaker.WithCountWindow(window), breaker.WithMinimumCalls(window),
 					breaker.WithFailureRate(50), breaker.WithWaitInOpen(wait), breaker.WithHalfOpenCalls(probes),
-					breaker.WithOnStateChange(tr.record)}
+					breaker.WithOpenProbes(0), breaker.WithOnStateChange(tr.record)}
 			}))
 			svc := &cliService{}
 			svc.plan(func(n int64) bool { return (n-1)%10 < tt.failPct/10 }, codes.Unavailable, "")

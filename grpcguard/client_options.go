@@ -28,6 +28,14 @@ const (
 	DefaultMaxRetryBackoff = time.Second
 	// MaxAttempts is the most attempts WithRetries allows a call.
 	MaxAttempts = 10
+	// DefaultOpenProbes is the trickle of probes the Client's breakers let
+	// through while open (breaker.WithOpenProbes): one call in 20, 5% of
+	// what the callers offer a downstream the breaker has cut off. The
+	// first that succeeds ends the wait in open, so the calls lost after a
+	// downstream's return are about 10 calls' worth rather than the rest
+	// of the wait in open; and 5% leaves room, within a tenth of the
+	// calls, for the calls a breaker sends before it opens.
+	DefaultOpenProbes = 20
 )
 
 // clientGuardsFixed is the most guards a Client puts in an entry itself:
@@ -66,11 +74,15 @@ type clientOptions struct {
 
 // WithBreaker sets how the circuit breaker of each (target, method) pair
 // is configured: f returns the options given to breaker.New after
-// breaker.WithClassifier(the Client's classifier), so an option of f's
-// may replace the classifier too. f is called once per pair, when the
-// pair's first call is made, outside any lock. WithBreaker(nil) creates no
-// breakers. Default: a breaker with breaker.New's defaults (judge the last
-// 100 calls, open at 50% failures, wait 60s, then 10 probes).
+// breaker.WithClassifier(the Client's classifier) and
+// breaker.WithOpenProbes(DefaultOpenProbes), so an option of f's may
+// replace either (breaker.WithOpenProbes(0): no probes while open). f is
+// called once per pair, when the pair's first call is made, outside any
+// lock. WithBreaker(nil) creates no breakers. Default: a breaker with
+// breaker.New's defaults (judge the last 100 calls, open at 50%
+// failures, wait 60s, then 10 probes) and, while open, one call in
+// DefaultOpenProbes let through as a probe, the first successful one
+// ending the wait.
 func WithBreaker(f func(target, method string) []breaker.Option) ClientOption {
 	return func(o *clientOptions) { o.breaker = f }
 }

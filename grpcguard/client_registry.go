@@ -161,7 +161,7 @@ func (c *Client) newPair(t *clientTarget, method string) *clientEntry {
 		guards = append(guards, t.limit)
 	}
 	if c.o.breaker != nil {
-		bopts := append([]breaker.Option{breaker.WithClassifier(c.o.classify)}, c.o.breaker(t.name, method)...)
+		bopts := append([]breaker.Option{breaker.WithClassifier(c.o.classify), breaker.WithOpenProbes(DefaultOpenProbes)}, c.o.breaker(t.name, method)...)
 		brk, err := breaker.New(bopts...)
 		if err != nil {
 			return e.failed(fmt.Errorf("grpcguard: WithBreaker: %w", err))
@@ -218,33 +218,38 @@ func (c *Client) lookup(target, method string) *clientEntry {
 }
 
 // probedThrottle is the throttle guard of a pair that also has a breaker.
-// The two judge the same downstream, and the breaker's half-open probes
-// are the surer test of its recovery, so:
+// The two judge the same downstream, and while the breaker is not closed
+// it is the stricter and the surer of the two, so:
 //
-//   - while the breaker is half-open the throttle lets every call through
-//     to it: it does not starve the probes (after an incident its window
-//     holds only failures, and it would drop nearly all of them);
-//   - when a probe's end closes the breaker, the throttle forgets its
-//     window (throttle.Throttle.Reset): the incident is over, and its
-//     failures must not keep dropping calls for a window's length while
-//     the accepts catch up.
+//   - while the breaker is open or half-open the throttle lets every call
+//     through to it: the breaker refuses all but its probes (those of its
+//     trickle while open, breaker.WithOpenProbes, and those of half-open),
+//     and the throttle, whose window after an incident holds only
+//     failures, would otherwise drop nearly all of them and delay the
+//     breaker's finding that the downstream is back;
+//   - when a call let through so closes the breaker (its last half-open
+//     probe), the throttle forgets its window (throttle.Throttle.Reset):
+//     the incident is over, and its failures must not keep dropping calls
+//     for a window's length while the accepts catch up.
 //
-// Otherwise it is the throttle's own guard. The breaker runs after the
-// throttle (its cost is higher) and finishes before it, so a probe's
-// Finish here sees the state the probe's outcome left the breaker in.
+// While the breaker is closed it is the throttle's own guard. The breaker
+// runs after the throttle (its cost is higher) and finishes before it, so
+// a probe's Finish here sees the state the probe's outcome left the
+// breaker in.
 type probedThrottle struct {
 	admission.Guard // throttle.NewGuard's
 	thr             *throttle.Throttle
 	brk             *breaker.Breaker
 }
 
-// probe marks the permit of a call let through as a half-open probe.
+// probe marks the permit of a call let through while the breaker was not
+// closed.
 const probe = 1
 
 func (g *probedThrottle) Traits() admission.Traits { return admission.TraitsOf(g.Guard) }
 
 func (g *probedThrottle) Admit(c admission.Call) admission.Decision {
-	if g.brk.StateAt(c.Now) == breaker.StateHalfOpen {
+	if g.brk.StateAt(c.Now) != breaker.StateClosed {
 		return admission.Grant(admission.Permit{Value: probe})
 	}
 	return g.Guard.Admit(c)

@@ -764,15 +764,17 @@ func TestClientRecoveryAfterIncident(t *testing.T) {
 	send := func() error { return unary(context.Background(), cliMethod, nil, nil, cc, inv.invoke) }
 
 	// The incident: 4 failures open the breaker; the throttle's window holds
-	// them (P = 4/5) and it drops the next call.
+	// them (P = 4/5), but while the breaker is open the throttle defers to
+	// it: the next call is refused by the breaker, not dropped by the
+	// throttle.
 	for range 4 {
 		if err := send(); status.Code(err) != codes.Unavailable || errors.Is(err, ErrClientRefused) {
 			t.Fatalf("incident call = %v, want the server's UNAVAILABLE", err)
 		}
 		clk.advance(10 * time.Millisecond)
 	}
-	if err := call(); !errors.Is(err, throttle.ErrThrottled) {
-		t.Fatalf("after 4 failures: call = %v, want dropped by the throttle", err)
+	if err := call(); !errors.Is(err, breaker.ErrOpen) || errors.Is(err, throttle.ErrThrottled) {
+		t.Fatalf("after 4 failures: call = %v, want refused by the open breaker", err)
 	}
 	thr := c.Throttle(cc.Target(), cliMethod)
 	if p := thr.ProbabilityAt(clk.now()); p < 0.79 {
@@ -801,6 +803,92 @@ func TestClientRecoveryAfterIncident(t *testing.T) {
 	for range 20 {
 		if err := send(); err != nil {
 			t.Fatalf("after recovery: call = %v, want sent", err)
+		}
+	}
+	if n := inv.count() - before; n != 20 {
+		t.Fatalf("after recovery: %d of 20 calls sent, want all", n)
+	}
+}
+
+// TestClientOpenProbes: by default a Client's open breaker lets one call
+// in DefaultOpenProbes through as a probe, past the throttle, whose window
+// then holds only failures; the first probe that succeeds ends the wait in
+// open (a minute here) and, through half-open, closes the breaker and
+// resets the throttle within a few calls of the downstream's return.
+func TestClientOpenProbes(t *testing.T) {
+	clk := newCliClock()
+	c := mustClient(t, clk,
+		WithBreaker(func(string, string) []breaker.Option {
+			return []breaker.Option{breaker.WithCountWindow(4), breaker.WithMinimumCalls(4), breaker.WithFailureRate(50),
+				breaker.WithWaitInOpen(time.Minute), breaker.WithHalfOpenCalls(2)}
+		}),
+		WithThrottle(func(string, string) []throttle.Option {
+			return []throttle.Option{throttle.WithRandom(func() float64 { return 0.75 })} // drop when P > 0.75
+		}))
+	cc := cliConn(t, "passthrough:///inventory")
+	unary := c.UnaryClientInterceptor()
+	inv := &fakeInvoker{err: status.Error(codes.Unavailable, "down")}
+	send := func() error {
+		clk.advance(time.Millisecond)
+		return unary(context.Background(), cliMethod, nil, nil, cc, inv.invoke)
+	}
+	for range 4 {
+		if err := send(); status.Code(err) != codes.Unavailable || errors.Is(err, ErrClientRefused) {
+			t.Fatalf("incident call = %v, want the server's UNAVAILABLE", err)
+		}
+	}
+	brk, thr := c.Breaker(cc.Target(), cliMethod), c.Throttle(cc.Target(), cliMethod)
+	if st := brk.StateAt(clk.now()); st != breaker.StateOpen {
+		t.Fatalf("after 4 failures: breaker %v, want open", st)
+	}
+
+	// Still down: one call in DefaultOpenProbes reaches it, and fails;
+	// the others are refused by the breaker, none by the throttle.
+	before := inv.count()
+	for i := 1; i <= 3*DefaultOpenProbes; i++ {
+		err := send()
+		if i%DefaultOpenProbes == 0 {
+			if status.Code(err) != codes.Unavailable || errors.Is(err, ErrClientRefused) {
+				t.Fatalf("open, call %d = %v, want a probe answered by the server", i, err)
+			}
+			continue
+		}
+		if !errors.Is(err, breaker.ErrOpen) {
+			t.Fatalf("open, call %d = %v, want refused by the breaker", i, err)
+		}
+	}
+	if n := inv.count() - before; n != 3 {
+		t.Fatalf("open, %d calls: %d reached the server, want 3", 3*DefaultOpenProbes, n)
+	}
+	if s := thr.SnapshotAt(clk.now()); s.Throttled != 0 || s.Requests != 7 || s.Accepts != 0 {
+		t.Fatalf("throttle: %d dropped, window %d requests %d accepts; want 0 dropped, 7 and 0", s.Throttled, s.Requests, s.Accepts)
+	}
+
+	// Back: the next probe finds it so, then the two half-open probes
+	// close the breaker, well within its minute of wait in open.
+	inv.set(nil, nil)
+	refused := 0
+	for i := 1; i <= DefaultOpenProbes+2; i++ {
+		if err := send(); err != nil {
+			if !errors.Is(err, breaker.ErrOpen) {
+				t.Fatalf("recovery, call %d = %v, want sent, or refused by the breaker", i, err)
+			}
+			refused++
+		}
+	}
+	if refused != DefaultOpenProbes-1 {
+		t.Errorf("after the downstream's return: %d calls refused, want %d", refused, DefaultOpenProbes-1)
+	}
+	if st := brk.StateAt(clk.now()); st != breaker.StateClosed {
+		t.Fatalf("after a probe and 2 half-open calls succeeded: breaker %v, want closed", st)
+	}
+	if p := thr.ProbabilityAt(clk.now()); p != 0 {
+		t.Fatalf("after the breaker closed: throttle P = %v, want 0", p)
+	}
+	before = inv.count()
+	for i := range 20 {
+		if err := send(); err != nil {
+			t.Fatalf("after recovery, call %d = %v, want sent", i, err)
 		}
 	}
 	if n := inv.count() - before; n != 20 {

@@ -14,6 +14,7 @@ import (
 	"math"
 	"runtime"
 	"strconv"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -74,7 +75,7 @@ func defaultConfig() *config {
 		slowness:    2 * time.Second,
 		share:       1,
 		deadline:    300 * time.Millisecond,
-		breakerWait: time.Second,
+		breakerWait: time.Minute, // breaker.New's default
 		throttleWin: 3 * time.Second,
 		sampleEvery: 250 * time.Millisecond,
 	}
@@ -87,7 +88,7 @@ func (d *config) register(fs *flag.FlagSet) {
 	fs.DurationVar(&d.slowness, "slowness", d.slowness, "dependency scenario: how long a slow downstream call hangs")
 	fs.Float64Var(&d.share, "fault-share", d.share, "dependency scenario: `share` (0..1] of the downstream's calls the fault hits during the incident")
 	fs.DurationVar(&d.deadline, "downstream-deadline", d.deadline, "dependency scenario: the front's deadline for each downstream call")
-	fs.DurationVar(&d.breakerWait, "breaker-wait", d.breakerWait, "dependency scenario: how long the protected front's client breaker stays open before it probes")
+	fs.DurationVar(&d.breakerWait, "breaker-wait", d.breakerWait, "dependency scenario: how long the protected front's client breaker stays open before its half-open probes, unless its trickle of probes finds the downstream back sooner (the library's default, 1m)")
 	fs.DurationVar(&d.throttleWin, "throttle-window", d.throttleWin, "dependency scenario: the window of the protected front's adaptive throttle (0: no throttle; the library's default is 2m)")
 }
 
@@ -126,8 +127,10 @@ const (
 // clientGuard returns the protected front's client guard: per downstream
 // method a circuit breaker (opened by failures or by calls slower than
 // half the downstream deadline) and, unless its window is 0, an SRE
-// adaptive throttle. It counts the breakers' openings in openings.
-func (d *config) clientGuard(openings *atomic.Uint64) (*grpcguard.Client, error) {
+// adaptive throttle. It counts the breakers' openings in openings and, if
+// closings is not nil, logs when they close. The breakers' trickle of
+// probes while open is the library's default (grpcguard.DefaultOpenProbes).
+func (d *config) clientGuard(openings *atomic.Uint64, closings *closeLog) (*grpcguard.Client, error) {
 	throttled := grpcguard.WithThrottle(func(target, method string) []throttle.Option {
 		return []throttle.Option{throttle.WithK(depThrottleK), throttle.WithWindow(d.throttleWin, depThrottleBins)}
 	})
@@ -144,8 +147,11 @@ func (d *config) clientGuard(openings *atomic.Uint64) (*grpcguard.Client, error)
 				breaker.WithWaitInOpen(d.breakerWait),
 				breaker.WithHalfOpenCalls(depBreakerProbes),
 				breaker.WithOnStateChange(func(_, to breaker.State) {
-					if to == breaker.StateOpen {
+					switch {
+					case to == breaker.StateOpen:
 						openings.Add(1)
+					case to == breaker.StateClosed && closings != nil:
+						closings.add(time.Now())
 					}
 				}),
 			}
@@ -189,19 +195,33 @@ func run(ctx context.Context, env scenario.Env, s scenario.Settings, cfg *config
 		res.Capacity, map[bool]string{true: "one CPU's worth, estimated", false: "given"}[res.Measured],
 		phases[0].Duration, phases[1].Duration, cfg.fault, phases[2].Duration, phases[0].Rate)
 
-	unprotected, err := runFront(ctx, env, s, cfg, "unprotected", phases, iterations, nil)
+	unprotected, unHit, err := runFront(ctx, env, s, cfg, "unprotected", phases, iterations, nil)
 	if err != nil {
 		return nil, err
 	}
-	var openings atomic.Uint64
-	guard, err := cfg.clientGuard(&openings)
+	var (
+		openings atomic.Uint64
+		closings closeLog
+	)
+	guard, err := cfg.clientGuard(&openings, &closings)
 	if err != nil {
 		return nil, err
 	}
-	protected, err := runFront(ctx, env, s, cfg, "protected", phases, iterations, &guardedDial{guard: guard, openings: &openings})
+	protected, prHit, err := runFront(ctx, env, s, cfg, "protected", phases, iterations, &guardedDial{guard: guard, openings: &openings})
 	if err != nil {
 		return nil, err
 	}
+
+	back := "its breaker did not close after the downstream's return"
+	returned := protected.Result.Start.Add(phases[0].Duration + phases[1].Duration)
+	if at, ok := closings.firstAfter(returned); ok {
+		back = fmt.Sprintf("its breaker closed %v after the downstream's return", at.Sub(returned).Round(time.Millisecond))
+	}
+	fmt.Fprintf(env.Stderr, "levee demo: protected front: %s\n", back)
+	sick := fmt.Sprintf("During the incident window itself the downstream received %d calls from the unprotected front and %d from the protected one (%.1f%%); "+
+		"the table's figures come from samples taken every %v and just before each phase boundary.",
+		unHit, prHit, 100*float64(prHit)/math.Max(1, float64(unHit)), cfg.sampleEvery)
+	fmt.Fprintf(env.Stderr, "levee demo: incident: downstream received %d calls unprotected, %d protected (%.1f%%)\n", unHit, prHit, 100*float64(prHit)/math.Max(1, float64(unHit)))
 
 	dep := cfg
 	what := fmt.Sprintf("hang for %v (the front gives each call %v)", dep.slowness, dep.deadline)
@@ -224,13 +244,15 @@ func run(ctx context.Context, env scenario.Env, s scenario.Settings, cfg *config
 				100*dep.share, what, phases[0].Duration, phases[0].Duration+phases[1].Duration, phases[0].Rate, s.NormalLoad, res.Capacity, how, s.CPUWork, iterations),
 			fmt.Sprintf("Unprotected: the front calls the downstream plainly. Protected: through grpcguard.NewClient with, per downstream method, a circuit breaker "+
 				"(last %d calls, at least %d, opens at %d%% failures or %d%% calls slower than %v, stays open %v, then %d probes) and %s. "+
+				"While open the breaker lets one call in %d through as a probe (the library's default, grpcguard.DefaultOpenProbes), and the first that succeeds ends its wait. "+
 				"A call they refuse fails at once with UNAVAILABLE and is never sent.",
-				depBreakerWindow, depBreakerMinCalls, depBreakerRate, depBreakerRate, dep.deadline/2, dep.breakerWait, depBreakerProbes, throttleNote(dep.throttleWin, dep.incident)),
+				depBreakerWindow, depBreakerMinCalls, depBreakerRate, depBreakerRate, dep.deadline/2, dep.breakerWait, depBreakerProbes, throttleNote(dep.throttleWin, dep.incident), grpcguard.DefaultOpenProbes),
 			fmt.Sprintf("%s arrivals, caller deadline %v, retries %d. Refusals in the tables are the front's UNAVAILABLE answers: fast when a client guard refused, as slow as the downstream deadline when a call was sent and timed out. %s/%s, %d CPUs.",
 				s.Load.Arrivals, s.Load.Deadline, s.Load.Retries, runtime.GOOS, runtime.GOARCH, runtime.NumCPU()),
 			"What to look at: in the incident, refusal latency (fast failures, or waits for the downstream deadline: the calls sent before the breaker opened and its probes), " +
 				"the calls that reach the downstream and the calls piled up in flight in the front and the downstream; " +
-				"in the recovery, how soon goodput is back (the protected front waits for its breaker's next probe, up to -breaker-wait plus a probe's timeout after the downstream's return).",
+				"in the recovery, how soon goodput is back: the protected front serves again once a probe of its breaker's trickle finds the downstream back, about " +
+				strconv.Itoa(grpcguard.DefaultOpenProbes/2) + " calls' worth after its return on average; in this run " + back + ". " + sick,
 			"Generated " + time.Now().Format(time.RFC1123) + ".",
 		},
 	}
@@ -244,10 +266,35 @@ func throttleNote(window, incident time.Duration) string {
 		return "no adaptive throttle (-throttle-window 0)"
 	case window <= incident:
 		return fmt.Sprintf("an SRE adaptive throttle (K = %g over %v). The throttle's window is no longer than the incident: by the incident's end it remembers only failures "+
-			"and drops nearly every call the breaker would let through; it lets the breaker's half-open probes pass, and forgets its window when they close the breaker, "+
+			"and would drop nearly every call the breaker lets through; it defers to the breaker while the breaker is open or half-open, and forgets its window when the breaker's probes close it, "+
 			"so that it neither starves the probes nor keeps dropping calls once the downstream is back (-throttle-window 0 runs without it)", float64(depThrottleK), window)
 	}
 	return fmt.Sprintf("an SRE adaptive throttle (K = %g over %v; with a window this much longer than the incident it still remembers the successes from before it and drops little)", float64(depThrottleK), window)
+}
+
+// closeLog records when the protected front's client breakers closed. The
+// zero value is ready; it is safe for concurrent use.
+type closeLog struct {
+	mu sync.Mutex
+	at []time.Time
+}
+
+func (l *closeLog) add(t time.Time) {
+	l.mu.Lock()
+	l.at = append(l.at, t)
+	l.mu.Unlock()
+}
+
+// firstAfter returns the first closing at or after t, if any.
+func (l *closeLog) firstAfter(t time.Time) (time.Time, bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for _, c := range l.at {
+		if !c.Before(t) {
+			return c, true
+		}
+	}
+	return time.Time{}, false
 }
 
 // guardedDial is the protected front's client guard and the count of its
@@ -260,11 +307,14 @@ type guardedDial struct {
 // runFront starts a downstream and a front (guarded by g unless nil),
 // drives the phases against the front while the downstream's incident
 // runs in the middle phase, and stops both.
-func runFront(ctx context.Context, env scenario.Env, s scenario.Settings, cfg *config, name string, phases []loadgen.Phase, iterations int, g *guardedDial) (report.Run, error) {
+//
+// It also returns how many calls the downstream received during the
+// incident window itself.
+func runFront(ctx context.Context, env scenario.Env, s scenario.Settings, cfg *config, name string, phases []loadgen.Phase, iterations int, g *guardedDial) (report.Run, uint64, error) {
 	inc := &incident{fault: cfg.fault, slowness: cfg.slowness, share: cfg.share}
 	ds, err := startDownstream(inc)
 	if err != nil {
-		return report.Run{}, fmt.Errorf("%s run: %w", name, err)
+		return report.Run{}, 0, fmt.Errorf("%s run: %w", name, err)
 	}
 	defer ds.stop()
 	var dialOpts []grpc.DialOption
@@ -273,25 +323,26 @@ func runFront(ctx context.Context, env scenario.Env, s scenario.Settings, cfg *c
 	}
 	fs, err := startFront(ds.addr, cfg.deadline, iterations, dialOpts)
 	if err != nil {
-		return report.Run{}, fmt.Errorf("%s run: %w", name, err)
+		return report.Run{}, 0, fmt.Errorf("%s run: %w", name, err)
 	}
 	defer fs.stop() // runs before ds.stop: the front's calls end first
 	t, err := target.Dial(ctx, fs.addr, s.Load.Conns, env.ReadyTimeout)
 	if err != nil {
-		return report.Run{}, fmt.Errorf("%s front: %w", name, err)
+		return report.Run{}, 0, fmt.Errorf("%s front: %w", name, err)
 	}
 	defer t.Close()
 
 	opts := s.GeneratorOptions(env, name)
 	gen, err := loadgen.New(t.AllocateCall(fmt.Sprintf("dependency-%s-%d", name, time.Now().UnixNano())), phases, opts...)
 	if err != nil {
-		return report.Run{}, err // wraps loadgen.ErrInvalid: the command reports a usage error
+		return report.Run{}, 0, err // wraps loadgen.ErrInvalid: the command reports a usage error
 	}
 	fmt.Fprintf(env.Stderr, "levee demo: %s front up at %s, downstream at %s\n", name, fs.addr, ds.addr)
-	sampler := startDepSampler(fs.front, ds, g, cfg.sampleEvery)
 	// The generator's schedule starts at Run, microseconds from here.
 	start := time.Now()
-	inc.schedule(start.Add(phases[0].Duration), start.Add(phases[0].Duration+phases[1].Duration))
+	from, to := start.Add(phases[0].Duration), start.Add(phases[0].Duration+phases[1].Duration)
+	sampler := startDepSampler(fs.front, ds, g, cfg.sampleEvery, []time.Time{from, to})
+	inc.schedule(from, to)
 	res, err := gen.Run(ctx)
 	if err == nil {
 		// Let the calls still running in the front and the downstream
@@ -300,11 +351,11 @@ func runFront(ctx context.Context, env scenario.Env, s scenario.Settings, cfg *c
 	}
 	samples := sampler.stop()
 	if err != nil {
-		return report.Run{}, fmt.Errorf("%s run: %w", name, err)
+		return report.Run{}, 0, fmt.Errorf("%s run: %w", name, err)
 	}
 	run := report.Run{Name: name, Result: res}
 	run.Server, run.Measures = depReport(samples, res.Start, g != nil)
-	return run, nil
+	return run, inc.seen.Load(), nil
 }
 
 // waitIdle waits until every gauge reads 0, at most d.

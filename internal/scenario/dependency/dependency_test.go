@@ -370,7 +370,7 @@ func TestClientGuardThrottleWindow(t *testing.T) {
 func startGuardedFront(t *testing.T, ds *downstream, cfg *config) (*frontServer, *grpcguard.Client, *atomic.Uint64) {
 	t.Helper()
 	openings := new(atomic.Uint64)
-	guard, err := cfg.clientGuard(openings)
+	guard, err := cfg.clientGuard(openings, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -380,4 +380,32 @@ func startGuardedFront(t *testing.T, ds *downstream, cfg *config) (*frontServer,
 	}
 	t.Cleanup(fs.stop)
 	return fs, guard, openings
+}
+
+func TestCloseLogFirstAfter(t *testing.T) {
+	t0 := time.Unix(1_700_000_000, 0)
+	var l closeLog
+	if _, ok := l.firstAfter(t0); ok {
+		t.Fatalf("empty closeLog.firstAfter(t0) found a closing, want none")
+	}
+	for _, d := range []time.Duration{time.Second, 3 * time.Second, 5 * time.Second} {
+		l.add(t0.Add(d))
+	}
+	tests := []struct {
+		name   string
+		give   time.Duration
+		want   time.Duration
+		wantOK bool
+	}{
+		{name: "before all", give: 0, want: time.Second, wantOK: true},
+		{name: "at one", give: 3 * time.Second, want: 3 * time.Second, wantOK: true},
+		{name: "between", give: 4 * time.Second, want: 5 * time.Second, wantOK: true},
+		{name: "after all", give: 6 * time.Second, wantOK: false},
+	}
+	for _, tt := range tests {
+		got, ok := l.firstAfter(t0.Add(tt.give))
+		if ok != tt.wantOK || ok && !got.Equal(t0.Add(tt.want)) {
+			t.Errorf("%s: closeLog.firstAfter(t0+%v) = t0+%v, %v; want t0+%v, %v", tt.name, tt.give, got.Sub(t0), ok, tt.want, tt.wantOK)
+		}
+	}
 }

@@ -37,8 +37,8 @@ type incident struct {
 	slowness time.Duration
 	share    float64 // in (0, 1]
 
-	from, to atomic.Int64 // unix ns; both 0 until schedule
-	seen     atomic.Uint64
+	from, to atomic.Int64  // unix ns; both 0 until schedule
+	seen     atomic.Uint64 // calls that arrived during the window
 }
 
 // schedule sets the incident's window.
@@ -280,7 +280,10 @@ type depSample struct {
 
 // depSampler samples a front and its downstream every interval from a
 // goroutine of its own until stop, which takes a last sample and returns
-// them all.
+// them all. It also samples just before each of its marks (the phase
+// boundaries): the report counts a sample's interval in the phase where
+// the interval ends, so a tick that lands just after a boundary would
+// count the whole interval before it in the next phase.
 type depSampler struct {
 	front      *front
 	downstream *downstream
@@ -292,19 +295,39 @@ type depSampler struct {
 	exited  chan struct{}
 }
 
-func startDepSampler(f *front, d *downstream, g *guardedDial, interval time.Duration) *depSampler {
+// markLead is how long before a mark the sampler samples: enough for a
+// timer that fires a few milliseconds late on a busy machine to sample
+// before the mark, little enough that the calls of the next phase it
+// counts in the earlier one are a call or two.
+const markLead = 20 * time.Millisecond
+
+func startDepSampler(f *front, d *downstream, g *guardedDial, interval time.Duration, marks []time.Time) *depSampler {
 	s := &depSampler{front: f, downstream: d, guard: g, done: make(chan struct{}), exited: make(chan struct{})}
 	s.record()
 	go func() {
 		defer close(s.exited)
 		t := time.NewTicker(interval)
 		defer t.Stop()
+		next := func() <-chan time.Time {
+			for len(marks) > 0 {
+				d := time.Until(marks[0].Add(-markLead))
+				marks = marks[1:]
+				if d > 0 {
+					return time.After(d)
+				}
+			}
+			return nil
+		}
+		mark := next()
 		for {
 			select {
 			case <-s.done:
 				return
 			case <-t.C:
 				s.record()
+			case <-mark:
+				s.record()
+				mark = next()
 			}
 		}
 	}()
