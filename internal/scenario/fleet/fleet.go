@@ -77,16 +77,19 @@ const (
 
 // config is what the scenario's flags set.
 type config struct {
-	redis   string
-	rate    float64
-	window  time.Duration
-	balance bool
+	redis         string
+	rate          float64
+	window        time.Duration
+	balance       bool
+	balanceWindow time.Duration
+	balanceLoad   float64
+	balanceORCA   string // the balance replicas' -orca-capacity; "": serve's default
 }
 
 // New returns the fleet scenario, with its flags -redis, -fleet-rate and
 // -fleet-window.
 func New() scenario.Scenario {
-	c := &config{rate: DefaultRate, window: DefaultWindow}
+	c := &config{rate: DefaultRate, window: DefaultWindow, balanceWindow: DefaultBalanceWindow, balanceLoad: BalanceLoad}
 	return scenario.Scenario{
 		Name: Name,
 		Description: fmt.Sprintf("%d `levee serve -redis` replicas share one tenant's limit of\n-fleet-rate calls/s through a redis-server (started from PATH, or -redis ADDR);\n"+
@@ -103,7 +106,10 @@ func (c *config) flags(fs *flag.FlagSet) func() error {
 	fs.StringVar(&c.redis, "redis", "", "fleet scenario: use the Redis at this `host:port` instead of starting redis-server (it is then not killed mid-run)")
 	fs.Float64Var(&c.rate, "fleet-rate", c.rate, "fleet scenario: the tenant's limit in `calls/s`, shared by the replicas")
 	fs.DurationVar(&c.window, "fleet-window", c.window, "fleet scenario: length of each phase (the windows the fleet's rate is judged over)")
-	fs.BoolVar(&c.balance, "fleet-balance", false, "fleet scenario: then make one replica 2x slower and compare a client on round_robin with one on weighted_round_robin (ORCA reports), a window each")
+	fs.BoolVar(&c.balance, "fleet-balance", false, "fleet scenario: then three I/O-bound replicas, one with a 2x slower database, and a client at -fleet-balance-load of what they can serve on round_robin, then on weighted_round_robin (ORCA reports), two -fleet-balance-window phases each")
+	fs.DurationVar(&c.balanceWindow, "fleet-balance-window", c.balanceWindow, "fleet scenario: length of each phase of -fleet-balance (settling, then measured)")
+	fs.Float64Var(&c.balanceLoad, "fleet-balance-load", c.balanceLoad, "fleet scenario: the load of -fleet-balance, as a `share` of what its three replicas can serve")
+	fs.StringVar(&c.balanceORCA, "fleet-balance-orca", "", "fleet scenario: the -fleet-balance replicas' `levee serve -orca-capacity` (cpus, run-limit or a number; empty: serve's default)")
 	return func() error {
 		var errs []error
 		if !(c.rate >= 1) || c.rate > 100000 {
@@ -111,6 +117,17 @@ func (c *config) flags(fs *flag.FlagSet) func() error {
 		}
 		if c.window < 100*time.Millisecond {
 			errs = append(errs, fmt.Errorf("-fleet-window must be >= 100ms, got %v", c.window))
+		}
+		if c.balanceORCA != "" && c.balanceORCA != "cpus" && c.balanceORCA != "run-limit" {
+			if n, err := strconv.Atoi(c.balanceORCA); err != nil || n < 1 {
+				errs = append(errs, fmt.Errorf("-fleet-balance-orca must be cpus, run-limit or a number >= 1, got %q", c.balanceORCA))
+			}
+		}
+		if !(c.balanceLoad > 0) || c.balanceLoad > 2 {
+			errs = append(errs, fmt.Errorf("-fleet-balance-load must be in (0, 2], got %v", c.balanceLoad))
+		}
+		if c.balanceWindow < time.Second || c.balanceWindow > 10*time.Minute {
+			errs = append(errs, fmt.Errorf("-fleet-balance-window must be in [1s, 10m], got %v", c.balanceWindow))
 		}
 		return errors.Join(errs...)
 	}
@@ -254,7 +271,8 @@ func (c *config) run(ctx context.Context, env scenario.Env, s scenario.Settings)
 	}
 	if len(bs) > 0 { // after the passes' own notes
 		n := 1 + len(results)
-		res.Comparison.Notes = append(res.Comparison.Notes[:n:n], append([]string{balanceNote(bs)}, res.Comparison.Notes[n:]...)...)
+		res.Comparison.Notes = append(res.Comparison.Notes[:n:n], append([]string{c.balanceNote(bs)}, res.Comparison.Notes[n:]...)...)
+		res.Comparison.Tables = append(res.Comparison.Tables, c.balanceTable(bs))
 	}
 	for _, r := range results {
 		res.Comparison.Runs = append(res.Comparison.Runs, r.runs...)
