@@ -216,7 +216,11 @@ type Load struct {
 // common scale for I/O-bound replicas with like pools; replicas whose
 // pools or CPUs differ should each report their own capacity
 // (WithORCACapacity with a fixed number: the pool's size), or the
-// balancer weighs them by latency alone. A learned limit
+// balancer weighs them by latency alone and steers away from a smaller
+// one only once its calls queue: in the balance pass with a third replica
+// of half the pool (-fleet-balance-slow pool), it got 24% of the calls,
+// queued and refused some, against 20% and no queue when each replica
+// divided by its own pool. A learned limit
 // (*runlimit.Limiter) measures the same thing but moves as it probes,
 // and the weights with it.
 //

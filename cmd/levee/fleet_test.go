@@ -247,7 +247,7 @@ func TestFleetDemoEndToEnd(t *testing.T) {
 		}
 	}
 	for _, want := range []string{"fleet admitted", `phase 3/3 "outage"`, "leased r3", "wrote " + out,
-		"Balance pass (-fleet-balance): one client at 400/s", "r3 (database 80ms)", "fleet goodput", "slow share <= 40% of even from"} {
+		"Balance pass (-fleet-balance): one client at 400/s", "r3 (database 8 × 80ms)", "fleet goodput", "slow share <= 40% of even from"} {
 		if !strings.Contains(stdout.String(), want) {
 			t.Errorf("demo output lacks %q:\n%s", want, stdout)
 		}

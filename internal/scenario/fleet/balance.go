@@ -34,8 +34,9 @@ import (
 // The balance pass (-fleet-balance): three replicas of the inventory
 // service in its I/O-bound mode, each Allocate burning BalanceWork of CPU
 // and then holding one of BalanceConns simulated database connections for
-// BalanceDBLatency, except the third, whose database takes twice as long:
-// it serves half what each of the others does, whatever the CPU. One
+// BalanceDBLatency, except the third, whose database takes twice as long
+// (or, -fleet-balance-slow pool, has half the connections): it serves half
+// what each of the others does, whatever the CPU. One
 // client offers -fleet-balance-load (default BalanceLoad) × what the three
 // can serve together, first on
 // round_robin, which sends the slow replica a third of the calls, more
@@ -70,6 +71,10 @@ const (
 	PhaseSteady = "steady"
 )
 
+// ORCAPool is the -fleet-balance-orca value that gives each replica
+// -orca-capacity of its own database connections.
+const ORCAPool = "pool"
+
 // Service configs of the balance pass: weighted_round_robin reads the
 // per-call reports, with no blackout and a tenth-of-a-second update
 // period (its defaults, 10s and 1s, would take the whole first phase to
@@ -79,28 +84,49 @@ const (
 	serviceWRR = `{"loadBalancingConfig":[{"weighted_round_robin":{"blackoutPeriod":"0s","weightUpdatePeriod":"0.1s","enableOobLoadReport":false}}]}`
 )
 
-// balanceDBLatency is replica i's database latency: the last one's twice
-// the others'.
-func balanceDBLatency(i int) time.Duration {
-	if i == Replicas-1 {
-		return 2 * BalanceDBLatency
+// How the balance pass makes its third replica serve half what the others
+// do (-fleet-balance-slow).
+const (
+	// SlowLatency: its database takes twice as long (BalanceConns
+	// connections, 2 × BalanceDBLatency), so its calls do too.
+	SlowLatency = "latency"
+	// SlowPool: it has half the connections (BalanceConns ÷ 2, of
+	// BalanceDBLatency): its calls take as long as the others' until its
+	// pool runs out.
+	SlowPool = "pool"
+)
+
+// balanceDB is replica i's database: its connections and their latency.
+func (c *config) balanceDB(i int) (conns int, latency time.Duration) {
+	switch {
+	case i != Replicas-1:
+		return BalanceConns, BalanceDBLatency
+	case c.balanceSlow == SlowPool:
+		return BalanceConns / 2, BalanceDBLatency
 	}
-	return BalanceDBLatency
+	return BalanceConns, 2 * BalanceDBLatency
+}
+
+// balanceReplica names replica i and its database.
+func (c *config) balanceReplica(i int) string {
+	conns, latency := c.balanceDB(i)
+	return fmt.Sprintf("r%d (database %d × %v)", i+1, conns, latency)
 }
 
 // balanceCapacity is what replica i can serve, calls/s: its connections
-// over its database latency (the CPU work is a small fraction of a CPU).
-func balanceCapacity(i int) float64 {
-	return BalanceConns / balanceDBLatency(i).Seconds()
+// over their latency (the CPU work is a small fraction of a CPU).
+func (c *config) balanceCapacity(i int) float64 {
+	conns, latency := c.balanceDB(i)
+	return float64(conns) / latency.Seconds()
 }
 
 // fleetCapacity is what the three replicas can serve together, calls/s.
-func fleetCapacity() float64 {
-	var c float64
+func (c *config) fleetCapacity() float64 {
+	var sum float64
 	for i := range Replicas {
-		c += balanceCapacity(i)
+		sum += c.balanceCapacity(i)
 	}
-	return c
+	return sum
 }
 
 // balanced is one policy's run of the balance pass.
@@ -245,9 +271,14 @@ func (c *config) balanceRun(ctx context.Context, env scenario.Env, s scenario.Se
 // balanceArgs are replica i's `levee serve` flags in the balance pass.
 func (c *config) balanceArgs(i int, redisAddr string) []string {
 	// The fleet limit is far above the load: only the balancing shows.
-	args := []string{"-cpu-work", BalanceWork.String(), "-db-conns", strconv.Itoa(BalanceConns), "-db-latency", balanceDBLatency(i).String(),
+	conns, latency := c.balanceDB(i)
+	args := []string{"-cpu-work", BalanceWork.String(), "-db-conns", strconv.Itoa(conns), "-db-latency", latency.String(),
 		"-redis", redisAddr, "-fleet-rate", "100000"}
-	if c.balanceORCA != "" {
+	switch c.balanceORCA {
+	case "":
+	case ORCAPool:
+		args = append(args, "-orca-capacity", strconv.Itoa(conns))
+	default:
 		args = append(args, "-orca-capacity", c.balanceORCA)
 	}
 	return args
@@ -270,8 +301,7 @@ func (c *config) balanceOne(ctx context.Context, env scenario.Env, s scenario.Se
 		}
 		servers = append(servers, srv)
 		index[srv.GRPCAddr] = i
-		fmt.Fprintf(env.Stderr, "levee demo: balance replica %d up (database %v × %d connections: %.0f calls/s): %s\n",
-			i+1, balanceDBLatency(i), BalanceConns, balanceCapacity(i), srv.Line)
+		fmt.Fprintf(env.Stderr, "levee demo: balance replica %s up (%.0f calls/s): %s\n", c.balanceReplica(i), c.balanceCapacity(i), srv.Line)
 	}
 	return c.drive(ctx, env, s, servers, index, policy, serviceConfig)
 }
@@ -333,7 +363,7 @@ func (c *config) drive(ctx context.Context, env scenario.Env, s scenario.Setting
 		}
 		return err
 	}
-	rate := c.balanceLoad * fleetCapacity()
+	rate := c.balanceLoad * c.fleetCapacity()
 	phases := []loadgen.Phase{{Name: PhaseSteer, Duration: c.balanceWindow, Rate: rate}, {Name: PhaseSteady, Duration: c.balanceWindow, Rate: rate}}
 	gen, err := loadgen.New(call, phases, s.GeneratorOptions(env, policy)...)
 	if err != nil {
@@ -352,8 +382,8 @@ func (c *config) drive(ctx context.Context, env scenario.Env, s scenario.Setting
 // the fleet's goodput and how soon the slow replica's share settled.
 func (c *config) balanceTable(bs []balanced) report.Table {
 	t := report.Table{
-		Title: fmt.Sprintf("Balance pass (-fleet-balance): one client at %.0f/s over three replicas, the third's database 2x slower; %q phase (%v), after %q (%v)",
-			c.balanceLoad*fleetCapacity(), PhaseSteady, c.balanceWindow, PhaseSteer, c.balanceWindow),
+		Title: fmt.Sprintf("Balance pass (-fleet-balance): one client at %.0f/s over three replicas, the third %s; %q phase (%v), after %q (%v)",
+			c.balanceLoad*c.fleetCapacity(), c.slowly(), PhaseSteady, c.balanceWindow, PhaseSteer, c.balanceWindow),
 		Header: []string{"", "can serve"},
 	}
 	for _, b := range bs {
@@ -365,7 +395,7 @@ func (c *config) balanceTable(bs []balanced) report.Table {
 		st[j].sent, st[j].ok = b.steady()
 	}
 	for i := range Replicas {
-		row := []string{fmt.Sprintf("r%d (database %v)", i+1, balanceDBLatency(i)), fmt.Sprintf("%.0f/s", balanceCapacity(i))}
+		row := []string{c.balanceReplica(i), fmt.Sprintf("%.0f/s", c.balanceCapacity(i))}
 		for j, b := range bs {
 			from, to := b.steadySeconds()
 			secs := float64(max(to-from, 1))
@@ -378,14 +408,14 @@ func (c *config) balanceTable(bs []balanced) report.Table {
 		}
 		t.Rows = append(t.Rows, row)
 	}
-	good := []string{"fleet goodput", fmt.Sprintf("%.0f/s", fleetCapacity())}
+	good := []string{"fleet goodput", fmt.Sprintf("%.0f/s", c.fleetCapacity())}
 	settle := []string{fmt.Sprintf("slow share within %.0f points of steady from", 100*SettleBand), "-"}
 	bar := []string{fmt.Sprintf("slow share <= %.0f%% of even from", 100*SteerBar), "-"}
 	for _, b := range bs {
 		ph := b.res.Phases[len(b.res.Phases)-1]
 		rate := float64(ph.Succeeded) / ph.Duration.Seconds()
 		good = append(good, fmt.Sprintf("%.0f/s: %.1f%% of offered %.0f/s, %.1f%% of what the three can serve; success p99 %v",
-			rate, 100*float64(ph.Succeeded)/float64(max(ph.Offered, 1)), ph.Rate, 100*rate/min(ph.Rate, fleetCapacity()), ph.Success.P99.Round(100*time.Microsecond)))
+			rate, 100*float64(ph.Succeeded)/float64(max(ph.Offered, 1)), ph.Rate, 100*rate/min(ph.Rate, c.fleetCapacity()), ph.Success.P99.Round(100*time.Microsecond)))
 		series := b.slowSeries()
 		_, end := b.steadySeconds()
 		steady := shares(b.steadyCounts())[Replicas-1]
@@ -445,28 +475,46 @@ func secondsCell(k, end int) string {
 	return fmt.Sprintf("%ds", k)
 }
 
+// slowly says how the third replica is slower.
+func (c *config) slowly() string {
+	if c.balanceSlow == SlowPool {
+		return "with half the database connections"
+	}
+	return "with a 2x slower database"
+}
+
 // balanceNote says what the balance pass ran, and the slow replica's
 // share second by second.
 func (c *config) balanceNote(bs []balanced) string {
 	var parts []string
 	for _, b := range bs {
 		var secs []string
-		for _, v := range b.slowSeries() {
+		_, end := b.steadySeconds()
+		for _, v := range b.slowSeries()[:end] {
 			if !math.IsNaN(v) {
 				secs = append(secs, fmt.Sprintf("%.0f", 100*v))
 			}
 		}
 		parts = append(parts, fmt.Sprintf("%s: %s", b.policy, strings.Join(secs, " ")))
 	}
-	orca := "in flight ÷ the server's CPUs, the preset's"
-	if c.balanceORCA != "" {
+	var dbs []string
+	for i := range Replicas {
+		dbs = append(dbs, fmt.Sprintf("%s serving %.0f calls/s", c.balanceReplica(i), c.balanceCapacity(i)))
+	}
+	orca := "the calls in the server ÷ its CPUs, the preset's"
+	switch c.balanceORCA {
+	case "":
+	case ORCAPool:
+		orca = "the calls in the server ÷ its database connections (-orca-capacity N)"
+	default:
 		orca = "-orca-capacity " + c.balanceORCA
 	}
-	return fmt.Sprintf("Balance pass (-fleet-balance): three levee serve -redis replicas, each Allocate burning %v of CPU and holding one of %d database connections for %v (the third: %v), so they can serve %.0f, %.0f and %.0f calls/s, %.0f together; "+
+	slow := c.balanceCapacity(Replicas-1) / c.fleetCapacity()
+	return fmt.Sprintf("Balance pass (-fleet-balance): three levee serve -redis replicas, each Allocate burning %v of CPU and then holding a database connection: %s, %.0f together; "+
 		"one client offering %.0f%% of that (%.0f/s) for two %v phases, on round_robin and then on weighted_round_robin (blackout 0s, weight update 0.1s, per-call reports; application utilisation: %s), fresh replicas for each. "+
-		"weighted_round_robin weighs a replica by qps ÷ utilisation, so it settles where every replica reports the same utilisation: with a utilisation that grows with the calls in flight (a queue included) that is where each gets a share of the calls in proportion to what it can serve, %.0f%% for the slow one here (%.0f%% of an even share). "+
+		"weighted_round_robin weighs a replica by qps ÷ utilisation, so it settles where every replica reports the same utilisation: with a utilisation that grows with the calls in flight relative to what the replica can run, that is where each gets calls in proportion to what it can serve, %.0f%% for the slow one here (%.0f%% of an even share). "+
 		"The slow replica's share of the calls, %% by second: %s.",
-		BalanceWork, BalanceConns, BalanceDBLatency, 2*BalanceDBLatency, balanceCapacity(0), balanceCapacity(1), balanceCapacity(2), fleetCapacity(),
-		100*c.balanceLoad, c.balanceLoad*fleetCapacity(), c.balanceWindow, orca,
-		100*balanceCapacity(Replicas-1)/fleetCapacity(), 100*Replicas*balanceCapacity(Replicas-1)/fleetCapacity(), strings.Join(parts, "; "))
+		BalanceWork, strings.Join(dbs, ", "), c.fleetCapacity(),
+		100*c.balanceLoad, c.balanceLoad*c.fleetCapacity(), c.balanceWindow, orca,
+		100*slow, 100*Replicas*slow, strings.Join(parts, "; "))
 }

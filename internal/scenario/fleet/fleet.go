@@ -84,12 +84,13 @@ type config struct {
 	balanceWindow time.Duration
 	balanceLoad   float64
 	balanceORCA   string // the balance replicas' -orca-capacity; "": serve's default
+	balanceSlow   string // SlowLatency or SlowPool
 }
 
 // New returns the fleet scenario, with its flags -redis, -fleet-rate and
 // -fleet-window.
 func New() scenario.Scenario {
-	c := &config{rate: DefaultRate, window: DefaultWindow, balanceWindow: DefaultBalanceWindow, balanceLoad: BalanceLoad}
+	c := &config{rate: DefaultRate, window: DefaultWindow, balanceWindow: DefaultBalanceWindow, balanceLoad: BalanceLoad, balanceSlow: SlowLatency}
 	return scenario.Scenario{
 		Name: Name,
 		Description: fmt.Sprintf("%d `levee serve -redis` replicas share one tenant's limit of\n-fleet-rate calls/s through a redis-server (started from PATH, or -redis ADDR);\n"+
@@ -109,7 +110,8 @@ func (c *config) flags(fs *flag.FlagSet) func() error {
 	fs.BoolVar(&c.balance, "fleet-balance", false, "fleet scenario: then three I/O-bound replicas, one with a 2x slower database, and a client at -fleet-balance-load of what they can serve on round_robin, then on weighted_round_robin (ORCA reports), two -fleet-balance-window phases each")
 	fs.DurationVar(&c.balanceWindow, "fleet-balance-window", c.balanceWindow, "fleet scenario: length of each phase of -fleet-balance (settling, then measured)")
 	fs.Float64Var(&c.balanceLoad, "fleet-balance-load", c.balanceLoad, "fleet scenario: the load of -fleet-balance, as a `share` of what its three replicas can serve")
-	fs.StringVar(&c.balanceORCA, "fleet-balance-orca", "", "fleet scenario: the -fleet-balance replicas' `levee serve -orca-capacity` (cpus, run-limit or a number; empty: serve's default)")
+	fs.StringVar(&c.balanceORCA, "fleet-balance-orca", "", "fleet scenario: the -fleet-balance replicas' `levee serve -orca-capacity` (cpus, run-limit or a number; pool: each its -db-conns; empty: serve's default)")
+	fs.StringVar(&c.balanceSlow, "fleet-balance-slow", c.balanceSlow, "fleet scenario: how -fleet-balance's third replica serves half what the others do: `latency` (its database takes twice as long) or pool (half the connections)")
 	return func() error {
 		var errs []error
 		if !(c.rate >= 1) || c.rate > 100000 {
@@ -118,10 +120,13 @@ func (c *config) flags(fs *flag.FlagSet) func() error {
 		if c.window < 100*time.Millisecond {
 			errs = append(errs, fmt.Errorf("-fleet-window must be >= 100ms, got %v", c.window))
 		}
-		if c.balanceORCA != "" && c.balanceORCA != "cpus" && c.balanceORCA != "run-limit" {
-			if n, err := strconv.Atoi(c.balanceORCA); err != nil || n < 1 {
-				errs = append(errs, fmt.Errorf("-fleet-balance-orca must be cpus, run-limit or a number >= 1, got %q", c.balanceORCA))
+		if o := c.balanceORCA; o != "" && o != "cpus" && o != "run-limit" && o != ORCAPool {
+			if n, err := strconv.Atoi(o); err != nil || n < 1 {
+				errs = append(errs, fmt.Errorf("-fleet-balance-orca must be cpus, run-limit, %s or a number >= 1, got %q", ORCAPool, o))
 			}
+		}
+		if c.balanceSlow != SlowLatency && c.balanceSlow != SlowPool {
+			errs = append(errs, fmt.Errorf("-fleet-balance-slow must be %s or %s, got %q", SlowLatency, SlowPool, c.balanceSlow))
 		}
 		if !(c.balanceLoad > 0) || c.balanceLoad > 2 {
 			errs = append(errs, fmt.Errorf("-fleet-balance-load must be in (0, 2], got %v", c.balanceLoad))

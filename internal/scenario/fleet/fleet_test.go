@@ -92,12 +92,24 @@ func TestSettledFrom(t *testing.T) {
 }
 
 func TestBalanceCapacity(t *testing.T) {
-	// 8 connections for 40ms: 200/s; the slow one's 80ms: 100/s.
-	if got := [Replicas]float64{balanceCapacity(0), balanceCapacity(1), balanceCapacity(2)}; got != [Replicas]float64{200, 200, 100} {
-		t.Errorf("balanceCapacity = %v, want [200 200 100]", got)
+	// 8 connections for 40ms: 200/s; the slow one's 8 for 80ms, or 4 for
+	// 40ms: 100/s.
+	for _, slow := range []string{SlowLatency, SlowPool} {
+		c := &config{balanceSlow: slow}
+		if got := [Replicas]float64{c.balanceCapacity(0), c.balanceCapacity(1), c.balanceCapacity(2)}; got != [Replicas]float64{200, 200, 100} {
+			t.Errorf("%s: balanceCapacity = %v, want [200 200 100]", slow, got)
+		}
+		if got := c.fleetCapacity(); got != 500 {
+			t.Errorf("%s: fleetCapacity() = %v, want 500", slow, got)
+		}
 	}
-	if got := fleetCapacity(); got != 500 {
-		t.Errorf("fleetCapacity() = %v, want 500", got)
+	c := &config{balanceSlow: SlowPool, balanceORCA: ORCAPool}
+	if got, want := strings.Join(c.balanceArgs(2, "127.0.0.1:6379"), " "), "-cpu-work 100µs -db-conns 4 -db-latency 40ms -redis 127.0.0.1:6379 -fleet-rate 100000 -orca-capacity 4"; got != want {
+		t.Errorf("balanceArgs(2) = %q, want %q", got, want)
+	}
+	c = &config{balanceSlow: SlowLatency, balanceORCA: "run-limit"}
+	if got, want := strings.Join(c.balanceArgs(2, "127.0.0.1:6379"), " "), "-cpu-work 100µs -db-conns 8 -db-latency 80ms -redis 127.0.0.1:6379 -fleet-rate 100000 -orca-capacity run-limit"; got != want {
+		t.Errorf("balanceArgs(2) = %q, want %q", got, want)
 	}
 }
 
@@ -129,18 +141,18 @@ func TestBalanceTable(t *testing.T) {
 	} {
 		wrr.reports[i].add(l)
 	}
-	c := &config{balanceWindow: 2 * time.Second, balanceLoad: 0.2}
+	c := &config{balanceWindow: 2 * time.Second, balanceLoad: 0.2, balanceSlow: SlowLatency}
 	tab := c.balanceTable([]balanced{rr, wrr})
-	if want := `one client at 100/s over three replicas, the third's database 2x slower; "steady" phase (2s), after "steer" (2s)`; !strings.Contains(tab.Title, want) {
+	if want := `one client at 100/s over three replicas, the third with a 2x slower database; "steady" phase (2s), after "steer" (2s)`; !strings.Contains(tab.Title, want) {
 		t.Errorf("Title = %q, want it to contain %q", tab.Title, want)
 	}
 	if want := []string{"", "can serve", "round_robin", "weighted_round_robin"}; !slices.Equal(tab.Header, want) {
 		t.Errorf("Header = %q, want %q", tab.Header, want)
 	}
 	want := [][]string{
-		{"r1 (database 40ms)", "200/s", "sent 34/s: 33.5% (100% of even), served 34/s", "sent 44/s: 44.5% (134% of even), served 44/s"},
-		{"r2 (database 40ms)", "200/s", "sent 33/s: 33.0% (99% of even), served 33/s", "sent 44/s: 44.5% (134% of even), served 44/s"},
-		{"r3 (database 80ms)", "100/s", "sent 34/s: 33.5% (100% of even), served 28/s, ResourceExhausted 5/s, DeadlineExceeded 2/s", "sent 11/s: 11.0% (33% of even), served 11/s"},
+		{"r1 (database 8 × 40ms)", "200/s", "sent 34/s: 33.5% (100% of even), served 34/s", "sent 44/s: 44.5% (134% of even), served 44/s"},
+		{"r2 (database 8 × 40ms)", "200/s", "sent 33/s: 33.0% (99% of even), served 33/s", "sent 44/s: 44.5% (134% of even), served 44/s"},
+		{"r3 (database 8 × 80ms)", "100/s", "sent 34/s: 33.5% (100% of even), served 28/s, ResourceExhausted 5/s, DeadlineExceeded 2/s", "sent 11/s: 11.0% (33% of even), served 11/s"},
 		{"fleet goodput", "500/s", "100/s: 100.0% of offered 100/s, 100.0% of what the three can serve; success p99 90ms", "100/s: 100.0% of offered 100/s, 100.0% of what the three can serve; success p99 90ms"},
 		{"slow share within 5 points of steady from", "-", "0s", "2s"},
 		{"slow share <= 40% of even from", "-", "never", "2s"},
