@@ -207,8 +207,8 @@ type Load struct {
 // replicas, one with a twice slower database, at 80% of what the three
 // can serve: round_robin sent the slow one 33% of the calls, which it
 // could not all serve (the fleet served 90% of the load), and
-// weighted_round_robin 20.4-20.7% within a second or two (61-62% of an
-// even share), serving all of the load.
+// weighted_round_robin 20.5-20.9% within a second (61-63% of an even
+// share), serving all of the load.
 //
 // The limit should mean the same on every replica: the concurrency at
 // which it saturates. The preset (protect.WithORCA) divides by the CPUs

@@ -35,17 +35,16 @@ import (
 // service in its I/O-bound mode, each Allocate burning BalanceWork of CPU
 // and then holding one of BalanceConns simulated database connections for
 // BalanceDBLatency, except the third, whose database takes twice as long
-// (or, -fleet-balance-slow pool, has half the connections): it serves half
-// what each of the others does, whatever the CPU. One
-// client offers -fleet-balance-load (default BalanceLoad) × what the three
-// can serve together, first on
-// round_robin, which sends the slow replica a third of the calls, more
-// than it can serve, then on weighted_round_robin, which weighs the
-// replicas by the servers' per-call ORCA reports (levee serve -redis
-// turns them on). Each policy gets fresh replicas and runs two phases of
-// -fleet-balance-window: PhaseSteer, where the balancer may settle (the
-// issue asks for it within 10 s), and PhaseSteady, which the shares and
-// the goodput are measured over.
+// (or, with -fleet-balance-slow pool, has half the connections): it serves
+// half what each of the others does, whatever the CPU. One client offers
+// -fleet-balance-load (default BalanceLoad) × what the three can serve
+// together, first on round_robin, which sends the slow replica a third of
+// the calls, more than it can serve, then on weighted_round_robin, which
+// weighs the replicas by the servers' per-call ORCA reports (levee serve
+// -redis turns them on). Each policy gets fresh replicas and runs two
+// phases of -fleet-balance-window: PhaseSteer, where the balancer may
+// settle (the issue asks for it within 10 s), and PhaseSteady, which the
+// shares and the goodput are measured over.
 const (
 	BalanceWork      = 100 * time.Microsecond
 	BalanceConns     = 8
