@@ -75,9 +75,12 @@ type orcaOptions struct {
 func WithORCACPU(u Utilizer) ORCAOption { return func(o *orcaOptions) { o.cpu = u } }
 
 // WithORCACapacity reports the application utilisation
-// (application_utilization): the mean number of unary calls running over
-// the window, divided by c.Limit(). A client on weighted_round_robin
-// prefers it to the CPU utilisation. Default: none, the field is left out.
+// (application_utilization): the mean number of unary calls in the server
+// over the window (running or waiting for a turn), divided by c.Limit(),
+// which should be the concurrency at which the server saturates. A client
+// on weighted_round_robin prefers it to the CPU utilisation and weighs the
+// server by c.Limit() ÷ its mean latency (see ORCA). Default: none, the
+// field is left out.
 func WithORCACapacity(c Capacity) ORCAOption { return func(o *orcaOptions) { o.capacity = c } }
 
 // WithORCAWindow sets the span over which rates and the application
@@ -165,12 +168,12 @@ type Load struct {
 //
 // # Clients on weighted_round_robin
 //
-// grpc-go's weighted_round_robin balancer weighs each backend by
-// qps / (utilisation + errorUtilizationPenalty × eps / qps), where the
-// utilisation is the application utilisation when a report has one and
-// the CPU utilisation otherwise. With levee's reports a replica that is
-// slower, queues or refuses gets fewer calls before it has to refuse them.
-// The client imports the balancer and names it in its service config:
+// grpc-go's weighted_round_robin balancer weighs each backend by its
+// latest report as qps / (utilisation + errorUtilizationPenalty × eps /
+// qps) (penalty 1 by default), where the utilisation is the application
+// utilisation when a report has one and the CPU utilisation otherwise; a
+// report with neither, or with no qps, is ignored. The client imports the
+// balancer and names it in its service config:
 //
 //	import _ "google.golang.org/grpc/balancer/weightedroundrobin"
 //
@@ -178,23 +181,63 @@ type Load struct {
 //		grpc.WithTransportCredentials(creds),
 //		grpc.WithDefaultServiceConfig(`{"loadBalancingConfig":[{"weighted_round_robin":{}}]}`))
 //
+// What the weights come to. The application utilisation is the mean
+// number of calls in the server over the window divided by the
+// capacity's limit, and by Little's law the calls in the server are qps ×
+// the mean time a call spends there, so a replica that refuses nothing
+// weighs limit ÷ its mean time in the server: the balancer sends each
+// replica calls in proportion to its limit over its latency. Since a
+// replica's weight is its qps over its utilisation, the balancer settles
+// where every replica reports the same utilisation (plus error penalty):
+// with replicas of the same limit, where their calls in the server are
+// equal, which is where each runs the same share of what it can serve.
+// A replica twice as slow as its peers, among three, settles at a fifth of
+// the calls, 60% of an even share, under any load: the split in
+// proportion to what each can serve, the one that leaves every replica the
+// same headroom. A queue (calls waiting for a turn or for a database
+// connection count as in the server) raises a replica's utilisation
+// faster than its load as it nears saturation, which pulls it back to that
+// split quickly, but does not move the split itself: a utilisation that
+// depends only on a replica's own load relative to its own capacity,
+// however steep, is equal on all replicas at the same relative load. A
+// split below the capacity-proportional one would need reports that
+// overstate the slow replica's load, and would overload its peers as the
+// fleet nears its capacity. The levee demo's balance pass (levee demo
+// -scenario fleet -fleet-balance) measures it on three levee serve
+// replicas, one with a twice slower database, at 80% of what the three
+// can serve: round_robin sent the slow one 33% of the calls, which it
+// could not all serve (the fleet served 90% of the load), and
+// weighted_round_robin 20.5-20.9% within a second (61-63% of an even
+// share), serving all of the load.
+//
+// The limit should mean the same on every replica: the concurrency at
+// which it saturates. The preset (protect.WithORCA) divides by the CPUs
+// (GOMAXPROCS), right for CPU-bound replicas on like machines and a
+// common scale for I/O-bound replicas with like pools; replicas whose
+// pools or CPUs differ should each report their own capacity
+// (WithORCACapacity with a fixed number: the pool's size), or the
+// balancer weighs them by latency alone and steers away from a smaller
+// one only once its calls queue: in the balance pass with a third replica
+// of half the pool (-fleet-balance-slow pool), it got 24% of the calls,
+// queued and refused some, against 20% and no queue when each replica
+// divided by its own pool. A learned limit
+// (*runlimit.Limiter) measures the same thing but moves as it probes,
+// and the weights with it.
+//
 // Per-call reports (the balancer's default, enableOobLoadReport false)
 // need WithORCAPerCall on the server: every call then updates its
 // backend's weight, and weights follow the load within the balancer's
 // weightUpdatePeriod (default 1s) once its blackoutPeriod (default 10s) of
-// steady reports has passed. Out-of-band reports (enableOobLoadReport
-// true, oobReportingPeriod) cost the server nothing per call, but
-// grpc-go's ORCA service sends them at most every DefaultORCAMinInterval,
-// and the first one, sent when the client connects, usually finds an idle
-// server, whose report the balancer ignores: they suit a steady fleet, not
-// a sudden slowdown. On two inventory replicas behind protect.WithORCA,
-// one twice as slow in its database, under the same closed-loop load
-// (TestWeightedRoundRobinSteersAwayFromSlowReplica), round_robin sent the slow one 50% of the calls, weighted_round_robin
-// with per-call reports 34% after a second of warm-up (1/3 is what the
-// replicas' speeds call for; their mean latency fell from 76ms to 68ms),
-// and with out-of-band reports 50% over the test's seconds. Replicas with
-// twice the CPU work, in one process whose CPUs they share: 50% and
-// 37-46%.
+// steady reports has passed; a blackoutPeriod of 0s and a weightUpdatePeriod
+// of 0.1s settle within a second or two. Out-of-band reports
+// (enableOobLoadReport true, oobReportingPeriod) cost the server nothing per
+// call, but grpc-go's ORCA service sends them at most every
+// DefaultORCAMinInterval, and the first one, sent when the client
+// connects, usually finds an idle server, whose report the balancer
+// ignores: they suit a steady fleet, not a sudden slowdown. Replicas that
+// share CPUs and are slower by CPU work do not look slower to the
+// balancer: each waits for the shared CPU as long as the others
+// (TestWeightedRoundRobinSteersAwayFromSlowReplica measures both kinds).
 type ORCA struct {
 	tap        tap.ServerInHandle // the Server's
 	nextUnary  grpc.UnaryServerInterceptor

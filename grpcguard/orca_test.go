@@ -302,3 +302,58 @@ func TestORCAInterceptorAllocatesNothing(t *testing.T) {
 		t.Error("the ORCA counted no call")
 	}
 }
+
+// wrrWeight is the weight grpc-go's weighted_round_robin gives a backend
+// for a report (balancer/weightedroundrobin, OnLoadReport, with its
+// default errorUtilizationPenalty of 1); 0 for a report it ignores.
+func wrrWeight(l Load) float64 {
+	u := max(l.Application, 0)
+	if u == 0 {
+		u = max(l.CPU, 0)
+	}
+	if u == 0 || l.QPS == 0 {
+		return 0
+	}
+	return l.QPS / (u + l.EPS/l.QPS)
+}
+
+// TestORCAWeightIsLimitOverLatency: a client on weighted_round_robin
+// weighs a replica by the limit over the mean time a call spends in the
+// server, whatever its load (Little's law), so two replicas of one limit,
+// one twice as slow, weigh 2:1; errors weigh a replica down by the error
+// penalty.
+func TestORCAWeightIsLimitOverLatency(t *testing.T) {
+	tests := []struct {
+		name   string
+		d      time.Duration // each call's time in the server
+		calls  int           // in the window
+		failed int           // of those
+		limit  int
+		want   float64
+	}{
+		{name: "fast", d: 40 * time.Millisecond, calls: 20, limit: 8, want: 8 / 0.040},
+		{name: "fast, busier", d: 40 * time.Millisecond, calls: 25, limit: 8, want: 8 / 0.040},
+		{name: "twice as slow", d: 80 * time.Millisecond, calls: 10, limit: 8, want: 8 / 0.080},
+		{name: "twice as slow, other limit", d: 80 * time.Millisecond, calls: 10, limit: 1, want: 1 / 0.080},
+		// 10 calls/s, 5 errors/s, utilisation 10 × 0.08 ÷ 8 = 0.1:
+		// 10 ÷ (0.1 + 0.5).
+		{name: "twice as slow, half failing", d: 80 * time.Millisecond, calls: 10, failed: 5, limit: 8, want: 10 / 0.6},
+	}
+	for _, tt := range tests {
+		g := newORCARig(t)
+		g.cap.n.Store(int64(tt.limit))
+		t0 := g.clk.now()
+		for i := range tt.calls {
+			var err error
+			if i < tt.failed {
+				err = errors.New("app")
+			}
+			g.call(context.Background(), tt.d, err)
+		}
+		g.clk.advance(t0.Add(time.Second).Sub(g.clk.now()))
+		l := g.r.LoadAt(g.clk.now())
+		if got := wrrWeight(l); math.Abs(got-tt.want) > 1e-6 {
+			t.Errorf("%s: weight of %+v = %v, want %v", tt.name, l, got, tt.want)
+		}
+	}
+}

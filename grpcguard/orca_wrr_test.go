@@ -52,7 +52,7 @@ func (n fixedLimit) Limit() int { return int(n) }
 
 // startReplica serves an inventory server with opts, with per-call ORCA
 // reports: behind the preset (whose reports divide the calls in the
-// server by its learned run limit) when slots is 0, else behind a
+// server by its CPUs) when slots is 0, else behind a
 // bulkhead of slots whose reports divide by slots.
 func startReplica(t *testing.T, slots int, opts ...inventory.Option) replica {
 	t.Helper()
@@ -194,7 +194,8 @@ func drive(t *testing.T, serviceConfig string, addrs []string, workers int, warm
 // TestWeightedRoundRobinSteersAwayFromSlowReplica: two inventory replicas
 // with per-call ORCA reports, one twice as slow per Allocate. A client on
 // round_robin sends each half of its calls; on weighted_round_robin with
-// per-call reports it sends the slow one clearly fewer.
+// per-call reports it sends the slow one clearly fewer, about the third
+// that its speed calls for.
 //
 // The replicas run in the test's process, so they share its CPUs: when
 // the machine is saturated (other tests, -race) a call's time is mostly
@@ -217,7 +218,10 @@ func TestWeightedRoundRobinSteersAwayFromSlowReplica(t *testing.T) {
 	}
 	rr := run{name: "round_robin", config: roundRobin,
 		want: func(_, got float64) bool { return got >= 0.4 && got <= 0.6 }, wants: "about half"}
-	clearlyFewer := func(rr, got float64) bool { return got <= rr-0.08 }
+	// The balancer settles where both replicas report the same
+	// utilisation: the slow one then gets calls in proportion to what it
+	// can serve, a third, not much fewer.
+	clearlyFewer := func(rr, got float64) bool { return got <= rr-0.08 && got >= 0.22 }
 	notMore := func(rr, got float64) bool { return got <= rr+0.1 }
 	io := func(d time.Duration) []inventory.Option {
 		return []inventory.Option{inventory.WithCPUWork(100 * time.Microsecond), inventory.WithDatabase(8, d)}
@@ -230,7 +234,7 @@ func TestWeightedRoundRobinSteersAwayFromSlowReplica(t *testing.T) {
 	}{
 		{"io", io(50 * time.Millisecond), io(100 * time.Millisecond), 8, []run{
 			{rr.name, rr.config, 8, rr.want, rr.wants},
-			{"wrr per call, bulkhead 8", wrrPerCall, 8, clearlyFewer, "clearly fewer than round_robin"},
+			{"wrr per call, bulkhead 8", wrrPerCall, 8, clearlyFewer, "clearly fewer than round_robin, but at least 0.22 (a third serves both replicas alike)"},
 			{"wrr out of band, bulkhead 8", wrrOOB, 8, notMore, "not many more than round_robin"},
 			{"wrr per call, preset", wrrPerCall, 0, notMore, "not many more than round_robin"},
 		}},

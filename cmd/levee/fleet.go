@@ -5,6 +5,7 @@ import (
 	"io"
 	"net"
 	"strconv"
+	"sync/atomic"
 	"time"
 
 	"github.com/levee-go/levee/admission"
@@ -13,6 +14,7 @@ import (
 	"github.com/levee-go/levee/metrics"
 	"github.com/levee-go/levee/protect"
 	"github.com/levee-go/levee/redislimit"
+	"github.com/levee-go/levee/runlimit"
 )
 
 // fleetName is the name of `levee serve -redis`'s fleet-wide limit: its
@@ -33,15 +35,36 @@ type fleetFlags struct {
 	rate   float64 // -fleet-rate: calls/s shared by every replica
 	burst  int     // -fleet-burst: the shared bucket's size; 0: a tenth of a second's worth
 	leases bool    // -fleet-leases
+	// orcaCapacity is -orca-capacity: what the ORCA reports' application
+	// utilisation divides the calls in the server by: orcaCPUs (""
+	// too), orcaRunLimit, or a number.
+	orcaCapacity string
+}
+
+// Values of -orca-capacity besides a number.
+const (
+	orcaCPUs     = "cpus"
+	orcaRunLimit = "run-limit"
+)
+
+// orcaFixed returns -orca-capacity as a number, and whether it is one.
+func (f fleetFlags) orcaFixed() (int, bool) {
+	n, err := strconv.Atoi(f.orcaCapacity)
+	return n, err == nil
 }
 
 // check reports a bad combination of the fleet flags, naming the flag.
 func (f fleetFlags) check(rateGiven bool) error {
 	if f.redis == "" {
-		if rateGiven || f.leases || f.burst != 0 {
-			return usageError("-fleet-rate, -fleet-burst and -fleet-leases need -redis")
+		if rateGiven || f.leases || f.burst != 0 || f.orcaCapacity != "" {
+			return usageError("-fleet-rate, -fleet-burst, -fleet-leases and -orca-capacity need -redis")
 		}
 		return nil
+	}
+	if c := f.orcaCapacity; c != "" && c != orcaCPUs && c != orcaRunLimit {
+		if n, ok := f.orcaFixed(); !ok || n < 1 {
+			return usageError("-orca-capacity must be %s, %s or a number >= 1, got %q", orcaCPUs, orcaRunLimit, c)
+		}
 	}
 	host, port, err := net.SplitHostPort(f.redis)
 	if err != nil {
@@ -68,6 +91,27 @@ type fleet struct {
 	client  interface{ Close() }
 	limiter *redislimit.Limiter
 	guard   admission.Guard
+	orca    grpcguard.Capacity // -orca-capacity; nil: the preset's
+	run     *runLimit          // with -orca-capacity run-limit, set by bind
+}
+
+// fixedCapacity is a grpcguard.Capacity that does not change.
+type fixedCapacity int
+
+func (n fixedCapacity) Limit() int { return int(n) }
+
+// runLimit is the preset's learned run limit as a grpcguard.Capacity,
+// known only once the preset is built: 0 (no application utilisation
+// reported) until then.
+type runLimit struct {
+	p atomic.Pointer[runlimit.Limiter]
+}
+
+func (r *runLimit) Limit() int {
+	if l := r.p.Load(); l != nil {
+		return l.Limit()
+	}
+	return 0
 }
 
 // newFleet connects to Redis and builds the limit: one bucket of rate
@@ -104,14 +148,34 @@ func newFleet(f fleetFlags, tenantHeader string, warn io.Writer) (*fleet, error)
 	} else {
 		g = redislimit.NewGuard(fleetName, lim, 0)
 	}
-	return &fleet{client: client, limiter: lim, guard: g}, nil
+	fl := &fleet{client: client, limiter: lim, guard: g}
+	switch n, fixed := f.orcaFixed(); {
+	case fixed:
+		fl.orca = fixedCapacity(n)
+	case f.orcaCapacity == orcaRunLimit:
+		fl.run = &runLimit{}
+		fl.orca = fl.run
+	}
+	return fl, nil
+}
+
+// bind gives the fleet the preset it joined: with -orca-capacity
+// run-limit, its learned run limit.
+func (f *fleet) bind(p *protect.Server) {
+	if f.run != nil {
+		f.run.p.Store(p.RunLimit())
+	}
 }
 
 // options are the preset's options for the fleet: its guard, and ORCA
 // load reports on every call so that clients on weighted_round_robin
-// weigh the replicas.
+// weigh the replicas (with -orca-capacity, its capacity).
 func (f *fleet) options() []protect.Option {
-	return []protect.Option{protect.WithGuard(f.guard), protect.WithORCA(grpcguard.WithORCAPerCall())}
+	oo := []grpcguard.ORCAOption{grpcguard.WithORCAPerCall()}
+	if f.orca != nil {
+		oo = append(oo, grpcguard.WithORCACapacity(f.orca))
+	}
+	return []protect.Option{protect.WithGuard(f.guard), protect.WithORCA(oo...)}
 }
 
 // register exports the limit's metrics (levee_fleet_*).

@@ -5,6 +5,7 @@ import (
 	"io"
 	"net/http"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -13,10 +14,17 @@ import (
 	"testing"
 	"time"
 
+	v3orcapb "github.com/cncf/xds/go/xds/data/orca/v3"
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 
+	"github.com/levee-go/levee/examples/inventory"
+	inventoryv1 "github.com/levee-go/levee/examples/inventory/proto/corecart/inventory/v1"
+	"github.com/levee-go/levee/grpcguard"
 	"github.com/levee-go/levee/internal/redistest"
 	"github.com/levee-go/levee/internal/scenario"
 	fleetdemo "github.com/levee-go/levee/internal/scenario/fleet"
@@ -191,14 +199,14 @@ func grepLines(s, sub string) string {
 // real server processes and a redis-server it starts, and checks the
 // report's structure: a run per replica and pass, each phase, the fleet's
 // row, and the notes with the fleet's rate, Redis's commands and the
-// recovery, and the balance pass's shares. It judges no figure: those are for a full run on a quiet
+// recovery, and the balance pass's table of shares. It judges no figure: those are for a full run on a quiet
 // machine.
 func TestFleetDemoEndToEnd(t *testing.T) {
 	redistest.Binary(t) // fails, with how to install it, when missing
 	c, stdout, stderr := testCLI(t)
 	c.exe, c.childEnv = buildLevee(t), nil
 	out := filepath.Join(t.TempDir(), "fleet.html")
-	cfg, err := c.parseDemo([]string{"-scenario", "fleet", "-fleet-window", "700ms", "-fleet-rate", "50", "-fleet-balance", "-deadline", "500ms", "-quiet", "-out", out})
+	cfg, err := c.parseDemo([]string{"-scenario", "fleet", "-fleet-window", "700ms", "-fleet-rate", "50", "-fleet-balance", "-fleet-balance-window", "1s", "-deadline", "500ms", "-quiet", "-out", out})
 	if err != nil {
 		t.Fatalf("parseDemo() error = %v", err)
 	}
@@ -233,12 +241,13 @@ func TestFleetDemoEndToEnd(t *testing.T) {
 	notes := strings.Join(res.Comparison.Notes, "\n")
 	for _, want := range []string{"Fleet admitted rate per 700ms window against the limit L = 50/s: direct skew", "leased outage",
 		"direct mode: Redis ran", "leased mode: Redis ran", "back on the shared limit within", "killed (SIGKILL)",
-		"Balance pass (-fleet-balance)", "round_robin sent the replicas", "weighted_round_robin sent the replicas"} {
+		"Balance pass (-fleet-balance)", "The slow replica's share of the calls, % by second: round_robin: ", "; weighted_round_robin: "} {
 		if !strings.Contains(notes, want) {
 			t.Errorf("notes lack %q:\n%s", want, notes)
 		}
 	}
-	for _, want := range []string{"fleet admitted", `phase 3/3 "outage"`, "leased r3", "wrote " + out} {
+	for _, want := range []string{"fleet admitted", `phase 3/3 "outage"`, "leased r3", "wrote " + out,
+		"Balance pass (-fleet-balance): one client at 400/s", "r3 (database 8 × 80ms)", "fleet goodput", "slow share <= 40% of even from"} {
 		if !strings.Contains(stdout.String(), want) {
 			t.Errorf("demo output lacks %q:\n%s", want, stdout)
 		}
@@ -262,5 +271,60 @@ func TestFleetDemoWithoutRedis(t *testing.T) {
 	_, err = cfg.scenario.Run(context.Background(), c.env(), cfg.settings)
 	if err == nil || !strings.Contains(err.Error(), "redis-server not found in PATH; install it with") || strings.Contains(err.Error(), "\n") {
 		t.Errorf("Run() without redis-server = %v, want one line saying how to install it", err)
+	}
+}
+
+// TestServeORCACapacity: `levee serve -redis` reports the application
+// utilisation per call as the calls in the server ÷ -orca-capacity: the
+// CPUs by default, a number, or the preset's learned run limit. One
+// caller at a time keeps at most one call in the server, so the
+// utilisation is above 0 and at most 1 ÷ the capacity.
+func TestServeORCACapacity(t *testing.T) {
+	rs := redistest.Start(t)
+	tests := []struct {
+		give    string
+		wantMax float64
+	}{
+		{give: "", wantMax: 1 / float64(runtime.GOMAXPROCS(0))},
+		{give: "4", wantMax: 0.25},
+		{give: "run-limit", wantMax: 1},
+	}
+	for _, tt := range tests {
+		t.Run("orca-capacity="+tt.give, func(t *testing.T) {
+			args := []string{"-redis", rs.Addr(), "-fleet-rate", "100000", "-db-conns", "2", "-db-latency", "20ms"}
+			if tt.give != "" {
+				args = append(args, "-orca-capacity", tt.give)
+			}
+			g, _, _ := startServe(t, args...)
+			cc, err := grpc.NewClient(g, grpc.WithTransportCredentials(insecure.NewCredentials()))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer cc.Close()
+			client := inventoryv1.NewInventoryServiceClient(cc)
+			var app float64
+			// Reports are re-encoded every tenth of a second: call for
+			// three tenths, and read the last.
+			for i, start := 0, time.Now(); time.Since(start) < 300*time.Millisecond; i++ {
+				var trailer metadata.MD
+				_, err := client.Allocate(context.Background(), &inventoryv1.AllocateRequest{Sku: inventory.DefaultSKUs()[0], Quantity: 1, OrderId: "orca-" + strconv.Itoa(i)}, grpc.Trailer(&trailer))
+				if err != nil {
+					t.Fatalf("Allocate: %v", err)
+				}
+				v := trailer.Get(grpcguard.ORCATrailerKey)
+				if len(v) == 0 {
+					t.Fatalf("call %d: no ORCA report in the trailer %v", i, trailer)
+				}
+				var l v3orcapb.OrcaLoadReport
+				if err := proto.Unmarshal([]byte(v[0]), &l); err != nil {
+					t.Fatal(err)
+				}
+				app = l.GetApplicationUtilization()
+			}
+			t.Logf("application utilisation %.3f", app)
+			if !(app > 0) || app > tt.wantMax+0.01 {
+				t.Errorf("application utilisation = %v, want in (0, %v]", app, tt.wantMax)
+			}
+		})
 	}
 }

@@ -32,6 +32,9 @@ func presetProtection(p policyParams) (opts []grpc.ServerOption, stop func(), er
 	if err != nil {
 		return nil, func() {}, err
 	}
+	if p.Fleet != nil {
+		p.Fleet.bind(pr)
+	}
 	if p.Gauges != nil {
 		run := pr.RunLimit()
 		p.Gauges.Set("limit", func() float64 { return float64(run.Limit()) })

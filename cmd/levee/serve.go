@@ -48,6 +48,7 @@ func (c *cli) serve(ctx context.Context, args []string) error {
 	fs.Float64Var(&ff.rate, "fleet-rate", 0, "with -redis, the `calls/s` every replica shares (per tenant with -tenant-header)")
 	fs.IntVar(&ff.burst, "fleet-burst", 0, "with -redis, the shared bucket's size in `calls` (0: a tenth of a second's worth); with -fleet-leases each replica's batch is at most this ÷ the replicas alive")
 	fs.BoolVar(&ff.leases, "fleet-leases", false, "with -redis, take the fleet's tokens in leases, so that Redis sees a small fraction of the calls")
+	fs.StringVar(&ff.orcaCapacity, "orca-capacity", "", "with -redis, what the ORCA reports' application utilisation divides the calls in the server by: `cpus` (GOMAXPROCS, the preset's default), run-limit (the preset's learned run limit), or a number (e.g. -db-conns)")
 	policyFile := fs.String("policy", "", "protect the server with this policy `file` (see levee policy example), reloaded when it changes and on SIGHUP; empty: -recipe")
 	if err := c.parse(fs, args); err != nil {
 		return err

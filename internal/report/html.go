@@ -35,8 +35,9 @@ const (
 )
 
 type htmlTable struct {
-	Title string
-	Rows  []row
+	Title  string
+	Header []string // nil: the runs' names
+	Rows   []row
 }
 
 type htmlChartRow struct {
@@ -99,7 +100,7 @@ figure { margin: 0; } svg.chart { max-width: 100%; height: auto; font-family: in
 {{end}}<details class="tables"><summary>Per phase: every figure</summary>
 {{range .Tables}}<h3>{{.Title}}</h3>
 <table class="phase">
-<tr><th></th>{{range $.Header}}<th>{{.}}</th>{{end}}</tr>
+<tr>{{if .Header}}{{range .Header}}<th>{{.}}</th>{{end}}{{else}}<th></th>{{range $.Header}}<th>{{.}}</th>{{end}}{{end}}</tr>
 {{range .Rows}}<tr><td>{{.Label}}</td>{{range .Cells}}<td class="num">{{.}}</td>{{end}}</tr>
 {{end}}</table>
 {{end}}</details>
@@ -121,7 +122,7 @@ func (r row) Cells() []string { return r.cells }
 // latency percentiles per second (successes and refusals, log scale),
 // when the server reported them, its CPU utilisation and load-shedding
 // scale, and the runs' Measures, if any; and last, folded in a details
-// element, the per-phase tables with every figure. Charts are inline SVG;
+// element, the per-phase tables with every figure and c.Tables. Charts are inline SVG;
 // the page loads nothing from anywhere. It returns ErrNoRuns if c has no
 // runs.
 func WriteHTML(w io.Writer, c *Comparison) error {
@@ -139,6 +140,10 @@ func WriteHTML(w io.Writer, c *Comparison) error {
 	p.Headline = headlineOf(c)
 	for i := range c.Runs[0].Result.Phases {
 		p.Tables = append(p.Tables, htmlTable{Title: phaseTitle(c, i), Rows: phaseRows(c, i)})
+	}
+	for _, t := range c.Tables {
+		rows := t.rows()
+		p.Tables = append(p.Tables, htmlTable{Title: t.Title, Header: append([]string{rows[0].label}, rows[0].cells...), Rows: rows[1:]})
 	}
 	for _, kind := range []string{chartThroughput, chartLatency, chartServer, chartMeasures} {
 		charts := chartsOf(c, kind)

@@ -72,6 +72,37 @@ type Comparison struct {
 	// MeasuresTitle heads the HTML chart row of the runs' Measures.
 	// Default "Other measures".
 	MeasuresTitle string
+	// Tables are the scenario's own tables, shown after the per-phase
+	// tables (in the text and in the HTML report's folded tables): for
+	// figures that are not a run's, such as the share of calls each
+	// replica got from one client. Default none.
+	Tables []Table
+}
+
+// Table is a table of a scenario's own: a title, a header and rows of
+// cells, shown as given (the first cell of a row is its label). The zero
+// value is an empty table.
+type Table struct {
+	// Title heads the table.
+	Title string
+	// Header names the columns, the label column's first (often "").
+	Header []string
+	// Rows are the table's rows; a row shorter than Header leaves its
+	// last columns empty.
+	Rows [][]string
+}
+
+// rows returns t's header and rows as rows of the text table.
+func (t Table) rows() []row {
+	out := make([]row, 0, 1+len(t.Rows))
+	for _, r := range append([][]string{t.Header}, t.Rows...) {
+		if len(r) == 0 {
+			out = append(out, row{})
+			continue
+		}
+		out = append(out, row{label: r[0], cells: r[1:]})
+	}
+	return out
 }
 
 // Run is one load run and what its server reported.

@@ -427,3 +427,45 @@ func TestFmtDur(t *testing.T) {
 		}
 	}
 }
+
+func TestWriteTables(t *testing.T) {
+	c := &Comparison{Runs: []Run{{Name: "load", Result: fakeResult(true)}}, Tables: []Table{{
+		Title:  "Balance: calls per replica",
+		Header: []string{"", "capacity", "round_robin"},
+		Rows:   [][]string{{"r1", "200/s", "133/s 33.3%"}, {"r3 (slow)", "100/s"}},
+	}}}
+	var b bytes.Buffer
+	if err := WriteTable(&b, c); err != nil {
+		t.Fatalf("WriteTable() error = %v", err)
+	}
+	out := b.String()
+	_, tail, ok := strings.Cut(out, "\nBalance: calls per replica\n")
+	if !ok {
+		t.Fatalf("WriteTable() lacks the table's title after the phase tables:\n%s", out)
+	}
+	lines := strings.Split(strings.TrimRight(tail, "\n"), "\n")
+	want := [][]string{{"", "capacity", "round_robin"}, {"r1", "200/s", "133/s 33.3%"}, {"r3 (slow)", "100/s"}}
+	if len(lines) != len(want) {
+		t.Fatalf("table has %d lines, want %d:\n%s", len(lines), len(want), tail)
+	}
+	for i, w := range want {
+		got := splitCells(strings.TrimSpace(lines[i]))
+		if i == 0 {
+			got = append([]string{""}, got...) // the empty label
+		}
+		if strings.Join(got, "|") != strings.Join(w, "|") {
+			t.Errorf("table line %d = %q, want cells %q", i, lines[i], w)
+		}
+	}
+
+	b.Reset()
+	if err := WriteHTML(&b, c); err != nil {
+		t.Fatalf("WriteHTML() error = %v", err)
+	}
+	for _, want := range []string{"<h3>Balance: calls per replica</h3>", "<tr><th></th><th>capacity</th><th>round_robin</th></tr>",
+		`<tr><td>r1</td><td class="num">200/s</td><td class="num">133/s 33.3%</td></tr>`} {
+		if !strings.Contains(b.String(), want) {
+			t.Errorf("HTML does not contain %q", want)
+		}
+	}
+}

@@ -147,8 +147,8 @@ func phaseTitle(c *Comparison, i int) string {
 }
 
 // WriteTable writes one side-by-side table per phase to w: a row per
-// measure, a column per run. Phases are those of the first run. It returns
-// ErrNoRuns if c has no runs.
+// measure, a column per run. Phases are those of the first run. Then it
+// writes c.Tables. It returns ErrNoRuns if c has no runs.
 func WriteTable(w io.Writer, c *Comparison) error {
 	if err := check(c); err != nil {
 		return err
@@ -165,6 +165,12 @@ func WriteTable(w io.Writer, c *Comparison) error {
 		b.WriteString(phaseTitle(c, i))
 		b.WriteString("\n")
 		writeAligned(&b, append([]row{{"", header}}, phaseRows(c, i)...))
+	}
+	for _, t := range c.Tables {
+		b.WriteString("\n")
+		b.WriteString(t.Title)
+		b.WriteString("\n")
+		writeAligned(&b, t.rows())
 	}
 	_, err := io.WriteString(w, b.String())
 	return err

@@ -77,16 +77,20 @@ const (
 
 // config is what the scenario's flags set.
 type config struct {
-	redis   string
-	rate    float64
-	window  time.Duration
-	balance bool
+	redis         string
+	rate          float64
+	window        time.Duration
+	balance       bool
+	balanceWindow time.Duration
+	balanceLoad   float64
+	balanceORCA   string // the balance replicas' -orca-capacity; "": serve's default
+	balanceSlow   string // SlowLatency or SlowPool
 }
 
 // New returns the fleet scenario, with its flags -redis, -fleet-rate and
 // -fleet-window.
 func New() scenario.Scenario {
-	c := &config{rate: DefaultRate, window: DefaultWindow}
+	c := &config{rate: DefaultRate, window: DefaultWindow, balanceWindow: DefaultBalanceWindow, balanceLoad: BalanceLoad, balanceSlow: SlowLatency}
 	return scenario.Scenario{
 		Name: Name,
 		Description: fmt.Sprintf("%d `levee serve -redis` replicas share one tenant's limit of\n-fleet-rate calls/s through a redis-server (started from PATH, or -redis ADDR);\n"+
@@ -103,7 +107,11 @@ func (c *config) flags(fs *flag.FlagSet) func() error {
 	fs.StringVar(&c.redis, "redis", "", "fleet scenario: use the Redis at this `host:port` instead of starting redis-server (it is then not killed mid-run)")
 	fs.Float64Var(&c.rate, "fleet-rate", c.rate, "fleet scenario: the tenant's limit in `calls/s`, shared by the replicas")
 	fs.DurationVar(&c.window, "fleet-window", c.window, "fleet scenario: length of each phase (the windows the fleet's rate is judged over)")
-	fs.BoolVar(&c.balance, "fleet-balance", false, "fleet scenario: then make one replica 2x slower and compare a client on round_robin with one on weighted_round_robin (ORCA reports), a window each")
+	fs.BoolVar(&c.balance, "fleet-balance", false, "fleet scenario: then three I/O-bound replicas, one with a 2x slower database, and a client at -fleet-balance-load of what they can serve on round_robin, then on weighted_round_robin (ORCA reports), two -fleet-balance-window phases each")
+	fs.DurationVar(&c.balanceWindow, "fleet-balance-window", c.balanceWindow, "fleet scenario: length of each phase of -fleet-balance (settling, then measured)")
+	fs.Float64Var(&c.balanceLoad, "fleet-balance-load", c.balanceLoad, "fleet scenario: the load of -fleet-balance, as a `share` of what its three replicas can serve")
+	fs.StringVar(&c.balanceORCA, "fleet-balance-orca", "", "fleet scenario: the -fleet-balance replicas' `levee serve -orca-capacity` (cpus, run-limit or a number; pool: each its -db-conns; empty: serve's default)")
+	fs.StringVar(&c.balanceSlow, "fleet-balance-slow", c.balanceSlow, "fleet scenario: how -fleet-balance's third replica serves half what the others do: `latency` (its database takes twice as long) or pool (half the connections)")
 	return func() error {
 		var errs []error
 		if !(c.rate >= 1) || c.rate > 100000 {
@@ -111,6 +119,20 @@ func (c *config) flags(fs *flag.FlagSet) func() error {
 		}
 		if c.window < 100*time.Millisecond {
 			errs = append(errs, fmt.Errorf("-fleet-window must be >= 100ms, got %v", c.window))
+		}
+		if o := c.balanceORCA; o != "" && o != "cpus" && o != "run-limit" && o != ORCAPool {
+			if n, err := strconv.Atoi(o); err != nil || n < 1 {
+				errs = append(errs, fmt.Errorf("-fleet-balance-orca must be cpus, run-limit, %s or a number >= 1, got %q", ORCAPool, o))
+			}
+		}
+		if c.balanceSlow != SlowLatency && c.balanceSlow != SlowPool {
+			errs = append(errs, fmt.Errorf("-fleet-balance-slow must be %s or %s, got %q", SlowLatency, SlowPool, c.balanceSlow))
+		}
+		if !(c.balanceLoad > 0) || c.balanceLoad > 2 {
+			errs = append(errs, fmt.Errorf("-fleet-balance-load must be in (0, 2], got %v", c.balanceLoad))
+		}
+		if c.balanceWindow < time.Second || c.balanceWindow > 10*time.Minute {
+			errs = append(errs, fmt.Errorf("-fleet-balance-window must be in [1s, 10m], got %v", c.balanceWindow))
 		}
 		return errors.Join(errs...)
 	}
@@ -270,7 +292,8 @@ func (c *config) run(ctx context.Context, env scenario.Env, s scenario.Settings)
 	}
 	if len(bs) > 0 { // after the passes' own notes
 		n := 1 + len(results)
-		res.Comparison.Notes = append(res.Comparison.Notes[:n:n], append([]string{balanceNote(bs)}, res.Comparison.Notes[n:]...)...)
+		res.Comparison.Notes = append(res.Comparison.Notes[:n:n], append([]string{c.balanceNote(bs)}, res.Comparison.Notes[n:]...)...)
+		res.Comparison.Tables = append(res.Comparison.Tables, c.balanceTable(bs))
 	}
 	for _, r := range results {
 		res.Comparison.Runs = append(res.Comparison.Runs, r.runs...)
