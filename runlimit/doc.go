@@ -48,8 +48,8 @@
 // work; one that waited twice its target is refused when its turn has not
 // come. A class that leaves room — lower classes got some of the turns
 // over the last interval — has bursts, not a standing queue: its lanes
-// may queue for the whole target, and wait twice as long before they give
-// up.
+// may queue for the whole target, and wait four times as long before
+// they give up.
 //
 // On a CPU-bound server handlers take turns on the CPU, in the Go
 // scheduler's queue, whatever the limit; the wait for a turn there shows

@@ -15,7 +15,7 @@ const (
 	// within its queue target.
 	ReasonQueueFull = "too many calls waiting for a turn to run"
 	// ReasonTimeout: the call waited twice its queue target for a turn
-	// (four times, in a class that leaves room: see Lane.Admissible).
+	// (eight times, in a class that leaves room: see Lane.Admissible).
 	ReasonTimeout = "no turn to run within the queue target"
 	// ReasonGone: the caller left while the call waited for its turn.
 	ReasonGone = "caller gave up while waiting for a turn to run"

@@ -108,7 +108,7 @@ func (ln *Lane) unreserve(cost int64) {
 // share of the turns.
 //
 // While the lane's class and those above it leave room — over the last
-// interval lower classes got a twentieth of the turns — its queue holds
+// few intervals lower classes got a twentieth of the turns — its queue holds
 // bursts, not a standing backlog: the wait it may add is the whole queue
 // target, and the lane is not held to its share, since every lane of the
 // class gets what it asks. Random (Poisson) arrivals of critical calls at
@@ -153,16 +153,23 @@ func (ln *Lane) Admissible() bool {
 }
 
 // patience is how long a call of the lane admitted now waits for its turn
-// before it gives up (ErrTimeout): twice its flow's queue target, or four
-// times while the lane's class leaves room (see Admissible), where it may
-// queue for a whole target.
+// before it gives up (ErrTimeout): twice its flow's queue target, or
+// roomyPatience times it while the lane's class leaves room (see
+// Admissible): every call of such a class is served in the end, since
+// lower classes get turns, so a long wait is a burst that passes, and a
+// call refused after it would have waited for nothing.
 func (ln *Lane) patience() time.Duration {
-	p := 2 * ln.f.QueueTarget()
 	if ln.f.l.roomy[ln.class.Index()].Load() {
-		p *= 2
+		return roomyPatience * ln.f.QueueTarget()
 	}
-	return p
+	return 2 * ln.f.QueueTarget()
 }
+
+// roomyPatience is a call's patience, in queue targets, in a class that
+// leaves room: random arrivals at 80% of a core's capacity (60% critical
+// calls beside the CPU a flood's refusals take) wait for more than four
+// targets about one time in a hundred, for more than eight almost never.
+const roomyPatience = 8
 
 // Acquire takes a turn for a call of the lane, waiting if every turn is
 // taken, as Flow.Acquire does; it refuses at once with ErrQueueFull a call

@@ -119,29 +119,36 @@ func (l *Limiter) update(end int64) {
 
 // Thresholds of noteRoom: the server counts as full over an interval
 // when its turns were busy for fullBusy of it, and a class leaves room
-// when the classes below it got minLower of the turns.
+// when the classes below it got minLower of the turns over the last few
+// intervals: each interval's turns weigh 1 - roomDecay, the earlier ones
+// roomDecay times less per interval, so that a lower class of a few calls
+// per interval is seen.
 const (
-	fullBusy = 0.9
-	minLower = 0.05
+	fullBusy  = 0.9
+	minLower  = 0.05
+	roomDecay = 0.8
 )
 
 // noteRoom records, over the interval that ends at end, in which the
 // calls that finished held their turns for busy ns in all, whether the
 // server was full (its turns busy fullBusy of the time) and, for each
 // class, whether it and the classes above it left room: the classes
-// below got at least minLower of the turns. A class with room has no
+// below got at least minLower of the turns of the last few intervals
+// (servedAvg). A class with room has no
 // standing queue, only bursts, which its lanes may queue for longer; on a
 // server not full no lane is held to its share (see Lane.Admissible).
 // Needs upd, and shareClasses first.
 func (l *Limiter) noteRoom(busy float64, end int64) {
 	span := float64(end-l.opened) * l.est
 	l.notFull.Store(!(span > 0 && busy >= fullBusy*span))
+	var total float64
+	for _, n := range l.servedAvg {
+		total += n
+	}
+	var below float64
 	for i := range l.roomy {
-		lower := 0.0
-		if i > 0 {
-			lower = math.Float64frombits(l.avail[i-1].Load())
-		}
-		l.roomy[i].Store(lower >= minLower)
+		l.roomy[i].Store(total > 0 && below >= minLower*total)
+		below += l.servedAvg[i]
 	}
 }
 
@@ -154,6 +161,7 @@ func (l *Limiter) shareClasses() {
 	for i := range l.served {
 		served[i] = float64(l.served[i].Swap(0))
 		total += served[i]
+		l.servedAvg[i] = roomDecay*l.servedAvg[i] + (1-roomDecay)*served[i]
 	}
 	var above float64
 	for i := len(served) - 1; i >= 0; i-- {

@@ -40,7 +40,7 @@ var (
 	// can start within its queue target.
 	ErrQueueFull = errors.New("runlimit: queue full")
 	// ErrTimeout: the call waited twice its flow's queue target without a
-	// turn (four times, in a class that leaves room: see Lane.Admissible).
+	// turn (eight times, in a class that leaves room: see Lane.Admissible).
 	ErrTimeout = errors.New("runlimit: no turn within the queue target")
 )
 
@@ -190,12 +190,15 @@ type Limiter struct {
 	backlogged [admission.Classes]paddedInt     // weights of the lanes with two calls or more
 	served     [admission.Classes]paddedInt     // turns that ended in the interval
 	avail      [admission.Classes]atomic.Uint64 // float64: share of the turns higher classes left over the last interval
-	roomy      [admission.Classes]atomic.Bool   // lower classes got some of the turns over the last interval: the class has bursts, no standing queue
+	roomy      [admission.Classes]atomic.Bool   // lower classes got some of the turns of the last few intervals: the class has bursts, no standing queue
 	notFull    atomic.Bool                      // the turns were busy less than fullBusy of the last interval
 	openedAt   atomic.Int64                     // opened, for readers outside upd
 
 	tenantCount atomic.Int64
 	lastSweep   int64 // under upd
+	// servedAvg is each class's turns per interval, smoothed over the
+	// last few intervals (roomDecay), for noteRoom. Under upd.
+	servedAvg [admission.Classes]float64
 
 	flowsMu  sync.Mutex
 	flows    atomic.Pointer[map[string]*Flow]
@@ -532,7 +535,7 @@ type waiter struct {
 // lanes' waiting calls (see Lane). It returns ErrQueueFull at once when
 // the lane is not Admissible, ErrTimeout after twice the flow's queue
 // target (admission lets in only what should start within half of it, so
-// a timeout means the estimate went badly wrong; four times while the
+// a timeout means the estimate went badly wrong; eight times while the
 // class leaves room, see Lane.Admissible), and ctx's error if ctx
 // ends first.
 func (f *Flow) Acquire(ctx context.Context) (Ticket, error) {

@@ -173,7 +173,6 @@ func TestAdmissibleBoundsTheQueue(t *testing.T) {
 // twentieth of the turns; the server is full while its turns are busy
 // nine tenths of the time.
 func TestNoteRoom(t *testing.T) {
-	l := mustNew(t, WithBounds(2, 2))
 	shed, crit := admission.Sheddable.Index(), admission.Critical.Index()
 	for _, tt := range []struct {
 		name              string
@@ -187,10 +186,14 @@ func TestNoteRoom(t *testing.T) {
 		{"full, critical only", 0.95, 0, 100, false, false, true},
 		{"full, sheddable gets 40%", 0.95, 40, 60, false, true, true},
 		{"full, sheddable gets 2%", 0.95, 2, 98, false, false, true},
+		{"idle", 0, 0, 0, false, false, false},
 	} {
-		l.served[shed].Store(tt.servedShed)
-		l.served[crit].Store(tt.other)
-		l.shareClasses()
+		l := mustNew(t, WithBounds(2, 2))
+		for range 30 { // the smoothed counts settle
+			l.served[shed].Store(tt.servedShed)
+			l.served[crit].Store(tt.other)
+			l.shareClasses()
+		}
 		span := int64(time.Second)
 		l.opened = 0
 		l.noteRoom(tt.busy*float64(span)*l.est, span)
