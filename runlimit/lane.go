@@ -108,8 +108,8 @@ func (ln *Lane) unreserve(cost int64) {
 // share of the turns.
 //
 // While the lane's class and those above it leave room — over the last
-// few intervals lower classes got a twentieth of the turns — its queue holds
-// bursts, not a standing backlog: the wait it may add is the whole queue
+// few intervals lower classes got a twentieth of the turns — its queue
+// holds bursts, not a standing backlog: the wait it may add is the whole queue
 // target, and the lane is not held to its share, since every lane of the
 // class gets what it asks. Random (Poisson) arrivals of critical calls at
 // 60% of a server's capacity, beside a flood of sheddable ones, queue for

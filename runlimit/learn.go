@@ -134,9 +134,9 @@ const (
 // server was full (its turns busy fullBusy of the time) and, for each
 // class, whether it and the classes above it left room: the classes
 // below got at least minLower of the turns of the last few intervals
-// (servedAvg). A class with room has no
-// standing queue, only bursts, which its lanes may queue for longer; on a
-// server not full no lane is held to its share (see Lane.Admissible).
+// (servedAvg). A class with room has no standing queue, only bursts,
+// which its lanes may queue for longer; on a server not full no lane is
+// held to its share (see Lane.Admissible).
 // Needs upd, and shareClasses first.
 func (l *Limiter) noteRoom(busy float64, end int64) {
 	span := float64(end-l.opened) * l.est
