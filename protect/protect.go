@@ -19,7 +19,9 @@
 //   - each method's queue target, three times its baseline service time (at
 //     least 5ms): only the calls that should start within half of it are
 //     admitted, at the transport, before a goroutine exists; a call that
-//     waits twice that long for its turn is refused at its handler's start.
+//     waits twice that long for its turn is refused at its handler's start
+//     (eight times, in a criticality class whose lower classes still get
+//     turns: see runlimit.Lane.Admissible).
 //
 // Turns are shared fairly among methods, weighted by their service time,
 // so that a spike on an expensive method does not make a cheap one slow.

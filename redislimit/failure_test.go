@@ -131,6 +131,44 @@ func TestFallbackShare(t *testing.T) {
 	}
 }
 
+// TestFallbackShareRatesInRedis: a replica that publishes no rate (an
+// older version) makes every share even; a replica that leaves takes its
+// rate from Redis with its heartbeat.
+func TestFallbackShareRatesInRedis(t *testing.T) {
+	s, c := single(t)
+	beat := WithHeartbeat(20*time.Millisecond, 100*time.Millisecond)
+	a := mustNew(t, c, "rates", 1000, 100, beat, WithReplicaID("a"))
+	b := mustNew(t, c, "rates", 1000, 100, beat, WithReplicaID("b"))
+	ctx := context.Background()
+	near := func(got, want float64) bool { return math.Abs(got-want) <= 0.06 }
+	drive := func() {
+		for range 50 {
+			for range 3 {
+				a.Allow(ctx, "k")
+			}
+			b.Allow(ctx, "k")
+		}
+	}
+	eventually(t, 10*time.Second, "shares 3/4 and 1/4", func() bool {
+		drive()
+		return near(a.Stats().Share, 0.75) && near(b.Stats().Share, 0.25)
+	})
+	s.Do("ZADD", a.hbKey, "99999999999999", "old") // alive, no rate
+	eventually(t, 10*time.Second, "even shares beside a replica with no rate", func() bool {
+		drive()
+		return a.Stats().Share == 1.0/3 && b.Stats().Share == 1.0/3
+	})
+	s.Do("ZREM", a.hbKey, "old")
+	_ = b.Close()
+	if got := s.Do("HEXISTS", a.hbLoad, "b"); got != "0" {
+		t.Fatalf("HEXISTS rates b after b closed = %s, want 0", got)
+	}
+	eventually(t, 10*time.Second, "a alone: share 1", func() bool {
+		drive()
+		return a.Stats().Share == 1
+	})
+}
+
 // TestFleetShare covers the share's edge cases: a quiet fleet, a replica
 // alone, the floor of a quarter of an even share, bad inputs.
 func TestFleetShare(t *testing.T) {

@@ -348,8 +348,8 @@ func (l *Limiter) refill(lz *lease) error {
 		// missed, not at every token, or Redis would see every call; wait a
 		// horizon, or the time the bucket takes to fill half when that is
 		// shorter, so that no token is lost to a full bucket meanwhile.
-		fill := time.Duration(l.burst) * time.Duration(l.interval) / 2
-		wait := max(time.Duration(v[1])*time.Microsecond, min(l.o.lease.horizon, fill))
+		fill := float64(l.burst) * float64(l.interval) / 2 // ns; no overflow in float
+		wait := max(time.Duration(v[1])*time.Microsecond, time.Duration(min(float64(l.o.lease.horizon), fill)))
 		lz.until.Store(mono + int64(wait))
 	}
 	return nil

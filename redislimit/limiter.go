@@ -494,7 +494,8 @@ func (l *Limiter) ping() bool {
 
 // heartbeat renews (or, leaving, removes) this replica's heartbeat and its
 // rate of calls, mine per second, and returns how many replicas are alive
-// and the sum of their rates.
+// and the sum of their rates; NaN for the sum when some of them have no
+// rate (a replica of an older version), so that the share is even.
 func (l *Limiter) heartbeat(leaving bool, mine float64) (n int, total float64, err error) {
 	ctx, cancel := context.WithTimeout(context.Background(), l.o.timeout)
 	defer cancel()
@@ -511,8 +512,11 @@ func (l *Limiter) heartbeat(leaving bool, mine float64) (n int, total float64, e
 	if err != nil {
 		return 0, 0, err
 	}
-	if len(v) != 2 {
-		return 0, 0, fmt.Errorf("redislimit: heartbeat script answered %v, want 2 integers", v)
+	if len(v) != 3 {
+		return 0, 0, fmt.Errorf("redislimit: heartbeat script answered %v, want 3 integers", v)
+	}
+	if v[2] < v[0] {
+		return int(v[0]), math.NaN(), nil
 	}
 	return int(v[0]), float64(v[1]) / 1000, nil
 }

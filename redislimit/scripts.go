@@ -65,8 +65,9 @@ return {n, math.max(0, new + T - tau - now), math.floor((tau - (new - now)) / T)
 //	ARGV[4]  this replica's recent rate of calls, in thousandths of a call
 //	         per second (an integer)
 //
-// It returns the number of replicas alive and the sum of their rates, in
-// thousandths of a call per second.
+// It returns the number of replicas alive, the sum of their rates, in
+// thousandths of a call per second, and how many of them have a rate (a
+// replica of an older version sends none).
 const heartbeatScript = `
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
@@ -85,12 +86,19 @@ end
 redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
 redis.call('PEXPIRE', KEYS[1], ttl)
 redis.call('PEXPIRE', KEYS[2], ttl)
-local total = 0
-local rates = redis.call('HVALS', KEYS[2])
-for i = 1, #rates do
-  total = total + (tonumber(rates[i]) or 0)
+local live = redis.call('ZRANGEBYSCORE', KEYS[1], '(' .. now, '+inf')
+local total, counted = 0, 0
+if #live > 0 then
+  local rates = redis.call('HMGET', KEYS[2], unpack(live))
+  for i = 1, #rates do
+    local r = tonumber(rates[i])
+    if r then
+      total = total + r
+      counted = counted + 1
+    end
+  end
 end
-return {redis.call('ZCARD', KEYS[1]), total}
+return {#live, total, counted}
 `
 
 // script is a Lua script run by EVALSHA, loaded again (EVAL, which caches

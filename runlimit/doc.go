@@ -46,10 +46,12 @@
 // counting the calls on their way and the work of higher classes ahead
 // (Lane.Admissible), so a call that would wait is refused before any
 // work; one that waited twice its target is refused when its turn has not
-// come. A class that leaves room — lower classes got some of the turns
-// over the last interval — has bursts, not a standing queue: its lanes
-// may queue for the whole target, and wait four times as long before
-// they give up.
+// come. A class that leaves room — lower classes got a twentieth of the
+// turns over the last few intervals, and are not starved in the last one
+// — has bursts, not a standing queue: its lanes may queue for the whole
+// target, and wait four times as long before they give up. Nor is a lane
+// held to its share while the server's turns are busy less than nine
+// tenths of the time.
 //
 // On a CPU-bound server handlers take turns on the CPU, in the Go
 // scheduler's queue, whatever the limit; the wait for a turn there shows

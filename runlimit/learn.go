@@ -139,16 +139,24 @@ const (
 // held to its share (see Lane.Admissible).
 // Needs upd, and shareClasses first.
 func (l *Limiter) noteRoom(busy float64, end int64) {
-	span := float64(end-l.opened) * l.est
+	// The turns handed out, not the estimate: its fraction is no turn, and
+	// a probe runs below it.
+	span := float64(end-l.opened) * float64(l.limit.Load())
 	l.notFull.Store(!(span > 0 && busy >= fullBusy*span))
 	var total float64
 	for _, n := range l.servedAvg {
 		total += n
 	}
-	var below float64
+	var below, servedBelow float64
+	var waitingBelow int64
 	for i := range l.roomy {
-		l.roomy[i].Store(total > 0 && below >= minLower*total)
+		// Lower classes that had calls waiting and got no turn in the
+		// last interval are starved now, whatever the smoothed share says.
+		starved := waitingBelow > 0 && servedBelow == 0
+		l.roomy[i].Store(total > 0 && below >= minLower*total && !starved)
 		below += l.servedAvg[i]
+		servedBelow += l.lastServed[i]
+		waitingBelow += l.work[i].Load()
 	}
 }
 
@@ -162,6 +170,7 @@ func (l *Limiter) shareClasses() {
 		served[i] = float64(l.served[i].Swap(0))
 		total += served[i]
 		l.servedAvg[i] = roomDecay*l.servedAvg[i] + (1-roomDecay)*served[i]
+		l.lastServed[i] = served[i]
 	}
 	var above float64
 	for i := len(served) - 1; i >= 0; i-- {

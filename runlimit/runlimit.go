@@ -199,6 +199,8 @@ type Limiter struct {
 	// servedAvg is each class's turns per interval, smoothed over the
 	// last few intervals (roomDecay), for noteRoom. Under upd.
 	servedAvg [admission.Classes]float64
+	// lastServed is each class's turns in the last interval. Under upd.
+	lastServed [admission.Classes]float64
 
 	flowsMu  sync.Mutex
 	flows    atomic.Pointer[map[string]*Flow]

@@ -196,7 +196,7 @@ func TestNoteRoom(t *testing.T) {
 		}
 		span := int64(time.Second)
 		l.opened = 0
-		l.noteRoom(tt.busy*float64(span)*l.est, span)
+		l.noteRoom(tt.busy*float64(span)*float64(l.limit.Load()), span)
 		if got := l.roomy[shed].Load(); got != tt.wantShed {
 			t.Errorf("%s: sheddable roomy = %v, want %v", tt.name, got, tt.wantShed)
 		}
@@ -207,6 +207,78 @@ func TestNoteRoom(t *testing.T) {
 			t.Errorf("%s: full = %v, want %v", tt.name, got, tt.wantFull)
 		}
 	}
+}
+
+// TestNoteRoomFullAtAFractionalLimit: the server is full when the turns
+// handed out are busy, whatever the fraction of the estimate above them
+// or a probe below it.
+func TestNoteRoomFullAtAFractionalLimit(t *testing.T) {
+	l := mustNew(t, WithBounds(1, 20))
+	span := int64(time.Second)
+	for _, tt := range []struct {
+		est   float64
+		limit int64
+	}{{3.5, 3}, {10, 5}} {
+		l.est = tt.est
+		l.limit.Store(tt.limit)
+		l.opened = 0
+		l.noteRoom(float64(span)*float64(tt.limit), span) // every turn busy
+		if l.notFull.Load() {
+			t.Errorf("est %v, limit %d, every turn busy: notFull, want full", tt.est, tt.limit)
+		}
+	}
+}
+
+// TestNoteRoomStarved: a lower class that had its share of the turns
+// over the last few intervals but got none in the last one while calls
+// of it waited is starved: the class above leaves no room any more.
+func TestNoteRoomStarved(t *testing.T) {
+	l := mustNew(t, WithBounds(2, 2))
+	shed, crit := admission.Sheddable.Index(), admission.Critical.Index()
+	for range 30 {
+		l.served[shed].Store(40)
+		l.served[crit].Store(60)
+		l.shareClasses()
+	}
+	l.served[crit].Store(100)
+	l.shareClasses()
+	l.opened = 0
+	l.noteRoom(0.5*float64(time.Second), int64(time.Second))
+	if !l.roomy[crit].Load() {
+		t.Fatalf("sheddable served in the smoothed counts, none waiting: critical not roomy, want roomy")
+	}
+	l.work[shed].Add(int64(5 * time.Millisecond)) // a sheddable call waits
+	l.noteRoom(0.5*float64(time.Second), int64(time.Second))
+	if l.roomy[crit].Load() {
+		t.Errorf("sheddable waiting and served nothing in the last interval: critical roomy, want not")
+	}
+	l.work[shed].Add(-int64(5 * time.Millisecond))
+}
+
+// TestAdmissibleShareOnlyWhenFull: lanes of a class are held to their
+// share of the queue only while the server is full and the class leaves
+// no room.
+func TestAdmissibleShareOnlyWhenFull(t *testing.T) {
+	l := mustNew(t, WithBounds(2, 2), WithQueueTarget(40*time.Millisecond))
+	f := l.Flow("m")
+	f.svc.Store(int64(5 * time.Millisecond)) // 2 turns x 40ms/2 / 5ms, plus 2: 10 may wait
+	ci := admission.Critical.Index()
+	a, b := f.Lane("a", admission.Critical), f.Lane("b", admission.Critical)
+	b.count.Store(5)
+	l.backlogged[ci].Store(2 * weightOne) // a and b both backlogged
+	a.count.Store(6)
+	l.roomy[ci].Store(false)
+	l.notFull.Store(false)
+	if a.Admissible() {
+		t.Errorf("full server, two lanes backlogged, 6 waiting: Admissible, want held to half of 10")
+	}
+	l.notFull.Store(true)
+	if !a.Admissible() {
+		t.Errorf("server not full, 6 waiting: not Admissible, want the whole 10")
+	}
+	a.count.Store(0)
+	b.count.Store(0)
+	l.backlogged[ci].Store(0)
 }
 
 // crit is the lane of f's calls of no tenant and class Critical.
