@@ -47,10 +47,10 @@
 // (Lane.Admissible), so a call that would wait is refused before any
 // work; one that waited twice its target is refused when its turn has not
 // come. A class that leaves room — lower classes got a twentieth of the
-// turns over the last few intervals, and are not starved in the last one
-// — has bursts, not a standing queue: its lanes may queue for the whole
-// target, and wait four times as long before they give up. Nor is a lane
-// held to its share while the server's turns are busy less than nine
+// turns over the last few intervals, and were not starved in the last
+// three — has bursts, not a standing queue: its lanes may queue for the
+// whole target, and wait four times as long before they give up. Nor is a
+// lane held to its share while the server's turns are busy less than nine
 // tenths of the time.
 //
 // On a CPU-bound server handlers take turns on the CPU, in the Go

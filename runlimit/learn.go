@@ -123,10 +123,17 @@ func (l *Limiter) update(end int64) {
 // intervals: each interval's turns weigh 1 - roomDecay, the earlier ones
 // roomDecay times less per interval, so that a lower class of a few calls
 // per interval is seen.
+//
+// A class leaves no room once the classes below it, with calls waiting,
+// got no turn for starvedAfter intervals in a row: a flood of the class
+// has begun, which the smoothed counts would take about a second to show.
+// One interval is not enough: a burst of the class takes every turn of
+// an interval now and then.
 const (
-	fullBusy  = 0.9
-	minLower  = 0.05
-	roomDecay = 0.8
+	fullBusy     = 0.9
+	minLower     = 0.05
+	roomDecay    = 0.8
+	starvedAfter = 3
 )
 
 // noteRoom records, over the interval that ends at end, in which the
@@ -150,10 +157,15 @@ func (l *Limiter) noteRoom(busy float64, end int64) {
 	var below, servedBelow float64
 	var waitingBelow int64
 	for i := range l.roomy {
-		// Lower classes that had calls waiting and got no turn in the
-		// last interval are starved now, whatever the smoothed share says.
-		starved := waitingBelow > 0 && servedBelow == 0
-		l.roomy[i].Store(total > 0 && below >= minLower*total && !starved)
+		// Lower classes that had calls waiting and got no turn for
+		// starvedAfter intervals in a row are starved now, whatever the
+		// smoothed share says.
+		if waitingBelow > 0 && servedBelow == 0 {
+			l.starved[i]++
+		} else {
+			l.starved[i] = 0
+		}
+		l.roomy[i].Store(total > 0 && below >= minLower*total && l.starved[i] < starvedAfter)
 		below += l.servedAvg[i]
 		servedBelow += l.lastServed[i]
 		waitingBelow += l.work[i].Load()

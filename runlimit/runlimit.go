@@ -199,8 +199,11 @@ type Limiter struct {
 	// servedAvg is each class's turns per interval, smoothed over the
 	// last few intervals (roomDecay), for noteRoom. Under upd.
 	servedAvg [admission.Classes]float64
-	// lastServed is each class's turns in the last interval. Under upd.
+	// lastServed is each class's turns in the last interval, and starved
+	// how many intervals in a row the classes below each class waited
+	// unserved. Under upd.
 	lastServed [admission.Classes]float64
+	starved    [admission.Classes]int
 
 	flowsMu  sync.Mutex
 	flows    atomic.Pointer[map[string]*Flow]

@@ -230,8 +230,9 @@ func TestNoteRoomFullAtAFractionalLimit(t *testing.T) {
 }
 
 // TestNoteRoomStarved: a lower class that had its share of the turns
-// over the last few intervals but got none in the last one while calls
-// of it waited is starved: the class above leaves no room any more.
+// over the last few intervals but got none in the last starvedAfter ones
+// while calls of it waited is starved: the class above leaves no room any
+// more.
 func TestNoteRoomStarved(t *testing.T) {
 	l := mustNew(t, WithBounds(2, 2))
 	shed, crit := admission.Sheddable.Index(), admission.Critical.Index()
@@ -248,9 +249,11 @@ func TestNoteRoomStarved(t *testing.T) {
 		t.Fatalf("sheddable served in the smoothed counts, none waiting: critical not roomy, want roomy")
 	}
 	l.work[shed].Add(int64(5 * time.Millisecond)) // a sheddable call waits
-	l.noteRoom(0.5*float64(time.Second), int64(time.Second))
-	if l.roomy[crit].Load() {
-		t.Errorf("sheddable waiting and served nothing in the last interval: critical roomy, want not")
+	for i := 1; i <= starvedAfter; i++ {
+		l.noteRoom(0.5*float64(time.Second), int64(time.Second))
+		if got, want := l.roomy[crit].Load(), i < starvedAfter; got != want {
+			t.Errorf("sheddable waiting and served nothing for %d intervals: critical roomy %v, want %v", i, got, want)
+		}
 	}
 	l.work[shed].Add(-int64(5 * time.Millisecond))
 }
