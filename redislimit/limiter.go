@@ -464,7 +464,9 @@ func (l *Limiter) tick() time.Duration {
 	if err != nil {
 		return l.o.probe
 	}
-	mine := l.rateNow()
+	// In the thousandths of a call per second Redis keeps, so that a
+	// replica alone has a share of exactly 1.
+	mine := math.Round(min(l.rateNow(), maxRate)*1000) / 1000
 	start := time.Now()
 	n, total, err := l.heartbeat(false, mine)
 	p.Done(err, time.Since(start))
