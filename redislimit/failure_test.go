@@ -319,7 +319,10 @@ func TestRecoveryInjectedTime(t *testing.T) {
 	base := time.Now()
 	clock := func() time.Time { return base.Add(time.Duration(nowNs.Load())) }
 	// The goroutine's next tick is a minute away: the test ticks by hand.
-	l := mustNew(t, c, "recovery", 100, 10, withNow(clock), WithTimeout(DefaultTimeout), WithHeartbeat(time.Minute, 2*time.Minute))
+	// A round trip may take up to a second, so that a probe slowed down by
+	// a loaded machine does not fail and open the breaker again.
+	const timeout = time.Second
+	l := mustNew(t, c, "recovery", 100, 10, withNow(clock), WithTimeout(timeout), WithHeartbeat(time.Minute, 2*time.Minute))
 	eventually(t, 5*time.Second, "first heartbeat", func() bool { return l.Stats().Heartbeats > 0 })
 	ctx := context.Background()
 	s.Stop()
@@ -339,8 +342,8 @@ func TestRecoveryInjectedTime(t *testing.T) {
 		{500 * time.Millisecond, breaker.StateOpen}, // still waiting in open: no probe
 		// The breaker opened at the end of the failed call that tripped it:
 		// after +0 by the real time that call took, at most the timeout.
-		{DefaultWaitInOpen + DefaultTimeout, breaker.StateHalfOpen},                      // first probe succeeds
-		{DefaultWaitInOpen + DefaultTimeout + DefaultProbeInterval, breaker.StateClosed}, // second: closed
+		{DefaultWaitInOpen + timeout, breaker.StateHalfOpen},                      // first probe succeeds
+		{DefaultWaitInOpen + timeout + DefaultProbeInterval, breaker.StateClosed}, // second: closed
 	}
 	for _, st := range steps {
 		nowNs.Store(int64(st.at))
@@ -349,7 +352,7 @@ func TestRecoveryInjectedTime(t *testing.T) {
 		}
 		next := l.tick()
 		if got := l.Stats().Breaker; got != st.wantState {
-			t.Fatalf("at +%v after a tick: breaker %v, want %v", st.at, got, st.wantState)
+			t.Fatalf("at +%v after a tick: breaker %v, want %v; stats %+v", st.at, got, st.wantState, l.Stats())
 		}
 		if st.wantState != breaker.StateClosed && next != DefaultProbeInterval {
 			t.Fatalf("at +%v: next tick in %v, want the probe interval %v", st.at, next, DefaultProbeInterval)

@@ -506,13 +506,22 @@ func (l *Limiter) heartbeat(leaving bool, mine float64) (n int, total float64, e
 		flag = "1"
 	}
 	milli := strconv.FormatInt(int64(math.Round(min(mine, maxRate)*1000)), 10)
-	res, reloaded := l.beat.exec2(ctx, l.client, l.hbKey, l.hbLoad, l.id, strconv.FormatInt(l.o.ttl.Milliseconds(), 10), flag, milli)
-	if reloaded {
-		l.reloads.Add(1)
-	}
-	v, err := res.AsIntSlice()
-	if err != nil {
-		return 0, 0, err
+	ttl := strconv.FormatInt(l.o.ttl.Milliseconds(), 10)
+	var v []int64
+	// A heartbeat is idempotent: after Redis restarted, a connection the
+	// client still held to the old process answers EOF once; send it again
+	// on a fresh one rather than fail a probe for that.
+	for try := 0; ; try++ {
+		res, reloaded := l.beat.exec2(ctx, l.client, l.hbKey, l.hbLoad, l.id, ttl, flag, milli)
+		if reloaded {
+			l.reloads.Add(1)
+		}
+		if v, err = res.AsIntSlice(); err == nil {
+			break
+		}
+		if _, isRedis := rueidis.IsRedisErr(err); isRedis || try == 1 || ctx.Err() != nil {
+			return 0, 0, err
+		}
 	}
 	if len(v) != 3 {
 		return 0, 0, fmt.Errorf("redislimit: heartbeat script answered %v, want 3 integers", v)
