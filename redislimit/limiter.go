@@ -298,10 +298,11 @@ func (l *Limiter) shared(key string, n int) (Result, error) {
 func (l *Limiter) run3(ctx context.Context, key, n, partial string) ([]int64, error) {
 	var res rueidis.RedisResult
 	var reloaded bool
+	keys := [1]string{l.Key(key)}
 	if l.o.redisNow != nil {
-		res, reloaded = l.gcra.exec(ctx, l.client, l.Key(key), l.argT, l.argTau, n, partial, strconv.FormatInt(l.o.redisNow(), 10))
+		res, reloaded = l.gcra.exec(ctx, l.client, keys[:], l.argT, l.argTau, n, partial, strconv.FormatInt(l.o.redisNow(), 10))
 	} else {
-		res, reloaded = l.gcra.exec(ctx, l.client, l.Key(key), l.argT, l.argTau, n, partial)
+		res, reloaded = l.gcra.exec(ctx, l.client, keys[:], l.argT, l.argTau, n, partial)
 	}
 	if reloaded {
 		l.reloads.Add(1)
@@ -512,7 +513,7 @@ func (l *Limiter) heartbeat(leaving bool, mine float64) (n int, total float64, e
 	// client still held to the old process answers EOF once; send it again
 	// on a fresh one rather than fail a probe for that.
 	for try := 0; ; try++ {
-		res, reloaded := l.beat.exec2(ctx, l.client, l.hbKey, l.hbLoad, l.id, ttl, flag, milli)
+		res, reloaded := l.beat.exec(ctx, l.client, []string{l.hbKey, l.hbLoad}, l.id, ttl, flag, milli)
 		if reloaded {
 			l.reloads.Add(1)
 		}

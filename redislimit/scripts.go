@@ -114,21 +114,13 @@ func newScript(src string) script {
 	return script{src: src, sha: hex.EncodeToString(sum[:])}
 }
 
-// exec runs the script on key with args; reloaded reports whether Redis
-// had to be given the script again.
-func (s *script) exec(ctx context.Context, c rueidis.Client, key string, args ...string) (r rueidis.RedisResult, reloaded bool) {
-	r = c.Do(ctx, c.B().Evalsha().Sha1(s.sha).Numkeys(1).Key(key).Arg(args...).Build())
+// exec runs the script on keys (of one slot) with args; reloaded reports
+// whether Redis had to be given the script again.
+func (s *script) exec(ctx context.Context, c rueidis.Client, keys []string, args ...string) (r rueidis.RedisResult, reloaded bool) {
+	n := int64(len(keys))
+	r = c.Do(ctx, c.B().Evalsha().Sha1(s.sha).Numkeys(n).Key(keys...).Arg(args...).Build())
 	if e, ok := rueidis.IsRedisErr(r.Error()); ok && e.IsNoScript() {
-		return c.Do(ctx, c.B().Eval().Script(s.src).Numkeys(1).Key(key).Arg(args...).Build()), true
-	}
-	return r, false
-}
-
-// exec2 runs the script on two keys of one slot with args, as exec does.
-func (s *script) exec2(ctx context.Context, c rueidis.Client, k1, k2 string, args ...string) (r rueidis.RedisResult, reloaded bool) {
-	r = c.Do(ctx, c.B().Evalsha().Sha1(s.sha).Numkeys(2).Key(k1, k2).Arg(args...).Build())
-	if e, ok := rueidis.IsRedisErr(r.Error()); ok && e.IsNoScript() {
-		return c.Do(ctx, c.B().Eval().Script(s.src).Numkeys(2).Key(k1, k2).Arg(args...).Build()), true
+		return c.Do(ctx, c.B().Eval().Script(s.src).Numkeys(n).Key(keys...).Arg(args...).Build()), true
 	}
 	return r, false
 }
