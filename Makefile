@@ -8,8 +8,10 @@ GO ?= go
 ## measures their goodput, which other packages' tests would steal from.
 test: tidy vet
 	$(GO) test -race -count=1 -p 1 ./...
-	@# Full-size memory tests that the race detector makes too slow.
+	@# Full-size memory tests that the race detector makes too slow, and
+	@# a test of the scheduler's order, which the race detector randomises.
 	$(GO) test -count=1 -run 'Flood' ./ratelimit
+	$(GO) test -count=1 -run 'TestWaitedTurnYieldsFirst' ./runlimit
 
 vet:
 	$(GO) vet ./...

@@ -55,8 +55,9 @@
 //
 // On a CPU-bound server handlers take turns on the CPU, in the Go
 // scheduler's queue, whatever the limit; the wait for a turn there shows
-// in service times measured from the turn (the guard yields once after
-// taking its turn, so that transport goroutines run between handlers), and
+// in service times measured from the turn (a call handed its turn after
+// waiting yields once before its turn starts, and the guard once more
+// after, so that transport goroutines run between handlers), and
 // in the wait between admission and the handler's start (NoteQueued).
 //
 // The learning is lock-free: each finished call adds to a few atomic
