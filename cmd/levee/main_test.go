@@ -401,6 +401,10 @@ func TestDependencyFlags(t *testing.T) {
 		{name: "no throttle", give: []string{"-throttle-window", "0s"}},
 		{name: "negative throttle window", give: []string{"-throttle-window", "-1s"}, want: "-throttle-window must be 0 (no throttle) or >= 10ms, got -1s"},
 		{name: "tiny throttle window", give: []string{"-throttle-window", "1ms"}, want: "-throttle-window must be 0 (no throttle) or >= 10ms, got 1ms"},
+		{name: "no open probes", give: []string{"-open-probes", "0"}},
+		{name: "open probes every call", give: []string{"-open-probes", "1"}, want: "-open-probes must be 0 (none) or in [2, 1000000], got 1"},
+		{name: "negative open probes", give: []string{"-open-probes", "-5"}, want: "-open-probes must be 0 (none) or in [2, 1000000], got -5"},
+		{name: "too rare open probes", give: []string{"-open-probes", "2000000"}, want: "-open-probes must be 0 (none) or in [2, 1000000], got 2000000"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -61,6 +61,7 @@ type config struct {
 	deadline    time.Duration // the front's deadline for each downstream call
 	breakerWait time.Duration // the client breaker's wait in open
 	throttleWin time.Duration // the client throttle's window; 0: no throttle
+	openProbes  int           // the client breaker's trickle while open: one call in openProbes; 0: none
 
 	// sampleEvery is how often the run samples the front's and the
 	// downstream's counters. Not a flag: tests shorten it.
@@ -77,6 +78,7 @@ func defaultConfig() *config {
 		deadline:    300 * time.Millisecond,
 		breakerWait: time.Minute, // breaker.New's default
 		throttleWin: 3 * time.Second,
+		openProbes:  grpcguard.DefaultOpenProbes,
 		sampleEvery: 250 * time.Millisecond,
 	}
 }
@@ -89,6 +91,7 @@ func (d *config) register(fs *flag.FlagSet) {
 	fs.Float64Var(&d.share, "fault-share", d.share, "dependency scenario: `share` (0..1] of the downstream's calls the fault hits during the incident")
 	fs.DurationVar(&d.deadline, "downstream-deadline", d.deadline, "dependency scenario: the front's deadline for each downstream call")
 	fs.DurationVar(&d.breakerWait, "breaker-wait", d.breakerWait, "dependency scenario: how long the protected front's client breaker stays open before its half-open probes, unless its trickle of probes finds the downstream back sooner (the library's default, 1m)")
+	fs.IntVar(&d.openProbes, "open-probes", d.openProbes, "dependency scenario: while the protected front's client breaker is open, one call in `N` goes through as a probe (0: none; the library's default): more probes notice the downstream's return sooner and send the sick downstream more calls")
 	fs.DurationVar(&d.throttleWin, "throttle-window", d.throttleWin, "dependency scenario: the window of the protected front's adaptive throttle (0: no throttle; the library's default is 2m)")
 }
 
@@ -107,6 +110,9 @@ func (d *config) check() error {
 	}
 	if d.throttleWin < 0 || d.throttleWin > 0 && d.throttleWin < 10*time.Millisecond {
 		return fmt.Errorf("-throttle-window must be 0 (no throttle) or >= 10ms, got %v", d.throttleWin)
+	}
+	if d.openProbes != 0 && (d.openProbes < 2 || d.openProbes > 1_000_000) {
+		return fmt.Errorf("-open-probes must be 0 (none) or in [2, 1000000], got %d", d.openProbes)
 	}
 	if !(d.share > 0 && d.share <= 1) {
 		return fmt.Errorf("-fault-share must be in (0, 1], got %v", d.share)
@@ -129,7 +135,8 @@ const (
 // half the downstream deadline) and, unless its window is 0, an SRE
 // adaptive throttle. It counts the breakers' openings in openings and, if
 // closings is not nil, logs when they close. The breakers' trickle of
-// probes while open is the library's default (grpcguard.DefaultOpenProbes).
+// probes while open is -open-probes, by default the library's
+// (grpcguard.DefaultOpenProbes).
 func (d *config) clientGuard(openings *atomic.Uint64, closings *closeLog) (*grpcguard.Client, error) {
 	throttled := grpcguard.WithThrottle(func(target, method string) []throttle.Option {
 		return []throttle.Option{throttle.WithK(depThrottleK), throttle.WithWindow(d.throttleWin, depThrottleBins)}
@@ -146,6 +153,7 @@ func (d *config) clientGuard(openings *atomic.Uint64, closings *closeLog) (*grpc
 				breaker.WithSlowCalls(d.deadline/2, depBreakerRate),
 				breaker.WithWaitInOpen(d.breakerWait),
 				breaker.WithHalfOpenCalls(depBreakerProbes),
+				breaker.WithOpenProbes(d.openProbes),
 				breaker.WithOnStateChange(func(_, to breaker.State) {
 					switch {
 					case to == breaker.StateOpen:
