@@ -352,7 +352,7 @@ func (c *Client) Throttle(target, method string) *throttle.Throttle {
 // RetryBudget returns the retry budget of target, or nil if the target
 // has made no call yet or the Client keeps no budget (no WithRetries, or
 // WithRetryBudget(nil)). Its Snapshot tells the retries granted and
-// refused.
+// refused; metrics.Registry.AddRetryBudget (or otelmetrics') exports them.
 func (c *Client) RetryBudget(target string) *retrybudget.Budget {
 	c.mu.Lock()
 	defer c.mu.Unlock()

@@ -11,6 +11,7 @@ import (
 	"github.com/levee-go/levee/bulkhead"
 	"github.com/levee-go/levee/cpu"
 	"github.com/levee-go/levee/ratelimit"
+	"github.com/levee-go/levee/retrybudget"
 	"github.com/levee-go/levee/runlimit"
 	"github.com/levee-go/levee/throttle"
 )
@@ -461,6 +462,39 @@ func (c *throttleCollector) Collect(ch chan<- prometheus.Metric) {
 	gauge(ch, c.accepts, float64(s.Accepts))
 	counter(ch, c.decision, s.Allowed, "allowed")
 	counter(ch, c.decision, s.Throttled, "throttled")
+}
+
+// ---- retrybudget.Budget
+
+type retryBudgetCollector struct {
+	b                           *retrybudget.Budget
+	now                         func() time.Time
+	requests, retries, decision *prometheus.Desc
+}
+
+func newRetryBudgetCollector(name string, b *retrybudget.Budget, now func() time.Time) *retryBudgetCollector {
+	return &retryBudgetCollector{
+		b:   b,
+		now: now,
+		requests: newDesc("levee_retry_budget_window_requests",
+			"Requests (first attempts) counted in a retry budget's window.", name),
+		retries: newDesc("levee_retry_budget_window_retries",
+			"Retries counted in a retry budget's window.", name),
+		decision: newDesc("levee_retry_budget_decisions_total",
+			"Retries a retry budget was asked for: granted (sent) or refused (the call returned its last error).", name, "result"),
+	}
+}
+
+func (c *retryBudgetCollector) Describe(ch chan<- *prometheus.Desc) {
+	describe(ch, c.requests, c.retries, c.decision)
+}
+
+func (c *retryBudgetCollector) Collect(ch chan<- prometheus.Metric) {
+	s := c.b.SnapshotAt(c.now())
+	gauge(ch, c.requests, float64(s.Requests))
+	gauge(ch, c.retries, float64(s.Retries))
+	counter(ch, c.decision, s.Granted, "granted")
+	counter(ch, c.decision, s.Refused, "refused")
 }
 
 // ---- runlimit.Limiter

@@ -60,6 +60,8 @@
 //	             levee_breaker_window_failures{name}, levee_breaker_window_slow_calls{name}
 //	AddThrottle  levee_throttle_probability{name}, levee_throttle_window_requests{name},
 //	             levee_throttle_window_accepts{name}, levee_throttle_decisions_total{name,result}
+//	AddRetryBudget  levee_retry_budget_window_requests{name}, levee_retry_budget_window_retries{name},
+//	                levee_retry_budget_decisions_total{name,result}   result: granted, refused
 //
 // Register adds collectors of the caller's own beside them, and
 // WithRuntimeMetrics the Prometheus client's Go and process collectors.

@@ -14,6 +14,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
+
+	"github.com/levee-go/levee/retrybudget"
 )
 
 // t0 is the fixed instant the tests drive their guards at: far in the past,
@@ -112,3 +114,12 @@ func unaryInfo(method string) *grpc.UnaryServerInfo {
 
 // okHandler is a unary handler that does nothing and succeeds.
 func okHandler(context.Context, any) (any, error) { return "ok", nil }
+
+func mustBudget(t testing.TB, opts ...retrybudget.Option) *retrybudget.Budget {
+	t.Helper()
+	b, err := retrybudget.New(opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}

@@ -19,6 +19,7 @@ import (
 	"github.com/levee-go/levee/bulkhead"
 	"github.com/levee-go/levee/cpu"
 	"github.com/levee-go/levee/ratelimit"
+	"github.com/levee-go/levee/retrybudget"
 	"github.com/levee-go/levee/runlimit"
 	"github.com/levee-go/levee/throttle"
 )
@@ -238,6 +239,16 @@ func (r *Registry) AddThrottle(name string, t *throttle.Throttle) error {
 		return fmt.Errorf("%w: AddThrottle(%q): nil *throttle.Throttle", ErrInvalid, name)
 	}
 	return r.add("throttle", "AddThrottle", name, newThrottleCollector(name, t, r.clock))
+}
+
+// AddRetryBudget exports a retry budget's requests and retries in its
+// window, and its decisions (levee_retry_budget_*): a grpcguard Client
+// keeps one per target (Client.RetryBudget).
+func (r *Registry) AddRetryBudget(name string, b *retrybudget.Budget) error {
+	if b == nil {
+		return fmt.Errorf("%w: AddRetryBudget(%q): nil *retrybudget.Budget", ErrInvalid, name)
+	}
+	return r.add("retry budget", "AddRetryBudget", name, newRetryBudgetCollector(name, b, r.clock))
 }
 
 // clock reads the Registry's clock; collectors call it at scrape time.

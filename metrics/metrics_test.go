@@ -20,6 +20,7 @@ import (
 	"github.com/levee-go/levee/grpcguard"
 	"github.com/levee-go/levee/loadshed"
 	"github.com/levee-go/levee/ratelimit"
+	"github.com/levee-go/levee/retrybudget"
 	"github.com/levee-go/levee/throttle"
 )
 
@@ -527,6 +528,43 @@ func TestThrottle(t *testing.T) {
 	}, "levee_")
 }
 
+// TestRetryBudget reads a retry budget's window at the Registry's clock:
+// the requests and retries counted over the window ending then, and the
+// decisions since New.
+func TestRetryBudget(t *testing.T) {
+	b, err := retrybudget.New(retrybudget.WithRatio(0.1), retrybudget.WithWindow(10*time.Second, 10))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range 20 {
+		b.RequestAt(t0)
+	}
+	for i, want := range []bool{true, true, false} { // 0.1 × 20 = 2 retries
+		if got := b.TryRetryAt(t0); got != want {
+			t.Fatalf("TryRetryAt(t0) #%d = %v, want %v", i+1, got, want)
+		}
+	}
+	r := newTestRegistry()
+	if err := r.AddRetryBudget("inventory", b); err != nil {
+		t.Fatalf("AddRetryBudget: %v", err)
+	}
+	checkSeries(t, scrape(t, r), map[string]string{
+		`levee_retry_budget_window_requests{name="inventory"}`:                  "20",
+		`levee_retry_budget_window_retries{name="inventory"}`:                   "2",
+		`levee_retry_budget_decisions_total{name="inventory",result="granted"}`: "2",
+		`levee_retry_budget_decisions_total{name="inventory",result="refused"}`: "1",
+	}, "levee_retry_budget")
+
+	// At the Registry's clock a window later, the counts have expired.
+	r.now = func() time.Time { return t0.Add(time.Minute) }
+	checkSeries(t, scrape(t, r), map[string]string{
+		`levee_retry_budget_window_requests{name="inventory"}`:                  "0",
+		`levee_retry_budget_window_retries{name="inventory"}`:                   "0",
+		`levee_retry_budget_decisions_total{name="inventory",result="granted"}`: "2",
+		`levee_retry_budget_decisions_total{name="inventory",result="refused"}`: "1",
+	}, "levee_retry_budget")
+}
+
 // fixedScale is a Scaler with a constant scale.
 type fixedScale float64
 
@@ -552,6 +590,7 @@ func TestAll(t *testing.T) {
 		r.AddAdaptive("get", mustAdaptive(t)),
 		r.AddBreaker("inventory", mustBreaker(t)),
 		r.AddThrottle("inventory", mustThrottle(t)),
+		r.AddRetryBudget("inventory", mustBudget(t)),
 	} {
 		if err != nil {
 			t.Fatalf("registration: %v", err)
@@ -754,6 +793,14 @@ func TestRegistrationErrors(t *testing.T) {
 			`metrics: invalid registration: AddBreaker("b"): nil *breaker.Breaker`},
 		{"nil throttle", func(r *Registry) error { return r.AddThrottle("t", nil) }, ErrInvalid,
 			`metrics: invalid registration: AddThrottle("t"): nil *throttle.Throttle`},
+		{"nil retry budget", func(r *Registry) error { return r.AddRetryBudget("r", nil) }, ErrInvalid,
+			`metrics: invalid registration: AddRetryBudget("r"): nil *retrybudget.Budget`},
+		{"second retry budget of a name", func(r *Registry) error {
+			if err := r.AddRetryBudget("r", mustBudget(t)); err != nil {
+				return err
+			}
+			return r.AddRetryBudget("r", mustBudget(t))
+		}, ErrDuplicate, `metrics: already registered: AddRetryBudget("r"): a retry budget named "r" is already registered`},
 		{"nil collector", func(r *Registry) error { return r.Register(nil) }, ErrInvalid,
 			"metrics: invalid registration: Register: nil collector"},
 		{"empty name", func(r *Registry) error { return r.AddLimiter("", mustLimiter(t, 1, 1)) }, ErrInvalid,

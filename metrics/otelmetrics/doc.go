@@ -85,6 +85,9 @@
 //	levee.throttle.window.requests      gauge           {call}      levee_throttle_window_requests
 //	levee.throttle.window.accepts       gauge           {call}      levee_throttle_window_accepts
 //	levee.throttle.decisions            counter         {call}      levee_throttle_decisions_total
+//	levee.retry_budget.window.requests  gauge           {call}      levee_retry_budget_window_requests
+//	levee.retry_budget.window.retries   gauge           {retry}     levee_retry_budget_window_retries
+//	levee.retry_budget.decisions        counter         {retry}     levee_retry_budget_decisions_total
 //	levee.runlimit.limit                gauge           {call}      levee_runlimit_limit
 //	levee.runlimit.running              updowncounter   {call}      levee_runlimit_running
 //	levee.runlimit.waiting              updowncounter   {call}      levee_runlimit_waiting

@@ -12,6 +12,7 @@ import (
 	"github.com/levee-go/levee/bulkhead"
 	"github.com/levee-go/levee/cpu"
 	"github.com/levee-go/levee/ratelimit"
+	"github.com/levee-go/levee/retrybudget"
 	"github.com/levee-go/levee/runlimit"
 	"github.com/levee-go/levee/throttle"
 )
@@ -349,6 +350,25 @@ func newThrottle(b *builder, name string, t *throttle.Throttle, now func() time.
 		o.ObserveInt64(accepts, int64(s.Accepts), n)
 		o.ObserveInt64(decisions, count(s.Allowed), allowed)
 		o.ObserveInt64(decisions, count(s.Throttled), throttled)
+	}
+}
+
+// ---- retrybudget.Budget
+
+func newRetryBudget(b *builder, name string, rb *retrybudget.Budget, now func() time.Time) callback {
+	requests := b.intGauge("levee.retry_budget.window.requests", "{call}", "Requests (first attempts) counted in a retry budget's window.")
+	retries := b.intGauge("levee.retry_budget.window.retries", "{retry}", "Retries counted in a retry budget's window.")
+	decisions := b.counter("levee.retry_budget.decisions", "{retry}", "Retries a retry budget was asked for, by levee.result: granted or refused.")
+	nv := keyName.String(name)
+	n := attrs(nv)
+	granted := attrs(nv, keyResult.String("granted"))
+	refused := attrs(nv, keyResult.String("refused"))
+	return func(o metric.Observer) {
+		s := rb.SnapshotAt(now())
+		o.ObserveInt64(requests, s.Requests, n)
+		o.ObserveInt64(retries, s.Retries, n)
+		o.ObserveInt64(decisions, count(s.Granted), granted)
+		o.ObserveInt64(decisions, count(s.Refused), refused)
 	}
 }
 

@@ -16,6 +16,7 @@ import (
 	"github.com/levee-go/levee/bulkhead"
 	"github.com/levee-go/levee/cpu"
 	"github.com/levee-go/levee/ratelimit"
+	"github.com/levee-go/levee/retrybudget"
 	"github.com/levee-go/levee/runlimit"
 	"github.com/levee-go/levee/throttle"
 )
@@ -208,6 +209,16 @@ func (r *Registry) AddThrottle(name string, t *throttle.Throttle) error {
 		return fmt.Errorf("%w: AddThrottle(%q): nil *throttle.Throttle", ErrInvalid, name)
 	}
 	return r.add("throttle", "AddThrottle", name, func(b *builder) callback { return newThrottle(b, name, t, r.clock) })
+}
+
+// AddRetryBudget exports a retry budget's requests and retries in its
+// window, and its decisions: a grpcguard Client keeps one per target
+// (Client.RetryBudget).
+func (r *Registry) AddRetryBudget(name string, rb *retrybudget.Budget) error {
+	if rb == nil {
+		return fmt.Errorf("%w: AddRetryBudget(%q): nil *retrybudget.Budget", ErrInvalid, name)
+	}
+	return r.add("retry budget", "AddRetryBudget", name, func(b *builder) callback { return newRetryBudget(b, name, rb, r.clock) })
 }
 
 // AddRunLimit exports a learned run limit: the limit, the calls running

@@ -28,6 +28,7 @@ import (
 	"github.com/levee-go/levee/grpcguard"
 	"github.com/levee-go/levee/metrics"
 	"github.com/levee-go/levee/ratelimit"
+	"github.com/levee-go/levee/retrybudget"
 	"github.com/levee-go/levee/runlimit"
 	"github.com/levee-go/levee/throttle"
 )
@@ -71,6 +72,7 @@ type guards struct {
 	adaptive *bulkhead.Adaptive
 	breaker  *breaker.Breaker
 	throttle *throttle.Throttle
+	budget   *retrybudget.Budget
 	run      *runlimit.Limiter
 	held     []bulkhead.Permit
 }
@@ -152,6 +154,7 @@ func newGuards(t testing.TB) *guards {
 	g.adaptive = must(bulkhead.NewAdaptive())
 	g.breaker = must(breaker.New(breaker.WithCountWindow(4), breaker.WithMinimumCalls(4), breaker.WithFailureRate(50)))
 	g.throttle = must(throttle.New())
+	g.budget = must(retrybudget.New())
 	g.run = must(runlimit.New())
 	return g
 }
@@ -188,6 +191,12 @@ func (g *guards) drive(t *testing.T) {
 			g.throttle.Record(false)
 		}
 	}
+	for range 20 {
+		g.budget.Request()
+	}
+	for range 3 {
+		g.budget.TryRetry() // two granted (a tenth of 20), one refused
+	}
 }
 
 var client = fakeClient{{Rule: "inventory:443 /corecart.S/Allocate", Guard: "breaker", Admitted: 7, Refused: 3}}
@@ -212,6 +221,7 @@ func (g *guards) register(t testing.TB, reg any) {
 		{"AddAdaptive", []any{"get", g.adaptive}},
 		{"AddBreaker", []any{"inventory", g.breaker}},
 		{"AddThrottle", []any{"inventory", g.throttle}},
+		{"AddRetryBudget", []any{"inventory", g.budget}},
 		{"AddRunLimit", []any{"run", g.run}},
 	} {
 		in := make([]reflect.Value, len(c.args))
