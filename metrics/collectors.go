@@ -376,7 +376,7 @@ var breakerStates = [...]breaker.State{
 type breakerCollector struct {
 	b                                  *breaker.Breaker
 	state, outcomes, slow, rejected    *prometheus.Desc
-	changes                            *prometheus.Desc
+	changes, duplicates                *prometheus.Desc
 	windowCalls, windowFails, windowSl *prometheus.Desc
 }
 
@@ -395,6 +395,8 @@ func newBreakerCollector(name string, b *breaker.Breaker) *breakerCollector {
 			"Calls a circuit breaker refused (open, forced open, or half-open with every probe in flight).", name),
 		changes: newDesc("levee_breaker_state_changes_total",
 			"State changes and resets of a circuit breaker.", name),
+		duplicates: newDesc("levee_breaker_duplicate_done_total",
+			"Done calls on a circuit breaker's permit that was already finished: a caller's bug; they record nothing.", name),
 		windowCalls: newDesc("levee_breaker_window_calls",
 			"Calls in a circuit breaker's current window (the closed state's sliding window, or the finished half-open probes).", name),
 		windowFails: newDesc("levee_breaker_window_failures",
@@ -405,7 +407,7 @@ func newBreakerCollector(name string, b *breaker.Breaker) *breakerCollector {
 }
 
 func (c *breakerCollector) Describe(ch chan<- *prometheus.Desc) {
-	describe(ch, c.state, c.outcomes, c.slow, c.rejected, c.changes,
+	describe(ch, c.state, c.outcomes, c.slow, c.rejected, c.changes, c.duplicates,
 		c.windowCalls, c.windowFails, c.windowSl)
 }
 
@@ -423,6 +425,7 @@ func (c *breakerCollector) Collect(ch chan<- prometheus.Metric) {
 	counter(ch, c.slow, s.SlowCalls)
 	counter(ch, c.rejected, s.Rejected)
 	counter(ch, c.changes, s.Generation)
+	counter(ch, c.duplicates, s.Duplicates)
 	gauge(ch, c.windowCalls, float64(s.WindowCalls))
 	gauge(ch, c.windowFails, float64(s.WindowFailures))
 	gauge(ch, c.windowSl, float64(s.WindowSlowCalls))

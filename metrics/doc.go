@@ -57,7 +57,8 @@
 //	AddBreaker   levee_breaker_state{name,state} (1 for the current state), levee_breaker_outcomes_total{name,outcome},
 //	             levee_breaker_slow_calls_total{name}, levee_breaker_rejected_total{name},
 //	             levee_breaker_state_changes_total{name}, levee_breaker_window_calls{name},
-//	             levee_breaker_window_failures{name}, levee_breaker_window_slow_calls{name}
+//	             levee_breaker_window_failures{name}, levee_breaker_window_slow_calls{name},
+//	             levee_breaker_duplicate_done_total{name}
 //	AddThrottle  levee_throttle_probability{name}, levee_throttle_window_requests{name},
 //	             levee_throttle_window_accepts{name}, levee_throttle_decisions_total{name,result}
 //	AddRetryBudget  levee_retry_budget_window_requests{name}, levee_retry_budget_window_retries{name},

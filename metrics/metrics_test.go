@@ -420,8 +420,8 @@ func TestAdaptive(t *testing.T) {
 }
 
 // newTrippedBreaker returns a breaker opened at t0 by 2 failures in a
-// window of 4 calls, with one slow success, one late outcome and one
-// rejected call.
+// window of 4 calls, with one slow success, one late outcome, one
+// duplicate Done and one rejected call.
 func newTrippedBreaker(t *testing.T) *breaker.Breaker {
 	t.Helper()
 	b := mustBreaker(t, breaker.WithCountWindow(4), breaker.WithMinimumCalls(4),
@@ -438,6 +438,7 @@ func newTrippedBreaker(t *testing.T) *breaker.Breaker {
 	fail := errors.New("backend failed")
 	ps[0].Done(nil, 2*time.Second) // slow success
 	ps[1].Done(nil, time.Millisecond)
+	ps[1].Done(nil, time.Millisecond) // duplicate: records nothing
 	ps[2].Done(fail, time.Millisecond)
 	ps[3].Done(fail, time.Millisecond) // 2 of 4 failed: opens
 	ps[4].Done(nil, time.Millisecond)  // late: admitted while closed
@@ -467,6 +468,7 @@ func TestBreaker(t *testing.T) {
 		`levee_breaker_slow_calls_total{name="inventory"}`:                 "1",
 		`levee_breaker_rejected_total{name="inventory"}`:                   "1",
 		`levee_breaker_state_changes_total{name="inventory"}`:              "1",
+		`levee_breaker_duplicate_done_total{name="inventory"}`:             "1",
 		// The open state's window, whatever the breaker reports for it.
 		`levee_breaker_window_calls{name="inventory"}`:      strconv.FormatInt(snap.WindowCalls, 10),
 		`levee_breaker_window_failures{name="inventory"}`:   strconv.FormatInt(snap.WindowFailures, 10),

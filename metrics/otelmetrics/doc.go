@@ -78,6 +78,7 @@
 //	levee.breaker.slow_calls            counter         {call}      levee_breaker_slow_calls_total
 //	levee.breaker.rejected              counter         {call}      levee_breaker_rejected_total
 //	levee.breaker.state_changes         counter         {change}    levee_breaker_state_changes_total
+//	levee.breaker.duplicate_done        counter         {call}      levee_breaker_duplicate_done_total
 //	levee.breaker.window.calls          gauge           {call}      levee_breaker_window_calls
 //	levee.breaker.window.failures       gauge           {call}      levee_breaker_window_failures
 //	levee.breaker.window.slow_calls     gauge           {call}      levee_breaker_window_slow_calls
