@@ -9,9 +9,9 @@ GO ?= go
 test: tidy vet
 	$(GO) test -race -count=1 -p 1 ./...
 	@# Full-size memory tests that the race detector makes too slow, and
-	@# a test of the scheduler's order, which the race detector randomises.
+	@# tests of the scheduler's order, which the race detector randomises.
 	$(GO) test -count=1 -run 'Flood' ./ratelimit
-	$(GO) test -count=1 -run 'TestWaitedTurnYieldsFirst' ./runlimit
+	$(GO) test -count=1 -run 'TestWaitedTurnYieldsFirst|TestTurnWaitsForUnreadRequest' ./runlimit
 
 vet:
 	$(GO) vet ./...

@@ -178,8 +178,12 @@ func (l *Limiter) noteRoom(busy float64, end int64) {
 func (l *Limiter) shareClasses() {
 	var served [len(l.served)]float64
 	var total float64
+	var recent uint32
 	for i := range l.served {
 		served[i] = float64(l.served[i].Swap(0))
+		if served[i] > 0 {
+			recent |= 1 << i
+		}
 		total += served[i]
 		l.servedAvg[i] = roomDecay*l.servedAvg[i] + (1-roomDecay)*served[i]
 		l.lastServed[i] = served[i]
@@ -193,6 +197,7 @@ func (l *Limiter) shareClasses() {
 		l.avail[i].Store(math.Float64bits(avail))
 		above += served[i]
 	}
+	l.recent.Store(recent)
 }
 
 // apply sets the limit to est, within the bounds, and hands turns that a

@@ -169,7 +169,10 @@ func (o *options) validate() error {
 // documentation.
 //
 // Create one with New; the zero value is not usable. A Limiter is safe for
-// concurrent use and starts no goroutine: it needs no Close.
+// concurrent use and starts no goroutine: it needs no Close. On Linux it
+// holds one timerfd, made the first time a turn waits for the network
+// poller (see the package documentation) and closed when the Limiter is
+// garbage collected.
 type Limiter struct {
 	o     options
 	epoch time.Time
@@ -229,6 +232,11 @@ type Limiter struct {
 	probes       atomic.Uint64
 	rebases      atomic.Uint64
 	updates      atomic.Uint64
+
+	// recent has bit i set if class i had turns end in the last
+	// interval; net lets a turn wait for the network poller (release).
+	recent atomic.Uint32
+	net    netWaiter
 }
 
 // probeState is a measurement of the service time at a lower limit.
@@ -637,7 +645,7 @@ func (ln *Lane) giveUp(w *waiter) {
 		// Handed a turn as we gave up (which ended the reservation): pass
 		// it on.
 		l.mu.Unlock()
-		l.release()
+		l.release(false)
 		return
 	}
 	ln.unlink(w)
@@ -671,9 +679,25 @@ func (ln *Lane) unlink(w *waiter) {
 	}
 }
 
+// pollWait is the least a turn waits for the network poller (see
+// release): long enough that the timerfd has not fired by the time its
+// reader parks, short enough that a processor left with nothing to run
+// idles for little.
+const pollWait = 20 * time.Microsecond
+
 // release returns a turn: to the next waiting call chosen fairly if the
 // limit allows, or to the pool.
-func (l *Limiter) release() {
+//
+// With poll set, a turn about to go to a class below one served in this
+// interval or the last first waits for the network poller (netWaiter),
+// then yields once: on a saturated processor Go polls the network only
+// when no goroutine is runnable, or every 10ms, so a request of a higher
+// class that arrived during the handler that just ended would be read
+// only after the next handler, a whole handler late, and the turn would
+// go to the lower class meanwhile. The wait lets the transport read it and
+// the call reach its queue first. It costs two system calls and, if the
+// processor runs out of work before pollWait, an idle of at most that.
+func (l *Limiter) release(poll bool) {
 	for {
 		s := l.state.Load()
 		if waiting(s) == 0 {
@@ -694,6 +718,14 @@ func (l *Limiter) release() {
 			l.mu.Unlock()
 			return
 		}
+		if poll && l.passesOver() {
+			poll = false
+			l.mu.Unlock()
+			if l.net.wait(pollWait) {
+				runtime.Gosched() // the goroutines woken with this one: readers of requests
+			}
+			continue
+		}
 		w := l.dequeue()
 		l.state.Add(^uint64(oneWaiting - 1)) // waiting - 1; the turn passes on
 		w.done = true
@@ -702,6 +734,23 @@ func (l *Limiter) release() {
 		w.ready <- struct{}{}
 		return
 	}
+}
+
+// passesOver reports whether the highest class with calls waiting is
+// below a class whose turns ended in this interval or the last. Needs mu
+// and at least one waiting call.
+func (l *Limiter) passesOver() bool {
+	ci := admission.Classes - 1
+	for len(l.active[ci]) == 0 {
+		ci--
+	}
+	recent := l.recent.Load()
+	for c := ci + 1; c < admission.Classes; c++ {
+		if recent&(1<<c) != 0 || l.served[c].Load() > 0 {
+			return true
+		}
+	}
+	return false
 }
 
 // dequeue removes the next waiting call: of the highest class with calls
@@ -767,7 +816,7 @@ func (l *Limiter) dispatch() {
 // call that was refused or abandoned before it did its work.
 func (t Ticket) Release() {
 	if t.f != nil {
-		t.f.l.release()
+		t.f.l.release(false)
 	}
 }
 
@@ -783,7 +832,7 @@ func (t Ticket) Done(now time.Time, overload bool) {
 func (t Ticket) doneAt(end int64, overload bool) {
 	f := t.f
 	l := f.l
-	l.release()
+	l.release(true)
 	svc := max(end-t.start, 1)
 	ci := admission.Critical.Index()
 	if t.ln != nil {
