@@ -23,6 +23,17 @@
 //     the limit: a limit step from n to n+1 can stretch service times by at
 //     most (n+1)/n, so a larger jump at an unchanged limit comes from
 //     outside.
+//   - Handlers that burn the CPU without blocking run one at a time per
+//     processor whatever the limit, and a call handed a turn then waits
+//     for a processor before it runs; measured from when it runs, its
+//     service time does not show that wait. The Limiter measures it (the
+//     lag from the handover to the call's first instant on a processor):
+//     a lag above half a baseline service time makes it try fewer turns,
+//     kept if the lag halves, undone if it does not (then the processor
+//     is busy elsewhere, with a transport refusing a flood, say). Extra
+//     turns would only move the wait from the Limiter's queue, where
+//     classes and tenants are served in order, to the Go scheduler's,
+//     where they are not.
 //
 // Calls that find every turn taken wait in the queue of their lane: one
 // per flow (a method, say), tenant and criticality class (Flow.Lane).

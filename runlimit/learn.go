@@ -28,7 +28,8 @@ func (l *Limiter) update(end int64) {
 	}
 	peak := l.peak.Swap(running(l.state.Load()))
 	overloads := l.overloads.Swap(0)
-	var weight, ratios, svcSum, queuedSum, queuedN float64
+	lagN, lagSum := l.lagN.Swap(0), l.lagSum.Swap(0)
+	var weight, ratios, bases, svcSum, queuedSum, queuedN float64
 	for _, f := range flows {
 		queuedN += float64(f.qn.Swap(0))
 		queuedSum += float64(f.qsum.Swap(0))
@@ -43,6 +44,7 @@ func (l *Limiter) update(end int64) {
 			f.setBase(mean)
 		}
 		ratios += float64(n) * mean / f.base
+		bases += float64(n) * f.base
 		weight += float64(n)
 	}
 	l.markLight(flows, end)
@@ -80,6 +82,25 @@ func (l *Limiter) update(end int64) {
 		// the scheduler's queue. Limit to what ran.
 		est = float64(max(peak, 1))
 		l.steady = true
+	case !l.cpuElsewhere && est >= 2 && lagN >= minSamples/2 && weight > 0 && float64(lagSum)/float64(lagN) > lagTrigger*bases/weight &&
+		(cpuSat || end-l.lastProbe >= 5*int64(l.o.interval)):
+		// Calls handed a turn took longer than half a baseline service
+		// time to begin running: they waited for a processor, maybe
+		// behind other calls that hold turns (handlers that burn the CPU
+		// without blocking run one at a time per processor, whatever the
+		// limit). Their service times, measured once they run, do not
+		// show all of it; such extra turns only move the wait from the
+		// Limiter's queue, where classes and tenants are served in
+		// order, to the Go scheduler's, where they are not. At a lag of k
+		// baselines about one call in 1+k runs: try that, and keep it if
+		// the lag halves. If it does not, the processors are busy
+		// elsewhere (a transport refusing a flood) and the cut is undone,
+		// as for probeCPU; without a saturated CPU the cut is tried at
+		// most every five intervals.
+		lag := float64(lagSum) / float64(lagN)
+		k := lag / (bases / weight)
+		l.startProbe(end, probeLag, est, int(max(1, min(est-1, est/(1+k)))), lag)
+		return
 	case !l.cpuElsewhere && r > shrinkTrigger && est*(1-1/r) >= 0.5*(est-1) && int(est*max(0.25, 1.1/r)) < int(est) &&
 		(cpuSat || end-l.lastProbe >= 5*int64(l.o.interval)):
 		// Service times stretch as calls share something (a queue
@@ -217,6 +238,14 @@ const (
 	probeBaseline = iota // measure the first baseline with less contention
 	probeStretch         // service times stretched: ours, or the service's?
 	probeCPU             // the CPU is saturated: do fewer calls at once help?
+	probeLag             // calls wait to run once handed a turn: do fewer turns help?
+)
+
+// lagTrigger: a probeLag starts when calls handed a turn take longer than
+// this many baseline service times to begin running; it keeps its cut
+// when the lag falls below half of what it was.
+const (
+	lagTrigger = 0.5
 )
 
 // startProbe lowers the limit to limit to measure service times with less
@@ -228,6 +257,8 @@ func (l *Limiter) startProbe(now int64, kind int, est float64, limit int, r floa
 		f.pn.Store(0)
 		f.psum.Store(0)
 	}
+	l.plagN.Store(0)
+	l.plagSum.Store(0)
 	l.drained.Store(0)
 	l.probing.Store(true)
 	l.limit.Store(int64(l.probe.limit))
@@ -269,6 +300,8 @@ func (l *Limiter) checkProbe(now int64, flows []*Flow) {
 		l.apply(p.saved * 0.9) // abandoned
 		return
 	}
+	// The lag of the calls handed a turn during the probe (probeLag).
+	lagN, lagSum := l.plagN.Load(), l.plagSum.Load()
 	var weight, ratios float64
 	for _, f := range flows {
 		pn, psum := f.pn.Load(), f.psum.Load()
@@ -285,6 +318,17 @@ func (l *Limiter) checkProbe(now int64, flows []*Flow) {
 	}
 	pr := ratios / weight
 	switch {
+	case p.kind == probeLag && lagN > 0 && float64(lagSum)/float64(lagN) < 0.5*p.r:
+		// Fewer turns, and calls run sooner once handed one: keep the
+		// cut, and do not grow again for a while.
+		l.holdUntil = now + 20*int64(l.o.interval)
+		l.steady = true
+		l.apply(float64(p.limit))
+	case p.kind == probeLag && l.o.cpu != nil && l.o.cpu.Saturated():
+		l.cpuElsewhere = true
+		l.apply(p.saved)
+	case p.kind == probeLag:
+		l.apply(p.saved)
 	case p.kind == probeCPU && pr < 0.8*p.r:
 		// Fewer calls at once are shorter: keep the cut, and do not grow
 		// again for a while (a CPU signal lags the load that saturates it).

@@ -233,6 +233,12 @@ type Limiter struct {
 	rebases      atomic.Uint64
 	updates      atomic.Uint64
 
+	// Calls handed a turn after waiting in the interval, and how long
+	// they took to run once handed it, ns (noteLag); plag*, the same of
+	// the calls a probe measures.
+	lagN, lagSum   paddedInt
+	plagN, plagSum atomic.Int64
+
 	// recent has bit i set if class i had turns end in the last
 	// interval; net lets a turn wait for the network poller (release).
 	recent atomic.Uint32
@@ -242,9 +248,9 @@ type Limiter struct {
 // probeState is a measurement of the service time at a lower limit.
 type probeState struct {
 	on      bool
-	kind    int     // probeBaseline, probeStretch or probeCPU
+	kind    int     // probeBaseline, probeStretch, probeCPU or probeLag
 	saved   float64 // the limit before the probe
-	r       float64 // the stretch that prompted it
+	r       float64 // the stretch that prompted it; for probeLag, the lag, ns
 	limit   int
 	started int64
 }
@@ -534,13 +540,14 @@ func (l *Limiter) notePeak(r int64) {
 
 // waiter is a call waiting for its turn.
 type waiter struct {
-	next  *waiter
-	ln    *Lane
-	cost  int64   // what its reservation added to its class's work
-	tag   float64 // start tag (fair queueing)
-	inc   float64 // what it added to its lane's finish tag
-	ready chan struct{}
-	done  bool // handed a turn, under Limiter.mu
+	next   *waiter
+	ln     *Lane
+	cost   int64   // what its reservation added to its class's work
+	tag    float64 // start tag (fair queueing)
+	inc    float64 // what it added to its lane's finish tag
+	ready  chan struct{}
+	done   bool  // handed a turn, under Limiter.mu
+	handed int64 // when, ns since the Limiter's epoch
 }
 
 // Acquire takes a turn for a call of f, of no tenant and class Critical,
@@ -579,7 +586,9 @@ func (ln *Lane) acquire(ctx context.Context, cost int64) (Ticket, error) {
 		// yields, 18.1-26.8 ms in four with the guard's alone. The
 		// turn's start is taken after the yield.
 		runtime.Gosched()
-		return ln.granted(), nil
+		t := ln.granted()
+		ln.f.l.noteLag(t.start, t.start-w.handed)
+		return t, nil
 	case <-ctx.Done():
 		err = ctx.Err()
 	case <-timer.C:
@@ -629,6 +638,20 @@ func (ln *Lane) enqueue(cost int64) (Ticket, *waiter) {
 	ln.tail = w
 	l.mu.Unlock()
 	return Ticket{}, w
+}
+
+// noteLag records that a call handed its turn after waiting began to run
+// lag ns later, at start (see update).
+func (l *Limiter) noteLag(start, lag int64) {
+	lag = max(lag, 0)
+	l.lagN.Add(1)
+	l.lagSum.Add(lag)
+	if l.probing.Load() {
+		if d := l.drained.Load(); d != 0 && start >= d {
+			l.plagN.Add(1)
+			l.plagSum.Add(lag)
+		}
+	}
 }
 
 // granted is the ticket of a waiter of ln that was handed its turn now.
@@ -729,6 +752,7 @@ func (l *Limiter) release(poll bool) {
 		w := l.dequeue()
 		l.state.Add(^uint64(oneWaiting - 1)) // waiting - 1; the turn passes on
 		w.done = true
+		w.handed = l.nanos(l.o.now())
 		l.mu.Unlock()
 		w.ln.unreserve(w.cost)
 		w.ready <- struct{}{}
@@ -807,6 +831,7 @@ func (l *Limiter) dispatch() {
 		}
 		w := l.dequeue()
 		w.done = true
+		w.handed = l.nanos(l.o.now())
 		w.ln.unreserve(w.cost)
 		w.ready <- struct{}{}
 	}
