@@ -27,7 +27,8 @@
 //     processor whatever the limit, and a call handed a turn then waits
 //     for a processor before it runs; measured from when it runs, its
 //     service time does not show that wait. The Limiter measures it (the
-//     lag from the handover to the call's first instant on a processor):
+//     lag from the handover to the call's running again after the yield
+//     below):
 //     a lag above half a baseline service time makes it try fewer turns,
 //     kept if the lag halves, undone if it does not (then the processor
 //     is busy elsewhere, with a transport refusing a flood, say). Extra
@@ -74,11 +75,15 @@
 // On a saturated processor Go reads the network only when it runs out of
 // goroutines to run, or every 10ms: requests that arrive while a handler
 // runs stay unread until the next handler ends, or later. Before a
-// finished call hands its turn to a class below one served in the last
-// interval, it therefore waits (on Linux) for the runtime's next poll of
-// the network, through a timerfd, so that a higher-class request that
-// arrived meanwhile is read and queued first and gets the turn; the wait
-// costs two system calls and at most 20µs of idle. In the ghz tenants
+// finished call hands its turn to a class below one served in this
+// interval or the last, it therefore waits (on Linux) for the runtime's
+// next poll of the network, through a timerfd, so that a higher-class
+// request that arrived meanwhile is read and queued first and gets the
+// turn. The wait costs three system calls (arm, a read that finds
+// nothing, the read after the poll) and at most 20µs of idle; it ends
+// once the goroutines already runnable have run, and the finished call's
+// response (which a transport sends after the call returns its turn)
+// waits for it too. In the ghz tenants
 // recipe of the README (one core, the limit settled at one call), it cut
 // the flood phase's p50 of critical calls from 17-23ms to 7-8ms.
 //

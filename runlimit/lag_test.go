@@ -108,3 +108,20 @@ func TestLagCutTriedAtMostEveryFiveIntervals(t *testing.T) {
 		t.Errorf("%d probes in 2s of lag that fewer turns do not shorten, want 2 to 4", n)
 	}
 }
+
+// TestNoLagProbeAtTheFloor: a floor that leaves no room for a cut starts
+// no probe, however long calls wait to run.
+func TestNoLagProbeAtTheFloor(t *testing.T) {
+	r := &lagRig{t: t, cpu: &fakeCPU{saturated: true}, t0: time.Unix(1_700_000_000, 0)}
+	l, err := New(WithCPU(r.cpu), WithBounds(4, 8), WithInitialLimit(4), withClock(func() time.Time { return r.t0.Add(r.now) }))
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.l, r.f = l, l.Flow("/svc/Call")
+	r.run(2*time.Second, 0)
+	probes := r.l.Stats().Probes
+	r.run(3*time.Second, 10*time.Millisecond)
+	if got, p := r.l.Limit(), r.l.Stats().Probes; got != 4 || p != probes {
+		t.Errorf("at the floor with lag: Limit() = %d after %d probes, want 4 after none", got, p-probes)
+	}
+}

@@ -82,7 +82,8 @@ func (l *Limiter) update(end int64) {
 		// the scheduler's queue. Limit to what ran.
 		est = float64(max(peak, 1))
 		l.steady = true
-	case !l.cpuElsewhere && est >= 2 && lagN >= minSamples/2 && weight > 0 && float64(lagSum)/float64(lagN) > lagTrigger*bases/weight &&
+	case !l.cpuElsewhere && lagN >= minSamples/2 && weight > 0 && float64(lagSum)/float64(lagN) > lagTrigger*bases/weight &&
+		l.lagCut(est, float64(lagSum)/float64(lagN), bases/weight) < int(est) &&
 		(cpuSat || end-l.lastProbe >= 5*int64(l.o.interval)):
 		// Calls handed a turn took longer than half a baseline service
 		// time to begin running: they waited for a processor, maybe
@@ -98,8 +99,7 @@ func (l *Limiter) update(end int64) {
 		// as for probeCPU; without a saturated CPU the cut is tried at
 		// most every five intervals.
 		lag := float64(lagSum) / float64(lagN)
-		k := lag / (bases / weight)
-		l.startProbe(end, probeLag, est, int(max(1, min(est-1, est/(1+k)))), lag)
+		l.startProbe(end, probeLag, est, l.lagCut(est, lag, bases/weight), lag)
 		return
 	case !l.cpuElsewhere && r > shrinkTrigger && est*(1-1/r) >= 0.5*(est-1) && int(est*max(0.25, 1.1/r)) < int(est) &&
 		(cpuSat || end-l.lastProbe >= 5*int64(l.o.interval)):
@@ -248,6 +248,13 @@ const (
 	lagTrigger = 0.5
 )
 
+// lagCut is the limit a probeLag tries from est, for calls that waited
+// lag ns to run once handed a turn, of baseline service time base ns:
+// est/(1+lag/base), at least one less than est, within the floor.
+func (l *Limiter) lagCut(est, lag, base float64) int {
+	return max(l.o.floor, int(max(1, min(est-1, est/(1+lag/base)))))
+}
+
 // startProbe lowers the limit to limit to measure service times with less
 // contention, est being the limit before and r the stretch that prompted
 // it. Needs upd.
@@ -318,9 +325,10 @@ func (l *Limiter) checkProbe(now int64, flows []*Flow) {
 	}
 	pr := ratios / weight
 	switch {
-	case p.kind == probeLag && lagN > 0 && float64(lagSum)/float64(lagN) < 0.5*p.r:
-		// Fewer turns, and calls run sooner once handed one: keep the
-		// cut, and do not grow again for a while.
+	case p.kind == probeLag && (lagN == 0 || float64(lagSum)/float64(lagN) < 0.5*p.r):
+		// Fewer turns, and calls run sooner once handed one (or none
+		// waited for a turn at all): keep the cut, and do not grow again
+		// for a while.
 		l.holdUntil = now + 20*int64(l.o.interval)
 		l.steady = true
 		l.apply(float64(p.limit))
