@@ -255,6 +255,12 @@ func (m *Monitor) Saturated() bool {
 	return m.sat.Load()
 }
 
+// Interval returns how often the monitor samples its source (WithInterval).
+func (m *Monitor) Interval() time.Duration { return m.opts.interval }
+
+// Smoothing returns the smoothing time constant (WithSmoothing).
+func (m *Monitor) Smoothing() time.Duration { return m.opts.smoothing }
+
 // Threshold returns the saturation threshold.
 func (m *Monitor) Threshold() float64 { return m.opts.threshold }
 

@@ -174,6 +174,7 @@ func addrHost(a net.Addr) string {
 // adds to them.
 type rule struct {
 	*admission.Chain
+	src    Rule // as given, for Server.Rules
 	key    KeyFunc
 	tenant KeyFunc
 	crit   *Criticality
@@ -228,7 +229,8 @@ func compileRule(r Rule, old *ruleSet) (*rule, error) {
 		}
 		crit = &cp
 	}
-	cr := &rule{key: r.Key, tenant: r.Tenant, crit: crit, code: code, guards: append([]admission.Guard(nil), r.Guards...), shadow: r.Shadow}
+	cr := &rule{src: r, key: r.Key, tenant: r.Tenant, crit: crit, code: code, guards: append([]admission.Guard(nil), r.Guards...), shadow: r.Shadow}
+	cr.src.Name, cr.src.Methods, cr.src.Guards = name, append([]string(nil), r.Methods...), cr.guards
 	if prev := old.same(name, r); prev != nil {
 		cr.Chain = prev.Chain
 		return cr, nil
@@ -255,6 +257,7 @@ type ruleSet struct {
 	services map[string]*rule // by "/pkg.Service"; nil value: exempt
 	def      *rule
 	all      []*rule
+	exempt   []string // the exempt patterns, as given
 }
 
 // same returns the rule of s named name whose guards and shadow mode are

@@ -128,6 +128,7 @@ func compileSet(rules []Rule, opts []Option, old *ruleSet) (*ruleSet, error) {
 			return nil, err
 		}
 	}
+	set.exempt = append([]string(nil), o.exempt...)
 	for _, r := range rules {
 		cr, err := compileRule(r, old)
 		if err != nil {
@@ -388,6 +389,17 @@ func (s *Server) Stats() []admission.GuardStats {
 		out = append(out, r.Stats()...)
 	}
 	return out
+}
+
+// Rules returns the rules in force, as given to New or the last Swap
+// (their names filled in), and the exempt method patterns. The slices are
+// copies; the guards are the instances in force.
+func (s *Server) Rules() (rules []Rule, exempt []string) {
+	set := s.set.Load()
+	for _, r := range set.all {
+		rules = append(rules, r.src)
+	}
+	return rules, append([]string(nil), set.exempt...)
 }
 
 // HandlerStarts returns how many handlers started on guarded calls.

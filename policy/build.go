@@ -9,6 +9,7 @@ import (
 	"github.com/levee-go/levee/cpu"
 	"github.com/levee-go/levee/deadline"
 	"github.com/levee-go/levee/grpcguard"
+	"github.com/levee-go/levee/internal/preset"
 	"github.com/levee-go/levee/loadshed"
 	"github.com/levee-go/levee/queuedelay"
 	"github.com/levee-go/levee/ratelimit"
@@ -24,8 +25,7 @@ type CPUSignal interface {
 
 // instance is one guard built from a policy, with what stops it.
 type instance struct {
-	guard admission.Guard
-	close func()
+	preset.Instance
 }
 
 // built is a policy made into grpcguard rules, with the guard instances
@@ -51,8 +51,8 @@ func (b *built) closeUnused(next *built) {
 		if next != nil && next.inst[k] == in {
 			continue
 		}
-		if in.close != nil {
-			in.close()
+		if in.Close != nil {
+			in.Close()
 		}
 	}
 }
@@ -69,6 +69,9 @@ type builder struct {
 	tenant   grpcguard.KeyFunc // nil: no tenants
 	tenantID string            // the tenants' part of a run limit's identity
 	tenantOp []runlimit.Option // the tenants' options of a run limit
+	// The tenants' weights, for the preset.
+	tenantWeights map[string]float64
+	tenantDefault float64
 }
 
 // callTraits sets what every rule reads of a call from p: its class
@@ -87,6 +90,7 @@ func (b *builder) callTraits(p *Policy) {
 			id += fmt.Sprintf("\x00%s=%v", w.Tenant, w.Weight)
 		}
 		b.tenantID = id
+		b.tenantWeights, b.tenantDefault = weights, t.DefaultWeight
 		b.tenantOp = []runlimit.Option{runlimit.WithTenantWeights(weights), runlimit.WithDefaultTenantWeight(t.DefaultWeight)}
 	}
 }
@@ -122,25 +126,38 @@ func build(p *Policy, hash uint64, prev *built, sig CPUSignal) (*built, error) {
 	return b.next, nil
 }
 
-// get returns the instance of identity id: the previous build's if it has
+// get returns the guard of identity id: the previous build's if it has
 // one, else a new one from newGuard (nil on error, recorded).
 func (b *builder) get(id string, newGuard func() (admission.Guard, func(), error)) admission.Guard {
-	if in, ok := b.next.inst[id]; ok {
-		return in.guard
-	}
-	if b.prev != nil {
-		if in, ok := b.prev.inst[id]; ok {
-			b.next.inst[id] = in
-			return in.guard
-		}
-	}
-	g, closer, err := newGuard()
+	in, err := b.instance(id, func() (preset.Instance, error) {
+		g, closer, err := newGuard()
+		return preset.Instance{Guard: g, Close: closer}, err
+	})
 	if err != nil {
 		b.errs = append(b.errs, err)
 		return nil
 	}
-	b.next.inst[id] = &instance{guard: g, close: closer}
-	return g
+	return in.Guard
+}
+
+// instance returns the instance of identity id: the one this build or
+// the previous one has, else a new one from make.
+func (b *builder) instance(id string, make func() (preset.Instance, error)) (preset.Instance, error) {
+	if in, ok := b.next.inst[id]; ok {
+		return in.Instance, nil
+	}
+	if b.prev != nil {
+		if in, ok := b.prev.inst[id]; ok {
+			b.next.inst[id] = in
+			return in.Instance, nil
+		}
+	}
+	in, err := make()
+	if err != nil {
+		return preset.Instance{}, err
+	}
+	b.next.inst[id] = &instance{in}
+	return in, nil
 }
 
 func (b *builder) cpuFor(on bool) runlimit.CPU {
@@ -150,66 +167,36 @@ func (b *builder) cpuFor(on bool) runlimit.CPU {
 	return b.cpu
 }
 
-// preset builds the preset as protect.New does: the deadline check and a
-// learned run limit shared by every guarded method, an optional global
-// and per-client bucket, and per-method buckets.
+// preset builds the preset with the builder protect.New uses
+// (internal/preset), reusing the previous build's instances by identity.
 func (b *builder) preset(ps Preset) {
-	dl := b.get("preset\x00deadline", func() (admission.Guard, func(), error) {
-		g, err := deadline.New()
-		return g, nil, err
-	})
-	run := b.get(fmt.Sprintf("preset\x00run\x00%d\x00%t", ps.MaxConcurrency, ps.CPU && b.cpu != nil)+b.tenantID, func() (admission.Guard, func(), error) {
-		opts := append([]runlimit.Option(nil), b.tenantOp...)
-		if c := b.cpuFor(ps.CPU); c != nil {
-			opts = append(opts, runlimit.WithCPU(c))
-		}
-		if ps.MaxConcurrency > 0 {
-			opts = append(opts, runlimit.WithBounds(1, ps.MaxConcurrency))
-		}
-		l, err := runlimit.New(opts...)
-		if err != nil {
-			return nil, nil, fmt.Errorf("policy: preset: %w", err)
-		}
-		return runlimit.NewGuard("run", l), nil, nil
-	})
-	shared := []admission.Guard{dl, run}
-	if ps.MaxRate > 0 {
-		shared = append(shared, b.get(fmt.Sprintf("preset\x00rate\x00%v", ps.MaxRate), func() (admission.Guard, func(), error) {
-			l, err := ratelimit.NewLimiter(ratelimit.Limit(ps.MaxRate), burstOf(ps.MaxRate))
-			if err != nil {
-				return nil, nil, fmt.Errorf("policy: preset.max_rate: %w", err)
-			}
-			return ratelimit.NewGuard("rate", l), nil, nil
-		}))
+	spec := preset.Spec{
+		MaxRate:        ps.MaxRate,
+		MaxConcurrency: ps.MaxConcurrency,
+		ClientRate:     ps.ClientRate,
+		Code:           ps.Code,
+		Shadow:         ps.Shadow,
+		Criticality:    b.crit,
+		Tenant:         b.tenant,
 	}
-	var key grpcguard.KeyFunc
-	if ps.ClientRate > 0 {
-		shared = append(shared, b.get(fmt.Sprintf("preset\x00client\x00%v", ps.ClientRate), func() (admission.Guard, func(), error) {
-			k, err := ratelimit.NewKeyed(ratelimit.Limit(ps.ClientRate), burstOf(ps.ClientRate))
-			if err != nil {
-				return nil, nil, fmt.Errorf("policy: preset.client_rate: %w", err)
-			}
-			return ratelimit.NewKeyedGuard("client", k), func() { _ = k.Close() }, nil
-		}))
-		key = grpcguard.PeerKey()
+	if c := b.cpuFor(ps.CPU); c != nil {
+		spec.CPU = c
 	}
-	b.next.rules = append(b.next.rules, grpcguard.Rule{Name: "default", Key: key, Tenant: b.tenant, Criticality: b.crit, Guards: shared, Code: ps.Code, Shadow: ps.Shadow})
+	if b.tenant != nil {
+		spec.TenantWeights, spec.DefaultTenantWeight = b.tenantWeights, b.tenantDefault
+	}
 	for _, m := range ps.Methods {
-		switch {
-		case m.Exempt:
-			b.next.exempt = append(b.next.exempt, m.Method)
-		case m.MaxRate > 0:
-			g := b.get(fmt.Sprintf("preset\x00method\x00%s\x00%v", m.Method, m.MaxRate), func() (admission.Guard, func(), error) {
-				l, err := ratelimit.NewLimiter(ratelimit.Limit(m.MaxRate), burstOf(m.MaxRate))
-				if err != nil {
-					return nil, nil, fmt.Errorf("policy: preset.methods[%q]: %w", m.Method, err)
-				}
-				return ratelimit.NewGuard("method-rate", l), nil, nil
-			})
-			guards := append(append([]admission.Guard(nil), shared...), g)
-			b.next.rules = append(b.next.rules, grpcguard.Rule{Name: m.Method, Methods: []string{m.Method}, Key: key, Tenant: b.tenant, Criticality: b.crit, Guards: guards, Code: ps.Code, Shadow: ps.Shadow})
-		}
+		spec.Methods = append(spec.Methods, preset.Method{Name: m.Method, Exempt: m.Exempt, MaxRate: m.MaxRate})
 	}
+	built, err := preset.Build(spec, func(id string, make func() (preset.Instance, error)) (preset.Instance, error) {
+		return b.instance("preset\x00"+id, make)
+	})
+	if err != nil {
+		b.errs = append(b.errs, fmt.Errorf("policy: preset.%w", err))
+		return
+	}
+	b.next.exempt = append(b.next.exempt, built.Exempt...)
+	b.next.rules = append(b.next.rules, built.Rules...)
 }
 
 func (b *builder) rule(i int, r Rule) {

@@ -2,13 +2,13 @@ package policy
 
 import (
 	"fmt"
-	"math"
 	"strings"
 	"time"
 
 	"go.yaml.in/yaml/v3"
 
 	"github.com/levee-go/levee/bulkhead"
+	"github.com/levee-go/levee/internal/preset"
 	"github.com/levee-go/levee/ratelimit"
 	"github.com/levee-go/levee/runlimit"
 )
@@ -78,7 +78,7 @@ var (
 
 // burstOf is a tenth of a second's worth of rate r, at least 1 (as the
 // preset sizes its buckets).
-func burstOf(r float64) int { return int(max(1, math.Min(r/10, maxCount))) }
+func burstOf(r float64) int { return preset.BurstOf(r) }
 
 var guardTypes = map[GuardType]*guardType{
 	TypeRateLimit: {

@@ -14,23 +14,31 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/levee-go/levee/admission"
+	"github.com/levee-go/levee/cpu"
 	"github.com/levee-go/levee/grpcguard"
+	"github.com/levee-go/levee/internal/preset"
 )
 
 // Option configures a Reloader. Options only record values.
 type Option func(*options)
 
 type options struct {
-	cpu  CPUSignal
-	logf func(format string, args ...any)
+	cpu      CPUSignal
+	cpuGiven bool // WithCPU or WithoutCPU
+	logf     func(format string, args ...any)
 }
 
 // WithCPU gives the guards that follow the CPU signal (the preset's run
-// limit, runlimit and loadshed guards) a signal, typically a *cpu.Monitor
-// the caller runs for the life of the Reloader. Default: none; the run
-// limits then follow service times alone, and a policy with a loadshed
-// guard does not build.
-func WithCPU(c CPUSignal) Option { return func(o *options) { o.cpu = c } }
+// limit, runlimit and loadshed guards) a signal of your own, such as a
+// *cpu.Monitor you run for the life of the Reloader; nil is WithoutCPU.
+// Default: the CPU signal protect.New uses — this process's CPU source
+// (cpu.Detect) sampled with the preset's tuning by a monitor the Reloader
+// starts and stops (Reloader.CPU) — or none if no source can be read.
+func WithCPU(c CPUSignal) Option { return func(o *options) { o.cpu, o.cpuGiven = c, true } }
+
+// WithoutCPU turns the CPU signal off: the run limits then follow service
+// times alone, and a policy with a loadshed guard does not build.
+func WithoutCPU() Option { return func(o *options) { o.cpu, o.cpuGiven = nil, true } }
 
 // WithLogf sets where the Reloader says what it did (a reload, a rejected
 // file). Default log.Printf.
@@ -57,9 +65,10 @@ func WithLogf(logf func(format string, args ...any)) Option {
 // Create one with NewReloader; the zero value is not usable. A Reloader is
 // safe for concurrent use. Close it when the gRPC server has stopped.
 type Reloader struct {
-	path   string
-	o      options
-	server *grpcguard.Server
+	path    string
+	o       options
+	server  *grpcguard.Server
+	monitor *cpu.Monitor // nil unless NewReloader started it
 
 	mu        sync.Mutex // serialises reloads and Close
 	cur       atomic.Pointer[built]
@@ -96,19 +105,36 @@ func NewReloader(path string, opts ...Option) (*Reloader, error) {
 	if err != nil {
 		return nil, err
 	}
+	if !r.o.cpuGiven {
+		if mon, err := preset.NewCPUMonitor(); err == nil {
+			r.monitor, r.o.cpu = mon, mon
+		}
+	}
 	b, err := build(p, p.Hash(), nil, r.o.cpu)
 	if err != nil {
+		r.closeMonitor()
 		return nil, err
 	}
 	srv, err := grpcguard.New(b.rules, grpcguard.WithExempt(b.exempt...))
 	if err != nil {
 		b.closeUnused(nil)
+		r.closeMonitor()
 		return nil, fmt.Errorf("policy: %w", err)
 	}
 	r.server = srv
 	r.lastBytes = data
 	r.cur.Store(b)
 	return r, nil
+}
+
+// CPU returns the CPU monitor NewReloader started, or nil when the signal
+// is off, given with WithCPU, or could not be read.
+func (r *Reloader) CPU() *cpu.Monitor { return r.monitor }
+
+func (r *Reloader) closeMonitor() {
+	if r.monitor != nil {
+		r.monitor.Close()
+	}
 }
 
 // Server returns the transport that runs the policy.
@@ -298,4 +324,5 @@ func (r *Reloader) Close() {
 		<-r.done
 	}
 	r.cur.Load().closeUnused(nil)
+	r.closeMonitor()
 }

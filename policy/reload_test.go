@@ -143,12 +143,12 @@ func TestReloadKeepsUnchangedGuards(t *testing.T) {
 // TestReloadBadFileKeepsPolicy: a file that does not decode or build
 // leaves the policy in force, counts a failure and says so.
 func TestReloadBadFileKeepsPolicy(t *testing.T) {
-	r, path, logs := newTestReloader(t, twoGuards)
+	r, path, logs := newTestReloader(t, twoGuards, WithoutCPU())
 	hash := r.Hash()
 	for i, bad := range []string{
 		"rules: [", // syntax
 		"rules: [{guards: [{type: ratelimit}]}]\n", // invalid
-		"rules: [{guards: [{type: loadshed}]}]\n",  // valid, but no CPU signal to build it
+		"rules: [{guards: [{type: loadshed}]}]\n",  // valid, but no CPU signal to build it (WithoutCPU)
 	} {
 		write(t, path, bad)
 		err := r.Reload()

@@ -54,8 +54,8 @@ func TestCriticalityAndTenantsBuilt(t *testing.T) {
 	runs := func(x *built) map[string]admission.Guard {
 		m := map[string]admission.Guard{}
 		for id, in := range x.inst {
-			if in.guard != nil && in.guard.Name() == "run" {
-				m[id] = in.guard
+			if in.Guard != nil && in.Guard.Name() == "run" {
+				m[id] = in.Guard
 			}
 		}
 		return m

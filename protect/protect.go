@@ -47,7 +47,6 @@ import (
 	"runtime"
 	"strings"
 	"sync"
-	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -56,6 +55,7 @@ import (
 	"github.com/levee-go/levee/cpu"
 	"github.com/levee-go/levee/deadline"
 	"github.com/levee-go/levee/grpcguard"
+	"github.com/levee-go/levee/internal/preset"
 	"github.com/levee-go/levee/metrics"
 	"github.com/levee-go/levee/ratelimit"
 	"github.com/levee-go/levee/runlimit"
@@ -241,6 +241,7 @@ type Server struct {
 	perClient *ratelimit.Keyed
 	methods   map[string]*ratelimit.Limiter
 	orca      *grpcguard.ORCA // nil without WithORCA
+	closers   []func()        // stop the guards that New made
 	stopOnce  sync.Once
 }
 
@@ -253,7 +254,7 @@ func New(opts ...Option) (*Server, error) {
 	if err := o.validate(); err != nil {
 		return nil, err
 	}
-	p := &Server{methods: map[string]*ratelimit.Limiter{}}
+	p := &Server{}
 	ok := false
 	defer func() {
 		if !ok {
@@ -262,73 +263,38 @@ func New(opts ...Option) (*Server, error) {
 	}()
 	signal := o.cpuSignal
 	if signal == nil && !o.cpuOff {
-		if src, err := cpu.Detect(); err == nil {
-			// Sampled and smoothed faster than the monitor's defaults, so
-			// that a spike on a CPU-bound server is seen within a few
-			// tenths of a second; the cooldown keeps it seen for a while.
-			if mon, err := cpu.NewMonitor(src, cpu.WithInterval(100*time.Millisecond), cpu.WithSmoothing(200*time.Millisecond)); err == nil {
-				p.monitor, signal = mon, mon
-			}
+		if mon, err := preset.NewCPUMonitor(); err == nil {
+			p.monitor, signal = mon, mon
 		}
 	}
-	ropts := []runlimit.Option{}
-	if signal != nil {
-		ropts = append(ropts, runlimit.WithCPU(signal))
+	spec := preset.Spec{
+		MaxRate:        o.maxRate,
+		MaxConcurrency: o.maxConc,
+		ClientRate:     o.clientRate,
+		CPU:            signal,
+		Code:           o.code,
+		Criticality:    o.crit,
+		Tenant:         o.tenant,
+		TenantWeights:  o.weights,
+		Guards:         o.guards,
 	}
-	if o.maxConc > 0 {
-		ropts = append(ropts, runlimit.WithBounds(1, o.maxConc))
-	}
-	if len(o.weights) > 0 {
-		ropts = append(ropts, runlimit.WithTenantWeights(o.weights))
-	}
-	var err error
-	if p.run, err = runlimit.New(ropts...); err != nil {
-		return nil, err
-	}
-	if p.deadline, err = deadline.New(); err != nil {
-		return nil, err
-	}
-	run := runlimit.NewGuard("run", p.run)
-	shared := []admission.Guard{p.deadline, run}
-	if o.maxRate > 0 {
-		if p.global, err = ratelimit.NewLimiter(ratelimit.Limit(o.maxRate), burstOf(o.maxRate)); err != nil {
-			return nil, err
-		}
-		shared = append(shared, ratelimit.NewGuard("rate", p.global))
-	}
-	shared = append(shared, o.guards...)
-	var key grpcguard.KeyFunc
-	if o.clientRate > 0 {
-		if p.perClient, err = ratelimit.NewKeyed(ratelimit.Limit(o.clientRate), burstOf(o.clientRate)); err != nil {
-			return nil, err
-		}
-		shared = append(shared, ratelimit.NewKeyedGuard("client", p.perClient))
-		key = grpcguard.PeerKey()
-	}
-	crit := o.crit
-	if crit == nil {
-		// Every call critical whatever it claims above that, but a caller
-		// may lower its own calls.
-		crit = &grpcguard.Criticality{}
-	}
-	rules := []grpcguard.Rule{{Name: "default", Key: key, Tenant: o.tenant, Criticality: crit, Guards: shared, Code: o.code}}
-	var exempt []string
 	for _, name := range o.methodOrder {
 		m := o.methods[name]
-		switch {
-		case m.Exempt:
-			exempt = append(exempt, name)
-		case m.MaxRate > 0:
-			l, err := ratelimit.NewLimiter(ratelimit.Limit(m.MaxRate), burstOf(m.MaxRate))
-			if err != nil {
-				return nil, err
-			}
-			p.methods[name] = l
-			guards := append(append([]admission.Guard(nil), shared...), ratelimit.NewGuard("method-rate", l))
-			rules = append(rules, grpcguard.Rule{Name: name, Methods: []string{name}, Key: key, Tenant: o.tenant, Criticality: crit, Guards: guards, Code: o.code})
-		}
+		spec.Methods = append(spec.Methods, preset.Method{Name: name, Exempt: m.Exempt, MaxRate: m.MaxRate})
 	}
-	if p.guard, err = grpcguard.New(rules, grpcguard.WithExempt(append(append([]string(nil), grpcguard.DefaultExempt...), exempt...)...)); err != nil {
+	b, err := preset.Build(spec, func(_ string, make func() (preset.Instance, error)) (preset.Instance, error) {
+		in, err := make()
+		if err == nil && in.Close != nil {
+			p.closers = append(p.closers, in.Close)
+		}
+		return in, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("protect: %w", err)
+	}
+	p.run, p.deadline, p.global, p.perClient, p.methods = b.Run, b.Deadline, b.Global, b.PerClient, b.Methods
+	exempt := append(append([]string(nil), grpcguard.DefaultExempt...), b.Exempt...)
+	if p.guard, err = grpcguard.New(b.Rules, grpcguard.WithExempt(exempt...)); err != nil {
 		return nil, err
 	}
 	if o.orca {
@@ -358,9 +324,6 @@ func isNilGuard(g admission.Guard) bool {
 type procs struct{}
 
 func (procs) Limit() int { return runtime.GOMAXPROCS(0) }
-
-// burstOf is a tenth of a second's worth of rate r, at least 1.
-func burstOf(r float64) int { return max(1, int(r/10)) }
 
 // ServerOptions returns the options that install the protection in a
 // grpc.Server: grpcguard's tap handle and interceptors (with WithORCA,
@@ -417,8 +380,8 @@ func (p *Server) Stop() {
 		if p.monitor != nil {
 			p.monitor.Close()
 		}
-		if p.perClient != nil {
-			p.perClient.Close()
+		for _, c := range p.closers {
+			c()
 		}
 	})
 }

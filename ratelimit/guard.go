@@ -31,6 +31,9 @@ type limiterGuard struct {
 
 func (g *limiterGuard) Name() string { return g.name }
 
+// Limiter returns the bucket the guard adapts.
+func (g *limiterGuard) Limiter() *Limiter { return g.l }
+
 func (g *limiterGuard) Traits() admission.Traits {
 	return admission.Traits{Cost: admission.CostRate, IgnoresDuration: true, FinishesSkippedOnly: true}
 }
@@ -73,6 +76,9 @@ type keyedGuard struct {
 }
 
 func (g *keyedGuard) Name() string { return g.name }
+
+// Keyed returns the buckets the guard adapts.
+func (g *keyedGuard) Keyed() *Keyed { return g.k }
 
 func (g *keyedGuard) Traits() admission.Traits {
 	return admission.Traits{Cost: admission.CostKeyed, IgnoresDuration: true, FinishesSkippedOnly: true}

@@ -49,6 +49,9 @@ type guard struct {
 
 func (g *guard) Name() string { return g.name }
 
+// Limiter returns the Limiter the guard adapts.
+func (g *guard) Limiter() *Limiter { return g.l }
+
 func (g *guard) Traits() admission.Traits { return admission.Traits{Cost: admission.CostRun} }
 
 // A Permit of the guard holds the call's lane in Ref and, in Value, what

@@ -303,6 +303,21 @@ func (l *Limiter) nanos(t time.Time) int64 { return int64(t.Sub(l.epoch)) }
 // Limit returns the current limit.
 func (l *Limiter) Limit() int { return int(l.limit.Load()) }
 
+// Bounds returns the bounds the limit stays within (WithBounds).
+func (l *Limiter) Bounds() (floor, ceiling int) { return l.o.floor, l.o.ceiling }
+
+// CPU returns the CPU signal the Limiter follows (WithCPU), or nil.
+func (l *Limiter) CPU() CPU { return l.o.cpu }
+
+// TenantWeight returns the weight of tenant's share (WithTenantWeights,
+// WithDefaultTenantWeight).
+func (l *Limiter) TenantWeight(tenant string) float64 {
+	if w, ok := l.o.weights[tenant]; ok {
+		return w
+	}
+	return l.o.defaultWeight
+}
+
 // Running returns the calls holding a turn.
 func (l *Limiter) Running() int { return int(running(l.state.Load())) }
 

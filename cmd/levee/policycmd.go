@@ -8,11 +8,9 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
-	"time"
 
 	"google.golang.org/grpc"
 
-	"github.com/levee-go/levee/cpu"
 	"github.com/levee-go/levee/metrics"
 	policyfile "github.com/levee-go/levee/policy"
 )
@@ -106,29 +104,13 @@ func (c *cli) readPolicy(arg string) (name string, data []byte, err error) {
 // reloaded when the file changes and on SIGHUP, its reloads and hash
 // exported on /metrics beside its decisions.
 func (c *cli) fileProtection(path string, p policyParams) (opts []grpc.ServerOption, stop func(), err error) {
-	var mon *cpu.Monitor
-	ropts := []policyfile.Option{policyfile.WithLogf(log.New(c.stderr, "", log.LstdFlags).Printf)}
-	if src, err := cpu.Detect(); err == nil {
-		// As protect.New samples it: a spike is seen within a few tenths
-		// of a second.
-		if m, err := cpu.NewMonitor(src, cpu.WithInterval(100*time.Millisecond), cpu.WithSmoothing(200*time.Millisecond)); err == nil {
-			mon = m
-			ropts = append(ropts, policyfile.WithCPU(m))
-		}
-	}
-	closeMon := func() {
-		if mon != nil {
-			mon.Close()
-		}
-	}
-	r, err := policyfile.NewReloader(path, ropts...)
+	// The Reloader runs the CPU signal as protect.New does.
+	r, err := policyfile.NewReloader(path, policyfile.WithLogf(log.New(c.stderr, "", log.LstdFlags).Printf))
 	if err != nil {
-		closeMon()
 		return nil, func() {}, err
 	}
 	if err := r.Watch(); err != nil {
 		r.Close()
-		closeMon()
 		return nil, func() {}, err
 	}
 	hup := make(chan os.Signal, 1)
@@ -145,12 +127,11 @@ func (c *cli) fileProtection(path string, p policyParams) (opts []grpc.ServerOpt
 		close(hup)
 		<-hupDone
 		r.Close()
-		closeMon()
 	}
 	if p.Mux != nil {
 		reg := metrics.New(metrics.WithRuntimeMetrics())
 		errs := []error{reg.AddServer(r), reg.AddPolicy(r)}
-		if mon != nil {
+		if mon := r.CPU(); mon != nil {
 			errs = append(errs, reg.AddCPU(mon))
 		}
 		if err := errors.Join(errs...); err != nil {

@@ -1,0 +1,242 @@
+// Package preset builds the preset's chain of guards: the one builder
+// behind protect.New and a policy file's preset section, so that the two
+// cannot drift. It owns the preset's tuning: the CPU monitor's sampling,
+// the buckets' bursts, the guards' names and order, the rules and the
+// exemptions.
+//
+// A caller describes the preset with a Spec and gives Build a Source of
+// guard instances. protect.New makes every instance anew (Fresh); package
+// policy reuses the instances of a previous build whose identity did not
+// change, so a hot reload keeps what they learned.
+package preset
+
+import (
+	"fmt"
+	"math"
+	"time"
+
+	"google.golang.org/grpc/codes"
+
+	"github.com/levee-go/levee/admission"
+	"github.com/levee-go/levee/cpu"
+	"github.com/levee-go/levee/deadline"
+	"github.com/levee-go/levee/grpcguard"
+	"github.com/levee-go/levee/ratelimit"
+	"github.com/levee-go/levee/runlimit"
+)
+
+// Names of the preset's guards, as metrics and refusals show them.
+const (
+	NameRun        = "run"
+	NameRate       = "rate"
+	NameClient     = "client"
+	NameMethodRate = "method-rate"
+	// RuleDefault is the name of the rule that governs every method
+	// without an override of its own.
+	RuleDefault = "default"
+)
+
+// The CPU monitor's tuning for the preset: sampled and smoothed faster
+// than package cpu's defaults, so that a spike on a CPU-bound server is
+// seen within a few tenths of a second; the monitor's cooldown keeps it
+// seen for a while.
+const (
+	CPUInterval  = 100 * time.Millisecond
+	CPUSmoothing = 200 * time.Millisecond
+)
+
+// maxBurst bounds a derived burst, as the policy file bounds counts.
+const maxBurst = 1 << 30
+
+// BurstOf is the burst of the preset's buckets for rate r: a tenth of a
+// second's worth, at least 1 and at most 2^30.
+func BurstOf(r float64) int { return int(max(1, math.Min(r/10, maxBurst))) }
+
+// NewCPUMonitor detects this process's CPU source (cpu.Detect) and starts
+// a monitor with the preset's tuning. The caller closes it.
+func NewCPUMonitor() (*cpu.Monitor, error) {
+	src, err := cpu.Detect()
+	if err != nil {
+		return nil, err
+	}
+	return cpu.NewMonitor(src, cpu.WithInterval(CPUInterval), cpu.WithSmoothing(CPUSmoothing))
+}
+
+// Method overrides the preset for one full method name.
+type Method struct {
+	Name    string
+	Exempt  bool
+	MaxRate float64 // 0: no bucket of its own
+}
+
+// Spec describes a preset. Its zero value is the preset with no bound, no
+// CPU signal, no tenants, and every call critical (a caller may lower its
+// own calls).
+type Spec struct {
+	MaxRate        float64 // the server's bucket; 0: none
+	MaxConcurrency int     // the run limit's ceiling; 0: runlimit's own
+	ClientRate     float64 // each peer's bucket; 0: none
+	CPU            runlimit.CPU
+	Code           codes.Code // 0: grpcguard's default
+	Shadow         bool
+
+	Criticality *grpcguard.Criticality // nil: every call critical
+	Tenant      grpcguard.KeyFunc      // nil: no tenants
+	// TenantWeights and DefaultTenantWeight weigh the tenants' shares (0:
+	// runlimit's default weight).
+	TenantWeights       map[string]float64
+	DefaultTenantWeight float64
+
+	// Methods are the per-method overrides, in order.
+	Methods []Method
+	// Guards are the caller's own guards, in every rule after the
+	// preset's.
+	Guards []admission.Guard
+}
+
+// Instance is one guard of a build, with its value (the *runlimit.Limiter,
+// *ratelimit.Limiter, *ratelimit.Keyed or *deadline.Guard behind it) and
+// what stops it (nil: nothing to stop).
+type Instance struct {
+	Guard admission.Guard
+	Value any
+	Close func()
+}
+
+// Source returns the instance of identity id, made by make if it has
+// none. Identities name a guard's kind and every parameter it was made
+// from: two instances of one identity are interchangeable.
+type Source func(id string, make func() (Instance, error)) (Instance, error)
+
+// Fresh is the Source that makes every instance anew.
+func Fresh(_ string, make func() (Instance, error)) (Instance, error) { return make() }
+
+// Built is a preset made into grpcguard rules, with the instances behind
+// them for their accessors and metrics.
+type Built struct {
+	Rules []grpcguard.Rule
+	// Exempt are the methods the preset leaves unguarded, to add to the
+	// server's exemptions.
+	Exempt    []string
+	Deadline  *deadline.Guard
+	Run       *runlimit.Limiter
+	Global    *ratelimit.Limiter            // nil without MaxRate
+	PerClient *ratelimit.Keyed              // nil without ClientRate
+	Methods   map[string]*ratelimit.Limiter // by method, the overrides' buckets
+}
+
+// Build makes s into rules, taking every guard from src. It returns the
+// first error of a guard's constructor, naming the preset field it came
+// from; the caller stops what src made.
+func Build(s Spec, src Source) (Built, error) {
+	b := Built{Methods: map[string]*ratelimit.Limiter{}}
+	dl, err := src("deadline", func() (Instance, error) {
+		g, err := deadline.New()
+		return Instance{Guard: g, Value: g}, err
+	})
+	if err != nil {
+		return Built{}, fmt.Errorf("deadline: %w", err)
+	}
+	b.Deadline = dl.Value.(*deadline.Guard)
+
+	run, err := src(runID(s), func() (Instance, error) {
+		var opts []runlimit.Option
+		if s.CPU != nil {
+			opts = append(opts, runlimit.WithCPU(s.CPU))
+		}
+		if s.MaxConcurrency > 0 {
+			opts = append(opts, runlimit.WithBounds(1, s.MaxConcurrency))
+		}
+		if s.Tenant != nil {
+			if len(s.TenantWeights) > 0 {
+				opts = append(opts, runlimit.WithTenantWeights(s.TenantWeights))
+			}
+			if s.DefaultTenantWeight > 0 {
+				opts = append(opts, runlimit.WithDefaultTenantWeight(s.DefaultTenantWeight))
+			}
+		}
+		l, err := runlimit.New(opts...)
+		if err != nil {
+			return Instance{}, err
+		}
+		return Instance{Guard: runlimit.NewGuard(NameRun, l), Value: l}, nil
+	})
+	if err != nil {
+		return Built{}, fmt.Errorf("max_concurrency: %w", err)
+	}
+	b.Run = run.Value.(*runlimit.Limiter)
+
+	shared := []admission.Guard{dl.Guard, run.Guard}
+	if s.MaxRate > 0 {
+		in, err := src(fmt.Sprintf("rate\x00%v", s.MaxRate), bucket(NameRate, s.MaxRate))
+		if err != nil {
+			return Built{}, fmt.Errorf("max_rate: %w", err)
+		}
+		b.Global = in.Value.(*ratelimit.Limiter)
+		shared = append(shared, in.Guard)
+	}
+	shared = append(shared, s.Guards...)
+	var key grpcguard.KeyFunc
+	if s.ClientRate > 0 {
+		in, err := src(fmt.Sprintf("client\x00%v", s.ClientRate), func() (Instance, error) {
+			k, err := ratelimit.NewKeyed(ratelimit.Limit(s.ClientRate), BurstOf(s.ClientRate))
+			if err != nil {
+				return Instance{}, err
+			}
+			return Instance{Guard: ratelimit.NewKeyedGuard(NameClient, k), Value: k, Close: func() { _ = k.Close() }}, nil
+		})
+		if err != nil {
+			return Built{}, fmt.Errorf("client_rate: %w", err)
+		}
+		b.PerClient = in.Value.(*ratelimit.Keyed)
+		shared = append(shared, in.Guard)
+		key = grpcguard.PeerKey()
+	}
+	crit := s.Criticality
+	if crit == nil {
+		// Every call critical whatever it claims above that, but a caller
+		// may lower its own calls.
+		crit = &grpcguard.Criticality{}
+	}
+	rule := func(name string, methods []string, guards []admission.Guard) grpcguard.Rule {
+		return grpcguard.Rule{Name: name, Methods: methods, Key: key, Tenant: s.Tenant, Criticality: crit, Guards: guards, Code: s.Code, Shadow: s.Shadow}
+	}
+	b.Rules = []grpcguard.Rule{rule(RuleDefault, nil, shared)}
+	for _, m := range s.Methods {
+		switch {
+		case m.Exempt:
+			b.Exempt = append(b.Exempt, m.Name)
+		case m.MaxRate > 0:
+			in, err := src(fmt.Sprintf("method\x00%s\x00%v", m.Name, m.MaxRate), bucket(NameMethodRate, m.MaxRate))
+			if err != nil {
+				return Built{}, fmt.Errorf("methods[%q].max_rate: %w", m.Name, err)
+			}
+			b.Methods[m.Name] = in.Value.(*ratelimit.Limiter)
+			guards := append(append([]admission.Guard(nil), shared...), in.Guard)
+			b.Rules = append(b.Rules, rule(m.Name, []string{m.Name}, guards))
+		}
+	}
+	return b, nil
+}
+
+// runID is the run limit's identity: its ceiling, whether it follows a
+// CPU signal, and its tenants' weights.
+func runID(s Spec) string {
+	id := fmt.Sprintf("run\x00%d\x00%t", s.MaxConcurrency, s.CPU != nil)
+	if s.Tenant != nil {
+		// fmt prints a map's keys sorted.
+		id += fmt.Sprintf("\x00tenants\x00%v\x00%v", s.DefaultTenantWeight, s.TenantWeights)
+	}
+	return id
+}
+
+// bucket makes a token bucket of rate r and the preset's burst.
+func bucket(name string, r float64) func() (Instance, error) {
+	return func() (Instance, error) {
+		l, err := ratelimit.NewLimiter(ratelimit.Limit(r), BurstOf(r))
+		if err != nil {
+			return Instance{}, err
+		}
+		return Instance{Guard: ratelimit.NewGuard(name, l), Value: l}, nil
+	}
+}
