@@ -33,6 +33,11 @@ type Call struct {
 	// Queued is how long the call waited between its admission and the
 	// start of its handler; 0 until the handler starts.
 	Queued time.Duration
+	// Stream is true for a streaming call. A stream is admitted once, when
+	// it opens; it holds no turn of a run limit, and its lifetime is not a
+	// service time: its Outcome carries no Duration. The transport sets it
+	// when it knows (gRPC: from the first stream of a method on).
+	Stream bool
 }
 
 // Init sets c to a call of method seen at now under ctx, with ctx's
@@ -41,7 +46,7 @@ type Call struct {
 // than the fields.
 func (c *Call) Init(ctx context.Context, method string, now time.Time) {
 	c.Ctx, c.Method, c.Key, c.Now, c.Queued = ctx, method, "", now, 0
-	c.Tenant, c.Class = "", Critical
+	c.Tenant, c.Class, c.Stream = "", Critical, false
 	c.Deadline, _ = ctx.Deadline()
 }
 
@@ -105,7 +110,9 @@ type Outcome struct {
 	Overload bool
 	// Duration is how long the call ran, from the start of its handler (or
 	// of the client call) to its end. It is measured only when a guard of
-	// the chain reads it (see Traits.IgnoresDuration); 0 otherwise.
+	// the chain reads it (see Traits.IgnoresDuration), and never for a
+	// stream (Call.Stream); 0 otherwise. A guard that learns service times
+	// learns nothing from a 0.
 	Duration time.Duration
 	// Skipped is true when the call never ran: a later guard, or a check
 	// when its handler was about to start, refused it, or its caller left

@@ -74,7 +74,8 @@ func (g *slotGuard) Finish(_ admission.Call, p admission.Permit, o admission.Out
 
 func (g *slotGuard) FinishFast(ap admission.Permit, o admission.Outcome) {
 	p := fromAdmission(ap)
-	if o.Skipped || !g.learn {
+	if o.Skipped || !g.learn || o.Duration <= 0 {
+		// Never ran, or no time measured (a stream): nothing to learn.
 		p.Release()
 		return
 	}

@@ -34,6 +34,9 @@ type Option func(*serverOptions)
 
 type serverOptions struct {
 	exempt []string
+
+	maxStreams, maxPeerStreams int
+	streamsSet                 bool
 }
 
 // WithExempt replaces the exempt method patterns (default DefaultExempt);
@@ -63,7 +66,8 @@ func WithExempt(patterns ...string) Option {
 // carries its delay in RetryInfo only.)
 //
 // Streams are admitted once, when they open, and hold their permits for
-// their life.
+// their life, except a run limit's turn: see WithStreamLimits and
+// admission.Call.Stream.
 //
 // Create one with New; the zero value is not usable. A Server is safe for
 // concurrent use.
@@ -71,9 +75,10 @@ type Server struct {
 	// set is the rule set in force. Each call reads it once, when it is
 	// admitted, and keeps the rule it matched until it is finished, so a
 	// Swap never splits a call between two sets.
-	set   atomic.Pointer[ruleSet]
-	swap  sync.Mutex // serialises Swap
-	clock clock.Mono // in-package tests set clock.Fake
+	set     atomic.Pointer[ruleSet]
+	swap    sync.Mutex // serialises Swap
+	clock   clock.Mono // in-package tests set clock.Fake
+	streams *streams
 }
 
 // New compiles rules into a Server. It returns an error naming the rule
@@ -85,14 +90,24 @@ func New(rules []Rule, opts ...Option) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Server{clock: clock.New()}
+	o := serverOptions{maxStreams: DefaultMaxStreams, maxPeerStreams: DefaultMaxStreamsPerPeer}
+	for _, opt := range opts {
+		if opt != nil {
+			opt(&o)
+		}
+	}
+	if err := validStreamLimits(o); err != nil {
+		return nil, err
+	}
+	s := &Server{clock: clock.New(), streams: newStreams(o.maxStreams, o.maxPeerStreams)}
 	s.set.Store(set)
 	return s, nil
 }
 
 // Swap replaces the Server's rules and exemptions, as New would compile
 // them from rules and opts (WithExempt not given: DefaultExempt), in one
-// atomic step. On error it changes nothing.
+// atomic step. On error it changes nothing. The open-stream caps stay as
+// New set them (Swap ignores WithStreamLimits).
 //
 // Calls admitted before the swap finish under the rule that admitted them
 // and give their permits back to its guards; calls admitted after it see
@@ -209,6 +224,7 @@ func (s *Server) TapHandle(ctx context.Context, info *tap.Info) (context.Context
 	}
 	st := &callState{rule: r}
 	st.call.Init(ctx, info.FullMethodName, s.now())
+	st.call.Stream = s.streams.isStream(info.FullMethodName)
 	r.describe(ctx, info.Header, &st.call)
 	if i, d := r.Admit(&st.call, &st.permits); i >= 0 {
 		return nil, refusalStatus(ctx, r.code, r.Guard(i).Name(), d, st.call.Key).Err()
@@ -228,9 +244,10 @@ func (st *callState) abandon() {
 
 // start moves a tap-admitted call to its handler: it runs the rule's
 // rechecks and reports the refusal, if any, with the call finished.
-func (s *Server) start(ctx context.Context, st *callState) (admission.Call, *status.Status, admission.Decision) {
+func (s *Server) start(ctx context.Context, st *callState, stream bool) (admission.Call, *status.Status, admission.Decision) {
 	c := st.call
 	c.Ctx = ctx
+	c.Stream = stream
 	now := s.now()
 	c.Queued = now.Sub(c.Now)
 	c.Now = now
@@ -272,7 +289,7 @@ func (s *Server) outcome(r *rule, c *admission.Call, err error) admission.Outcom
 	if err != nil {
 		o.Overload = IsOverload(err)
 	}
-	if r.Timed() {
+	if r.Timed() && !c.Stream {
 		o.Duration = s.now().Sub(c.Now)
 	}
 	return o
@@ -304,7 +321,7 @@ func (s *Server) UnaryServerInterceptor() grpc.UnaryServerInterceptor {
 
 func (s *Server) unary(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
 	if st, ok := ctx.Value(stateKey{}).(*callState); ok {
-		c, refused, d := s.start(ctx, st)
+		c, refused, d := s.start(ctx, st, false)
 		if refused != nil {
 			setPushback(ctx, nil, d)
 			return nil, refused.Err()
@@ -339,8 +356,9 @@ func (s *Server) unary(ctx context.Context, req any, info *grpc.UnaryServerInfo,
 // then its Starter guards. It fills c and permits in place (a returned
 // Call is copied through memory, which on the admitted path costs more
 // than the fields) and returns the index of the refusing guard, or -1.
-func (s *Server) enter(ctx context.Context, r *rule, method string, c *admission.Call, permits *admission.Permits) (int, admission.Decision) {
+func (s *Server) enter(ctx context.Context, r *rule, method string, stream bool, c *admission.Call, permits *admission.Permits) (int, admission.Decision) {
 	c.Init(ctx, method, s.now())
+	c.Stream = stream
 	r.describe(ctx, nil, c)
 	i, d := r.Enter(c, permits)
 	if i < 0 && r.HasStarters() {
@@ -356,8 +374,24 @@ func (s *Server) StreamServerInterceptor() grpc.StreamServerInterceptor {
 
 func (s *Server) stream(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
 	ctx := ss.Context()
-	if st, ok := ctx.Value(stateKey{}).(*callState); ok {
-		c, refused, d := s.start(ctx, st)
+	s.streams.noteStream(info.FullMethod)
+	st, tapped := ctx.Value(stateKey{}).(*callState)
+	ip, ok := s.streams.enter(ctx)
+	if !ok {
+		code := codes.ResourceExhausted
+		if tapped {
+			code = st.rule.code
+			if st.phase.CompareAndSwap(phaseAdmitted, phaseDone) {
+				st.stop()
+				st.rule.Abandon(&st.call, &st.permits)
+			}
+		}
+		setPushback(ctx, ss, streamRefusal)
+		return refusalStatus(ctx, code, StreamGuardName, streamRefusal, "").Err()
+	}
+	defer s.streams.leave(ip)
+	if tapped {
+		c, refused, d := s.start(ctx, st, true)
 		if refused != nil {
 			setPushback(ctx, ss, d)
 			return refused.Err()
@@ -372,7 +406,7 @@ func (s *Server) stream(srv any, ss grpc.ServerStream, info *grpc.StreamServerIn
 	}
 	var c admission.Call
 	var permits admission.Permits
-	if i, d := s.enter(ctx, r, info.FullMethod, &c, &permits); i >= 0 {
+	if i, d := s.enter(ctx, r, info.FullMethod, true, &c, &permits); i >= 0 {
 		setPushback(ctx, ss, d)
 		return refusalStatus(ctx, r.code, r.Guard(i).Name(), d, c.Key).Err()
 	}
@@ -380,6 +414,9 @@ func (s *Server) stream(srv any, ss grpc.ServerStream, info *grpc.StreamServerIn
 	r.Finish(&c, &permits, s.outcome(r, &c, err))
 	return err
 }
+
+// StreamStats returns the open-stream counts.
+func (s *Server) StreamStats() StreamStats { return s.streams.stats() }
 
 // Stats returns the decision counts of every guard of every rule. It
 // allocates; call it at scrape time, not per call.

@@ -90,6 +90,21 @@ type options struct {
 	weights     map[string]float64
 	crit        *grpcguard.Criticality
 	guards      []admission.Guard
+	streamMax   int
+	streamPeer  int
+	streamsSet  bool
+}
+
+// WithStreamLimits caps the streams open at once: max on the server and
+// perPeer for one client, by IP address (0: no cap). An open stream holds
+// no turn of the run limit and its lifetime is never learned as a service
+// time; this cap is what keeps a client that opens streams without end
+// from exhausting the server's memory. A stream beyond it is refused with
+// RESOURCE_EXHAUSTED (grpcguard.ReasonTooManyStreams). Default
+// grpcguard.DefaultMaxStreams and grpcguard.DefaultMaxStreamsPerPeer. New
+// fails on a negative number.
+func WithStreamLimits(max, perPeer int) Option {
+	return func(o *options) { o.streamMax, o.streamPeer, o.streamsSet = max, perPeer, true }
 }
 
 // WithGuard adds guards of your own to the server's protection, in every
@@ -222,6 +237,9 @@ func (o *options) validate() error {
 			errs = append(errs, fmt.Errorf("protect: WithGuard: guard %d is nil", i))
 		}
 	}
+	if o.streamMax < 0 || o.streamPeer < 0 {
+		errs = append(errs, fmt.Errorf("protect: WithStreamLimits: want caps >= 0, got max %d, perPeer %d", o.streamMax, o.streamPeer))
+	}
 	if o.code != codes.OK && o.code != codes.ResourceExhausted && o.code != codes.Unavailable {
 		errs = append(errs, fmt.Errorf("protect: WithCode: want RESOURCE_EXHAUSTED or UNAVAILABLE, got %v", o.code))
 	}
@@ -294,8 +312,12 @@ func New(opts ...Option) (*Server, error) {
 	}
 	p.run, p.deadline, p.global, p.perClient, p.methods = b.Run, b.Deadline, b.Global, b.PerClient, b.Methods
 	exempt := append(append([]string(nil), grpcguard.DefaultExempt...), b.Exempt...)
-	if p.guard, err = grpcguard.New(b.Rules, grpcguard.WithExempt(exempt...)); err != nil {
-		return nil, err
+	gopts := []grpcguard.Option{grpcguard.WithExempt(exempt...)}
+	if o.streamsSet {
+		gopts = append(gopts, grpcguard.WithStreamLimits(o.streamMax, o.streamPeer))
+	}
+	if p.guard, err = grpcguard.New(b.Rules, gopts...); err != nil {
+		return nil, fmt.Errorf("protect: %w", err)
 	}
 	if o.orca {
 		oopts := []grpcguard.ORCAOption{grpcguard.WithORCACapacity(procs{})}

@@ -34,7 +34,9 @@ const (
 // and yields the CPU once. Finish returns the turn and teaches l the
 // service time of a call that succeeded, from its turn to its end
 // (Call.Now plus the outcome's Duration), or that it failed by overload.
-// It panics if l is nil.
+// A stream (admission.Call.Stream) holds no turn and reserves nothing:
+// what its messages cost shows in the CPU signal (WithCPU), not in a
+// service time. It panics if l is nil.
 func NewGuard(name string, l *Limiter) admission.Guard {
 	if l == nil {
 		panic("runlimit: NewGuard: nil Limiter")
@@ -66,6 +68,9 @@ const (
 )
 
 func (g *guard) Admit(c admission.Call) admission.Decision {
+	if c.Stream {
+		return admission.Decision{} // a stream holds no turn
+	}
 	f := g.l.Flow(c.Method)
 	ln := f.Lane(c.Tenant, c.Class)
 	if !ln.Admissible() {
@@ -80,6 +85,12 @@ func (g *guard) Start(c admission.Call, p admission.Permit) admission.Decision {
 		return admission.Grant(p) // not this guard's reservation: nothing to do
 	}
 	cost := int64(p.Value & valueOf)
+	if c.Stream {
+		// Admitted before the transport knew the method for a stream: a
+		// stream holds no turn.
+		ln.unreserve(cost)
+		return admission.Decision{}
+	}
 	f := ln.f
 	target := f.QueueTarget()
 	f.NoteQueued(c.Queued)

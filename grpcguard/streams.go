@@ -1,0 +1,178 @@
+package grpcguard
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"google.golang.org/grpc/peer"
+
+	"github.com/levee-go/levee/admission"
+)
+
+// Streams are admitted once, when they open: the rule's guards decide on
+// them as on a unary call, with admission.Call.Stream set. An open stream
+// holds no turn of a run limit (runlimit), and its lifetime is never
+// reported as a duration (admission.Outcome.Duration is 0), so that no
+// guard learns it as a service time. What a stream's messages cost the
+// server shows in the CPU signal, which the run limit follows.
+//
+// Open streams have a cap of their own instead (WithStreamLimits), a
+// defence against a client that opens streams without end: beyond it a
+// new stream is refused with ReasonTooManyStreams.
+
+// ReasonTooManyStreams is the refusal of a stream beyond the open-stream
+// caps (WithStreamLimits).
+const ReasonTooManyStreams = "too many open streams"
+
+// StreamGuardName names the open-stream cap in refusal messages.
+const StreamGuardName = "streams"
+
+// Defaults of WithStreamLimits.
+const (
+	// DefaultMaxStreams caps the streams open at once on a Server.
+	DefaultMaxStreams = 10000
+	// DefaultMaxStreamsPerPeer caps the streams one client (by IP
+	// address) holds open at once.
+	DefaultMaxStreamsPerPeer = 2500
+)
+
+// streamRetryAfter is the retry delay of a stream refused by the caps: a
+// stream ends at its client's pace, not the server's.
+const streamRetryAfter = time.Second
+
+// WithStreamLimits caps the streams open at once: max on the Server and
+// perPeer for one client, by IP address (0: no cap). Default
+// DefaultMaxStreams and DefaultMaxStreamsPerPeer. Streams of exempt
+// methods count too. New fails on a negative number.
+func WithStreamLimits(max, perPeer int) Option {
+	return func(o *serverOptions) { o.maxStreams, o.maxPeerStreams, o.streamsSet = max, perPeer, true }
+}
+
+// StreamStats are the open-stream counts of a Server, a plain value.
+type StreamStats struct {
+	Open    int64  // streams open now
+	Peers   int    // clients with a stream open
+	Refused uint64 // streams refused by the caps
+}
+
+// streams knows which methods are streams and counts the open ones.
+type streams struct {
+	kinds  atomic.Pointer[map[string]struct{}] // methods seen as streams; replaced, never changed
+	kindMu sync.Mutex
+
+	max, perPeer int64
+	open         atomic.Int64
+	refused      atomic.Uint64
+	mu           sync.Mutex
+	peers        map[string]int64 // open streams by client IP
+}
+
+func newStreams(max, perPeer int) *streams {
+	s := &streams{max: int64(max), perPeer: int64(perPeer), peers: map[string]int64{}}
+	s.kinds.Store(&map[string]struct{}{})
+	return s
+}
+
+// isStream reports whether method was seen as a stream. It allocates
+// nothing.
+func (s *streams) isStream(method string) bool {
+	_, ok := (*s.kinds.Load())[method]
+	return ok
+}
+
+// noteStream records that method is a stream. Only registered streaming
+// methods reach the stream interceptor, so the set is bounded by the
+// server's services.
+func (s *streams) noteStream(method string) {
+	if s.isStream(method) {
+		return
+	}
+	s.kindMu.Lock()
+	defer s.kindMu.Unlock()
+	old := *s.kinds.Load()
+	if _, ok := old[method]; ok {
+		return
+	}
+	m := make(map[string]struct{}, len(old)+1)
+	for k := range old {
+		m[k] = struct{}{}
+	}
+	m[method] = struct{}{}
+	s.kinds.Store(&m)
+}
+
+// enter counts a stream that opens, or refuses it beyond a cap. leave
+// must follow an admitted enter, with the peer it returned.
+func (s *streams) enter(ctx context.Context) (string, bool) {
+	if s.max <= 0 && s.perPeer <= 0 {
+		s.open.Add(1)
+		return "", true
+	}
+	if n := s.open.Add(1); s.max > 0 && n > s.max {
+		s.open.Add(-1)
+		s.refused.Add(1)
+		return "", false
+	}
+	if s.perPeer <= 0 {
+		return "", true
+	}
+	ip := peerIP(ctx)
+	s.mu.Lock()
+	n := s.peers[ip]
+	if n >= s.perPeer {
+		s.mu.Unlock()
+		s.open.Add(-1)
+		s.refused.Add(1)
+		return "", false
+	}
+	s.peers[ip] = n + 1
+	s.mu.Unlock()
+	return ip, true
+}
+
+func (s *streams) leave(ip string) {
+	s.open.Add(-1)
+	if s.perPeer <= 0 {
+		return
+	}
+	s.mu.Lock()
+	if n := s.peers[ip] - 1; n > 0 {
+		s.peers[ip] = n
+	} else {
+		delete(s.peers, ip)
+	}
+	s.mu.Unlock()
+}
+
+func (s *streams) stats() StreamStats {
+	s.mu.Lock()
+	peers := len(s.peers)
+	s.mu.Unlock()
+	return StreamStats{Open: s.open.Load(), Peers: peers, Refused: s.refused.Load()}
+}
+
+// peerIP is the IP address of the call's client, or "" when unknown.
+func peerIP(ctx context.Context) string {
+	p, ok := peer.FromContext(ctx)
+	if !ok || p.Addr == nil {
+		return ""
+	}
+	if a, ok := p.Addr.(*net.TCPAddr); ok {
+		return a.IP.String()
+	}
+	return addrHost(p.Addr)
+}
+
+// streamRefusal is the decision that refuses a stream beyond the caps.
+var streamRefusal = admission.Refuse(ReasonTooManyStreams, streamRetryAfter)
+
+func validStreamLimits(o serverOptions) error {
+	if o.maxStreams < 0 || o.maxPeerStreams < 0 {
+		return fmt.Errorf("grpcguard: WithStreamLimits: want caps >= 0, got max %d, perPeer %d", o.maxStreams, o.maxPeerStreams)
+	}
+	return nil
+}
