@@ -96,15 +96,28 @@ func WithORCAMinInterval(d time.Duration) ORCAOption {
 	return func(o *orcaOptions) { o.minInterval = d }
 }
 
-// WithORCAPerCall adds a load report to the trailer (ORCATrailerKey) of
-// every call that reaches the interceptors, those they refuse included
-// (not those refused in the tap, where grpc-go allows no trailer): what
-// weighted_round_robin reads by default. Default off: the report is
-// encoded at most once per tenth of the window and shared, but grpc-go
-// copies a trailer into each call and encodes it on the wire, which costs
-// every call about 11 allocations and 1.5 kB over loopback (grpc-go's own
-// orca.CallMetricsServerOption: about 36 and 3 kB), and grpc-go's clients
-// send no sign of wanting the report.
+// WithORCAPerCall adds a load report (what ServerMetrics returns) to every
+// call that reaches the interceptors, those they refuse included (not
+// those refused in the tap, where grpc-go allows no trailer): what
+// weighted_round_robin reads by default. The report goes
+//
+//   - into the call's ORCA recorder (orca.CallMetricsRecorderFromContext)
+//     when there is one, that is when the application installs grpc-go's
+//     orca.CallMetricsServerOption ahead of the ORCA's ServerOptions, as
+//     grpc-go asks (its first option): levee's figures fill the fields the
+//     call has not set, so the call's own win, and grpc-go's interceptor
+//     sends the one report. Installed after the ORCA's options instead,
+//     grpc-go's interceptor runs inside the ORCA's, and the call carries
+//     two reports, which grpc-go's clients both drop;
+//   - otherwise into the ORCATrailerKey trailer.
+//
+// Default off: levee's report is encoded at most once per tenth of the
+// window and shared, but grpc-go copies a trailer into each call and
+// encodes it on the wire, which costs every call about 11 allocations and
+// 1.5 kB over loopback (grpc-go's own orca.CallMetricsServerOption: about
+// 36 and 3 kB, and about 13 more allocations when levee adds its figures
+// to its recorder), and grpc-go's clients send no sign of wanting the
+// report.
 func WithORCAPerCall() ORCAOption { return func(o *orcaOptions) { o.perCall = true } }
 
 func (o *orcaOptions) validate() error {
@@ -145,7 +158,8 @@ type Load struct {
 //   - out of band, on the OpenRcaService stream that Register installs, one
 //     report when a client opens it and then at the interval the client
 //     asks for, at least WithORCAMinInterval;
-//   - per call, in the ORCATrailerKey trailer, with WithORCAPerCall.
+//   - per call, with WithORCAPerCall: in the ORCATrailerKey trailer, or in
+//     the application's own per-call report when it has one.
 //
 // A report carries the CPU utilisation, the application utilisation, and
 // the queries and errors per second (see Load), read from atomic counters
@@ -264,10 +278,11 @@ type orcaSample struct {
 	busy   int64
 }
 
-// orcaTrailer is a per-call report, encoded once and shared.
+// orcaTrailer is a per-call report, made once and shared: read-only.
 type orcaTrailer struct {
 	at time.Time
-	md metadata.MD
+	sm *orca.ServerMetrics // the report
+	md metadata.MD         // sm encoded in ORCATrailerKey
 }
 
 // NewORCA returns the load reports of the server that s guards, or an
@@ -346,7 +361,9 @@ func (r *ORCA) unary(ctx context.Context, req any, info *grpc.UnaryServerInfo, h
 	r.busy.Add(int64(end.Sub(start)))
 	r.ended(err)
 	if r.o.perCall {
-		_ = grpc.SetTrailer(ctx, r.perCall(end)) // fails only once the call has ended
+		if md := r.report(orca.CallMetricsRecorderFromContext(ctx), end); md != nil {
+			_ = grpc.SetTrailer(ctx, md) // fails only once the call has ended
+		}
 	}
 	return resp, err
 }
@@ -358,9 +375,62 @@ func (r *ORCA) stream(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo
 	err := r.nextStream(srv, ss, info, handler)
 	r.ended(err)
 	if r.o.perCall {
-		ss.SetTrailer(r.perCall(r.clock.Now()))
+		if md := r.report(orca.CallMetricsRecorderFromContext(ss.Context()), r.clock.Now()); md != nil {
+			ss.SetTrailer(md)
+		}
 	}
 	return err
+}
+
+// report makes the per-call report of a call that ended at now: into the
+// call's recorder rec when the application has one (nil returned: the
+// application's interceptor sends it), else the trailer to set.
+func (r *ORCA) report(rec orca.CallMetricsRecorder, now time.Time) metadata.MD {
+	t := r.perCall(now)
+	if rec == nil {
+		return t.md
+	}
+	fillRecorder(rec, t.sm)
+	return nil
+}
+
+// fillRecorder sets in rec, a call's recorder, every figure of sm that
+// the call has not set: the call's own figures win.
+func fillRecorder(rec orca.CallMetricsRecorder, sm *orca.ServerMetrics) {
+	own := rec.ServerMetrics()
+	if own == nil { // a recorder of the application's making may have none
+		own = &orca.ServerMetrics{CPUUtilization: -1, MemUtilization: -1, AppUtilization: -1, QPS: -1, EPS: -1}
+	}
+	if own.CPUUtilization < 0 && sm.CPUUtilization >= 0 {
+		rec.SetCPUUtilization(sm.CPUUtilization)
+	}
+	if own.MemUtilization < 0 && sm.MemUtilization >= 0 {
+		rec.SetMemoryUtilization(sm.MemUtilization)
+	}
+	if own.AppUtilization < 0 && sm.AppUtilization >= 0 {
+		rec.SetApplicationUtilization(sm.AppUtilization)
+	}
+	if own.QPS < 0 && sm.QPS >= 0 {
+		rec.SetQPS(sm.QPS)
+	}
+	if own.EPS < 0 && sm.EPS >= 0 {
+		rec.SetEPS(sm.EPS)
+	}
+	for k, v := range sm.Utilization {
+		if _, ok := own.Utilization[k]; !ok {
+			rec.SetNamedUtilization(k, v)
+		}
+	}
+	for k, v := range sm.RequestCost {
+		if _, ok := own.RequestCost[k]; !ok {
+			rec.SetRequestCost(k, v)
+		}
+	}
+	for k, v := range sm.NamedMetrics {
+		if _, ok := own.NamedMetrics[k]; !ok {
+			rec.SetNamedMetric(k, v)
+		}
+	}
 }
 
 func (r *ORCA) ended(err error) {
@@ -370,27 +440,28 @@ func (r *ORCA) ended(err error) {
 	}
 }
 
-// perCall returns the per-call trailer, re-encoded when it is older than a
-// tenth of the window; a call that finds another re-encoding it takes the
+// perCall returns the per-call report, made again when it is older than a
+// tenth of the window; a call that finds another making it takes the
 // previous one.
-func (r *ORCA) perCall(now time.Time) metadata.MD {
+func (r *ORCA) perCall(now time.Time) *orcaTrailer {
 	t := r.trailer.Load()
 	if now.Sub(t.at) < r.o.window/10 || !r.refreshing.CompareAndSwap(false, true) {
-		return t.md
+		return t
 	}
 	defer r.refreshing.Store(false)
 	t = r.encode(now)
 	r.trailer.Store(t)
-	return t.md
+	return t
 }
 
-// encode encodes the load at now as a per-call trailer.
+// encode makes the per-call report at now.
 func (r *ORCA) encode(now time.Time) *orcaTrailer {
-	b, err := proto.Marshal(r.LoadAt(now).proto())
+	sm := r.serverMetrics(r.LoadAt(now))
+	b, err := proto.Marshal(loadReport(sm))
 	if err != nil { // cannot happen: the message holds only numbers
 		b = nil
 	}
-	return &orcaTrailer{at: now, md: metadata.MD{ORCATrailerKey: []string{string(b)}}}
+	return &orcaTrailer{at: now, sm: sm, md: metadata.MD{ORCATrailerKey: []string{string(b)}}}
 }
 
 // sample reads the counters at now.
@@ -444,10 +515,13 @@ func fraction(v float64) float64 {
 }
 
 // ServerMetrics returns the load now as grpc-go's orca package wants it:
-// an ORCA is an orca.ServerMetricsProvider, which may also be given to
-// orca.CallMetricsServerOption or orca.Register directly.
-func (r *ORCA) ServerMetrics() *orca.ServerMetrics {
-	l := r.Load()
+// an ORCA is an orca.ServerMetricsProvider, which
+// may also be given to orca.CallMetricsServerOption or orca.Register
+// directly.
+func (r *ORCA) ServerMetrics() *orca.ServerMetrics { return r.serverMetrics(r.Load()) }
+
+// serverMetrics returns l as grpc-go's orca package wants it.
+func (r *ORCA) serverMetrics(l Load) *orca.ServerMetrics {
 	return &orca.ServerMetrics{
 		CPUUtilization: l.CPU,
 		MemUtilization: -1,
@@ -461,12 +535,17 @@ func (r *ORCA) ServerMetrics() *orca.ServerMetrics {
 	}
 }
 
-// proto is l as an ORCA load report; fields not reported stay zero.
-func (l Load) proto() *v3orcapb.OrcaLoadReport {
+// loadReport is sm as an ORCA load report, as grpc-go's orca package
+// encodes it: fields not reported (negative) stay zero; the maps are sm's.
+func loadReport(sm *orca.ServerMetrics) *v3orcapb.OrcaLoadReport {
 	return &v3orcapb.OrcaLoadReport{
-		CpuUtilization:         max(l.CPU, 0),
-		ApplicationUtilization: max(l.Application, 0),
-		RpsFractional:          l.QPS,
-		Eps:                    l.EPS,
+		CpuUtilization:         max(sm.CPUUtilization, 0),
+		MemUtilization:         max(sm.MemUtilization, 0),
+		ApplicationUtilization: max(sm.AppUtilization, 0),
+		RpsFractional:          max(sm.QPS, 0),
+		Eps:                    max(sm.EPS, 0),
+		Utilization:            sm.Utilization,
+		RequestCost:            sm.RequestCost,
+		NamedMetrics:           sm.NamedMetrics,
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"math"
+	"reflect"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -12,6 +13,7 @@ import (
 	v3orcapb "github.com/cncf/xds/go/xds/data/orca/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/orca"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/levee-go/levee/admission"
@@ -355,5 +357,24 @@ func TestORCAWeightIsLimitOverLatency(t *testing.T) {
 		if got := wrrWeight(l); math.Abs(got-tt.want) > 1e-6 {
 			t.Errorf("%s: weight of %+v = %v, want %v", tt.name, l, got, tt.want)
 		}
+	}
+}
+
+// TestFillRecorderKeepsTheCallsFigures: levee's report goes into a call's
+// recorder field by field, where the call has set nothing; what the call
+// set, a zero included, wins.
+func TestFillRecorderKeepsTheCallsFigures(t *testing.T) {
+	rec := orca.NewServerMetricsRecorder().(orca.CallMetricsRecorder)
+	rec.SetCPUUtilization(0.9)
+	rec.SetEPS(0)
+	rec.SetNamedMetric("queue", 7)
+	rec.SetRequestCost("rows", 3)
+	sm := &orca.ServerMetrics{CPUUtilization: 0.25, MemUtilization: -1, AppUtilization: 0.5, QPS: 40, EPS: 4,
+		Utilization: map[string]float64{"db": 0.6}, RequestCost: map[string]float64{"rows": 1}, NamedMetrics: map[string]float64{"queue": 1, "levee": 2}}
+	fillRecorder(rec, sm)
+	want := &orca.ServerMetrics{CPUUtilization: 0.9, MemUtilization: -1, AppUtilization: 0.5, QPS: 40, EPS: 0,
+		Utilization: map[string]float64{"db": 0.6}, RequestCost: map[string]float64{"rows": 3}, NamedMetrics: map[string]float64{"queue": 7, "levee": 2}}
+	if got := rec.ServerMetrics(); !reflect.DeepEqual(got, want) {
+		t.Errorf("recorder after fillRecorder = %+v, want %+v", got, want)
 	}
 }
