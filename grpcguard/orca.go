@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"math"
 	"strings"
 	"sync"
@@ -68,6 +69,8 @@ type orcaOptions struct {
 	window      time.Duration
 	minInterval time.Duration
 	perCall     bool
+	app         orca.ServerMetricsProvider // WithORCAServerMetrics
+	appSet      bool
 }
 
 // WithORCACPU reports u as the CPU utilisation (cpu_utilization).
@@ -120,6 +123,29 @@ func WithORCAMinInterval(d time.Duration) ORCAOption {
 // report.
 func WithORCAPerCall() ORCAOption { return func(o *orcaOptions) { o.perCall = true } }
 
+// WithORCAServerMetrics joins levee's figures to the application's own
+// server metrics, app, typically the orca.ServerMetricsRecorder it
+// updates for out-of-band reports. Every report (ServerMetrics, so the
+// out-of-band service and WithORCAPerCall) is then app's metrics, read
+// when the report is made, with levee's figures in the fields app leaves
+// unset (negative: a recorder's field never set, or deleted): the CPU
+// utilisation, the application utilisation, the queries and errors per
+// second. What app sets wins; its memory utilisation and named figures
+// pass through.
+//
+// A server has one OpenRcaService (grpc-go exits the process on a second
+// registration): register the ORCA in place of the application's
+// service, with ORCA.Register or as the ServerMetricsProvider of the
+// application's own orca.Register call. If the application also gives a
+// provider to orca.CallMetricsServerOption, give the same one here: with
+// WithORCAPerCall levee's figures go into each call's recorder, which
+// overrides that provider.
+//
+// Default: none, levee's figures alone. NewORCA fails on a nil app.
+func WithORCAServerMetrics(app orca.ServerMetricsProvider) ORCAOption {
+	return func(o *orcaOptions) { o.app, o.appSet = app, true }
+}
+
 func (o *orcaOptions) validate() error {
 	var errs []error
 	if !(o.window > 0) {
@@ -127,6 +153,9 @@ func (o *orcaOptions) validate() error {
 	}
 	if o.minInterval < DefaultORCAMinInterval {
 		errs = append(errs, fmt.Errorf("grpcguard: WithORCAMinInterval: interval must be >= %v (grpc-go's least), got %v", DefaultORCAMinInterval, o.minInterval))
+	}
+	if o.appSet && o.app == nil {
+		errs = append(errs, errors.New("grpcguard: WithORCAServerMetrics: nil provider"))
 	}
 	return errors.Join(errs...)
 }
@@ -160,6 +189,9 @@ type Load struct {
 //     asks for, at least WithORCAMinInterval;
 //   - per call, with WithORCAPerCall: in the ORCATrailerKey trailer, or in
 //     the application's own per-call report when it has one.
+//
+// With WithORCAServerMetrics the reports hold the application's own
+// server metrics too, which win field by field over levee's.
 //
 // A report carries the CPU utilisation, the application utilisation, and
 // the queries and errors per second (see Load), read from atomic counters
@@ -341,8 +373,22 @@ func (r *ORCA) TapHandle(ctx context.Context, info *tap.Info) (context.Context, 
 	return ctx, err
 }
 
-// Register installs the out-of-band ORCA service (OpenRcaService) on reg.
+// orcaServiceName is the out-of-band ORCA service.
+const orcaServiceName = "xds.service.orca.v3.OpenRcaService"
+
+// Register installs the out-of-band ORCA service (OpenRcaService) on reg,
+// reporting ServerMetrics. It fails if reg, a *grpc.Server or any
+// registrar that lists its services, already has one (grpc-go would exit
+// the process): an application with a service of its own gives its
+// provider to WithORCAServerMetrics and registers the ORCA in its place.
 func (r *ORCA) Register(reg grpc.ServiceRegistrar) error {
+	if l, ok := reg.(interface {
+		GetServiceInfo() map[string]grpc.ServiceInfo
+	}); ok {
+		if _, dup := l.GetServiceInfo()[orcaServiceName]; dup {
+			return errors.New("grpcguard: ORCA.Register: the server already has an " + orcaServiceName + "; give its provider to WithORCAServerMetrics and register the ORCA in its place")
+		}
+	}
 	return orca.Register(reg, orca.ServiceOptions{ServerMetricsProvider: r, MinReportingInterval: r.o.minInterval})
 }
 
@@ -514,25 +560,40 @@ func fraction(v float64) float64 {
 	return math.Min(v, 1)
 }
 
-// ServerMetrics returns the load now as grpc-go's orca package wants it:
-// an ORCA is an orca.ServerMetricsProvider, which
+// ServerMetrics returns the report now as grpc-go's orca package wants
+// it: the load (Load), under the application's metrics with
+// WithORCAServerMetrics. An ORCA is an orca.ServerMetricsProvider, which
 // may also be given to orca.CallMetricsServerOption or orca.Register
-// directly.
+// directly. The result is the caller's to change.
 func (r *ORCA) ServerMetrics() *orca.ServerMetrics { return r.serverMetrics(r.Load()) }
 
-// serverMetrics returns l as grpc-go's orca package wants it.
+// serverMetrics returns the application's metrics (WithORCAServerMetrics)
+// with l in the fields they leave unset; l alone without them.
 func (r *ORCA) serverMetrics(l Load) *orca.ServerMetrics {
-	return &orca.ServerMetrics{
-		CPUUtilization: l.CPU,
-		MemUtilization: -1,
-		AppUtilization: l.Application,
-		QPS:            l.QPS,
-		EPS:            l.EPS,
-		// Empty, not nil: orca merges a call's own metrics into them.
-		Utilization:  map[string]float64{},
-		RequestCost:  map[string]float64{},
-		NamedMetrics: map[string]float64{},
+	sm := &orca.ServerMetrics{CPUUtilization: -1, MemUtilization: -1, AppUtilization: -1, QPS: -1, EPS: -1}
+	if r.o.app != nil {
+		if app := r.o.app.ServerMetrics(); app != nil {
+			sm.CPUUtilization, sm.MemUtilization, sm.AppUtilization = app.CPUUtilization, app.MemUtilization, app.AppUtilization
+			sm.QPS, sm.EPS = app.QPS, app.EPS
+			// Copies: a provider may hand out its own state.
+			sm.Utilization, sm.RequestCost, sm.NamedMetrics = maps.Clone(app.Utilization), maps.Clone(app.RequestCost), maps.Clone(app.NamedMetrics)
+		}
 	}
+	for _, f := range [...]struct {
+		dst *float64
+		v   float64
+	}{{&sm.CPUUtilization, l.CPU}, {&sm.AppUtilization, l.Application}, {&sm.QPS, l.QPS}, {&sm.EPS, l.EPS}} {
+		if *f.dst < 0 && f.v >= 0 {
+			*f.dst = f.v
+		}
+	}
+	// Empty, not nil: orca merges a call's own metrics into them.
+	for _, m := range [...]*map[string]float64{&sm.Utilization, &sm.RequestCost, &sm.NamedMetrics} {
+		if *m == nil {
+			*m = map[string]float64{}
+		}
+	}
+	return sm
 }
 
 // loadReport is sm as an ORCA load report, as grpc-go's orca package

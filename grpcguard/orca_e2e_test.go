@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"net"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -566,5 +567,62 @@ func TestORCAPerCallBesideApplicationRecorder(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestORCAOutOfBandBesideApplicationRecorder: an application that keeps an
+// orca.ServerMetricsRecorder for its out-of-band reports gives it to
+// WithORCAServerMetrics and registers the ORCA in place of its own
+// service; a client's out-of-band listener then gets one report with the
+// application's figures (its CPU utilisation over levee's) and levee's,
+// following both. A second OpenRcaService is an error, not grpc-go's exit.
+func TestORCAOutOfBandBesideApplicationRecorder(t *testing.T) {
+	app := orca.NewServerMetricsRecorder()
+	app.SetCPUUtilization(0.9)
+	app.SetMemoryUtilization(0.3)
+	app.SetNamedUtilization("db", 0.6)
+	s := mustServer(t, []Rule{{Guards: []admission.Guard{&switchGuard{}}}})
+	cpu := &fixedUtil{}
+	cpu.set(0.2)
+	r := mustORCA(t, s, WithORCACPU(cpu), WithORCACapacity(newFixedCap(4)), WithORCAServerMetrics(app))
+	gs := grpc.NewServer(r.ServerOptions()...)
+	testgrpc.RegisterTestServiceServer(gs, appORCAService{})
+	if err := r.Register(gs); err != nil {
+		t.Fatalf("ORCA.Register() = %v", err)
+	}
+	if err := r.Register(gs); err == nil || !strings.Contains(err.Error(), "WithORCAServerMetrics") {
+		t.Errorf("ORCA.Register() on a server that has the service = %v, want an error pointing to WithORCAServerMetrics", err)
+	}
+	own := grpc.NewServer()
+	if err := orca.Register(own, orca.ServiceOptions{ServerMetricsProvider: app}); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Register(own); err == nil {
+		t.Error("ORCA.Register() on a server with the application's own OpenRcaService = nil, want an error")
+	}
+	own.Stop()
+	addr := serveLoopback(t, gs)
+	conn, sc := dialTestBalancer(t, addr, &oobProbe{})
+	client := testgrpc.NewTestServiceClient(conn)
+	for range 20 {
+		if _, err := client.UnaryCall(context.Background(), &testgrpc.SimpleRequest{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	lr := oobReport(t, sc)
+	t.Logf("out-of-band report: %v", lr)
+	if lr.CpuUtilization != 0.9 || lr.MemUtilization != 0.3 || lr.Utilization["db"] != 0.6 {
+		t.Errorf("report = %v, want the application's cpu 0.9, mem 0.3 and db 0.6", lr)
+	}
+	if lr.RpsFractional <= 0 || lr.ApplicationUtilization <= 0 {
+		t.Errorf("report = %v, want levee's rps and application utilisation (> 0)", lr)
+	}
+
+	app.DeleteCPUUtilization()
+	app.SetNamedUtilization("db", 0.4)
+	lr = oobReport(t, sc)
+	if lr.CpuUtilization != 0.2 || lr.Utilization["db"] != 0.4 || lr.MemUtilization != 0.3 {
+		t.Errorf("report after the application deleted its CPU = %v, want levee's cpu 0.2, the application's db 0.4 and mem 0.3", lr)
 	}
 }
