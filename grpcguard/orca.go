@@ -187,11 +187,7 @@ type Load struct {
 //   - out of band, on the OpenRcaService stream that Register installs, one
 //     report when a client opens it and then at the interval the client
 //     asks for, at least WithORCAMinInterval;
-//   - per call, with WithORCAPerCall: in the ORCATrailerKey trailer, or in
-//     the application's own per-call report when it has one.
-//
-// With WithORCAServerMetrics the reports hold the application's own
-// server metrics too, which win field by field over levee's.
+//   - per call, with WithORCAPerCall.
 //
 // A report carries the CPU utilisation, the application utilisation, and
 // the queries and errors per second (see Load), read from atomic counters
@@ -200,26 +196,18 @@ type Load struct {
 // Server.ServerOptions (protect does). The wrappers are called directly,
 // not chained, so they add no allocation to a call: grpc-go's chaining
 // allocates a closure per call for every interceptor beyond the first.
+// A unary call's time in the server counts when it ends; a stream counts
+// as a call (and an error), not as time in the server. The out-of-band
+// service's own streams bypass the Server and do not count.
 //
-// A unary call's time in the server counts when it ends: the application
-// utilisation is accurate for calls much shorter than the window. Streams
-// count as calls (and errors), not as time in the server, since a
-// long-lived stream is mostly idle. The out-of-band service's own streams
-// bypass the Server (a stream holds its permits for its life) and do not
-// count.
+// With an application that reports ORCA metrics of its own, levee's
+// figures join the application's in one report, the application's values
+// winning field by field: per call through the call's recorder (see
+// WithORCAPerCall), out of band through WithORCAServerMetrics.
 //
-// Create one with NewORCA; the zero value is not usable. An ORCA is safe
-// for concurrent use and starts no goroutine. Its interceptors allocate
-// nothing unless WithORCAPerCall is on.
-//
-// # Clients on weighted_round_robin
-//
-// grpc-go's weighted_round_robin balancer weighs each backend by its
-// latest report as qps / (utilisation + errorUtilizationPenalty × eps /
-// qps) (penalty 1 by default), where the utilisation is the application
-// utilisation when a report has one and the CPU utilisation otherwise; a
-// report with neither, or with no qps, is ignored. The client imports the
-// balancer and names it in its service config:
+// A client on weighted_round_robin imports the balancer and names it in
+// its service config; it reads per-call reports by default, out-of-band
+// ones with enableOobLoadReport:
 //
 //	import _ "google.golang.org/grpc/balancer/weightedroundrobin"
 //
@@ -227,63 +215,16 @@ type Load struct {
 //		grpc.WithTransportCredentials(creds),
 //		grpc.WithDefaultServiceConfig(`{"loadBalancingConfig":[{"weighted_round_robin":{}}]}`))
 //
-// What the weights come to. The application utilisation is the mean
-// number of calls in the server over the window divided by the
-// capacity's limit, and by Little's law the calls in the server are qps ×
-// the mean time a call spends there, so a replica that refuses nothing
-// weighs limit ÷ its mean time in the server: the balancer sends each
-// replica calls in proportion to its limit over its latency. Since a
-// replica's weight is its qps over its utilisation, the balancer settles
-// where every replica reports the same utilisation (plus error penalty):
-// with replicas of the same limit, where their calls in the server are
-// equal, which is where each runs the same share of what it can serve.
-// A replica twice as slow as its peers, among three, settles at a fifth of
-// the calls, 60% of an even share, under any load: the split in
-// proportion to what each can serve, the one that leaves every replica the
-// same headroom. A queue (calls waiting for a turn or for a database
-// connection count as in the server) raises a replica's utilisation
-// faster than its load as it nears saturation, which pulls it back to that
-// split quickly, but does not move the split itself: a utilisation that
-// depends only on a replica's own load relative to its own capacity,
-// however steep, is equal on all replicas at the same relative load. A
-// split below the capacity-proportional one would need reports that
-// overstate the slow replica's load, and would overload its peers as the
-// fleet nears its capacity. The levee demo's balance pass (levee demo
-// -scenario fleet -fleet-balance) measures it on three levee serve
-// replicas, one with a twice slower database, at 80% of what the three
-// can serve: round_robin sent the slow one 33% of the calls, which it
-// could not all serve (the fleet served 90% of the load), and
-// weighted_round_robin 20.5-20.9% within a second (61-63% of an even
-// share), serving all of the load.
+// It weighs a replica by qps ÷ utilisation, which with these reports is
+// the capacity's limit over the replica's mean time in the server, so it
+// sends replicas calls in proportion to what each can serve; the limit
+// should mean the same on every replica (WithORCACapacity).
+// docs/orca.md derives the weights and gives what the balancer was
+// measured to do with them.
 //
-// The limit should mean the same on every replica: the concurrency at
-// which it saturates. The preset (protect.WithORCA) divides by the CPUs
-// (GOMAXPROCS), right for CPU-bound replicas on like machines and a
-// common scale for I/O-bound replicas with like pools; replicas whose
-// pools or CPUs differ should each report their own capacity
-// (WithORCACapacity with a fixed number: the pool's size), or the
-// balancer weighs them by latency alone and steers away from a smaller
-// one only once its calls queue: in the balance pass with a third replica
-// of half the pool (-fleet-balance-slow pool), it got 24% of the calls,
-// queued and refused some, against 20% and no queue when each replica
-// divided by its own pool. A learned limit
-// (*runlimit.Limiter) measures the same thing but moves as it probes,
-// and the weights with it.
-//
-// Per-call reports (the balancer's default, enableOobLoadReport false)
-// need WithORCAPerCall on the server: every call then updates its
-// backend's weight, and weights follow the load within the balancer's
-// weightUpdatePeriod (default 1s) once its blackoutPeriod (default 10s) of
-// steady reports has passed; a blackoutPeriod of 0s and a weightUpdatePeriod
-// of 0.1s settle within a second or two. Out-of-band reports
-// (enableOobLoadReport true, oobReportingPeriod) cost the server nothing per
-// call, but grpc-go's ORCA service sends them at most every
-// DefaultORCAMinInterval, and the first one, sent when the client
-// connects, usually finds an idle server, whose report the balancer
-// ignores: they suit a steady fleet, not a sudden slowdown. Replicas that
-// share CPUs and are slower by CPU work do not look slower to the
-// balancer: each waits for the shared CPU as long as the others
-// (TestWeightedRoundRobinSteersAwayFromSlowReplica measures both kinds).
+// Create one with NewORCA; the zero value is not usable. An ORCA is safe
+// for concurrent use and starts no goroutine. Its interceptors allocate
+// nothing unless WithORCAPerCall is on.
 type ORCA struct {
 	tap        tap.ServerInHandle // the Server's
 	nextUnary  grpc.UnaryServerInterceptor
