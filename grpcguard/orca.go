@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"math"
 	"strings"
 	"sync"
@@ -68,6 +69,8 @@ type orcaOptions struct {
 	window      time.Duration
 	minInterval time.Duration
 	perCall     bool
+	app         orca.ServerMetricsProvider // WithORCAServerMetrics
+	appSet      bool
 }
 
 // WithORCACPU reports u as the CPU utilisation (cpu_utilization).
@@ -96,16 +99,52 @@ func WithORCAMinInterval(d time.Duration) ORCAOption {
 	return func(o *orcaOptions) { o.minInterval = d }
 }
 
-// WithORCAPerCall adds a load report to the trailer (ORCATrailerKey) of
-// every call that reaches the interceptors, those they refuse included
-// (not those refused in the tap, where grpc-go allows no trailer): what
-// weighted_round_robin reads by default. Default off: the report is
-// encoded at most once per tenth of the window and shared, but grpc-go
-// copies a trailer into each call and encodes it on the wire, which costs
-// every call about 11 allocations and 1.5 kB over loopback (grpc-go's own
-// orca.CallMetricsServerOption: about 36 and 3 kB), and grpc-go's clients
-// send no sign of wanting the report.
+// WithORCAPerCall adds a load report (what ServerMetrics returns) to every
+// call that reaches the interceptors, those they refuse included (not
+// those refused in the tap, where grpc-go allows no trailer): what
+// weighted_round_robin reads by default. The report goes
+//
+//   - into the call's ORCA recorder (orca.CallMetricsRecorderFromContext)
+//     when there is one, that is when the application installs grpc-go's
+//     orca.CallMetricsServerOption ahead of the ORCA's ServerOptions, as
+//     grpc-go asks (its first option): levee's figures fill the fields the
+//     call has not set, so the call's own win, and grpc-go's interceptor
+//     sends the one report. Installed after the ORCA's options instead,
+//     grpc-go's interceptor runs inside the ORCA's, and the call carries
+//     two reports, which grpc-go's clients both drop;
+//   - otherwise into the ORCATrailerKey trailer.
+//
+// Default off: levee's report is encoded at most once per tenth of the
+// window and shared, but grpc-go copies a trailer into each call and
+// encodes it on the wire, which costs every call about 11 allocations and
+// 1.5 kB over loopback (grpc-go's own orca.CallMetricsServerOption: about
+// 36 and 3 kB, and about 13 more allocations when levee adds its figures
+// to its recorder), and grpc-go's clients send no sign of wanting the
+// report.
 func WithORCAPerCall() ORCAOption { return func(o *orcaOptions) { o.perCall = true } }
+
+// WithORCAServerMetrics joins levee's figures to the application's own
+// server metrics, app, typically the orca.ServerMetricsRecorder it
+// updates for out-of-band reports. Every report (ServerMetrics, so the
+// out-of-band service and WithORCAPerCall) is then app's metrics, read
+// when the report is made, with levee's figures in the fields app leaves
+// unset (negative: a recorder's field never set, or deleted): the CPU
+// utilisation, the application utilisation, the queries and errors per
+// second. What app sets wins; its memory utilisation and named figures
+// pass through.
+//
+// A server has one OpenRcaService (grpc-go exits the process on a second
+// registration): register the ORCA in place of the application's
+// service, with ORCA.Register or as the ServerMetricsProvider of the
+// application's own orca.Register call. If the application also gives a
+// provider to orca.CallMetricsServerOption, give the same one here: with
+// WithORCAPerCall levee's figures go into each call's recorder, which
+// overrides that provider.
+//
+// Default: none, levee's figures alone. NewORCA fails on a nil app.
+func WithORCAServerMetrics(app orca.ServerMetricsProvider) ORCAOption {
+	return func(o *orcaOptions) { o.app, o.appSet = app, true }
+}
 
 func (o *orcaOptions) validate() error {
 	var errs []error
@@ -114,6 +153,9 @@ func (o *orcaOptions) validate() error {
 	}
 	if o.minInterval < DefaultORCAMinInterval {
 		errs = append(errs, fmt.Errorf("grpcguard: WithORCAMinInterval: interval must be >= %v (grpc-go's least), got %v", DefaultORCAMinInterval, o.minInterval))
+	}
+	if o.appSet && o.app == nil {
+		errs = append(errs, errors.New("grpcguard: WithORCAServerMetrics: nil provider"))
 	}
 	return errors.Join(errs...)
 }
@@ -145,7 +187,7 @@ type Load struct {
 //   - out of band, on the OpenRcaService stream that Register installs, one
 //     report when a client opens it and then at the interval the client
 //     asks for, at least WithORCAMinInterval;
-//   - per call, in the ORCATrailerKey trailer, with WithORCAPerCall.
+//   - per call, with WithORCAPerCall.
 //
 // A report carries the CPU utilisation, the application utilisation, and
 // the queries and errors per second (see Load), read from atomic counters
@@ -154,26 +196,18 @@ type Load struct {
 // Server.ServerOptions (protect does). The wrappers are called directly,
 // not chained, so they add no allocation to a call: grpc-go's chaining
 // allocates a closure per call for every interceptor beyond the first.
+// A unary call's time in the server counts when it ends; a stream counts
+// as a call (and an error), not as time in the server. The out-of-band
+// service's own streams bypass the Server and do not count.
 //
-// A unary call's time in the server counts when it ends: the application
-// utilisation is accurate for calls much shorter than the window. Streams
-// count as calls (and errors), not as time in the server, since a
-// long-lived stream is mostly idle. The out-of-band service's own streams
-// bypass the Server (a stream holds its permits for its life) and do not
-// count.
+// With an application that reports ORCA metrics of its own, levee's
+// figures join the application's in one report, the application's values
+// winning field by field: per call through the call's recorder (see
+// WithORCAPerCall), out of band through WithORCAServerMetrics.
 //
-// Create one with NewORCA; the zero value is not usable. An ORCA is safe
-// for concurrent use and starts no goroutine. Its interceptors allocate
-// nothing unless WithORCAPerCall is on.
-//
-// # Clients on weighted_round_robin
-//
-// grpc-go's weighted_round_robin balancer weighs each backend by its
-// latest report as qps / (utilisation + errorUtilizationPenalty × eps /
-// qps) (penalty 1 by default), where the utilisation is the application
-// utilisation when a report has one and the CPU utilisation otherwise; a
-// report with neither, or with no qps, is ignored. The client imports the
-// balancer and names it in its service config:
+// A client on weighted_round_robin imports the balancer and names it in
+// its service config; it reads per-call reports by default, out-of-band
+// ones with enableOobLoadReport:
 //
 //	import _ "google.golang.org/grpc/balancer/weightedroundrobin"
 //
@@ -181,63 +215,16 @@ type Load struct {
 //		grpc.WithTransportCredentials(creds),
 //		grpc.WithDefaultServiceConfig(`{"loadBalancingConfig":[{"weighted_round_robin":{}}]}`))
 //
-// What the weights come to. The application utilisation is the mean
-// number of calls in the server over the window divided by the
-// capacity's limit, and by Little's law the calls in the server are qps ×
-// the mean time a call spends there, so a replica that refuses nothing
-// weighs limit ÷ its mean time in the server: the balancer sends each
-// replica calls in proportion to its limit over its latency. Since a
-// replica's weight is its qps over its utilisation, the balancer settles
-// where every replica reports the same utilisation (plus error penalty):
-// with replicas of the same limit, where their calls in the server are
-// equal, which is where each runs the same share of what it can serve.
-// A replica twice as slow as its peers, among three, settles at a fifth of
-// the calls, 60% of an even share, under any load: the split in
-// proportion to what each can serve, the one that leaves every replica the
-// same headroom. A queue (calls waiting for a turn or for a database
-// connection count as in the server) raises a replica's utilisation
-// faster than its load as it nears saturation, which pulls it back to that
-// split quickly, but does not move the split itself: a utilisation that
-// depends only on a replica's own load relative to its own capacity,
-// however steep, is equal on all replicas at the same relative load. A
-// split below the capacity-proportional one would need reports that
-// overstate the slow replica's load, and would overload its peers as the
-// fleet nears its capacity. The levee demo's balance pass (levee demo
-// -scenario fleet -fleet-balance) measures it on three levee serve
-// replicas, one with a twice slower database, at 80% of what the three
-// can serve: round_robin sent the slow one 33% of the calls, which it
-// could not all serve (the fleet served 90% of the load), and
-// weighted_round_robin 20.5-20.9% within a second (61-63% of an even
-// share), serving all of the load.
+// It weighs a replica by qps ÷ utilisation, which with these reports is
+// the capacity's limit over the replica's mean time in the server, so it
+// sends replicas calls in proportion to what each can serve; the limit
+// should mean the same on every replica (WithORCACapacity).
+// docs/orca.md derives the weights and gives what the balancer was
+// measured to do with them.
 //
-// The limit should mean the same on every replica: the concurrency at
-// which it saturates. The preset (protect.WithORCA) divides by the CPUs
-// (GOMAXPROCS), right for CPU-bound replicas on like machines and a
-// common scale for I/O-bound replicas with like pools; replicas whose
-// pools or CPUs differ should each report their own capacity
-// (WithORCACapacity with a fixed number: the pool's size), or the
-// balancer weighs them by latency alone and steers away from a smaller
-// one only once its calls queue: in the balance pass with a third replica
-// of half the pool (-fleet-balance-slow pool), it got 24% of the calls,
-// queued and refused some, against 20% and no queue when each replica
-// divided by its own pool. A learned limit
-// (*runlimit.Limiter) measures the same thing but moves as it probes,
-// and the weights with it.
-//
-// Per-call reports (the balancer's default, enableOobLoadReport false)
-// need WithORCAPerCall on the server: every call then updates its
-// backend's weight, and weights follow the load within the balancer's
-// weightUpdatePeriod (default 1s) once its blackoutPeriod (default 10s) of
-// steady reports has passed; a blackoutPeriod of 0s and a weightUpdatePeriod
-// of 0.1s settle within a second or two. Out-of-band reports
-// (enableOobLoadReport true, oobReportingPeriod) cost the server nothing per
-// call, but grpc-go's ORCA service sends them at most every
-// DefaultORCAMinInterval, and the first one, sent when the client
-// connects, usually finds an idle server, whose report the balancer
-// ignores: they suit a steady fleet, not a sudden slowdown. Replicas that
-// share CPUs and are slower by CPU work do not look slower to the
-// balancer: each waits for the shared CPU as long as the others
-// (TestWeightedRoundRobinSteersAwayFromSlowReplica measures both kinds).
+// Create one with NewORCA; the zero value is not usable. An ORCA is safe
+// for concurrent use and starts no goroutine. Its interceptors allocate
+// nothing unless WithORCAPerCall is on.
 type ORCA struct {
 	tap        tap.ServerInHandle // the Server's
 	nextUnary  grpc.UnaryServerInterceptor
@@ -264,10 +251,11 @@ type orcaSample struct {
 	busy   int64
 }
 
-// orcaTrailer is a per-call report, encoded once and shared.
+// orcaTrailer is a per-call report, made once and shared: read-only.
 type orcaTrailer struct {
 	at time.Time
-	md metadata.MD
+	sm *orca.ServerMetrics // the report
+	md metadata.MD         // sm encoded in ORCATrailerKey
 }
 
 // NewORCA returns the load reports of the server that s guards, or an
@@ -326,8 +314,22 @@ func (r *ORCA) TapHandle(ctx context.Context, info *tap.Info) (context.Context, 
 	return ctx, err
 }
 
-// Register installs the out-of-band ORCA service (OpenRcaService) on reg.
+// orcaServiceName is the out-of-band ORCA service.
+const orcaServiceName = "xds.service.orca.v3.OpenRcaService"
+
+// Register installs the out-of-band ORCA service (OpenRcaService) on reg,
+// reporting ServerMetrics. It fails if reg, a *grpc.Server or any
+// registrar that lists its services, already has one (grpc-go would exit
+// the process): an application with a service of its own gives its
+// provider to WithORCAServerMetrics and registers the ORCA in its place.
 func (r *ORCA) Register(reg grpc.ServiceRegistrar) error {
+	if l, ok := reg.(interface {
+		GetServiceInfo() map[string]grpc.ServiceInfo
+	}); ok {
+		if _, dup := l.GetServiceInfo()[orcaServiceName]; dup {
+			return errors.New("grpcguard: ORCA.Register: the server already has an " + orcaServiceName + "; give its provider to WithORCAServerMetrics and register the ORCA in its place")
+		}
+	}
 	return orca.Register(reg, orca.ServiceOptions{ServerMetricsProvider: r, MinReportingInterval: r.o.minInterval})
 }
 
@@ -346,7 +348,9 @@ func (r *ORCA) unary(ctx context.Context, req any, info *grpc.UnaryServerInfo, h
 	r.busy.Add(int64(end.Sub(start)))
 	r.ended(err)
 	if r.o.perCall {
-		_ = grpc.SetTrailer(ctx, r.perCall(end)) // fails only once the call has ended
+		if md := r.report(orca.CallMetricsRecorderFromContext(ctx), end); md != nil {
+			_ = grpc.SetTrailer(ctx, md) // fails only once the call has ended
+		}
 	}
 	return resp, err
 }
@@ -358,9 +362,62 @@ func (r *ORCA) stream(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo
 	err := r.nextStream(srv, ss, info, handler)
 	r.ended(err)
 	if r.o.perCall {
-		ss.SetTrailer(r.perCall(r.clock.Now()))
+		if md := r.report(orca.CallMetricsRecorderFromContext(ss.Context()), r.clock.Now()); md != nil {
+			ss.SetTrailer(md)
+		}
 	}
 	return err
+}
+
+// report makes the per-call report of a call that ended at now: into the
+// call's recorder rec when the application has one (nil returned: the
+// application's interceptor sends it), else the trailer to set.
+func (r *ORCA) report(rec orca.CallMetricsRecorder, now time.Time) metadata.MD {
+	t := r.perCall(now)
+	if rec == nil {
+		return t.md
+	}
+	fillRecorder(rec, t.sm)
+	return nil
+}
+
+// fillRecorder sets in rec, a call's recorder, every figure of sm that
+// the call has not set: the call's own figures win.
+func fillRecorder(rec orca.CallMetricsRecorder, sm *orca.ServerMetrics) {
+	own := rec.ServerMetrics()
+	if own == nil { // a recorder of the application's making may have none
+		own = &orca.ServerMetrics{CPUUtilization: -1, MemUtilization: -1, AppUtilization: -1, QPS: -1, EPS: -1}
+	}
+	if own.CPUUtilization < 0 && sm.CPUUtilization >= 0 {
+		rec.SetCPUUtilization(sm.CPUUtilization)
+	}
+	if own.MemUtilization < 0 && sm.MemUtilization >= 0 {
+		rec.SetMemoryUtilization(sm.MemUtilization)
+	}
+	if own.AppUtilization < 0 && sm.AppUtilization >= 0 {
+		rec.SetApplicationUtilization(sm.AppUtilization)
+	}
+	if own.QPS < 0 && sm.QPS >= 0 {
+		rec.SetQPS(sm.QPS)
+	}
+	if own.EPS < 0 && sm.EPS >= 0 {
+		rec.SetEPS(sm.EPS)
+	}
+	for k, v := range sm.Utilization {
+		if _, ok := own.Utilization[k]; !ok {
+			rec.SetNamedUtilization(k, v)
+		}
+	}
+	for k, v := range sm.RequestCost {
+		if _, ok := own.RequestCost[k]; !ok {
+			rec.SetRequestCost(k, v)
+		}
+	}
+	for k, v := range sm.NamedMetrics {
+		if _, ok := own.NamedMetrics[k]; !ok {
+			rec.SetNamedMetric(k, v)
+		}
+	}
 }
 
 func (r *ORCA) ended(err error) {
@@ -370,27 +427,28 @@ func (r *ORCA) ended(err error) {
 	}
 }
 
-// perCall returns the per-call trailer, re-encoded when it is older than a
-// tenth of the window; a call that finds another re-encoding it takes the
+// perCall returns the per-call report, made again when it is older than a
+// tenth of the window; a call that finds another making it takes the
 // previous one.
-func (r *ORCA) perCall(now time.Time) metadata.MD {
+func (r *ORCA) perCall(now time.Time) *orcaTrailer {
 	t := r.trailer.Load()
 	if now.Sub(t.at) < r.o.window/10 || !r.refreshing.CompareAndSwap(false, true) {
-		return t.md
+		return t
 	}
 	defer r.refreshing.Store(false)
 	t = r.encode(now)
 	r.trailer.Store(t)
-	return t.md
+	return t
 }
 
-// encode encodes the load at now as a per-call trailer.
+// encode makes the per-call report at now.
 func (r *ORCA) encode(now time.Time) *orcaTrailer {
-	b, err := proto.Marshal(r.LoadAt(now).proto())
+	sm := r.serverMetrics(r.LoadAt(now))
+	b, err := proto.Marshal(loadReport(sm))
 	if err != nil { // cannot happen: the message holds only numbers
 		b = nil
 	}
-	return &orcaTrailer{at: now, md: metadata.MD{ORCATrailerKey: []string{string(b)}}}
+	return &orcaTrailer{at: now, sm: sm, md: metadata.MD{ORCATrailerKey: []string{string(b)}}}
 }
 
 // sample reads the counters at now.
@@ -443,30 +501,53 @@ func fraction(v float64) float64 {
 	return math.Min(v, 1)
 }
 
-// ServerMetrics returns the load now as grpc-go's orca package wants it:
-// an ORCA is an orca.ServerMetricsProvider, which may also be given to
-// orca.CallMetricsServerOption or orca.Register directly.
-func (r *ORCA) ServerMetrics() *orca.ServerMetrics {
-	l := r.Load()
-	return &orca.ServerMetrics{
-		CPUUtilization: l.CPU,
-		MemUtilization: -1,
-		AppUtilization: l.Application,
-		QPS:            l.QPS,
-		EPS:            l.EPS,
-		// Empty, not nil: orca merges a call's own metrics into them.
-		Utilization:  map[string]float64{},
-		RequestCost:  map[string]float64{},
-		NamedMetrics: map[string]float64{},
+// ServerMetrics returns the report now as grpc-go's orca package wants
+// it: the load (Load), under the application's metrics with
+// WithORCAServerMetrics. An ORCA is an orca.ServerMetricsProvider, which
+// may also be given to orca.CallMetricsServerOption or orca.Register
+// directly. The result is the caller's to change.
+func (r *ORCA) ServerMetrics() *orca.ServerMetrics { return r.serverMetrics(r.Load()) }
+
+// serverMetrics returns the application's metrics (WithORCAServerMetrics)
+// with l in the fields they leave unset; l alone without them.
+func (r *ORCA) serverMetrics(l Load) *orca.ServerMetrics {
+	sm := &orca.ServerMetrics{CPUUtilization: -1, MemUtilization: -1, AppUtilization: -1, QPS: -1, EPS: -1}
+	if r.o.app != nil {
+		if app := r.o.app.ServerMetrics(); app != nil {
+			sm.CPUUtilization, sm.MemUtilization, sm.AppUtilization = app.CPUUtilization, app.MemUtilization, app.AppUtilization
+			sm.QPS, sm.EPS = app.QPS, app.EPS
+			// Copies: a provider may hand out its own state.
+			sm.Utilization, sm.RequestCost, sm.NamedMetrics = maps.Clone(app.Utilization), maps.Clone(app.RequestCost), maps.Clone(app.NamedMetrics)
+		}
 	}
+	for _, f := range [...]struct {
+		dst *float64
+		v   float64
+	}{{&sm.CPUUtilization, l.CPU}, {&sm.AppUtilization, l.Application}, {&sm.QPS, l.QPS}, {&sm.EPS, l.EPS}} {
+		if *f.dst < 0 && f.v >= 0 {
+			*f.dst = f.v
+		}
+	}
+	// Empty, not nil: orca merges a call's own metrics into them.
+	for _, m := range [...]*map[string]float64{&sm.Utilization, &sm.RequestCost, &sm.NamedMetrics} {
+		if *m == nil {
+			*m = map[string]float64{}
+		}
+	}
+	return sm
 }
 
-// proto is l as an ORCA load report; fields not reported stay zero.
-func (l Load) proto() *v3orcapb.OrcaLoadReport {
+// loadReport is sm as an ORCA load report, as grpc-go's orca package
+// encodes it: fields not reported (negative) stay zero; the maps are sm's.
+func loadReport(sm *orca.ServerMetrics) *v3orcapb.OrcaLoadReport {
 	return &v3orcapb.OrcaLoadReport{
-		CpuUtilization:         max(l.CPU, 0),
-		ApplicationUtilization: max(l.Application, 0),
-		RpsFractional:          l.QPS,
-		Eps:                    l.EPS,
+		CpuUtilization:         max(sm.CPUUtilization, 0),
+		MemUtilization:         max(sm.MemUtilization, 0),
+		ApplicationUtilization: max(sm.AppUtilization, 0),
+		RpsFractional:          max(sm.QPS, 0),
+		Eps:                    max(sm.EPS, 0),
+		Utilization:            sm.Utilization,
+		RequestCost:            sm.RequestCost,
+		NamedMetrics:           sm.NamedMetrics,
 	}
 }

@@ -15,7 +15,8 @@ import (
 // with levee's per-call reports (WithORCAPerCall), and with grpc-go's
 // per-call reports (orca.CallMetricsServerOption with the ORCA as its
 // provider; it sends a trailer only for calls whose handler asked for a
-// recorder, so an interceptor asks on every call).
+// recorder, so an interceptor asks on every call), and with both: grpc-go's
+// option ahead of levee's per-call reports, which go into its recorder.
 func BenchmarkORCALoopback(b *testing.B) {
 	run := func(b *testing.B, sopts func(s *Server) []grpc.ServerOption) {
 		s, _ := chainServer(b)
@@ -49,6 +50,12 @@ func BenchmarkORCALoopback(b *testing.B) {
 				return h(ctx, req)
 			}
 			return append([]grpc.ServerOption{orca.CallMetricsServerOption(r), grpc.ChainUnaryInterceptor(ask)}, r.ServerOptions()...)
+		})
+	})
+	b.Run("grpc-callmetrics-levee-percall", func(b *testing.B) { // levee's report in the application's recorder
+		run(b, func(s *Server) []grpc.ServerOption {
+			r := mustORCA(b, s, WithORCACPU(&fixedUtil{}), WithORCACapacity(newFixedCap(4)), WithORCAPerCall())
+			return append([]grpc.ServerOption{orca.CallMetricsServerOption(nil)}, r.ServerOptions()...)
 		})
 	})
 }

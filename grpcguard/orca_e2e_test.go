@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"net"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -44,9 +45,12 @@ func (oobBuilder) Build(cc balancer.ClientConn, _ balancer.BuildOptions) balance
 // oobProbeKey carries the test's *oobProbe in the resolver state.
 type oobProbeKey struct{}
 
-// oobProbe receives the balancer's SubConn once it is ready.
+// oobProbe receives the balancer's SubConn once it is ready, and with
+// done set what grpc-go hands the balancer when each call ends (its
+// per-call load report in DoneInfo.ServerLoad).
 type oobProbe struct {
 	ready chan balancer.SubConn
+	done  func(balancer.DoneInfo)
 }
 
 type oobBalancer struct {
@@ -64,7 +68,7 @@ func (b *oobBalancer) UpdateClientConnState(s balancer.ClientConnState) error {
 	sc, err := b.cc.NewSubConn(s.ResolverState.Addresses, balancer.NewSubConnOptions{
 		StateListener: func(st balancer.SubConnState) {
 			if st.ConnectivityState == connectivity.Ready {
-				b.cc.UpdateState(balancer.State{ConnectivityState: connectivity.Ready, Picker: scPicker{sc}})
+				b.cc.UpdateState(balancer.State{ConnectivityState: connectivity.Ready, Picker: scPicker{sc, probe.done}})
 				once.Do(func() { probe.ready <- sc })
 			}
 		},
@@ -87,10 +91,41 @@ func (b *oobBalancer) Close() {
 	}
 }
 
-type scPicker struct{ sc balancer.SubConn }
+type scPicker struct {
+	sc   balancer.SubConn
+	done func(balancer.DoneInfo)
+}
 
 func (p scPicker) Pick(balancer.PickInfo) (balancer.PickResult, error) {
-	return balancer.PickResult{SubConn: p.sc}, nil
+	return balancer.PickResult{SubConn: p.sc, Done: p.done}, nil
+}
+
+// dialTestBalancer connects to addr through the test balancer and returns
+// its ready SubConn.
+func dialTestBalancer(t *testing.T, addr string, probe *oobProbe) (*grpc.ClientConn, balancer.SubConn) {
+	t.Helper()
+	probe.ready = make(chan balancer.SubConn, 1)
+	r := manual.NewBuilderWithScheme("orcaoob")
+	r.InitialState(resolver.State{
+		Addresses:  []resolver.Address{{Addr: addr}},
+		Attributes: attributes.New(oobProbeKey{}, probe),
+	})
+	conn, err := grpc.NewClient(r.Scheme()+":///server",
+		grpc.WithResolvers(r),
+		grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithDefaultServiceConfig(`{"loadBalancingConfig":[{"`+oobBalancerName+`":{}}]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	conn.Connect()
+	select {
+	case sc := <-probe.ready:
+		return conn, sc
+	case <-time.After(10 * time.Second):
+		t.Fatal("the test balancer's SubConn is not ready within 10s")
+		return nil, nil
+	}
 }
 
 // oobListener passes each report to a channel.
@@ -168,14 +203,20 @@ func startORCAServer(t *testing.T, work time.Duration, opts ...ORCAOption) *orca
 	if err := e.r.Register(gs); err != nil {
 		t.Fatalf("ORCA.Register() = %v", err)
 	}
+	e.addr = serveLoopback(t, gs)
+	return e
+}
+
+// serveLoopback serves gs on 127.0.0.1 until the test ends.
+func serveLoopback(t *testing.T, gs *grpc.Server) string {
+	t.Helper()
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	e.addr = lis.Addr().String()
 	go gs.Serve(lis)
 	t.Cleanup(gs.Stop)
-	return e
+	return lis.Addr().String()
 }
 
 // load runs workers calling EmptyCall back to back, and one calling
@@ -205,27 +246,7 @@ func load(client testgrpc.TestServiceClient, workers int) (stop func()) {
 // errors from the always-failing and the refused calls), then idle again.
 func TestORCAOutOfBandFollowsLoad(t *testing.T) {
 	e := startORCAServer(t, 10*time.Millisecond)
-	probe := &oobProbe{ready: make(chan balancer.SubConn, 1)}
-	r := manual.NewBuilderWithScheme("orcaoob")
-	r.InitialState(resolver.State{
-		Addresses:  []resolver.Address{{Addr: e.addr}},
-		Attributes: attributes.New(oobProbeKey{}, probe),
-	})
-	conn, err := grpc.NewClient(r.Scheme()+":///server",
-		grpc.WithResolvers(r),
-		grpc.WithTransportCredentials(insecure.NewCredentials()),
-		grpc.WithDefaultServiceConfig(`{"loadBalancingConfig":[{"`+oobBalancerName+`":{}}]}`))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	conn.Connect()
-	var sc balancer.SubConn
-	select {
-	case sc = <-probe.ready:
-	case <-time.After(10 * time.Second):
-		t.Fatal("the test balancer's SubConn is not ready within 10s")
-	}
+	conn, sc := dialTestBalancer(t, e.addr, &oobProbe{})
 	client := testgrpc.NewTestServiceClient(conn)
 
 	e.cpu.set(0.1)
@@ -369,5 +390,239 @@ func TestORCAStreamCountsAndReports(t *testing.T) {
 	}
 	if got := e.r.calls.Load(); got != 1 {
 		t.Errorf("ORCA counted %d calls after one stream, want 1", got)
+	}
+}
+
+// appORCAService records per-call ORCA metrics of its own through the
+// call's recorder, as an application with grpc-go's
+// orca.CallMetricsServerOption does: EmptyCall a named metric, a request
+// cost and a CPU utilisation, FullDuplexCall a named metric, UnaryCall
+// nothing.
+type appORCAService struct {
+	testgrpc.UnimplementedTestServiceServer
+}
+
+func (appORCAService) EmptyCall(ctx context.Context, _ *testgrpc.Empty) (*testgrpc.Empty, error) {
+	if rec := orca.CallMetricsRecorderFromContext(ctx); rec != nil {
+		rec.SetNamedMetric("queue", 7)
+		rec.SetRequestCost("rows", 3)
+		rec.SetCPUUtilization(0.9)
+	}
+	time.Sleep(time.Millisecond)
+	return &testgrpc.Empty{}, nil
+}
+
+func (appORCAService) UnaryCall(context.Context, *testgrpc.SimpleRequest) (*testgrpc.SimpleResponse, error) {
+	time.Sleep(time.Millisecond)
+	return &testgrpc.SimpleResponse{}, nil
+}
+
+func (appORCAService) FullDuplexCall(stream testgrpc.TestService_FullDuplexCallServer) error {
+	if rec := orca.CallMetricsRecorderFromContext(stream.Context()); rec != nil {
+		rec.SetNamedMetric("stream", 1)
+	}
+	for {
+		if _, err := stream.Recv(); err != nil {
+			return nil
+		}
+		if err := stream.Send(&testgrpc.StreamingOutputCallResponse{}); err != nil {
+			return err
+		}
+	}
+}
+
+// callReport is what a client sees of one call's per-call reports: how
+// many the trailer holds, and the one grpc-go hands the balancer (nil when
+// there is none, or more than one).
+type callReport struct {
+	inTrailer int
+	balancer  *v3orcapb.OrcaLoadReport
+}
+
+// TestORCAPerCallBesideApplicationRecorder: over loopback, a server with
+// grpc-go's orca.CallMetricsServerOption ahead of levee's options and a
+// handler that records its own metrics sends exactly one report per call,
+// which grpc-go's client hands its balancer, holding the application's
+// figures (its CPU utilisation over levee's) and levee's (rates,
+// application utilisation, CPU utilisation where the call set none).
+// Without the application's option levee's own trailer is the report, as
+// before; without WithORCAPerCall the application's reports are left as
+// they are.
+func TestORCAPerCallBesideApplicationRecorder(t *testing.T) {
+	tests := []struct {
+		name         string
+		app, perCall bool
+	}{
+		{name: "application and levee", app: true, perCall: true},
+		{name: "levee alone", perCall: true},
+		{name: "application alone", app: true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			s := mustServer(t, []Rule{{Guards: []admission.Guard{&switchGuard{}}}})
+			cpu := &fixedUtil{}
+			cpu.set(0.5)
+			opts := []ORCAOption{WithORCACPU(cpu), WithORCACapacity(newFixedCap(4)), WithORCAWindow(200 * time.Millisecond)}
+			if tt.perCall {
+				opts = append(opts, WithORCAPerCall())
+			}
+			r := mustORCA(t, s, opts...)
+			var sopts []grpc.ServerOption
+			if tt.app {
+				sopts = append(sopts, orca.CallMetricsServerOption(nil)) // first, as grpc-go asks
+			}
+			gs := grpc.NewServer(append(sopts, r.ServerOptions()...)...)
+			testgrpc.RegisterTestServiceServer(gs, appORCAService{})
+			addr := serveLoopback(t, gs)
+
+			var mu sync.Mutex
+			var last *v3orcapb.OrcaLoadReport
+			conn, _ := dialTestBalancer(t, addr, &oobProbe{done: func(di balancer.DoneInfo) {
+				lr, _ := di.ServerLoad.(*v3orcapb.OrcaLoadReport)
+				mu.Lock()
+				last = lr
+				mu.Unlock()
+			}})
+			client := testgrpc.NewTestServiceClient(conn)
+			call := func(f func(grpc.CallOption) error) callReport {
+				t.Helper()
+				var md metadata.MD
+				if err := f(grpc.Trailer(&md)); err != nil {
+					t.Fatal(err)
+				}
+				mu.Lock()
+				defer mu.Unlock()
+				return callReport{inTrailer: len(md.Get(ORCATrailerKey)), balancer: last}
+			}
+			unary := func() callReport {
+				return call(func(o grpc.CallOption) error {
+					_, err := client.UnaryCall(context.Background(), &testgrpc.SimpleRequest{}, o)
+					return err
+				})
+			}
+			for range 20 {
+				unary()
+			}
+			time.Sleep(30 * time.Millisecond) // past a tenth of the window: the next report counts those calls
+
+			empty := call(func(o grpc.CallOption) error {
+				_, err := client.EmptyCall(context.Background(), &testgrpc.Empty{}, o)
+				return err
+			})
+			plain := unary()
+			stream, err := client.FullDuplexCall(context.Background())
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := stream.Send(&testgrpc.StreamingOutputCallRequest{}); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := stream.Recv(); err != nil {
+				t.Fatal(err)
+			}
+			stream.CloseSend()
+			if _, err := stream.Recv(); err == nil {
+				t.Fatal("Recv() after CloseSend = nil, want the end of the stream")
+			}
+			streamed := len(stream.Trailer().Get(ORCATrailerKey))
+			streamLoad, err := toLoadReport(stream.Trailer())
+			if err != nil {
+				t.Fatal(err)
+			}
+
+			if empty.inTrailer != 1 || empty.balancer == nil {
+				t.Fatalf("EmptyCall: %d reports in the trailer, balancer's %v; want exactly one, handed to the balancer", empty.inTrailer, empty.balancer)
+			}
+			if streamed != 1 {
+				t.Fatalf("FullDuplexCall: %d reports in the trailer, want exactly one", streamed)
+			}
+			lr := empty.balancer
+			t.Logf("EmptyCall's report: %v", lr)
+			if tt.app {
+				if lr.NamedMetrics["queue"] != 7 || lr.RequestCost["rows"] != 3 || lr.CpuUtilization != 0.9 {
+					t.Errorf("EmptyCall's report = %v, want the application's queue 7, rows 3 and cpu 0.9", lr)
+				}
+				if streamLoad.NamedMetrics["stream"] != 1 {
+					t.Errorf("FullDuplexCall's report = %v, want the application's stream 1", streamLoad)
+				}
+			} else if len(lr.NamedMetrics) != 0 || len(lr.RequestCost) != 0 || lr.CpuUtilization != 0.5 {
+				t.Errorf("EmptyCall's report = %v, want levee's cpu 0.5 and no figure of the application's", lr)
+			}
+			if tt.perCall {
+				if lr.RpsFractional <= 0 || lr.ApplicationUtilization <= 0 {
+					t.Errorf("EmptyCall's report = %v, want levee's rps and application utilisation (> 0)", lr)
+				}
+				if plain.inTrailer != 1 || plain.balancer == nil || plain.balancer.CpuUtilization != 0.5 || plain.balancer.RpsFractional <= 0 || len(plain.balancer.NamedMetrics) != 0 {
+					t.Errorf("UnaryCall: %d reports in the trailer, balancer's %v; want exactly one with levee's cpu 0.5 and rps > 0 alone", plain.inTrailer, plain.balancer)
+				}
+				if streamLoad.RpsFractional <= 0 || streamLoad.CpuUtilization != 0.5 {
+					t.Errorf("FullDuplexCall's report = %v, want levee's rps (> 0) and cpu 0.5", streamLoad)
+				}
+			} else {
+				if lr.RpsFractional != 0 || lr.ApplicationUtilization != 0 {
+					t.Errorf("EmptyCall's report = %v, want the application's alone: no rps or application utilisation", lr)
+				}
+				if plain.inTrailer != 0 || plain.balancer != nil {
+					t.Errorf("UnaryCall, which records nothing: %d reports in the trailer, balancer's %v; want none", plain.inTrailer, plain.balancer)
+				}
+			}
+		})
+	}
+}
+
+// TestORCAOutOfBandBesideApplicationRecorder: an application that keeps an
+// orca.ServerMetricsRecorder for its out-of-band reports gives it to
+// WithORCAServerMetrics and registers the ORCA in place of its own
+// service; a client's out-of-band listener then gets one report with the
+// application's figures (its CPU utilisation over levee's) and levee's,
+// following both. A second OpenRcaService is an error, not grpc-go's exit.
+func TestORCAOutOfBandBesideApplicationRecorder(t *testing.T) {
+	app := orca.NewServerMetricsRecorder()
+	app.SetCPUUtilization(0.9)
+	app.SetMemoryUtilization(0.3)
+	app.SetNamedUtilization("db", 0.6)
+	s := mustServer(t, []Rule{{Guards: []admission.Guard{&switchGuard{}}}})
+	cpu := &fixedUtil{}
+	cpu.set(0.2)
+	r := mustORCA(t, s, WithORCACPU(cpu), WithORCACapacity(newFixedCap(4)), WithORCAServerMetrics(app))
+	gs := grpc.NewServer(r.ServerOptions()...)
+	testgrpc.RegisterTestServiceServer(gs, appORCAService{})
+	if err := r.Register(gs); err != nil {
+		t.Fatalf("ORCA.Register() = %v", err)
+	}
+	if err := r.Register(gs); err == nil || !strings.Contains(err.Error(), "WithORCAServerMetrics") {
+		t.Errorf("ORCA.Register() on a server that has the service = %v, want an error pointing to WithORCAServerMetrics", err)
+	}
+	own := grpc.NewServer()
+	if err := orca.Register(own, orca.ServiceOptions{ServerMetricsProvider: app}); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Register(own); err == nil {
+		t.Error("ORCA.Register() on a server with the application's own OpenRcaService = nil, want an error")
+	}
+	own.Stop()
+	addr := serveLoopback(t, gs)
+	conn, sc := dialTestBalancer(t, addr, &oobProbe{})
+	client := testgrpc.NewTestServiceClient(conn)
+	for range 20 {
+		if _, err := client.UnaryCall(context.Background(), &testgrpc.SimpleRequest{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	lr := oobReport(t, sc)
+	t.Logf("out-of-band report: %v", lr)
+	if lr.CpuUtilization != 0.9 || lr.MemUtilization != 0.3 || lr.Utilization["db"] != 0.6 {
+		t.Errorf("report = %v, want the application's cpu 0.9, mem 0.3 and db 0.6", lr)
+	}
+	if lr.RpsFractional <= 0 || lr.ApplicationUtilization <= 0 {
+		t.Errorf("report = %v, want levee's rps and application utilisation (> 0)", lr)
+	}
+
+	app.DeleteCPUUtilization()
+	app.SetNamedUtilization("db", 0.4)
+	lr = oobReport(t, sc)
+	if lr.CpuUtilization != 0.2 || lr.Utilization["db"] != 0.4 || lr.MemUtilization != 0.3 {
+		t.Errorf("report after the application deleted its CPU = %v, want levee's cpu 0.2, the application's db 0.4 and mem 0.3", lr)
 	}
 }

@@ -3,7 +3,9 @@ package grpcguard
 import (
 	"context"
 	"errors"
+	"maps"
 	"math"
+	"reflect"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -12,6 +14,7 @@ import (
 	v3orcapb "github.com/cncf/xds/go/xds/data/orca/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/orca"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/levee-go/levee/admission"
@@ -66,6 +69,7 @@ func TestNewORCARejectsBadOptions(t *testing.T) {
 		{"negative window", []ORCAOption{WithORCAWindow(-time.Second)}, []string{"WithORCAWindow", "got -1s"}},
 		{"interval below grpc-go's", []ORCAOption{WithORCAMinInterval(time.Second)}, []string{"WithORCAMinInterval", ">= 30s", "got 1s"}},
 		{"both", []ORCAOption{WithORCAWindow(-1), WithORCAMinInterval(0)}, []string{"WithORCAWindow", "got -1ns", "WithORCAMinInterval", "got 0s"}},
+		{"nil application metrics", []ORCAOption{WithORCAServerMetrics(nil)}, []string{"WithORCAServerMetrics", "nil"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -355,5 +359,89 @@ func TestORCAWeightIsLimitOverLatency(t *testing.T) {
 		if got := wrrWeight(l); math.Abs(got-tt.want) > 1e-6 {
 			t.Errorf("%s: weight of %+v = %v, want %v", tt.name, l, got, tt.want)
 		}
+	}
+}
+
+// fixedMetrics is a ServerMetricsProvider that hands out one value, as a
+// provider of the application's making may (nil maps included).
+type fixedMetrics struct{ sm *orca.ServerMetrics }
+
+func (f fixedMetrics) ServerMetrics() *orca.ServerMetrics { return f.sm }
+
+func unsetMetrics() *orca.ServerMetrics {
+	return &orca.ServerMetrics{CPUUtilization: -1, MemUtilization: -1, AppUtilization: -1, QPS: -1, EPS: -1}
+}
+
+// TestORCAServerMetricsUnderApplication: with WithORCAServerMetrics a
+// report is the application's metrics with levee's figures in the fields
+// the application leaves unset; what it sets wins, its other figures pass
+// through, and the ORCA never writes to what the provider handed out.
+func TestORCAServerMetricsUnderApplication(t *testing.T) {
+	levee := Load{CPU: 0.25, Application: 0.5, QPS: 40, EPS: 4}
+	tests := []struct {
+		name string
+		give *orca.ServerMetrics // the application's; nil: no WithORCAServerMetrics
+		want *orca.ServerMetrics
+	}{
+		{name: "no application metrics", want: &orca.ServerMetrics{CPUUtilization: 0.25, MemUtilization: -1, AppUtilization: 0.5, QPS: 40, EPS: 4}},
+		{name: "application sets nothing", give: unsetMetrics(),
+			want: &orca.ServerMetrics{CPUUtilization: 0.25, MemUtilization: -1, AppUtilization: 0.5, QPS: 40, EPS: 4}},
+		{name: "application's CPU and memory win",
+			give: &orca.ServerMetrics{CPUUtilization: 0.9, MemUtilization: 0.3, AppUtilization: -1, QPS: -1, EPS: -1},
+			want: &orca.ServerMetrics{CPUUtilization: 0.9, MemUtilization: 0.3, AppUtilization: 0.5, QPS: 40, EPS: 4}},
+		{name: "application sets every field, zero included",
+			give: &orca.ServerMetrics{CPUUtilization: 0, MemUtilization: 0.1, AppUtilization: 2, QPS: 7, EPS: 0},
+			want: &orca.ServerMetrics{CPUUtilization: 0, MemUtilization: 0.1, AppUtilization: 2, QPS: 7, EPS: 0}},
+		{name: "named figures pass through",
+			give: &orca.ServerMetrics{CPUUtilization: -1, MemUtilization: -1, AppUtilization: -1, QPS: -1, EPS: -1,
+				Utilization: map[string]float64{"db": 0.6}, RequestCost: map[string]float64{"rows": 3}, NamedMetrics: map[string]float64{"queue": 7}},
+			want: &orca.ServerMetrics{CPUUtilization: 0.25, MemUtilization: -1, AppUtilization: 0.5, QPS: 40, EPS: 4,
+				Utilization: map[string]float64{"db": 0.6}, RequestCost: map[string]float64{"rows": 3}, NamedMetrics: map[string]float64{"queue": 7}}},
+	}
+	s := mustServer(t, []Rule{{Guards: []admission.Guard{&switchGuard{}}}})
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var opts []ORCAOption
+			var before *orca.ServerMetrics
+			if tt.give != nil {
+				opts = append(opts, WithORCAServerMetrics(fixedMetrics{tt.give}))
+				before = &orca.ServerMetrics{}
+				*before = *tt.give
+				before.Utilization, before.RequestCost, before.NamedMetrics = maps.Clone(tt.give.Utilization), maps.Clone(tt.give.RequestCost), maps.Clone(tt.give.NamedMetrics)
+			}
+			r := mustORCA(t, s, opts...)
+			got := r.serverMetrics(levee)
+			for _, m := range []*map[string]float64{&tt.want.Utilization, &tt.want.RequestCost, &tt.want.NamedMetrics} {
+				if *m == nil {
+					*m = map[string]float64{}
+				}
+			}
+			if !reflect.DeepEqual(got, tt.want) {
+				t.Errorf("ORCA.serverMetrics(%+v) = %+v, want %+v", levee, got, tt.want)
+			}
+			got.Utilization["levee"] = 1 // the result is the caller's
+			if tt.give != nil && !reflect.DeepEqual(tt.give, before) {
+				t.Errorf("the application's metrics changed to %+v, want %+v", tt.give, before)
+			}
+		})
+	}
+}
+
+// TestFillRecorderKeepsTheCallsFigures: levee's report goes into a call's
+// recorder field by field, where the call has set nothing; what the call
+// set, a zero included, wins.
+func TestFillRecorderKeepsTheCallsFigures(t *testing.T) {
+	rec := orca.NewServerMetricsRecorder().(orca.CallMetricsRecorder)
+	rec.SetCPUUtilization(0.9)
+	rec.SetEPS(0)
+	rec.SetNamedMetric("queue", 7)
+	rec.SetRequestCost("rows", 3)
+	sm := &orca.ServerMetrics{CPUUtilization: 0.25, MemUtilization: -1, AppUtilization: 0.5, QPS: 40, EPS: 4,
+		Utilization: map[string]float64{"db": 0.6}, RequestCost: map[string]float64{"rows": 1}, NamedMetrics: map[string]float64{"queue": 1, "levee": 2}}
+	fillRecorder(rec, sm)
+	want := &orca.ServerMetrics{CPUUtilization: 0.9, MemUtilization: -1, AppUtilization: 0.5, QPS: 40, EPS: 0,
+		Utilization: map[string]float64{"db": 0.6}, RequestCost: map[string]float64{"rows": 3}, NamedMetrics: map[string]float64{"queue": 7, "levee": 2}}
+	if got := rec.ServerMetrics(); !reflect.DeepEqual(got, want) {
+		t.Errorf("recorder after fillRecorder = %+v, want %+v", got, want)
 	}
 }

@@ -203,8 +203,24 @@ func WithCode(c codes.Code) Option { return func(o *options) { o.code = c } }
 // then sent the slower one more calls. ServerOptions then installs the
 // reports' counting around the guards; Server.ORCA().Register installs the
 // out-of-band service. opts tune it, after the preset's own
-// (grpcguard.WithORCAPerCall adds a report to every call's trailer,
+// (grpcguard.WithORCAPerCall adds a report to every call,
 // grpcguard.WithORCACapacity replaces the CPUs). Default: no reports.
+//
+// A server that sends ORCA reports of its own keeps one report per call
+// and one out-of-band service, the application's figures winning field by
+// field over levee's:
+//
+//	app := orca.NewServerMetricsRecorder() // the application's out-of-band figures
+//	p, err := protect.New(protect.WithORCA(grpcguard.WithORCAPerCall(), grpcguard.WithORCAServerMetrics(app)))
+//	...
+//	srv := grpc.NewServer(append([]grpc.ServerOption{orca.CallMetricsServerOption(nil)}, p.ServerOptions()...)...)
+//	err = p.ORCA().Register(srv) // in place of orca.Register(srv, orca.ServiceOptions{ServerMetricsProvider: app})
+//
+// grpc-go's orca.CallMetricsServerOption comes first, so that levee's
+// per-call figures go into the call's recorder (after the preset's
+// options, a call would carry two reports and grpc-go's clients drop
+// both); a second OpenRcaService would exit the process, so the ORCA,
+// which serves app's figures too, replaces the application's.
 func WithORCA(opts ...grpcguard.ORCAOption) Option {
 	return func(o *options) { o.orca, o.orcaOpts = true, opts }
 }
