@@ -77,8 +77,9 @@ type Server struct {
 	// Swap never splits a call between two sets.
 	set     atomic.Pointer[ruleSet]
 	swap    sync.Mutex // serialises Swap
-	clock   clock.Mono // in-package tests set clock.Fake
-	streams *streams
+	clock    clock.Mono // in-package tests set clock.Fake
+	streams  *streams
+	overload sustained
 }
 
 // New compiles rules into a Server. It returns an error naming the rule
@@ -191,14 +192,20 @@ type callState struct {
 	rule    *rule
 	call    admission.Call
 	permits admission.Permits
-	phase   atomic.Uint32 // phaseAdmitted → phaseRunning | phaseDone
+	phase   atomic.Uint32 // phaseAdmitted → phaseRunning | phaseDone; or phaseRefused
 	stop    func() bool
+
+	// A call the tap refused under sustained overload, to be refused by
+	// the interceptor with a pushback trailer (see sustained.go).
+	refused   admission.Decision
+	refusedBy string // the refusing guard's name
 }
 
 const (
 	phaseAdmitted = iota
 	phaseRunning
 	phaseDone
+	phaseRefused // refused in the tap; the interceptor answers
 )
 
 type stateKey struct{}
@@ -227,6 +234,15 @@ func (s *Server) TapHandle(ctx context.Context, info *tap.Info) (context.Context
 	st.call.Stream = s.streams.isStream(info.FullMethodName)
 	r.describe(ctx, info.Header, &st.call)
 	if i, d := r.Admit(&st.call, &st.permits); i >= 0 {
+		if s.overload.refused(st.call.Now, d) {
+			// Sustained overload: let the interceptor refuse it, with a
+			// trailer that tells the client not to retry.
+			st.call.Ctx = nil
+			st.Context = ctx
+			st.refused, st.refusedBy = d, r.Guard(i).Name()
+			st.phase.Store(phaseRefused)
+			return st, nil
+		}
 		return nil, refusalStatus(ctx, r.code, r.Guard(i).Name(), d, st.call.Key).Err()
 	}
 	st.call.Ctx = nil // the stream's context replaces the transport's
@@ -248,6 +264,9 @@ func (s *Server) start(ctx context.Context, st *callState, stream bool) (admissi
 	c := st.call
 	c.Ctx = ctx
 	c.Stream = stream
+	if st.phase.Load() == phaseRefused {
+		return c, refusalStatus(ctx, st.rule.code, st.refusedBy, st.refused, c.Key), noRetry(st.refused)
+	}
 	now := s.now()
 	c.Queued = now.Sub(c.Now)
 	c.Now = now
@@ -265,7 +284,11 @@ func (s *Server) start(ctx context.Context, st *callState, stream bool) (admissi
 	if i, d := st.rule.Start(&c, &st.permits); i >= 0 {
 		st.phase.Store(phaseDone)
 		st.stop()
-		return c, refusalStatus(ctx, st.rule.code, st.rule.Guard(i).Name(), d, c.Key), d
+		pb := d
+		if s.overload.refused(now, d) {
+			pb = noRetry(d)
+		}
+		return c, refusalStatus(ctx, st.rule.code, st.rule.Guard(i).Name(), d, c.Key), pb
 	}
 	if st.rule.HasStarters() {
 		c.Now = s.now() // the handler starts after its turn: see outcome
