@@ -176,7 +176,11 @@ type callState struct {
 	call    admission.Call
 	permits admission.Permits
 	phase   atomic.Uint32 // phaseAdmitted → phaseRunning | phaseDone
-	stop    func() bool
+	// stop unregisters abandon. It is set after context.AfterFunc returns,
+	// possibly after abandon has started (a stream whose context ended in
+	// the tap), so abandon never reads it; start and end, which run on
+	// the handler's goroutine after the tap returned, do.
+	stop func() bool
 }
 
 const (
