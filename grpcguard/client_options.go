@@ -89,9 +89,12 @@ func WithBreaker(f func(target, method string) []breaker.Option) ClientOption {
 
 // WithThrottle sets how the adaptive throttle of each (target, method)
 // pair is configured: f returns the options given to throttle.New. It is
-// called like WithBreaker's. WithThrottle(nil) creates no throttles.
-// Default: a throttle with throttle.New's defaults (K = 2 over 2 minutes,
-// counting the calls sent).
+// called like WithBreaker's, so every parameter of the throttle is one of
+// f's options: throttle.WithK, throttle.WithWindow,
+// throttle.WithMinRequests, throttle.WithThrottledCounted. WithThrottle(nil)
+// creates no throttles. Default: a throttle with throttle.New's defaults
+// (K = 2 over 2 minutes, counting the calls sent, dropping nothing until
+// the window holds throttle.DefaultMinRequests calls).
 func WithThrottle(f func(target, method string) []throttle.Option) ClientOption {
 	return func(o *clientOptions) { o.throttle = f }
 }

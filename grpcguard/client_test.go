@@ -232,7 +232,8 @@ func TestBreakerGuard(t *testing.T) {
 
 func TestThrottleGuard(t *testing.T) {
 	clk := newCliClock()
-	thr := mustThrottle(t, throttle.WithRandom(func() float64 { return 0 })) // drop whenever P > 0
+	// drop whenever P > 0, with the formula from the first request
+	thr := mustThrottle(t, throttle.WithRandom(func() float64 { return 0 }), throttle.WithMinRequests(0))
 	g := throttle.NewGuard("throttle", thr, Judge(ClassifyError))
 	finish := func(o admission.Outcome) {
 		t.Helper()
@@ -755,7 +756,8 @@ func TestClientRecoveryAfterIncident(t *testing.T) {
 				breaker.WithWaitInOpen(time.Second), breaker.WithHalfOpenCalls(2)}
 		}),
 		WithThrottle(func(string, string) []throttle.Option {
-			return []throttle.Option{throttle.WithWindow(3*time.Second, 10), throttle.WithRandom(func() float64 { return 0.75 })} // drop when P > 0.75
+			// drop when P > 0.75, from the first request: 4 failures are enough
+			return []throttle.Option{throttle.WithWindow(3*time.Second, 10), throttle.WithRandom(func() float64 { return 0.75 }), throttle.WithMinRequests(0)}
 		}))
 	cc := cliConn(t, "passthrough:///inventory")
 	unary := c.UnaryClientInterceptor()
@@ -823,7 +825,9 @@ func TestClientOpenProbes(t *testing.T) {
 				breaker.WithWaitInOpen(time.Minute), breaker.WithHalfOpenCalls(2)}
 		}),
 		WithThrottle(func(string, string) []throttle.Option {
-			return []throttle.Option{throttle.WithRandom(func() float64 { return 0.75 })} // drop when P > 0.75
+			// drop when P > 0.75, from the first request: the 7 failures
+			// below would have it drop, were it not deferring to the breaker
+			return []throttle.Option{throttle.WithRandom(func() float64 { return 0.75 }), throttle.WithMinRequests(0)}
 		}))
 	cc := cliConn(t, "passthrough:///inventory")
 	unary := c.UnaryClientInterceptor()
