@@ -135,8 +135,20 @@ func WithClientGuards(f func(target, method string) []admission.Guard) ClientOpt
 
 // WithClassifier sets how finished calls are judged by the throttles
 // (Success: accepted; Failure: not accepted; Ignore: not recorded) and by
-// the breakers the Client creates. It must be safe for concurrent use.
-// Default: ClassifyError.
+// the breakers the Client creates. It is the way for an application to
+// say that an error of its own means overload: by default (ClassifyError)
+// only UNAVAILABLE, DEADLINE_EXCEEDED and a server's RESOURCE_EXHAUSTED
+// count against a downstream, and every other answer of the application —
+// UNKNOWN, INTERNAL, NOT_FOUND, a plain Go error — is an accept. Return
+// Failure for the errors that mean your downstream is overloaded, Ignore
+// for those that say nothing about it, and ClassifyError(err) for the
+// rest, so that local refusals stay ignored. f sees the call's error as
+// the invoker returned it, a status for a call that reached the server,
+// and nil for a success, which it should classify without allocating
+// (the admitted path allocates nothing). It must be safe for concurrent
+// use. The breakers get f with breaker.WithClassifier
+// before WithBreaker's options, so a breaker.WithClassifier there judges
+// the breaker alone. Default: ClassifyError. f must not be nil.
 func WithClassifier(f func(err error) breaker.Outcome) ClientOption {
 	return func(o *clientOptions) { o.classify = f }
 }
