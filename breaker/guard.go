@@ -19,7 +19,8 @@ const (
 // call's error and duration to the Permit (Done, which counts a call
 // finished twice once), and the breaker's own
 // classifier judges the error (give it WithClassifier to judge a
-// transport's errors, such as grpcguard.ClassifyError). A call that a
+// transport's errors, such as grpcguard.ClassifyError, which counts only
+// overload answers; DefaultClassifier counts every error). A call that a
 // later guard refused is reported as a local refusal, which the breaker
 // ignores by default (see WithLocalRefusalsCounted), so a half-open probe
 // permit goes back. The refusal has no retry delay: the breaker does not

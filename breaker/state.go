@@ -144,7 +144,10 @@ func isLocalRefusal(err error) bool {
 // DefaultClassifier is the classifier used unless WithClassifier is given:
 // a nil error is a Success, an error matching context.Canceled is ignored
 // (the caller gave up; the backend is not to blame) and every other error
-// is a Failure. Deadline errors are failures.
+// is a Failure. Deadline errors are failures. It knows no transport, so
+// it cannot tell an application's errors from a backend's overload: give
+// a breaker of gRPC calls grpcguard.ClassifyError (levee's gRPC client
+// does), which counts only overload answers.
 func DefaultClassifier(err error) Outcome {
 	if err == nil {
 		return Success

@@ -40,8 +40,11 @@ import (
 // give back what they granted. A call that is sent is finished at every
 // guard with its error and duration; the classifier (WithClassifier,
 // default ClassifyError) decides what the throttle and the breakers count
-// as failures. A local refusal is never counted as the backend's failure,
-// by this Client's guards or by breakers further out.
+// as failures: by default only the backend's overload answers
+// (UNAVAILABLE, DEADLINE_EXCEEDED, a server's RESOURCE_EXHAUSTED), never
+// an application error such as UNKNOWN, INTERNAL or NOT_FOUND. A local
+// refusal is never counted as the backend's failure, by this Client's
+// guards or by breakers further out.
 //
 // Breakers, throttles and buckets are created lazily, on a target's or a
 // pair's first call, and live as long as the Client; their number is

@@ -421,7 +421,7 @@ func TestClientStreamsOverGRPC(t *testing.T) {
 		clk := newCliClock()
 		c := mustClient(t, clk, WithThrottle(nil), smallBreaker(4, 1, nil))
 		svc := &cliService{}
-		svc.plan(func(int64) bool { return true }, codes.Internal, "")
+		svc.plan(func(int64) bool { return true }, codes.Unavailable, "")
 		client, _ := serveCli(t, svc, nil, c.DialOptions()...)
 		for i := range 4 {
 			st, err := client.StreamingOutputCall(ctx, &testgrpc.StreamingOutputCallRequest{})
@@ -435,14 +435,36 @@ func TestClientStreamsOverGRPC(t *testing.T) {
 				}
 				n++
 			}
-			if n != 2 || status.Code(err) != codes.Internal {
-				t.Fatalf("stream %d: %d messages then %v, want 2 then INTERNAL", i+1, n, err)
+			if n != 2 || status.Code(err) != codes.Unavailable {
+				t.Fatalf("stream %d: %d messages then %v, want 2 then UNAVAILABLE", i+1, n, err)
 			}
 		}
 		_, err := client.StreamingOutputCall(ctx, &testgrpc.StreamingOutputCallRequest{})
 		wantLocalRefusal(t, "stream after 4 failed streams", err, breaker.ErrOpen)
 		if got := svc.streams.Load(); got != 4 {
 			t.Errorf("server saw %d streams, want 4", got)
+		}
+	})
+
+	t.Run("streams ending with an application error do not trip it", func(t *testing.T) {
+		c := mustClient(t, newCliClock(), WithThrottle(nil), smallBreaker(4, 1, nil))
+		svc := &cliService{}
+		svc.plan(func(int64) bool { return true }, codes.Internal, "")
+		client, cc := serveCli(t, svc, nil, c.DialOptions()...)
+		for i := range 5 {
+			st, err := client.StreamingOutputCall(ctx, &testgrpc.StreamingOutputCallRequest{})
+			if err != nil {
+				t.Fatalf("stream %d: open = %v, want opened", i+1, err)
+			}
+			for err == nil {
+				_, err = st.Recv()
+			}
+			if status.Code(err) != codes.Internal {
+				t.Fatalf("stream %d ended with %v, want the server's INTERNAL", i+1, err)
+			}
+		}
+		if s := c.Breaker(cc.Target(), outputCall).Snapshot(); s.Successes != 5 || s.Failures != 0 {
+			t.Errorf("breaker after 5 INTERNAL streams: %d successes, %d failures; want 5, 0", s.Successes, s.Failures)
 		}
 	})
 
@@ -683,4 +705,111 @@ func (g *countingGuard) Finish(_ admission.Call, _ admission.Permit, o admission
 		return
 	}
 	g.finished.Add(1)
+}
+
+// appErrService answers EmptyCall with its plan's error for call n (a
+// handler's plain Go error reaches the client as UNKNOWN), and UnaryCall
+// always with UNAVAILABLE, as an overloaded server does.
+type appErrService struct {
+	testgrpc.UnimplementedTestServiceServer
+	calls, unary atomic.Int64
+	plan         func(n int64) error
+}
+
+func (s *appErrService) EmptyCall(context.Context, *testgrpc.Empty) (*testgrpc.Empty, error) {
+	if err := s.plan(s.calls.Add(1)); err != nil {
+		return nil, err
+	}
+	return &testgrpc.Empty{}, nil
+}
+
+func (s *appErrService) UnaryCall(context.Context, *testgrpc.SimpleRequest) (*testgrpc.SimpleResponse, error) {
+	s.unary.Add(1)
+	return nil, status.Error(codes.Unavailable, "overloaded")
+}
+
+// TestClientApplicationErrorsOverGRPC: with the default breaker and
+// throttle, the backend's application errors never make the client refuse
+// a call. The sequence of issue 21 — one success, two plain Go errors
+// (UNKNOWN), after which the throttle used to drop one call in four —
+// then 300 calls two in three of which fail with UNKNOWN, INTERNAL or
+// NOT_FOUND: every call is sent, the throttle counts every one as
+// accepted, the breaker records no failure. Overload answers still count:
+// 100 UNAVAILABLE answers (the breaker's and the throttle's minimum) open
+// the breaker.
+func TestClientApplicationErrorsOverGRPC(t *testing.T) {
+	clk := newCliClock()
+	c := mustClient(t, clk)
+	svc := &appErrService{plan: func(n int64) error {
+		switch {
+		case n == 1:
+			return nil
+		case n <= 3:
+			return errors.New("inventory: sku table: boom")
+		}
+		switch n % 4 {
+		case 0:
+			return errors.New("inventory: sku table: boom")
+		case 1:
+			return status.Error(codes.Internal, "inventory: nil map")
+		case 2:
+			return status.Error(codes.NotFound, "inventory: unknown sku")
+		}
+		return nil
+	}}
+	gs := grpc.NewServer()
+	testgrpc.RegisterTestServiceServer(gs, svc)
+	lis := bufconn.Listen(1 << 20)
+	go func() { _ = gs.Serve(lis) }()
+	defer gs.Stop()
+	cc, err := grpc.NewClient("passthrough:///downstream", append(c.DialOptions(),
+		grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithContextDialer(func(ctx context.Context, _ string) (net.Conn, error) { return lis.DialContext(ctx) }))...)
+	if err != nil {
+		t.Fatalf("grpc.NewClient() = %v", err)
+	}
+	defer cc.Close()
+	client := testgrpc.NewTestServiceClient(cc)
+	ctx := context.Background()
+
+	const calls = 303
+	for i := 1; i <= calls; i++ {
+		clk.advance(time.Millisecond)
+		_, err := client.EmptyCall(ctx, &testgrpc.Empty{})
+		if errors.Is(err, ErrClientRefused) {
+			t.Fatalf("call %d refused by the client: %v; want every call sent", i, err)
+		}
+		if i == 2 && status.Code(err) != codes.Unknown {
+			t.Fatalf("call 2 = %v, want UNKNOWN (a handler's plain Go error)", err)
+		}
+	}
+	if got := svc.calls.Load(); got != calls {
+		t.Errorf("server saw %d calls, want %d", got, calls)
+	}
+	if s := c.Throttle(cc.Target(), cliEmptyCall).SnapshotAt(clk.now()); s.Requests != calls || s.Accepts != calls || s.Throttled != 0 {
+		t.Errorf("throttle: %d requests, %d accepts, %d dropped; want %d, %d, 0", s.Requests, s.Accepts, s.Throttled, calls, calls)
+	}
+	brk := c.Breaker(cc.Target(), cliEmptyCall)
+	if s := brk.Snapshot(); s.Failures != 0 || s.State != breaker.StateClosed {
+		t.Errorf("breaker: %d failures, %v; want 0, closed", s.Failures, s.State)
+	}
+
+	const unaryCall = "/grpc.testing.TestService/UnaryCall"
+	for i := 1; i <= 110; i++ {
+		clk.advance(time.Millisecond)
+		_, err := client.UnaryCall(ctx, &testgrpc.SimpleRequest{})
+		if i <= 100 {
+			if status.Code(err) != codes.Unavailable || errors.Is(err, ErrClientRefused) {
+				t.Fatalf("overload call %d = %v, want the server's UNAVAILABLE", i, err)
+			}
+			continue
+		}
+		wantLocalRefusal(t, fmt.Sprintf("overload call %d, after 100 UNAVAILABLE", i), err, breaker.ErrOpen)
+	}
+	if got := svc.unary.Load(); got != 100 {
+		t.Errorf("server saw %d overloaded calls, want 100", got)
+	}
+	if p := c.Throttle(cc.Target(), unaryCall).ProbabilityAt(clk.now()); p < 0.99 {
+		t.Errorf("throttle P after 100 UNAVAILABLE = %v, want 100/101", p)
+	}
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log"
+	"strings"
 	"time"
 
 	"google.golang.org/grpc"
@@ -77,4 +78,50 @@ func ExampleWithTargetLimiter() {
 	}
 	fmt.Println(len(guard.DialOptions()), "dial options")
 	// Output: 2 dial options
+}
+
+// An application that knows one of its errors means overload says so with
+// a classifier. Here the inventory server answers ABORTED "inventory:
+// database pool exhausted" when its connection pool is full: for its
+// callers that is overload, while its other answers, UNKNOWN included,
+// stay accepts as ClassifyError has them.
+func ExampleWithClassifier() {
+	classify := func(err error) breaker.Outcome {
+		if st, ok := status.FromError(err); ok && st.Code() == codes.Aborted &&
+			strings.HasPrefix(st.Message(), "inventory: database pool exhausted") {
+			return breaker.Failure
+		}
+		return grpcguard.ClassifyError(err) // local refusals stay ignored
+	}
+	guard, err := grpcguard.NewClient(grpcguard.WithClassifier(classify))
+	if err != nil {
+		log.Fatal(err)
+	}
+	conn, err := grpc.NewClient("passthrough:///inventory:50051",
+		append(guard.DialOptions(), grpc.WithTransportCredentials(insecure.NewCredentials()))...)
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer conn.Close()
+
+	// An invoker standing for the network gives the server's answers.
+	answers := []error{
+		nil,
+		status.Error(codes.Unknown, "inventory: nil map"), // a handler's plain Go error
+		status.Error(codes.Aborted, "inventory: order changed, retry the transaction"),
+		status.Error(codes.Aborted, "inventory: database pool exhausted"),
+	}
+	const method = "/corecart.inventory.v1.InventoryService/Allocate"
+	unary := guard.UnaryClientInterceptor()
+	for _, answer := range answers {
+		_ = unary(context.Background(), method, nil, nil, conn,
+			func(context.Context, string, any, any, *grpc.ClientConn, ...grpc.CallOption) error { return answer })
+	}
+	th := guard.Throttle(conn.Target(), method).Snapshot()
+	br := guard.Breaker(conn.Target(), method).Snapshot()
+	fmt.Printf("throttle: %d requests, %d accepted\n", th.Requests, th.Accepts)
+	fmt.Printf("breaker: %d successes, %d failures\n", br.Successes, br.Failures)
+	// Output:
+	// throttle: 4 requests, 3 accepted
+	// breaker: 3 successes, 1 failures
 }

@@ -89,9 +89,12 @@ func WithBreaker(f func(target, method string) []breaker.Option) ClientOption {
 
 // WithThrottle sets how the adaptive throttle of each (target, method)
 // pair is configured: f returns the options given to throttle.New. It is
-// called like WithBreaker's. WithThrottle(nil) creates no throttles.
-// Default: a throttle with throttle.New's defaults (K = 2 over 2 minutes,
-// counting the calls sent).
+// called like WithBreaker's, so every parameter of the throttle is one of
+// f's options: throttle.WithK, throttle.WithWindow,
+// throttle.WithMinRequests, throttle.WithThrottledCounted. WithThrottle(nil)
+// creates no throttles. Default: a throttle with throttle.New's defaults
+// (K = 2 over 2 minutes, counting the calls sent, dropping nothing until
+// the window holds throttle.DefaultMinRequests calls).
 func WithThrottle(f func(target, method string) []throttle.Option) ClientOption {
 	return func(o *clientOptions) { o.throttle = f }
 }
@@ -132,8 +135,20 @@ func WithClientGuards(f func(target, method string) []admission.Guard) ClientOpt
 
 // WithClassifier sets how finished calls are judged by the throttles
 // (Success: accepted; Failure: not accepted; Ignore: not recorded) and by
-// the breakers the Client creates. It must be safe for concurrent use.
-// Default: ClassifyError.
+// the breakers the Client creates. It is the way for an application to
+// say that an error of its own means overload: by default (ClassifyError)
+// only UNAVAILABLE, DEADLINE_EXCEEDED and a server's RESOURCE_EXHAUSTED
+// count against a downstream, and every other answer of the application —
+// UNKNOWN, INTERNAL, NOT_FOUND, a plain Go error — is an accept. Return
+// Failure for the errors that mean your downstream is overloaded, Ignore
+// for those that say nothing about it, and ClassifyError(err) for the
+// rest, so that local refusals stay ignored. f sees the call's error as
+// the invoker returned it, a status for a call that reached the server,
+// and nil for a success, which it should classify without allocating
+// (the admitted path allocates nothing). It must be safe for concurrent
+// use. The breakers get f with breaker.WithClassifier
+// before WithBreaker's options, so a breaker.WithClassifier there judges
+// the breaker alone. Default: ClassifyError. f must not be nil.
 func WithClassifier(f func(err error) breaker.Outcome) ClientOption {
 	return func(o *clientOptions) { o.classify = f }
 }

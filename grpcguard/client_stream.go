@@ -20,7 +20,12 @@ type guardedClientStream struct {
 	permits       admission.Permits
 	serverStreams bool
 	done          atomic.Bool
-	stop          func() bool
+	// stop unregisters abandon from the stream's context. It is set after
+	// context.AfterFunc returns, which may be after abandon has started
+	// (a context that ended while the stream opened), so abandon never
+	// reads it; only the stream's methods, called once the interceptor has
+	// returned the stream, do.
+	stop func() bool
 }
 
 func (s *guardedClientStream) RecvMsg(m any) error {
@@ -54,19 +59,28 @@ func (s *guardedClientStream) Header() (metadata.MD, error) {
 	return md, err
 }
 
-// abandon finishes a stream whose context ended before the caller saw its
-// end.
+// abandon, run by context.AfterFunc, finishes a stream whose context
+// ended before the caller saw its end. It reads only what streamCall set
+// before registering it, and needs no stop: it is the callback stop
+// would cancel.
 func (s *guardedClientStream) abandon() {
-	s.end(status.FromContextError(s.call.Ctx.Err()).Err(), false)
+	if s.done.CompareAndSwap(false, true) {
+		s.finish(status.FromContextError(s.call.Ctx.Err()).Err(), false)
+	}
 }
 
-// end finishes the stream's call once; withTrailer says the trailer may
-// be read (RecvMsg returned an error).
+// end finishes the stream's call once, from one of the stream's methods;
+// withTrailer says the trailer may be read (RecvMsg returned an error).
 func (s *guardedClientStream) end(err error, withTrailer bool) {
 	if !s.done.CompareAndSwap(false, true) {
 		return
 	}
 	s.stop()
+	s.finish(err, withTrailer)
+}
+
+// finish reports the stream's end to every guard that admitted it.
+func (s *guardedClientStream) finish(err error, withTrailer bool) {
 	var md *metadata.MD
 	if withTrailer {
 		tr := s.ClientStream.Trailer()

@@ -134,9 +134,12 @@ func TestClassifyError(t *testing.T) {
 		{"OK status", status.Error(codes.OK, ""), breaker.Success},
 		{"UNAVAILABLE", status.Error(codes.Unavailable, "x"), breaker.Failure},
 		{"DEADLINE_EXCEEDED", status.Error(codes.DeadlineExceeded, "x"), breaker.Failure},
-		{"INTERNAL", status.Error(codes.Internal, "x"), breaker.Failure},
-		{"UNKNOWN", status.Error(codes.Unknown, "x"), breaker.Failure},
-		{"DATA_LOSS", status.Error(codes.DataLoss, "x"), breaker.Failure},
+		// Application errors are accepts: the backend answered.
+		{"INTERNAL", status.Error(codes.Internal, "x"), breaker.Success},
+		{"UNKNOWN", status.Error(codes.Unknown, "x"), breaker.Success},
+		{"UNKNOWN from a handler's plain error", status.Convert(errors.New("boom")).Err(), breaker.Success},
+		{"DATA_LOSS", status.Error(codes.DataLoss, "x"), breaker.Success},
+		{"undefined code", status.Error(codes.Code(42), "x"), breaker.Success},
 		{"RESOURCE_EXHAUSTED server refusal", withRetryInfo(codes.ResourceExhausted, time.Second), breaker.Failure},
 		{"RESOURCE_EXHAUSTED received too large", status.Error(codes.ResourceExhausted, "grpc: received message larger than max (9 vs. 4)"), breaker.Success},
 		{"RESOURCE_EXHAUSTED send too large", status.Error(codes.ResourceExhausted, "trying to send message larger than max (9 vs. 4)"), breaker.Ignore},
@@ -153,7 +156,8 @@ func TestClassifyError(t *testing.T) {
 		{"context.Canceled", context.Canceled, breaker.Ignore},
 		{"wrapped context.Canceled", fmt.Errorf("op: %w", context.Canceled), breaker.Ignore},
 		{"context.DeadlineExceeded", context.DeadlineExceeded, breaker.Failure},
-		{"plain error", errors.New("boom"), breaker.Failure},
+		{"plain error", errors.New("boom"), breaker.Success},
+		{"wrapped context.DeadlineExceeded", fmt.Errorf("op: %w", context.DeadlineExceeded), breaker.Failure},
 		{"breaker.ErrOpen", breaker.ErrOpen, breaker.Ignore},
 		{"throttle.ErrThrottled", throttle.ErrThrottled, breaker.Ignore},
 		{"other local refusal, wrapped", fmt.Errorf("x: %w", localErr{}), breaker.Ignore},
@@ -161,6 +165,8 @@ func TestClassifyError(t *testing.T) {
 		{"client refusal", &clientRefusal{st: status.New(codes.Unavailable, "x")}, breaker.Ignore},
 		{"wrapped UNAVAILABLE", fmt.Errorf("call: %w", status.Error(codes.Unavailable, "x")), breaker.Failure},
 		{"wrapped NOT_FOUND", fmt.Errorf("call: %w", status.Error(codes.NotFound, "x")), breaker.Success},
+		{"wrapped INTERNAL", fmt.Errorf("call: %w", status.Error(codes.Internal, "x")), breaker.Success},
+		{"wrapped RESOURCE_EXHAUSTED", fmt.Errorf("call: %w", status.Error(codes.ResourceExhausted, "busy")), breaker.Failure},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -172,7 +178,7 @@ func TestClassifyError(t *testing.T) {
 }
 
 func TestClassifyErrorAllocs(t *testing.T) {
-	errs := []error{nil, status.Error(codes.Unavailable, "x"), status.Error(codes.NotFound, "x")}
+	errs := []error{nil, status.Error(codes.Unavailable, "x"), status.Error(codes.NotFound, "x"), status.Error(codes.Unknown, "x")}
 	for _, err := range errs {
 		if n := testing.AllocsPerRun(100, func() { ClassifyError(err) }); n != 0 {
 			t.Errorf("ClassifyError(%v) allocates %v times, want 0", err, n)
@@ -232,7 +238,8 @@ func TestBreakerGuard(t *testing.T) {
 
 func TestThrottleGuard(t *testing.T) {
 	clk := newCliClock()
-	thr := mustThrottle(t, throttle.WithRandom(func() float64 { return 0 })) // drop whenever P > 0
+	// drop whenever P > 0, with the formula from the first request
+	thr := mustThrottle(t, throttle.WithRandom(func() float64 { return 0 }), throttle.WithMinRequests(0))
 	g := throttle.NewGuard("throttle", thr, Judge(ClassifyError))
 	finish := func(o admission.Outcome) {
 		t.Helper()
@@ -251,12 +258,14 @@ func TestThrottleGuard(t *testing.T) {
 	}
 	// Application errors are accepts; overload is not.
 	finish(admission.Outcome{Err: status.Error(codes.InvalidArgument, "bad")})
+	finish(admission.Outcome{Err: status.Error(codes.Unknown, "boom")})
 	finish(admission.Outcome{Err: status.Error(codes.ResourceExhausted, "busy")})
+	finish(admission.Outcome{Err: status.Error(codes.DeadlineExceeded, "late")})
 	s := thr.SnapshotAt(clk.now())
-	if s.Requests != 2 || s.Accepts != 1 {
-		t.Fatalf("Snapshot = %d requests, %d accepts; want 2, 1", s.Requests, s.Accepts)
+	if s.Requests != 4 || s.Accepts != 2 {
+		t.Fatalf("Snapshot = %d requests, %d accepts; want 4, 2", s.Requests, s.Accepts)
 	}
-	// P = (2 - 2*1)/3 = 0 still; one more refusal makes it positive.
+	// P = (4 - 2*2)/5 = 0 still; one more refusal makes it positive.
 	finish(admission.Outcome{Err: status.Error(codes.Unavailable, "down")})
 	if d := g.Admit(admission.Call{Now: clk.now()}); !d.Refused || d.Reason != throttle.ReasonThrottled {
 		t.Fatalf("P = %v: admission.Grant() = %+v, want refused with %q", thr.ProbabilityAt(clk.now()), d, throttle.ReasonThrottled)
@@ -755,7 +764,8 @@ func TestClientRecoveryAfterIncident(t *testing.T) {
 				breaker.WithWaitInOpen(time.Second), breaker.WithHalfOpenCalls(2)}
 		}),
 		WithThrottle(func(string, string) []throttle.Option {
-			return []throttle.Option{throttle.WithWindow(3*time.Second, 10), throttle.WithRandom(func() float64 { return 0.75 })} // drop when P > 0.75
+			// drop when P > 0.75, from the first request: 4 failures are enough
+			return []throttle.Option{throttle.WithWindow(3*time.Second, 10), throttle.WithRandom(func() float64 { return 0.75 }), throttle.WithMinRequests(0)}
 		}))
 	cc := cliConn(t, "passthrough:///inventory")
 	unary := c.UnaryClientInterceptor()
@@ -823,7 +833,9 @@ func TestClientOpenProbes(t *testing.T) {
 				breaker.WithWaitInOpen(time.Minute), breaker.WithHalfOpenCalls(2)}
 		}),
 		WithThrottle(func(string, string) []throttle.Option {
-			return []throttle.Option{throttle.WithRandom(func() float64 { return 0.75 })} // drop when P > 0.75
+			// drop when P > 0.75, from the first request: the 7 failures
+			// below would have it drop, were it not deferring to the breaker
+			return []throttle.Option{throttle.WithRandom(func() float64 { return 0.75 }), throttle.WithMinRequests(0)}
 		}))
 	cc := cliConn(t, "passthrough:///inventory")
 	unary := c.UnaryClientInterceptor()

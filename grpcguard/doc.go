@@ -36,7 +36,9 @@
 // On the client, NewClient guards calls per target and method with a
 // hold-off after a server's pushback (package holdoff), a per-target
 // bucket, an adaptive throttle and a circuit breaker; refused calls fail
-// with UNAVAILABLE (ErrClientRefused) without leaving the process. With
+// with UNAVAILABLE (ErrClientRefused) without leaving the process. Only
+// overload answers count against the throttle and the breaker
+// (ClassifyError; WithClassifier for errors of your own). With
 // WithRetries the Client retries a server's overload refusals itself,
 // each attempt guarded, within the call's deadline and the target's retry
 // budget (package retrybudget: by default retries at most 10% of the

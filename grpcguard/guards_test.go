@@ -284,6 +284,29 @@ func TestAbandonedBeforeHandlerReturnsPermits(t *testing.T) {
 	}
 }
 
+// TestAbandonedInTheTap: a stream whose context has ended when the tap
+// admits it is abandoned by context.AfterFunc's callback at once, on
+// another goroutine, while TapHandle is still returning; the callback
+// reads nothing TapHandle writes after registering it (run with -race).
+func TestAbandonedInTheTap(t *testing.T) {
+	bh := mustBulkhead(t, 1)
+	s := mustServer(t, []Rule{{Guards: []admission.Guard{bulkhead.NewGuard("slots", bh, 0)}}})
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	tctx, err := s.TapHandle(ctx, &tap.Info{FullMethodName: emptyCall})
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "slot released by the stream's end", func() bool { return bh.InFlight() == 0 })
+	_, err = s.unary(tctx, nil, &grpc.UnaryServerInfo{FullMethod: emptyCall}, func(context.Context, any) (any, error) {
+		t.Error("handler of an abandoned call ran")
+		return nil, nil
+	})
+	if status.Code(err) != codes.Canceled {
+		t.Errorf("unary() of an abandoned call = %v, want CANCELED", err)
+	}
+}
+
 // TestShadowStatsUnderTraffic: a shadow rule whose bucket admits one call
 // ever, hammered while Stats is read: Admitted must never read more than
 // that one call.

@@ -193,7 +193,11 @@ type callState struct {
 	call    admission.Call
 	permits admission.Permits
 	phase   atomic.Uint32 // phaseAdmitted → phaseRunning | phaseDone; or phaseRefused
-	stop    func() bool
+	// stop unregisters abandon. It is set after context.AfterFunc returns,
+	// possibly after abandon has started (a stream whose context ended in
+	// the tap), so abandon never reads it; start and end, which run on
+	// the handler's goroutine after the tap returned, do.
+	stop func() bool
 
 	// A call the tap refused under sustained overload, to be refused by
 	// the interceptor with a pushback trailer (see sustained.go).

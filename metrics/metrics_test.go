@@ -493,7 +493,7 @@ func TestThrottle(t *testing.T) {
 	// Draws of 0.999 allow every call while P < 0.999; draws of 0 drop
 	// every call while P > 0.
 	draw := 0.999
-	th := mustThrottle(t, throttle.WithWindow(10*time.Second, 10), throttle.WithRandom(func() float64 { return draw }))
+	th := mustThrottle(t, throttle.WithWindow(10*time.Second, 10), throttle.WithRandom(func() float64 { return draw }), throttle.WithMinRequests(0))
 	for i := range 10 {
 		if !th.AllowAt(t0) {
 			t.Fatalf("Throttle.AllowAt(t0) #%d = false, want true", i+1)

@@ -14,13 +14,25 @@
 // accepted. Counts come from the window, not from the client's lifetime,
 // so old history expires and the throttle recovers when the backend does.
 //
+// P is 0 as well while the window holds fewer than a minimum number of
+// requests (WithMinRequests, default DefaultMinRequests = 100, as the SRE
+// book's clients and kratos's aegis have it): without it, one success and
+// two failures give P = 0.25, and a client making a few calls a minute
+// drops healthy calls because of two errors. A client that sends fewer
+// than the minimum in a window is never throttled: so few calls are too
+// sparse to judge the backend by, and dropping them relieves it of
+// little (its own refusals, and a breaker's, still apply).
+//
 // # Use
 //
 // For each call: AllowAt(now) decides; if it returns false the call must
 // fail locally (ErrThrottled is the error for that); if true, make the call
 // and report whether the backend accepted it with RecordAt(end, accepted).
 // "Accepted" means the backend did the work, whatever the answer (a
-// not-found is accepted); refusals, overload errors and timeouts are not.
+// not-found, an invalid argument or an internal error of the application
+// is accepted); only the backend's overload answers — refusals, overload
+// errors and timeouts — are not. Counting application errors against the
+// backend would throttle a healthy backend for its callers' mistakes.
 // Allow and Record are the same at the current time.
 //
 // # Are throttled calls requests?

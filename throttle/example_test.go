@@ -52,3 +52,23 @@ func ExampleNew_error() {
 	fmt.Println(err)
 	// Output: throttle: WithK: k must be >= 1 and finite, got 0.5
 }
+
+// Until its window holds DefaultMinRequests requests the throttle drops
+// nothing: one success and two failures say too little about a backend.
+// WithMinRequests(0) applies the formula from the first request.
+func ExampleWithMinRequests() {
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	for _, n := range []int{throttle.DefaultMinRequests, 0} {
+		th, err := throttle.New(throttle.WithMinRequests(n))
+		if err != nil {
+			log.Fatal(err)
+		}
+		for i := range 3 {
+			th.RecordAt(t0, i == 0) // accepted, refused, refused
+		}
+		fmt.Printf("minimum %d: drop probability %.2f\n", n, th.ProbabilityAt(t0))
+	}
+	// Output:
+	// minimum 100: drop probability 0.00
+	// minimum 0: drop probability 0.25
+}

@@ -32,8 +32,14 @@ var ErrThrottled error = &refusal{"throttle: dropped by adaptive client throttli
 // one. A nil Option is ignored.
 type Option func(*options)
 
+// DefaultMinRequests is how many requests the window must hold before
+// the throttle drops anything (WithMinRequests): 100, the order of
+// magnitude the SRE book's clients and kratos's aegis use.
+const DefaultMinRequests = 100
+
 type options struct {
 	k              float64
+	minRequests    int
 	size           time.Duration
 	bins           int
 	countThrottled bool
@@ -46,6 +52,9 @@ func (o *options) validate() error {
 	var errs []error
 	if !(o.k >= 1) || math.IsInf(o.k, 0) {
 		errs = append(errs, fmt.Errorf("throttle: WithK: k must be >= 1 and finite, got %v", o.k))
+	}
+	if o.minRequests < 0 {
+		errs = append(errs, fmt.Errorf("throttle: WithMinRequests: n must be >= 0, got %d", o.minRequests))
 	}
 	if o.bins < 1 || o.size <= 0 || o.size/time.Duration(o.bins) < time.Millisecond {
 		errs = append(errs, fmt.Errorf("throttle: WithWindow: want size > 0, bins >= 1 and size/bins >= 1ms, got %v and %d bins", o.size, o.bins))
@@ -61,6 +70,19 @@ func (o *options) validate() error {
 // and finite.
 func WithK(k float64) Option {
 	return func(o *options) { o.k = k }
+}
+
+// WithMinRequests sets how many requests the window must hold before the
+// throttle drops any call: with fewer, the drop probability is 0 whatever
+// the backend answered, so that a few failures — two errors after one
+// success would otherwise drop one call in four — never throttle a
+// client whose traffic is too thin to say anything about the backend's
+// load. From n requests on, the SRE formula applies. Requests are those
+// of WithThrottledCounted: the calls sent, by default. n must be >= 0; 0
+// applies the formula from the first request. Default
+// DefaultMinRequests (100).
+func WithMinRequests(n int) Option {
+	return func(o *options) { o.minRequests = n }
 }
 
 // WithWindow sets the sliding window over which requests and accepts are
@@ -87,8 +109,9 @@ func WithRandom(f func() float64) Option {
 
 // Throttle is an adaptive client-side throttle for one backend (or one
 // backend method). Create one with New (by default K = 2 over a 2-minute
-// window of 1-second bins, counting only the calls sent); the zero value
-// is not usable. A Throttle is safe for concurrent use.
+// window of 1-second bins, counting only the calls sent, dropping nothing
+// until the window holds DefaultMinRequests requests); the zero value is
+// not usable. A Throttle is safe for concurrent use.
 type Throttle struct {
 	o        options
 	base     time.Time // taken at New, with a monotonic reading
@@ -102,10 +125,11 @@ type Throttle struct {
 }
 
 // New returns a Throttle configured by opts: by default K = 2 over a
-// 2-minute window, counting only the calls sent. It returns an error
+// 2-minute window, counting only the calls sent, from
+// DefaultMinRequests requests in the window on. It returns an error
 // naming every bad option value.
 func New(opts ...Option) (*Throttle, error) {
-	o := options{k: 2, size: 2 * time.Minute, bins: 120, random: rand.Float64, now: time.Now}
+	o := options{k: 2, minRequests: DefaultMinRequests, size: 2 * time.Minute, bins: 120, random: rand.Float64, now: time.Now}
 	for _, opt := range opts {
 		if opt != nil {
 			opt(&o)
@@ -165,8 +189,8 @@ func (t *Throttle) RecordAt(now time.Time, accepted bool) {
 	t.mu.Unlock()
 }
 
-// Reset forgets the window: the drop probability is 0 until new calls
-// are recorded. Use it when something surer than the window says the
+// Reset forgets the window: the drop probability is 0 until the window
+// holds WithMinRequests requests again. Use it when something surer than the window says the
 // backend is healthy again — levee's gRPC client resets the throttle of a
 // (target, method) pair when the pair's circuit breaker closes after its
 // half-open probes succeeded — so that the failures of an incident that
@@ -190,8 +214,12 @@ func (t *Throttle) ProbabilityAt(now time.Time) float64 {
 	return t.prob(t.bins.Total(n))
 }
 
-// prob is the SRE formula over window sums {requests, accepts}.
+// prob is the SRE formula over window sums {requests, accepts}, 0 below
+// the minimum number of requests.
 func (t *Throttle) prob(s window.Sums) float64 {
+	if s[0] < int64(t.o.minRequests) {
+		return 0
+	}
 	req := float64(s[0])
 	return max(0, (req-t.o.k*float64(s[1]))/(req+1))
 }

@@ -29,7 +29,7 @@ func TestProbabilityFormula(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			th := mustNew(t, WithK(tt.k))
+			th := mustNew(t, WithK(tt.k), WithMinRequests(0)) // the formula alone: see TestMinRequests
 			for i := range tt.requests {
 				th.RecordAt(t0, i < tt.accepts)
 			}
@@ -40,9 +40,80 @@ func TestProbabilityFormula(t *testing.T) {
 	}
 }
 
+// Below the minimum number of requests in the window the throttle drops
+// nothing, whatever the backend answered; from the minimum on, the SRE
+// formula. Steps at fixed instants, each adding to the window of the
+// step before; the random source would drop any call with P > 0.
+func TestMinRequests(t *testing.T) {
+	const window = 10 * time.Second
+	steps := []struct {
+		name     string
+		at       time.Duration
+		accepts  int // recorded at the step's instant
+		failures int
+		wantReq  int64
+		want     float64
+	}{
+		{name: "1 accept, 2 failures (p would be 0.25)", at: 0, accepts: 1, failures: 2, wantReq: 3, want: 0},
+		{name: "97 failures more: 99 of 100 requests failed", at: time.Second, failures: 96, wantReq: 99, want: 0},
+		{name: "the 100th request: the formula", at: 2 * time.Second, failures: 1, wantReq: 100, want: (100.0 - 2) / 101},
+		{name: "first bin expired: 97 requests, below again", at: window, wantReq: 97, want: 0},
+		{name: "3 more failures: 100 requests, none accepted", at: window, failures: 3, wantReq: 100, want: 100.0 / 101},
+		{name: "window empty", at: 3 * window, wantReq: 0, want: 0},
+	}
+	th := mustNew(t, WithWindow(window, 10), WithRandom(func() float64 { return 0 }))
+	for _, st := range steps {
+		now := t0.Add(st.at)
+		for range st.accepts {
+			th.RecordAt(now, true)
+		}
+		for range st.failures {
+			th.RecordAt(now, false)
+		}
+		s := th.SnapshotAt(now)
+		if s.Requests != st.wantReq || math.Abs(s.Probability-st.want) > 1e-12 {
+			t.Fatalf("%s: Throttle.SnapshotAt(t0+%v) = %d requests, P %v; want %d, P %v", st.name, st.at, s.Requests, s.Probability, st.wantReq, st.want)
+		}
+		if got, want := th.AllowAt(now), st.want == 0; got != want {
+			t.Fatalf("%s: Throttle.AllowAt(t0+%v) = %v, want %v", st.name, st.at, got, want)
+		}
+	}
+}
+
+// A minimum given by WithMinRequests; 0 applies the formula from the
+// first request, as the SRE book's formula alone does.
+func TestMinRequestsOption(t *testing.T) {
+	tests := []struct {
+		name     string
+		give     int
+		failures int
+		want     float64
+	}{
+		{name: "0: from the first request", give: 0, failures: 1, want: 0.5},
+		{name: "5: 4 failures", give: 5, failures: 4, want: 0},
+		{name: "5: 5 failures", give: 5, failures: 5, want: 5.0 / 6},
+		{name: "default: 99 failures", give: DefaultMinRequests, failures: 99, want: 0},
+		{name: "default: 100 failures", give: DefaultMinRequests, failures: 100, want: 100.0 / 101},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			th := mustNew(t, WithMinRequests(tt.give))
+			for range tt.failures {
+				th.RecordAt(t0, false)
+			}
+			if got := th.ProbabilityAt(t0); math.Abs(got-tt.want) > 1e-12 {
+				t.Fatalf("WithMinRequests(%d), %d failures: Throttle.ProbabilityAt(t0) = %v, want %v", tt.give, tt.failures, got, tt.want)
+			}
+		})
+	}
+	if th := mustNew(t); th.o.minRequests != DefaultMinRequests {
+		t.Errorf("New(): minimum %d requests, want DefaultMinRequests (%d)", th.o.minRequests, DefaultMinRequests)
+	}
+}
+
 // Old bins expire as (injected) time passes.
 func TestWindowExpires(t *testing.T) {
-	th := mustNew(t) // 2 minutes in 1-second bins
+	th := mustNew(t, WithMinRequests(0)) // 2 minutes in 1-second bins
 	for range 99 {
 		th.RecordAt(t0, false)
 	}
@@ -256,7 +327,7 @@ func TestAllocs(t *testing.T) {
 
 // Allow, Record and Probability are the explicit forms at the clock's time.
 func TestWallClockForms(t *testing.T) {
-	th := mustNew(t, WithRandom(func() float64 { return 0.5 }))
+	th := mustNew(t, WithRandom(func() float64 { return 0.5 }), WithMinRequests(0))
 	now := t0
 	th.o.now = func() time.Time { return now }
 	for range 9 {
@@ -288,8 +359,10 @@ func TestNewErrors(t *testing.T) {
 		{name: "window", give: []Option{WithWindow(time.Minute, 0)}, want: []string{"throttle: WithWindow: want size > 0, bins >= 1 and size/bins >= 1ms, got 1m0s and 0 bins"}},
 		{name: "bins too fine", give: []Option{WithWindow(time.Second, 10000)}, want: []string{"throttle: WithWindow: want size > 0, bins >= 1 and size/bins >= 1ms, got 1s and 10000 bins"}},
 		{name: "random", give: []Option{WithRandom(nil)}, want: []string{"throttle: WithRandom: random source must not be nil"}},
-		{name: "all", give: []Option{WithK(0), WithWindow(-time.Second, 1), WithRandom(nil)}, want: []string{
+		{name: "negative minimum", give: []Option{WithMinRequests(-1)}, want: []string{"throttle: WithMinRequests: n must be >= 0, got -1"}},
+		{name: "all", give: []Option{WithK(0), WithMinRequests(-5), WithWindow(-time.Second, 1), WithRandom(nil)}, want: []string{
 			"WithK: k must be >= 1 and finite, got 0",
+			"WithMinRequests: n must be >= 0, got -5",
 			"WithWindow: want size > 0, bins >= 1 and size/bins >= 1ms, got -1s and 1 bins",
 			"WithRandom: random source must not be nil",
 		}},
@@ -318,7 +391,7 @@ func TestNilOptionIgnored(t *testing.T) {
 // Reset forgets the window: an incident's failures stop dropping calls at
 // once, and the window fills again from the next calls.
 func TestReset(t *testing.T) {
-	th := mustNew(t, WithWindow(3*time.Second, 10))
+	th := mustNew(t, WithWindow(3*time.Second, 10), WithMinRequests(0))
 	for range 20 {
 		th.RecordAt(t0, false)
 	}

@@ -234,7 +234,7 @@ func run(ctx context.Context, env scenario.Env, s scenario.Settings, cfg *config
 	dep := cfg
 	what := fmt.Sprintf("hang for %v (the front gives each call %v)", dep.slowness, dep.deadline)
 	if dep.fault == faultFail {
-		what = "fail at once with INTERNAL"
+		what = "fail at once with UNAVAILABLE"
 	}
 	how := "given with -capacity"
 	if res.Measured {

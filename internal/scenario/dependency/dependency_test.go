@@ -73,7 +73,7 @@ func TestFrontAnswers(t *testing.T) {
 		want        counts // counted by the call under test
 	}{
 		{name: "healthy", wantCode: codes.OK, want: counts{succeeded: 1, received: 1}},
-		{name: "failing", fault: faultFail, wantCode: codes.Unavailable, wantMsg: "warehouse failed: Internal", want: counts{failed: 1, received: 1}},
+		{name: "failing", fault: faultFail, wantCode: codes.Unavailable, wantMsg: "warehouse failed: Unavailable", want: counts{failed: 1, received: 1}},
 		{name: "hanging", fault: faultSlow, wantCode: codes.Unavailable, wantMsg: "warehouse did not answer within 50ms", want: counts{timedOut: 1, received: 1}},
 		{name: "breaker open", openBreaker: true, wantCode: codes.Unavailable, wantMsg: "circuit breaker open", want: counts{refused: 1}},
 	}

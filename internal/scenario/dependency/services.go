@@ -26,7 +26,11 @@ import (
 // Faults the dependency scenario injects into the downstream.
 const (
 	faultSlow = "slow" // calls hang for the slowness, then are served
-	faultFail = "fail" // calls fail at once with INTERNAL
+	// faultFail: calls fail at once with UNAVAILABLE, the answer of a
+	// service that cannot serve (its store is unreachable). Not INTERNAL:
+	// levee's client counts only overload answers against a downstream
+	// (grpcguard.ClassifyError), and an INTERNAL is the application's.
+	faultFail = "fail"
 )
 
 // incident is the downstream's scheduled fault: during [from, to) a share
@@ -128,7 +132,7 @@ func (d *downstream) intercept(ctx context.Context, req any, info *grpc.UnarySer
 	if d.inc.hitsAt(time.Now()) {
 		switch d.inc.fault {
 		case faultFail:
-			return nil, status.Error(codes.Internal, "warehouse: reservation store unreachable (injected fault)")
+			return nil, status.Error(codes.Unavailable, "warehouse: reservation store unreachable (injected fault)")
 		case faultSlow:
 			t := time.NewTimer(d.inc.slowness)
 			select {
