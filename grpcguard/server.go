@@ -75,8 +75,8 @@ type Server struct {
 	// set is the rule set in force. Each call reads it once, when it is
 	// admitted, and keeps the rule it matched until it is finished, so a
 	// Swap never splits a call between two sets.
-	set     atomic.Pointer[ruleSet]
-	swap    sync.Mutex // serialises Swap
+	set      atomic.Pointer[ruleSet]
+	swap     sync.Mutex // serialises Swap
 	clock    clock.Mono // in-package tests set clock.Fake
 	streams  *streams
 	overload sustained

@@ -1,0 +1,111 @@
+package grpcguard
+
+import (
+	"context"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	testgrpc "google.golang.org/grpc/interop/grpc_testing"
+	"google.golang.org/grpc/status"
+
+	"github.com/levee-go/levee/admission"
+)
+
+func TestSustainedRefusals(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	plain := admission.Refuse("full", time.Second)
+	late := admission.Decision{Refused: true, DeadlineTooShort: true}
+	steps := []struct {
+		name string
+		at   time.Duration
+		give admission.Decision
+		want bool
+	}{
+		{"first refusal", 0, plain, false},
+		{"200ms on", 200 * time.Millisecond, plain, false},
+		{"400ms on", 400 * time.Millisecond, plain, false},
+		{"600ms on", 600 * time.Millisecond, plain, false},
+		{"800ms on", 800 * time.Millisecond, plain, false},
+		{"1s on: sustained", time.Second, plain, true},
+		{"deadline refusal while sustained", 1100 * time.Millisecond, late, false},
+		{"still sustained", 1200 * time.Millisecond, plain, true},
+		{"after a pause of 300ms: a new run", 1500 * time.Millisecond, plain, false},
+		{"1s into the new run", 2500 * time.Millisecond, plain, false}, // gap of 1s
+		{"run restarted", 2600 * time.Millisecond, plain, false},
+		{"1s after the restart", 3600 * time.Millisecond, plain, false}, // gap again
+	}
+	var s sustained
+	for _, st := range steps {
+		if got := s.refused(t0.Add(st.at), st.give); got != st.want {
+			t.Errorf("%s: refused(t0+%v) = %t, want %t", st.name, st.at, got, st.want)
+		}
+	}
+}
+
+// refuseAll refuses every call and counts the attempts it saw.
+type refuseAll struct{ attempts atomic.Int64 }
+
+func (g *refuseAll) Name() string { return "full" }
+func (g *refuseAll) Admit(admission.Call) admission.Decision {
+	g.attempts.Add(1)
+	return admission.Refuse("no room", 50*time.Millisecond)
+}
+func (g *refuseAll) Finish(admission.Call, admission.Permit, admission.Outcome) {}
+
+// TestSustainedOverloadStopsRetries: a grpc-go client whose retry policy
+// retries RESOURCE_EXHAUSTED up to 3 attempts retries the tap's refusals
+// while they are occasional (the tap can set no trailer), and stops once
+// they are sustained: the interceptor then refuses with the same status,
+// RetryInfo, and a pushback of -1.
+func TestSustainedOverloadStopsRetries(t *testing.T) {
+	g := &refuseAll{}
+	s := mustServer(t, []Rule{{Guards: []admission.Guard{g}}})
+	clk := &fakeClock{t: time.Now()}
+	s.clock.Fake = clk.now
+	const retry = `{"methodConfig": [{"name": [{"service": "grpc.testing.TestService"}],
+	  "retryPolicy": {"maxAttempts": 3, "initialBackoff": "0.001s", "maxBackoff": "0.001s",
+	    "backoffMultiplier": 1, "retryableStatusCodes": ["RESOURCE_EXHAUSTED"]}}]}`
+	env := startServer(t, &testService{}, true, s.ServerOptions(), grpc.WithDefaultServiceConfig(retry))
+	call := func() (int64, error) {
+		before := g.attempts.Load()
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_, err := env.client.EmptyCall(ctx, &testgrpc.Empty{})
+		return g.attempts.Load() - before, err
+	}
+	// Occasional refusals, 300ms apart: each call is tried 3 times.
+	for i := range 3 {
+		n, err := call()
+		if status.Code(err) != codes.ResourceExhausted {
+			t.Fatalf("call %d: %v, want RESOURCE_EXHAUSTED", i, err)
+		}
+		if n != 3 {
+			t.Errorf("occasional refusal %d: %d attempts, want 3 (the tap's refusal has no pushback)", i, n)
+		}
+		clk.advance(300 * time.Millisecond)
+	}
+	// Refusals every 100ms for 1s: sustained.
+	for range 11 {
+		_, _ = call()
+		clk.advance(100 * time.Millisecond)
+	}
+	for i := range 5 {
+		n, err := call()
+		if status.Code(err) != codes.ResourceExhausted {
+			t.Fatalf("sustained call %d: %v, want RESOURCE_EXHAUSTED", i, err)
+		}
+		if d, ok := retryInfo(t, err); !ok || d != 50*time.Millisecond {
+			t.Errorf("sustained call %d: RetryInfo %v, %t; want 50ms", i, d, ok)
+		}
+		if n != 1 {
+			t.Errorf("sustained call %d: %d attempts, want 1 (pushback -1)", i, n)
+		}
+		clk.advance(100 * time.Millisecond)
+	}
+	if st := s.Stats(); len(st) != 1 || st[0].Refused != uint64(g.attempts.Load()) {
+		t.Errorf("Stats() = %+v, want every one of %d attempts counted refused once", st, g.attempts.Load())
+	}
+}
