@@ -36,6 +36,25 @@
 //     classes and tenants are served in order, to the Go scheduler's,
 //     where they are not.
 //
+// # No refusal without evidence of overload
+//
+// A limit learned from service times can be wrong — too low for service
+// times that vary widely, or after a dependency slowed — and a wrong limit
+// must not refuse calls a server with no limit would serve. So the
+// Limiter refuses only with evidence that the server is overloaded
+// (Limiter.Overloaded):
+//
+//   - its CPU signal is saturated (WithCPU), or
+//   - calls have waited for a turn without a pause for a whole interval
+//     (WithInterval): every turn was taken all that time, and the queue
+//     never drained — a standing queue, not a burst.
+//
+// Without either, a call admitted to a full lane is admitted anyway
+// (Stats.Unrefused), and a call whose wait for a turn runs out runs beyond
+// the limit (Stats.Overruns) instead of being refused. A deadline that
+// cannot be met is refused whatever the evidence: it is the caller's
+// deadline, not the server's load.
+//
 // Calls that find every turn taken wait in the queue of their lane: one
 // per flow (a method, say), tenant and criticality class (Flow.Lane).
 // Turns go to the highest class with calls waiting first, so lower

@@ -74,7 +74,10 @@ func (g *guard) Admit(c admission.Call) admission.Decision {
 	f := g.l.Flow(c.Method)
 	ln := f.Lane(c.Tenant, c.Class)
 	if !ln.Admissible() {
-		return admission.Refuse(ReasonQueueFull, f.QueueTarget())
+		if g.l.Overloaded(c.Now) {
+			return admission.Refuse(ReasonQueueFull, f.QueueTarget())
+		}
+		g.l.unrefused.Add(1)
 	}
 	return admission.Grant(admission.Permit{Ref: ln, Value: reserved | uint64(ln.reserve())})
 }

@@ -181,8 +181,11 @@ type Limiter struct {
 	// bits), so that a turn returned while nobody waits, and a turn taken
 	// while one is free and nobody waits, are one compare-and-swap.
 	state atomic.Uint64
-	limit atomic.Int64
-	peak  atomic.Int64 // most calls running at once in the current interval
+	// queuedSince is when calls started waiting without a pause, plus 1
+	// (nanos since epoch; 0: none waits). Needs mu to change.
+	queuedSince atomic.Int64
+	limit       atomic.Int64
+	peak        atomic.Int64 // most calls running at once in the current interval
 
 	mu     sync.Mutex                 // the lanes' queues, the active lists and the virtual clock
 	vclock float64                    // start tag of the last turn handed out
@@ -231,6 +234,8 @@ type Limiter struct {
 	drained      atomic.Int64 // when a probe's calls drained to its limit; 0 until then
 	probes       atomic.Uint64
 	rebases      atomic.Uint64
+	overruns     atomic.Uint64
+	unrefused    atomic.Uint64
 	updates      atomic.Uint64
 
 	// Calls handed a turn after waiting in the interval, and how long
@@ -333,13 +338,21 @@ type Stats struct {
 	Updates uint64 // intervals closed
 	Probes  uint64 // service-time probes ended
 	Rebases uint64 // baselines moved by a probe
+	// Overruns counts calls whose wait for a turn ran out with no
+	// evidence of overload (Overloaded), which ran beyond the limit
+	// instead of being refused.
+	Overruns uint64
+	// Unrefused counts calls admitted although their lane was full
+	// (Lane.Admissible), for want of evidence of overload.
+	Unrefused uint64
 }
 
 // Stats returns the Limiter's counters.
 func (l *Limiter) Stats() Stats {
 	s := l.state.Load()
 	return Stats{Limit: l.Limit(), Running: int(running(s)), Waiting: int(waiting(s)),
-		Updates: l.updates.Load(), Probes: l.probes.Load(), Rebases: l.rebases.Load()}
+		Updates: l.updates.Load(), Probes: l.probes.Load(), Rebases: l.rebases.Load(),
+		Overruns: l.overruns.Load(), Unrefused: l.unrefused.Load()}
 }
 
 // Flow returns the flow named name, creating it on first use; beyond
@@ -607,6 +620,9 @@ func (ln *Lane) acquire(ctx context.Context, cost int64) (Ticket, error) {
 	case <-ctx.Done():
 		err = ctx.Err()
 	case <-timer.C:
+		if !ln.f.l.overloadedAt(ln.f.l.nanos(ln.f.l.o.now())) {
+			return ln.overrun(w), nil
+		}
 		err = ErrTimeout
 	}
 	timer.Stop()
@@ -636,6 +652,9 @@ func (ln *Lane) enqueue(cost int64) (Ticket, *waiter) {
 			continue
 		}
 		if l.state.CompareAndSwap(s, s+oneWaiting) {
+			if waiting(s) == 0 {
+				l.queuedSince.Store(l.nanos(l.o.now()) + 1) // 0 is "none waits"
+			}
 			break
 		}
 	}
@@ -690,7 +709,7 @@ func (ln *Lane) giveUp(w *waiter) {
 	// The lane did not use the turn its tag stood for: later calls of the
 	// lane must not wait for it.
 	ln.finish -= w.inc
-	l.state.Add(^uint64(oneWaiting - 1)) // waiting - 1
+	l.noteDequeued(l.state.Add(^uint64(oneWaiting - 1))) // waiting - 1
 	l.mu.Unlock()
 	ln.unreserve(w.cost)
 }
@@ -768,7 +787,7 @@ func (l *Limiter) release(poll bool) {
 			continue
 		}
 		w := l.dequeue()
-		l.state.Add(^uint64(oneWaiting - 1)) // waiting - 1; the turn passes on
+		l.noteDequeued(l.state.Add(^uint64(oneWaiting - 1))) // waiting - 1; the turn passes on
 		w.done = true
 		w.handed = l.nanos(l.o.now())
 		l.mu.Unlock()
@@ -847,12 +866,58 @@ func (l *Limiter) dispatch() {
 		if !l.state.CompareAndSwap(s, s-oneWaiting+1) {
 			continue
 		}
+		l.noteDequeued(s - oneWaiting + 1)
 		w := l.dequeue()
 		w.done = true
 		w.handed = l.nanos(l.o.now())
 		w.ln.unreserve(w.cost)
 		w.ready <- struct{}{}
 	}
+}
+
+// noteDequeued notes the state s after a call left the queue: the queue
+// ended if none waits. Needs mu.
+func (l *Limiter) noteDequeued(s uint64) {
+	if waiting(s) == 0 {
+		l.queuedSince.Store(0)
+	}
+}
+
+// Overloaded reports whether the Limiter has evidence, at now, that the
+// server is overloaded: its CPU signal is saturated (WithCPU), or calls
+// have waited for a turn without a pause for a whole interval
+// (WithInterval), which happens only while every turn is taken. Without
+// that evidence it refuses nothing (see the package doc).
+func (l *Limiter) Overloaded(now time.Time) bool { return l.overloadedAt(l.nanos(now)) }
+
+func (l *Limiter) overloadedAt(now int64) bool {
+	if c := l.o.cpu; c != nil && c.Saturated() {
+		return true
+	}
+	q := l.queuedSince.Load()
+	return q != 0 && now-(q-1) >= int64(l.o.interval)
+}
+
+// overrun gives w's call, whose wait for a turn ran out while the server
+// shows no overload, a turn beyond the limit: a limit that binds when
+// nothing is overloaded is a limit learned too low, and the call would
+// run at once on an unprotected server. A turn handed to w meanwhile is
+// taken instead. The turn ends as any other (a release above the limit
+// hands nothing on).
+func (ln *Lane) overrun(w *waiter) Ticket {
+	l := ln.f.l
+	l.mu.Lock()
+	if w.done {
+		l.mu.Unlock()
+		return ln.granted()
+	}
+	ln.unlink(w)
+	ln.finish -= w.inc
+	l.noteDequeued(l.state.Add(^uint64(oneWaiting - 2))) // waiting - 1, running + 1
+	l.mu.Unlock()
+	ln.unreserve(w.cost)
+	l.overruns.Add(1)
+	return Ticket{f: ln.f, ln: ln, start: l.nanos(l.o.now())}
 }
 
 // Release returns the turn without teaching the Limiter anything: for a

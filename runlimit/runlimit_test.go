@@ -115,11 +115,12 @@ func TestCheapFlowServedFirst(t *testing.T) {
 }
 
 func TestAcquireTimesOutAndRespectsContext(t *testing.T) {
-	l := mustNew(t, WithBounds(1, 1), WithQueueTarget(2*time.Millisecond))
+	cpu := &fakeCPU{saturated: true} // evidence of overload
+	l := mustNew(t, WithBounds(1, 1), WithQueueTarget(2*time.Millisecond), WithCPU(cpu))
 	f := l.Flow("m")
 	hold, _ := f.TryAcquire(time.Now())
 	if _, err := f.Acquire(context.Background()); !errors.Is(err, ErrTimeout) {
-		t.Errorf("Acquire with the only turn held = %v, want ErrTimeout", err)
+		t.Errorf("Acquire with the only turn held and the CPU saturated = %v, want ErrTimeout", err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
@@ -304,7 +305,7 @@ func TestTurnsAllocateNothing(t *testing.T) {
 }
 
 func TestGuardThroughChain(t *testing.T) {
-	l := mustNew(t, WithBounds(1, 1), WithQueueTarget(time.Millisecond))
+	l := mustNew(t, WithBounds(1, 1), WithQueueTarget(time.Millisecond), WithCPU(&fakeCPU{saturated: true}))
 	ch, err := admission.NewChain("r", []admission.Guard{NewGuard("run", l)})
 	if err != nil {
 		t.Fatal(err)
@@ -353,7 +354,7 @@ func TestGuardThroughChain(t *testing.T) {
 // run, refused at start, admitted and abandoned — leaves no reservation
 // behind.
 func TestGuardReservationsBalance(t *testing.T) {
-	l := mustNew(t, WithBounds(1, 1), WithQueueTarget(time.Millisecond))
+	l := mustNew(t, WithBounds(1, 1), WithQueueTarget(time.Millisecond), WithCPU(&fakeCPU{saturated: true}))
 	ch, err := admission.NewChain("r", []admission.Guard{NewGuard("run", l)})
 	if err != nil {
 		t.Fatal(err)

@@ -1,0 +1,126 @@
+package runlimit
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/levee-go/levee/admission"
+)
+
+// TestNoRefusalWithoutOverload: a call whose wait for a turn runs out
+// while nothing shows overload — no CPU signal saturated, no queue that
+// stood for a whole interval — runs beyond the limit instead of being
+// refused; so does a call admitted to a full lane.
+func TestNoRefusalWithoutOverload(t *testing.T) {
+	cpu := &fakeCPU{}
+	l := mustNew(t, WithBounds(1, 1), WithQueueTarget(time.Millisecond), WithCPU(cpu))
+	f := l.Flow("m")
+	hold, ok := f.TryAcquire(time.Now())
+	if !ok {
+		t.Fatal("no first turn")
+	}
+	tk, err := f.Acquire(context.Background())
+	if err != nil {
+		t.Fatalf("Acquire with the turn held and no overload = %v, want a turn beyond the limit", err)
+	}
+	if got := l.Running(); got != 2 {
+		t.Errorf("Running() = %d with an overrun turn, want 2", got)
+	}
+	if st := l.Stats(); st.Overruns != 1 {
+		t.Errorf("Stats().Overruns = %d, want 1", st.Overruns)
+	}
+	if w := l.Waiting(); w != 0 {
+		t.Errorf("Waiting() = %d after the overrun, want 0", w)
+	}
+	tk.Release()
+	hold.Release()
+	if r := l.Running(); r != 0 {
+		t.Errorf("Running() = %d after both released, want 0", r)
+	}
+	// With the CPU saturated, the same wait is refused.
+	cpu.saturated = true
+	hold, _ = f.TryAcquire(time.Now())
+	if _, err := f.Acquire(context.Background()); err != ErrTimeout {
+		t.Errorf("Acquire with the turn held and the CPU saturated = %v, want ErrTimeout", err)
+	}
+	hold.Release()
+}
+
+// TestStandingQueueIsEvidence: calls waiting without a pause for a whole
+// interval are evidence of overload; a queue that empties in between is
+// not. Time is injected.
+func TestStandingQueueIsEvidence(t *testing.T) {
+	var mu sync.Mutex
+	now := time.Unix(1000, 0)
+	clk := func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
+	advance := func(d time.Duration) { mu.Lock(); now = now.Add(d); mu.Unlock() }
+	l := mustNew(t, WithBounds(1, 1), WithQueueTarget(time.Hour), WithInterval(100*time.Millisecond), withClock(clk))
+	f := l.Flow("m")
+	hold, _ := f.TryAcquire(clk())
+	if l.Overloaded(clk()) {
+		t.Fatal("Overloaded() with nobody waiting = true")
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		_, err := f.Acquire(ctx)
+		done <- err
+	}()
+	for l.Waiting() == 0 {
+		time.Sleep(50 * time.Microsecond)
+	}
+	steps := []struct {
+		advance time.Duration
+		want    bool
+	}{{0, false}, {50 * time.Millisecond, false}, {49 * time.Millisecond, false}, {time.Millisecond, true}, {time.Second, true}}
+	for i, st := range steps {
+		advance(st.advance)
+		if got := l.Overloaded(clk()); got != st.want {
+			t.Errorf("step %d: Overloaded(t0+...) = %t with one call waiting, want %t", i, got, st.want)
+		}
+	}
+	cancel()
+	<-done
+	if l.Overloaded(clk()) {
+		t.Error("Overloaded() after the queue emptied = true, want false")
+	}
+	hold.Release()
+}
+
+// TestFullLaneAdmittedWithoutOverload: the guard's admission refuses a
+// call to a full lane only with evidence of overload.
+func TestFullLaneAdmittedWithoutOverload(t *testing.T) {
+	cpu := &fakeCPU{}
+	l := mustNew(t, WithBounds(1, 1), WithQueueTarget(time.Millisecond), WithCPU(cpu))
+	g := NewGuard("run", l)
+	c := admission.Call{Ctx: context.Background(), Method: "/s/M", Now: time.Now()}
+	// A service time of 1ms, so that the lane's queue has a size.
+	tk, _ := l.Flow("/s/M").TryAcquire(c.Now)
+	tk.Done(c.Now.Add(time.Millisecond), false)
+	var refused, admitted int
+	var permits []admission.Permit
+	for range 10 {
+		d := g.Admit(c)
+		if d.Refused {
+			refused++
+			continue
+		}
+		admitted++
+		permits = append(permits, d.Permit)
+	}
+	if refused != 0 {
+		t.Errorf("%d of 10 calls refused at admission with no overload, want 0", refused)
+	}
+	if st := l.Stats(); st.Unrefused == 0 {
+		t.Errorf("Stats().Unrefused = 0 after 10 admissions to a lane of 1, want some")
+	}
+	cpu.saturated = true
+	if d := g.Admit(c); !d.Refused || d.Reason != ReasonQueueFull {
+		t.Errorf("Admit to a full lane with the CPU saturated = %+v, want refused %q", d, ReasonQueueFull)
+	}
+	for _, p := range permits {
+		g.Finish(c, p, admission.Outcome{Skipped: true})
+	}
+}
