@@ -57,8 +57,10 @@ func (m Mode) String() string {
 }
 
 // WithMaxConns caps the connections open at once at n; 0, the default,
-// means no cap. A connection counts from Accept until its Close. n must
-// be >= 0.
+// means no cap. A connection counts from Accept until its Close, so one
+// that never completes its handshake holds its place until the server
+// gives up on it: 120 s by default in grpc-go, shorten it with
+// grpc.ConnectionTimeout when capping. n must be >= 0.
 func WithMaxConns(n int) Option {
 	return func(o *options) { o.maxConns = n }
 }
