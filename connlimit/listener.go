@@ -131,7 +131,7 @@ type Listener struct {
 }
 
 // NewListener wraps inner. It returns an error naming every bad option
-// value; inner is left open then.
+// value; inner is left open then. It panics if inner is nil.
 func NewListener(inner net.Listener, opts ...Option) (*Listener, error) {
 	if inner == nil {
 		panic("connlimit: NewListener with nil net.Listener")
