@@ -1,0 +1,271 @@
+package memory
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+)
+
+// v1Unlimited: cgroup v1 reports "no limit" as the largest page-aligned
+// counter (9223372036854771712 with 4 KiB pages, less with larger pages);
+// any value at or above this (4 EiB) is no real limit.
+const v1Unlimited = 1 << 62
+
+// NewCgroupV2 returns the cgroup v2 source for this process, with the Go
+// runtime's view: memory.current and memory.stat's inactive_file of the
+// process's own cgroup (found through /proc/self/cgroup and
+// /proc/self/mountinfo), the smallest memory.max and memory.high from
+// that cgroup up to the mount's root, and memory.events; all re-read at
+// every sample, so a resize is seen. root is the filesystem root ("" or
+// "/" in production; tests pass a fixture tree).
+//
+// It takes a first sample and returns its error, which names the file
+// that could not be read. In the root cgroup the counters cover every
+// process on the host (and the kernel may not provide memory.current
+// there); String says so, and [Detect] skips such a source.
+func NewCgroupV2(root string) (Source, error) {
+	env, err := defaultEnv()
+	if err != nil {
+		return nil, err
+	}
+	s, err := newCgroupV2(cleanRoot(root), env)
+	if err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// NewCgroupV1 returns the cgroup v1 source for this process, with the Go
+// runtime's view: memory.usage_in_bytes and memory.stat's
+// total_inactive_file of its own memory cgroup, the smallest
+// memory.limit_in_bytes from that cgroup up to the mount's root and
+// memory.stat's hierarchical_memory_limit, memory.failcnt and the
+// oom_kill count of memory.oom_control. root is as for [NewCgroupV2].
+func NewCgroupV1(root string) (Source, error) {
+	env, err := defaultEnv()
+	if err != nil {
+		return nil, err
+	}
+	s, err := newCgroupV1(cleanRoot(root), env)
+	if err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+type cgroupV2 struct {
+	env      sysenv
+	dir, top string
+	isRoot   bool
+}
+
+func newCgroupV2(root string, env sysenv) (*cgroupV2, error) {
+	mounts, err := readMounts(root)
+	if err != nil {
+		return nil, fmt.Errorf("memory: cgroup v2: %w", err)
+	}
+	m, ok := findMount(mounts, "cgroup2", "")
+	if !ok {
+		return nil, fmt.Errorf("%w: cgroup v2 (no cgroup2 line in %s)", ErrNotMounted, filepath.Join(root, procMountinfo))
+	}
+	paths, err := readCgroupPaths(root)
+	if err != nil {
+		return nil, fmt.Errorf("memory: cgroup v2: %w", err)
+	}
+	if !paths.hasV2 {
+		return nil, fmt.Errorf("%w: cgroup v2 (no 0:: line in %s)", ErrNotMounted, filepath.Join(root, procCgroup))
+	}
+	dir, top, isRoot, err := cgroupDir(root, m, paths.v2)
+	if err != nil {
+		return nil, fmt.Errorf("memory: cgroup v2: %w", err)
+	}
+	if isRoot {
+		// Inside a cgroup namespace the process's own cgroup looks like
+		// the root; the real root has no memory.max.
+		if _, err := os.Stat(filepath.Join(dir, "memory.max")); err == nil {
+			isRoot = false
+		}
+	}
+	s := &cgroupV2{env: env, dir: dir, top: top, isRoot: isRoot}
+	if _, err := s.Sample(); err != nil {
+		return s, err // located; Detect tells a root cgroup from a broken one
+	}
+	return s, nil
+}
+
+var (
+	v2StatKeys   = []string{"inactive_file"}
+	v2EventsKeys = []string{"high", "max", "oom", "oom_kill"}
+)
+
+func (s *cgroupV2) Sample() (Sample, error) {
+	maxL, highL, err := v2Limits(s.dir, s.top)
+	if err != nil {
+		return Sample{}, fmt.Errorf("memory: cgroup v2: %w", err)
+	}
+	usage, err := readUint(filepath.Join(s.dir, "memory.current"))
+	if err != nil {
+		return Sample{}, fmt.Errorf("memory: cgroup v2: %w", err)
+	}
+	var stat [1]uint64
+	if _, err := readKV(filepath.Join(s.dir, "memory.stat"), v2StatKeys, stat[:]); err != nil {
+		return Sample{}, fmt.Errorf("memory: cgroup v2: %w", err)
+	}
+	var ev [4]uint64
+	if _, err := readKV(filepath.Join(s.dir, "memory.events"), v2EventsKeys, ev[:]); err != nil && !notExist(err) {
+		return Sample{}, fmt.Errorf("memory: cgroup v2: %w", err)
+	}
+	rt := s.env.runtime()
+	return Sample{
+		Time:    s.env.now(),
+		Kind:    KindCgroupV2,
+		Runtime: rt,
+		Cgroup: Cgroup{
+			Usage:        usage,
+			InactiveFile: stat[0],
+			Max:          maxL,
+			High:         highL,
+			Events:       Events{High: ev[0], Max: ev[1], OOM: ev[2], OOMKill: ev[3]},
+		},
+	}, nil
+}
+
+func (s *cgroupV2) String() string {
+	if s.isRoot {
+		return "cgroup v2 " + s.dir + " (root cgroup: counts every process on the host)"
+	}
+	return "cgroup v2 " + s.dir
+}
+
+// v2Limits returns the smallest memory.max and memory.high from dir up to
+// top; 0 when none is set. The files are absent in the root cgroup.
+func v2Limits(dir, top string) (maxL, highL uint64, err error) {
+	for d := dir; ; d = filepath.Dir(d) {
+		for _, f := range [...]struct {
+			name string
+			to   *uint64
+		}{{"memory.max", &maxL}, {"memory.high", &highL}} {
+			v, err := readLimit(filepath.Join(d, f.name))
+			switch {
+			case notExist(err):
+			case err != nil:
+				return 0, 0, err
+			default:
+				*f.to = minLimit(*f.to, v)
+			}
+		}
+		if d == top || len(d) <= len(top) || d == filepath.Dir(d) {
+			return maxL, highL, nil
+		}
+	}
+}
+
+type cgroupV1 struct {
+	env      sysenv
+	dir, top string
+	isRoot   bool
+}
+
+func newCgroupV1(root string, env sysenv) (*cgroupV1, error) {
+	mounts, err := readMounts(root)
+	if err != nil {
+		return nil, fmt.Errorf("memory: cgroup v1: %w", err)
+	}
+	m, ok := findMount(mounts, "cgroup", "memory")
+	if !ok {
+		return nil, fmt.Errorf("%w: cgroup v1 memory (not in %s)", ErrNotMounted, filepath.Join(root, procMountinfo))
+	}
+	paths, err := readCgroupPaths(root)
+	if err != nil {
+		return nil, fmt.Errorf("memory: cgroup v1: %w", err)
+	}
+	p, ok := paths.v1["memory"]
+	if !ok {
+		return nil, fmt.Errorf("%w: cgroup v1 (no memory line in %s)", ErrNotMounted, filepath.Join(root, procCgroup))
+	}
+	s := &cgroupV1{env: env}
+	s.dir, s.top, s.isRoot, err = cgroupDir(root, m, p)
+	if err != nil {
+		return nil, fmt.Errorf("memory: cgroup v1: %w", err)
+	}
+	if _, err := s.Sample(); err != nil {
+		return s, err // located; Detect tells a root cgroup from a broken one
+	}
+	return s, nil
+}
+
+var v1StatKeys = []string{"total_inactive_file", "inactive_file", "hierarchical_memory_limit"}
+
+func (s *cgroupV1) Sample() (Sample, error) {
+	limit, err := v1Limit(s.dir, s.top)
+	if err != nil {
+		return Sample{}, fmt.Errorf("memory: cgroup v1: %w", err)
+	}
+	usage, err := readUint(filepath.Join(s.dir, "memory.usage_in_bytes"))
+	if err != nil {
+		return Sample{}, fmt.Errorf("memory: cgroup v1: %w", err)
+	}
+	var stat [3]uint64
+	found, err := readKV(filepath.Join(s.dir, "memory.stat"), v1StatKeys, stat[:])
+	if err != nil {
+		return Sample{}, fmt.Errorf("memory: cgroup v1: %w", err)
+	}
+	inactive := stat[1]
+	if found&1 != 0 {
+		inactive = stat[0] // hierarchical, like usage_in_bytes
+	}
+	if found&4 != 0 && stat[2] < v1Unlimited {
+		limit = minLimit(limit, stat[2])
+	}
+	var ev Events
+	if n, err := readUint(filepath.Join(s.dir, "memory.failcnt")); err == nil {
+		ev.Max = n
+	}
+	var oom [1]uint64
+	if _, err := readKV(filepath.Join(s.dir, "memory.oom_control"), []string{"oom_kill"}, oom[:]); err == nil {
+		ev.OOMKill = oom[0]
+	}
+	rt := s.env.runtime()
+	return Sample{
+		Time:    s.env.now(),
+		Kind:    KindCgroupV1,
+		Runtime: rt,
+		Cgroup:  Cgroup{Usage: usage, InactiveFile: inactive, Max: limit, Events: ev},
+	}, nil
+}
+
+func (s *cgroupV1) String() string {
+	if s.isRoot {
+		return "cgroup v1 " + s.dir + " (root cgroup: counts every process on the host)"
+	}
+	return "cgroup v1 " + s.dir
+}
+
+// v1Limit returns the smallest memory.limit_in_bytes from dir up to top;
+// 0 when none is set.
+func v1Limit(dir, top string) (uint64, error) {
+	var l uint64
+	for d := dir; ; d = filepath.Dir(d) {
+		name := filepath.Join(d, "memory.limit_in_bytes")
+		data, err := os.ReadFile(name)
+		switch {
+		case notExist(err):
+		case err != nil:
+			return 0, err
+		default:
+			str := strings.TrimSpace(string(data))
+			v, err := strconv.ParseInt(str, 10, 64) // -1 is written back as unlimited
+			if err != nil {
+				return 0, formatError("%q is not a number", name, str)
+			}
+			if v > 0 && v < v1Unlimited {
+				l = minLimit(l, uint64(v))
+			}
+		}
+		if d == top || len(d) <= len(top) || d == filepath.Dir(d) {
+			return l, nil
+		}
+	}
+}

@@ -1,0 +1,226 @@
+package memory
+
+import (
+	"errors"
+	"math"
+	"time"
+)
+
+// Sentinel errors. Errors returned by this package wrap one of these or an
+// *os.PathError, whose message names the file that could not be read.
+var (
+	// ErrNotMounted reports that the cgroup hierarchy a source needs is not
+	// mounted (it is not listed in /proc/self/mountinfo), or has no memory
+	// controller.
+	ErrNotMounted = errors.New("memory: cgroup hierarchy not mounted")
+
+	// ErrFormat reports a file whose content could not be parsed; the
+	// message names the file and the offending text.
+	ErrFormat = errors.New("memory: unexpected file format")
+
+	// ErrUnsupported reports a runtime metric this Go release does not
+	// provide.
+	ErrUnsupported = errors.New("memory: unsupported")
+)
+
+// A Source reads the memory this process uses and may use: the Go
+// runtime's view always, and the view of the cgroup the process runs in
+// when there is one. See [Sample.Utilization] for how the two make one
+// fraction.
+//
+// The sources of this package are safe for concurrent use; their String
+// method names what is measured (and why, for a detected source) so an
+// operator can see it. A nil Source is a programming error: NewMonitor
+// panics on it.
+type Source interface {
+	// Sample reads the counters now. The error names the file that
+	// failed.
+	Sample() (Sample, error)
+	// String describes the source, e.g.
+	// "cgroup v2 /sys/fs/cgroup/kubepods/pod1/c1".
+	String() string
+}
+
+// Kind says which container view a [Sample] carries. The zero value is
+// [KindRuntime].
+type Kind uint8
+
+const (
+	// KindRuntime: the Go runtime's view only (no cgroup of its own was
+	// found); the only limit is GOMEMLIMIT.
+	KindRuntime Kind = iota
+	// KindCgroupV2: the runtime's view and the process's cgroup v2.
+	KindCgroupV2
+	// KindCgroupV1: the runtime's view and the process's cgroup v1
+	// memory controller.
+	KindCgroupV1
+)
+
+// String returns "runtime", "cgroup v2" or "cgroup v1".
+func (k Kind) String() string {
+	switch k {
+	case KindRuntime:
+		return "runtime"
+	case KindCgroupV2:
+		return "cgroup v2"
+	case KindCgroupV1:
+		return "cgroup v1"
+	}
+	return "unknown"
+}
+
+// Sample is one reading of a [Source]. Levels (bytes) are as of Time;
+// the CPU times in Runtime are cumulative, only differences between two
+// samples of the same source are meaningful.
+//
+// The zero value is an empty reading with no limit. A Sample is a plain
+// value, safe to copy and share.
+type Sample struct {
+	// Time is when the counters were read (it carries a monotonic clock
+	// reading).
+	Time time.Time
+	// Kind says whether Cgroup was read, and from which hierarchy.
+	Kind Kind
+	// Runtime is the Go runtime's view (runtime/metrics).
+	Runtime Runtime
+	// Cgroup is the view of the process's own cgroup; zero for
+	// KindRuntime.
+	Cgroup Cgroup
+}
+
+// Runtime is the Go runtime's view of its memory, read from
+// runtime/metrics in one call. The zero value means nothing was read.
+type Runtime struct {
+	// HeapLive is the heap memory the last GC found live
+	// (/gc/heap/live:bytes).
+	HeapLive uint64
+	// HeapGoal is the heap size at which the next GC is due
+	// (/gc/heap/goal:bytes).
+	HeapGoal uint64
+	// Total is the memory the runtime has mapped and not returned to the
+	// operating system: /memory/classes/total:bytes minus
+	// /memory/classes/heap/released:bytes. It is the quantity GOMEMLIMIT
+	// limits.
+	Total uint64
+	// Limit is the soft memory limit (GOMEMLIMIT, the value
+	// debug.SetMemoryLimit(-1) returns, /gc/gomemlimit:bytes), or 0 when
+	// none is set (the runtime reports math.MaxInt64).
+	Limit uint64
+	// GCCPU is the cumulative CPU time the GC spent
+	// (/cpu/classes/gc/total:cpu-seconds) and TotalCPU the cumulative CPU
+	// time available to the Go scheduler, GOMAXPROCS × wall time
+	// (/cpu/classes/total:cpu-seconds). The runtime updates both at the
+	// end of each GC cycle only; see [Monitor.GCFraction].
+	GCCPU, TotalCPU time.Duration
+	// GCCycles counts completed GC cycles (/gc/cycles/total:gc-cycles).
+	GCCycles uint64
+	// GOMAXPROCS is /sched/gomaxprocs:threads.
+	GOMAXPROCS int
+	// Goroutines is the number of live goroutines
+	// (/sched/goroutines:goroutines).
+	Goroutines uint64
+}
+
+// Cgroup is the memory of the process's cgroup. The zero value means no
+// cgroup was read, and no limit.
+type Cgroup struct {
+	// Usage is memory.current (v2) or memory.usage_in_bytes (v1): all
+	// memory charged to the cgroup, page cache included.
+	Usage uint64
+	// InactiveFile is inactive_file (v2) or total_inactive_file (v1) of
+	// memory.stat: page cache the kernel reclaims first, before it
+	// invokes the OOM killer.
+	InactiveFile uint64
+	// Max is the hard limit: the smallest memory.max (v2) along the path
+	// from the cgroup to the mount's root, or the smallest
+	// memory.limit_in_bytes and hierarchical_memory_limit (v1). Above it
+	// the OOM killer acts. 0 means none.
+	Max uint64
+	// High is the smallest memory.high (v2) along the same path: above
+	// it the kernel throttles the cgroup's allocations and reclaims hard.
+	// 0 means none, and always for v1.
+	High uint64
+	// Events are the cgroup's cumulative limit events.
+	Events Events
+}
+
+// Events are cumulative memory events of a cgroup: memory.events for v2
+// (which counts the cgroup and its descendants), memory.failcnt and
+// memory.oom_control for v1. A counter the kernel does not provide stays
+// 0. It is a plain value, safe to copy and share.
+type Events struct {
+	High    uint64 // v2 "high": times usage went over memory.high
+	Max     uint64 // v2 "max": times usage reached memory.max; v1 memory.failcnt
+	OOM     uint64 // v2 "oom": times the limit was reached and reclaim failed
+	OOMKill uint64 // v2 and v1 "oom_kill": processes killed by the OOM killer
+}
+
+// WorkingSet is Usage minus InactiveFile, floored at 0: what the kubelet
+// calls the working set, the memory that counts toward an OOM kill.
+func (c Cgroup) WorkingSet() uint64 {
+	if c.InactiveFile >= c.Usage {
+		return 0
+	}
+	return c.Usage - c.InactiveFile
+}
+
+// Limit is the smaller of Max and High that is set; 0 when neither is.
+func (c Cgroup) Limit() uint64 { return minLimit(c.Max, c.High) }
+
+// Limit returns the smallest limit this process is under: the cgroup's
+// [Cgroup.Limit] and GOMEMLIMIT, whichever is set and smaller; 0 when
+// there is none.
+func (s Sample) Limit() uint64 { return minLimit(s.Cgroup.Limit(), s.Runtime.Limit) }
+
+// Limited reports whether the process is under any memory limit. Without
+// one, [Sample.Utilization] is 0: this package does not invent a limit
+// from the host's RAM, which other processes share and whose exhaustion
+// is met by the kernel's OOM killer choosing among all of them. To give
+// such a process a budget, set GOMEMLIMIT (or debug.SetMemoryLimit).
+func (s Sample) Limited() bool { return s.Limit() != 0 }
+
+// Utilization returns the fraction in [0, 1] of the memory this process
+// may use that is in use: the cgroup's working set over the cgroup limit
+// and the runtime's Total over GOMEMLIMIT, whichever is fuller (each
+// usage is compared with the limit that applies to it). When both count
+// the same memory this is usage / min(cgroup limit, GOMEMLIMIT). It is 0
+// when there is no limit ([Sample.Limited] false), 1 at or above a
+// limit.
+func (s Sample) Utilization() float64 {
+	u := 0.0
+	if l := s.Cgroup.Limit(); l > 0 {
+		u = float64(s.Cgroup.WorkingSet()) / float64(l)
+	}
+	if l := s.Runtime.Limit; l > 0 {
+		u = max(u, float64(s.Runtime.Total)/float64(l))
+	}
+	if u > 1 || math.IsNaN(u) {
+		return 1
+	}
+	return u
+}
+
+// GCFraction returns the share of the scheduler's CPU time the GC used
+// between two samples of the same source: the growth of Runtime.GCCPU
+// over that of Runtime.TotalCPU, in [0, 1]. The runtime updates those
+// counters at the end of each GC cycle only, so it is 0 when no cycle
+// ended in between; [Monitor.GCFraction] handles that.
+func GCFraction(prev, cur Sample) float64 {
+	dt := cur.Runtime.TotalCPU - prev.Runtime.TotalCPU
+	dgc := cur.Runtime.GCCPU - prev.Runtime.GCCPU
+	if dt <= 0 || dgc <= 0 {
+		return 0
+	}
+	return min(float64(dgc)/float64(dt), 1)
+}
+
+// minLimit returns the smaller nonzero of a and b, 0 when both are 0.
+func minLimit(a, b uint64) uint64 {
+	switch {
+	case a == 0:
+		return b
+	case b == 0:
+		return a
+	}
+	return min(a, b)
+}
