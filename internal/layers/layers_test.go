@@ -20,6 +20,8 @@ var below = map[string][]string{
 	"breaker":     nil,
 	"throttle":    nil,
 	"cpu":         {"golang.org/x/sys/"},
+	"memory":      {"golang.org/x/sys/"},
+	"connlimit":   nil,
 	"loadshed":    nil,
 	"deadline":    nil,
 	"queuedelay":  nil,
