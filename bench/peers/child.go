@@ -12,7 +12,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/levee-go/levee/internal/affinity"
+	"github.com/levee-go/levee/internal/harness/affinity"
 )
 
 // serverStartTimeout bounds the wait for a server's listening line.

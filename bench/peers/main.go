@@ -24,8 +24,8 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/levee-go/levee/internal/loadgen"
-	"github.com/levee-go/levee/internal/target"
+	"github.com/levee-go/levee/internal/harness/loadgen"
+	"github.com/levee-go/levee/internal/harness/target"
 )
 
 func main() {

@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/levee-go/levee/internal/loadgen"
+	"github.com/levee-go/levee/internal/harness/loadgen"
 )
 
 // TestMain lets the test binary serve as the benchmark's server processes,

@@ -5,7 +5,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/levee-go/levee/internal/loadgen"
+	"github.com/levee-go/levee/internal/harness/loadgen"
 )
 
 // A scenario is one kind of service under the same open-loop overload.

@@ -15,7 +15,7 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/levee-go/levee/examples/inventory"
-	"github.com/levee-go/levee/internal/affinity"
+	"github.com/levee-go/levee/internal/harness/affinity"
 )
 
 // serverEnv names the environment variable that makes this binary (or the

@@ -6,7 +6,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/levee-go/levee/internal/loadgen"
+	"github.com/levee-go/levee/internal/harness/loadgen"
 )
 
 // score is one row of a scenario's table.

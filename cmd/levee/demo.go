@@ -9,12 +9,12 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/levee-go/levee/cmd/levee/internal/scenario"
+	"github.com/levee-go/levee/cmd/levee/internal/scenario/dependency"
+	fleetdemo "github.com/levee-go/levee/cmd/levee/internal/scenario/fleet"
+	"github.com/levee-go/levee/cmd/levee/internal/scenario/overload"
 	"github.com/levee-go/levee/examples/inventory"
-	"github.com/levee-go/levee/internal/scenario"
-	"github.com/levee-go/levee/internal/scenario/dependency"
-	fleetdemo "github.com/levee-go/levee/internal/scenario/fleet"
-	"github.com/levee-go/levee/internal/scenario/overload"
-	"github.com/levee-go/levee/internal/stats"
+	"github.com/levee-go/levee/internal/harness/stats"
 )
 
 // demoScenarios returns the scenarios `levee demo -scenario` picks from,

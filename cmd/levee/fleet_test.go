@@ -22,14 +22,14 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/levee-go/levee/cmd/levee/internal/scenario"
+	fleetdemo "github.com/levee-go/levee/cmd/levee/internal/scenario/fleet"
+	"github.com/levee-go/levee/cmd/levee/internal/scenario/scenariotest"
 	"github.com/levee-go/levee/examples/inventory"
 	inventoryv1 "github.com/levee-go/levee/examples/inventory/proto/corecart/inventory/v1"
 	"github.com/levee-go/levee/grpcguard"
+	"github.com/levee-go/levee/internal/harness/target"
 	"github.com/levee-go/levee/internal/redistest"
-	"github.com/levee-go/levee/internal/scenario"
-	fleetdemo "github.com/levee-go/levee/internal/scenario/fleet"
-	"github.com/levee-go/levee/internal/scenario/scenariotest"
-	"github.com/levee-go/levee/internal/target"
 )
 
 // startServe runs `levee serve args...` in this process until the test

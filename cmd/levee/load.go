@@ -15,10 +15,10 @@ import (
 
 	"github.com/levee-go/levee/admission"
 	"github.com/levee-go/levee/grpcguard"
-	"github.com/levee-go/levee/internal/loadgen"
-	"github.com/levee-go/levee/internal/report"
-	"github.com/levee-go/levee/internal/stats"
-	"github.com/levee-go/levee/internal/target"
+	"github.com/levee-go/levee/internal/harness/loadgen"
+	"github.com/levee-go/levee/internal/harness/report"
+	"github.com/levee-go/levee/internal/harness/stats"
+	"github.com/levee-go/levee/internal/harness/target"
 )
 
 // loadFlags are the load-shaping flags shared by `levee load` and `levee

@@ -24,7 +24,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/levee-go/levee/internal/loadgen"
+	"github.com/levee-go/levee/internal/harness/loadgen"
 )
 
 func main() {

@@ -15,11 +15,11 @@ import (
 
 	"go.uber.org/goleak"
 
-	"github.com/levee-go/levee/internal/loadgen"
-	"github.com/levee-go/levee/internal/report"
-	"github.com/levee-go/levee/internal/scenario"
-	"github.com/levee-go/levee/internal/scenario/overload"
-	"github.com/levee-go/levee/internal/scenario/scenariotest"
+	"github.com/levee-go/levee/cmd/levee/internal/scenario"
+	"github.com/levee-go/levee/cmd/levee/internal/scenario/overload"
+	"github.com/levee-go/levee/cmd/levee/internal/scenario/scenariotest"
+	"github.com/levee-go/levee/internal/harness/loadgen"
+	"github.com/levee-go/levee/internal/harness/report"
 )
 
 // childEnvVar makes the test binary behave as the levee command, so that

@@ -14,7 +14,7 @@ import (
 	"github.com/levee-go/levee/cpu"
 	"github.com/levee-go/levee/deadline"
 	"github.com/levee-go/levee/grpcguard"
-	"github.com/levee-go/levee/internal/stats"
+	"github.com/levee-go/levee/internal/harness/stats"
 	"github.com/levee-go/levee/loadshed"
 	"github.com/levee-go/levee/metrics"
 	"github.com/levee-go/levee/queuedelay"

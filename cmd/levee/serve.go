@@ -17,11 +17,11 @@ import (
 
 	"google.golang.org/grpc"
 
+	"github.com/levee-go/levee/cmd/levee/internal/capacity"
+	"github.com/levee-go/levee/cmd/levee/internal/scenario"
 	"github.com/levee-go/levee/examples/inventory"
-	"github.com/levee-go/levee/internal/affinity"
-	"github.com/levee-go/levee/internal/capacity"
-	"github.com/levee-go/levee/internal/scenario"
-	"github.com/levee-go/levee/internal/stats"
+	"github.com/levee-go/levee/internal/harness/affinity"
+	"github.com/levee-go/levee/internal/harness/stats"
 )
 
 // shutdownGrace bounds a graceful stop: calls still running after it are

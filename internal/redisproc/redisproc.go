@@ -2,7 +2,7 @@
 // no persistence, stopped (SIGKILL, as a crash) and restarted on the same
 // port at will, and talks to it in the few words of RESP it needs: no
 // Redis client is imported (only redislimit imports one). The tests'
-// helpers (internal/redistest) and the fleet demo (internal/scenario/fleet)
+// helpers (internal/redistest) and the fleet demo (cmd/levee/internal/scenario/fleet)
 // share it.
 package redisproc
 

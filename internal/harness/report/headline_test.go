@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/levee-go/levee/internal/loadgen"
+	"github.com/levee-go/levee/internal/harness/loadgen"
 )
 
 // withRecovery adds a third phase, "recovery" 2s at 100/s, to res, with

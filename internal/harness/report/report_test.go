@@ -15,7 +15,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/levee-go/levee/internal/loadgen"
+	"github.com/levee-go/levee/internal/harness/loadgen"
 )
 
 var update = flag.Bool("update", false, "rewrite the golden files in testdata")

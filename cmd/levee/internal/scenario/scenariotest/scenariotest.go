@@ -6,7 +6,7 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/levee-go/levee/internal/report"
+	"github.com/levee-go/levee/internal/harness/report"
 )
 
 // Buffer is a bytes.Buffer safe for concurrent writes, for a scenario's

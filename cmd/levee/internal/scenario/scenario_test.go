@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/levee-go/levee/internal/loadgen"
+	"github.com/levee-go/levee/internal/harness/loadgen"
 )
 
 func TestPrefixWriter(t *testing.T) {

@@ -15,13 +15,13 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/levee-go/levee/cmd/levee/internal/scenario"
+	"github.com/levee-go/levee/cmd/levee/internal/scenario/scenariotest"
 	inventoryv1 "github.com/levee-go/levee/examples/inventory/proto/corecart/inventory/v1"
 	"github.com/levee-go/levee/grpcguard"
-	"github.com/levee-go/levee/internal/loadgen"
-	"github.com/levee-go/levee/internal/report"
-	"github.com/levee-go/levee/internal/scenario"
-	"github.com/levee-go/levee/internal/scenario/scenariotest"
-	"github.com/levee-go/levee/internal/target"
+	"github.com/levee-go/levee/internal/harness/loadgen"
+	"github.com/levee-go/levee/internal/harness/report"
+	"github.com/levee-go/levee/internal/harness/target"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }

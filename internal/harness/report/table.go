@@ -7,7 +7,7 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/levee-go/levee/internal/loadgen"
+	"github.com/levee-go/levee/internal/harness/loadgen"
 )
 
 // row is one line of a phase table: a label and one cell per run.

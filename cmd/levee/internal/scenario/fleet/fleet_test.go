@@ -10,8 +10,8 @@ import (
 	v3orcapb "github.com/cncf/xds/go/xds/data/orca/v3"
 	"google.golang.org/grpc/codes"
 
-	"github.com/levee-go/levee/internal/loadgen"
-	"github.com/levee-go/levee/internal/report"
+	"github.com/levee-go/levee/internal/harness/loadgen"
+	"github.com/levee-go/levee/internal/harness/report"
 )
 
 // runOf is a run of two 2 s phases whose seconds admitted the given

@@ -23,12 +23,12 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/levee-go/levee/cmd/levee/internal/scenario"
 	"github.com/levee-go/levee/examples/inventory"
 	inventoryv1 "github.com/levee-go/levee/examples/inventory/proto/corecart/inventory/v1"
 	"github.com/levee-go/levee/grpcguard"
-	"github.com/levee-go/levee/internal/loadgen"
-	"github.com/levee-go/levee/internal/report"
-	"github.com/levee-go/levee/internal/scenario"
+	"github.com/levee-go/levee/internal/harness/loadgen"
+	"github.com/levee-go/levee/internal/harness/report"
 )
 
 // The balance pass (-fleet-balance): three replicas of the inventory

@@ -4,7 +4,7 @@ import (
 	"fmt"
 	"io"
 
-	"github.com/levee-go/levee/internal/affinity"
+	"github.com/levee-go/levee/internal/harness/affinity"
 )
 
 // CPUPlan is where the demo's processes run: the server on one CPU, the

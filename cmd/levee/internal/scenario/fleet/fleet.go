@@ -23,12 +23,12 @@ import (
 	"sync"
 	"time"
 
-	"github.com/levee-go/levee/internal/loadgen"
+	"github.com/levee-go/levee/cmd/levee/internal/scenario"
+	"github.com/levee-go/levee/internal/harness/loadgen"
+	"github.com/levee-go/levee/internal/harness/report"
+	"github.com/levee-go/levee/internal/harness/stats"
+	"github.com/levee-go/levee/internal/harness/target"
 	"github.com/levee-go/levee/internal/redisproc"
-	"github.com/levee-go/levee/internal/report"
-	"github.com/levee-go/levee/internal/scenario"
-	"github.com/levee-go/levee/internal/stats"
-	"github.com/levee-go/levee/internal/target"
 )
 
 // Name is the scenario's name.

@@ -19,8 +19,8 @@ import (
 	"strings"
 	"time"
 
-	"github.com/levee-go/levee/internal/loadgen"
-	"github.com/levee-go/levee/internal/report"
+	"github.com/levee-go/levee/internal/harness/loadgen"
+	"github.com/levee-go/levee/internal/harness/report"
 )
 
 // Scenario is one way to run the demo. Name and Run are required.

@@ -4,8 +4,8 @@ import (
 	"os"
 	"time"
 
-	"github.com/levee-go/levee/internal/loadgen"
-	"github.com/levee-go/levee/internal/report"
+	"github.com/levee-go/levee/internal/harness/loadgen"
+	"github.com/levee-go/levee/internal/harness/report"
 )
 
 func ExampleWriteTable() {

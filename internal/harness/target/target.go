@@ -20,9 +20,9 @@ import (
 
 	"github.com/levee-go/levee/examples/inventory"
 	inventoryv1 "github.com/levee-go/levee/examples/inventory/proto/corecart/inventory/v1"
-	"github.com/levee-go/levee/internal/loadgen"
-	"github.com/levee-go/levee/internal/report"
-	"github.com/levee-go/levee/internal/stats"
+	"github.com/levee-go/levee/internal/harness/loadgen"
+	"github.com/levee-go/levee/internal/harness/report"
+	"github.com/levee-go/levee/internal/harness/stats"
 )
 
 // Target is a set of connections to an inventory server. Create it with

@@ -4,7 +4,7 @@ import (
 	"fmt"
 	"strings"
 
-	"github.com/levee-go/levee/internal/loadgen"
+	"github.com/levee-go/levee/internal/harness/loadgen"
 )
 
 // The headline is what a reader of the HTML report came for, before any

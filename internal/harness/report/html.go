@@ -7,7 +7,7 @@ import (
 	"math"
 	"time"
 
-	"github.com/levee-go/levee/internal/loadgen"
+	"github.com/levee-go/levee/internal/harness/loadgen"
 )
 
 // Chart kinds, one row of the HTML report each, a column per run.

@@ -14,12 +14,12 @@ import (
 
 	"google.golang.org/grpc/metadata"
 
+	"github.com/levee-go/levee/cmd/levee/internal/scenario"
 	"github.com/levee-go/levee/grpcguard"
-	"github.com/levee-go/levee/internal/loadgen"
-	"github.com/levee-go/levee/internal/report"
-	"github.com/levee-go/levee/internal/scenario"
-	"github.com/levee-go/levee/internal/stats"
-	"github.com/levee-go/levee/internal/target"
+	"github.com/levee-go/levee/internal/harness/loadgen"
+	"github.com/levee-go/levee/internal/harness/report"
+	"github.com/levee-go/levee/internal/harness/stats"
+	"github.com/levee-go/levee/internal/harness/target"
 )
 
 // Name is the scenario's name.

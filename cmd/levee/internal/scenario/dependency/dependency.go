@@ -21,13 +21,13 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/levee-go/levee/breaker"
+	"github.com/levee-go/levee/cmd/levee/internal/capacity"
+	"github.com/levee-go/levee/cmd/levee/internal/scenario"
 	"github.com/levee-go/levee/examples/inventory"
 	"github.com/levee-go/levee/grpcguard"
-	"github.com/levee-go/levee/internal/capacity"
-	"github.com/levee-go/levee/internal/loadgen"
-	"github.com/levee-go/levee/internal/report"
-	"github.com/levee-go/levee/internal/scenario"
-	"github.com/levee-go/levee/internal/target"
+	"github.com/levee-go/levee/internal/harness/loadgen"
+	"github.com/levee-go/levee/internal/harness/report"
+	"github.com/levee-go/levee/internal/harness/target"
 	"github.com/levee-go/levee/throttle"
 )
 

@@ -6,7 +6,7 @@ import (
 	"slices"
 	"time"
 
-	"github.com/levee-go/levee/internal/loadgen"
+	"github.com/levee-go/levee/internal/harness/loadgen"
 )
 
 // Measure is a quantity sampled over a run besides what the load generator

@@ -49,7 +49,7 @@ import (
 	"math"
 	"time"
 
-	"github.com/levee-go/levee/internal/loadgen"
+	"github.com/levee-go/levee/internal/harness/loadgen"
 )
 
 // ErrNoRuns is returned when a Comparison has no run with a result.

@@ -9,7 +9,7 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/levee-go/levee/internal/report"
+	"github.com/levee-go/levee/internal/harness/report"
 )
 
 // Reading a server's stats after a run: the server may still be busy with
