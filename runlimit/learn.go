@@ -351,18 +351,19 @@ func (l *Limiter) checkProbe(now int64, flows []*Flow) {
 	case p.kind == probeCPU && l.o.cpu != nil && l.o.cpu.Saturated():
 		// No shorter, and the CPU saturated: it is busy elsewhere. Undo
 		// the cut and leave stretches to the other probes until the CPU
-		// is not saturated.
+		// is not saturated. If the calls are slower even at the lower
+		// limit, the service itself is slower (a dependency slowed as a
+		// flood began): move the baselines too, or every later interval
+		// would read the slower calls as contention and shrink the limit.
 		l.cpuElsewhere = true
+		if pr >= rebaseTrigger {
+			l.rebase(flows)
+		}
 		l.apply(p.saved)
 	case pr >= rebaseTrigger:
 		// Calls are slower even with less contention: the service itself
 		// changed. Move the baselines, keep the limit.
-		for _, f := range flows {
-			if pn := f.pn.Load(); pn > 0 {
-				f.setBase(float64(f.psum.Load()) / float64(pn))
-			}
-		}
-		l.rebases.Add(1)
+		l.rebase(flows)
 		l.apply(p.saved)
 	default:
 		// The baseline holds: a stretch was the limit's own doing.
@@ -377,6 +378,17 @@ func (l *Limiter) checkProbe(now int64, flows []*Flow) {
 			l.apply(p.saved)
 		}
 	}
+}
+
+// rebase moves each flow's baseline to its mean service time during the
+// probe that just ended. Needs upd.
+func (l *Limiter) rebase(flows []*Flow) {
+	for _, f := range flows {
+		if pn := f.pn.Load(); pn > 0 {
+			f.setBase(float64(f.psum.Load()) / float64(pn))
+		}
+	}
+	l.rebases.Add(1)
 }
 
 // markLight marks the flows that may run without a turn: those whose

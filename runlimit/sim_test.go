@@ -261,3 +261,28 @@ func TestCPUTakenElsewhereDoesNotCollapseTheLimit(t *testing.T) {
 		t.Errorf("CPU saturated elsewhere: limit in [8, 14] for %.0f%% of the time (limits %v), want >= 90%%", 100*sh, got)
 	}
 }
+
+// TestFollowsASlowerDatabaseWhenTheSpikeStarts: the database turns 3x
+// slower at the moment a spike starts, when a transport refusing the
+// flood also saturates the CPU (every query stretches by half). The
+// baseline moves with the database, and the limit stays near the pool
+// size instead of falling to the floor: within 3 s the throughput is at
+// least 90% of what the slower pool serves.
+func TestFollowsASlowerDatabaseWhenTheSpikeStarts(t *testing.T) {
+	io := &ioBound{conns: 8, query: 10 * time.Millisecond}
+	s := newSim(t, io)
+	s.run(20*time.Second, nil)
+	io.query = 30 * time.Millisecond
+	io.flood = true
+	s.run(3*time.Second, nil)
+	before := s.done
+	lo := s.l.Limit()
+	s.run(5*time.Second, func() { lo = min(lo, s.l.Limit()) })
+	rate := float64(s.done-before) / 5
+	if want := 0.9 * 8 / 0.045; rate < want {
+		t.Errorf("throughput from 3s to 8s after the change %.0f/s, want >= %.0f (90%% of what the slower pool serves under the flood); lowest limit %d, stats %+v", rate, want, lo, s.l.Stats())
+	}
+	if lo < 6 {
+		t.Errorf("limit fell to %d after the change, want it to stay near the pool size (8)", lo)
+	}
+}
