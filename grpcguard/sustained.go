@@ -25,7 +25,7 @@ import (
 const (
 	// SustainedAfter is how long refusals must go on before they tell
 	// clients not to retry.
-	SustainedAfter = time.Second
+	SustainedAfter = 500 * time.Millisecond
 	// SustainedGap is the pause in refusals that ends sustained overload.
 	SustainedGap = 250 * time.Millisecond
 )

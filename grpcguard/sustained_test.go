@@ -19,6 +19,8 @@ func TestSustainedRefusals(t *testing.T) {
 	t0 := time.Unix(1000, 0)
 	plain := admission.Refuse("full", time.Second)
 	late := admission.Decision{Refused: true, DeadlineTooShort: true}
+	const a, gap = SustainedAfter, SustainedGap
+	step := gap * 4 / 5 // refusals closer together than the gap
 	steps := []struct {
 		name string
 		at   time.Duration
@@ -26,17 +28,15 @@ func TestSustainedRefusals(t *testing.T) {
 		want bool
 	}{
 		{"first refusal", 0, plain, false},
-		{"200ms on", 200 * time.Millisecond, plain, false},
-		{"400ms on", 400 * time.Millisecond, plain, false},
-		{"600ms on", 600 * time.Millisecond, plain, false},
-		{"800ms on", 800 * time.Millisecond, plain, false},
-		{"1s on: sustained", time.Second, plain, true},
-		{"deadline refusal while sustained", 1100 * time.Millisecond, late, false},
-		{"still sustained", 1200 * time.Millisecond, plain, true},
-		{"after a pause of 300ms: a new run", 1500 * time.Millisecond, plain, false},
-		{"1s into the new run", 2500 * time.Millisecond, plain, false}, // gap of 1s
-		{"run restarted", 2600 * time.Millisecond, plain, false},
-		{"1s after the restart", 3600 * time.Millisecond, plain, false}, // gap again
+		{"one step on", step, plain, false},
+		{"two steps on", 2 * step, plain, false},
+		{"just before SustainedAfter", a - time.Millisecond, plain, false},
+		{"SustainedAfter on: sustained", a, plain, true},
+		{"deadline refusal while sustained", a + step/2, late, false},
+		{"still sustained", a + step, plain, true},
+		{"after a pause longer than the gap: a new run", a + step + gap + time.Millisecond, plain, false},
+		{"a long pause again", a + step + 3*gap, plain, false},
+		{"one step into the run", a + step + 3*gap + step, plain, false},
 	}
 	var s sustained
 	for _, st := range steps {
