@@ -1,12 +1,23 @@
 # levee build and test targets. `make test` is what CI runs (.ci/run).
 GO ?= go
 
-.PHONY: test vet tidy layers race bench proto fuzz soak
+.PHONY: test vet tidy build staticcheck benchmods tools layers race bench proto fuzz soak
 
-## test: vet and run every test with the race detector. Packages run one at a
-## time (-p 1): the demo's end-to-end test pins server processes to CPUs and
-## measures their goodput, which other packages' tests would steal from.
-test: tidy vet
+# staticcheck at a pinned release (v0.8.2 is staticcheck 2026.2.2), run
+# through the Go module proxy: nothing to install beyond Go itself. Raise
+# it deliberately, fixing what a new release finds.
+STATICCHECK_VERSION ?= v0.8.2
+STATICCHECK ?= $(GO) run honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION)
+
+# The modules of their own under bench/ (the peer and Redis comparisons the
+# docs cite); each replaces levee with this tree.
+BENCH_MODULES := bench/peers bench/redis
+
+## test: check the modules, vet, build and lint, then run every test with
+## the race detector. Packages run one at a time (-p 1): the demo's
+## end-to-end test pins server processes to CPUs and measures their
+## goodput, which other packages' tests would steal from.
+test: tidy vet build staticcheck benchmods
 	$(GO) test -race -count=1 -p 1 ./...
 	@# Full-size memory tests that the race detector makes too slow, and
 	@# tests of the scheduler's order, which the race detector randomises.
@@ -16,9 +27,35 @@ test: tidy vet
 vet:
 	$(GO) vet ./...
 
-## tidy: fail when go.mod or go.sum are not what `go mod tidy` would write.
+## tidy: fail when go.mod or go.sum, here or in a bench module, are not
+## what `go mod tidy` would write.
 tidy:
 	$(GO) mod tidy -diff
+	@for m in $(BENCH_MODULES); do echo "cd $$m && $(GO) mod tidy -diff"; (cd $$m && $(GO) mod tidy -diff) || exit 1; done
+
+## build: build every package and command, examples/ and cmd/ included
+## (to /dev/null: a lone main package would otherwise leave its binary).
+build:
+	$(GO) build -o /dev/null ./...
+
+## staticcheck: lint every package, tests included, at the pinned release.
+## A finding fails the build; silence one only where it is wrong, with
+## //lint:ignore CHECK and the reason.
+staticcheck:
+	$(STATICCHECK) ./...
+
+## benchmods: vet, build and lint the bench modules (their tests need
+## running peers or Redis and are run by hand; see their READMEs).
+benchmods:
+	@for m in $(BENCH_MODULES); do \
+		echo "== $$m"; \
+		(cd $$m && $(GO) vet ./... && $(GO) build -o /dev/null ./... && $(STATICCHECK) ./...) || exit 1; \
+	done
+
+## tools: fetch and build the pinned tools, so that a network failure is
+## reported as one and not as a lint failure (.ci/run runs it first).
+tools:
+	$(STATICCHECK) -version
 
 ## layers: fail when a package below the transport imports gRPC (see
 ## internal/layers).

@@ -21,7 +21,7 @@ type Permits struct {
 // Held reports whether guard i of the chain admitted the call.
 func (ps *Permits) Held(i int) bool { return ps.mask&(1<<i) != 0 }
 
-// ChainOption configures a Chain.
+// ChainOption configures a Chain. A nil ChainOption is ignored.
 type ChainOption func(*chainOptions)
 
 type chainOptions struct {
@@ -98,7 +98,9 @@ type counters struct {
 func NewChain(name string, guards []Guard, opts ...ChainOption) (*Chain, error) {
 	var o chainOptions
 	for _, opt := range opts {
-		opt(&o)
+		if opt != nil {
+			opt(&o)
+		}
 	}
 	if len(guards) == 0 {
 		return nil, fmt.Errorf("admission: chain %q has no guards", name)

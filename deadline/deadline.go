@@ -31,7 +31,7 @@ const MaxLearnedMethods = 4096
 const StaleAfter = time.Second
 
 // Option configures a Guard. Options only record values; New validates
-// them.
+// them. A nil Option is ignored.
 type Option func(*options)
 
 type options struct {
@@ -86,7 +86,9 @@ type method struct {
 func New(opts ...Option) (*Guard, error) {
 	o := options{fixed: map[string]time.Duration{}, margin: 1}
 	for _, opt := range opts {
-		opt(&o)
+		if opt != nil {
+			opt(&o)
+		}
 	}
 	var errs []error
 	for m, d := range o.fixed {

@@ -46,8 +46,8 @@ func (s *cliService) plan(fail func(n int64) bool, code codes.Code, pushback str
 	s.mu.Unlock()
 }
 
-// outcome is the error of call n, and the pushback trailer to send with it.
-func (s *cliService) outcome(n int64) (error, metadata.MD) {
+// outcome is the pushback trailer to send with call n, and its error.
+func (s *cliService) outcome(n int64) (metadata.MD, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.fail == nil || !s.fail(n) {
@@ -61,11 +61,11 @@ func (s *cliService) outcome(n int64) (error, metadata.MD) {
 	if s.pushback != "" {
 		md = metadata.Pairs(PushbackTrailer, s.pushback)
 	}
-	return status.Error(code, "downstream failing"), md
+	return md, status.Error(code, "downstream failing")
 }
 
 func (s *cliService) EmptyCall(ctx context.Context, _ *testgrpc.Empty) (*testgrpc.Empty, error) {
-	err, md := s.outcome(s.calls.Add(1))
+	md, err := s.outcome(s.calls.Add(1))
 	if md != nil {
 		_ = grpc.SetTrailer(ctx, md)
 	}
@@ -76,7 +76,7 @@ func (s *cliService) EmptyCall(ctx context.Context, _ *testgrpc.Empty) (*testgrp
 }
 
 func (s *cliService) StreamingOutputCall(_ *testgrpc.StreamingOutputCallRequest, ss testgrpc.TestService_StreamingOutputCallServer) error {
-	err, md := s.outcome(s.streams.Add(1))
+	md, err := s.outcome(s.streams.Add(1))
 	for range 2 {
 		if err := ss.Send(&testgrpc.StreamingOutputCallResponse{}); err != nil {
 			return err
@@ -89,7 +89,7 @@ func (s *cliService) StreamingOutputCall(_ *testgrpc.StreamingOutputCallRequest,
 }
 
 func (s *cliService) StreamingInputCall(ss testgrpc.TestService_StreamingInputCallServer) error {
-	err, _ := s.outcome(s.streams.Add(1))
+	_, err := s.outcome(s.streams.Add(1))
 	for {
 		if _, rerr := ss.Recv(); rerr == io.EOF {
 			break
@@ -104,7 +104,7 @@ func (s *cliService) StreamingInputCall(ss testgrpc.TestService_StreamingInputCa
 }
 
 func (s *cliService) FullDuplexCall(ss testgrpc.TestService_FullDuplexCallServer) error {
-	err, md := s.outcome(s.streams.Add(1))
+	md, err := s.outcome(s.streams.Add(1))
 	for {
 		if _, rerr := ss.Recv(); rerr == io.EOF {
 			break

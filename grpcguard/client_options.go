@@ -47,7 +47,8 @@ const clientGuardsFixed = 4
 // WithMaxEntries.
 const OverflowName = "*"
 
-// ClientOption configures a Client. Each option documents its default.
+// ClientOption configures a Client. Each option documents its default. A
+// nil ClientOption is ignored.
 type ClientOption func(*clientOptions)
 
 type clientOptions struct {

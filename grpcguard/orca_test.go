@@ -153,7 +153,7 @@ func TestORCALoadFollowsCounters(t *testing.T) {
 	steps := []step{
 		// Within the first window: rates since the start.
 		{at: 500 * time.Millisecond, ok: 4, fail: 1, refused: 5, cpu: 0.3, limit: 2,
-			want: Load{CPU: 0.3, Application: 0.5 / 0.5 / 2, QPS: 10 / 0.5, EPS: 6 / 0.5}},
+			want: Load{CPU: 0.3, Application: (4 + 1) * 0.1 / 0.5 / 2, QPS: 10 / 0.5, EPS: 6 / 0.5}},
 		// A window has passed: this report still counts from t0, and
 		// t0+1s becomes the newer reference.
 		{at: time.Second, ok: 5, cpu: 0.9, limit: 1,

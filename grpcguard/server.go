@@ -29,7 +29,7 @@ var DefaultExempt = []string{
 	"/grpc.reflection.v1alpha.ServerReflection/*",
 }
 
-// Option configures a Server.
+// Option configures a Server. A nil Option is ignored.
 type Option func(*serverOptions)
 
 type serverOptions struct {

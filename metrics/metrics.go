@@ -52,7 +52,7 @@ type ServerSource interface {
 // *loadshed.Controller; AddScale exports it.
 type Scaler interface{ Scale() float64 }
 
-// Option configures a Registry.
+// Option configures a Registry. A nil Option is ignored.
 type Option func(*options)
 
 type options struct {
@@ -101,7 +101,9 @@ type Registry struct {
 func New(opts ...Option) *Registry {
 	var o options
 	for _, opt := range opts {
-		opt(&o)
+		if opt != nil {
+			opt(&o)
+		}
 	}
 	r := newRegistry(prometheus.NewRegistry())
 	if o.runtime {

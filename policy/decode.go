@@ -155,8 +155,25 @@ func index(path string, i int) string { return fmt.Sprintf("%s[%d]", path, i) }
 // mapping walks the mapping n, calling on[key] with each value, and
 // reports a node that is not a mapping, a duplicate key, an alias or an
 // unknown key (naming the known ones). It returns the keys seen, or nil
-// if n is not a mapping.
+// if n is not a mapping. A value's path is path.key.
 func (d *decoder) mapping(n *yaml.Node, path string, known []string, on func(key string, v *yaml.Node, path string)) map[string]*yaml.Node {
+	return d.walk(n, path, known, join, "field", on)
+}
+
+// named walks a mapping keyed by names the user chose (methods, tenants)
+// as mapping does, with no list of known keys. A value's path is
+// path["name"], so every error about it, including a duplicate or an
+// alias, names it the same way, and a name holding a dot is not read as
+// a nested field.
+func (d *decoder) named(n *yaml.Node, path string, on func(name string, v *yaml.Node, path string)) map[string]*yaml.Node {
+	return d.walk(n, path, nil, nameKey, "key", on)
+}
+
+func nameKey(path, name string) string { return fmt.Sprintf("%s[%q]", path, name) }
+
+// walk is mapping and named: keyPath gives a value's path, what names a
+// key in the duplicate error.
+func (d *decoder) walk(n *yaml.Node, path string, known []string, keyPath func(path, key string) string, what string, on func(key string, v *yaml.Node, path string)) map[string]*yaml.Node {
 	if !d.isMapping(n, path) {
 		return nil
 	}
@@ -168,9 +185,9 @@ func (d *decoder) mapping(n *yaml.Node, path string, known []string, on func(key
 			continue
 		}
 		key := k.Value
-		fp := join(path, key)
+		fp := keyPath(path, key)
 		if _, dup := seen[key]; dup {
-			d.errf(k, fp, "duplicate field %q", key)
+			d.errf(k, fp, "duplicate %s %q", what, key)
 			continue
 		}
 		if known != nil && !contains(known, key) {
@@ -502,8 +519,7 @@ func (d *decoder) preset(n *yaml.Node, path string, p *Policy, taken claims) {
 	}
 	if methodsN != nil {
 		mp := join(path, "methods")
-		d.mapping(methodsN, mp, nil, func(name string, v *yaml.Node, fp string) {
-			fp = fmt.Sprintf("%s[%q]", mp, name)
+		d.named(methodsN, mp, func(name string, v *yaml.Node, fp string) {
 			if patternKind(name) != patternExact {
 				d.errf(v, fp, "want a full method name \"/pkg.Service/Method\", got %q", name)
 				return
@@ -705,9 +721,7 @@ func (d *decoder) criticality(n *yaml.Node, path string, c *Criticality) {
 				c.Default = cl
 			}
 		case "methods":
-			mp := fp
-			d.mapping(v, mp, nil, func(name string, v *yaml.Node, fp string) {
-				fp = fmt.Sprintf("%s[%q]", mp, name)
+			d.named(v, fp, func(name string, v *yaml.Node, fp string) {
 				if k := patternKind(name); k != patternExact && k != patternService {
 					d.errf(v, fp, "want \"/pkg.Service/Method\" or \"/pkg.Service/*\", got %q", name)
 					return
@@ -737,9 +751,7 @@ func (d *decoder) tenants(n *yaml.Node, path string) *Tenants {
 		case "default_weight":
 			t.DefaultWeight, _ = d.number(v, fp, 0, 1e6, true)
 		case "weights":
-			wp := fp
-			d.mapping(v, wp, nil, func(tenant string, v *yaml.Node, fp string) {
-				fp = fmt.Sprintf("%s[%q]", wp, tenant)
+			d.named(v, fp, func(tenant string, v *yaml.Node, fp string) {
 				if tenant == "" {
 					d.errf(v, fp, "a tenant name must not be empty")
 					return

@@ -69,6 +69,7 @@ var errorCases = []struct {
 	{"preset method exempt", "preset:\n  methods:\n    /a.B/C: {exempt: 2}\n", []string{`3:22: preset.methods["/a.B/C"].exempt: want true or false`}},
 	{"preset method max_rate", "preset:\n  methods:\n    /a.B/C: {max_rate: fast}\n", []string{`3:24: preset.methods["/a.B/C"].max_rate: want a rate`}},
 	{"preset method exempt and rate", "preset:\n  methods:\n    /a.B/C: {exempt: true, max_rate: 5/s}\n", []string{`3:38: preset.methods["/a.B/C"].max_rate: an exempt method has no rate limit`}},
+	{"preset method twice", "preset:\n  methods:\n    /a.B/C: {exempt: true}\n    /a.B/C: {max_rate: 1/s}\n", []string{`4:5: preset.methods["/a.B/C"]: duplicate key "/a.B/C"`}},
 	{"preset method also exempt", "exempt: [/a.B/C]\npreset:\n  methods:\n    /a.B/C: {exempt: true}\n", []string{`4:22: preset.methods["/a.B/C"]: method pattern "/a.B/C" is already taken by an exemption`}},
 	{"preset and a default rule", "preset: {}\nrules:\n  - guards: [{type: deadline}]\n", []string{`3:5: rules[0].methods[0]: method pattern "*" is already taken by the preset`}},
 
@@ -158,6 +159,7 @@ var errorCases = []struct {
 	{"criticality default", "preset: {}\ncriticality: {default: high}\n", []string{`2:24: criticality.default: want one of critical_plus, critical, sheddable_plus, sheddable, got "high"`}},
 	{"criticality methods", "preset: {}\ncriticality: {methods: [a]}\n", []string{"2:24: criticality.methods: want a mapping"}},
 	{"criticality method pattern", "preset: {}\ncriticality:\n  methods: {'*': sheddable}\n", []string{`3:18: criticality.methods["*"]: want "/pkg.Service/Method" or "/pkg.Service/*", got "*"`}},
+	{"criticality method twice", "preset: {}\ncriticality:\n  methods: {/a.B/C: sheddable, /a.B/C: critical}\n", []string{`3:32: criticality.methods["/a.B/C"]: duplicate key "/a.B/C"`}},
 	{"criticality method class", "preset: {}\ncriticality:\n  methods: {/a.B/C: 3}\n", []string{`3:21: criticality.methods["/a.B/C"]: want a string, got an integer 3`}},
 
 	// tenants
@@ -168,6 +170,8 @@ var errorCases = []struct {
 	{"tenants default_weight", "preset: {}\ntenants: {header: x, default_weight: 0}\n", []string{"2:38: tenants.default_weight: must be a number in (0, 1e+06], got 0"}},
 	{"tenants weights", "preset: {}\ntenants: {header: x, weights: [a]}\n", []string{"2:31: tenants.weights: want a mapping"}},
 	{"tenants weight", "preset: {}\ntenants:\n  header: x\n  weights: {acme: -2, b: heavy}\n", []string{`4:19: tenants.weights["acme"]: must be a number in (0, 1e+06], got -2`, `4:26: tenants.weights["b"]: want a number, got "heavy"`}},
+	{"tenants weight twice", "preset: {}\ntenants:\n  header: x\n  weights: {a.b: 1, a.b: 2}\n", []string{`4:21: tenants.weights["a.b"]: duplicate key "a.b"`}},
+	{"tenants weight alias", "preset: {}\ntenants:\n  header: x\n  default_weight: &w 2\n  weights: {acme: *w}\n", []string{`5:19: tenants.weights["acme"]: aliases (*name) are not supported`}},
 	{"tenants weight empty name", "preset: {}\ntenants:\n  header: x\n  weights: {'': 1}\n", []string{`4:17: tenants.weights[""]: a tenant name must not be empty`}},
 }
 

@@ -19,7 +19,8 @@ import (
 	"github.com/levee-go/levee/internal/preset"
 )
 
-// Option configures a Reloader. Options only record values.
+// Option configures a Reloader. Options only record values. A nil Option
+// is ignored.
 type Option func(*options)
 
 type options struct {

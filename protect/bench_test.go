@@ -19,11 +19,11 @@ import (
 	"github.com/levee-go/levee/ratelimit"
 )
 
-// firstWave builds the first wave's recipe (cmd/levee's policy before the
-// preset) at a capacity no benchmark reaches: deadline, queue delay, a
-// global and a per-client bucket, a bulkhead and a run limit of
-// GOMAXPROCS.
-func firstWave(tb testing.TB) *grpcguard.Server {
+// static builds `levee serve -recipe static` (cmd/levee/policy.go, the
+// fixed chain the preset replaced) at a capacity no benchmark reaches:
+// deadline, queue delay, a global and a per-client bucket, a bulkhead and
+// a run limit of GOMAXPROCS.
+func static(tb testing.TB) *grpcguard.Server {
 	tb.Helper()
 	procs := runtime.GOMAXPROCS(0)
 	dl, err := deadline.New()
@@ -81,13 +81,13 @@ var (
 )
 
 // BenchmarkUnaryChain calls the unary interceptor directly with a no-op
-// handler, every call admitted: the preset against the first wave's
-// recipe, in one run.
+// handler, every call admitted: the preset against the static recipe, in
+// one run.
 func BenchmarkUnaryChain(b *testing.B) {
 	for _, c := range []struct {
 		name  string
 		build func(testing.TB) *grpcguard.Server
-	}{{"preset", preset}, {"firstwave", firstWave}} {
+	}{{"preset", preset}, {"static", static}} {
 		b.Run(c.name, func(b *testing.B) {
 			in := c.build(b).UnaryServerInterceptor()
 			b.ReportAllocs()

@@ -73,6 +73,7 @@ type Method struct {
 }
 
 // Option configures New. Options only record values; New validates them.
+// A nil Option is ignored.
 type Option func(*options)
 
 type options struct {
@@ -283,7 +284,9 @@ type Server struct {
 func New(opts ...Option) (*Server, error) {
 	var o options
 	for _, opt := range opts {
-		opt(&o)
+		if opt != nil {
+			opt(&o)
+		}
 	}
 	if err := o.validate(); err != nil {
 		return nil, err

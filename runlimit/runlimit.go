@@ -58,7 +58,7 @@ type CPU interface {
 }
 
 // Option configures a Limiter. Options only record values; New validates
-// them.
+// them. A nil Option is ignored.
 type Option func(*options)
 
 type options struct {
@@ -279,7 +279,9 @@ func waiting(s uint64) int64 { return int64(s >> 32) }
 func New(opts ...Option) (*Limiter, error) {
 	o := options{floor: 1, ceiling: DefaultCeiling, initial: max(8, 2*runtime.GOMAXPROCS(0)), interval: DefaultInterval, maxFlows: DefaultMaxFlows, maxTenants: DefaultMaxTenants, defaultWeight: 1}
 	for _, opt := range opts {
-		opt(&o)
+		if opt != nil {
+			opt(&o)
+		}
 	}
 	if err := o.validate(); err != nil {
 		return nil, err

@@ -28,12 +28,12 @@ func leveeProtection() (opts []grpc.ServerOption, stop func(), err error) {
 	return p.ServerOptions(), p.Stop, nil
 }
 
-// leveeFirstWave is the first wave's recipe (cmd/levee/policy.go before
-// the preset), for comparison: it needs two numbers the preset learns, the
+// leveeStatic is `levee serve -recipe static` (cmd/levee/policy.go, the
+// fixed chain the preset replaced), for comparison: it needs two numbers the preset learns, the
 // server's capacity in Allocate calls/s and the CPU time of one Allocate,
 // and takes them from the description of the server this process runs
 // (serverSpecFromEnv), which is what the benchmark measured and configured.
-func leveeFirstWave() (opts []grpc.ServerOption, stop func(), err error) {
+func leveeStatic() (opts []grpc.ServerOption, stop func(), err error) {
 	s, err := serverSpecFromEnv()
 	if err != nil {
 		return nil, func() {}, err

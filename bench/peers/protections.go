@@ -79,9 +79,9 @@ var protections = []protection{
 		build: func(serverSpec) ([]grpc.ServerOption, func(), error) { return leveeProtection() },
 	},
 	{
-		name: "levee-firstwave", label: "levee first wave (told the capacity)",
-		about: "the first wave's recipe, sized from the measured capacity and CPU work (levee.go)",
-		build: func(serverSpec) ([]grpc.ServerOption, func(), error) { return leveeFirstWave() },
+		name: "levee-static", label: "levee static recipe (told the capacity)",
+		about: "levee serve -recipe static, a fixed chain sized from the measured capacity and CPU work (levee.go)",
+		build: func(serverSpec) ([]grpc.ServerOption, func(), error) { return leveeStatic() },
 	},
 }
 

@@ -73,8 +73,8 @@ func (c *cli) parseDemo(args []string) (*demoConfig, error) {
 	fs.Float64Var(&s.NormalLoad, "normal-load", 0.5, "normal and recovery load as a multiple of capacity")
 	fs.Float64Var(&s.SpikeLoad, "spike-load", 10, "spike load as a multiple of capacity")
 	fs.DurationVar(&s.Calibrate, "calibrate", 2*time.Second, "how long to measure capacity when -capacity is auto")
-	fs.Float64Var(&s.CapacityGuess, "capacity-guess", 0, "tell the protected server this `multiple` of the capacity as an upper bound (0: tell it nothing, it learns; the firstwave recipe needs one and gets 1 by default)")
-	fs.StringVar(&s.Recipe, "recipe", recipePreset, "the protected server's `recipe`: preset (the library's protect.New) or firstwave (the first wave's recipe, sized from the capacity)")
+	fs.Float64Var(&s.CapacityGuess, "capacity-guess", 0, "tell the protected server this `multiple` of the capacity as an upper bound (0: tell it nothing, it learns; the static recipe needs one and gets 1 by default)")
+	fs.StringVar(&s.Recipe, "recipe", recipePreset, "the protected server's `recipe`: preset (the library's protect.New) or static (a fixed chain sized from the capacity; firstwave: its deprecated name)")
 	fs.StringVar(&cfg.out, "out", "levee-report.html", "HTML report `file` (empty: none)")
 	fs.StringVar(&cfg.jsonOut, "json", "", "also write both runs' full results as JSON to this `file`")
 	cfg.loadFlags.register(fs, "poisson")
@@ -85,6 +85,9 @@ func (c *cli) parseDemo(args []string) (*demoConfig, error) {
 		}
 	}
 	if err := c.parse(fs, args); err != nil {
+		return nil, err
+	}
+	if s.Recipe, err = c.recipeNamed(s.Recipe); err != nil {
 		return nil, err
 	}
 	sc, ok := reg.Lookup(name)
@@ -114,10 +117,7 @@ func (c *cli) parseDemo(args []string) (*demoConfig, error) {
 	if !(s.CapacityGuess >= 0) || s.CapacityGuess > 1000 {
 		return nil, usageError("-capacity-guess must be in [0, 1000], got %v", s.CapacityGuess)
 	}
-	if s.Recipe != recipePreset && s.Recipe != recipeFirstWave {
-		return nil, usageError("-recipe must be %s or %s, got %q", recipePreset, recipeFirstWave, s.Recipe)
-	}
-	if s.Recipe == recipeFirstWave && s.CapacityGuess == 0 {
+	if s.Recipe == recipeStatic && s.CapacityGuess == 0 {
 		s.CapacityGuess = 1
 	}
 	if !(s.SpikeLoad > 0) || s.SpikeLoad > 1000 {

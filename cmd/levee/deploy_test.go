@@ -57,7 +57,7 @@ var notYetOnMain = map[string]string{}
 // TestDeployQueriesExportedMetrics parses the dashboard and the alerting
 // rules, extracts every metric and label matcher of their PromQL, and
 // checks each against the /metrics of `levee serve` (the preset, and the
-// first wave's recipe for the bulkhead and load-shedding series) after
+// static recipe for the bulkhead and load-shedding series) after
 // calls that were admitted and refused.
 func TestDeployQueriesExportedMetrics(t *testing.T) {
 	exprs := dashboardExprs(t)
@@ -75,7 +75,7 @@ func TestDeployQueriesExportedMetrics(t *testing.T) {
 	}
 	for _, args := range [][]string{
 		{"-capacity", "20", "-recipe", recipePreset},
-		{"-capacity", "20", "-recipe", recipeFirstWave},
+		{"-capacity", "20", "-recipe", recipeStatic},
 		{"-policy", policyFile},
 	} {
 		body := scrapeServe(t, args...)

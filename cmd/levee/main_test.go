@@ -7,7 +7,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strconv"
 	"strings"
 	"testing"
@@ -90,7 +89,9 @@ func TestBadInputIsOneLineAndNonZero(t *testing.T) {
 		{name: "demo fleet balance orca", give: []string{"demo", "-scenario", "fleet", "-fleet-balance-orca", "disk"}, wantCode: exitUsage, want: `-fleet-balance-orca must be cpus, run-limit, pool or a number >= 1, got "disk"`},
 		{name: "demo fleet balance slow", give: []string{"demo", "-scenario", "fleet", "-fleet-balance-slow", "cpu"}, wantCode: exitUsage, want: `-fleet-balance-slow must be latency or pool, got "cpu"`},
 		{name: "serve negative fleet burst", give: []string{"serve", "-redis", "127.0.0.1:6379", "-fleet-rate", "10", "-fleet-burst", "-1"}, wantCode: exitUsage, want: "-fleet-burst must be >= 0"},
-		{name: "serve redis with firstwave", give: []string{"serve", "-redis", "127.0.0.1:6379", "-fleet-rate", "10", "-recipe", "firstwave"}, wantCode: exitUsage, want: "-redis works with the preset recipe only"},
+		{name: "serve redis with static", give: []string{"serve", "-redis", "127.0.0.1:6379", "-fleet-rate", "10", "-recipe", "static"}, wantCode: exitUsage, want: "-redis works with the preset recipe only"},
+		{name: "serve unknown recipe", give: []string{"serve", "-recipe", "firstwav"}, wantCode: exitUsage, want: `-recipe must be preset or static, got "firstwav"`},
+		{name: "demo unknown recipe", give: []string{"demo", "-recipe", "learned"}, wantCode: exitUsage, want: `-recipe must be preset or static, got "learned"`},
 		{name: "unreachable target", give: []string{"load", "-target", "127.0.0.1:1", "-duration", "1s"}, wantCode: exitFail, want: "levee load: target 127.0.0.1:1 is not serving"},
 	}
 	for _, tt := range tests {
@@ -112,6 +113,44 @@ func TestBadInputIsOneLineAndNonZero(t *testing.T) {
 				t.Errorf("run(%q) wrote to stdout: %q", tt.give, stdout)
 			}
 		})
+	}
+}
+
+// TestRecipeOldName: -recipe firstwave, the static recipe's former name,
+// still selects it, after a one-line notice naming the new one.
+func TestRecipeOldName(t *testing.T) {
+	tests := []struct {
+		name string
+		give []string
+		want string // the error after the notice
+	}{
+		{name: "serve", give: []string{"serve", "-recipe", "firstwave", "-cpu-work", "-1ms"}, want: "levee serve: -cpu-work must be >= 0, got -1ms\n"},
+		{name: "demo", give: []string{"demo", "-recipe", "firstwave", "-cpu-work", "0s"}, want: "levee demo: -cpu-work must be > 0"},
+	}
+	const notice = "levee: -recipe firstwave is deprecated and will be removed: use -recipe static\n"
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c, _, stderr := testCLI(t)
+			if got := c.run(context.Background(), tt.give); got != exitUsage {
+				t.Errorf("run(%q) = %d, want %d; stderr: %s", tt.give, got, exitUsage, stderr)
+			}
+			msg := stderr.String()
+			if !strings.HasPrefix(msg, notice) || !strings.HasPrefix(msg[len(notice):], tt.want) {
+				t.Errorf("run(%q) stderr = %q, want %q then %q", tt.give, msg, notice, tt.want)
+			}
+		})
+	}
+	c, _, stderr := testCLI(t)
+	for _, give := range []string{recipePreset, recipeStatic} {
+		if got, err := c.recipeNamed(give); got != give || err != nil {
+			t.Errorf("recipeNamed(%q) = %q, %v; want %q, nil", give, got, err, give)
+		}
+	}
+	if stderr.String() != "" {
+		t.Errorf("recipeNamed(preset), (static) wrote %q, want nothing", stderr)
+	}
+	if got, err := c.recipeNamed("firstwave"); got != recipeStatic || err != nil {
+		t.Errorf("recipeNamed(firstwave) = %q, %v; want %q, nil", got, err, recipeStatic)
 	}
 }
 
@@ -369,11 +408,11 @@ func spikeGoodput(r report.Run) float64 {
 // temporary directory and returns the binary's path.
 func buildLevee(t *testing.T) string {
 	t.Helper()
-	goTool, err := exec.LookPath(filepath.Join(runtime.GOROOT(), "bin", "go"))
+	// go test puts its own GOROOT/bin first in the test's PATH, so this is
+	// the toolchain running the test.
+	goTool, err := exec.LookPath("go")
 	if err != nil {
-		if goTool, err = exec.LookPath("go"); err != nil {
-			t.Fatalf("the go command is needed to build the demo's servers: %v", err)
-		}
+		t.Fatalf("the go command is needed to build the demo's servers: %v", err)
 	}
 	bin := filepath.Join(t.TempDir(), "levee")
 	cmd := exec.Command(goTool, "build", "-o", bin, ".")

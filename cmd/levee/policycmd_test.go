@@ -131,7 +131,7 @@ func TestPolicyUsage(t *testing.T) {
 		t.Errorf("policy -h: exit %d, stdout %q", code, out)
 	}
 	c, _, stderr2 := testCLI(t)
-	if code := c.run(context.Background(), []string{"serve", "-policy", "p.yaml", "-recipe", "firstwave"}); code != exitUsage || !strings.Contains(stderr2.String(), "-policy and -recipe exclude each other") {
+	if code := c.run(context.Background(), []string{"serve", "-policy", "p.yaml", "-recipe", "static"}); code != exitUsage || !strings.Contains(stderr2.String(), "-policy and -recipe exclude each other") {
 		t.Errorf("serve -policy -recipe: exit %d, stderr %q", code, stderr2)
 	}
 }

@@ -1,6 +1,8 @@
 package main
 
 import (
+	"fmt"
+
 	"google.golang.org/grpc"
 
 	"github.com/levee-go/levee/grpcguard"
@@ -8,11 +10,27 @@ import (
 	"github.com/levee-go/levee/protect"
 )
 
-// Recipes of `levee serve -recipe`.
+// Recipes of `levee serve -recipe` and `levee demo -recipe`.
 const (
-	recipePreset    = "preset"    // protect.New: the library's preset, nothing to give
-	recipeFirstWave = "firstwave" // the first wave's hand-sized recipe (policy.go), for comparison
+	recipePreset = "preset" // protect.New: the library's preset, nothing to give
+	recipeStatic = "static" // a fixed chain sized from a capacity (policy.go), for comparison
+	// recipeStaticOld is static's former name, still accepted with a
+	// notice. Deprecated: use recipeStatic.
+	recipeStaticOld = "firstwave"
 )
+
+// recipeNamed returns the recipe name names, after a one-line notice on
+// stderr for the deprecated name, or a usage error.
+func (c *cli) recipeNamed(name string) (string, error) {
+	switch name {
+	case recipePreset, recipeStatic:
+		return name, nil
+	case recipeStaticOld:
+		fmt.Fprintf(c.stderr, "levee: -recipe %s is deprecated and will be removed: use -recipe %s\n", recipeStaticOld, recipeStatic)
+		return recipeStatic, nil
+	}
+	return "", usageError("-recipe must be %s or %s, got %q", recipePreset, recipeStatic, name)
+}
 
 // presetProtection is what `levee serve` runs by default: the library's
 // preset, whose numbers are learned. A capacity given with -capacity is

@@ -33,8 +33,8 @@ func (c *cli) serve(ctx context.Context, args []string) error {
 	addr := fs.String("addr", "127.0.0.1:50051", "gRPC listen `address`")
 	metricsAddr := fs.String("metrics-addr", "", "HTTP listen `address` for /metrics and /stats (empty: off)")
 	capFlag := &capacityFlag{auto: true}
-	fs.Var(capFlag, "capacity", "an upper bound on the `calls/s` the protection admits (auto: none, the preset learns what the server can run; the firstwave recipe estimates it by timing the handler)")
-	recipe := fs.String("recipe", recipePreset, "protection `recipe`: preset (the library's protect.New, learned) or firstwave (the first wave's recipe sized from -capacity, for comparison)")
+	fs.Var(capFlag, "capacity", "an upper bound on the `calls/s` the protection admits (auto: none, the preset learns what the server can run; the static recipe estimates it by timing the handler)")
+	recipe := fs.String("recipe", recipePreset, "protection `recipe`: preset (the library's protect.New, learned) or static (a fixed chain sized from -capacity, for comparison; firstwave: its deprecated name)")
 	dbConns := fs.Int("db-conns", 0, "I/O-bound mode: after its CPU work, Allocate holds one of `N` simulated database connections for -db-latency (0: no database)")
 	dbLatency := fs.Duration("db-latency", 10*time.Millisecond, "how long Allocate holds a database connection with -db-conns")
 	stockWork := fs.Duration("stock-work", 0, "CPU time each GetStock burns (the mixed scenario's cheap method)")
@@ -51,6 +51,10 @@ func (c *cli) serve(ctx context.Context, args []string) error {
 	fs.StringVar(&ff.orcaCapacity, "orca-capacity", "", "with -redis, what the ORCA reports' application utilisation divides the calls in the server by: `cpus` (GOMAXPROCS, the preset's default), run-limit (the preset's learned run limit), or a number (e.g. -db-conns)")
 	policyFile := fs.String("policy", "", "protect the server with this policy `file` (see levee policy example), reloaded when it changes and on SIGHUP; empty: -recipe")
 	if err := c.parse(fs, args); err != nil {
+		return err
+	}
+	var err error
+	if *recipe, err = c.recipeNamed(*recipe); err != nil {
 		return err
 	}
 	if *policyFile != "" {
@@ -70,7 +74,7 @@ func (c *cli) serve(ctx context.Context, args []string) error {
 		return err
 	}
 	if ff.redis != "" && (*policyFile != "" || *recipe != recipePreset || *unprotected) {
-		return usageError("-redis works with the preset recipe only (not -policy, -recipe %s or -unprotected)", recipeFirstWave)
+		return usageError("-redis works with the preset recipe only (not -policy, -recipe %s or -unprotected)", recipeStatic)
 	}
 	if *cpuWork < 0 {
 		return usageError("-cpu-work must be >= 0, got %v", *cpuWork)
@@ -80,9 +84,6 @@ func (c *cli) serve(ctx context.Context, args []string) error {
 	}
 	if *pinCPU < -1 || *pinCPU >= affinity.MaxCPUs {
 		return usageError("-cpu must be a CPU number in 0..%d or -1, got %d", affinity.MaxCPUs-1, *pinCPU)
-	}
-	if *recipe != recipePreset && *recipe != recipeFirstWave {
-		return usageError("-recipe must be %s or %s, got %q", recipePreset, recipeFirstWave, *recipe)
 	}
 	if *dbConns < 0 {
 		return usageError("-db-conns must be >= 0, got %d", *dbConns)
@@ -161,7 +162,7 @@ func (c *cli) serve(ctx context.Context, args []string) error {
 		switch {
 		case *policyFile != "":
 			build = func(p policyParams) ([]grpc.ServerOption, func(), error) { return c.fileProtection(*policyFile, p) }
-		case *recipe == recipeFirstWave:
+		case *recipe == recipeStatic:
 			build = protection
 		}
 		opts, stopPolicy, err = build(params)

@@ -35,7 +35,7 @@ func DefaultSKUs() []string {
 // NewServer checks the values that count.
 //
 // Options are plain values: one may be shared by any number of NewServer
-// calls, from any goroutine.
+// calls, from any goroutine. A nil Option is ignored.
 type Option func(*options)
 
 type options struct {

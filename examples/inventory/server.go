@@ -89,7 +89,9 @@ type orderState struct {
 func NewServer(opts ...Option) (*Server, error) {
 	o := defaultOptions()
 	for _, opt := range opts {
-		opt(&o)
+		if opt != nil {
+			opt(&o)
+		}
 	}
 	if err := o.validate(); err != nil {
 		return nil, err

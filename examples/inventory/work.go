@@ -27,6 +27,7 @@ func burn(n int, seed uint64) [sha256.Size]byte {
 var calibration struct {
 	once      sync.Once
 	perSecond float64 // burn iterations per second of CPU on an idle core
+	digest    byte    // folds in the timed rounds' digests, so their work is kept
 }
 
 // iterationsFor returns the burn iterations that take about d on this
@@ -35,7 +36,7 @@ func iterationsFor(d time.Duration) int {
 	if d <= 0 {
 		return 0
 	}
-	calibration.once.Do(func() { calibration.perSecond = measureBurn() })
+	calibration.once.Do(func() { calibration.perSecond, calibration.digest = measureBurn() })
 	n := int(d.Seconds() * calibration.perSecond)
 	if n < 1 {
 		n = 1
@@ -44,8 +45,9 @@ func iterationsFor(d time.Duration) int {
 }
 
 // measureBurn times burn in a few short rounds and keeps the fastest, which
-// is the one least disturbed by other work on the machine.
-func measureBurn() float64 {
+// is the one least disturbed by other work on the machine. It also returns
+// the rounds' digests folded into one byte, for the caller to keep.
+func measureBurn() (perSecond float64, digest byte) {
 	const (
 		rounds   = 4
 		minRound = 5 * time.Millisecond
@@ -68,10 +70,5 @@ func measureBurn() float64 {
 			n *= 2
 		}
 	}
-	calibrationSink = sink
-	return best
+	return best, sink
 }
-
-// calibrationSink keeps the calibration's digests alive; it is written once,
-// under calibration.once.
-var calibrationSink byte

@@ -274,7 +274,7 @@ func points(t *testing.T, m metricdata.Metrics, promName string) (kind string, o
 			if !ok {
 				t.Errorf("%s: attribute %s is not in the levee namespace", m.Name, kv.Key)
 			}
-			labels = append(labels, fmt.Sprintf("%s=%q", k, kv.Value.Emit()))
+			labels = append(labels, fmt.Sprintf("%s=%q", k, kv.Value.String()))
 		}
 		s := promName
 		if len(labels) > 0 {

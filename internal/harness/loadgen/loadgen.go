@@ -96,7 +96,7 @@ type RetryPolicy struct {
 	Codes []codes.Code
 }
 
-// Option configures a Generator.
+// Option configures a Generator. A nil Option is ignored.
 type Option func(*options)
 
 type options struct {
@@ -166,7 +166,9 @@ func New(call CallFunc, phases []Phase, opts ...Option) (*Generator, error) {
 		seed:         1,
 	}
 	for _, opt := range opts {
-		opt(&o)
+		if opt != nil {
+			opt(&o)
+		}
 	}
 	if call == nil {
 		return nil, fmt.Errorf("%w: call must not be nil", ErrInvalid)
