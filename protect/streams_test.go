@@ -229,3 +229,34 @@ func waitFor(t *testing.T, cond func() bool, what string) {
 	}
 	t.Fatalf("timed out waiting for %s", what)
 }
+
+// TestAbandonedStreamsLeaveNothing: a client that opens streams and
+// abandons them at once, 2000 times, leaves no open stream, no turn and
+// no goroutine behind, and another client's calls are not refused.
+func TestAbandonedStreamsLeaveNothing(t *testing.T) {
+	p, addr := serveStreams(t, streamService{}, protect.WithStreamLimits(200, 50))
+	flood := dialFrom(t, addr, "127.0.0.2")
+	other := dialFrom(t, addr, "127.0.0.3")
+	if _, err := other.EmptyCall(context.Background(), &testgrpc.Empty{}); err != nil {
+		t.Fatal(err)
+	}
+	before := runtime.NumGoroutine()
+	for range 2000 {
+		ctx, cancel := context.WithCancel(context.Background())
+		s, err := flood.FullDuplexCall(ctx)
+		if err == nil {
+			_ = s.Send(&testgrpc.StreamingOutputCallRequest{})
+		}
+		cancel()
+	}
+	for i := range 50 {
+		if _, err := other.EmptyCall(context.Background(), &testgrpc.Empty{}); err != nil {
+			t.Fatalf("other client's call %d during the flood's aftermath: %v", i, err)
+		}
+	}
+	waitFor(t, func() bool { return p.Guard().StreamStats().Open == 0 }, "every abandoned stream closed")
+	waitFor(t, func() bool { return runtime.NumGoroutine() <= before+5 }, "goroutines back to where they were")
+	if r, w := p.RunLimit().Running(), p.RunLimit().Waiting(); r != 0 || w != 0 {
+		t.Errorf("run limit: %d running, %d waiting after the flood, want 0, 0", r, w)
+	}
+}
