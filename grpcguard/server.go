@@ -80,6 +80,7 @@ type Server struct {
 	clock    clock.Mono // in-package tests set clock.Fake
 	streams  *streams
 	overload sustained
+	retrying retrying
 }
 
 // New compiles rules into a Server. It returns an error naming the rule
@@ -238,7 +239,7 @@ func (s *Server) TapHandle(ctx context.Context, info *tap.Info) (context.Context
 	st.call.Stream = s.streams.isStream(info.FullMethodName)
 	r.describe(ctx, info.Header, &st.call)
 	if i, d := r.Admit(&st.call, &st.permits); i >= 0 {
-		if s.overload.refused(st.call.Now, d) {
+		if s.overload.refused(st.call.Now, d) && s.retrying.note(ctx, info.Header, st.call.Now) {
 			// Sustained overload: let the interceptor refuse it, with a
 			// trailer that tells the client not to retry.
 			st.call.Ctx = nil

@@ -1,8 +1,14 @@
 package grpcguard
 
 import (
+	"context"
+	"slices"
+	"sync"
 	"sync/atomic"
 	"time"
+
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/peer"
 
 	"github.com/levee-go/levee/admission"
 )
@@ -49,6 +55,64 @@ func (s *sustained) refused(now time.Time, d admission.Decision) bool {
 		return false
 	}
 	return !d.DeadlineTooShort && t-s.first.Load() >= int64(SustainedAfter)
+}
+
+// PreviousAttemptsHeader is the metadata key by which grpc-go and grpcio
+// mark a retry attempt.
+const PreviousAttemptsHeader = "grpc-previous-rpc-attempts"
+
+// maxRetrying bounds the connections remembered as retrying; beyond it
+// the oldest half is forgotten.
+const maxRetrying = 4096
+
+// retrying remembers the connections (by peer address) that sent a retry
+// attempt. It is touched on refusals only. Its zero value is empty.
+type retrying struct {
+	mu   sync.Mutex
+	seen map[string]int64 // peer address → when last seen retrying, unix nanos
+}
+
+// note reports whether the connection of a call refused at now retries:
+// it sent a retry attempt now (md has PreviousAttemptsHeader) or before.
+func (r *retrying) note(ctx context.Context, md metadata.MD, now time.Time) bool {
+	p, ok := peer.FromContext(ctx)
+	if !ok || p.Addr == nil {
+		return len(md.Get(PreviousAttemptsHeader)) > 0
+	}
+	key := p.Addr.String()
+	retry := len(md.Get(PreviousAttemptsHeader)) > 0
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if !retry {
+		_, ok := r.seen[key]
+		return ok
+	}
+	if r.seen == nil {
+		r.seen = map[string]int64{}
+	}
+	if len(r.seen) >= maxRetrying {
+		r.forgetOldest()
+	}
+	r.seen[key] = now.UnixNano()
+	return true
+}
+
+// forgetOldest drops the older half of the remembered connections. Needs mu.
+func (r *retrying) forgetOldest() {
+	ts := make([]int64, 0, len(r.seen))
+	for _, t := range r.seen {
+		ts = append(ts, t)
+	}
+	slices.Sort(ts)
+	cut := ts[len(ts)/2]
+	for k, t := range r.seen {
+		if t < cut {
+			delete(r.seen, k)
+		}
+	}
+	if len(r.seen) >= maxRetrying { // equal times: forget them all
+		clear(r.seen)
+	}
 }
 
 // noRetry is the pushback of a refusal under sustained overload.

@@ -2,6 +2,7 @@ package grpcguard
 
 import (
 	"context"
+	"net"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -10,6 +11,8 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	testgrpc "google.golang.org/grpc/interop/grpc_testing"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
 
 	"github.com/levee-go/levee/admission"
@@ -112,5 +115,60 @@ func TestSustainedOverloadStopsRetries(t *testing.T) {
 	}
 	if st := s.Stats(); len(st) != 1 || st[0].Refused != uint64(g.attempts.Load()) {
 		t.Errorf("Stats() = %+v, want every one of %d attempts counted refused once", st, g.attempts.Load())
+	}
+}
+
+// TestSustainedOverloadKeepsTapRefusalsForClientsThatDoNotRetry: under
+// sustained overload a client that never sent a retry attempt is still
+// refused in the tap (no pushback trailer, which only the interceptor can
+// set); one whose connection sent a retry attempt gets pushback -1.
+func TestSustainedOverloadKeepsTapRefusalsForClientsThatDoNotRetry(t *testing.T) {
+	s := mustServer(t, []Rule{{Guards: []admission.Guard{&refuseAll{}}}})
+	clk := &fakeClock{t: time.Now()}
+	s.clock.Fake = clk.now
+	plain := startServer(t, &testService{}, true, s.ServerOptions())
+	pushback := func(env *testEnv, md metadata.MD) []string {
+		var tr metadata.MD
+		ctx := metadata.NewOutgoingContext(context.Background(), md)
+		_, err := env.client.EmptyCall(ctx, &testgrpc.Empty{}, grpc.Trailer(&tr))
+		if status.Code(err) != codes.ResourceExhausted {
+			t.Fatalf("EmptyCall: %v, want RESOURCE_EXHAUSTED", err)
+		}
+		return tr.Get(PushbackTrailer)
+	}
+	for range 12 { // 1.2s of refusals, 100ms apart: sustained
+		pushback(plain, nil)
+		clk.advance(100 * time.Millisecond)
+	}
+	if got := pushback(plain, nil); len(got) != 0 {
+		t.Errorf("sustained refusal of a client that never retried: pushback %q, want none (refused in the tap)", got)
+	}
+	// A retry attempt, as grpc-go marks one, on the same connection: from
+	// then on its refusals carry -1.
+	if got := pushback(plain, metadata.Pairs(PreviousAttemptsHeader, "1")); len(got) != 1 || got[0] != "-1" {
+		t.Errorf("sustained refusal of a retry attempt: pushback %q, want [-1]", got)
+	}
+	if got := pushback(plain, nil); len(got) != 1 || got[0] != "-1" {
+		t.Errorf("sustained refusal of a first attempt on a connection that retries: pushback %q, want [-1]", got)
+	}
+}
+
+func TestRetryingIsBounded(t *testing.T) {
+	var r retrying
+	t0 := time.Unix(1000, 0)
+	retry := metadata.Pairs(PreviousAttemptsHeader, "1")
+	for i := range 3 * maxRetrying {
+		ctx := peer.NewContext(context.Background(), &peer.Peer{Addr: &net.TCPAddr{IP: net.IPv4(127, 0, byte(i>>8), byte(i)), Port: 1000 + i}})
+		if !r.note(ctx, retry, t0.Add(time.Duration(i))) {
+			t.Fatalf("note(retry attempt %d) = false, want true", i)
+		}
+	}
+	if n := len(r.seen); n > maxRetrying {
+		t.Errorf("%d connections remembered, want at most %d", n, maxRetrying)
+	}
+	n := 3*maxRetrying - 1
+	last := peer.NewContext(context.Background(), &peer.Peer{Addr: &net.TCPAddr{IP: net.IPv4(127, 0, byte(n>>8), byte(n)), Port: 1000 + n}})
+	if !r.note(last, nil, t0) {
+		t.Error("the latest retrying connection was forgotten")
 	}
 }
