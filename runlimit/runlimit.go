@@ -44,13 +44,6 @@ var (
 	ErrTimeout = errors.New("runlimit: no turn within the queue target")
 )
 
-const (
-	minSamples    = 10 // fewest samples that close an interval
-	probeSamples  = 8  // samples a probe measures
-	shrinkTrigger = 1.25
-	rebaseTrigger = 1.2
-)
-
 // CPU is the CPU signal a Limiter reads: *cpu.Monitor satisfies it.
 type CPU interface {
 	// Saturated reports whether the CPU allowance is saturated.
@@ -215,22 +208,23 @@ type Limiter struct {
 	flows    atomic.Pointer[map[string]*Flow]
 	overflow *Flow // under flowsMu
 
-	// Learning. next is read by every Done; the rest is under upd, which
-	// only the caller that closes an interval takes (TryLock).
+	// Learning (see learn.go). next is read by every Done; the rest is
+	// under upd, which only the caller that closes an interval takes
+	// (TryLock).
 	next      atomic.Int64 // end of the current interval, ns since epoch
 	overloads atomic.Int64 // calls that failed by overload in the interval
 	upd       sync.Mutex
 	est       float64
-	steady    bool // a stretch was seen: growth is additive, no longer doubling
-	// cpuElsewhere: a shrink for CPU time-sharing did not help, so the CPU
-	// is saturated by something else; until it is not, stretches are left
-	// to probes.
+	phase     learnPhase // slow start, steady or holding; a probe runs over it
+	// cpuElsewhere: a cut for CPU time-sharing or for the lag did not
+	// help with the CPU saturated, so something else keeps the CPU busy;
+	// until it is not, neither probeCPU nor probeLag starts.
 	cpuElsewhere bool
-	holdUntil    int64 // no growth before this instant, ns since epoch
+	holdUntil    int64 // phaseHolding ends at this instant, ns since epoch
 	opened       int64 // start of the current interval, ns since epoch
 	probe        probeState
-	lastProbe    int64
-	probing      atomic.Bool  // probe.on, for Done
+	lastProbe    int64        // when the last probe ended, ns since epoch
+	probing      atomic.Bool  // a probe runs, for Done
 	drained      atomic.Int64 // when a probe's calls drained to its limit; 0 until then
 	probes       atomic.Uint64
 	rebases      atomic.Uint64
@@ -248,16 +242,6 @@ type Limiter struct {
 	// interval; net lets a turn wait for the network poller (release).
 	recent atomic.Uint32
 	net    netWaiter
-}
-
-// probeState is a measurement of the service time at a lower limit.
-type probeState struct {
-	on      bool
-	kind    int     // probeBaseline, probeStretch, probeCPU or probeLag
-	saved   float64 // the limit before the probe
-	r       float64 // the stretch that prompted it; for probeLag, the lag, ns
-	limit   int
-	started int64
 }
 
 const (

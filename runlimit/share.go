@@ -103,8 +103,20 @@ func (l *Limiter) markLight(flows []*Flow, end int64) {
 	}
 	span := float64(max(end-l.opened, 1))
 	for _, f := range flows {
-		light := f.base > 0 && f.base*10 <= top && f.base < float64(time.Millisecond) &&
-			float64(f.lastN)*f.base < 0.1*span
+		light := f.base > 0 && f.base*lightRatio <= top && f.base < float64(lightBase) &&
+			float64(f.lastN)*f.base < lightShare*span
 		f.light.Store(light)
 	}
 }
+
+// Thresholds of markLight: a flow runs without a turn while its baseline
+// is at most 1/lightRatio of the most expensive flow's and under
+// lightBase, and its calls of the last interval add up to less than
+// lightShare of one turn. Cheap enough that the turns it skips change no
+// other flow's wait by much, small enough that a flood of it shows within
+// one interval.
+const (
+	lightRatio = 10
+	lightBase  = time.Millisecond
+	lightShare = 0.1
+)
