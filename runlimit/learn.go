@@ -2,6 +2,7 @@ package runlimit
 
 import (
 	"math"
+	"sync/atomic"
 	"time"
 )
 
@@ -49,7 +50,8 @@ import (
 // probeTimeout: abandoned with fewer (limit × abandonBackoff), empty if
 // no call measured belongs to a flow with a baseline (limit back), and
 // otherwise as its kind decides: endBaselineProbe, endStretchProbe,
-// endCPUProbe, endLagProbe, each in the file of its kind.
+// endCPUProbe, endLagProbe, each in the file of its kind. Every ended
+// probe is counted once as kept, undone, abandoned or empty (Stats).
 
 // learnPhase is where the learner stands between probes.
 type learnPhase uint8
@@ -182,6 +184,18 @@ func vegasBand(est float64) (lo, hi float64) {
 	return max(vegasLowMin, vegasLow*est), max(vegasHighMin, vegasHigh*est)
 }
 
+// learnCounts are the learner's counters, for Stats.
+type learnCounts struct {
+	probe          [probeKinds]probeCounts
+	slowStartEnded atomic.Uint64
+	holds          atomic.Uint64
+	cpuElsewhere   atomic.Uint64
+	backoffs       atomic.Uint64
+	limitedToRan   atomic.Uint64
+	grows          atomic.Uint64
+	shrinks        atomic.Uint64
+}
+
 // update closes the interval ending at end and reconsiders the limit. Needs
 // upd.
 func (l *Limiter) update(end int64) {
@@ -264,6 +278,7 @@ func (l *Limiter) decide(m *sample) {
 	est, r := l.est, m.stretch()
 	switch {
 	case m.overloads > 0:
+		l.learned.backoffs.Add(1)
 		est *= overloadBackoff
 	case queuedBeforeTurn(m, est):
 		est = l.limitToWhatRan(m)
@@ -296,6 +311,7 @@ func queuedBeforeTurn(m *sample, est float64) bool {
 // CPU-bound), and every call let in beyond what ran only waits in the
 // scheduler's queue. It ends slow start. Needs upd.
 func (l *Limiter) limitToWhatRan(m *sample) float64 {
+	l.learned.limitedToRan.Add(1)
 	l.endSlowStart()
 	return float64(max(m.peak, 1))
 }
@@ -310,8 +326,10 @@ func (l *Limiter) vegas(m *sample, est, r float64) float64 {
 	lo, hi := vegasBand(est)
 	switch {
 	case queue > hi:
+		l.learned.shrinks.Add(1)
 		est -= max(1, (queue-hi)*shrinkGain)
 	case queue <= lo && m.peak >= int64(l.est) && !m.cpuSat && l.phase != phaseHolding:
+		l.learned.grows.Add(1)
 		if l.phase == phaseSlowStart {
 			est *= slowStartGrowth // no stretch seen yet
 		} else {
@@ -328,6 +346,7 @@ func (l *Limiter) vegas(m *sample, est, r float64) float64 {
 func (l *Limiter) endSlowStart() {
 	if l.phase == phaseSlowStart {
 		l.phase = phaseSteady
+		l.learned.slowStartEnded.Add(1)
 	}
 }
 
@@ -350,6 +369,7 @@ func (l *Limiter) probeSpaced(now int64) bool {
 // Needs upd.
 func (l *Limiter) closeCPUGate() {
 	l.cpuElsewhere = true
+	l.learned.cpuElsewhere.Add(1)
 }
 
 // apply sets the limit to est, within the bounds, and hands turns that a

@@ -1,5 +1,7 @@
 package runlimit
 
+import "sync/atomic"
+
 // probeKind says why the limit was lowered for a while (see learn.go).
 type probeKind uint8
 
@@ -23,11 +25,22 @@ type probeState struct {
 	started int64
 }
 
+// probeCounts count the probes of one kind, for Stats.
+type probeCounts struct {
+	started, kept, undone, rebased, abandoned, empty atomic.Uint64
+}
+
+func (c *probeCounts) stats() ProbeStats {
+	return ProbeStats{Started: c.started.Load(), Kept: c.kept.Load(), Undone: c.undone.Load(),
+		Rebased: c.rebased.Load(), Abandoned: c.abandoned.Load(), Empty: c.empty.Load()}
+}
+
 // startProbe lowers the limit to limit to measure service times with less
 // contention, est being the limit before and r the stretch that prompted
 // it. Needs upd.
 func (l *Limiter) startProbe(now int64, kind probeKind, est float64, limit int, r float64) {
 	l.probe = probeState{kind: kind, saved: est, limit: max(l.o.floor, limit), started: now, r: r}
+	l.learned.probe[kind].started.Add(1)
 	for _, f := range l.allFlows() {
 		f.pn.Store(0)
 		f.psum.Store(0)
@@ -75,7 +88,9 @@ func (l *Limiter) checkProbe(now int64, flows []*Flow) {
 	l.lastProbe = now
 	l.probes.Add(1)
 	l.peak.Store(running(l.state.Load())) // the peak before the probe says nothing of what follows
+	c := &l.learned.probe[p.kind]
 	if n < probeSamples {
+		c.abandoned.Add(1)
 		l.apply(p.saved * abandonBackoff)
 		return
 	}
@@ -83,6 +98,7 @@ func (l *Limiter) checkProbe(now int64, flows []*Flow) {
 	if !ok {
 		// Calls measured, but none of a flow with a baseline to compare
 		// them with (flows whose first calls ran during the probe).
+		c.empty.Add(1)
 		l.apply(p.saved)
 		return
 	}
@@ -121,13 +137,19 @@ func probedStretch(flows []*Flow) (r float64, ok bool) {
 // keepCut ends probe p by keeping its limit, and holds growth off for
 // holdIntervals from now. Needs upd.
 func (l *Limiter) keepCut(now int64, p probeState) {
+	if l.phase == phaseSlowStart {
+		l.learned.slowStartEnded.Add(1)
+	}
 	l.phase = phaseHolding
 	l.holdUntil = now + holdIntervals*int64(l.o.interval)
+	l.learned.holds.Add(1)
+	l.learned.probe[p.kind].kept.Add(1)
 	l.apply(float64(p.limit))
 }
 
 // undo ends probe p by setting the limit back where it was. Needs upd.
 func (l *Limiter) undo(p probeState) {
+	l.learned.probe[p.kind].undone.Add(1)
 	l.apply(p.saved)
 }
 
@@ -140,6 +162,7 @@ func (l *Limiter) rebase(p probeState, flows []*Flow) {
 		}
 	}
 	l.rebases.Add(1)
+	l.learned.probe[p.kind].rebased.Add(1)
 }
 
 // lowerBaselines lowers each flow's baseline to its mean service time

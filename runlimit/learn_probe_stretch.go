@@ -43,5 +43,6 @@ func (l *Limiter) endStretchProbe(p probeState, pr float64, flows []*Flow) {
 		return
 	}
 	lowerBaselines(flows)
+	l.learned.probe[p.kind].kept.Add(1)
 	l.apply(p.saved * stretchCut)
 }

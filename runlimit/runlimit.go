@@ -231,6 +231,7 @@ type Limiter struct {
 	overruns     atomic.Uint64
 	unrefused    atomic.Uint64
 	updates      atomic.Uint64
+	learned      learnCounts
 
 	// Calls handed a turn after waiting in the interval, and how long
 	// they took to run once handed it, ns (noteLag); plag*, the same of
@@ -329,14 +330,66 @@ type Stats struct {
 	// Unrefused counts calls admitted although their lane was full
 	// (Lane.Admissible), for want of evidence of overload.
 	Unrefused uint64
+
+	// How the limit was learned (docs/runlimit-learner.md): the probes
+	// of each kind, and the learner's other moves.
+	ProbeBaseline ProbeStats // the first baseline measured at half the limit
+	ProbeStretch  ProbeStats // a large stretch: the limit's doing, or the service's?
+	ProbeCPU      ProbeStats // calls time-share the CPU: do fewer at once help?
+	ProbeLag      ProbeStats // calls wait to run once handed a turn: do fewer turns help?
+	// SlowStartEnded is 1 once slow start ended (a stretch was seen, or a
+	// cut kept): from then on the limit grows by steps, not doubling.
+	SlowStartEnded uint64
+	// Holds counts kept cuts (ProbeCPU.Kept + ProbeLag.Kept), each of
+	// which held growth off for a while.
+	Holds uint64
+	// CPUElsewhere counts cuts that did not help with the CPU saturated
+	// (ProbeCPU or ProbeLag undone): each left stretches to the other
+	// probes until the CPU was no longer saturated.
+	CPUElsewhere uint64
+	// Backoffs counts intervals with calls that failed by overload, each
+	// of which cut the limit by a tenth.
+	Backoffs uint64
+	// LimitedToRan counts intervals in which calls waited to start
+	// (Flow.NoteQueued) while fewer ran than the limit allowed, each of
+	// which set the limit to the calls that ran.
+	LimitedToRan uint64
+	// Grows and Shrinks count the intervals that moved the limit up or
+	// down by its queue estimate (TCP Vegas).
+	Grows, Shrinks uint64
+}
+
+// ProbeStats count the probes of one kind: while a probe runs the limit
+// is lowered to measure service times with less contention. Every probe
+// that ended is counted once as Kept, Undone, Abandoned or Empty.
+type ProbeStats struct {
+	Started uint64 // probes started
+	Kept    uint64 // ended with the limit lower than before the probe
+	Undone  uint64 // ended with the limit back where it was
+	// Rebased counts, of the Kept and Undone, those whose calls were
+	// slower even at the lower limit: the service changed, and the
+	// baselines moved to what the probe measured.
+	Rebased uint64
+	// Abandoned counts probes that measured too few calls in their time:
+	// the limit ended a tenth lower than before the probe.
+	Abandoned uint64
+	// Empty counts probes whose calls were all of flows with no baseline
+	// yet: the limit ended back where it was.
+	Empty uint64
 }
 
 // Stats returns the Limiter's counters.
 func (l *Limiter) Stats() Stats {
 	s := l.state.Load()
+	c := &l.learned
 	return Stats{Limit: l.Limit(), Running: int(running(s)), Waiting: int(waiting(s)),
 		Updates: l.updates.Load(), Probes: l.probes.Load(), Rebases: l.rebases.Load(),
-		Overruns: l.overruns.Load(), Unrefused: l.unrefused.Load()}
+		Overruns: l.overruns.Load(), Unrefused: l.unrefused.Load(),
+		ProbeBaseline: c.probe[probeBaseline].stats(), ProbeStretch: c.probe[probeStretch].stats(),
+		ProbeCPU: c.probe[probeCPU].stats(), ProbeLag: c.probe[probeLag].stats(),
+		SlowStartEnded: c.slowStartEnded.Load(), Holds: c.holds.Load(), CPUElsewhere: c.cpuElsewhere.Load(),
+		Backoffs: c.backoffs.Load(), LimitedToRan: c.limitedToRan.Load(),
+		Grows: c.grows.Load(), Shrinks: c.shrinks.Load()}
 }
 
 // Flow returns the flow named name, creating it on first use; beyond
