@@ -651,20 +651,35 @@ func (ln *Lane) acquire(ctx context.Context, cost int64) (Ticket, error) {
 		// yields, 18.1-26.8 ms in four with the guard's alone. The
 		// turn's start is taken after the yield.
 		runtime.Gosched()
-		t := ln.granted()
-		ln.f.l.noteLag(t.start, t.start-w.handed)
-		return t, nil
+		return ln.started(w), nil
 	case <-ctx.Done():
 		err = ctx.Err()
 	case <-timer.C:
-		if !ln.f.l.overloadedAt(ln.f.l.nanos(ln.f.l.o.now())) {
-			return ln.overrun(w), nil
-		}
-		err = ErrTimeout
+		return ln.expired(w)
 	}
 	timer.Stop()
 	ln.giveUp(w)
 	return Ticket{}, err
+}
+
+// started is the ticket of w, a waiter of ln handed its turn, whose call
+// begins to run now: it records how long the call took to run since the
+// handover (noteLag).
+func (ln *Lane) started(w *waiter) Ticket {
+	t := ln.granted()
+	ln.f.l.noteLag(t.start, t.start-w.handed)
+	return t
+}
+
+// expired ends the wait of w, a waiter of ln whose patience ran out: with
+// no evidence of overload its call runs beyond the limit (overrun);
+// otherwise it gives up, with ErrTimeout.
+func (ln *Lane) expired(w *waiter) (Ticket, error) {
+	if !ln.f.l.overloadedAt(ln.f.l.nanos(ln.f.l.o.now())) {
+		return ln.overrun(w), nil
+	}
+	ln.giveUp(w)
+	return Ticket{}, ErrTimeout
 }
 
 // enqueue takes a turn for a call of ln that holds a reservation that
