@@ -65,3 +65,114 @@ func TestStatsAccountForEveryProbe(t *testing.T) {
 		}
 	})
 }
+
+// call runs one call of f on the rig, of 5ms, that waited queued to start
+// (NoteQueued) and lag to run once handed its turn (noteLag).
+func (r *lagRig) call(f *Flow, queued, lag time.Duration) {
+	tk, ok := f.TryAcquire(r.t0.Add(r.now))
+	if !ok {
+		r.t.Fatalf("no turn free at limit %d", r.l.Limit())
+	}
+	if queued > 0 {
+		f.NoteQueued(queued)
+	}
+	r.l.noteLag(tk.start, int64(lag))
+	r.now += 5 * time.Millisecond
+	tk.Done(r.t0.Add(r.now), false)
+}
+
+// untilLagProbe runs calls with a lag of two service times until a
+// probeLag starts.
+func (r *lagRig) untilLagProbe() {
+	for i := 0; r.l.Stats().ProbeLag.Started == 0; i++ {
+		if i == 1000 {
+			r.t.Fatalf("no probeLag after 5s of lag: %+v", r.l.Stats())
+		}
+		r.call(r.f, 0, 10*time.Millisecond)
+	}
+}
+
+// TestQueuedCallsLimitToWhatRan: calls that run one at a time at a limit
+// of 4, each after waiting two service times to start (NoteQueued), queue
+// for the CPU before they ask for a turn: the limit falls to the one call
+// that ran. A wait to start shorter than half a service time leaves it.
+func TestQueuedCallsLimitToWhatRan(t *testing.T) {
+	for _, tt := range []struct {
+		name   string
+		queued time.Duration
+		want   int
+	}{
+		{"short waits to start", 2 * time.Millisecond, 4},
+		{"long waits to start", 10 * time.Millisecond, 1},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			r := newLagRig(t)
+			r.run(2*time.Second, 0)
+			if got := r.l.Limit(); got != 4 {
+				t.Fatalf("without waits to start: Limit() = %d, want 4", got)
+			}
+			for end := r.now + time.Second; r.now < end; {
+				r.call(r.f, tt.queued, 0)
+			}
+			st := r.l.Stats()
+			checkAccounts(t, st)
+			if got := r.l.Limit(); got != tt.want {
+				t.Errorf("calls waited %v to start, one ran at a time: Limit() = %d, want %d (%+v)", tt.queued, got, tt.want, st)
+			}
+			if ran := st.LimitedToRan > 0; ran != (tt.want == 1) {
+				t.Errorf("LimitedToRan = %d, want it > 0: %t", st.LimitedToRan, tt.want == 1)
+			}
+		})
+	}
+}
+
+// TestAbandonedProbe: a probe that cannot measure its calls in time (they
+// come once every 300ms) is abandoned, the limit a tenth lower than
+// before it.
+func TestAbandonedProbe(t *testing.T) {
+	r := newLagRig(t)
+	r.run(2*time.Second, 0)
+	r.untilLagProbe()
+	if got := r.l.Limit(); got != 1 {
+		t.Fatalf("probeLag started: Limit() = %d, want 1", got)
+	}
+	for i := 0; r.l.Stats().Probes == 1; i++ {
+		if i == 20 {
+			t.Fatalf("probe still running after 6s of seldom calls: %+v", r.l.Stats())
+		}
+		r.now += 300 * time.Millisecond
+		r.call(r.f, 0, 0)
+	}
+	st := r.l.Stats()
+	checkAccounts(t, st)
+	if st.ProbeLag.Abandoned != 1 || st.ProbeLag.Kept+st.ProbeLag.Undone != 0 {
+		t.Errorf("seldom calls during a probeLag: %+v, want it abandoned", st.ProbeLag)
+	}
+	if got := r.l.Limit(); got != 3 {
+		t.Errorf("probe abandoned: Limit() = %d, want 3 (a tenth below 4)", got)
+	}
+}
+
+// TestEmptyProbe: a probe whose measured calls are all of a flow with no
+// baseline yet (its first calls ran during the probe) has nothing to
+// compare them with: it ends with the limit back where it was.
+func TestEmptyProbe(t *testing.T) {
+	r := newLagRig(t)
+	r.run(2*time.Second, 0)
+	r.untilLagProbe()
+	fresh := r.l.Flow("/svc/New")
+	for i := 0; r.l.Stats().Probes == 1; i++ {
+		if i == 100 {
+			t.Fatalf("probe still running after 100 calls: %+v", r.l.Stats())
+		}
+		r.call(fresh, 0, 0)
+	}
+	st := r.l.Stats()
+	checkAccounts(t, st)
+	if st.ProbeLag.Empty != 1 || st.ProbeLag.Kept+st.ProbeLag.Undone+st.ProbeLag.Abandoned != 0 {
+		t.Errorf("only a new flow's calls during a probeLag: %+v, want it empty", st.ProbeLag)
+	}
+	if got := r.l.Limit(); got != 4 {
+		t.Errorf("empty probe: Limit() = %d, want 4, where it was", got)
+	}
+}
