@@ -646,10 +646,9 @@ func (ln *Lane) acquire(ctx context.Context, cost int64) (Ticket, error) {
 		// such as grpc-go's loopy writer, woken by the call that gave
 		// the turn up to flush its response, which yields once itself
 		// before it flushes. On a saturated processor those would wait
-		// for this call's whole handler. levee demo's cpu spike on one
-		// core refused with p99 12.6-13.5 ms in six runs with both
-		// yields, 18.1-26.8 ms in four with the guard's alone. The
-		// turn's start is taken after the yield.
+		// for this call's whole handler (docs/runlimit-learner.md has
+		// what the two yields measured). The turn's start is taken after
+		// the yield.
 		runtime.Gosched()
 		return ln.started(w), nil
 	case <-ctx.Done():
