@@ -32,15 +32,15 @@ import (
 //
 // decide takes the first transition that applies:
 //
-//	no probe ended yet (baselineProbeDue)   → probing(baseline)
-//	a call failed by overload               → limit × overloadBackoff
+//	no probe ended yet (baselineProbeDue)    → probing(baseline)
+//	a call failed by overload                → limit × overloadBackoff
 //	calls waited to start (queuedBeforeTurn) → limit = the calls that ran;
-//	                                          phaseSlowStart → phaseSteady
+//	                                           phaseSlowStart → phaseSteady
 //	calls wait to run once handed a turn
-//	  (lagProbeDue)                         → probing(lag)
+//	  (lagProbeDue)                          → probing(lag)
 //	service times stretch as under
-//	  time-sharing (cpuProbeDue)            → probing(cpu)
-//	a large stretch (stretchProbeDue)       → probing(stretch)
+//	  time-sharing (cpuProbeDue)             → probing(cpu)
+//	a large stretch (stretchProbeDue)        → probing(stretch)
 //	otherwise Vegas (vegas): the queue above the band shrinks the limit;
 //	  below it, a reached limit grows unless the CPU is saturated or the
 //	  learner holds; a queue above the band's low edge ends slow start
