@@ -36,6 +36,12 @@
 //     classes and tenants are served in order, to the Go scheduler's,
 //     where they are not.
 //
+// The learner is a small state machine — slow start, steady, holding
+// after a kept cut, and probes that lower the limit for a while to
+// measure — drawn, with the invariant each threshold keeps, in
+// docs/runlimit-learner.md. Limiter.Stats counts its probes by kind and
+// how each ended, and its other moves.
+//
 // # No refusal without evidence of overload
 //
 // A limit learned from service times can be wrong — too low for service
@@ -102,9 +108,7 @@
 // nothing, the read after the poll) and at most 20µs of idle; it ends
 // once the goroutines already runnable have run, and the finished call's
 // response (which a transport sends after the call returns its turn)
-// waits for it too. In the ghz tenants
-// recipe of the README (one core, the limit settled at one call), it cut
-// the flood phase's p50 of critical calls from 17-23ms to 7-8ms.
+// waits for it too.
 //
 // The learning is lock-free: each finished call adds to a few atomic
 // counters of its flow, and the caller that closes an interval updates the

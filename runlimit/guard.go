@@ -73,13 +73,26 @@ func (g *guard) Admit(c admission.Call) admission.Decision {
 	}
 	f := g.l.Flow(c.Method)
 	ln := f.Lane(c.Tenant, c.Class)
-	if !ln.Admissible() {
-		if g.l.Overloaded(c.Now) {
-			return admission.Refuse(ReasonQueueFull, f.QueueTarget())
-		}
-		g.l.unrefused.Add(1)
+	cost, ok := ln.admit(c.Now)
+	if !ok {
+		return admission.Refuse(ReasonQueueFull, f.QueueTarget())
 	}
-	return admission.Grant(admission.Permit{Ref: ln, Value: reserved | uint64(ln.reserve())})
+	return admission.Grant(admission.Permit{Ref: ln, Value: reserved | uint64(cost)})
+}
+
+// admit admits a call of ln at now to wait for a turn, and reserves its
+// place (end the reservation with unreserve(cost)): a call that the lane
+// cannot admit (Lane.Admissible) is admitted all the same, and counted
+// as unrefused, without evidence of overload (Limiter.Overloaded).
+func (ln *Lane) admit(now time.Time) (cost int64, ok bool) {
+	l := ln.f.l
+	if !ln.Admissible() {
+		if l.Overloaded(now) {
+			return 0, false
+		}
+		l.unrefused.Add(1)
+	}
+	return ln.reserve(), true
 }
 
 func (g *guard) Start(c admission.Call, p admission.Permit) admission.Decision {

@@ -2,22 +2,209 @@ package runlimit
 
 import (
 	"math"
+	"sync/atomic"
 	"time"
 )
+
+// The learner, as a state machine. docs/runlimit-learner.md draws it and
+// says why each threshold is where it is.
+//
+// The caller that closes an interval (Ticket.Done, under upd) runs update:
+// it ends a probe that has measured enough, measures the interval
+// (measure) and, unless a probe runs, decides (decide). The learner is in
+// one of these states:
+//
+//	phaseSlowStart  no stretch seen yet: a limit that was reached doubles
+//	phaseSteady     a stretch was seen: a limit that was reached grows by
+//	                √limit (at least 1)
+//	phaseHolding    a probe kept its cut: no growth until holdUntil, then
+//	                phaseSteady
+//	probing(kind)   the limit lowered for a while to measure service times
+//	                with less contention (probe.kind: probeBaseline,
+//	                probeStretch, probeCPU or probeLag); the phase it
+//	                interrupted resumes when it ends, unless it keeps its
+//	                cut (phaseHolding)
+//
+// and one gate, cpuElsewhere: closed when a cut for the CPU or the lag did
+// not help while the CPU was saturated (something else keeps it busy);
+// while it is closed no probeCPU or probeLag starts; it opens at the first
+// decision that finds the CPU not saturated.
+//
+// decide takes the first transition that applies:
+//
+//	no probe ended yet (baselineProbeDue)    → probing(baseline)
+//	a call failed by overload                → limit × overloadBackoff
+//	calls waited to start (queuedBeforeTurn) → limit = the calls that ran;
+//	                                           phaseSlowStart → phaseSteady
+//	calls wait to run once handed a turn
+//	  (lagProbeDue)                          → probing(lag)
+//	service times stretch as under
+//	  time-sharing (cpuProbeDue)             → probing(cpu)
+//	a large stretch (stretchProbeDue)        → probing(stretch)
+//	otherwise Vegas (vegas): the queue above the band shrinks the limit;
+//	  below it, a reached limit grows unless the CPU is saturated or the
+//	  learner holds; a queue above the band's low edge ends slow start
+//
+// A probe ends (checkProbe) once it measured probeSamples calls that
+// started after the calls running drained to its limit, or after
+// probeTimeout: abandoned with fewer (limit × abandonBackoff), empty if
+// no call measured belongs to a flow with a baseline (limit back), and
+// otherwise as its kind decides: endBaselineProbe, endStretchProbe,
+// endCPUProbe, endLagProbe, each in the file of its kind. Every ended
+// probe is counted once as kept, undone, abandoned or empty (Stats).
+
+// learnPhase is where the learner stands between probes.
+type learnPhase uint8
+
+const (
+	phaseSlowStart learnPhase = iota
+	phaseSteady
+	phaseHolding
+)
+
+// How an interval closes.
+const (
+	// minSamples is the fewest calls that close an interval: the mean of
+	// fewer says too little to move the limit. An interval with fewer
+	// stays open, looked at again every interval/lookAgain, until
+	// maxOpen has passed or a call failed by overload.
+	minSamples = 10
+	lookAgain  = 4
+	maxOpen    = time.Second
+)
+
+// Thresholds of decide, outside the probes. Each keeps the invariant
+// stated beside it.
+const (
+	// overloadBackoff: an interval in which a call failed by overload
+	// cuts the limit by a tenth. Multiplicative, so a limit too high by
+	// any amount shrinks geometrically, and a few failures in one
+	// interval cost no more than one.
+	overloadBackoff = 0.9
+	// queuedTrigger: fewer calls ran at once than the limit allows, yet
+	// calls waited to start (NoteQueued) longer than this share of a mean
+	// service time: the handlers queue for the CPU before they ask for a
+	// turn, and a turn beyond what ran only lengthens that queue, which
+	// serves classes in no order. The limit falls to what ran.
+	queuedTrigger = 0.5
+	// The Vegas band, in calls queued inside the server: the limit grows
+	// only while at most max(vegasLowMin, vegasLow × limit) queue, and
+	// shrinks once more than max(vegasHighMin, vegasHigh × limit) do. Low
+	// edge below high edge at every limit, so between them the limit
+	// holds: a step of growth cannot by itself trigger a shrink.
+	vegasLow     = 0.1
+	vegasLowMin  = 0.5
+	vegasHigh    = 0.2
+	vegasHighMin = 1
+	// shrinkGain: a shrink removes this share of the queue above the band,
+	// at least one turn: halfway, so that one noisy interval cannot take
+	// the limit below the band on its own.
+	shrinkGain = 0.5
+	// slowStartGrowth: before any stretch the limit multiplies by this at
+	// each interval it was reached, so that a server with room finds it
+	// in log2(ceiling/initial) intervals; afterwards it adds √limit (at
+	// least 1), so that a step's stretch, (n+√n)/n, stays small.
+	slowStartGrowth = 2
+)
+
+// Thresholds of the probes. Each keeps the invariant stated beside it.
+const (
+	// probeSamples is how many calls a probe measures before it ends.
+	probeSamples = 8
+	// probeTimeoutIntervals, probeTimeoutMin: a probe that has not
+	// measured probeSamples calls after max(probeTimeoutMin,
+	// probeTimeoutIntervals × interval) is abandoned, so that a probe
+	// never holds the limit low for long on a server with few calls.
+	probeTimeoutIntervals = 20
+	probeTimeoutMin       = time.Second
+	// abandonBackoff: an abandoned probe leaves the limit at this share
+	// of where it was: calls too few or too slow to measure at a lower
+	// limit are no reason to grow, nor proof of overload.
+	abandonBackoff = 0.9
+	// probeSpacing: without a saturated CPU, a probe starts at least this
+	// many intervals after the last one ended (a probeStretch always), so
+	// that a stretch that is not the limit's doing costs at most one
+	// interval of probing in probeSpacing+1.
+	probeSpacing = 5
+	// holdIntervals: a kept cut (probeCPU, probeLag) holds growth off for
+	// this many intervals: a CPU signal lags the load that saturates it,
+	// and growth right after the cut would undo it before the signal
+	// shows what the cut did.
+	holdIntervals = 20
+	// probeFraction: the first-baseline and the stretch probes measure at
+	// this share of the limit: half as many calls at once, a contention
+	// the stretch would show if it were the limit's own.
+	probeFraction = 0.5
+	// rebaseTrigger: calls measured at a lower limit still this many
+	// times their baseline are slower with less contention: the service
+	// itself changed, and the baselines move to what the probe measured.
+	// Baselines move only on such a measurement, never at the limit that
+	// might cause the stretch.
+	rebaseTrigger = 1.2
+)
+
+// sample is what one interval measured, for the decision that closes it.
+type sample struct {
+	end       int64   // when the interval closed, ns since the epoch
+	peak      int64   // most calls running at once
+	overloads int64   // calls that failed by overload
+	lagN      int64   // calls handed a turn after waiting (noteLag)
+	lagSum    int64   // how long they took to run once handed it, ns
+	weight    float64 // calls that finished and taught a service time
+	ratios    float64 // their service times over their flows' baselines, summed
+	bases     float64 // their flows' baselines, summed, ns
+	svcSum    float64 // their service times, summed, ns
+	queuedN   float64 // calls that noted their wait to start (NoteQueued)
+	queuedSum float64 // those waits, summed, ns
+	cpuSat    bool    // the CPU signal is saturated (set by decide)
+}
+
+// stretch is the calls' mean service time over their baseline, 1 without
+// calls.
+func (m *sample) stretch() float64 {
+	if m.weight > 0 {
+		return m.ratios / m.weight
+	}
+	return 1
+}
+
+// base is the calls' mean baseline service time, ns. Needs weight > 0.
+func (m *sample) base() float64 { return m.bases / m.weight }
+
+// lag is the mean lag of the calls handed a turn, ns. Needs lagN > 0.
+func (m *sample) lag() float64 { return float64(m.lagSum) / float64(m.lagN) }
+
+// vegasQueue is how many calls queue inside the server at limit est when
+// service times stretch by r (TCP Vegas): every call beyond est/r waits.
+func vegasQueue(est, r float64) float64 { return est * (1 - 1/r) }
+
+// vegasBand is the Vegas band at limit est: grow at or below lo, shrink
+// above hi.
+func vegasBand(est float64) (lo, hi float64) {
+	return max(vegasLowMin, vegasLow*est), max(vegasHighMin, vegasHigh*est)
+}
+
+// learnCounts are the learner's counters, for Stats.
+type learnCounts struct {
+	probe          [probeKinds]probeCounts
+	slowStartEnded atomic.Uint64
+	holds          atomic.Uint64
+	cpuElsewhere   atomic.Uint64
+	backoffs       atomic.Uint64
+	limitedToRan   atomic.Uint64
+	grows          atomic.Uint64
+	shrinks        atomic.Uint64
+}
 
 // update closes the interval ending at end and reconsiders the limit. Needs
 // upd.
 func (l *Limiter) update(end int64) {
 	flows := l.allFlows()
-	var total int64
-	for _, f := range flows {
-		total += f.n.Load()
-	}
-	if l.probe.on {
+	if l.probe.kind != probeNone {
 		l.checkProbe(end, flows)
 	}
-	if total < minSamples && end-l.opened < int64(time.Second) && l.overloads.Load() == 0 {
-		l.next.Store(end + int64(l.o.interval)/4) // look again soon
+	if !l.closes(flows, end) {
+		l.next.Store(end + int64(l.o.interval)/lookAgain)
 		return
 	}
 	l.updates.Add(1)
@@ -26,199 +213,163 @@ func (l *Limiter) update(end int64) {
 		l.lastSweep = end
 		l.sweepTenants(flows, end)
 	}
-	peak := l.peak.Swap(running(l.state.Load()))
-	overloads := l.overloads.Swap(0)
-	lagN, lagSum := l.lagN.Swap(0), l.lagSum.Swap(0)
-	var weight, ratios, bases, svcSum, queuedSum, queuedN float64
+	m := l.measure(flows, end)
+	l.markLight(flows, end)
+	l.noteRoom(m.svcSum, end)
+	l.opened = end
+	l.openedAt.Store(end)
+	l.next.Store(end + int64(l.o.interval))
+	if l.probe.kind != probeNone {
+		return // the probe decides when it ends
+	}
+	l.decide(&m)
+}
+
+// closes reports whether the interval ending at end has measured enough
+// to close (see minSamples). Needs upd.
+func (l *Limiter) closes(flows []*Flow, end int64) bool {
+	var total int64
 	for _, f := range flows {
-		queuedN += float64(f.qn.Swap(0))
-		queuedSum += float64(f.qsum.Swap(0))
+		total += f.n.Load()
+	}
+	return total >= minSamples || end-l.opened >= int64(maxOpen) || l.overloads.Load() != 0
+}
+
+// measure takes the counters of the interval ending at end, starting them
+// anew, and lowers each flow's baseline to its mean service time if that
+// is shorter. Needs upd.
+func (l *Limiter) measure(flows []*Flow, end int64) sample {
+	m := sample{end: end}
+	m.peak = l.peak.Swap(running(l.state.Load()))
+	m.overloads = l.overloads.Swap(0)
+	m.lagN, m.lagSum = l.lagN.Swap(0), l.lagSum.Swap(0)
+	for _, f := range flows {
+		m.queuedN += float64(f.qn.Swap(0))
+		m.queuedSum += float64(f.qsum.Swap(0))
 		n, sum := f.n.Swap(0), f.sum.Swap(0)
 		f.lastN = n + f.bypassed.Swap(0)
 		if n == 0 {
 			continue
 		}
-		svcSum += float64(sum)
+		m.svcSum += float64(sum)
 		mean := float64(sum) / float64(n)
 		if f.base == 0 || mean < f.base {
 			f.setBase(mean)
 		}
-		ratios += float64(n) * mean / f.base
-		bases += float64(n) * f.base
-		weight += float64(n)
+		m.ratios += float64(n) * mean / f.base
+		m.bases += float64(n) * f.base
+		m.weight += float64(n)
 	}
-	l.markLight(flows, end)
-	l.noteRoom(svcSum, end)
-	l.opened = end
-	l.openedAt.Store(end)
-	l.next.Store(end + int64(l.o.interval))
-	if l.probe.on {
+	return m
+}
+
+// decide moves the learner on from the interval m measured: it starts a
+// probe, or sets the limit. Needs upd and no probe running.
+func (l *Limiter) decide(m *sample) {
+	if l.baselineProbeDue() {
+		l.startBaselineProbe(m.end)
 		return
 	}
-	if l.probes.Load() == 0 && int(l.est/2) >= l.o.floor && int(l.est/2) < int(l.est) {
-		// The first baseline was measured at the initial limit, maybe
-		// with contention: measure it at half the limit once.
-		l.startProbe(end, probeBaseline, l.est, int(l.est/2), 1)
-		return
+	m.cpuSat = l.o.cpu != nil && l.o.cpu.Saturated()
+	if !m.cpuSat {
+		l.cpuElsewhere = false // the gate opens
 	}
-	r := 1.0
-	if weight > 0 {
-		r = ratios / weight
-	}
-	cpuSat := l.o.cpu != nil && l.o.cpu.Saturated()
-	est := l.est
-	reached := peak >= int64(est)
-	if !cpuSat {
-		l.cpuElsewhere = false
-	}
+	l.endHold(m.end)
+	est, r := l.est, m.stretch()
 	switch {
-	case overloads > 0:
-		est *= 0.9
-	case peak < int64(est) && queuedN > 0 && weight > 0 && queuedSum/queuedN > 0.5*svcSum/weight:
-		// Fewer calls ran at once than the limit allows, yet calls waited
-		// to start longer than half a service time: the handlers take
-		// turns on the CPU before they even ask for one (they are
-		// CPU-bound), and every call let in beyond what ran only waits in
-		// the scheduler's queue. Limit to what ran.
-		est = float64(max(peak, 1))
-		l.steady = true
-	case !l.cpuElsewhere && lagN >= minSamples/2 && weight > 0 && float64(lagSum)/float64(lagN) > lagTrigger*bases/weight &&
-		l.lagCut(est, float64(lagSum)/float64(lagN), bases/weight) < int(est) &&
-		(cpuSat || end-l.lastProbe >= 5*int64(l.o.interval)):
-		// Calls handed a turn took longer than half a baseline service
-		// time to begin running: they waited for a processor, maybe
-		// behind other calls that hold turns (handlers that burn the CPU
-		// without blocking run one at a time per processor, whatever the
-		// limit). Their service times, measured once they run, do not
-		// show all of it; such extra turns only move the wait from the
-		// Limiter's queue, where classes and tenants are served in
-		// order, to the Go scheduler's, where they are not. At a lag of k
-		// baselines about one call in 1+k runs: try that, and keep it if
-		// the lag halves. If it does not, the processors are busy
-		// elsewhere (a transport refusing a flood) and the cut is undone,
-		// as for probeCPU; without a saturated CPU the cut is tried at
-		// most every five intervals.
-		lag := float64(lagSum) / float64(lagN)
-		l.startProbe(end, probeLag, est, l.lagCut(est, lag, bases/weight), lag)
+	case m.overloads > 0:
+		l.learned.backoffs.Add(1)
+		est *= overloadBackoff
+	case queuedBeforeTurn(m, est):
+		est = l.limitToWhatRan(m)
+	case l.lagProbeDue(m, est):
+		l.startLagProbe(m, est)
 		return
-	case !l.cpuElsewhere && r > shrinkTrigger && est*(1-1/r) >= 0.5*(est-1) && int(est*max(0.25, 1.1/r)) < int(est) &&
-		(cpuSat || end-l.lastProbe >= 5*int64(l.o.interval)):
-		// Service times stretch as calls share something (a queue
-		// estimate near limit - 1 is what time-sharing gives: every call
-		// but one waits), most often the CPU: try running fewer at once,
-		// and keep the cut if the calls that start after it are shorter.
-		// If they are not, the CPU is busy elsewhere (a transport refusing
-		// a flood, say) and the cut is undone. Without a saturated CPU the
-		// cut is tried at most every five intervals.
-		l.startProbe(end, probeCPU, est, int(est*max(0.25, 1.1/r)), r)
+	case l.cpuProbeDue(m, est, r):
+		l.startCPUProbe(m, est, r)
+		return
+	case l.stretchProbeDue(m, est, r):
+		l.startStretchProbe(m, est, r)
 		return
 	default:
-		// Vegas: how many calls queue inside the server.
-		queue := est * (1 - 1/r)
-		lo, hi := max(0.5, 0.1*est), max(1, 0.2*est)
-		switch {
-		case queue > hi && r >= 1.5 && end-l.lastProbe >= 5*int64(l.o.interval):
-			// A large stretch: is it ours, or did a dependency slow down,
-			// or is the CPU busy elsewhere? A probe at a lower limit tells.
-			l.startProbe(end, probeStretch, est, int(est/2), r)
-			return
-		case queue > hi:
-			est -= max(1, (queue-hi)/2)
-		case queue <= lo && reached && !cpuSat && end >= l.holdUntil:
-			if l.steady {
-				est += max(1, math.Sqrt(est))
-			} else {
-				est *= 2 // slow start: no stretch seen yet
-			}
-		}
-		if queue > lo {
-			l.steady = true
-		}
+		est = l.vegas(m, est, r)
 	}
 	l.apply(est)
 }
 
-// Thresholds of noteRoom: the server counts as full over an interval
-// when its turns were busy for fullBusy of it, and a class leaves room
-// when the classes below it got minLower of the turns over the last few
-// intervals: each interval's turns weigh 1 - roomDecay, the earlier ones
-// roomDecay times less per interval, so that a lower class of a few calls
-// per interval is seen.
-//
-// A class leaves no room once the classes below it, with calls waiting,
-// got no turn for starvedAfter intervals in a row: a flood of the class
-// has begun, which the smoothed counts would take about a second to show.
-// One interval is not enough: a burst of the class takes every turn of
-// an interval now and then.
-const (
-	fullBusy     = 0.9
-	minLower     = 0.05
-	roomDecay    = 0.8
-	starvedAfter = 3
-)
+// queuedBeforeTurn reports whether, over m, fewer calls ran at once than
+// the limit est allows while calls waited to start longer than
+// queuedTrigger of a mean service time.
+func queuedBeforeTurn(m *sample, est float64) bool {
+	return m.peak < int64(est) && m.queuedN > 0 && m.weight > 0 &&
+		m.queuedSum/m.queuedN > queuedTrigger*m.svcSum/m.weight
+}
 
-// noteRoom records, over the interval that ends at end, in which the
-// calls that finished held their turns for busy ns in all, whether the
-// server was full (its turns busy fullBusy of the time) and, for each
-// class, whether it and the classes above it left room: the classes
-// below got at least minLower of the turns of the last few intervals
-// (servedAvg). A class with room has no standing queue, only bursts,
-// which its lanes may queue for longer; on a server not full no lane is
-// held to its share (see Lane.Admissible).
-// Needs upd, and shareClasses first.
-func (l *Limiter) noteRoom(busy float64, end int64) {
-	// The turns handed out, not the estimate: its fraction is no turn, and
-	// a probe runs below it.
-	span := float64(end-l.opened) * float64(l.limit.Load())
-	l.notFull.Store(!(span > 0 && busy >= fullBusy*span))
-	var total float64
-	for _, n := range l.servedAvg {
-		total += n
-	}
-	var below, servedBelow float64
-	var waitingBelow int64
-	for i := range l.roomy {
-		// Lower classes that had calls waiting and got no turn for
-		// starvedAfter intervals in a row are starved now, whatever the
-		// smoothed share says.
-		if waitingBelow > 0 && servedBelow == 0 {
-			l.starved[i]++
+// limitToWhatRan is the limit when calls queue before they ask for a turn
+// (queuedBeforeTurn): the most that ran at once, at least 1. The
+// handlers take turns on the CPU before they even ask for one (they are
+// CPU-bound), and every call let in beyond what ran only waits in the
+// scheduler's queue. It ends slow start. Needs upd.
+func (l *Limiter) limitToWhatRan(m *sample) float64 {
+	l.learned.limitedToRan.Add(1)
+	l.endSlowStart()
+	return float64(max(m.peak, 1))
+}
+
+// vegas is the limit after an interval m that started no probe, from the
+// limit est and the stretch r: it shrinks by shrinkGain of the queue
+// above the Vegas band; grows below it if it was reached, the CPU is not
+// saturated and the learner does not hold; and a queue above the band's
+// low edge ends slow start. Needs upd.
+func (l *Limiter) vegas(m *sample, est, r float64) float64 {
+	queue := vegasQueue(est, r)
+	lo, hi := vegasBand(est)
+	switch {
+	case queue > hi:
+		l.learned.shrinks.Add(1)
+		est -= max(1, (queue-hi)*shrinkGain)
+	case queue <= lo && m.peak >= int64(l.est) && !m.cpuSat && l.phase != phaseHolding:
+		l.learned.grows.Add(1)
+		if l.phase == phaseSlowStart {
+			est *= slowStartGrowth // no stretch seen yet
 		} else {
-			l.starved[i] = 0
+			est += max(1, math.Sqrt(est))
 		}
-		l.roomy[i].Store(total > 0 && below >= minLower*total && l.starved[i] < starvedAfter)
-		below += l.servedAvg[i]
-		servedBelow += l.lastServed[i]
-		waitingBelow += l.work[i].Load()
+	}
+	if queue > lo {
+		l.endSlowStart()
+	}
+	return est
+}
+
+// endSlowStart moves the learner from slow start to steady. Needs upd.
+func (l *Limiter) endSlowStart() {
+	if l.phase == phaseSlowStart {
+		l.phase = phaseSteady
+		l.learned.slowStartEnded.Add(1)
 	}
 }
 
-// shareClasses sets, for each class, the share of the turns that ended in
-// the interval that the classes above it left to it, and starts counting
-// anew. Needs upd.
-func (l *Limiter) shareClasses() {
-	var served [len(l.served)]float64
-	var total float64
-	var recent uint32
-	for i := range l.served {
-		served[i] = float64(l.served[i].Swap(0))
-		if served[i] > 0 {
-			recent |= 1 << i
-		}
-		total += served[i]
-		l.servedAvg[i] = roomDecay*l.servedAvg[i] + (1-roomDecay)*served[i]
-		l.lastServed[i] = served[i]
+// endHold moves the learner from holding to steady once its hold ended at
+// now. Needs upd.
+func (l *Limiter) endHold(now int64) {
+	if l.phase == phaseHolding && now >= l.holdUntil {
+		l.phase = phaseSteady
 	}
-	var above float64
-	for i := len(served) - 1; i >= 0; i-- {
-		avail := 1.0
-		if total > 0 {
-			avail = 1 - above/total
-		}
-		l.avail[i].Store(math.Float64bits(avail))
-		above += served[i]
-	}
-	l.recent.Store(recent)
+}
+
+// probeSpaced reports whether, at now, probeSpacing intervals have passed
+// since the last probe ended. Needs upd.
+func (l *Limiter) probeSpaced(now int64) bool {
+	return now-l.lastProbe >= probeSpacing*int64(l.o.interval)
+}
+
+// closeCPUGate records that a cut did not help with the CPU saturated:
+// until the CPU is not saturated, neither probeCPU nor probeLag starts.
+// Needs upd.
+func (l *Limiter) closeCPUGate() {
+	l.cpuElsewhere = true
+	l.learned.cpuElsewhere.Add(1)
 }
 
 // apply sets the limit to est, within the bounds, and hands turns that a
@@ -230,184 +381,5 @@ func (l *Limiter) apply(est float64) {
 		l.mu.Lock()
 		l.dispatch()
 		l.mu.Unlock()
-	}
-}
-
-// Kinds of probe: why the limit was lowered for a while.
-const (
-	probeBaseline = iota // measure the first baseline with less contention
-	probeStretch         // service times stretched: ours, or the service's?
-	probeCPU             // the CPU is saturated: do fewer calls at once help?
-	probeLag             // calls wait to run once handed a turn: do fewer turns help?
-)
-
-// lagTrigger: a probeLag starts when calls handed a turn take longer than
-// this many baseline service times to begin running; it keeps its cut
-// when the lag falls below half of what it was.
-const (
-	lagTrigger = 0.5
-)
-
-// lagCut is the limit a probeLag tries from est, for calls that waited
-// lag ns to run once handed a turn, of baseline service time base ns:
-// est/(1+lag/base), at least one less than est, within the floor.
-func (l *Limiter) lagCut(est, lag, base float64) int {
-	return max(l.o.floor, int(max(1, min(est-1, est/(1+lag/base)))))
-}
-
-// startProbe lowers the limit to limit to measure service times with less
-// contention, est being the limit before and r the stretch that prompted
-// it. Needs upd.
-func (l *Limiter) startProbe(now int64, kind int, est float64, limit int, r float64) {
-	l.probe = probeState{on: true, kind: kind, saved: est, limit: max(l.o.floor, limit), started: now, r: r}
-	for _, f := range l.allFlows() {
-		f.pn.Store(0)
-		f.psum.Store(0)
-	}
-	l.plagN.Store(0)
-	l.plagSum.Store(0)
-	l.drained.Store(0)
-	l.probing.Store(true)
-	l.limit.Store(int64(l.probe.limit))
-}
-
-// noteProbe records, during a probe, a call that ended at end.
-func (l *Limiter) noteProbe(f *Flow, start, end, svc int64) {
-	d := l.drained.Load()
-	if d == 0 {
-		if running(l.state.Load()) <= l.limit.Load() {
-			l.drained.CompareAndSwap(0, end)
-		}
-		return
-	}
-	if start >= d {
-		f.pn.Add(1)
-		f.psum.Add(svc)
-	}
-}
-
-// checkProbe ends a probe that has measured enough calls, or has run too
-// long. Needs upd.
-func (l *Limiter) checkProbe(now int64, flows []*Flow) {
-	var n int64
-	for _, f := range flows {
-		n += f.pn.Load()
-	}
-	timeout := max(int64(time.Second), 20*int64(l.o.interval))
-	if n < probeSamples && now-l.probe.started < timeout {
-		return
-	}
-	p := l.probe
-	l.probe = probeState{}
-	l.probing.Store(false)
-	l.lastProbe = now
-	l.probes.Add(1)
-	l.peak.Store(running(l.state.Load())) // the peak before the probe says nothing of what follows
-	if n < probeSamples {
-		l.apply(p.saved * 0.9) // abandoned
-		return
-	}
-	// The lag of the calls handed a turn during the probe (probeLag).
-	lagN, lagSum := l.plagN.Load(), l.plagSum.Load()
-	var weight, ratios float64
-	for _, f := range flows {
-		pn, psum := f.pn.Load(), f.psum.Load()
-		if pn == 0 || f.base == 0 {
-			continue
-		}
-		pmean := float64(psum) / float64(pn)
-		ratios += float64(pn) * pmean / f.base
-		weight += float64(pn)
-	}
-	if weight == 0 {
-		l.apply(p.saved)
-		return
-	}
-	pr := ratios / weight
-	switch {
-	case p.kind == probeLag && (lagN == 0 || float64(lagSum)/float64(lagN) < 0.5*p.r):
-		// Fewer turns, and calls run sooner once handed one (or none
-		// waited for a turn at all): keep the cut, and do not grow again
-		// for a while.
-		l.holdUntil = now + 20*int64(l.o.interval)
-		l.steady = true
-		l.apply(float64(p.limit))
-	case p.kind == probeLag && l.o.cpu != nil && l.o.cpu.Saturated():
-		l.cpuElsewhere = true
-		l.apply(p.saved)
-	case p.kind == probeLag:
-		l.apply(p.saved)
-	case p.kind == probeCPU && pr < 0.8*p.r:
-		// Fewer calls at once are shorter: keep the cut, and do not grow
-		// again for a while (a CPU signal lags the load that saturates it).
-		l.holdUntil = now + 20*int64(l.o.interval)
-		for _, f := range flows {
-			if pn := f.pn.Load(); pn > 0 {
-				f.setBase(min(f.base, float64(f.psum.Load())/float64(pn)))
-			}
-		}
-		l.steady = true
-		l.apply(float64(p.limit))
-	case p.kind == probeCPU && l.o.cpu != nil && l.o.cpu.Saturated():
-		// No shorter, and the CPU saturated: it is busy elsewhere. Undo
-		// the cut and leave stretches to the other probes until the CPU
-		// is not saturated. If the calls are slower even at the lower
-		// limit, the service itself is slower (a dependency slowed as a
-		// flood began): move the baselines too, or every later interval
-		// would read the slower calls as contention and shrink the limit.
-		l.cpuElsewhere = true
-		if pr >= rebaseTrigger {
-			l.rebase(flows)
-		}
-		l.apply(p.saved)
-	case pr >= rebaseTrigger:
-		// Calls are slower even with less contention: the service itself
-		// changed. Move the baselines, keep the limit.
-		l.rebase(flows)
-		l.apply(p.saved)
-	default:
-		// The baseline holds: a stretch was the limit's own doing.
-		for _, f := range flows {
-			if pn := f.pn.Load(); pn > 0 {
-				f.setBase(min(f.base, float64(f.psum.Load())/float64(pn)))
-			}
-		}
-		if p.kind == probeStretch {
-			l.apply(p.saved * 0.8)
-		} else {
-			l.apply(p.saved)
-		}
-	}
-}
-
-// rebase moves each flow's baseline to its mean service time during the
-// probe that just ended. Needs upd.
-func (l *Limiter) rebase(flows []*Flow) {
-	for _, f := range flows {
-		if pn := f.pn.Load(); pn > 0 {
-			f.setBase(float64(f.psum.Load()) / float64(pn))
-		}
-	}
-	l.rebases.Add(1)
-}
-
-// markLight marks the flows that may run without a turn: those whose
-// calls are very cheap beside the server's most expensive flow (a tenth
-// of its baseline or less, and under a millisecond), and that used little
-// of the interval ending at end (their calls' service time adds up to
-// under a tenth of one turn). Waiting behind an expensive call for the
-// only turn would multiply a cheap call's latency, and its turn would be
-// held through the yield after it is taken; a cheap flow that floods the
-// server stops being light at the next interval. Needs upd.
-func (l *Limiter) markLight(flows []*Flow, end int64) {
-	var top float64
-	for _, f := range flows {
-		top = max(top, f.base)
-	}
-	span := float64(max(end-l.opened, 1))
-	for _, f := range flows {
-		light := f.base > 0 && f.base*10 <= top && f.base < float64(time.Millisecond) &&
-			float64(f.lastN)*f.base < 0.1*span
-		f.light.Store(light)
 	}
 }

@@ -6,9 +6,9 @@ import (
 	"os"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"time"
-	"unsafe"
+
+	"golang.org/x/sys/unix"
 )
 
 // netWaiter parks a goroutine in Go's network poller, through a timerfd
@@ -23,18 +23,17 @@ type netWaiter struct {
 	busy atomic.Bool
 	once sync.Once
 	f    *os.File // nil if the timerfd could not be made
-	fd   uintptr
+	fd   int
 }
 
 func (n *netWaiter) init() {
-	const clockMonotonic = 1
-	fd, _, e := syscall.Syscall(syscall.SYS_TIMERFD_CREATE, clockMonotonic, syscall.O_NONBLOCK|syscall.O_CLOEXEC, 0)
-	if e != 0 {
+	fd, err := unix.TimerfdCreate(unix.CLOCK_MONOTONIC, unix.TFD_NONBLOCK|unix.TFD_CLOEXEC)
+	if err != nil {
 		return
 	}
 	// A non-blocking descriptor: os.NewFile registers it with the poller.
 	n.fd = fd
-	n.f = os.NewFile(fd, "runlimit-netpoll")
+	n.f = os.NewFile(uintptr(fd), "runlimit-netpoll")
 }
 
 // wait parks the caller in the network poller until a poll at least d
@@ -49,9 +48,9 @@ func (n *netWaiter) wait(d time.Duration) bool {
 	if n.f == nil {
 		return false
 	}
-	// struct itimerspec: no interval, first expiry d from now.
-	spec := struct{ interval, value syscall.Timespec }{value: syscall.NsecToTimespec(int64(d))}
-	if _, _, e := syscall.Syscall6(syscall.SYS_TIMERFD_SETTIME, n.fd, 0, uintptr(unsafe.Pointer(&spec)), 0, 0, 0); e != 0 {
+	// No interval, first expiry d from now.
+	spec := unix.ItimerSpec{Value: unix.NsecToTimespec(int64(d))}
+	if err := unix.TimerfdSettime(n.fd, 0, &spec, nil); err != nil {
 		return false
 	}
 	var buf [8]byte // the count of expiries

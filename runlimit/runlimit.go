@@ -44,13 +44,6 @@ var (
 	ErrTimeout = errors.New("runlimit: no turn within the queue target")
 )
 
-const (
-	minSamples    = 10 // fewest samples that close an interval
-	probeSamples  = 8  // samples a probe measures
-	shrinkTrigger = 1.25
-	rebaseTrigger = 1.2
-)
-
 // CPU is the CPU signal a Limiter reads: *cpu.Monitor satisfies it.
 type CPU interface {
 	// Saturated reports whether the CPU allowance is saturated.
@@ -215,28 +208,30 @@ type Limiter struct {
 	flows    atomic.Pointer[map[string]*Flow]
 	overflow *Flow // under flowsMu
 
-	// Learning. next is read by every Done; the rest is under upd, which
-	// only the caller that closes an interval takes (TryLock).
+	// Learning (see learn.go). next is read by every Done; the rest is
+	// under upd, which only the caller that closes an interval takes
+	// (TryLock).
 	next      atomic.Int64 // end of the current interval, ns since epoch
 	overloads atomic.Int64 // calls that failed by overload in the interval
 	upd       sync.Mutex
 	est       float64
-	steady    bool // a stretch was seen: growth is additive, no longer doubling
-	// cpuElsewhere: a shrink for CPU time-sharing did not help, so the CPU
-	// is saturated by something else; until it is not, stretches are left
-	// to probes.
+	phase     learnPhase // slow start, steady or holding; a probe runs over it
+	// cpuElsewhere: a cut for CPU time-sharing or for the lag did not
+	// help with the CPU saturated, so something else keeps the CPU busy;
+	// until it is not, neither probeCPU nor probeLag starts.
 	cpuElsewhere bool
-	holdUntil    int64 // no growth before this instant, ns since epoch
+	holdUntil    int64 // phaseHolding ends at this instant, ns since epoch
 	opened       int64 // start of the current interval, ns since epoch
 	probe        probeState
-	lastProbe    int64
-	probing      atomic.Bool  // probe.on, for Done
+	lastProbe    int64        // when the last probe ended, ns since epoch
+	probing      atomic.Bool  // a probe runs, for Done
 	drained      atomic.Int64 // when a probe's calls drained to its limit; 0 until then
 	probes       atomic.Uint64
 	rebases      atomic.Uint64
 	overruns     atomic.Uint64
 	unrefused    atomic.Uint64
 	updates      atomic.Uint64
+	learned      learnCounts
 
 	// Calls handed a turn after waiting in the interval, and how long
 	// they took to run once handed it, ns (noteLag); plag*, the same of
@@ -248,16 +243,6 @@ type Limiter struct {
 	// interval; net lets a turn wait for the network poller (release).
 	recent atomic.Uint32
 	net    netWaiter
-}
-
-// probeState is a measurement of the service time at a lower limit.
-type probeState struct {
-	on      bool
-	kind    int     // probeBaseline, probeStretch, probeCPU or probeLag
-	saved   float64 // the limit before the probe
-	r       float64 // the stretch that prompted it; for probeLag, the lag, ns
-	limit   int
-	started int64
 }
 
 const (
@@ -347,14 +332,66 @@ type Stats struct {
 	// Unrefused counts calls admitted although their lane was full
 	// (Lane.Admissible), for want of evidence of overload.
 	Unrefused uint64
+
+	// How the limit was learned (docs/runlimit-learner.md): the probes
+	// of each kind, and the learner's other moves.
+	ProbeBaseline ProbeStats // the first baseline measured at half the limit
+	ProbeStretch  ProbeStats // a large stretch: the limit's doing, or the service's?
+	ProbeCPU      ProbeStats // calls time-share the CPU: do fewer at once help?
+	ProbeLag      ProbeStats // calls wait to run once handed a turn: do fewer turns help?
+	// SlowStartEnded is 1 once slow start ended (a stretch was seen, or a
+	// cut kept): from then on the limit grows by steps, not doubling.
+	SlowStartEnded uint64
+	// Holds counts kept cuts (ProbeCPU.Kept + ProbeLag.Kept), each of
+	// which held growth off for a while.
+	Holds uint64
+	// CPUElsewhere counts cuts that did not help with the CPU saturated
+	// (ProbeCPU or ProbeLag undone): each left stretches to the other
+	// probes until the CPU was no longer saturated.
+	CPUElsewhere uint64
+	// Backoffs counts intervals with calls that failed by overload, each
+	// of which cut the limit by a tenth.
+	Backoffs uint64
+	// LimitedToRan counts intervals in which calls waited to start
+	// (Flow.NoteQueued) while fewer ran than the limit allowed, each of
+	// which set the limit to the calls that ran.
+	LimitedToRan uint64
+	// Grows and Shrinks count the intervals that moved the limit up or
+	// down by its queue estimate (TCP Vegas).
+	Grows, Shrinks uint64
+}
+
+// ProbeStats count the probes of one kind: while a probe runs the limit
+// is lowered to measure service times with less contention. Every probe
+// that ended is counted once as Kept, Undone, Abandoned or Empty.
+type ProbeStats struct {
+	Started uint64 // probes started
+	Kept    uint64 // ended with the limit lower than before the probe
+	Undone  uint64 // ended with the limit back where it was
+	// Rebased counts, of the Kept and Undone, those whose calls were
+	// slower even at the lower limit: the service changed, and the
+	// baselines moved to what the probe measured.
+	Rebased uint64
+	// Abandoned counts probes that measured too few calls in their time:
+	// the limit ended a tenth lower than before the probe.
+	Abandoned uint64
+	// Empty counts probes whose calls were all of flows with no baseline
+	// yet: the limit ended back where it was.
+	Empty uint64
 }
 
 // Stats returns the Limiter's counters.
 func (l *Limiter) Stats() Stats {
 	s := l.state.Load()
+	c := &l.learned
 	return Stats{Limit: l.Limit(), Running: int(running(s)), Waiting: int(waiting(s)),
 		Updates: l.updates.Load(), Probes: l.probes.Load(), Rebases: l.rebases.Load(),
-		Overruns: l.overruns.Load(), Unrefused: l.unrefused.Load()}
+		Overruns: l.overruns.Load(), Unrefused: l.unrefused.Load(),
+		ProbeBaseline: c.probe[probeBaseline].stats(), ProbeStretch: c.probe[probeStretch].stats(),
+		ProbeCPU: c.probe[probeCPU].stats(), ProbeLag: c.probe[probeLag].stats(),
+		SlowStartEnded: c.slowStartEnded.Load(), Holds: c.holds.Load(), CPUElsewhere: c.cpuElsewhere.Load(),
+		Backoffs: c.backoffs.Load(), LimitedToRan: c.limitedToRan.Load(),
+		Grows: c.grows.Load(), Shrinks: c.shrinks.Load()}
 }
 
 // Flow returns the flow named name, creating it on first use; beyond
@@ -611,25 +648,39 @@ func (ln *Lane) acquire(ctx context.Context, cost int64) (Ticket, error) {
 		// such as grpc-go's loopy writer, woken by the call that gave
 		// the turn up to flush its response, which yields once itself
 		// before it flushes. On a saturated processor those would wait
-		// for this call's whole handler. levee demo's cpu spike on one
-		// core refused with p99 12.6-13.5 ms in six runs with both
-		// yields, 18.1-26.8 ms in four with the guard's alone. The
-		// turn's start is taken after the yield.
+		// for this call's whole handler (docs/runlimit-learner.md has
+		// what the two yields measured). The turn's start is taken after
+		// the yield.
 		runtime.Gosched()
-		t := ln.granted()
-		ln.f.l.noteLag(t.start, t.start-w.handed)
-		return t, nil
+		return ln.started(w), nil
 	case <-ctx.Done():
 		err = ctx.Err()
 	case <-timer.C:
-		if !ln.f.l.overloadedAt(ln.f.l.nanos(ln.f.l.o.now())) {
-			return ln.overrun(w), nil
-		}
-		err = ErrTimeout
+		return ln.expired(w)
 	}
 	timer.Stop()
 	ln.giveUp(w)
 	return Ticket{}, err
+}
+
+// started is the ticket of w, a waiter of ln handed its turn, whose call
+// begins to run now: it records how long the call took to run since the
+// handover (noteLag).
+func (ln *Lane) started(w *waiter) Ticket {
+	t := ln.granted()
+	ln.f.l.noteLag(t.start, t.start-w.handed)
+	return t
+}
+
+// expired ends the wait of w, a waiter of ln whose patience ran out: with
+// no evidence of overload its call runs beyond the limit (overrun);
+// otherwise it gives up, with ErrTimeout.
+func (ln *Lane) expired(w *waiter) (Ticket, error) {
+	if !ln.f.l.overloadedAt(ln.f.l.nanos(ln.f.l.o.now())) {
+		return ln.overrun(w), nil
+	}
+	ln.giveUp(w)
+	return Ticket{}, ErrTimeout
 }
 
 // enqueue takes a turn for a call of ln that holds a reservation that

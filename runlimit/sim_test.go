@@ -49,8 +49,10 @@ type ioBound struct {
 	busy  int
 	queue []*ioCall
 	// flood: something else saturates the CPU (a transport refusing a
-	// flood), which stretches every query by half, whatever the limit.
-	flood bool
+	// flood), which stretches every query by floodStretch queries (a half
+	// if 0), whatever the limit.
+	flood        bool
+	floodStretch float64
 }
 
 type ioCall struct {
@@ -70,7 +72,11 @@ func (s *ioBound) grant(now time.Duration) {
 		s.queue = s.queue[1:]
 		c.until = now + s.query
 		if s.flood {
-			c.until += s.query / 2
+			if s.floodStretch > 0 {
+				c.until += time.Duration(s.floodStretch * float64(s.query))
+			} else {
+				c.until += s.query / 2
+			}
 		}
 		s.busy++
 	}
@@ -247,18 +253,31 @@ func TestSimulationRuns(t *testing.T) {
 }
 
 // TestCPUTakenElsewhereDoesNotCollapseTheLimit: an I/O-bound service whose
-// CPU another part of the process saturates (its calls stretch by half,
-// whatever the limit) keeps its limit near the pool size: cutting it would
-// not shorten the calls.
+// CPU another part of the process saturates (its calls take twice as
+// long, whatever the limit) keeps its limit near the pool size: cutting it
+// would not shorten the calls. The stretch looks like time-sharing, so a
+// probeCPU tries a cut, finds it does not help with the CPU saturated and
+// undoes it (the gate cpuElsewhere closes); calls as slow at the lower
+// limit move the baseline.
 func TestCPUTakenElsewhereDoesNotCollapseTheLimit(t *testing.T) {
-	io := &ioBound{conns: 8, query: 10 * time.Millisecond}
+	io := &ioBound{conns: 8, query: 10 * time.Millisecond, floodStretch: 1}
 	s := newSim(t, io)
 	s.run(10*time.Second, nil)
+	before := s.l.Stats()
 	io.flood = true
 	s.run(2*time.Second, nil)
 	got := s.limits(10 * time.Second)
 	if sh := share(got, 8, 14); sh < 0.9 {
 		t.Errorf("CPU saturated elsewhere: limit in [8, 14] for %.0f%% of the time (limits %v), want >= 90%%", 100*sh, got)
+	}
+	st := s.l.Stats()
+	t.Logf("limits %v, stats %+v", got, st)
+	checkAccounts(t, st)
+	if st.ProbeCPU.Undone == before.ProbeCPU.Undone || st.CPUElsewhere == before.CPUElsewhere {
+		t.Errorf("CPU saturated elsewhere: %+v, want a probeCPU undone and the gate cpuElsewhere closed", st)
+	}
+	if st.ProbeCPU.Kept != before.ProbeCPU.Kept || st.ProbeLag.Started != before.ProbeLag.Started {
+		t.Errorf("CPU saturated elsewhere: %+v, want no probeCPU kept and no probeLag (before: %+v)", st, before)
 	}
 }
 

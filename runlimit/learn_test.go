@@ -1,0 +1,178 @@
+package runlimit
+
+import (
+	"testing"
+	"time"
+)
+
+// checkAccounts fails t unless st accounts for every probe: each one that
+// ended counted once as kept, undone, abandoned or empty, each rebase by
+// the probe that made it, and each hold by a kept probeCPU or probeLag.
+func checkAccounts(t *testing.T, st Stats) {
+	t.Helper()
+	var ended, started, rebased uint64
+	for _, p := range []ProbeStats{st.ProbeBaseline, st.ProbeStretch, st.ProbeCPU, st.ProbeLag} {
+		ended += p.Kept + p.Undone + p.Abandoned + p.Empty
+		started += p.Started
+		rebased += p.Rebased
+		if p.Rebased > p.Kept+p.Undone {
+			t.Errorf("%+v: more rebased than kept and undone", p)
+		}
+	}
+	if ended != st.Probes {
+		t.Errorf("probes kept, undone, abandoned or empty add up to %d, Stats().Probes = %d (%+v)", ended, st.Probes, st)
+	}
+	if started != ended && started != ended+1 {
+		t.Errorf("%d probes started, %d ended: want at most one running (%+v)", started, ended, st)
+	}
+	if rebased != st.Rebases {
+		t.Errorf("rebases by kind add up to %d, Stats().Rebases = %d", rebased, st.Rebases)
+	}
+	if holds := st.ProbeCPU.Kept + st.ProbeLag.Kept; holds != st.Holds {
+		t.Errorf("Holds = %d, want ProbeCPU.Kept + ProbeLag.Kept = %d", st.Holds, holds)
+	}
+	if st.SlowStartEnded > 1 {
+		t.Errorf("SlowStartEnded = %d, want 0 or 1", st.SlowStartEnded)
+	}
+}
+
+// TestStatsAccountForEveryProbe runs the simulations of sim_test.go and
+// checks that Stats accounts for every probe and names its kind.
+func TestStatsAccountForEveryProbe(t *testing.T) {
+	t.Run("cpu", func(t *testing.T) {
+		s := newSim(t, &cpuBound{work: 5 * time.Millisecond})
+		s.run(10*time.Second, nil)
+		st := s.l.Stats()
+		checkAccounts(t, st)
+		if st.ProbeBaseline.Started != 1 || st.ProbeCPU.Kept == 0 {
+			t.Errorf("CPU-bound: %+v, want one baseline probe and a kept probeCPU", st)
+		}
+	})
+	t.Run("slower database", func(t *testing.T) {
+		io := &ioBound{conns: 8, query: 10 * time.Millisecond}
+		s := newSim(t, io)
+		s.run(20*time.Second, nil)
+		io.query = 30 * time.Millisecond
+		s.run(5*time.Second, nil)
+		st := s.l.Stats()
+		checkAccounts(t, st)
+		// A stretch of 3 at a limit near 9 looks like time-sharing (a
+		// Vegas queue of 6, near limit − 1): a probeCPU, whose calls are
+		// as slow at the lower limit, so the baselines move; the CPU is
+		// not saturated, so the gate stays open.
+		if st.ProbeCPU.Rebased != 1 || st.ProbeCPU.Undone != 1 || st.CPUElsewhere != 0 || st.SlowStartEnded != 1 {
+			t.Errorf("database 3x slower: %+v, want one probeCPU undone and rebased, the gate open, slow start ended", st)
+		}
+	})
+}
+
+// call runs one call of f on the rig, of 5ms, that waited queued to start
+// (NoteQueued) and lag to run once handed its turn (noteLag).
+func (r *lagRig) call(f *Flow, queued, lag time.Duration) {
+	tk, ok := f.TryAcquire(r.t0.Add(r.now))
+	if !ok {
+		r.t.Fatalf("no turn free at limit %d", r.l.Limit())
+	}
+	if queued > 0 {
+		f.NoteQueued(queued)
+	}
+	r.l.noteLag(tk.start, int64(lag))
+	r.now += 5 * time.Millisecond
+	tk.Done(r.t0.Add(r.now), false)
+}
+
+// untilLagProbe runs calls with a lag of two service times until a
+// probeLag starts.
+func (r *lagRig) untilLagProbe() {
+	for i := 0; r.l.Stats().ProbeLag.Started == 0; i++ {
+		if i == 1000 {
+			r.t.Fatalf("no probeLag after 5s of lag: %+v", r.l.Stats())
+		}
+		r.call(r.f, 0, 10*time.Millisecond)
+	}
+}
+
+// TestQueuedCallsLimitToWhatRan: calls that run one at a time at a limit
+// of 4, each after waiting two service times to start (NoteQueued), queue
+// for the CPU before they ask for a turn: the limit falls to the one call
+// that ran. A wait to start shorter than half a service time leaves it.
+func TestQueuedCallsLimitToWhatRan(t *testing.T) {
+	for _, tt := range []struct {
+		name   string
+		queued time.Duration
+		want   int
+	}{
+		{"short waits to start", 2 * time.Millisecond, 4},
+		{"long waits to start", 10 * time.Millisecond, 1},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			r := newLagRig(t)
+			r.run(2*time.Second, 0)
+			if got := r.l.Limit(); got != 4 {
+				t.Fatalf("without waits to start: Limit() = %d, want 4", got)
+			}
+			for end := r.now + time.Second; r.now < end; {
+				r.call(r.f, tt.queued, 0)
+			}
+			st := r.l.Stats()
+			checkAccounts(t, st)
+			if got := r.l.Limit(); got != tt.want {
+				t.Errorf("calls waited %v to start, one ran at a time: Limit() = %d, want %d (%+v)", tt.queued, got, tt.want, st)
+			}
+			if ran := st.LimitedToRan > 0; ran != (tt.want == 1) {
+				t.Errorf("LimitedToRan = %d, want it > 0: %t", st.LimitedToRan, tt.want == 1)
+			}
+		})
+	}
+}
+
+// TestAbandonedProbe: a probe that cannot measure its calls in time (they
+// come once every 300ms) is abandoned, the limit a tenth lower than
+// before it.
+func TestAbandonedProbe(t *testing.T) {
+	r := newLagRig(t)
+	r.run(2*time.Second, 0)
+	r.untilLagProbe()
+	if got := r.l.Limit(); got != 1 {
+		t.Fatalf("probeLag started: Limit() = %d, want 1", got)
+	}
+	for i := 0; r.l.Stats().Probes == 1; i++ {
+		if i == 20 {
+			t.Fatalf("probe still running after 6s of seldom calls: %+v", r.l.Stats())
+		}
+		r.now += 300 * time.Millisecond
+		r.call(r.f, 0, 0)
+	}
+	st := r.l.Stats()
+	checkAccounts(t, st)
+	if st.ProbeLag.Abandoned != 1 || st.ProbeLag.Kept+st.ProbeLag.Undone != 0 {
+		t.Errorf("seldom calls during a probeLag: %+v, want it abandoned", st.ProbeLag)
+	}
+	if got := r.l.Limit(); got != 3 {
+		t.Errorf("probe abandoned: Limit() = %d, want 3 (a tenth below 4)", got)
+	}
+}
+
+// TestEmptyProbe: a probe whose measured calls are all of a flow with no
+// baseline yet (its first calls ran during the probe) has nothing to
+// compare them with: it ends with the limit back where it was.
+func TestEmptyProbe(t *testing.T) {
+	r := newLagRig(t)
+	r.run(2*time.Second, 0)
+	r.untilLagProbe()
+	fresh := r.l.Flow("/svc/New")
+	for i := 0; r.l.Stats().Probes == 1; i++ {
+		if i == 100 {
+			t.Fatalf("probe still running after 100 calls: %+v", r.l.Stats())
+		}
+		r.call(fresh, 0, 0)
+	}
+	st := r.l.Stats()
+	checkAccounts(t, st)
+	if st.ProbeLag.Empty != 1 || st.ProbeLag.Kept+st.ProbeLag.Undone+st.ProbeLag.Abandoned != 0 {
+		t.Errorf("only a new flow's calls during a probeLag: %+v, want it empty", st.ProbeLag)
+	}
+	if got := r.l.Limit(); got != 4 {
+		t.Errorf("empty probe: Limit() = %d, want 4, where it was", got)
+	}
+}

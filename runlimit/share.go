@@ -1,0 +1,122 @@
+package runlimit
+
+import (
+	"math"
+	"time"
+)
+
+// Thresholds of noteRoom: the server counts as full over an interval
+// when its turns were busy for fullBusy of it, and a class leaves room
+// when the classes below it got minLower of the turns over the last few
+// intervals: each interval's turns weigh 1 - roomDecay, the earlier ones
+// roomDecay times less per interval, so that a lower class of a few calls
+// per interval is seen.
+//
+// A class leaves no room once the classes below it, with calls waiting,
+// got no turn for starvedAfter intervals in a row: a flood of the class
+// has begun, which the smoothed counts would take about a second to show.
+// One interval is not enough: a burst of the class takes every turn of
+// an interval now and then.
+const (
+	fullBusy     = 0.9
+	minLower     = 0.05
+	roomDecay    = 0.8
+	starvedAfter = 3
+)
+
+// noteRoom records, over the interval that ends at end, in which the
+// calls that finished held their turns for busy ns in all, whether the
+// server was full (its turns busy fullBusy of the time) and, for each
+// class, whether it and the classes above it left room: the classes
+// below got at least minLower of the turns of the last few intervals
+// (servedAvg). A class with room has no standing queue, only bursts,
+// which its lanes may queue for longer; on a server not full no lane is
+// held to its share (see Lane.Admissible).
+// Needs upd, and shareClasses first.
+func (l *Limiter) noteRoom(busy float64, end int64) {
+	// The turns handed out, not the estimate: its fraction is no turn, and
+	// a probe runs below it.
+	span := float64(end-l.opened) * float64(l.limit.Load())
+	l.notFull.Store(!(span > 0 && busy >= fullBusy*span))
+	var total float64
+	for _, n := range l.servedAvg {
+		total += n
+	}
+	var below, servedBelow float64
+	var waitingBelow int64
+	for i := range l.roomy {
+		// Lower classes that had calls waiting and got no turn for
+		// starvedAfter intervals in a row are starved now, whatever the
+		// smoothed share says.
+		if waitingBelow > 0 && servedBelow == 0 {
+			l.starved[i]++
+		} else {
+			l.starved[i] = 0
+		}
+		l.roomy[i].Store(total > 0 && below >= minLower*total && l.starved[i] < starvedAfter)
+		below += l.servedAvg[i]
+		servedBelow += l.lastServed[i]
+		waitingBelow += l.work[i].Load()
+	}
+}
+
+// shareClasses sets, for each class, the share of the turns that ended in
+// the interval that the classes above it left to it, and starts counting
+// anew. Needs upd.
+func (l *Limiter) shareClasses() {
+	var served [len(l.served)]float64
+	var total float64
+	var recent uint32
+	for i := range l.served {
+		served[i] = float64(l.served[i].Swap(0))
+		if served[i] > 0 {
+			recent |= 1 << i
+		}
+		total += served[i]
+		l.servedAvg[i] = roomDecay*l.servedAvg[i] + (1-roomDecay)*served[i]
+		l.lastServed[i] = served[i]
+	}
+	var above float64
+	for i := len(served) - 1; i >= 0; i-- {
+		avail := 1.0
+		if total > 0 {
+			avail = 1 - above/total
+		}
+		l.avail[i].Store(math.Float64bits(avail))
+		above += served[i]
+	}
+	l.recent.Store(recent)
+}
+
+// markLight marks the flows that may run without a turn: those whose
+// calls are very cheap beside the server's most expensive flow (a tenth
+// of its baseline or less, and under a millisecond), and that used little
+// of the interval ending at end (their calls' service time adds up to
+// under a tenth of one turn). Waiting behind an expensive call for the
+// only turn would multiply a cheap call's latency, and its turn would be
+// held through the yield after it is taken; a cheap flow that floods the
+// server stops being light at the next interval. Needs upd.
+func (l *Limiter) markLight(flows []*Flow, end int64) {
+	var top float64
+	for _, f := range flows {
+		top = max(top, f.base)
+	}
+	span := float64(max(end-l.opened, 1))
+	for _, f := range flows {
+		light := f.base > 0 && f.base*lightRatio <= top && f.base < float64(lightBase) &&
+			float64(f.lastN)*f.base < lightShare*span
+		f.light.Store(light)
+	}
+}
+
+// Thresholds of markLight: a flow runs without a turn while its baseline
+// is at most 1/lightRatio of the most expensive flow's and under
+// lightBase, and its calls of the last interval add up to less than
+// lightShare of one turn. Cheap enough that the turns it skips change no
+// other flow's wait by much, small enough that a flood of it shows within
+// one interval.
+const (
+	lightRatio = 10
+	lightBase  = time.Millisecond
+	lightShare = 0.1
+)
