@@ -41,6 +41,7 @@
 package protect
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"reflect"
@@ -50,6 +51,7 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/tap"
 
 	"github.com/levee-go/levee/admission"
 	"github.com/levee-go/levee/cpu"
@@ -368,12 +370,64 @@ func (procs) Limit() int { return runtime.GOMAXPROCS(0) }
 
 // ServerOptions returns the options that install the protection in a
 // grpc.Server: grpcguard's tap handle and interceptors (with WithORCA,
-// wrapped by the load reports' counting).
+// wrapped by the load reports' counting). They are
+// grpc.InTapHandle(p.TapHandle) and Interceptors. grpc-go allows one tap
+// handle per server: a server with a tap of its own uses TapHandle and
+// Interceptors instead.
 func (p *Server) ServerOptions() []grpc.ServerOption {
 	if p.orca != nil {
 		return p.orca.ServerOptions()
 	}
 	return p.guard.ServerOptions()
+}
+
+// Interceptors returns the options that install the protection's unary
+// and stream interceptors without its tap handle (chained, so they compose
+// with others; with WithORCA, wrapped by the load reports' counting, and
+// adding the per-call report with grpcguard.WithORCAPerCall). Give them to
+// a server that has a tap handle of its own, and call TapHandle from it.
+// Without the tap the interceptors still decide on every call, but only
+// once grpc-go has created its stream and goroutine: under overload a
+// backlog forms before them.
+func (p *Server) Interceptors() []grpc.ServerOption {
+	if p.orca != nil {
+		return []grpc.ServerOption{
+			grpc.ChainUnaryInterceptor(p.orca.UnaryServerInterceptor()),
+			grpc.ChainStreamInterceptor(p.orca.StreamServerInterceptor()),
+		}
+	}
+	return []grpc.ServerOption{
+		grpc.ChainUnaryInterceptor(p.guard.UnaryServerInterceptor()),
+		grpc.ChainStreamInterceptor(p.guard.StreamServerInterceptor()),
+	}
+}
+
+// TapHandle is the protection's tap.ServerInHandle (with WithORCA, the
+// load reports' one, which counts its refusals), for a server that has a
+// tap handle of its own: grpc-go allows one per server, and a second
+// grpc.InTapHandle panics ("The tap handle was already set"). Install
+// yours with Interceptors, and call this one from it:
+//
+//	mine := func(ctx context.Context, info *tap.Info) (context.Context, error) {
+//		if blocked(info) {
+//			return nil, status.Error(codes.PermissionDenied, "blocked")
+//		}
+//		return p.TapHandle(ctx, info) // last, and its answer as it is
+//	}
+//	srv := grpc.NewServer(append(p.Interceptors(), grpc.InTapHandle(mine))...)
+//
+// Call it after your own checks, and return what it returns: the context
+// (or one derived from it) carries what it admitted to the interceptors,
+// and its error is the refusal. A call it admitted holds what the guards
+// granted until the interceptor finishes it or the call's context ends,
+// and grpc-go never cancels the context of a call a tap refused: refusing
+// a call after TapHandle admitted it holds that until the call's deadline,
+// or its connection's end.
+func (p *Server) TapHandle(ctx context.Context, info *tap.Info) (context.Context, error) {
+	if p.orca != nil {
+		return p.orca.TapHandle(ctx, info)
+	}
+	return p.guard.TapHandle(ctx, info)
 }
 
 // ORCA returns the load reports, or nil without WithORCA. Install the
@@ -391,7 +445,12 @@ func (p *Server) RunLimit() *runlimit.Limiter { return p.run }
 func (p *Server) Deadline() *deadline.Guard { return p.deadline }
 
 // CPU returns the CPU monitor New started, or nil when the signal is off,
-// given with WithCPU, or could not be read.
+// given with WithCPU, or could not be read. Its Stats().Source names the
+// source cpu.Detect chose, and why it passed over the others: "cgroup v2
+// /sys/fs/cgroup/app.slice" in a container, "process 1777 CPU time
+// (cgroup v1: root cgroup)" outside one, "host /proc/stat (...)" as a last
+// resort, which counts every process on the server's CPUs. Log it at
+// start.
 func (p *Server) CPU() *cpu.Monitor { return p.monitor }
 
 // Register adds the protection's metrics to reg: decisions by rule, guard
