@@ -83,8 +83,16 @@ func TestStandingQueueIsEvidence(t *testing.T) {
 	}
 	cancel()
 	<-done
+	// The waiter gave up: the queue emptied unserved, which does not end
+	// a standing queue at once (calls that give up or run beyond the
+	// limit do not mean the server caught up)...
+	if !l.Overloaded(clk()) {
+		t.Error("Overloaded() just after the only waiter gave up = false, want true")
+	}
+	// ...but a tenth of an interval later with nobody waiting it has.
+	advance(11 * time.Millisecond)
 	if l.Overloaded(clk()) {
-		t.Error("Overloaded() after the queue emptied = true, want false")
+		t.Error("Overloaded() 11ms after the queue emptied = true, want false")
 	}
 	hold.Release()
 }
@@ -122,5 +130,47 @@ func TestFullLaneAdmittedWithoutOverload(t *testing.T) {
 	}
 	for _, p := range permits {
 		g.Finish(c, p, admission.Outcome{Skipped: true})
+	}
+}
+
+// TestUnservedEmptyingKeepsTheQueueStanding: on a server that admits every
+// call for want of evidence, calls that leave the queue without a turn
+// (they give up, or run beyond the limit) empty it now and then; a queue
+// that fills again at once still counts as standing, so that an overload
+// shows after an interval. Time is injected.
+func TestUnservedEmptyingKeepsTheQueueStanding(t *testing.T) {
+	var mu sync.Mutex
+	now := time.Unix(1000, 0)
+	clk := func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
+	advance := func(d time.Duration) { mu.Lock(); now = now.Add(d); mu.Unlock() }
+	l := mustNew(t, WithBounds(1, 1), WithQueueTarget(time.Hour), WithInterval(100*time.Millisecond), withClock(clk))
+	f := l.Flow("m")
+	hold, _ := f.TryAcquire(clk())
+	wait := func() func() {
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan struct{})
+		n := l.Waiting()
+		go func() { _, _ = f.Acquire(ctx); close(done) }()
+		for l.Waiting() == n {
+			time.Sleep(50 * time.Microsecond)
+		}
+		return func() { cancel(); <-done }
+	}
+	for range 20 { // 20 times: a call waits 5ms, gives up; the next comes at once
+		leave := wait()
+		advance(5 * time.Millisecond)
+		leave()
+	}
+	leave := wait()
+	if !l.Overloaded(clk()) {
+		t.Errorf("Overloaded() after 100ms of calls queueing and giving up back to back = false, want true")
+	}
+	leave()
+	// A served emptying ends it.
+	leave = wait()
+	hold.Release() // hands the turn to the waiter: served
+	leave()
+	if l.Overloaded(clk()) {
+		t.Errorf("Overloaded() after the queue was served = true, want false")
 	}
 }

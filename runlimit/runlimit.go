@@ -177,8 +177,13 @@ type Limiter struct {
 	// queuedSince is when calls started waiting without a pause, plus 1
 	// (nanos since epoch; 0: none waits). Needs mu to change.
 	queuedSince atomic.Int64
-	limit       atomic.Int64
-	peak        atomic.Int64 // most calls running at once in the current interval
+	// unservedAt is when the queue last emptied without its last call
+	// being served (the call ran beyond the limit, or gave up), or 0:
+	// such an emptying does not end a standing queue if calls queue again
+	// within maxUnservedGap. Needs mu.
+	unservedAt atomic.Int64
+	limit      atomic.Int64
+	peak       atomic.Int64 // most calls running at once in the current interval
 
 	mu     sync.Mutex                 // the lanes' queues, the active lists and the virtual clock
 	vclock float64                    // start tag of the last turn handed out
@@ -706,7 +711,11 @@ func (ln *Lane) enqueue(cost int64) (Ticket, *waiter) {
 		}
 		if l.state.CompareAndSwap(s, s+oneWaiting) {
 			if waiting(s) == 0 {
-				l.queuedSince.Store(l.nanos(l.o.now()) + 1) // 0 is "none waits"
+				now := l.nanos(l.o.now())
+				if !l.unservedRecently(now) || l.queuedSince.Load() == 0 {
+					l.queuedSince.Store(now + 1) // 0 is "none waits"
+				}
+				l.unservedAt.Store(0)
 			}
 			break
 		}
@@ -762,7 +771,7 @@ func (ln *Lane) giveUp(w *waiter) {
 	// The lane did not use the turn its tag stood for: later calls of the
 	// lane must not wait for it.
 	ln.finish -= w.inc
-	l.noteDequeued(l.state.Add(^uint64(oneWaiting - 1))) // waiting - 1
+	l.noteUnserved(l.state.Add(^uint64(oneWaiting - 1))) // waiting - 1
 	l.mu.Unlock()
 	ln.unreserve(w.cost)
 }
@@ -928,12 +937,36 @@ func (l *Limiter) dispatch() {
 	}
 }
 
-// noteDequeued notes the state s after a call left the queue: the queue
-// ended if none waits. Needs mu.
+// noteDequeued notes the state s after a call left the queue with a
+// turn: the queue ended, served, if none waits. Needs mu.
 func (l *Limiter) noteDequeued(s uint64) {
 	if waiting(s) == 0 {
 		l.queuedSince.Store(0)
+		l.unservedAt.Store(0)
 	}
+}
+
+// maxUnservedGapDiv: a queue that emptied unserved and fills again within
+// a tenth of an interval still stands. Calls that run beyond the limit
+// (overrun) or give up leave the queue without the server catching up: on
+// a server that admits every call for want of evidence, they would
+// otherwise empty the queue now and then and hide the overload that a
+// standing queue is the evidence of.
+const maxUnservedGapDiv = 10
+
+// noteUnserved notes the state s after a call left the queue without a
+// turn handed to it (it ran beyond the limit, or gave up). Needs mu.
+func (l *Limiter) noteUnserved(s uint64) {
+	if waiting(s) == 0 {
+		l.unservedAt.Store(max(l.nanos(l.o.now()), 1))
+	}
+}
+
+// unservedRecently reports whether the queue emptied unserved less than
+// a tenth of an interval before now.
+func (l *Limiter) unservedRecently(now int64) bool {
+	u := l.unservedAt.Load()
+	return u != 0 && now-u <= int64(l.o.interval)/maxUnservedGapDiv
 }
 
 // Overloaded reports whether the Limiter has evidence, at now, that the
@@ -948,7 +981,10 @@ func (l *Limiter) overloadedAt(now int64) bool {
 		return true
 	}
 	q := l.queuedSince.Load()
-	return q != 0 && now-(q-1) >= int64(l.o.interval)
+	if q == 0 || (waiting(l.state.Load()) == 0 && !l.unservedRecently(now)) {
+		return false
+	}
+	return now-(q-1) >= int64(l.o.interval)
 }
 
 // overrun gives w's call, whose wait for a turn ran out while the server
@@ -966,7 +1002,7 @@ func (ln *Lane) overrun(w *waiter) Ticket {
 	}
 	ln.unlink(w)
 	ln.finish -= w.inc
-	l.noteDequeued(l.state.Add(^uint64(oneWaiting - 2))) // waiting - 1, running + 1
+	l.noteUnserved(l.state.Add(^uint64(oneWaiting - 2))) // waiting - 1, running + 1
 	l.mu.Unlock()
 	ln.unreserve(w.cost)
 	l.overruns.Add(1)
