@@ -29,6 +29,15 @@
 // that cannot be met), a google.rpc.RetryInfo detail and, from the
 // interceptors, the grpc-retry-pushback-ms trailer (see grpcguard).
 //
+// Refusals need evidence of overload (runlimit.Limiter.Overloaded): the
+// CPU saturated, or calls waiting for a turn without a pause for a whole
+// interval. Once refusals are sustained, a client that retries gets a
+// pushback of -1 (grpcguard.SustainedAfter).
+//
+// Streams are admitted once, when they open; an open stream holds no turn
+// of the run limit and its lifetime is never learned as a service time.
+// WithStreamLimits caps how many are open.
+//
 // Bounds are optional: WithMaxRate, WithMaxConcurrency, WithClientRate;
 // WithMethod overrides them, or exempts a method, per method. Health checks
 // and reflection are never guarded.
