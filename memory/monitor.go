@@ -111,6 +111,7 @@ func WithCooldown(d time.Duration) Option {
 type Monitor struct {
 	util    atomic.Uint64 // math.Float64bits of the (smoothed) utilisation
 	gc      atomic.Uint64 // math.Float64bits of the (smoothed) GC fraction
+	proj    atomic.Uint64 // math.Float64bits of the last Projected
 	limit   atomic.Uint64
 	sat     atomic.Bool
 	limited atomic.Bool
@@ -248,6 +249,7 @@ func (m *Monitor) observeSample(s Sample) {
 	m.kind.Store(uint32(s.Kind))
 	m.limit.Store(s.Limit())
 	m.limited.Store(s.Limited())
+	m.proj.Store(math.Float64bits(s.Projected()))
 	m.observeGC(s)
 	m.prev, m.havePrev = s, true
 	m.observe(s.Time, s.Utilization())
@@ -297,8 +299,8 @@ func (m *Monitor) observeGC(s Sample) {
 
 // Update feeds one utilisation observation (a fraction of the allowance,
 // clamped to [0, 1]) made at now, for a caller with its own signal; the
-// monitor then reports Limited true, and its limit, GC fraction and kind
-// are left as they were. If v is NaN or negative it returns an error and
+// monitor then reports Limited true, Projected v, and its limit, GC
+// fraction and kind are left as they were. If v is NaN or negative it returns an error and
 // changes nothing.
 func (m *Monitor) Update(now time.Time, v float64) error {
 	if !(v >= 0) {
@@ -309,6 +311,7 @@ func (m *Monitor) Update(now time.Time, v float64) error {
 	}
 	m.mu.Lock()
 	m.limited.Store(true)
+	m.proj.Store(math.Float64bits(v))
 	m.observe(now, v)
 	m.mu.Unlock()
 	return nil
@@ -341,6 +344,18 @@ func (m *Monitor) observe(now time.Time, v float64) {
 // before the first observation and when there is no limit.
 func (m *Monitor) Utilization() float64 {
 	return math.Float64frombits(m.util.Load())
+}
+
+// Projected returns the last sample's [Sample.Projected]: the fraction of
+// its limit the process heads for at its next GC (against a cgroup
+// limit) or cannot free (against GOMEMLIMIT). It is unsmoothed and
+// drives no saturation flag: it is the reading memory-aware admission
+// (package memshed) follows, because it falls as soon as a GC cycle finds
+// less live memory, while Utilization waits for the runtime to return
+// memory to the system. 0 before the first observation and without a
+// limit.
+func (m *Monitor) Projected() float64 {
+	return math.Float64frombits(m.proj.Load())
 }
 
 // Saturated reports whether the monitor is saturated: the utilisation
@@ -385,6 +400,7 @@ type Stats struct {
 	Kind        Kind    // kind of the last sample
 	Utilization float64 // (smoothed) utilisation
 	Raw         float64 // last unsmoothed utilisation
+	Projected   float64 // last Projected
 	GCFraction  float64 // (smoothed) GC fraction
 	GCRaw       float64 // last unsmoothed GC fraction
 	Limited     bool    // a limit was found
@@ -408,6 +424,7 @@ func (m *Monitor) Stats() Stats {
 		Kind:        m.Kind(),
 		Utilization: m.smoothed,
 		Raw:         m.raw,
+		Projected:   m.Projected(),
 		GCFraction:  m.gcSmooth,
 		GCRaw:       m.gcRaw,
 		Limited:     m.limited.Load(),

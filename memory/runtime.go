@@ -21,6 +21,9 @@ var runtimeMetrics = [...]string{
 	"/gc/cycles/total:gc-cycles",
 	"/sched/gomaxprocs:threads",
 	"/sched/goroutines:goroutines",
+	"/memory/classes/heap/objects:bytes",
+	"/memory/classes/heap/unused:bytes",
+	"/memory/classes/heap/free:bytes",
 }
 
 // runtimeReader reads runtimeMetrics with one metrics.Read into a slice it
@@ -58,6 +61,7 @@ func (r *runtimeReader) read() Runtime {
 		GCCycles:   u(7),
 		GOMAXPROCS: int(u(8)),
 		Goroutines: u(9),
+		HeapMapped: u(10) + u(11) + u(12),
 	}
 	if total, released := u(2), u(3); total > released {
 		rt.Total = total - released

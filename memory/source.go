@@ -119,6 +119,12 @@ type Runtime struct {
 	// Goroutines is the number of live goroutines
 	// (/sched/goroutines:goroutines).
 	Goroutines uint64
+	// HeapMapped is the part of Total that is heap: objects, the unused
+	// part of their spans, and free spans not yet returned to the system
+	// (/memory/classes/heap/{objects,unused,free}:bytes). Total minus
+	// HeapMapped is what the runtime maps besides the heap: goroutine
+	// stacks, GC metadata, buffers.
+	HeapMapped uint64
 }
 
 // Cgroup is the memory of the process's cgroup. The zero value means no
@@ -198,6 +204,46 @@ func (s Sample) Utilization() float64 {
 		return 1
 	}
 	return u
+}
+
+// Projected returns the fraction in [0, 1] of its limit this process
+// heads for, read from the runtime's plan rather than from what it has
+// mapped so far:
+//
+//   - against the cgroup limit, the heap at the next GC (HeapGoal), plus
+//     what the runtime maps besides the heap (Total − HeapMapped), plus
+//     the cgroup's working set the runtime did not map (other processes,
+//     page cache in use);
+//   - against GOMEMLIMIT, which the runtime keeps the heap goal under by
+//     collecting more often, the memory no collection can free: the live
+//     heap (HeapLive) plus what the runtime maps besides the heap.
+//
+// whichever is fuller. Unlike [Sample.Utilization] it falls as soon as a
+// GC cycle finds less live memory: memory the runtime has freed but not
+// yet returned to the system, which it reuses before it asks for more,
+// does not count. It is 0 without a limit and 1 at or above one.
+func (s Sample) Projected() float64 {
+	nonHeap := sub(s.Runtime.Total, s.Runtime.HeapMapped)
+	p := 0.0
+	if l := s.Cgroup.Limit(); l > 0 {
+		other := sub(s.Cgroup.WorkingSet(), s.Runtime.Total)
+		p = float64(s.Runtime.HeapGoal+nonHeap+other) / float64(l)
+	}
+	if l := s.Runtime.Limit; l > 0 {
+		p = max(p, float64(s.Runtime.HeapLive+nonHeap)/float64(l))
+	}
+	if p > 1 || math.IsNaN(p) {
+		return 1
+	}
+	return p
+}
+
+// sub returns a − b, floored at 0.
+func sub(a, b uint64) uint64 {
+	if b >= a {
+		return 0
+	}
+	return a - b
 }
 
 // GCFraction returns the share of the scheduler's CPU time the GC used
