@@ -21,6 +21,8 @@ import (
 	"github.com/levee-go/levee/cpu"
 	"github.com/levee-go/levee/deadline"
 	"github.com/levee-go/levee/grpcguard"
+	"github.com/levee-go/levee/memory"
+	"github.com/levee-go/levee/memshed"
 	"github.com/levee-go/levee/ratelimit"
 	"github.com/levee-go/levee/runlimit"
 )
@@ -31,6 +33,7 @@ const (
 	NameRate       = "rate"
 	NameClient     = "client"
 	NameMethodRate = "method-rate"
+	NameMemory     = "memory"
 	// RuleDefault is the name of the rule that governs every method
 	// without an override of its own.
 	RuleDefault = "default"
@@ -62,6 +65,30 @@ func NewCPUMonitor() (*cpu.Monitor, error) {
 	return cpu.NewMonitor(src, cpu.WithInterval(CPUInterval), cpu.WithSmoothing(CPUSmoothing))
 }
 
+// MemoryInterval is the memory monitor's sampling interval for the
+// preset: package memory's default, which is also how often the memory
+// guard ticks (memshed.DefaultInterval). The monitor does not smooth.
+const MemoryInterval = memory.DefaultInterval
+
+// NewMemoryMonitor detects this process's memory source (memory.Detect)
+// and starts a monitor with the preset's tuning. The caller closes it.
+func NewMemoryMonitor() (*memory.Monitor, error) {
+	src, err := memory.Detect()
+	if err != nil {
+		return nil, err
+	}
+	return memory.NewMonitor(src, memory.WithInterval(MemoryInterval))
+}
+
+// Memory is the memory signal the preset follows: *memory.Monitor
+// satisfies it. The preset adds its memory guard only when Limited says
+// the process has a memory limit (a cgroup limit or GOMEMLIMIT) when the
+// preset is built.
+type Memory interface {
+	memshed.Signal
+	Limited() bool
+}
+
 // Method overrides the preset for one full method name.
 type Method struct {
 	Name    string
@@ -77,8 +104,11 @@ type Spec struct {
 	MaxConcurrency int     // the run limit's ceiling; 0: runlimit's own
 	ClientRate     float64 // each peer's bucket; 0: none
 	CPU            runlimit.CPU
-	Code           codes.Code // 0: grpcguard's default
-	Shadow         bool
+	// Memory is the memory signal; nil, or not Limited: no memory guard,
+	// and the chain is as if there were no signal at all.
+	Memory Memory
+	Code   codes.Code // 0: grpcguard's default
+	Shadow bool
 
 	Criticality *grpcguard.Criticality // nil: every call critical
 	Tenant      grpcguard.KeyFunc      // nil: no tenants
@@ -123,6 +153,7 @@ type Built struct {
 	Global    *ratelimit.Limiter            // nil without MaxRate
 	PerClient *ratelimit.Keyed              // nil without ClientRate
 	Methods   map[string]*ratelimit.Limiter // by method, the overrides' buckets
+	Memory    *memshed.Shedder              // nil without a limited memory signal
 }
 
 // Build makes s into rules, taking every guard from src. It returns the
@@ -173,6 +204,22 @@ func Build(s Spec, src Source) (Built, error) {
 			return Built{}, fmt.Errorf("max_rate: %w", err)
 		}
 		b.Global = in.Value.(*ratelimit.Limiter)
+		shared = append(shared, in.Guard)
+	}
+	if s.Memory != nil && s.Memory.Limited() {
+		// After the run limit (admission.CostMemory): a call waiting
+		// for a turn holds no room in the memory budget.
+		in, err := src(NameMemory, func() (Instance, error) {
+			m, err := memshed.New(NameMemory, s.Memory)
+			if err != nil {
+				return Instance{}, err
+			}
+			return Instance{Guard: m, Value: m, Close: m.Close}, nil
+		})
+		if err != nil {
+			return Built{}, fmt.Errorf("memory: %w", err)
+		}
+		b.Memory = in.Value.(*memshed.Shedder)
 		shared = append(shared, in.Guard)
 	}
 	shared = append(shared, s.Guards...)
