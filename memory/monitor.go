@@ -367,11 +367,12 @@ func (m *Monitor) Saturated() bool {
 }
 
 // GCFraction returns the (smoothed) share, in [0, 1], of the Go
-// scheduler's CPU time (GOMAXPROCS × wall time) that the GC used, over
-// the GC cycles that ended most recently (see observeGC in the source
-// for how a span without a cycle counts). It is the runtime's own
-// estimate, which counts a GC worker's whole time slice; 0 before two
-// samples.
+// scheduler's CPU time (GOMAXPROCS × wall time) that the GC took from
+// the application (Runtime.GCCPU: idle-priority marking, on processors
+// with nothing else to run, is left out), over the GC cycles that ended
+// most recently (see observeGC in the source for how a span without a
+// cycle counts). It is the runtime's own estimate, which counts a GC
+// worker's whole time slice; 0 before two samples.
 func (m *Monitor) GCFraction() float64 {
 	return math.Float64frombits(m.gc.Load())
 }

@@ -24,6 +24,7 @@ var runtimeMetrics = [...]string{
 	"/memory/classes/heap/objects:bytes",
 	"/memory/classes/heap/unused:bytes",
 	"/memory/classes/heap/free:bytes",
+	"/cpu/classes/gc/mark/idle:cpu-seconds",
 }
 
 // runtimeReader reads runtimeMetrics with one metrics.Read into a slice it
@@ -56,7 +57,8 @@ func (r *runtimeReader) read() Runtime {
 	rt := Runtime{
 		HeapLive:   u(0),
 		HeapGoal:   u(1),
-		GCCPU:      secs(5),
+		GCCPU:      secs(5) - secs(13),
+		GCIdleCPU:  secs(13),
 		TotalCPU:   secs(6),
 		GCCycles:   u(7),
 		GOMAXPROCS: int(u(8)),

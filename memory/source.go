@@ -106,12 +106,17 @@ type Runtime struct {
 	// debug.SetMemoryLimit(-1) returns, /gc/gomemlimit:bytes), or 0 when
 	// none is set (the runtime reports math.MaxInt64).
 	Limit uint64
-	// GCCPU is the cumulative CPU time the GC spent
-	// (/cpu/classes/gc/total:cpu-seconds) and TotalCPU the cumulative CPU
-	// time available to the Go scheduler, GOMAXPROCS × wall time
-	// (/cpu/classes/total:cpu-seconds). The runtime updates both at the
-	// end of each GC cycle only; see [Monitor.GCFraction].
+	// GCCPU is the cumulative CPU time the GC took from the application:
+	// /cpu/classes/gc/total:cpu-seconds less GCIdleCPU. TotalCPU is the
+	// cumulative CPU time available to the Go scheduler, GOMAXPROCS ×
+	// wall time (/cpu/classes/total:cpu-seconds). The runtime updates
+	// them at the end of each GC cycle only; see [Monitor.GCFraction].
 	GCCPU, TotalCPU time.Duration
+	// GCIdleCPU is the marking that ran on processors with nothing else
+	// to run (/cpu/classes/gc/mark/idle:cpu-seconds): on a mostly idle
+	// server the GC's idle workers take every idle processor while they
+	// mark, which costs the application nothing, so it is not in GCCPU.
+	GCIdleCPU time.Duration
 	// GCCycles counts completed GC cycles (/gc/cycles/total:gc-cycles).
 	GCCycles uint64
 	// GOMAXPROCS is /sched/gomaxprocs:threads.
