@@ -21,7 +21,7 @@ func BenchmarkAdmitted(b *testing.B) {
 			if err != nil {
 				b.Fatal(err)
 			}
-			s.noFit = true
+			s.noFit, s.shrink = true, func() {}
 			c := call(heavyMethod, admission.Critical)
 			s.lookup(heavyMethod).cost.Store(MiB)
 			if budget {

@@ -8,10 +8,17 @@
 //
 // A [Signal]: the share of its memory limit the process heads for
 // (Projected: the next GC's heap against a cgroup limit, the live heap
-// against GOMEMLIMIT) and the share of CPU its GC takes (GCFraction).
-// *memory.Monitor satisfies it. Pressure is evidence of overload when
-// Projected reaches the threshold ([DefaultThreshold], 0.85) or the GC
-// fraction reaches [DefaultGCThreshold] (0.2).
+// against GOMEMLIMIT), the share it has now (Utilization) and the share
+// of CPU its GC takes (GCFraction). *memory.Monitor satisfies it.
+// Pressure is evidence of overload when Projected reaches the threshold
+// ([DefaultThreshold], 0.85), the GC fraction averaged over
+// [GCSmoothing] reaches [DefaultGCThreshold] (0.2), or Utilization reaches [EmergencyAt]
+// (0.97). Projected leads: it falls as soon as a GC cycle finds less
+// live memory, where Utilization waits for the runtime to give memory
+// back, which without GOMEMLIMIT it does slowly. So when Utilization
+// nears the limit ([ShrinkAt]) while Projected is well below it
+// ([ShrinkGap]), the memory is freed but kept, and the shedder returns it
+// to the system (debug.FreeOSMemory, at most once per [ShrinkEvery]).
 //
 // # What it decides
 //
@@ -23,9 +30,12 @@
 // proportion to how far over the threshold it is, every [HoldTicks]
 // ticks while pressure lasts (the heap answers a cut one GC cycle later,
 // not at once); once pressure has fallen below the threshold by
-// [Margin], a budget that turned calls away grows by one call's worth a
-// tick; after [DefaultCooldown] without pressure and without a refusal,
-// the budget is lifted. So a server that is not short of memory sees no
+// [Margin], a budget that turned calls away, or has no room for one
+// more, grows by one call's worth a tick; after [DefaultCooldown] without pressure, once the running calls
+// hold less than [LiftBelow] of it on average, the budget is lifted: a
+// budget the calls still fill is what keeps the pressure away, and a
+// server back to normal load, whose calls hold a fraction of it, is
+// refused nothing for longer than that. So a server that is not short of memory sees no
 // change at all, and a short one settles at what its memory carries.
 //
 // Who gets the budget: class c may fill it up to Shares[c] of it

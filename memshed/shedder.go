@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"runtime/debug"
 	"runtime/metrics"
 	"sync"
 	"sync/atomic"
@@ -47,6 +48,28 @@ const (
 	// least by a twentieth.
 	MinCut = 0.5
 	MaxCut = 0.95
+	// EmergencyAt is the Utilization (the memory the process has, not
+	// the memory it heads for) at and above which memory is evidence of
+	// overload whatever the runtime plans: the OOM killer is near.
+	EmergencyAt = 0.97
+	// ShrinkAt and ShrinkGap: when Utilization reaches ShrinkAt while
+	// Projected is ShrinkGap or more below it, at least that share of the
+	// limit is memory the runtime has freed and kept; the shedder returns
+	// it to the system (debug.FreeOSMemory: a GC, then the free pages
+	// released), at most once per ShrinkEvery. Envoy's overload manager
+	// has the same action (shrink_heap).
+	ShrinkAt    = 0.9
+	ShrinkGap   = 0.1
+	ShrinkEvery = time.Second
+	// LiftBelow: the budget is lifted once there has been no evidence for
+	// the cooldown and the running calls have held less than this share
+	// of it on average (a time constant of a fifth of the cooldown):
+	// while they fill it, the budget is what keeps the evidence away.
+	LiftBelow = 0.75
+	// GCSmoothing is the time constant over which the GC fraction is
+	// averaged before it counts as evidence: one GC cycle's span is
+	// short and its fraction swings.
+	GCSmoothing = time.Second
 	// CostWindow is the time constant of the cost fit's weights.
 	CostWindow = 10 * time.Second
 	// MinCost is the least a call is taken to cost: its goroutine's stack
@@ -62,12 +85,15 @@ const (
 // theirs first, so they are refused first.
 var Shares = [admission.Classes]float64{0.5, 0.75, 1, 1.25}
 
-// Signal is what a Shedder follows; *memory.Monitor satisfies it. Both
+// Signal is what a Shedder follows; *memory.Monitor satisfies it. Its
 // methods must be safe for concurrent use and cheap.
 type Signal interface {
 	// Projected is the share in [0, 1] of its memory limit the process
 	// heads for.
 	Projected() float64
+	// Utilization is the share in [0, 1] of its memory limit the process
+	// has now.
+	Utilization() float64
 	// GCFraction is the share in [0, 1] of CPU time the GC takes.
 	GCFraction() float64
 }
@@ -151,20 +177,26 @@ type Shedder struct {
 	methods  atomic.Pointer[map[string]*method]
 	shared   *method // the methods beyond MaxMethods
 
-	mu        sync.Mutex // the control and the fit; adding methods
-	list      []*method
-	budget    int64 // off, or bytes
-	hot       bool  // pressure at the last tick
-	lastHot   time.Time
-	ticks     int // ticks since the last cut
-	lastRef   uint64
-	refusedAt time.Time // the last tick that saw a refusal
-	cuts      uint64
-	engaged   uint64
-	fit       fit
-	allocs    func() uint64 // cumulative bytes allocated; tests replace it
-	noFit     bool          // tests of the control fix the costs
-	now       func() time.Time
+	mu         sync.Mutex // the control and the fit; adding methods
+	list       []*method
+	budget     int64 // off, or bytes
+	hot        bool  // pressure at the last tick
+	lastHot    time.Time
+	ticks      int     // ticks since the last cut
+	use        float64 // the mean share of the budget the running calls hold
+	lastTick   time.Time
+	gcAvg      float64 // the GC fraction averaged over GCSmoothing
+	lastRef    uint64
+	refusedAt  time.Time // the last tick that saw a refusal
+	cuts       uint64
+	engaged    uint64
+	fit        fit
+	allocs     func() uint64 // cumulative bytes allocated; tests replace it
+	noFit      bool          // tests of the control fix the costs
+	shrink     func()        // returns freed memory to the system; tests replace it
+	lastShrink time.Time
+	shrinks    uint64
+	now        func() time.Time
 
 	stop, done chan struct{}
 	closeOnce  sync.Once
@@ -183,7 +215,7 @@ func newShedder(name string, sig Signal, opts []Option) (*Shedder, error) {
 	if err := o.validate(); err != nil {
 		return nil, err
 	}
-	s := &Shedder{name: name, sig: sig, o: o, budget: off, allocs: readAllocs(), now: time.Now}
+	s := &Shedder{name: name, sig: sig, o: o, budget: off, allocs: readAllocs(), now: time.Now, shrink: debug.FreeOSMemory}
 	for i := range s.limits {
 		s.limits[i].Store(off)
 	}
@@ -351,8 +383,19 @@ func (s *Shedder) Tick(now time.Time) {
 	if !s.noFit {
 		s.fit.update(now, s.allocs(), s.list)
 	}
-	p, gc := s.sig.Projected(), s.sig.GCFraction()
-	s.hot = p >= s.o.threshold || gc >= s.o.gcThreshold
+	p, u := s.sig.Projected(), s.sig.Utilization()
+	if dt := now.Sub(s.lastTick); !s.lastTick.IsZero() && dt > 0 {
+		s.gcAvg += (1 - math.Exp(-dt.Seconds()/GCSmoothing.Seconds())) * (s.sig.GCFraction() - s.gcAvg)
+	} else if s.lastTick.IsZero() {
+		s.gcAvg = s.sig.GCFraction()
+	}
+	gc := s.gcAvg
+	s.hot = p >= s.o.threshold || gc >= s.o.gcThreshold || u >= EmergencyAt
+	if u >= ShrinkAt && u-p >= ShrinkGap && now.Sub(s.lastShrink) >= ShrinkEvery {
+		s.lastShrink = now
+		s.shrinks++
+		s.shrink()
+	}
 	ref := s.refused.Load()
 	if ref != s.lastRef {
 		s.refusedAt = now
@@ -360,14 +403,23 @@ func (s *Shedder) Tick(now time.Time) {
 	s.lastRef = ref
 	s.ticks++
 	x := s.inflight.Load()
+	if s.budget != off {
+		a := 1.0
+		if dt := now.Sub(s.lastTick); dt > 0 && s.o.cooldown > 0 {
+			a = 1 - math.Exp(-5*dt.Seconds()/s.o.cooldown.Seconds())
+		}
+		s.use += a * (float64(x)/float64(s.budget) - s.use)
+	}
+	s.lastTick = now
 	switch {
 	case s.hot:
 		s.lastHot = now
 		// How far over: the cut brings the pressure back under the
 		// threshold by the margin if memory follows the calls in flight.
-		f := min(max(min(s.o.threshold/max(p, 1e-9), s.o.gcThreshold/max(gc, 1e-9))*(1-Margin), MinCut), MaxCut)
+		f := min(max(min(s.o.threshold/max(p, 1e-9), s.o.gcThreshold/max(gc, 1e-9), EmergencyAt/max(u, 1e-9))*(1-Margin), MinCut), MaxCut)
 		if s.budget == off {
 			s.engaged++
+			s.use = 1
 			s.budget = max(int64(float64(x)*f), 1)
 			s.ticks = 0
 			s.cuts++
@@ -377,11 +429,16 @@ func (s *Shedder) Tick(now time.Time) {
 			s.cuts++
 		}
 	case s.budget == off:
-	case now.Sub(s.lastHot) >= s.o.cooldown && now.Sub(s.refusedAt) >= s.o.cooldown:
+	case now.Sub(s.lastHot) >= s.o.cooldown && s.use < LiftBelow:
+		// No evidence for the cooldown, and the calls no longer need
+		// the budget: lifted.
 		s.budget = off
-	case p < s.o.threshold-Margin && gc < s.o.gcThreshold-Margin && !s.refusedAt.Before(now):
-		// Cool, and the budget turned calls away this tick: one more
-		// call's worth.
+	case p < s.o.threshold-Margin && gc < s.o.gcThreshold-Margin && u < EmergencyAt-Margin &&
+		(!s.refusedAt.Before(now) || x+s.callCost() > s.budget):
+		// Cool, and the budget turned calls away this tick or has no
+		// room for one more: one more call's worth. (A call refused by a
+		// guard before this one — the run limit's queue — never reaches
+		// it; a full budget is the sign it binds.)
 		s.budget += s.callCost()
 	}
 	s.setLimits()
@@ -422,8 +479,9 @@ type Stats struct {
 	Refused uint64
 	// Pressure tells whether the last tick found evidence of pressure.
 	Pressure bool
-	// Engaged counts the times a budget was set, Cuts the cuts made.
-	Engaged, Cuts uint64
+	// Engaged counts the times a budget was set, Cuts the cuts made,
+	// Shrinks the times freed memory was returned to the system.
+	Engaged, Cuts, Shrinks uint64
 	// Background is the bytes per second allocated with no call
 	// running, as the fit learned it.
 	Background float64
@@ -445,7 +503,7 @@ func (s *Shedder) Stats() Stats {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	st := Stats{InFlight: s.inflight.Load(), Running: s.running.Load(), Refused: s.refused.Load(), Pressure: s.hot,
-		Engaged: s.engaged, Cuts: s.cuts, Background: s.fit.background}
+		Engaged: s.engaged, Cuts: s.cuts, Shrinks: s.shrinks, Background: s.fit.background}
 	if s.budget != off {
 		st.Budget = s.budget
 	}

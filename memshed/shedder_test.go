@@ -21,14 +21,19 @@ const (
 )
 
 // fakeSignal is a Signal set by the test.
-type fakeSignal struct{ proj, gc atomic.Uint64 }
+type fakeSignal struct{ proj, gc, util atomic.Uint64 }
 
+// set sets the projected share and the GC fraction, and the utilisation
+// to the projected share.
 func (f *fakeSignal) set(proj, gc float64) {
 	f.proj.Store(math.Float64bits(proj))
 	f.gc.Store(math.Float64bits(gc))
+	f.util.Store(math.Float64bits(proj))
 }
-func (f *fakeSignal) Projected() float64  { return math.Float64frombits(f.proj.Load()) }
-func (f *fakeSignal) GCFraction() float64 { return math.Float64frombits(f.gc.Load()) }
+func (f *fakeSignal) setUtil(u float64)    { f.util.Store(math.Float64bits(u)) }
+func (f *fakeSignal) Projected() float64   { return math.Float64frombits(f.proj.Load()) }
+func (f *fakeSignal) Utilization() float64 { return math.Float64frombits(f.util.Load()) }
+func (f *fakeSignal) GCFraction() float64  { return math.Float64frombits(f.gc.Load()) }
 
 // fakeAllocs is the runtime's allocation counter, advanced by the test.
 type fakeAllocs struct{ n atomic.Uint64 }
@@ -46,6 +51,7 @@ func newTest(t *testing.T, opts ...Option) (*Shedder, *fakeSignal, *fakeAllocs) 
 	}
 	al := &fakeAllocs{}
 	s.allocs = al.read
+	s.shrink = func() {}
 	s.fit = fit{}
 	s.fit.init(0)
 	s.Tick(t0)
@@ -126,7 +132,9 @@ func TestPressureSetsBudget(t *testing.T) {
 		{"projected at the threshold", 0.85, 0, 0.95},
 		{"projected over", 1, 0, 0.85 * 0.95},
 		{"far over: at most halved", 1, 0.9, MinCut},
-		{"GC over", 0.1, 0.25, 0.2 / 0.25 * 0.95},
+		// The GC fraction is averaged over GCSmoothing: 0.4 for a second
+		// counts as 0.4 × (1 − 1/e).
+		{"GC over", 0.1, 0.4, 0.2 / (0.4 * (1 - 1/math.E)) * 0.95},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -301,20 +309,63 @@ func TestControlSteps(t *testing.T) {
 	for _, r := range rs {
 		r.finish(s)
 	}
-	// A second after the last pressure and the last refusal: lifted.
+	// A second after the last pressure (tick 4), while calls fill the
+	// budget: kept; once they hold a fraction of it: lifted, though
+	// calls were refused a moment before.
 	sig.set(0.5, 0)
-	for range 9 {
+	rs = held(1000)
+	for range 10 { // ticks 8..17: up to 1.3s after the pressure
 		s.Tick(at())
-		if s.Budget() == 0 {
-			t.Fatalf("budget lifted at tick %d, before the cooldown", tick)
-		}
 	}
-	s.Tick(at())
+	if s.Budget() == 0 {
+		t.Fatalf("budget lifted at tick %d while the calls fill it", tick)
+	}
+	for _, r := range rs {
+		r.finish(s)
+	}
+	s.Tick(at()) // the mean share falls to 0.61 (time constant 200ms)
 	if got := s.Budget(); got != 0 {
-		t.Fatalf("after the cooldown: Budget() = %d, want 0 (lifted)", got)
+		t.Fatalf("after the cooldown, calls holding nothing: Budget() = %d, want 0 (lifted)", got)
 	}
 	if st := s.Stats(); st.Engaged != 1 || st.Cuts != 2 {
 		t.Errorf("Stats() = %+v, want engaged once, two cuts", st)
+	}
+}
+
+// TestEmergencyAndShrink: Utilization at EmergencyAt is evidence
+// whatever Projected says; near the limit with Projected well below it,
+// freed memory is returned to the system, at most once per ShrinkEvery.
+func TestEmergencyAndShrink(t *testing.T) {
+	s, sig, _ := newTest(t)
+	var shrinks int
+	s.shrink = func() { shrinks++ }
+	setCost(s, heavyMethod, MiB)
+	for range 10 {
+		enter(s, call(heavyMethod, admission.Critical))
+	}
+	steps := []struct {
+		at          time.Duration
+		proj, util  float64
+		wantBudget  bool
+		wantShrinks int
+	}{
+		{100 * time.Millisecond, 0.5, 0.89, false, 0}, // below ShrinkAt
+		{200 * time.Millisecond, 0.85, 0.92, true, 0}, // pressure; retained under ShrinkGap
+		{300 * time.Millisecond, 0.5, 0.92, true, 1},  // retained memory: shrink
+		{400 * time.Millisecond, 0.5, 0.92, true, 1},  // not again within ShrinkEvery
+		{1300 * time.Millisecond, 0.5, 0.92, true, 2}, // again
+		{1400 * time.Millisecond, 0.5, 0.97, true, 2}, // emergency: evidence
+	}
+	for _, st := range steps {
+		sig.set(st.proj, 0)
+		sig.setUtil(st.util)
+		s.Tick(t0.Add(st.at))
+		if got := s.Budget() > 0; got != st.wantBudget || shrinks != st.wantShrinks {
+			t.Errorf("t0+%v projected %v utilization %v: budget %t, %d shrinks; want %t, %d", st.at, st.proj, st.util, got, shrinks, st.wantBudget, st.wantShrinks)
+		}
+	}
+	if !s.Stats().Pressure {
+		t.Error("utilization at EmergencyAt: Stats().Pressure = false")
 	}
 }
 
