@@ -196,3 +196,4 @@ func positive(name string, d time.Duration) error {
 	}
 	return nil
 }
+

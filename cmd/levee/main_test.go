@@ -74,7 +74,7 @@ func TestBadInputIsOneLineAndNonZero(t *testing.T) {
 		{name: "load extra argument", give: []string{"load", "now"}, wantCode: exitUsage, want: `unexpected argument "now"`},
 		{name: "demo negative spike", give: []string{"demo", "-spike", "-1s"}, wantCode: exitUsage, want: "-spike must be > 0, got -1s"},
 		{name: "demo zero normal", give: []string{"demo", "-normal", "0s"}, wantCode: exitUsage, want: "-normal must be > 0"},
-		{name: "demo unknown scenario", give: []string{"demo", "-scenario", "meteor"}, wantCode: exitUsage, want: `-scenario must be overload, io, mixed, tenants, dependency or fleet, got "meteor"`},
+		{name: "demo unknown scenario", give: []string{"demo", "-scenario", "meteor"}, wantCode: exitUsage, want: `-scenario must be overload, io, mixed, tenants, dependency, fleet or memory, got "meteor"`},
 		{name: "demo fleet rate 0", give: []string{"demo", "-scenario", "fleet", "-fleet-rate", "0"}, wantCode: exitUsage, want: "-fleet-rate must be in [1, 100000] calls/s, got 0"},
 		{name: "demo fleet window", give: []string{"demo", "-scenario", "fleet", "-fleet-window", "10ms"}, wantCode: exitUsage, want: "-fleet-window must be >= 100ms, got 10ms"},
 		{name: "demo zero cpu work", give: []string{"demo", "-cpu-work", "0s"}, wantCode: exitUsage, want: "-cpu-work must be > 0"},

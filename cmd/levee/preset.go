@@ -1,6 +1,8 @@
 package main
 
 import (
+	"time"
+
 	"google.golang.org/grpc"
 
 	"github.com/levee-go/levee/grpcguard"
@@ -39,6 +41,18 @@ func presetProtection(p policyParams) (opts []grpc.ServerOption, stop func(), er
 		run := pr.RunLimit()
 		p.Gauges.Set("limit", func() float64 { return float64(run.Limit()) })
 		p.Gauges.Set("waiting", func() float64 { return float64(run.Waiting()) })
+		guard := pr.Guard()
+		p.Gauges.Set("tap_pending", func() float64 {
+			n, _ := guard.TapLeftovers(time.Now())
+			return float64(n)
+		})
+		if mon := pr.Memory(); mon != nil {
+			p.Gauges.Set("memory_projected", mon.Projected)
+		}
+		if ms := pr.MemoryGuard(); ms != nil {
+			p.Gauges.Set("memshed_refused", func() float64 { return float64(ms.Refused()) })
+			p.Gauges.Set("memshed_budget", func() float64 { return float64(ms.Budget()) })
+		}
 	}
 	if p.Mux != nil {
 		reg := metrics.New(metrics.WithRuntimeMetrics())
