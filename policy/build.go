@@ -27,6 +27,7 @@ type CPUSignal interface {
 // satisfies it.
 type MemorySignal interface {
 	Projected() float64
+	Utilization() float64
 	GCFraction() float64
 	Limited() bool
 }

@@ -203,6 +203,7 @@ func WithCPU(c runlimit.CPU) Option { return func(o *options) { o.cpuSignal = c 
 // preset guards memory only while Limited is true when New runs.
 type MemorySignal interface {
 	Projected() float64
+	Utilization() float64
 	GCFraction() float64
 	Limited() bool
 }

@@ -196,4 +196,3 @@ func positive(name string, d time.Duration) error {
 	}
 	return nil
 }
-
