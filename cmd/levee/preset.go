@@ -30,6 +30,9 @@ func presetProtection(p policyParams) (opts []grpc.ServerOption, stop func(), er
 	if p.Fleet != nil {
 		popts = append(popts, p.Fleet.options()...)
 	}
+	if p.NoMemoryGuard {
+		popts = append(popts, protect.WithoutMemory())
+	}
 	pr, err := protect.New(popts...)
 	if err != nil {
 		return nil, func() {}, err

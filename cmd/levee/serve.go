@@ -48,6 +48,7 @@ func (c *cli) serve(ctx context.Context, args []string) error {
 	workIterations := fs.Int("work-iterations", -1, "exact SHA-256 rounds each Allocate burns, overriding -cpu-work (-1: from -cpu-work); the demo gives both its servers the same")
 	var allocPerCall scenario.SizeFlag
 	fs.Var(&allocPerCall, "alloc-per-call", "memory-hungry mode: each Allocate allocates this `size` (bytes, or with a unit: 8MiB), writes every page and holds it until it returns, across its database wait with -db-conns (0: off)")
+	memGuard := fs.Bool("memory-guard", true, "preset recipe: shed before memory runs out when the process has a memory limit (false: the preset without its memory guard, for comparison)")
 	unprotected := fs.Bool("unprotected", false, "serve without any protection")
 	tenantHeader := fs.String("tenant-header", "", "share the capacity max-min fairly among the tenants named by this metadata `key` (e.g. x-tenant-id; preset recipe; empty: no tenants)")
 	pinCPU := fs.Int("cpu", -1, "pin the server to this CPU (Linux; -1: no pinning)")
@@ -156,7 +157,7 @@ func (c *cli) serve(ctx context.Context, args []string) error {
 	}
 
 	g := &stats.Gauges{}
-	params := policyParams{Capacity: capValue, CPUWork: *cpuWork, Mux: mux, Gauges: g, TenantHeader: *tenantHeader}
+	params := policyParams{Capacity: capValue, CPUWork: *cpuWork, Mux: mux, Gauges: g, TenantHeader: *tenantHeader, NoMemoryGuard: !*memGuard}
 	if ff.redis != "" {
 		fl, err := newFleet(ff, *tenantHeader, c.stderr)
 		if err != nil {

@@ -207,3 +207,15 @@ func (b *box) oomKills() uint64 {
 
 // remove deletes the cgroup; its processes must have exited.
 func (b *box) remove() { _ = os.Remove(b.dir) }
+
+// CanLimit reports, by making and removing one, whether this process can
+// make the memory cgroups the scenario puts its servers in; the error
+// says in one line why not.
+func CanLimit() error {
+	b, err := newBox(fmt.Sprintf("levee-demo-%d-probe", os.Getpid()), 64<<20)
+	if err != nil {
+		return err
+	}
+	b.remove()
+	return nil
+}

@@ -51,6 +51,7 @@ const (
 type config struct {
 	alloc scenario.SizeFlag
 	limit scenario.SizeFlag // 0: LimitPerPool × DBConns × alloc
+	guard bool              // the protected server has its memory guard
 }
 
 func (c *config) limitBytes() int64 {
@@ -63,13 +64,14 @@ func (c *config) limitBytes() int64 {
 // New returns the memory scenario, with its flags -alloc-per-call and
 // -memory-limit.
 func New() scenario.Scenario {
-	cfg := &config{alloc: scenario.SizeFlag{Bytes: DefaultAlloc}}
+	cfg := &config{alloc: scenario.SizeFlag{Bytes: DefaultAlloc}, guard: true}
 	return scenario.Scenario{
 		Name: Name,
 		Description: fmt.Sprintf("an I/O-bound service whose Allocate holds a payload\n(-alloc-per-call, default %s) across its wait for one of %d database connections\n(%v each), each server in a memory cgroup of its own limited to -memory-limit\n(default %d x the pool's payloads). Reports memory against the limit, the GC's CPU\nshare and OOM kills beside goodput.",
 			scenario.FormatSize(DefaultAlloc), DBConns, DBLatency, LimitPerPool),
 		Flags: func(fs *flag.FlagSet) func() error {
 			fs.Var(&cfg.alloc, "alloc-per-call", "with -scenario memory: the `size` each Allocate holds (bytes, or with a unit: 8MiB)")
+			fs.BoolVar(&cfg.guard, "memory-guard", true, "with -scenario memory: false runs the protected server without the preset's memory guard (the run limit alone), for comparison")
 			fs.Var(&cfg.limit, "memory-limit", "with -scenario memory: each server's memory limit, a `size` (0: 3 x db connections x -alloc-per-call)")
 			return func() error {
 				if cfg.alloc.Bytes < 1<<10 {
@@ -135,10 +137,15 @@ func run(ctx context.Context, env scenario.Env, s scenario.Settings, cfg *config
 		return nil, err
 	}
 	pargs := cfg.args()
+	pname := "protected"
+	if !cfg.guard {
+		pargs = append(pargs, "-memory-guard=false")
+		pname = "protected, no memory guard"
+	}
 	if workIterations != "" {
 		pargs = append(pargs, "-work-iterations", workIterations)
 	}
-	protected, po, err := runServer(ctx, env, s, plan, "protected", limit, nil, &res.Capacity, pargs...)
+	protected, po, err := runServer(ctx, env, s, plan, pname, limit, nil, &res.Capacity, pargs...)
 	if err != nil {
 		return nil, err
 	}
@@ -159,7 +166,7 @@ func run(ctx context.Context, env scenario.Env, s scenario.Settings, cfg *config
 				res.Capacity, how, scenario.FormatSize(cfg.alloc.Bytes), CPUWork, DBConns, DBLatency),
 			fmt.Sprintf("Each server runs in %s, limited to %s: the pool's %d payloads are %.0f%% of it, twice that (the heap a Go GC lets grow before it collects, GOGC=100) %.0f%%. No GOMEMLIMIT unless no cgroup could be made.",
 				uo.where, scenario.FormatSize(limit), DBConns, 100*float64(DBConns*cfg.alloc.Bytes)/float64(limit), 200*float64(DBConns*cfg.alloc.Bytes)/float64(limit)),
-			"Protected server: levee serve (the preset, told no number), which sees the cgroup's limit and adds its memory guard (package memshed) after the run limit.",
+			protectedNote(cfg.guard),
 			fmt.Sprintf("Phases: %s %v at %.0f/s, %s %v at %.0f/s, %s %v at %.0f/s; %s arrivals, deadline %v, retries %d.",
 				phases[0].Name, phases[0].Duration, phases[0].Rate, phases[1].Name, phases[1].Duration, phases[1].Rate,
 				phases[2].Name, phases[2].Duration, phases[2].Rate, s.Load.Arrivals, s.Load.Deadline, s.Load.Retries),
@@ -193,7 +200,7 @@ func runServer(ctx context.Context, env scenario.Env, s scenario.Settings, plan 
 	o := outcome{name: name, limit: limit, refused: -1}
 	senv := env
 	senv.ChildEnv = append([]string(nil), env.ChildEnv...)
-	b, err := newBox(fmt.Sprintf("levee-demo-%d-%s", os.Getpid(), name), limit)
+	b, err := newBox(fmt.Sprintf("levee-demo-%d-%s", os.Getpid(), strings.ReplaceAll(strings.ReplaceAll(name, " ", "-"), ",", "")), limit)
 	if err != nil {
 		o.where = "no cgroup (GOMEMLIMIT only)"
 		fmt.Fprintf(env.Stderr, "levee demo: no memory cgroup could be made (%s): the %s server gets GOMEMLIMIT=%d alone, a soft limit no OOM killer enforces\n",
@@ -413,4 +420,11 @@ func memoryTable(os ...outcome) report.Table {
 	}
 	t.Rows = rows
 	return t
+}
+
+func protectedNote(guard bool) string {
+	if !guard {
+		return "Protected server: levee serve -memory-guard=false, the preset without its memory guard: the run limit alone bounds the calls that hold payloads."
+	}
+	return "Protected server: levee serve (the preset, told no number), which sees the cgroup's limit and adds its memory guard (package memshed) after the run limit."
 }
