@@ -112,6 +112,8 @@ type Monitor struct {
 	util    atomic.Uint64 // math.Float64bits of the (smoothed) utilisation
 	gc      atomic.Uint64 // math.Float64bits of the (smoothed) GC fraction
 	proj    atomic.Uint64 // math.Float64bits of the last Projected
+	hardU   atomic.Uint64 // math.Float64bits of the last Hard utilisation
+	hardL   atomic.Uint64
 	limit   atomic.Uint64
 	sat     atomic.Bool
 	limited atomic.Bool
@@ -250,6 +252,9 @@ func (m *Monitor) observeSample(s Sample) {
 	m.limit.Store(s.Limit())
 	m.limited.Store(s.Limited())
 	m.proj.Store(math.Float64bits(s.Projected()))
+	hu, hl := s.Hard()
+	m.hardU.Store(math.Float64bits(hu))
+	m.hardL.Store(hl)
 	m.observeGC(s)
 	m.prev, m.havePrev = s, true
 	m.observe(s.Time, s.Utilization())
@@ -357,6 +362,15 @@ func (m *Monitor) Utilization() float64 {
 func (m *Monitor) Projected() float64 {
 	return math.Float64frombits(m.proj.Load())
 }
+
+// HardUtilization and HardLimit return the last sample's [Sample.Hard]:
+// the share of the cgroup's limit in use and that limit, the one the
+// kernel enforces; 0 without a cgroup limit, and on a monitor driven by
+// Update alone.
+func (m *Monitor) HardUtilization() float64 { return math.Float64frombits(m.hardU.Load()) }
+
+// HardLimit: see HardUtilization.
+func (m *Monitor) HardLimit() uint64 { return m.hardL.Load() }
 
 // Saturated reports whether the monitor is saturated: the utilisation
 // reached the threshold and has not yet stayed below it for the

@@ -111,6 +111,9 @@ func TestObserveReadings(t *testing.T) {
 		t.Errorf("after a v1 sample: Limited %v Limit %d Utilization %v Kind %v, want true 400 0.25 cgroup v1",
 			m.Limited(), m.Limit(), m.Utilization(), m.Kind())
 	}
+	if m.HardUtilization() != 0.25 || m.HardLimit() != 800 {
+		t.Errorf("after a v1 sample: Hard %v of %d, want 0.25 of 800 (the cgroup's, not GOMEMLIMIT)", m.HardUtilization(), m.HardLimit())
+	}
 	if got, want := m.Projected(), (Sample{Runtime: Runtime{Total: 100, Limit: 400}}).Projected(); got != want || got == 0 {
 		t.Errorf("after a v1 sample: Projected %v, want the sample's %v", got, want)
 	}
@@ -448,6 +451,7 @@ func TestReadsDoNotAllocate(t *testing.T) {
 	reads := map[string]func(){
 		"Utilization": func() { _ = m.Utilization() },
 		"Projected":   func() { _ = m.Projected() },
+		"Hard":        func() { _, _ = m.HardUtilization(), m.HardLimit() },
 		"Saturated":   func() { _ = m.Saturated() },
 		"GCFraction":  func() { _ = m.GCFraction() },
 		"Limited":     func() { _ = m.Limited() },

@@ -211,17 +211,33 @@ func (s Sample) Utilization() float64 {
 	return u
 }
 
+// Hard returns the share in [0, 1] of the cgroup's limit its working set
+// takes, and that limit in bytes: the limit the kernel enforces (the OOM
+// killer past memory.max, throttling past memory.high), as opposed to
+// GOMEMLIMIT, which the Go runtime keeps by collecting more often. Both
+// are 0 without a cgroup limit.
+func (s Sample) Hard() (utilization float64, limit uint64) {
+	l := s.Cgroup.Limit()
+	if l == 0 {
+		return 0, 0
+	}
+	return min(float64(s.Cgroup.WorkingSet())/float64(l), 1), l
+}
+
 // Projected returns the fraction in [0, 1] of its limit this process
 // heads for, read from the runtime's plan rather than from what it has
 // mapped so far:
 //
-//   - against the cgroup limit, the heap at the next GC (HeapGoal), plus
-//     what the runtime maps besides the heap (Total − HeapMapped), plus
-//     the cgroup's working set the runtime did not map (other processes,
-//     page cache in use);
-//   - against GOMEMLIMIT, which the runtime keeps the heap goal under by
-//     collecting more often, the memory no collection can free: the live
-//     heap (HeapLive) plus what the runtime maps besides the heap.
+//   - against the cgroup limit, the heap the runtime will let grow before
+//     it collects, plus what the runtime maps besides the heap (Total −
+//     HeapMapped), plus the cgroup's working set the runtime did not map
+//     (other processes, page cache in use). Without a soft limit the heap
+//     grows to HeapGoal (twice the live heap at GOGC=100); with one at or
+//     below the cgroup limit, the runtime collects as often as it must to
+//     stay under it, and only the live heap (HeapLive), which no
+//     collection frees, counts;
+//   - against GOMEMLIMIT, the live heap plus what the runtime maps
+//     besides the heap.
 //
 // whichever is fuller. Unlike [Sample.Utilization] it falls as soon as a
 // GC cycle finds less live memory: memory the runtime has freed but not
@@ -231,8 +247,12 @@ func (s Sample) Projected() float64 {
 	nonHeap := sub(s.Runtime.Total, s.Runtime.HeapMapped)
 	p := 0.0
 	if l := s.Cgroup.Limit(); l > 0 {
+		heap := s.Runtime.HeapGoal
+		if s.Runtime.Limit > 0 && s.Runtime.Limit <= l {
+			heap = s.Runtime.HeapLive
+		}
 		other := sub(s.Cgroup.WorkingSet(), s.Runtime.Total)
-		p = float64(s.Runtime.HeapGoal+nonHeap+other) / float64(l)
+		p = float64(heap+nonHeap+other) / float64(l)
 	}
 	if l := s.Runtime.Limit; l > 0 {
 		p = max(p, float64(s.Runtime.HeapLive+nonHeap)/float64(l))

@@ -318,6 +318,10 @@ func TestSampleProjected(t *testing.T) {
 		{"cgroup: freed but retained memory does not", Sample{Runtime: Runtime{HeapLive: 10, HeapGoal: 20, Total: 100, HeapMapped: 90}, Cgroup: Cgroup{Usage: 100, Max: 200}}, 0.15},
 		{"GOMEMLIMIT: live plus non-heap", Sample{Runtime: withLimit(rt, 100)}, 0.5},
 		{"both: the fuller", Sample{Runtime: withLimit(rt, 60), Cgroup: Cgroup{Usage: 100, Max: 400}}, 50.0 / 60},
+		// A soft limit under the cgroup's: the runtime collects to stay
+		// under it, so the cgroup sees the live heap, not the goal.
+		{"soft limit under the cgroup's: live heap", Sample{Runtime: withLimit(rt, 180), Cgroup: Cgroup{Usage: 100, Max: 200}}, 50.0 / 180}, // the cgroup sees 50/200; the soft limit 50/180
+		{"soft limit above the cgroup's: goal", Sample{Runtime: withLimit(rt, 300), Cgroup: Cgroup{Usage: 100, Max: 200}}, 0.45},
 		{"over: clamped", Sample{Runtime: rt, Cgroup: Cgroup{Usage: 100, Max: 50}}, 1},
 		{"no heap classes: Total counts whole", Sample{Runtime: Runtime{Total: 30, Limit: 120}}, 0.25},
 	}

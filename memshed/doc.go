@@ -8,14 +8,15 @@
 //
 // A [Signal]: the share of its memory limit the process heads for
 // (Projected: the next GC's heap against a cgroup limit, the live heap
-// against GOMEMLIMIT), the share it has now (Utilization) and the share
-// of CPU its GC takes (GCFraction). *memory.Monitor satisfies it.
+// against GOMEMLIMIT), the share of the hard (cgroup) limit it has now
+// (HardUtilization) and the share of CPU its GC takes (GCFraction).
+// *memory.Monitor satisfies it.
 // Pressure is evidence of overload when Projected reaches the threshold
 // ([DefaultThreshold], 0.85), the GC fraction averaged over
-// [GCSmoothing] reaches [DefaultGCThreshold] (0.2), or Utilization reaches [EmergencyAt]
-// (0.97). Projected leads: it falls as soon as a GC cycle finds less
-// live memory, where Utilization waits for the runtime to give memory
-// back, which without GOMEMLIMIT it does slowly. So when Utilization
+// [GCSmoothing] reaches [DefaultGCThreshold] (0.2), or HardUtilization
+// reaches [EmergencyAt] (0.97). Projected leads: it falls as soon as a GC cycle finds less
+// live memory, where HardUtilization waits for the runtime to give memory
+// back, which without GOMEMLIMIT it does slowly. So when HardUtilization
 // nears the limit ([ShrinkAt]) while Projected is well below it
 // ([ShrinkGap]), the memory is freed but kept, and the shedder returns it
 // to the system (debug.FreeOSMemory, at most once per [ShrinkEvery]).
@@ -37,6 +38,15 @@
 // server back to normal load, whose calls hold a fraction of it, is
 // refused nothing for longer than that. So a server that is not short of memory sees no
 // change at all, and a short one settles at what its memory carries.
+//
+// Between ticks a brake watches the heap itself ([BrakeAt]): a flood of
+// calls that each allocate megabytes can fill a limit in milliseconds,
+// before a sample or a learned cost shows it, so a call that finds the
+// memory the process had at the last sample, plus what the heap's
+// objects grew by since (read from the runtime at most once a
+// millisecond, at every call near the limit), at 0.9 of the limit is
+// refused, and the next tick runs a collection so
+// that garbage does not hold the brake on.
 //
 // Who gets the budget: class c may fill it up to Shares[c] of it
 // (sheddable half, sheddable_plus three quarters, critical all,

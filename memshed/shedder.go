@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"runtime"
 	"runtime/debug"
 	"runtime/metrics"
 	"sync"
@@ -48,11 +49,11 @@ const (
 	// least by a twentieth.
 	MinCut = 0.5
 	MaxCut = 0.95
-	// EmergencyAt is the Utilization (the memory the process has, not
+	// EmergencyAt is the HardUtilization (the memory the process has, not
 	// the memory it heads for) at and above which memory is evidence of
 	// overload whatever the runtime plans: the OOM killer is near.
 	EmergencyAt = 0.97
-	// ShrinkAt and ShrinkGap: when Utilization reaches ShrinkAt while
+	// ShrinkAt and ShrinkGap: when HardUtilization reaches ShrinkAt while
 	// Projected is ShrinkGap or more below it, at least that share of the
 	// limit is memory the runtime has freed and kept; the shedder returns
 	// it to the system (debug.FreeOSMemory: a GC, then the free pages
@@ -66,6 +67,24 @@ const (
 	// of it on average (a time constant of a fifth of the cooldown):
 	// while they fill it, the budget is what keeps the evidence away.
 	LiftBelow = 0.75
+	// BrakeAt, BrakeWatch, BrakeEvery and BrakeGCEvery: the brake,
+	// between ticks. A flood of calls that each allocate megabytes
+	// fills a limit in milliseconds, before any sample shows it, and
+	// before any cost is learned. So the calls read the heap's objects
+	// themselves (runtime/metrics /memory/classes/heap/objects:bytes,
+	// which grows with every allocation), at most once per BrakeEvery,
+	// or at every call once they are past BrakeWatch of the limit, and a
+	// call that finds the memory the process had at the last tick, plus
+	// what it took since (see braking) and its own cost, at BrakeAt of
+	// the limit or more is refused.
+	// The heap's objects include garbage the GC has not yet found; a GC
+	// runs only when the heap reaches its goal, and with calls refused
+	// it may not grow to it, so the tick after a brake runs a collection
+	// (runtime.GC), at most once per BrakeGCEvery.
+	BrakeAt      = 0.9
+	BrakeWatch   = 0.75
+	BrakeEvery   = time.Millisecond
+	BrakeGCEvery = time.Second
 	// GCSmoothing is the time constant over which the GC fraction is
 	// averaged before it counts as evidence: one GC cycle's span is
 	// short and its fraction swings.
@@ -91,9 +110,13 @@ type Signal interface {
 	// Projected is the share in [0, 1] of its memory limit the process
 	// heads for.
 	Projected() float64
-	// Utilization is the share in [0, 1] of its memory limit the process
-	// has now.
-	Utilization() float64
+	// HardUtilization is the share in [0, 1] of the limit the kernel
+	// enforces (a cgroup's) the process has now, HardLimit that limit in
+	// bytes; both 0 without one. A soft limit (GOMEMLIMIT) is not hard:
+	// the runtime keeps it by collecting more often, which GCFraction
+	// shows.
+	HardUtilization() float64
+	HardLimit() uint64
 	// GCFraction is the share in [0, 1] of CPU time the GC takes.
 	GCFraction() float64
 }
@@ -169,6 +192,20 @@ type Shedder struct {
 	sig  Signal
 	o    options
 
+	// The brake's state: the limit and what is mapped besides the heap's
+	// objects, as of the last tick; the heap's objects as of the last
+	// read, and when that was (unix nanos).
+	limitB     atomic.Uint64
+	offset     atomic.Int64  // bytes the process had at the last tick
+	heapTick   atomic.Uint64 // the heap's objects at the last tick
+	keptTick   atomic.Int64  // the freed memory the heap kept at the last tick
+	flightTick atomic.Int64  // the memory in flight at the last tick
+	softOK     atomic.Bool   // the runtime's soft limit keeps its heap under the brake
+	heapNow    atomic.Uint64
+	readAt     atomic.Int64
+	braked     atomic.Bool
+	brakes     atomic.Uint64
+
 	// The admitted path's state.
 	limits   [admission.Classes]atomic.Int64 // bytes in flight each class may reach; off: no budget
 	inflight atomic.Int64                    // bytes held by running calls
@@ -194,6 +231,10 @@ type Shedder struct {
 	allocs     func() uint64 // cumulative bytes allocated; tests replace it
 	noFit      bool          // tests of the control fix the costs
 	shrink     func()        // returns freed memory to the system; tests replace it
+	collect    func()        // runs a GC; tests replace it
+	heap       func() heapReading
+	lastGC     time.Time
+	brakeGCs   uint64
 	lastShrink time.Time
 	shrinks    uint64
 	now        func() time.Time
@@ -215,7 +256,7 @@ func newShedder(name string, sig Signal, opts []Option) (*Shedder, error) {
 	if err := o.validate(); err != nil {
 		return nil, err
 	}
-	s := &Shedder{name: name, sig: sig, o: o, budget: off, allocs: readAllocs(), now: time.Now, shrink: debug.FreeOSMemory}
+	s := &Shedder{name: name, sig: sig, o: o, budget: off, allocs: readAllocs(), now: time.Now, shrink: debug.FreeOSMemory, collect: runtime.GC, heap: readHeap()}
 	for i := range s.limits {
 		s.limits[i].Store(off)
 	}
@@ -287,6 +328,80 @@ func readAllocs() func() uint64 {
 	}
 }
 
+// heapReading is what the brake reads of the runtime: the bytes of heap
+// objects, and the memory it maps and has not released.
+type heapReading struct{ objects, mapped, heapMapped, softLimit uint64 }
+
+// readHeap returns a reader of the runtime's heap objects and mapped
+// memory; it allocates nothing.
+func readHeap() func() heapReading {
+	sample := []metrics.Sample{
+		{Name: "/memory/classes/heap/objects:bytes"},
+		{Name: "/memory/classes/total:bytes"},
+		{Name: "/memory/classes/heap/released:bytes"},
+		{Name: "/memory/classes/heap/unused:bytes"},
+		{Name: "/memory/classes/heap/free:bytes"},
+		{Name: "/gc/gomemlimit:bytes"},
+	}
+	var mu sync.Mutex
+	return func() heapReading {
+		mu.Lock()
+		defer mu.Unlock()
+		metrics.Read(sample)
+		u := func(i int) uint64 {
+			if sample[i].Value.Kind() != metrics.KindUint64 {
+				return 0
+			}
+			return sample[i].Value.Uint64()
+		}
+		r := heapReading{objects: u(0), heapMapped: u(0) + u(3) + u(4)}
+		if l := u(5); l < math.MaxInt64 {
+			r.softLimit = l
+		}
+		if t, rel := u(1), u(2); t > rel {
+			r.mapped = t - rel
+		}
+		return r
+	}
+}
+
+// braking reports whether a call of cost, at now, finds the memory the
+// process has at BrakeAt of the limit: what it had at the last tick
+// (HardUtilization × HardLimit), plus what it took since — the growth of the
+// heap's objects beyond the freed memory the heap kept at the tick
+// (which new objects reuse), or the growth of the memory in flight
+// (calls admitted that may not have allocated yet), whichever is more.
+// Under a soft limit (GOMEMLIMIT) below the brake, the runtime collects
+// to keep its heap under it, and only the memory in flight counts.
+func (s *Shedder) braking(now time.Time, cost int64) bool {
+	l := s.limitB.Load()
+	if l == 0 {
+		return false
+	}
+	base, at, kept := s.offset.Load(), int64(s.heapTick.Load()), s.keptTick.Load()
+	grew := s.inflight.Load() - s.flightTick.Load()
+	heapGrew := func(h uint64) int64 { return int64(h) - at - kept }
+	if s.softOK.Load() {
+		// The runtime collects to keep the heap under its soft limit:
+		// only calls that hold memory make it grow.
+		heapGrew = func(uint64) int64 { return 0 }
+	}
+	has := func(h uint64) int64 { return base + max(heapGrew(h), grew, 0) }
+	h := s.heapNow.Load()
+	t := now.UnixNano()
+	last := s.readAt.Load()
+	if float64(has(h)) >= BrakeWatch*float64(l) || (t-last >= int64(BrakeEvery) && s.readAt.CompareAndSwap(last, t)) {
+		h = s.heap().objects
+		s.heapNow.Store(h)
+	}
+	if float64(has(h)+cost) < BrakeAt*float64(l) {
+		return false
+	}
+	s.braked.Store(true)
+	s.brakes.Add(1)
+	return true
+}
+
 // Name returns the guard's name.
 func (s *Shedder) Name() string { return s.name }
 
@@ -332,11 +447,12 @@ func (s *Shedder) refusal() admission.Decision {
 // not fit in its class's share of it now; it takes nothing.
 func (s *Shedder) Admit(c admission.Call) admission.Decision {
 	lim := s.limits[c.Class.Index()].Load()
-	if lim == off {
+	cur := s.inflight.Load()
+	if cur == 0 || (lim == off && s.limitB.Load() == 0) {
 		return admission.Decision{}
 	}
-	cur := s.inflight.Load()
-	if cur > 0 && cur+s.lookup(c.Method).cost.Load() > lim {
+	cost := s.lookup(c.Method).cost.Load()
+	if (lim != off && cur+cost > lim) || s.braking(c.Now, cost) {
 		return s.refusal()
 	}
 	return admission.Decision{}
@@ -348,6 +464,9 @@ func (s *Shedder) Start(c admission.Call, _ admission.Permit) admission.Decision
 	m := s.lookup(c.Method)
 	cost := m.cost.Load()
 	lim := s.limits[c.Class.Index()].Load()
+	if s.inflight.Load() > 0 && s.braking(c.Now, cost) {
+		return s.refusal()
+	}
 	if lim == off {
 		s.inflight.Add(cost)
 	} else {
@@ -383,14 +502,21 @@ func (s *Shedder) Tick(now time.Time) {
 	if !s.noFit {
 		s.fit.update(now, s.allocs(), s.list)
 	}
-	p, u := s.sig.Projected(), s.sig.Utilization()
+	p, u := s.sig.Projected(), s.sig.HardUtilization()
+	s.tickBrake(now, u, p)
 	if dt := now.Sub(s.lastTick); !s.lastTick.IsZero() && dt > 0 {
 		s.gcAvg += (1 - math.Exp(-dt.Seconds()/GCSmoothing.Seconds())) * (s.sig.GCFraction() - s.gcAvg)
 	} else if s.lastTick.IsZero() {
 		s.gcAvg = s.sig.GCFraction()
 	}
 	gc := s.gcAvg
-	s.hot = p >= s.o.threshold || gc >= s.o.gcThreshold || u >= EmergencyAt
+	braked := s.braked.Swap(false)
+	s.hot = p >= s.o.threshold || gc >= s.o.gcThreshold || u >= EmergencyAt || braked
+	if braked && now.Sub(s.lastGC) >= BrakeGCEvery {
+		s.lastGC = now
+		s.brakeGCs++
+		s.collect()
+	}
 	if u >= ShrinkAt && u-p >= ShrinkGap && now.Sub(s.lastShrink) >= ShrinkEvery {
 		s.lastShrink = now
 		s.shrinks++
@@ -444,6 +570,32 @@ func (s *Shedder) Tick(now time.Time) {
 	s.setLimits()
 }
 
+// tickBrake refreshes the brake's limit, the memory the process has, the
+// heap's objects, the freed memory the heap keeps, and the memory in
+// flight. What the process has is HardUtilization × HardLimit; under a
+// soft limit (GOMEMLIMIT) below the brake, which the runtime fills with
+// garbage before it collects, it is what no collection frees, Projected
+// × HardLimit. s.mu held.
+func (s *Shedder) tickBrake(now time.Time, u, p float64) {
+	l := s.sig.HardLimit()
+	s.limitB.Store(l)
+	if l == 0 {
+		return
+	}
+	r := s.heap()
+	soft := r.softLimit > 0 && float64(r.softLimit) <= BrakeAt*float64(l)
+	s.softOK.Store(soft)
+	if soft {
+		u = p
+	}
+	s.offset.Store(int64(u * float64(l)))
+	s.heapTick.Store(r.objects)
+	s.keptTick.Store(max(int64(r.heapMapped)-int64(r.objects), 0))
+	s.flightTick.Store(s.inflight.Load())
+	s.heapNow.Store(r.objects)
+	s.readAt.Store(now.UnixNano())
+}
+
 // callCost is what a call costs: the mean of those running, or the fit's
 // mean when none is.
 func (s *Shedder) callCost() int64 {
@@ -482,6 +634,9 @@ type Stats struct {
 	// Engaged counts the times a budget was set, Cuts the cuts made,
 	// Shrinks the times freed memory was returned to the system.
 	Engaged, Cuts, Shrinks uint64
+	// Brakes counts the calls the brake refused, BrakeGCs the
+	// collections run after one.
+	Brakes, BrakeGCs uint64
 	// Background is the bytes per second allocated with no call
 	// running, as the fit learned it.
 	Background float64
@@ -503,7 +658,7 @@ func (s *Shedder) Stats() Stats {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	st := Stats{InFlight: s.inflight.Load(), Running: s.running.Load(), Refused: s.refused.Load(), Pressure: s.hot,
-		Engaged: s.engaged, Cuts: s.cuts, Shrinks: s.shrinks, Background: s.fit.background}
+		Engaged: s.engaged, Cuts: s.cuts, Shrinks: s.shrinks, Brakes: s.brakes.Load(), BrakeGCs: s.brakeGCs, Background: s.fit.background}
 	if s.budget != off {
 		st.Budget = s.budget
 	}

@@ -21,7 +21,7 @@ const (
 )
 
 // fakeSignal is a Signal set by the test.
-type fakeSignal struct{ proj, gc, util atomic.Uint64 }
+type fakeSignal struct{ proj, gc, util, limit atomic.Uint64 }
 
 // set sets the projected share and the GC fraction, and the utilisation
 // to the projected share.
@@ -30,10 +30,18 @@ func (f *fakeSignal) set(proj, gc float64) {
 	f.gc.Store(math.Float64bits(gc))
 	f.util.Store(math.Float64bits(proj))
 }
-func (f *fakeSignal) setUtil(u float64)    { f.util.Store(math.Float64bits(u)) }
-func (f *fakeSignal) Projected() float64   { return math.Float64frombits(f.proj.Load()) }
-func (f *fakeSignal) Utilization() float64 { return math.Float64frombits(f.util.Load()) }
-func (f *fakeSignal) GCFraction() float64  { return math.Float64frombits(f.gc.Load()) }
+func (f *fakeSignal) setUtil(u float64)        { f.util.Store(math.Float64bits(u)) }
+func (f *fakeSignal) Projected() float64       { return math.Float64frombits(f.proj.Load()) }
+func (f *fakeSignal) HardUtilization() float64 { return math.Float64frombits(f.util.Load()) }
+func (f *fakeSignal) HardLimit() uint64        { return f.limit.Load() }
+
+// fakeHeap is the runtime's heap as the brake reads it, set by the test.
+type fakeHeap struct{ objects, mapped, heapMapped atomic.Uint64 }
+
+func (f *fakeHeap) read() heapReading {
+	return heapReading{objects: f.objects.Load(), mapped: f.mapped.Load(), heapMapped: f.heapMapped.Load()}
+}
+func (f *fakeSignal) GCFraction() float64 { return math.Float64frombits(f.gc.Load()) }
 
 // fakeAllocs is the runtime's allocation counter, advanced by the test.
 type fakeAllocs struct{ n atomic.Uint64 }
@@ -52,6 +60,8 @@ func newTest(t *testing.T, opts ...Option) (*Shedder, *fakeSignal, *fakeAllocs) 
 	al := &fakeAllocs{}
 	s.allocs = al.read
 	s.shrink = func() {}
+	s.collect = func() {}
+	s.heap = func() heapReading { return heapReading{} }
 	s.fit = fit{}
 	s.fit.init(0)
 	s.Tick(t0)
@@ -369,6 +379,92 @@ func TestEmergencyAndShrink(t *testing.T) {
 	}
 }
 
+// TestBrake: between ticks, a call that finds the memory the process had
+// at the tick plus what the heap's objects grew by since, and its own
+// cost, at BrakeAt of the limit is refused, the heap read at most once
+// per BrakeEvery below BrakeWatch and at every call above;
+// the next tick counts it as pressure and runs a collection, at most
+// once per BrakeGCEvery.
+func TestBrake(t *testing.T) {
+	s, sig, _ := newTest(t)
+	heap := &fakeHeap{}
+	s.heap = heap.read
+	var gcs int
+	s.collect = func() { gcs++ }
+	setCost(s, heavyMethod, 8*MiB)
+	sig.limit.Store(100 * MiB)
+	sig.set(0.3, 0)
+	heap.objects.Store(20 * MiB)
+	heap.heapMapped.Store(25 * MiB)        // 5 MiB freed and kept
+	s.Tick(t0.Add(100 * time.Millisecond)) // the process has 30 MiB, 20 of them objects
+	r, ok := enter(s, call(heavyMethod, admission.Critical))
+	if !ok {
+		t.Fatal("first call refused")
+	}
+	at := t0.Add(100 * time.Millisecond)
+	try := func(d time.Duration) bool {
+		c := call(heavyMethod, admission.Critical)
+		c.Now = at.Add(d)
+		if s.Admit(c).Refused {
+			return false
+		}
+		p := s.Start(c, admission.Permit{})
+		if p.Refused {
+			return false
+		}
+		s.Finish(c, p.Permit, admission.Outcome{})
+		return true
+	}
+	heap.objects.Store(78 * MiB) // 30 + (58 grown - 5 kept) + 8 = 91 MiB: over the brake
+	if !try(500 * time.Microsecond) {
+		t.Error("refused within BrakeEvery of the last read (20 MiB of objects then)")
+	}
+	if try(2 * time.Millisecond) {
+		t.Error("admitted at 91% of the limit")
+	}
+	heap.objects.Store(70 * MiB) // 30 + 45 + 8 = 83 MiB: below; above BrakeWatch every call reads afresh
+	if !try(2*time.Millisecond + time.Microsecond) {
+		t.Error("refused at 83% of the limit, read at once above BrakeWatch")
+	}
+	heap.objects.Store(80 * MiB)
+	try(3 * time.Millisecond)
+	s.Tick(t0.Add(200 * time.Millisecond))
+	s.Tick(t0.Add(300 * time.Millisecond))
+	if gcs != 1 || s.Budget() == 0 {
+		t.Errorf("after a brake: %d collections, budget %d; want 1 collection and a budget", gcs, s.Budget())
+	}
+	if st := s.Stats(); st.Brakes == 0 || st.BrakeGCs != 1 {
+		t.Errorf("Stats() = %+v, want brakes counted and one collection", st)
+	}
+	r.finish(s)
+}
+
+// TestBrakeCountsInFlight: calls admitted since the tick count toward the
+// brake by their cost, though they have not allocated yet.
+func TestBrakeCountsInFlight(t *testing.T) {
+	s, sig, _ := newTest(t)
+	heap := &fakeHeap{}
+	s.heap = heap.read
+	setCost(s, heavyMethod, 8*MiB)
+	sig.limit.Store(100 * MiB)
+	sig.set(0.3, 0)
+	heap.objects.Store(20 * MiB)
+	first, _ := enter(s, call(heavyMethod, admission.Critical))
+	s.Tick(t0.Add(100 * time.Millisecond)) // 30 MiB, 8 of them in flight
+	n := 0
+	for range 20 {
+		if _, ok := enter(s, call(heavyMethod, admission.Critical)); !ok {
+			break
+		}
+		n++
+	}
+	// Call k sees 30 + 8k + 8 MiB: admitted while that is under 90.
+	if n != 7 {
+		t.Errorf("%d calls of 8 MiB admitted after the tick at 30 of 100 MiB, want 7", n)
+	}
+	first.finish(s)
+}
+
 // TestCostFit: two methods whose rates vary independently, one costing
 // 2 MiB a call and the other 20 KiB, over a background of 1 MiB/s: the
 // fit learns each within 10%.
@@ -458,6 +554,24 @@ func TestAdmittedPathAllocatesNothing(t *testing.T) {
 	if n := testing.AllocsPerRun(1000, path); n != 0 {
 		t.Errorf("admitted path with a budget: %v allocations, want 0", n)
 	}
+	// With a limit, the brake reads the runtime's heap (the real reader).
+	s, sig, _ = newTest(t)
+	setCost(s, heavyMethod, MiB)
+	s.heap = readHeap()
+	sig.limit.Store(1 << 40)
+	sig.set(0.1, 0)
+	s.Tick(t0.Add(2 * time.Second))
+	keep, _ := enter(s, c) // a call in flight, so that the brake looks
+	calls := 0
+	withBrake := func() {
+		calls++
+		c.Now = t0.Add(time.Duration(calls) * time.Millisecond) // a read every call
+		path()
+	}
+	if n := testing.AllocsPerRun(1000, withBrake); n != 0 {
+		t.Errorf("admitted path with the brake reading the heap: %v allocations, want 0", n)
+	}
+	keep.finish(s)
 }
 
 // TestConcurrentBudget: goroutines entering and finishing calls never

@@ -47,9 +47,10 @@ func TestMemoryMonitor(t *testing.T) {
 
 type fixedMemory struct{ p float64 }
 
-func (f fixedMemory) Projected() float64   { return f.p }
-func (f fixedMemory) Utilization() float64 { return f.p }
-func (f fixedMemory) GCFraction() float64  { return 0 }
+func (f fixedMemory) Projected() float64       { return f.p }
+func (f fixedMemory) HardUtilization() float64 { return f.p }
+func (f fixedMemory) HardLimit() uint64        { return 0 }
+func (f fixedMemory) GCFraction() float64      { return 0 }
 
 func TestMemShed(t *testing.T) {
 	s, err := memshed.NewManual("memory", fixedMemory{0.5})

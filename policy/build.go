@@ -27,7 +27,8 @@ type CPUSignal interface {
 // satisfies it.
 type MemorySignal interface {
 	Projected() float64
-	Utilization() float64
+	HardUtilization() float64
+	HardLimit() uint64
 	GCFraction() float64
 	Limited() bool
 }

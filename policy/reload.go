@@ -47,7 +47,9 @@ func WithoutCPU() Option { return func(o *options) { o.cpu, o.cpuGiven = nil, tr
 // *memory.Monitor you run for the life of the Reloader; nil is
 // WithoutMemory. Default: the memory signal protect.New uses — this
 // process's memory source (memory.Detect), sampled by a monitor the
-// Reloader starts and stops (Reloader.Memory). The preset adds its memory
+// Reloader starts and stops (Reloader.Memory), with the soft memory limit
+// protect.New sets (a cgroup limit and no GOMEMLIMIT: 90% of it, put back
+// by Close). The preset adds its memory
 // guard only if the signal is Limited when a policy is built, and the
 // file's preset.memory is true.
 func WithMemory(m MemorySignal) Option { return func(o *options) { o.mem, o.memGiven = m, true } }
@@ -81,11 +83,12 @@ func WithLogf(logf func(format string, args ...any)) Option {
 // Create one with NewReloader; the zero value is not usable. A Reloader is
 // safe for concurrent use. Close it when the gRPC server has stopped.
 type Reloader struct {
-	path    string
-	o       options
-	server  *grpcguard.Server
-	monitor *cpu.Monitor    // nil unless NewReloader started it
-	memMon  *memory.Monitor // nil unless NewReloader started it
+	path        string
+	o           options
+	server      *grpcguard.Server
+	monitor     *cpu.Monitor    // nil unless NewReloader started it
+	memMon      *memory.Monitor // nil unless NewReloader started it
+	restoreSoft func()          // puts back the runtime's soft memory limit; nil if none was set
 
 	mu        sync.Mutex // serialises reloads and Close
 	cur       atomic.Pointer[built]
@@ -130,6 +133,7 @@ func NewReloader(path string, opts ...Option) (*Reloader, error) {
 	if !r.o.memGiven {
 		if mon, err := preset.NewMemoryMonitor(); err == nil {
 			r.memMon, r.o.mem = mon, mon
+			r.restoreSoft, _ = preset.SetSoftLimit(mon)
 		}
 	}
 	b, err := build(p, p.Hash(), nil, r.o.cpu, r.o.mem)
@@ -163,6 +167,9 @@ func (r *Reloader) closeMonitor() {
 	}
 	if r.memMon != nil {
 		r.memMon.Close()
+	}
+	if r.restoreSoft != nil {
+		r.restoreSoft()
 	}
 }
 

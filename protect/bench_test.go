@@ -110,18 +110,20 @@ func BenchmarkUnaryChain(b *testing.B) {
 // noLimit is the memory signal of a process without a memory limit.
 type noLimit struct{}
 
-func (noLimit) Projected() float64   { return 0 }
-func (noLimit) Utilization() float64 { return 0 }
-func (noLimit) GCFraction() float64  { return 0.01 }
-func (noLimit) Limited() bool        { return false }
+func (noLimit) Projected() float64       { return 0 }
+func (noLimit) HardUtilization() float64 { return 0 }
+func (noLimit) HardLimit() uint64        { return 0 }
+func (noLimit) GCFraction() float64      { return 0.01 }
+func (noLimit) Limited() bool            { return false }
 
 // limitedMemory is a memory signal under a limit, without pressure.
 type limitedMemory struct{}
 
-func (limitedMemory) Projected() float64   { return 0.3 }
-func (limitedMemory) Utilization() float64 { return 0.3 }
-func (limitedMemory) GCFraction() float64  { return 0.01 }
-func (limitedMemory) Limited() bool        { return true }
+func (limitedMemory) Projected() float64       { return 0.3 }
+func (limitedMemory) HardUtilization() float64 { return 0.3 }
+func (limitedMemory) HardLimit() uint64        { return 1 << 40 }
+func (limitedMemory) GCFraction() float64      { return 0.01 }
+func (limitedMemory) Limited() bool            { return true }
 
 // presetMemory is preset with the memory guard in the chain.
 func presetMemory(tb testing.TB) *grpcguard.Server {

@@ -29,10 +29,11 @@ func (fakeCPU) Saturated() bool      { return false }
 // fakeMemory is a memory signal both builds are given: limited or not.
 type fakeMemory struct{ limited bool }
 
-func (fakeMemory) Projected() float64   { return 0.3 }
-func (fakeMemory) Utilization() float64 { return 0.3 }
-func (fakeMemory) GCFraction() float64  { return 0.01 }
-func (f fakeMemory) Limited() bool      { return f.limited }
+func (fakeMemory) Projected() float64       { return 0.3 }
+func (fakeMemory) HardUtilization() float64 { return 0.3 }
+func (fakeMemory) HardLimit() uint64        { return 1 << 30 }
+func (fakeMemory) GCFraction() float64      { return 0.01 }
+func (f fakeMemory) Limited() bool          { return f.limited }
 
 // describeChain prints a guard chain as the guards' parameters and the
 // rules' structure: everything that protect.New and a policy's preset

@@ -38,7 +38,11 @@
 // under memory pressure, admits fewer calls at once, the lowest classes
 // and the costliest methods first (package memshed), so that the heap
 // stays under the limit and the GC does not eat the CPU. A process with
-// no limit gets no memory guard at all. WithoutMemory turns it off.
+// no limit gets no memory guard at all. A process with a cgroup limit and
+// no GOMEMLIMIT gets a soft limit of 90% of it (debug.SetMemoryLimit, put
+// back by Stop), as Go's GC guide advises for containers: without one
+// the Go heap grows to twice its live size before it collects, whatever
+// the container allows. WithoutMemory turns both off.
 //
 // Who gets the capacity: each call has a criticality class, from the
 // levee-criticality header (WithCriticality; by default every call is
@@ -203,7 +207,8 @@ func WithCPU(c runlimit.CPU) Option { return func(o *options) { o.cpuSignal = c 
 // preset guards memory only while Limited is true when New runs.
 type MemorySignal interface {
 	Projected() float64
-	Utilization() float64
+	HardUtilization() float64
+	HardLimit() uint64
 	GCFraction() float64
 	Limited() bool
 }
@@ -297,18 +302,19 @@ func (o *options) validate() error {
 // usable. It is safe for concurrent use. Call Stop when the gRPC server has
 // stopped.
 type Server struct {
-	guard     *grpcguard.Server
-	run       *runlimit.Limiter
-	deadline  *deadline.Guard
-	monitor   *cpu.Monitor    // nil unless New started it
-	memMon    *memory.Monitor // nil unless New started it
-	memShed   *memshed.Shedder
-	global    *ratelimit.Limiter
-	perClient *ratelimit.Keyed
-	methods   map[string]*ratelimit.Limiter
-	orca      *grpcguard.ORCA // nil without WithORCA
-	closers   []func()        // stop the guards that New made
-	stopOnce  sync.Once
+	guard       *grpcguard.Server
+	run         *runlimit.Limiter
+	deadline    *deadline.Guard
+	monitor     *cpu.Monitor    // nil unless New started it
+	memMon      *memory.Monitor // nil unless New started it
+	memShed     *memshed.Shedder
+	restoreSoft func() // puts back the runtime's soft memory limit; nil if New set none
+	global      *ratelimit.Limiter
+	perClient   *ratelimit.Keyed
+	methods     map[string]*ratelimit.Limiter
+	orca        *grpcguard.ORCA // nil without WithORCA
+	closers     []func()        // stop the guards that New made
+	stopOnce    sync.Once
 }
 
 // New returns the protection, or an error naming every bad option.
@@ -341,6 +347,7 @@ func New(opts ...Option) (*Server, error) {
 	default:
 		if mon, err := preset.NewMemoryMonitor(); err == nil {
 			p.memMon, mem = mon, mon
+			p.restoreSoft, _ = preset.SetSoftLimit(mon)
 		}
 	}
 	spec := preset.Spec{
@@ -482,6 +489,9 @@ func (p *Server) Stop() {
 		}
 		if p.memMon != nil {
 			p.memMon.Close()
+		}
+		if p.restoreSoft != nil {
+			p.restoreSoft()
 		}
 	})
 }

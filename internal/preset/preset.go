@@ -13,6 +13,8 @@ package preset
 import (
 	"fmt"
 	"math"
+	"os"
+	"runtime/debug"
 	"time"
 
 	"google.golang.org/grpc/codes"
@@ -78,6 +80,40 @@ func NewMemoryMonitor() (*memory.Monitor, error) {
 		return nil, err
 	}
 	return memory.NewMonitor(src, memory.WithInterval(MemoryInterval))
+}
+
+// SoftLimitShare is the share of a cgroup memory limit the preset gives
+// the Go runtime as its soft limit when none is set (SetSoftLimit).
+const SoftLimitShare = 0.9
+
+// SetSoftLimit gives the Go runtime a soft memory limit of SoftLimitShare
+// of mon's cgroup limit when the process has a cgroup limit and
+// GOMEMLIMIT is not set (neither in the environment nor by
+// debug.SetMemoryLimit), as Go's GC guide advises for containers:
+// without one, the runtime lets the heap grow to twice its live size
+// (GOGC=100) before it collects, whatever the container allows, and a
+// heap whose live half fits is killed for its garbage. With one it
+// collects as often as it must to stay under it, and returns freed
+// memory to the system eagerly. It returns the function that puts the
+// runtime's limit back (if it is still the one set here), and the limit
+// set, 0 when it set none.
+func SetSoftLimit(mon *memory.Monitor) (restore func(), limit int64) {
+	restore = func() {}
+	if mon == nil || os.Getenv("GOMEMLIMIT") != "" || debug.SetMemoryLimit(-1) != math.MaxInt64 {
+		return restore, 0
+	}
+	last := mon.Stats().Last
+	cg := last.Cgroup.Limit()
+	if last.Kind == memory.KindRuntime || cg == 0 {
+		return restore, 0
+	}
+	limit = int64(SoftLimitShare * float64(cg))
+	debug.SetMemoryLimit(limit)
+	return func() {
+		if debug.SetMemoryLimit(-1) == limit {
+			debug.SetMemoryLimit(math.MaxInt64)
+		}
+	}, limit
 }
 
 // Memory is the memory signal the preset follows: *memory.Monitor
