@@ -156,6 +156,7 @@ const (
 	CostSlot     Cost = 60   // a bulkhead slot, fixed or adaptive
 	CostThrottle Cost = 65   // a client's adaptive throttle
 	CostRun      Cost = 70   // a turn to run (decides only at the handler's start)
+	CostMemory   Cost = 75   // room in memory for a call, taken once it has its turn
 	CostBreaker  Cost = 80   // a circuit breaker, whose half-open probes are scarce
 	CostDefault  Cost = 1000 // a guard that declares no cost
 )

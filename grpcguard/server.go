@@ -81,6 +81,7 @@ type Server struct {
 	streams  *streams
 	overload sustained
 	retrying retrying
+	tapLeft  leftovers
 }
 
 // New compiles rules into a Server. It returns an error naming the rule
@@ -248,6 +249,7 @@ func (s *Server) TapHandle(ctx context.Context, info *tap.Info) (context.Context
 			st.phase.Store(phaseRefused)
 			return st, nil
 		}
+		s.tapLeft.note(st.call.Now, st.call.Deadline)
 		return nil, refusalStatus(ctx, r.code, r.Guard(i).Name(), d, st.call.Key).Err()
 	}
 	st.call.Ctx = nil // the stream's context replaces the transport's

@@ -111,6 +111,9 @@ func WithCooldown(d time.Duration) Option {
 type Monitor struct {
 	util    atomic.Uint64 // math.Float64bits of the (smoothed) utilisation
 	gc      atomic.Uint64 // math.Float64bits of the (smoothed) GC fraction
+	proj    atomic.Uint64 // math.Float64bits of the last Projected
+	hardU   atomic.Uint64 // math.Float64bits of the last Hard utilisation
+	hardL   atomic.Uint64
 	limit   atomic.Uint64
 	sat     atomic.Bool
 	limited atomic.Bool
@@ -248,6 +251,10 @@ func (m *Monitor) observeSample(s Sample) {
 	m.kind.Store(uint32(s.Kind))
 	m.limit.Store(s.Limit())
 	m.limited.Store(s.Limited())
+	m.proj.Store(math.Float64bits(s.Projected()))
+	hu, hl := s.Hard()
+	m.hardU.Store(math.Float64bits(hu))
+	m.hardL.Store(hl)
 	m.observeGC(s)
 	m.prev, m.havePrev = s, true
 	m.observe(s.Time, s.Utilization())
@@ -297,8 +304,8 @@ func (m *Monitor) observeGC(s Sample) {
 
 // Update feeds one utilisation observation (a fraction of the allowance,
 // clamped to [0, 1]) made at now, for a caller with its own signal; the
-// monitor then reports Limited true, and its limit, GC fraction and kind
-// are left as they were. If v is NaN or negative it returns an error and
+// monitor then reports Limited true, Projected v, and its limit, GC
+// fraction and kind are left as they were. If v is NaN or negative it returns an error and
 // changes nothing.
 func (m *Monitor) Update(now time.Time, v float64) error {
 	if !(v >= 0) {
@@ -309,6 +316,7 @@ func (m *Monitor) Update(now time.Time, v float64) error {
 	}
 	m.mu.Lock()
 	m.limited.Store(true)
+	m.proj.Store(math.Float64bits(v))
 	m.observe(now, v)
 	m.mu.Unlock()
 	return nil
@@ -343,6 +351,27 @@ func (m *Monitor) Utilization() float64 {
 	return math.Float64frombits(m.util.Load())
 }
 
+// Projected returns the last sample's [Sample.Projected]: the fraction of
+// its limit the process heads for at its next GC (against a cgroup
+// limit) or cannot free (against GOMEMLIMIT). It is unsmoothed and
+// drives no saturation flag: it is the reading memory-aware admission
+// (package memshed) follows, because it falls as soon as a GC cycle finds
+// less live memory, while Utilization waits for the runtime to return
+// memory to the system. 0 before the first observation and without a
+// limit.
+func (m *Monitor) Projected() float64 {
+	return math.Float64frombits(m.proj.Load())
+}
+
+// HardUtilization and HardLimit return the last sample's [Sample.Hard]:
+// the share of the cgroup's limit in use and that limit, the one the
+// kernel enforces; 0 without a cgroup limit, and on a monitor driven by
+// Update alone.
+func (m *Monitor) HardUtilization() float64 { return math.Float64frombits(m.hardU.Load()) }
+
+// HardLimit: see HardUtilization.
+func (m *Monitor) HardLimit() uint64 { return m.hardL.Load() }
+
 // Saturated reports whether the monitor is saturated: the utilisation
 // reached the threshold and has not yet stayed below it for the
 // cooldown. It changes only when an observation arrives; without a limit
@@ -352,11 +381,12 @@ func (m *Monitor) Saturated() bool {
 }
 
 // GCFraction returns the (smoothed) share, in [0, 1], of the Go
-// scheduler's CPU time (GOMAXPROCS × wall time) that the GC used, over
-// the GC cycles that ended most recently (see observeGC in the source
-// for how a span without a cycle counts). It is the runtime's own
-// estimate, which counts a GC worker's whole time slice; 0 before two
-// samples.
+// scheduler's CPU time (GOMAXPROCS × wall time) that the GC took from
+// the application (Runtime.GCCPU: idle-priority marking, on processors
+// with nothing else to run, is left out), over the GC cycles that ended
+// most recently (see observeGC in the source for how a span without a
+// cycle counts). It is the runtime's own estimate, which counts a GC
+// worker's whole time slice; 0 before two samples.
 func (m *Monitor) GCFraction() float64 {
 	return math.Float64frombits(m.gc.Load())
 }
@@ -385,6 +415,7 @@ type Stats struct {
 	Kind        Kind    // kind of the last sample
 	Utilization float64 // (smoothed) utilisation
 	Raw         float64 // last unsmoothed utilisation
+	Projected   float64 // last Projected
 	GCFraction  float64 // (smoothed) GC fraction
 	GCRaw       float64 // last unsmoothed GC fraction
 	Limited     bool    // a limit was found
@@ -408,6 +439,7 @@ func (m *Monitor) Stats() Stats {
 		Kind:        m.Kind(),
 		Utilization: m.smoothed,
 		Raw:         m.raw,
+		Projected:   m.Projected(),
 		GCFraction:  m.gcSmooth,
 		GCRaw:       m.gcRaw,
 		Limited:     m.limited.Load(),

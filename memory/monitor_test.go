@@ -111,10 +111,16 @@ func TestObserveReadings(t *testing.T) {
 		t.Errorf("after a v1 sample: Limited %v Limit %d Utilization %v Kind %v, want true 400 0.25 cgroup v1",
 			m.Limited(), m.Limit(), m.Utilization(), m.Kind())
 	}
+	if m.HardUtilization() != 0.25 || m.HardLimit() != 800 {
+		t.Errorf("after a v1 sample: Hard %v of %d, want 0.25 of 800 (the cgroup's, not GOMEMLIMIT)", m.HardUtilization(), m.HardLimit())
+	}
+	if got, want := m.Projected(), (Sample{Runtime: Runtime{Total: 100, Limit: 400}}).Projected(); got != want || got == 0 {
+		t.Errorf("after a v1 sample: Projected %v, want the sample's %v", got, want)
+	}
 	m.Observe(Sample{Time: t0.Add(time.Second), Kind: KindCgroupV1, Cgroup: Cgroup{Usage: 300}})
-	if m.Limited() || m.Limit() != 0 || m.Utilization() != 0 {
-		t.Errorf("after the limits were lifted: Limited %v Limit %d Utilization %v, want false 0 0",
-			m.Limited(), m.Limit(), m.Utilization())
+	if m.Limited() || m.Limit() != 0 || m.Utilization() != 0 || m.Projected() != 0 {
+		t.Errorf("after the limits were lifted: Limited %v Limit %d Utilization %v Projected %v, want false 0 0 0",
+			m.Limited(), m.Limit(), m.Utilization(), m.Projected())
 	}
 }
 
@@ -184,6 +190,9 @@ func TestUpdate(t *testing.T) {
 	m.Update(t0.Add(time.Second), 0.3)
 	if !m.Saturated() {
 		t.Fatalf("Update(t0+1s, 0.3): Saturated() = false, want true (cooldown)")
+	}
+	if got := m.Projected(); got != 0.3 {
+		t.Errorf("Update(t0+1s, 0.3): Projected() = %v, want 0.3", got)
 	}
 	m.Update(t0.Add(DefaultCooldown), 0.3)
 	if m.Saturated() {
@@ -441,6 +450,8 @@ func TestReadsDoNotAllocate(t *testing.T) {
 	m.Observe(limited(0, 500))
 	reads := map[string]func(){
 		"Utilization": func() { _ = m.Utilization() },
+		"Projected":   func() { _ = m.Projected() },
+		"Hard":        func() { _, _ = m.HardUtilization(), m.HardLimit() },
 		"Saturated":   func() { _ = m.Saturated() },
 		"GCFraction":  func() { _ = m.GCFraction() },
 		"Limited":     func() { _ = m.Limited() },

@@ -54,6 +54,12 @@ func TestRealSourceSeesAllocation(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	if s2.Runtime.HeapMapped == 0 || s2.Runtime.HeapMapped > s2.Runtime.Total {
+		t.Errorf("Runtime.HeapMapped = %d, want in (0, Total %d]", s2.Runtime.HeapMapped, s2.Runtime.Total)
+	}
+	if p := s2.Projected(); !(p > 0 && p <= 1) {
+		t.Errorf("under GOMEMLIMIT %d: Projected() = %v, want in (0, 1]", 2*s1.Runtime.Total, p)
+	}
 	if s2.Runtime.Limit != 2*s1.Runtime.Total || !s2.Limited() {
 		t.Fatalf("after SetMemoryLimit(%d): Runtime.Limit = %d, Limited() = %v", 2*s1.Runtime.Total, s2.Runtime.Limit, s2.Limited())
 	}

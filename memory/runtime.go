@@ -21,6 +21,10 @@ var runtimeMetrics = [...]string{
 	"/gc/cycles/total:gc-cycles",
 	"/sched/gomaxprocs:threads",
 	"/sched/goroutines:goroutines",
+	"/memory/classes/heap/objects:bytes",
+	"/memory/classes/heap/unused:bytes",
+	"/memory/classes/heap/free:bytes",
+	"/cpu/classes/gc/mark/idle:cpu-seconds",
 }
 
 // runtimeReader reads runtimeMetrics with one metrics.Read into a slice it
@@ -53,11 +57,13 @@ func (r *runtimeReader) read() Runtime {
 	rt := Runtime{
 		HeapLive:   u(0),
 		HeapGoal:   u(1),
-		GCCPU:      secs(5),
+		GCCPU:      secs(5) - secs(13),
+		GCIdleCPU:  secs(13),
 		TotalCPU:   secs(6),
 		GCCycles:   u(7),
 		GOMAXPROCS: int(u(8)),
 		Goroutines: u(9),
+		HeapMapped: u(10) + u(11) + u(12),
 	}
 	if total, released := u(2), u(3); total > released {
 		rt.Total = total - released

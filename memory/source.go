@@ -106,12 +106,17 @@ type Runtime struct {
 	// debug.SetMemoryLimit(-1) returns, /gc/gomemlimit:bytes), or 0 when
 	// none is set (the runtime reports math.MaxInt64).
 	Limit uint64
-	// GCCPU is the cumulative CPU time the GC spent
-	// (/cpu/classes/gc/total:cpu-seconds) and TotalCPU the cumulative CPU
-	// time available to the Go scheduler, GOMAXPROCS × wall time
-	// (/cpu/classes/total:cpu-seconds). The runtime updates both at the
-	// end of each GC cycle only; see [Monitor.GCFraction].
+	// GCCPU is the cumulative CPU time the GC took from the application:
+	// /cpu/classes/gc/total:cpu-seconds less GCIdleCPU. TotalCPU is the
+	// cumulative CPU time available to the Go scheduler, GOMAXPROCS ×
+	// wall time (/cpu/classes/total:cpu-seconds). The runtime updates
+	// them at the end of each GC cycle only; see [Monitor.GCFraction].
 	GCCPU, TotalCPU time.Duration
+	// GCIdleCPU is the marking that ran on processors with nothing else
+	// to run (/cpu/classes/gc/mark/idle:cpu-seconds): on a mostly idle
+	// server the GC's idle workers take every idle processor while they
+	// mark, which costs the application nothing, so it is not in GCCPU.
+	GCIdleCPU time.Duration
 	// GCCycles counts completed GC cycles (/gc/cycles/total:gc-cycles).
 	GCCycles uint64
 	// GOMAXPROCS is /sched/gomaxprocs:threads.
@@ -119,6 +124,12 @@ type Runtime struct {
 	// Goroutines is the number of live goroutines
 	// (/sched/goroutines:goroutines).
 	Goroutines uint64
+	// HeapMapped is the part of Total that is heap: objects, the unused
+	// part of their spans, and free spans not yet returned to the system
+	// (/memory/classes/heap/{objects,unused,free}:bytes). Total minus
+	// HeapMapped is what the runtime maps besides the heap: goroutine
+	// stacks, GC metadata, buffers.
+	HeapMapped uint64
 }
 
 // Cgroup is the memory of the process's cgroup. The zero value means no
@@ -198,6 +209,66 @@ func (s Sample) Utilization() float64 {
 		return 1
 	}
 	return u
+}
+
+// Hard returns the share in [0, 1] of the cgroup's limit its working set
+// takes, and that limit in bytes: the limit the kernel enforces (the OOM
+// killer past memory.max, throttling past memory.high), as opposed to
+// GOMEMLIMIT, which the Go runtime keeps by collecting more often. Both
+// are 0 without a cgroup limit.
+func (s Sample) Hard() (utilization float64, limit uint64) {
+	l := s.Cgroup.Limit()
+	if l == 0 {
+		return 0, 0
+	}
+	return min(float64(s.Cgroup.WorkingSet())/float64(l), 1), l
+}
+
+// Projected returns the fraction in [0, 1] of its limit this process
+// heads for, read from the runtime's plan rather than from what it has
+// mapped so far:
+//
+//   - against the cgroup limit, the heap the runtime will let grow before
+//     it collects, plus what the runtime maps besides the heap (Total −
+//     HeapMapped), plus the cgroup's working set the runtime did not map
+//     (other processes, page cache in use). Without a soft limit the heap
+//     grows to HeapGoal (twice the live heap at GOGC=100); with one at or
+//     below the cgroup limit, the runtime collects as often as it must to
+//     stay under it, and only the live heap (HeapLive), which no
+//     collection frees, counts;
+//   - against GOMEMLIMIT, the live heap plus what the runtime maps
+//     besides the heap.
+//
+// whichever is fuller. Unlike [Sample.Utilization] it falls as soon as a
+// GC cycle finds less live memory: memory the runtime has freed but not
+// yet returned to the system, which it reuses before it asks for more,
+// does not count. It is 0 without a limit and 1 at or above one.
+func (s Sample) Projected() float64 {
+	nonHeap := sub(s.Runtime.Total, s.Runtime.HeapMapped)
+	p := 0.0
+	if l := s.Cgroup.Limit(); l > 0 {
+		heap := s.Runtime.HeapGoal
+		if s.Runtime.Limit > 0 && s.Runtime.Limit <= l {
+			heap = s.Runtime.HeapLive
+		}
+		other := sub(s.Cgroup.WorkingSet(), s.Runtime.Total)
+		p = float64(heap+nonHeap+other) / float64(l)
+	}
+	if l := s.Runtime.Limit; l > 0 {
+		p = max(p, float64(s.Runtime.HeapLive+nonHeap)/float64(l))
+	}
+	if p > 1 || math.IsNaN(p) {
+		return 1
+	}
+	return p
+}
+
+// sub returns a − b, floored at 0.
+func sub(a, b uint64) uint64 {
+	if b >= a {
+		return 0
+	}
+	return a - b
 }
 
 // GCFraction returns the share of the scheduler's CPU time the GC used

@@ -299,6 +299,39 @@ func TestSampleUtilization(t *testing.T) {
 	}
 }
 
+// TestSampleProjected: the runtime's plan against each limit — the next
+// GC's heap against the cgroup's, the live heap against GOMEMLIMIT —
+// plus what is mapped besides the heap and, for the cgroup, what the
+// runtime did not map.
+func TestSampleProjected(t *testing.T) {
+	// 40 live, goal 80, 100 mapped of which 90 heap: 10 besides the heap.
+	rt := Runtime{HeapLive: 40, HeapGoal: 80, Total: 100, HeapMapped: 90}
+	withLimit := func(r Runtime, l uint64) Runtime { r.Limit = l; return r }
+	tests := []struct {
+		name string
+		give Sample
+		want float64
+	}{
+		{"no limit", Sample{Runtime: rt, Cgroup: Cgroup{Usage: 100}}, 0},
+		{"cgroup: goal plus non-heap", Sample{Runtime: rt, Cgroup: Cgroup{Usage: 100, Max: 200}}, 0.45},
+		{"cgroup: memory the runtime did not map counts", Sample{Runtime: rt, Cgroup: Cgroup{Usage: 140, InactiveFile: 10, Max: 200}}, 0.6},
+		{"cgroup: freed but retained memory does not", Sample{Runtime: Runtime{HeapLive: 10, HeapGoal: 20, Total: 100, HeapMapped: 90}, Cgroup: Cgroup{Usage: 100, Max: 200}}, 0.15},
+		{"GOMEMLIMIT: live plus non-heap", Sample{Runtime: withLimit(rt, 100)}, 0.5},
+		{"both: the fuller", Sample{Runtime: withLimit(rt, 60), Cgroup: Cgroup{Usage: 100, Max: 400}}, 50.0 / 60},
+		// A soft limit under the cgroup's: the runtime collects to stay
+		// under it, so the cgroup sees the live heap, not the goal.
+		{"soft limit under the cgroup's: live heap", Sample{Runtime: withLimit(rt, 180), Cgroup: Cgroup{Usage: 100, Max: 200}}, 50.0 / 180}, // the cgroup sees 50/200; the soft limit 50/180
+		{"soft limit above the cgroup's: goal", Sample{Runtime: withLimit(rt, 300), Cgroup: Cgroup{Usage: 100, Max: 200}}, 0.45},
+		{"over: clamped", Sample{Runtime: rt, Cgroup: Cgroup{Usage: 100, Max: 50}}, 1},
+		{"no heap classes: Total counts whole", Sample{Runtime: Runtime{Total: 30, Limit: 120}}, 0.25},
+	}
+	for _, tt := range tests {
+		if got := tt.give.Projected(); math.Abs(got-tt.want) > 1e-12 {
+			t.Errorf("%s: %+v.Projected() = %v, want %v", tt.name, tt.give, got, tt.want)
+		}
+	}
+}
+
 func TestGCFraction(t *testing.T) {
 	at := func(gc, total time.Duration) Sample { return Sample{Runtime: Runtime{GCCPU: gc, TotalCPU: total}} }
 	tests := []struct {

@@ -82,6 +82,10 @@ type decisionsCollector struct {
 	starts    func() uint64 // nil for a Client
 	decisions *prometheus.Desc
 	startsD   *prometheus.Desc
+	left      tapLeftovers // nil unless the server counts them
+	now       func() time.Time
+	leftD     *prometheus.Desc
+	leftTotal *prometheus.Desc
 }
 
 func newServerCollector(s ServerSource) *decisionsCollector {
@@ -94,6 +98,18 @@ func newServerCollector(s ServerSource) *decisionsCollector {
 		startsD: newDesc("levee_handler_starts_total",
 			"Handlers started on calls guarded by the grpcguard Server.", ""),
 	}
+}
+
+// withLeftovers adds the tap refusals still pending in grpc-go when s
+// counts them.
+func (c *decisionsCollector) withLeftovers(s any, now func() time.Time) *decisionsCollector {
+	if l, ok := s.(tapLeftovers); ok {
+		c.left, c.now = l, now
+		c.leftD = newDesc("levee_tap_refusals_pending",
+			"Calls refused in the transport's tap whose deadline has not passed: grpc-go keeps each one's deadline timer and context (about 300 B) until then (docs/memory.md).", "")
+		c.leftTotal = newDesc("levee_tap_refusals_total", "Calls with a deadline refused in the transport's tap.", "")
+	}
+	return c
 }
 
 func newClientCollector(c StatsSource) *decisionsCollector {
@@ -109,6 +125,9 @@ func (c *decisionsCollector) Describe(ch chan<- *prometheus.Desc) {
 	describe(ch, c.decisions)
 	if c.starts != nil {
 		describe(ch, c.startsD)
+	}
+	if c.left != nil {
+		describe(ch, c.leftD, c.leftTotal)
 	}
 }
 
@@ -139,6 +158,11 @@ func (c *decisionsCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 	if c.starts != nil {
 		counter(ch, c.startsD, c.starts())
+	}
+	if c.left != nil {
+		pending, total := c.left.TapLeftovers(c.now())
+		gauge(ch, c.leftD, float64(pending))
+		counter(ch, c.leftTotal, total)
 	}
 }
 

@@ -93,6 +93,7 @@ type Registry struct {
 	server bool
 	client bool
 	cpu    bool
+	memory bool
 	policy bool
 }
 
@@ -144,12 +145,14 @@ func (r *Registry) Register(c prometheus.Collector) error {
 
 // AddServer exports the decision counts of every guard of every rule of s
 // (levee_decisions_total) and how many handlers started on guarded calls
-// (levee_handler_starts_total). A Registry takes one Server.
+// (levee_handler_starts_total) and, for a grpcguard.Server, the calls
+// refused in its tap whose grpc-go deadline timers are still armed
+// (levee_tap_refusals_pending). A Registry takes one Server.
 func (r *Registry) AddServer(s ServerSource) error {
 	if isNil(s) {
 		return fmt.Errorf("%w: AddServer: nil ServerSource", ErrInvalid)
 	}
-	return r.addSingle(&r.server, "AddServer: a server", newServerCollector(s))
+	return r.addSingle(&r.server, "AddServer: a server", newServerCollector(s).withLeftovers(s, r.clock))
 }
 
 // AddClient exports the decision counts of every guard of a grpcguard

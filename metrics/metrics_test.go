@@ -87,6 +87,9 @@ func TestServerDecisions(t *testing.T) {
 		`levee_decisions_total{guard="tight",result="shadow_refused",rule="get"}`:    "2",
 		// 2 admitted Allocate calls, and all 3 Get calls (shadow).
 		`levee_handler_starts_total`: "5",
+		// Called through the interceptors: no tap refusal.
+		`levee_tap_refusals_pending`: "0",
+		`levee_tap_refusals_total`:   "0",
 	}, "levee_")
 }
 
@@ -111,6 +114,12 @@ levee_decisions_total{guard="global",result="shadow_refused",rule="alloc"} 0
 levee_decisions_total{guard="tight",result="admitted",rule="get"} 0
 levee_decisions_total{guard="tight",result="refused",rule="get"} 0
 levee_decisions_total{guard="tight",result="shadow_refused",rule="get"} 0
+# HELP levee_tap_refusals_pending Calls refused in the transport's tap whose deadline has not passed: grpc-go keeps each one's deadline timer and context (about 300 B) until then (docs/memory.md).
+# TYPE levee_tap_refusals_pending gauge
+levee_tap_refusals_pending 0
+# HELP levee_tap_refusals_total Calls with a deadline refused in the transport's tap.
+# TYPE levee_tap_refusals_total counter
+levee_tap_refusals_total 0
 `
 	if err := testutil.GatherAndCompare(r, strings.NewReader(want)); err != nil {
 		t.Error(err)

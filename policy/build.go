@@ -23,6 +23,16 @@ type CPUSignal interface {
 	Saturated() bool
 }
 
+// MemorySignal is the memory signal the preset follows; *memory.Monitor
+// satisfies it.
+type MemorySignal interface {
+	Projected() float64
+	HardUtilization() float64
+	HardLimit() uint64
+	GCFraction() float64
+	Limited() bool
+}
+
 // instance is one guard built from a policy, with what stops it.
 type instance struct {
 	preset.Instance
@@ -59,7 +69,8 @@ func (b *built) closeUnused(next *built) {
 
 // builder builds policies, reusing the instances of prev.
 type builder struct {
-	cpu  CPUSignal // nil: no CPU signal
+	cpu  CPUSignal    // nil: no CPU signal
+	mem  MemorySignal // nil: no memory signal
 	prev *built
 	next *built
 	errs []error
@@ -104,8 +115,8 @@ func classOf(c Class) admission.Criticality {
 
 // build makes p into rules. On error it stops what it started and
 // returns every problem.
-func build(p *Policy, hash uint64, prev *built, sig CPUSignal) (*built, error) {
-	b := &builder{cpu: sig, prev: prev, next: &built{
+func build(p *Policy, hash uint64, prev *built, sig CPUSignal, mem MemorySignal) (*built, error) {
+	b := &builder{cpu: sig, mem: mem, prev: prev, next: &built{
 		policy:  p,
 		hash:    hash,
 		exempt:  append([]string(nil), p.Exempt...),
@@ -181,6 +192,9 @@ func (b *builder) preset(ps Preset) {
 	}
 	if c := b.cpuFor(ps.CPU); c != nil {
 		spec.CPU = c
+	}
+	if ps.Memory && b.mem != nil {
+		spec.Memory = b.mem
 	}
 	if b.tenant != nil {
 		spec.TenantWeights, spec.DefaultTenantWeight = b.tenantWeights, b.tenantDefault

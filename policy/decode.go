@@ -474,7 +474,7 @@ func (d *decoder) policy(root *yaml.Node) *Policy {
 	if presetN != nil {
 		d.preset(presetN, "preset", p, taken)
 	} else {
-		p.Preset = Preset{CPU: true, Code: p.Code}
+		p.Preset = Preset{CPU: true, Memory: true, Code: p.Code}
 	}
 	if rulesN != nil {
 		d.rules(rulesN, "rules", p, taken)
@@ -489,10 +489,10 @@ func (d *decoder) policy(root *yaml.Node) *Policy {
 	return p
 }
 
-var presetFields = []string{"enabled", "max_rate", "max_concurrency", "client_rate", "cpu", "code", "shadow", "methods"}
+var presetFields = []string{"enabled", "max_rate", "max_concurrency", "client_rate", "cpu", "memory", "code", "shadow", "methods"}
 
 func (d *decoder) preset(n *yaml.Node, path string, p *Policy, taken claims) {
-	ps := Preset{Enabled: true, CPU: true, Code: p.Code}
+	ps := Preset{Enabled: true, CPU: true, Memory: true, Code: p.Code}
 	var methodsN *yaml.Node
 	d.mapping(n, path, presetFields, func(key string, v *yaml.Node, fp string) {
 		switch key {
@@ -506,6 +506,8 @@ func (d *decoder) preset(n *yaml.Node, path string, p *Policy, taken claims) {
 			ps.ClientRate, _ = d.rate(v, fp, false)
 		case "cpu":
 			ps.CPU, _ = d.boolean(v, fp)
+		case "memory":
+			ps.Memory, _ = d.boolean(v, fp)
 		case "code":
 			d.code(v, fp, &ps.Code)
 		case "shadow":

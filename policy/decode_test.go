@@ -61,6 +61,7 @@ var errorCases = []struct {
 	{"preset max_concurrency text", "preset: {max_concurrency: many}\n", []string{`1:27: preset.max_concurrency: want an integer, got "many"`}},
 	{"preset client_rate", "preset: {client_rate: 5/fortnight}\n", []string{"1:23: preset.client_rate: want a rate"}},
 	{"preset cpu", "preset: {cpu: on}\n", []string{`1:15: preset.cpu: want true or false, got "on"`}},
+	{"preset memory", "preset: {memory: on}\n", []string{`1:18: preset.memory: want true or false, got "on"`}},
 	{"preset code", "preset: {code: ABORTED}\n", []string{`1:16: preset.code: want RESOURCE_EXHAUSTED or UNAVAILABLE, got "ABORTED"`}},
 	{"preset shadow", "preset: {shadow: maybe}\n", []string{`1:18: preset.shadow: want true or false`}},
 	{"preset methods list", "preset: {methods: [a]}\n", []string{"1:19: preset.methods: want a mapping"}},

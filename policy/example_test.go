@@ -37,7 +37,7 @@ rules:
 	fmt.Println(err)
 	// Output:
 	// policy.yaml:3:13: preset.max_rate: want a rate such as 100/s or 6000/min, got an integer 100
-	// policy.yaml:4:3: preset.cpuu: unknown field "cpuu" (want one of enabled, max_rate, max_concurrency, client_rate, cpu, code, shadow, methods)
+	// policy.yaml:4:3: preset.cpuu: unknown field "cpuu" (want one of enabled, max_rate, max_concurrency, client_rate, cpu, memory, code, shadow, methods)
 	// policy.yaml:8:33: rules[0].guards[0].limit: must be an integer between 1 and 1048576, got 0
 	// policy.yaml:9:36: rules[0].guards[1].target: must be <= interval (100ms), got 1s
 }

@@ -77,6 +77,7 @@ func (ps Preset) node() *yaml.Node {
 	put(n, "max_concurrency", integer(ps.MaxConcurrency))
 	put(n, "client_rate", rate(ps.ClientRate))
 	put(n, "cpu", boolean(ps.CPU))
+	put(n, "memory", boolean(ps.Memory))
 	put(n, "code", str(codeName(ps.Code)))
 	put(n, "shadow", boolean(ps.Shadow))
 	ms := mapNode()

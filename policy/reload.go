@@ -17,6 +17,7 @@ import (
 	"github.com/levee-go/levee/cpu"
 	"github.com/levee-go/levee/grpcguard"
 	"github.com/levee-go/levee/internal/preset"
+	"github.com/levee-go/levee/memory"
 )
 
 // Option configures a Reloader. Options only record values. A nil Option
@@ -26,6 +27,8 @@ type Option func(*options)
 type options struct {
 	cpu      CPUSignal
 	cpuGiven bool // WithCPU or WithoutCPU
+	mem      MemorySignal
+	memGiven bool // WithMemory or WithoutMemory
 	logf     func(format string, args ...any)
 }
 
@@ -40,6 +43,21 @@ func WithCPU(c CPUSignal) Option { return func(o *options) { o.cpu, o.cpuGiven =
 // WithoutCPU turns the CPU signal off: the run limits then follow service
 // times alone, and a policy with a loadshed guard does not build.
 func WithoutCPU() Option { return func(o *options) { o.cpu, o.cpuGiven = nil, true } }
+
+// WithMemory gives the preset a memory signal of your own, such as a
+// *memory.Monitor you run for the life of the Reloader; nil is
+// WithoutMemory. Default: the memory signal protect.New uses — this
+// process's memory source (memory.Detect), sampled by a monitor the
+// Reloader starts and stops (Reloader.Memory), with the soft memory limit
+// protect.New sets (a cgroup limit and no GOMEMLIMIT: 90% of it, put back
+// by Close). The preset adds its memory
+// guard only if the signal is Limited when a policy is built, and the
+// file's preset.memory is true.
+func WithMemory(m MemorySignal) Option { return func(o *options) { o.mem, o.memGiven = m, true } }
+
+// WithoutMemory turns the memory signal off: the preset has no memory
+// guard.
+func WithoutMemory() Option { return func(o *options) { o.mem, o.memGiven = nil, true } }
 
 // WithLogf sets where the Reloader says what it did (a reload, a rejected
 // file). Default log.Printf.
@@ -66,10 +84,12 @@ func WithLogf(logf func(format string, args ...any)) Option {
 // Create one with NewReloader; the zero value is not usable. A Reloader is
 // safe for concurrent use. Close it when the gRPC server has stopped.
 type Reloader struct {
-	path    string
-	o       options
-	server  *grpcguard.Server
-	monitor *cpu.Monitor // nil unless NewReloader started it
+	path        string
+	o           options
+	server      *grpcguard.Server
+	monitor     *cpu.Monitor    // nil unless NewReloader started it
+	memMon      *memory.Monitor // nil unless NewReloader started it
+	restoreSoft func()          // puts back the runtime's soft memory limit; nil if none was set
 
 	mu        sync.Mutex // serialises reloads and Close
 	cur       atomic.Pointer[built]
@@ -111,7 +131,13 @@ func NewReloader(path string, opts ...Option) (*Reloader, error) {
 			r.monitor, r.o.cpu = mon, mon
 		}
 	}
-	b, err := build(p, p.Hash(), nil, r.o.cpu)
+	if !r.o.memGiven {
+		if mon, err := preset.NewMemoryMonitor(); err == nil {
+			r.memMon, r.o.mem = mon, mon
+			r.restoreSoft, _ = preset.SetSoftLimit(mon)
+		}
+	}
+	b, err := build(p, p.Hash(), nil, r.o.cpu, r.o.mem)
 	if err != nil {
 		r.closeMonitor()
 		return nil, err
@@ -132,9 +158,19 @@ func NewReloader(path string, opts ...Option) (*Reloader, error) {
 // is off, given with WithCPU, or could not be read.
 func (r *Reloader) CPU() *cpu.Monitor { return r.monitor }
 
+// Memory returns the memory monitor NewReloader started, or nil when the
+// signal is off, given with WithMemory, or could not be read.
+func (r *Reloader) Memory() *memory.Monitor { return r.memMon }
+
 func (r *Reloader) closeMonitor() {
 	if r.monitor != nil {
 		r.monitor.Close()
+	}
+	if r.memMon != nil {
+		r.memMon.Close()
+	}
+	if r.restoreSoft != nil {
+		r.restoreSoft()
 	}
 }
 
@@ -215,7 +251,7 @@ func (r *Reloader) apply(data []byte) error {
 	if hash == prev.hash {
 		return nil
 	}
-	b, err := build(p, hash, prev, r.o.cpu)
+	b, err := build(p, hash, prev, r.o.cpu, r.o.mem)
 	if err != nil {
 		return err
 	}

@@ -52,6 +52,9 @@ type Preset struct {
 	ClientRate float64
 	// CPU turns the CPU signal on. Default true. YAML: cpu.
 	CPU bool
+	// Memory turns the memory guard on for a process with a memory limit
+	// (protect.New's; see package memshed). Default true. YAML: memory.
+	Memory bool
 	// Code is the refusal status; default Policy.Code. YAML: code.
 	Code codes.Code
 	// Shadow counts the preset's refusals without refusing. YAML: shadow.

@@ -17,7 +17,7 @@ func TestCriticalityAndTenantsBuilt(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	b, err := build(p, 1, nil, idleCPU{})
+	b, err := build(p, 1, nil, idleCPU{}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -42,12 +42,12 @@ func TestCriticalityAndTenantsBuilt(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	same, err := build(p2, 2, b, idleCPU{})
+	same, err := build(p2, 2, b, idleCPU{}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	p2.Tenants.Weights[0].Weight = 7
-	changed, err := build(p2, 3, b, idleCPU{})
+	changed, err := build(p2, 3, b, idleCPU{}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

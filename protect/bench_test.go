@@ -66,7 +66,7 @@ func static(tb testing.TB) *grpcguard.Server {
 
 func preset(tb testing.TB) *grpcguard.Server {
 	tb.Helper()
-	p, err := protect.New(protect.WithoutCPU(), protect.WithMaxConcurrency(1024))
+	p, err := protect.New(protect.WithoutCPU(), protect.WithMaxConcurrency(1024), protect.WithMemory(noLimit{}))
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -87,7 +87,7 @@ func BenchmarkUnaryChain(b *testing.B) {
 	for _, c := range []struct {
 		name  string
 		build func(testing.TB) *grpcguard.Server
-	}{{"preset", preset}, {"static", static}} {
+	}{{"preset", preset}, {"preset-memory", presetMemory}, {"static", static}} {
 		b.Run(c.name, func(b *testing.B) {
 			in := c.build(b).UnaryServerInterceptor()
 			b.ReportAllocs()
@@ -107,14 +107,51 @@ func BenchmarkUnaryChain(b *testing.B) {
 	}
 }
 
+// noLimit is the memory signal of a process without a memory limit.
+type noLimit struct{}
+
+func (noLimit) Projected() float64       { return 0 }
+func (noLimit) HardUtilization() float64 { return 0 }
+func (noLimit) HardLimit() uint64        { return 0 }
+func (noLimit) GCFraction() float64      { return 0.01 }
+func (noLimit) Limited() bool            { return false }
+
+// limitedMemory is a memory signal under a limit, without pressure.
+type limitedMemory struct{}
+
+func (limitedMemory) Projected() float64       { return 0.3 }
+func (limitedMemory) HardUtilization() float64 { return 0.3 }
+func (limitedMemory) HardLimit() uint64        { return 1 << 40 }
+func (limitedMemory) GCFraction() float64      { return 0.01 }
+func (limitedMemory) Limited() bool            { return true }
+
+// presetMemory is preset with the memory guard in the chain.
+func presetMemory(tb testing.TB) *grpcguard.Server {
+	tb.Helper()
+	p, err := protect.New(protect.WithoutCPU(), protect.WithMaxConcurrency(1024), protect.WithMemory(limitedMemory{}))
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(p.Stop)
+	if p.MemoryGuard() == nil {
+		tb.Fatal("no memory guard under a limited memory signal")
+	}
+	return p.Guard()
+}
+
+// TestPresetAdmittedPathAllocatesNothing: the preset's admitted unary
+// path allocates nothing, with the memory guard (a server under a memory
+// limit) and without it (a server with none, the default here).
 func TestPresetAdmittedPathAllocatesNothing(t *testing.T) {
-	in := preset(t).UnaryServerInterceptor()
-	n := testing.AllocsPerRun(1000, func() {
-		if _, err := in(benchCtx, nil, benchInfo, benchHandler); err != nil {
-			t.Fatal(err)
+	for name, build := range map[string]func(testing.TB) *grpcguard.Server{"no memory limit": preset, "memory limit": presetMemory} {
+		in := build(t).UnaryServerInterceptor()
+		n := testing.AllocsPerRun(1000, func() {
+			if _, err := in(benchCtx, nil, benchInfo, benchHandler); err != nil {
+				t.Fatal(err)
+			}
+		})
+		if n != 0 {
+			t.Errorf("%s: preset's admitted unary path allocates %v times per call, want 0", name, n)
 		}
-	})
-	if n != 0 {
-		t.Errorf("preset's admitted unary path allocates %v times per call, want 0", n)
 	}
 }

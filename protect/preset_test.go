@@ -26,6 +26,15 @@ type fakeCPU struct{}
 func (fakeCPU) Utilization() float64 { return 0 }
 func (fakeCPU) Saturated() bool      { return false }
 
+// fakeMemory is a memory signal both builds are given: limited or not.
+type fakeMemory struct{ limited bool }
+
+func (fakeMemory) Projected() float64       { return 0.3 }
+func (fakeMemory) HardUtilization() float64 { return 0.3 }
+func (fakeMemory) HardLimit() uint64        { return 1 << 30 }
+func (fakeMemory) GCFraction() float64      { return 0.01 }
+func (f fakeMemory) Limited() bool          { return f.limited }
+
 // describeChain prints a guard chain as the guards' parameters and the
 // rules' structure: everything that protect.New and a policy's preset
 // must build alike. Learned state (limits, tokens, service times) is left
@@ -81,8 +90,12 @@ func TestPresetSameChainAsPolicy(t *testing.T) {
 		opts    []protect.Option
 		yaml    string
 		tenants []string
+		mem     *fakeMemory // nil: a signal without a limit
+		wantMem bool        // the chain has the memory guard
 	}{
 		{name: "empty", yaml: "preset: {}\n"},
+		{name: "memory limit", yaml: "preset: {}\n", mem: &fakeMemory{limited: true}, wantMem: true},
+		{name: "memory limit, memory off", opts: []protect.Option{protect.WithoutMemory()}, yaml: "preset: {memory: false}\n", mem: &fakeMemory{limited: true}},
 		{name: "max rate", opts: []protect.Option{protect.WithMaxRate(250)}, yaml: "preset: {max_rate: 250/s}\n"},
 		{name: "max rate small", opts: []protect.Option{protect.WithMaxRate(5)}, yaml: "preset: {max_rate: 5/s}\n"},
 		{name: "max concurrency", opts: []protect.Option{protect.WithMaxConcurrency(6)}, yaml: "preset: {max_concurrency: 6}\n"},
@@ -110,7 +123,11 @@ func TestPresetSameChainAsPolicy(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			p, err := protect.New(append([]protect.Option{protect.WithCPU(fakeCPU{})}, tt.opts...)...)
+			mem := fakeMemory{}
+			if tt.mem != nil {
+				mem = *tt.mem
+			}
+			p, err := protect.New(append([]protect.Option{protect.WithCPU(fakeCPU{}), protect.WithMemory(mem)}, tt.opts...)...)
 			if err != nil {
 				t.Fatalf("protect.New: %v", err)
 			}
@@ -119,7 +136,7 @@ func TestPresetSameChainAsPolicy(t *testing.T) {
 			if err := os.WriteFile(path, []byte(tt.yaml), 0o600); err != nil {
 				t.Fatal(err)
 			}
-			r, err := policy.NewReloader(path, policy.WithCPU(fakeCPU{}), policy.WithLogf(func(string, ...any) {}))
+			r, err := policy.NewReloader(path, policy.WithCPU(fakeCPU{}), policy.WithMemory(mem), policy.WithLogf(func(string, ...any) {}))
 			if err != nil {
 				t.Fatalf("policy.NewReloader(%q): %v", tt.yaml, err)
 			}
@@ -132,6 +149,9 @@ func TestPresetSameChainAsPolicy(t *testing.T) {
 			}
 			if !strings.Contains(want, `guard "run"`) || !strings.Contains(want, `guard "deadline"`) {
 				t.Errorf("chain lacks the preset's guards:\n%s", want)
+			}
+			if got := strings.Contains(want, `guard "memory"`); got != tt.wantMem {
+				t.Errorf("memory guard in the chain: %t, want %t:\n%s", got, tt.wantMem, want)
 			}
 		})
 	}
@@ -163,5 +183,60 @@ func TestPresetSameCPUTuning(t *testing.T) {
 	}
 	if pm.Interval() != rm.Interval() || pm.Smoothing() != rm.Smoothing() {
 		t.Errorf("monitor tuning: protect.New %v/%v, Reloader %v/%v; want equal", pm.Interval(), pm.Smoothing(), rm.Interval(), rm.Smoothing())
+	}
+}
+
+// TestNoMemoryLimitNoChange: a server far from any memory limit — a
+// memory signal that is not Limited — gets exactly the chain it gets with
+// the memory signal off, and a limited one gets the memory guard after
+// the run limit.
+func TestNoMemoryLimitNoChange(t *testing.T) {
+	chain := func(opts ...protect.Option) string {
+		p, err := protect.New(append([]protect.Option{protect.WithCPU(fakeCPU{})}, opts...)...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer p.Stop()
+		rules, exempt := p.Guard().Rules()
+		return describeChain(t, rules, exempt, nil)
+	}
+	off, unlimited := chain(protect.WithoutMemory()), chain(protect.WithMemory(fakeMemory{}))
+	if off != unlimited {
+		t.Errorf("no memory limit builds\n%s\nmemory off builds\n%s", unlimited, off)
+	}
+	limited := chain(protect.WithMemory(fakeMemory{limited: true}))
+	run, mem := strings.Index(limited, `guard "run"`), strings.Index(limited, `guard "memory"`)
+	if mem < 0 || mem < run {
+		t.Errorf("with a memory limit, want the memory guard after the run limit:\n%s", limited)
+	}
+}
+
+// TestPresetSameMemoryMonitor: with no memory signal given, protect.New
+// and a policy Reloader each start a memory monitor, with the preset's
+// tuning.
+func TestPresetSameMemoryMonitor(t *testing.T) {
+	p, err := protect.New(protect.WithCPU(fakeCPU{}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Stop()
+	path := filepath.Join(t.TempDir(), "policy.yaml")
+	if err := os.WriteFile(path, []byte("preset: {}\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	r, err := policy.NewReloader(path, policy.WithCPU(fakeCPU{}), policy.WithLogf(func(string, ...any) {}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	pm, rm := p.Memory(), r.Memory()
+	if pm == nil || rm == nil {
+		t.Fatalf("protect.New Memory() = %v, Reloader Memory() = %v: want both", pm, rm)
+	}
+	if ps, rs := pm.Stats(), rm.Stats(); ps.Source != rs.Source || ps.Limited != rs.Limited {
+		t.Errorf("memory monitors: protect.New %q limited %t, Reloader %q limited %t", ps.Source, ps.Limited, rs.Source, rs.Limited)
+	}
+	if (p.MemoryGuard() != nil) != pm.Limited() {
+		t.Errorf("MemoryGuard() = %v with Limited() %t: want a guard exactly when limited", p.MemoryGuard(), pm.Limited())
 	}
 }

@@ -42,6 +42,17 @@
 // WithMethod overrides them, or exempts a method, per method. Health checks
 // and reflection are never guarded.
 //
+// Memory: when the process has a memory limit (a cgroup limit or
+// GOMEMLIMIT; package memory), the preset follows its memory signal and,
+// under memory pressure, admits fewer calls at once, the lowest classes
+// and the costliest methods first (package memshed), so that the heap
+// stays under the limit and the GC does not eat the CPU. A process with
+// no limit gets no memory guard at all. A process with a cgroup limit and
+// no GOMEMLIMIT gets a soft limit of 90% of it (debug.SetMemoryLimit, put
+// back by Stop), as Go's GC guide advises for containers: without one
+// the Go heap grows to twice its live size before it collects, whatever
+// the container allows. WithoutMemory turns both off.
+//
 // Who gets the capacity: each call has a criticality class, from the
 // levee-criticality header (WithCriticality; by default every call is
 // critical, and a caller may lower its own calls): turns go to the highest
@@ -67,6 +78,8 @@ import (
 	"github.com/levee-go/levee/deadline"
 	"github.com/levee-go/levee/grpcguard"
 	"github.com/levee-go/levee/internal/preset"
+	"github.com/levee-go/levee/memory"
+	"github.com/levee-go/levee/memshed"
 	"github.com/levee-go/levee/metrics"
 	"github.com/levee-go/levee/ratelimit"
 	"github.com/levee-go/levee/runlimit"
@@ -95,6 +108,8 @@ type options struct {
 	methodOrder []string
 	cpuOff      bool
 	cpuSignal   runlimit.CPU
+	memOff      bool
+	memSignal   MemorySignal
 	code        codes.Code
 	orca        bool
 	orcaOpts    []grpcguard.ORCAOption
@@ -200,6 +215,26 @@ func WithoutCPU() Option { return func(o *options) { o.cpuOff = true } }
 // detecting one (a *cpu.Monitor you run, or a fake in tests).
 func WithCPU(c runlimit.CPU) Option { return func(o *options) { o.cpuSignal = c } }
 
+// MemorySignal is a memory signal: *memory.Monitor satisfies it. The
+// preset guards memory only while Limited is true when New runs.
+type MemorySignal interface {
+	Projected() float64
+	HardUtilization() float64
+	HardLimit() uint64
+	GCFraction() float64
+	Limited() bool
+}
+
+// WithoutMemory turns the memory signal off: no memory guard, whatever
+// the process's limit. Default: this process's memory signal
+// (memory.Detect), and a memory guard when it has a limit.
+func WithoutMemory() Option { return func(o *options) { o.memOff = true } }
+
+// WithMemory gives the preset a memory signal of your own instead of
+// detecting one (a *memory.Monitor you run, or a fake in tests). It
+// guards memory only if the signal is Limited when New runs.
+func WithMemory(m MemorySignal) Option { return func(o *options) { o.memSignal = m } }
+
 // WithCode sets the status of refusals: RESOURCE_EXHAUSTED (the default)
 // or UNAVAILABLE. New fails on any other code.
 func WithCode(c codes.Code) Option { return func(o *options) { o.code = c } }
@@ -279,16 +314,19 @@ func (o *options) validate() error {
 // usable. It is safe for concurrent use. Call Stop when the gRPC server has
 // stopped.
 type Server struct {
-	guard     *grpcguard.Server
-	run       *runlimit.Limiter
-	deadline  *deadline.Guard
-	monitor   *cpu.Monitor // nil unless New started it
-	global    *ratelimit.Limiter
-	perClient *ratelimit.Keyed
-	methods   map[string]*ratelimit.Limiter
-	orca      *grpcguard.ORCA // nil without WithORCA
-	closers   []func()        // stop the guards that New made
-	stopOnce  sync.Once
+	guard       *grpcguard.Server
+	run         *runlimit.Limiter
+	deadline    *deadline.Guard
+	monitor     *cpu.Monitor    // nil unless New started it
+	memMon      *memory.Monitor // nil unless New started it
+	memShed     *memshed.Shedder
+	restoreSoft func() // puts back the runtime's soft memory limit; nil if New set none
+	global      *ratelimit.Limiter
+	perClient   *ratelimit.Keyed
+	methods     map[string]*ratelimit.Limiter
+	orca        *grpcguard.ORCA // nil without WithORCA
+	closers     []func()        // stop the guards that New made
+	stopOnce    sync.Once
 }
 
 // New returns the protection, or an error naming every bad option.
@@ -315,11 +353,23 @@ func New(opts ...Option) (*Server, error) {
 			p.monitor, signal = mon, mon
 		}
 	}
+	var mem preset.Memory
+	switch {
+	case o.memOff:
+	case o.memSignal != nil:
+		mem = o.memSignal
+	default:
+		if mon, err := preset.NewMemoryMonitor(); err == nil {
+			p.memMon, mem = mon, mon
+			p.restoreSoft, _ = preset.SetSoftLimit(mon)
+		}
+	}
 	spec := preset.Spec{
 		MaxRate:        o.maxRate,
 		MaxConcurrency: o.maxConc,
 		ClientRate:     o.clientRate,
 		CPU:            signal,
+		Memory:         mem,
 		Code:           o.code,
 		Criticality:    o.crit,
 		Tenant:         o.tenant,
@@ -340,7 +390,7 @@ func New(opts ...Option) (*Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("protect: %w", err)
 	}
-	p.run, p.deadline, p.global, p.perClient, p.methods = b.Run, b.Deadline, b.Global, b.PerClient, b.Methods
+	p.run, p.deadline, p.global, p.perClient, p.methods, p.memShed = b.Run, b.Deadline, b.Global, b.PerClient, b.Methods, b.Memory
 	exempt := append(append([]string(nil), grpcguard.DefaultExempt...), b.Exempt...)
 	gopts := []grpcguard.Option{grpcguard.WithExempt(exempt...)}
 	if o.streamsSet {
@@ -462,12 +512,28 @@ func (p *Server) Deadline() *deadline.Guard { return p.deadline }
 // start.
 func (p *Server) CPU() *cpu.Monitor { return p.monitor }
 
+// Memory returns the memory monitor New started, or nil when the signal
+// is off, given with WithMemory, or could not be read. It runs whether or
+// not the process has a limit (and so a memory guard).
+func (p *Server) Memory() *memory.Monitor { return p.memMon }
+
+// MemoryGuard returns the memory guard, or nil when the process had no
+// memory limit when New ran (or WithoutMemory).
+func (p *Server) MemoryGuard() *memshed.Shedder { return p.memShed }
+
 // Register adds the protection's metrics to reg: decisions by rule, guard
-// and result, the run limit, the CPU signal, and any rate limits.
+// and result, the run limit, the CPU and memory signals, the memory guard,
+// and any rate limits.
 func (p *Server) Register(reg *metrics.Registry) error {
 	errs := []error{reg.AddServer(p.guard), reg.AddRunLimit("run", p.run)}
 	if p.monitor != nil {
 		errs = append(errs, reg.AddCPU(p.monitor))
+	}
+	if p.memMon != nil {
+		errs = append(errs, reg.AddMemory(p.memMon))
+	}
+	if p.memShed != nil {
+		errs = append(errs, reg.AddMemShed(preset.NameMemory, p.memShed))
 	}
 	if p.global != nil {
 		errs = append(errs, reg.AddLimiter("rate", p.global))
@@ -481,16 +547,22 @@ func (p *Server) Register(reg *metrics.Registry) error {
 	return errors.Join(errs...)
 }
 
-// Stop stops what New started (the CPU monitor, the per-client buckets'
-// sweeper). Calls still running keep their permits and finish normally.
+// Stop stops what New started (the CPU and memory monitors, the memory
+// guard's control, the per-client buckets' sweeper). Calls still running keep their permits and finish normally.
 // It is safe to call more than once.
 func (p *Server) Stop() {
 	p.stopOnce.Do(func() {
+		for _, c := range p.closers {
+			c()
+		}
 		if p.monitor != nil {
 			p.monitor.Close()
 		}
-		for _, c := range p.closers {
-			c()
+		if p.memMon != nil {
+			p.memMon.Close()
+		}
+		if p.restoreSoft != nil {
+			p.restoreSoft()
 		}
 	})
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/levee-go/levee/cmd/levee/internal/scenario"
 	"github.com/levee-go/levee/cmd/levee/internal/scenario/dependency"
 	fleetdemo "github.com/levee-go/levee/cmd/levee/internal/scenario/fleet"
+	memdemo "github.com/levee-go/levee/cmd/levee/internal/scenario/memory"
 	"github.com/levee-go/levee/cmd/levee/internal/scenario/overload"
 	"github.com/levee-go/levee/examples/inventory"
 	"github.com/levee-go/levee/internal/harness/stats"
@@ -21,7 +22,7 @@ import (
 // the first the default. Each call returns fresh ones: a scenario's flags
 // are bound to the scenario value.
 func demoScenarios() (*scenario.Registry, error) {
-	return scenario.NewRegistry(overload.New(), overload.NewIO(), overload.NewMixed(), overload.NewTenants(), dependency.New(), fleetdemo.New())
+	return scenario.NewRegistry(overload.New(), overload.NewIO(), overload.NewMixed(), overload.NewTenants(), dependency.New(), fleetdemo.New(), memdemo.New())
 }
 
 // demoConfig is a parsed `levee demo` command line.

@@ -37,6 +37,9 @@ type policyParams struct {
 	// load-shedding scale in 0..1) for the /stats endpoint that `levee
 	// demo` samples every second.
 	Gauges *stats.Gauges
+	// NoMemoryGuard is -memory-guard=false: the preset without its
+	// memory guard (protect.WithoutMemory).
+	NoMemoryGuard bool
 	// TenantHeader names the metadata key of the tenant among whom the
 	// preset shares capacity fairly (-tenant-header); "": no tenants.
 	TenantHeader string

@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"time"
 
 	"google.golang.org/grpc"
 
@@ -46,6 +47,9 @@ func presetProtection(p policyParams) (opts []grpc.ServerOption, stop func(), er
 	if p.Fleet != nil {
 		popts = append(popts, p.Fleet.options()...)
 	}
+	if p.NoMemoryGuard {
+		popts = append(popts, protect.WithoutMemory())
+	}
 	pr, err := protect.New(popts...)
 	if err != nil {
 		return nil, func() {}, err
@@ -57,6 +61,18 @@ func presetProtection(p policyParams) (opts []grpc.ServerOption, stop func(), er
 		run := pr.RunLimit()
 		p.Gauges.Set("limit", func() float64 { return float64(run.Limit()) })
 		p.Gauges.Set("waiting", func() float64 { return float64(run.Waiting()) })
+		guard := pr.Guard()
+		p.Gauges.Set("tap_pending", func() float64 {
+			n, _ := guard.TapLeftovers(time.Now())
+			return float64(n)
+		})
+		if mon := pr.Memory(); mon != nil {
+			p.Gauges.Set("memory_projected", mon.Projected)
+		}
+		if ms := pr.MemoryGuard(); ms != nil {
+			p.Gauges.Set("memshed_refused", func() float64 { return float64(ms.Refused()) })
+			p.Gauges.Set("memshed_budget", func() float64 { return float64(ms.Budget()) })
+		}
 	}
 	if p.Mux != nil {
 		reg := metrics.New(metrics.WithRuntimeMetrics())

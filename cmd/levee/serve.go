@@ -19,6 +19,7 @@ import (
 
 	"github.com/levee-go/levee/cmd/levee/internal/capacity"
 	"github.com/levee-go/levee/cmd/levee/internal/scenario"
+	memdemo "github.com/levee-go/levee/cmd/levee/internal/scenario/memory"
 	"github.com/levee-go/levee/examples/inventory"
 	"github.com/levee-go/levee/internal/harness/affinity"
 	"github.com/levee-go/levee/internal/harness/stats"
@@ -29,6 +30,11 @@ import (
 const shutdownGrace = 5 * time.Second
 
 func (c *cli) serve(ctx context.Context, args []string) error {
+	// First of all: a server the memory demo starts joins the cgroup
+	// whose limit the demo set, before it allocates anything.
+	if err := memdemo.Join(); err != nil {
+		return err
+	}
 	fs := c.newFlagSet("serve", "Serve the CoreCart inventory service (gRPC, with health and reflection),\nprotected by levee unless -unprotected.")
 	addr := fs.String("addr", "127.0.0.1:50051", "gRPC listen `address`")
 	metricsAddr := fs.String("metrics-addr", "", "HTTP listen `address` for /metrics and /stats (empty: off)")
@@ -40,6 +46,9 @@ func (c *cli) serve(ctx context.Context, args []string) error {
 	stockWork := fs.Duration("stock-work", 0, "CPU time each GetStock burns (the mixed scenario's cheap method)")
 	cpuWork := fs.Duration("cpu-work", inventory.DefaultCPUWork, "CPU time each Allocate burns (turned into SHA-256 rounds by timing this machine)")
 	workIterations := fs.Int("work-iterations", -1, "exact SHA-256 rounds each Allocate burns, overriding -cpu-work (-1: from -cpu-work); the demo gives both its servers the same")
+	var allocPerCall scenario.SizeFlag
+	fs.Var(&allocPerCall, "alloc-per-call", "memory-hungry mode: each Allocate allocates this `size` (bytes, or with a unit: 8MiB), writes every page and holds it until it returns, across its database wait with -db-conns (0: off)")
+	memGuard := fs.Bool("memory-guard", true, "preset recipe: shed before memory runs out when the process has a memory limit (false: the preset without its memory guard, for comparison)")
 	unprotected := fs.Bool("unprotected", false, "serve without any protection")
 	tenantHeader := fs.String("tenant-header", "", "share the capacity max-min fairly among the tenants named by this metadata `key` (e.g. x-tenant-id; preset recipe; empty: no tenants)")
 	pinCPU := fs.Int("cpu", -1, "pin the server to this CPU (Linux; -1: no pinning)")
@@ -114,6 +123,9 @@ func (c *cli) serve(ctx context.Context, args []string) error {
 	if *dbConns > 0 {
 		invOpts = append(invOpts, inventory.WithDatabase(*dbConns, *dbLatency))
 	}
+	if allocPerCall.Bytes > 0 {
+		invOpts = append(invOpts, inventory.WithAllocPerCall(allocPerCall.Bytes))
+	}
 	srv, err := inventory.NewServer(invOpts...)
 	if err != nil {
 		return err
@@ -146,7 +158,7 @@ func (c *cli) serve(ctx context.Context, args []string) error {
 	}
 
 	g := &stats.Gauges{}
-	params := policyParams{Capacity: capValue, CPUWork: *cpuWork, Mux: mux, Gauges: g, TenantHeader: *tenantHeader}
+	params := policyParams{Capacity: capValue, CPUWork: *cpuWork, Mux: mux, Gauges: g, TenantHeader: *tenantHeader, NoMemoryGuard: !*memGuard}
 	if ff.redis != "" {
 		fl, err := newFleet(ff, *tenantHeader, c.stderr)
 		if err != nil {

@@ -49,6 +49,7 @@ type options struct {
 	dbLatency   time.Duration
 	dbSet       bool // WithDatabase given
 	readWork    time.Duration
+	allocSize   int64
 }
 
 func defaultOptions() options {
@@ -81,6 +82,9 @@ func (o *options) validate() error {
 	}
 	if o.readWork < 0 {
 		bad("WithStockReadWork: duration must be >= 0, got %v", o.readWork)
+	}
+	if o.allocSize < 0 {
+		bad("WithAllocPerCall: size must be >= 0, got %d", o.allocSize)
 	}
 	if o.orderMemory < 1 {
 		bad("WithOrderMemory: n must be >= 1, got %d", o.orderMemory)
@@ -168,4 +172,14 @@ func WithOrderMemory(n int) Option {
 // concurrent queries. NewServer fails when conns < 1 or latency < 0.
 func WithDatabase(conns int, latency time.Duration) Option {
 	return func(o *options) { o.dbConns, o.dbLatency, o.dbSet = conns, latency, true }
+}
+
+// WithAllocPerCall makes each Allocate hold size bytes for as long as it
+// runs, as a handler holding a large decoded payload does: it allocates
+// them when it starts, writes to every page (so that the memory is
+// resident, not merely reserved), and keeps them until it returns —
+// across its database wait with WithDatabase. Default 0: nothing beyond
+// what a call needs. NewServer fails when size is negative.
+func WithAllocPerCall(size int64) Option {
+	return func(o *options) { o.allocSize = size }
 }

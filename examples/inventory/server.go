@@ -3,6 +3,7 @@ package inventory
 import (
 	"context"
 	"errors"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -25,6 +26,7 @@ type Server struct {
 	inventoryv1.UnimplementedInventoryServiceServer
 
 	iterations int       // burn iterations per Allocate
+	allocSize  int64     // bytes each Allocate holds (WithAllocPerCall)
 	readIter   int       // burn iterations per GetStock
 	db         *database // nil without WithDatabase
 
@@ -111,6 +113,7 @@ func NewServer(opts ...Option) (*Server, error) {
 		orders:     make(map[string]orderState),
 		ring:       make([]string, o.orderMemory),
 		now:        time.Now,
+		allocSize:  o.allocSize,
 	}
 	if o.dbSet {
 		s.db = newDatabase(o.dbConns, o.dbLatency)
@@ -134,7 +137,9 @@ func (s *Server) StockReadIterations() int { return s.readIter }
 // SKUs returns the catalogue's SKUs in the order they were configured.
 func (s *Server) SKUs() []string { return append([]string(nil), s.skus...) }
 
-// Allocate reserves req.Quantity units of req.Sku for req.OrderId. It first
+// Allocate reserves req.Quantity units of req.Sku for req.OrderId. With
+// WithAllocPerCall it first allocates its payload, held until it
+// returns. It
 // checks its arguments, then does its CPU work, then, with WithDatabase,
 // takes a database connection and holds it for the query, and then applies
 // the order under the stock lock (still holding the connection). An order id
@@ -148,6 +153,10 @@ func (s *Server) SKUs() []string { return append([]string(nil), s.skus...) }
 func (s *Server) Allocate(ctx context.Context, req *inventoryv1.AllocateRequest) (*inventoryv1.AllocateResponse, error) {
 	s.begin()
 	defer s.end(ctx)
+	if s.allocSize > 0 {
+		payload := hold(s.allocSize)
+		defer runtime.KeepAlive(payload)
+	}
 
 	sku, qty, id := req.GetSku(), req.GetQuantity(), req.GetOrderId()
 	switch {
@@ -209,6 +218,19 @@ func (s *Server) Allocate(ctx context.Context, req *inventoryv1.AllocateRequest)
 
 	s.allocated.Add(1)
 	return &inventoryv1.AllocateResponse{OrderId: id, Sku: sku, Quantity: qty, Remaining: remaining}, nil
+}
+
+// pageSize is the stride at which hold touches its buffer.
+const pageSize = 4096
+
+// hold returns size fresh bytes with every page written, so that they are
+// resident.
+func hold(size int64) []byte {
+	b := make([]byte, size)
+	for i := 0; i < len(b); i += pageSize {
+		b[i] = 1
+	}
+	return b
 }
 
 // remember records an applied order, forgetting the oldest one when the

@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"runtime"
+	"runtime/metrics"
 	"strconv"
 	"strings"
 	"sync"
@@ -672,6 +674,7 @@ func TestNewServerRejectsBadOptions(t *testing.T) {
 		{name: "negative iterations", give: []Option{WithWorkIterations(-1)}, want: "inventory: WithWorkIterations: n must be >= 0, got -1"},
 		{name: "zero order memory", give: []Option{WithOrderMemory(0)}, want: "inventory: WithOrderMemory: n must be >= 1, got 0"},
 		{name: "negative order memory", give: []Option{WithOrderMemory(-5)}, want: "inventory: WithOrderMemory: n must be >= 1, got -5"},
+		{name: "negative alloc per call", give: []Option{WithAllocPerCall(-1)}, want: "inventory: WithAllocPerCall: size must be >= 0, got -1"},
 		{name: "no database connections", give: []Option{WithDatabase(0, time.Millisecond)}, want: "inventory: WithDatabase: conns must be >= 1, got 0"},
 		{name: "negative database latency", give: []Option{WithDatabase(4, -time.Millisecond)}, want: "inventory: WithDatabase: latency must be >= 0, got -1ms"},
 		{name: "both database values bad", give: []Option{WithDatabase(-1, -time.Second)},
@@ -770,4 +773,39 @@ func BenchmarkAllocateDefaultWork(b *testing.B) {
 		}
 	}
 	b.ReportMetric(float64(srv.WorkIterations()), "iterations/op")
+}
+
+// TestAllocPerCallHeld: with WithAllocPerCall an Allocate holds its
+// payload while it waits for the database: the runtime's heap in use
+// grows by it while the call waits.
+func TestAllocPerCallHeld(t *testing.T) {
+	const size = 32 << 20
+	srv := newServer(t, WithWorkIterations(0), WithAllocPerCall(size), WithDatabase(1, 0))
+	hold := make(chan struct{})
+	waiting := make(chan struct{})
+	srv.afterWork = func(context.Context) {
+		close(waiting)
+		<-hold
+	}
+	done := make(chan error, 1)
+	go func() {
+		_, err := srv.Allocate(context.Background(), &inventoryv1.AllocateRequest{Sku: "SKU-0001", Quantity: 1, OrderId: "o1"})
+		done <- err
+	}()
+	<-waiting
+	inUse := func() uint64 {
+		runtime.GC()
+		s := []metrics.Sample{{Name: "/gc/heap/live:bytes"}}
+		metrics.Read(s)
+		return s[0].Value.Uint64()
+	}
+	during := inUse()
+	close(hold)
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	after := inUse()
+	if during < after+size*3/4 {
+		t.Errorf("live heap %d MiB while the call runs, %d MiB after: want it to hold about %d MiB more", during>>20, after>>20, size>>20)
+	}
 }

@@ -23,6 +23,7 @@ var below = map[string][]string{
 	"memory":      {"golang.org/x/sys/"},
 	"connlimit":   nil,
 	"loadshed":    nil,
+	"memshed":     nil,
 	"deadline":    nil,
 	"queuedelay":  nil,
 	"holdoff":     nil,

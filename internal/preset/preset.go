@@ -13,6 +13,8 @@ package preset
 import (
 	"fmt"
 	"math"
+	"os"
+	"runtime/debug"
 	"time"
 
 	"google.golang.org/grpc/codes"
@@ -21,6 +23,8 @@ import (
 	"github.com/levee-go/levee/cpu"
 	"github.com/levee-go/levee/deadline"
 	"github.com/levee-go/levee/grpcguard"
+	"github.com/levee-go/levee/memory"
+	"github.com/levee-go/levee/memshed"
 	"github.com/levee-go/levee/ratelimit"
 	"github.com/levee-go/levee/runlimit"
 )
@@ -31,6 +35,7 @@ const (
 	NameRate       = "rate"
 	NameClient     = "client"
 	NameMethodRate = "method-rate"
+	NameMemory     = "memory"
 	// RuleDefault is the name of the rule that governs every method
 	// without an override of its own.
 	RuleDefault = "default"
@@ -62,6 +67,64 @@ func NewCPUMonitor() (*cpu.Monitor, error) {
 	return cpu.NewMonitor(src, cpu.WithInterval(CPUInterval), cpu.WithSmoothing(CPUSmoothing))
 }
 
+// MemoryInterval is the memory monitor's sampling interval for the
+// preset: package memory's default, which is also how often the memory
+// guard ticks (memshed.DefaultInterval). The monitor does not smooth.
+const MemoryInterval = memory.DefaultInterval
+
+// NewMemoryMonitor detects this process's memory source (memory.Detect)
+// and starts a monitor with the preset's tuning. The caller closes it.
+func NewMemoryMonitor() (*memory.Monitor, error) {
+	src, err := memory.Detect()
+	if err != nil {
+		return nil, err
+	}
+	return memory.NewMonitor(src, memory.WithInterval(MemoryInterval))
+}
+
+// SoftLimitShare is the share of a cgroup memory limit the preset gives
+// the Go runtime as its soft limit when none is set (SetSoftLimit).
+const SoftLimitShare = 0.9
+
+// SetSoftLimit gives the Go runtime a soft memory limit of SoftLimitShare
+// of mon's cgroup limit when the process has a cgroup limit and
+// GOMEMLIMIT is not set (neither in the environment nor by
+// debug.SetMemoryLimit), as Go's GC guide advises for containers:
+// without one, the runtime lets the heap grow to twice its live size
+// (GOGC=100) before it collects, whatever the container allows, and a
+// heap whose live half fits is killed for its garbage. With one it
+// collects as often as it must to stay under it, and returns freed
+// memory to the system eagerly. It returns the function that puts the
+// runtime's limit back (if it is still the one set here), and the limit
+// set, 0 when it set none.
+func SetSoftLimit(mon *memory.Monitor) (restore func(), limit int64) {
+	restore = func() {}
+	if mon == nil || os.Getenv("GOMEMLIMIT") != "" || debug.SetMemoryLimit(-1) != math.MaxInt64 {
+		return restore, 0
+	}
+	last := mon.Stats().Last
+	cg := last.Cgroup.Limit()
+	if last.Kind == memory.KindRuntime || cg == 0 {
+		return restore, 0
+	}
+	limit = int64(SoftLimitShare * float64(cg))
+	debug.SetMemoryLimit(limit)
+	return func() {
+		if debug.SetMemoryLimit(-1) == limit {
+			debug.SetMemoryLimit(math.MaxInt64)
+		}
+	}, limit
+}
+
+// Memory is the memory signal the preset follows: *memory.Monitor
+// satisfies it. The preset adds its memory guard only when Limited says
+// the process has a memory limit (a cgroup limit or GOMEMLIMIT) when the
+// preset is built.
+type Memory interface {
+	memshed.Signal
+	Limited() bool
+}
+
 // Method overrides the preset for one full method name.
 type Method struct {
 	Name    string
@@ -77,8 +140,11 @@ type Spec struct {
 	MaxConcurrency int     // the run limit's ceiling; 0: runlimit's own
 	ClientRate     float64 // each peer's bucket; 0: none
 	CPU            runlimit.CPU
-	Code           codes.Code // 0: grpcguard's default
-	Shadow         bool
+	// Memory is the memory signal; nil, or not Limited: no memory guard,
+	// and the chain is as if there were no signal at all.
+	Memory Memory
+	Code   codes.Code // 0: grpcguard's default
+	Shadow bool
 
 	Criticality *grpcguard.Criticality // nil: every call critical
 	Tenant      grpcguard.KeyFunc      // nil: no tenants
@@ -123,6 +189,7 @@ type Built struct {
 	Global    *ratelimit.Limiter            // nil without MaxRate
 	PerClient *ratelimit.Keyed              // nil without ClientRate
 	Methods   map[string]*ratelimit.Limiter // by method, the overrides' buckets
+	Memory    *memshed.Shedder              // nil without a limited memory signal
 }
 
 // Build makes s into rules, taking every guard from src. It returns the
@@ -173,6 +240,22 @@ func Build(s Spec, src Source) (Built, error) {
 			return Built{}, fmt.Errorf("max_rate: %w", err)
 		}
 		b.Global = in.Value.(*ratelimit.Limiter)
+		shared = append(shared, in.Guard)
+	}
+	if s.Memory != nil && s.Memory.Limited() {
+		// After the run limit (admission.CostMemory): a call waiting
+		// for a turn holds no room in the memory budget.
+		in, err := src(NameMemory, func() (Instance, error) {
+			m, err := memshed.New(NameMemory, s.Memory)
+			if err != nil {
+				return Instance{}, err
+			}
+			return Instance{Guard: m, Value: m, Close: m.Close}, nil
+		})
+		if err != nil {
+			return Built{}, fmt.Errorf("memory: %w", err)
+		}
+		b.Memory = in.Value.(*memshed.Shedder)
 		shared = append(shared, in.Guard)
 	}
 	shared = append(shared, s.Guards...)

@@ -7,6 +7,7 @@ import (
 	"math"
 	"net/http"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/levee-go/levee/internal/harness/report"
@@ -115,4 +116,74 @@ func toReport(doc Doc, start time.Time) []report.ServerSample {
 		out = append(out, smp)
 	}
 	return out
+}
+
+// ToReport turns doc's samples into the report's server samples, with
+// offsets from start.
+func ToReport(doc Doc, start time.Time) []report.ServerSample { return toReport(doc, start) }
+
+// Watcher polls a server's /stats while a run goes on and keeps every
+// sample it got, so that a server that dies during the run (killed by the
+// OOM killer, say) still leaves the samples it served. Create it with
+// Watch; Stop ends it.
+type Watcher struct {
+	c      *Client
+	cancel context.CancelFunc
+	done   chan struct{}
+
+	mu   sync.Mutex
+	doc  Doc
+	last int64 // Time of the newest sample kept
+}
+
+// Watch starts polling c every interval for the samples newer than from.
+func (c *Client) Watch(from time.Time, every time.Duration) *Watcher {
+	ctx, cancel := context.WithCancel(context.Background())
+	w := &Watcher{c: c, cancel: cancel, done: make(chan struct{}), last: from.UnixNano()}
+	go func() {
+		defer close(w.done)
+		t := time.NewTicker(every)
+		defer t.Stop()
+		for {
+			w.poll(ctx, every)
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+			}
+		}
+	}()
+	return w
+}
+
+func (w *Watcher) poll(ctx context.Context, timeout time.Duration) {
+	w.mu.Lock()
+	since := w.last
+	w.mu.Unlock()
+	pctx, cancel := context.WithTimeout(ctx, max(timeout, time.Second))
+	defer cancel()
+	doc, err := w.c.Fetch(pctx, time.Unix(0, since))
+	if err != nil {
+		return
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.doc.CPUs, w.doc.Protected, w.doc.Capacity = doc.CPUs, doc.Protected, doc.Capacity
+	for _, s := range doc.Samples {
+		if s.Time > w.last {
+			w.doc.Samples = append(w.doc.Samples, s)
+			w.last = s.Time
+		}
+	}
+}
+
+// Stop ends the polling, after one last poll if the server still answers
+// within timeout, and returns every sample kept.
+func (w *Watcher) Stop(timeout time.Duration) Doc {
+	w.cancel()
+	<-w.done
+	w.poll(context.Background(), timeout)
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.doc
 }

@@ -16,6 +16,29 @@ type Sample struct {
 	CPUSeconds float64 `json:"cpu_seconds"`
 	// Gauges are the policy's live values ("scale").
 	Gauges map[string]float64 `json:"gauges,omitempty"`
+	// Memory is the process's memory at the sample.
+	Memory Memory `json:"memory"`
+}
+
+// Memory is what a Sample says of the process's memory, read from the Go
+// runtime (runtime/metrics) and, for RSS, from /proc/self/status.
+type Memory struct {
+	// RSS is the resident set size in bytes (VmRSS), 0 where the OS does
+	// not say.
+	RSS uint64 `json:"rss_bytes"`
+	// HeapLive is the heap the last GC found live.
+	HeapLive uint64 `json:"heap_live_bytes"`
+	// GCCPUSeconds and CPUSeconds are the runtime's cumulative GC CPU
+	// time and the CPU time available to the scheduler (GOMAXPROCS × wall
+	// time), which it updates at the end of each GC cycle: their growth
+	// between two samples is the GC's CPU fraction.
+	GCCPUSeconds float64 `json:"gc_cpu_seconds"`
+	CPUSeconds   float64 `json:"sched_cpu_seconds"`
+	// GCIdleSeconds is the part of GCCPUSeconds that marked on
+	// processors with nothing else to run.
+	GCIdleSeconds float64 `json:"gc_idle_cpu_seconds"`
+	// Goroutines is the number of live goroutines.
+	Goroutines uint64 `json:"goroutines"`
 }
 
 func (s Sample) wasted() uint64 { return s.Late + s.Canceled }

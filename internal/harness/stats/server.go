@@ -114,6 +114,7 @@ func (r *Recorder) sample() Sample {
 		InFlight:   st.InFlight,
 		CPUSeconds: processCPUSeconds(),
 		Gauges:     r.g.read(),
+		Memory:     readMemory(),
 	}
 }
 

@@ -84,3 +84,35 @@ func TestSpikePhases(t *testing.T) {
 		}
 	}
 }
+
+func TestParseSize(t *testing.T) {
+	tests := []struct {
+		give    string
+		want    int64
+		wantErr bool
+	}{
+		{give: "0", want: 0},
+		{give: "8388608", want: 8 << 20},
+		{give: "8MiB", want: 8 << 20},
+		{give: "1.5 GiB", want: 3 << 29},
+		{give: "512KiB", want: 512 << 10},
+		{give: "2MB", want: 2_000_000},
+		{give: "3kB", want: 3000},
+		{give: "10B", want: 10},
+		{give: "-1MiB", wantErr: true},
+		{give: "lots", wantErr: true},
+		{give: "8 MiBs", wantErr: true},
+		{give: "2PiB", wantErr: true},
+	}
+	for _, tt := range tests {
+		got, err := ParseSize(tt.give)
+		if (err != nil) != tt.wantErr || got != tt.want {
+			t.Errorf("ParseSize(%q) = %d, %v; want %d, error %t", tt.give, got, err, tt.want, tt.wantErr)
+		}
+	}
+	for _, n := range []int64{0, 1000, 8 << 20, 3 << 30, 1536} {
+		if got, err := ParseSize(FormatSize(n)); err != nil || got != n {
+			t.Errorf("ParseSize(FormatSize(%d) = %q) = %d, %v", n, FormatSize(n), got, err)
+		}
+	}
+}

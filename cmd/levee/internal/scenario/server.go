@@ -149,3 +149,22 @@ func (s *Server) Err() error {
 		return nil
 	}
 }
+
+// RSS returns the server process's resident set size in bytes (VmRSS of
+// /proc/PID/status), 0 once it has exited or where /proc does not say.
+func (s *Server) RSS() uint64 {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(s.cmd.Process.Pid) + "/status")
+	if err != nil {
+		return 0
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, "VmRSS:"); ok {
+			f := strings.Fields(v)
+			if len(f) > 0 {
+				kb, _ := strconv.ParseUint(f[0], 10, 64)
+				return kb << 10
+			}
+		}
+	}
+	return 0
+}

@@ -1,0 +1,688 @@
+package memshed
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"runtime"
+	"runtime/debug"
+	"runtime/metrics"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/levee-go/levee/admission"
+)
+
+// ReasonMemory is the refusal of a Shedder.
+const ReasonMemory = "shedding load while memory is short"
+
+// Defaults and the control's named constants.
+const (
+	// DefaultThreshold is the Projected share of the limit at and above
+	// which memory pressure is evidence of overload. Without GOMEMLIMIT
+	// the next GC's heap is what the kernel will be asked for; at 0.85
+	// the calls already running still have room to allocate before the
+	// OOM killer acts.
+	DefaultThreshold = 0.85
+	// DefaultGCThreshold is the GC's share of CPU at and above which the
+	// GC is evidence of overload: a heap held near GOMEMLIMIT makes the
+	// runtime collect ever more often.
+	DefaultGCThreshold = 0.2
+	// DefaultCooldown is how long pressure must be absent, with no call
+	// refused, before the budget is lifted.
+	DefaultCooldown = 5 * time.Second
+	// DefaultInterval is how often New's goroutine ticks: the memory
+	// monitor's sampling interval.
+	DefaultInterval = 100 * time.Millisecond
+	// DefaultRetryAfter is the retry delay of a refusal: about the time
+	// a cut takes to show in the heap and a few calls to finish.
+	DefaultRetryAfter = time.Second
+
+	// HoldTicks is how many ticks a cut waits before the next one: the
+	// heap answers a cut when the next GC cycle finds less live memory.
+	HoldTicks = 3
+	// Margin is how far below the threshold pressure must fall before a
+	// budget grows again.
+	Margin = 0.05
+	// MinCut and MaxCut bound one cut of the budget: at most to half, at
+	// least by a twentieth.
+	MinCut = 0.5
+	MaxCut = 0.95
+	// EmergencyAt is the HardUtilization (the memory the process has, not
+	// the memory it heads for) at and above which memory is evidence of
+	// overload whatever the runtime plans: the OOM killer is near.
+	EmergencyAt = 0.97
+	// ShrinkAt and ShrinkGap: when HardUtilization reaches ShrinkAt while
+	// Projected is ShrinkGap or more below it, at least that share of the
+	// limit is memory the runtime has freed and kept; the shedder returns
+	// it to the system (debug.FreeOSMemory: a GC, then the free pages
+	// released), at most once per ShrinkEvery. Envoy's overload manager
+	// has the same action (shrink_heap).
+	ShrinkAt    = 0.9
+	ShrinkGap   = 0.1
+	ShrinkEvery = time.Second
+	// LiftBelow: the budget is lifted once there has been no evidence for
+	// the cooldown and the running calls have held less than this share
+	// of it on average (a time constant of a fifth of the cooldown):
+	// while they fill it, the budget is what keeps the evidence away.
+	LiftBelow = 0.75
+	// BrakeAt, BrakeWatch, BrakeEvery and BrakeGCEvery: the brake,
+	// between ticks. A flood of calls that each allocate megabytes
+	// fills a limit in milliseconds, before any sample shows it, and
+	// before any cost is learned. So the calls read the heap's objects
+	// themselves (runtime/metrics /memory/classes/heap/objects:bytes,
+	// which grows with every allocation), at most once per BrakeEvery,
+	// or at every call once they are past BrakeWatch of the limit, and a
+	// call that finds the memory the process had at the last tick, plus
+	// what it took since (see braking) and its own cost, at BrakeAt of
+	// the limit or more is refused.
+	// The heap's objects include garbage the GC has not yet found; a GC
+	// runs only when the heap reaches its goal, and with calls refused
+	// it may not grow to it, so the tick after a brake runs a collection
+	// (runtime.GC), at most once per BrakeGCEvery.
+	BrakeAt      = 0.9
+	BrakeWatch   = 0.75
+	BrakeEvery   = time.Millisecond
+	BrakeGCEvery = time.Second
+	// GCSmoothing is the time constant over which the GC fraction is
+	// averaged before it counts as evidence: one GC cycle's span is
+	// short and its fraction swings.
+	GCSmoothing = time.Second
+	// CostWindow is the time constant of the cost fit's weights.
+	CostWindow = 10 * time.Second
+	// MinCost is the least a call is taken to cost: its goroutine's stack
+	// and its request, more or less.
+	MinCost = 8 << 10
+	// MaxMethods is how many methods get a cost of their own; the others
+	// share one.
+	MaxMethods = 32
+)
+
+// Shares are the shares of the budget each criticality class may fill,
+// by admission.Criticality.Index (sheddable first). Lower classes reach
+// theirs first, so they are refused first.
+var Shares = [admission.Classes]float64{0.5, 0.75, 1, 1.25}
+
+// Signal is what a Shedder follows; *memory.Monitor satisfies it. Its
+// methods must be safe for concurrent use and cheap.
+type Signal interface {
+	// Projected is the share in [0, 1] of its memory limit the process
+	// heads for.
+	Projected() float64
+	// HardUtilization is the share in [0, 1] of the limit the kernel
+	// enforces (a cgroup's) the process has now, HardLimit that limit in
+	// bytes; both 0 without one. A soft limit (GOMEMLIMIT) is not hard:
+	// the runtime keeps it by collecting more often, which GCFraction
+	// shows.
+	HardUtilization() float64
+	HardLimit() uint64
+	// GCFraction is the share in [0, 1] of CPU time the GC takes.
+	GCFraction() float64
+}
+
+// Option configures New and NewManual. An option only records its value;
+// the constructor validates them all. A nil Option is ignored.
+type Option func(*options)
+
+type options struct {
+	threshold, gcThreshold float64
+	cooldown, interval     time.Duration
+	retry                  time.Duration
+}
+
+// WithThreshold sets the Projected share of the limit at which memory
+// pressure is evidence of overload. Default [DefaultThreshold]; f must be
+// in (0, 1].
+func WithThreshold(f float64) Option { return func(o *options) { o.threshold = f } }
+
+// WithGCThreshold sets the GC fraction at which the GC is evidence of
+// overload. Default [DefaultGCThreshold]; f must be in (0, 1].
+func WithGCThreshold(f float64) Option { return func(o *options) { o.gcThreshold = f } }
+
+// WithCooldown sets how long pressure must be absent, with no refusal,
+// before the budget is lifted. Default [DefaultCooldown]; d must be >= 0.
+func WithCooldown(d time.Duration) Option { return func(o *options) { o.cooldown = d } }
+
+// WithInterval sets how often New's goroutine ticks. Default
+// [DefaultInterval]; d must be > 0.
+func WithInterval(d time.Duration) Option { return func(o *options) { o.interval = d } }
+
+// WithRetryAfter sets the retry delay refusals carry. Default
+// [DefaultRetryAfter]; d must be >= 0 (0: none).
+func WithRetryAfter(d time.Duration) Option { return func(o *options) { o.retry = d } }
+
+func (o *options) validate() error {
+	var errs []error
+	if !(o.threshold > 0 && o.threshold <= 1) {
+		errs = append(errs, fmt.Errorf("memshed: WithThreshold: threshold must be in (0, 1], got %v", o.threshold))
+	}
+	if !(o.gcThreshold > 0 && o.gcThreshold <= 1) {
+		errs = append(errs, fmt.Errorf("memshed: WithGCThreshold: threshold must be in (0, 1], got %v", o.gcThreshold))
+	}
+	if o.cooldown < 0 {
+		errs = append(errs, fmt.Errorf("memshed: WithCooldown: cooldown must be >= 0, got %v", o.cooldown))
+	}
+	if o.interval <= 0 {
+		errs = append(errs, fmt.Errorf("memshed: WithInterval: interval must be > 0, got %v", o.interval))
+	}
+	if o.retry < 0 {
+		errs = append(errs, fmt.Errorf("memshed: WithRetryAfter: delay must be >= 0, got %v", o.retry))
+	}
+	return errors.Join(errs...)
+}
+
+// off is the budget of a Shedder without pressure: no budget.
+const off = math.MaxInt64
+
+// method is one method's counters; the admitted path reads and adds to
+// them without a lock.
+type method struct {
+	name        string
+	idx         int          // in the fit
+	cost        atomic.Int64 // bytes a call is taken to cost
+	started     atomic.Uint64
+	lastStarted uint64 // under Shedder.mu, for the fit
+}
+
+// Shedder is the memory-aware admission guard: see the package
+// documentation. Create one with New or NewManual.
+type Shedder struct {
+	name string
+	sig  Signal
+	o    options
+
+	// The brake's state: the limit and what is mapped besides the heap's
+	// objects, as of the last tick; the heap's objects as of the last
+	// read, and when that was (unix nanos).
+	limitB     atomic.Uint64
+	offset     atomic.Int64  // bytes the process had at the last tick
+	heapTick   atomic.Uint64 // the heap's objects at the last tick
+	keptTick   atomic.Int64  // the freed memory the heap kept at the last tick
+	flightTick atomic.Int64  // the memory in flight at the last tick
+	softOK     atomic.Bool   // the runtime's soft limit keeps its heap under the brake
+	heapNow    atomic.Uint64
+	readAt     atomic.Int64
+	braked     atomic.Bool
+	brakes     atomic.Uint64
+
+	// The admitted path's state.
+	limits   [admission.Classes]atomic.Int64 // bytes in flight each class may reach; off: no budget
+	inflight atomic.Int64                    // bytes held by running calls
+	running  atomic.Int64
+	refused  atomic.Uint64
+	methods  atomic.Pointer[map[string]*method]
+	shared   *method // the methods beyond MaxMethods
+
+	mu         sync.Mutex // the control and the fit; adding methods
+	list       []*method
+	budget     int64 // off, or bytes
+	hot        bool  // pressure at the last tick
+	lastHot    time.Time
+	ticks      int     // ticks since the last cut
+	use        float64 // the mean share of the budget the running calls hold
+	lastTick   time.Time
+	gcAvg      float64 // the GC fraction averaged over GCSmoothing
+	lastRef    uint64
+	refusedAt  time.Time // the last tick that saw a refusal
+	cuts       uint64
+	engaged    uint64
+	fit        fit
+	allocs     func() uint64 // cumulative bytes allocated; tests replace it
+	noFit      bool          // tests of the control fix the costs
+	shrink     func()        // returns freed memory to the system; tests replace it
+	collect    func()        // runs a GC; tests replace it
+	heap       func() heapReading
+	lastGC     time.Time
+	brakeGCs   uint64
+	lastShrink time.Time
+	shrinks    uint64
+	now        func() time.Time
+
+	stop, done chan struct{}
+	closeOnce  sync.Once
+}
+
+func newShedder(name string, sig Signal, opts []Option) (*Shedder, error) {
+	if sig == nil {
+		panic("memshed: nil Signal")
+	}
+	o := options{threshold: DefaultThreshold, gcThreshold: DefaultGCThreshold, cooldown: DefaultCooldown, interval: DefaultInterval, retry: DefaultRetryAfter}
+	for _, opt := range opts {
+		if opt != nil {
+			opt(&o)
+		}
+	}
+	if err := o.validate(); err != nil {
+		return nil, err
+	}
+	s := &Shedder{name: name, sig: sig, o: o, budget: off, allocs: readAllocs(), now: time.Now, shrink: debug.FreeOSMemory, collect: runtime.GC, heap: readHeap()}
+	for i := range s.limits {
+		s.limits[i].Store(off)
+	}
+	s.shared = &method{name: "", idx: 0}
+	s.shared.cost.Store(MinCost)
+	s.list = []*method{s.shared}
+	m := map[string]*method{}
+	s.methods.Store(&m)
+	s.fit.init(s.allocs())
+	return s, nil
+}
+
+// New returns a Shedder named name (its refusals and metrics say so)
+// following sig, with a goroutine that ticks it every interval; Close
+// stops it. It returns an error naming every bad option. It panics if
+// sig is nil.
+func New(name string, sig Signal, opts ...Option) (*Shedder, error) {
+	s, err := newShedder(name, sig, opts)
+	if err != nil {
+		return nil, err
+	}
+	s.stop, s.done = make(chan struct{}), make(chan struct{})
+	go s.run()
+	return s, nil
+}
+
+// NewManual returns a Shedder without a goroutine, ticked by Tick alone.
+func NewManual(name string, sig Signal, opts ...Option) (*Shedder, error) {
+	return newShedder(name, sig, opts)
+}
+
+func (s *Shedder) run() {
+	defer close(s.done)
+	t := time.NewTicker(s.o.interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-s.stop:
+			return
+		case <-t.C:
+			s.Tick(s.now())
+		}
+	}
+}
+
+// Close stops New's goroutine and waits for it. It is idempotent and does
+// nothing on a manual Shedder. Calls keep being admitted with the last
+// budget.
+func (s *Shedder) Close() {
+	if s.stop == nil {
+		return
+	}
+	s.closeOnce.Do(func() { close(s.stop) })
+	<-s.done
+}
+
+// readAllocs returns a reader of the runtime's cumulative allocated bytes.
+func readAllocs() func() uint64 {
+	sample := []metrics.Sample{{Name: "/gc/heap/allocs:bytes"}}
+	var mu sync.Mutex
+	return func() uint64 {
+		mu.Lock()
+		defer mu.Unlock()
+		metrics.Read(sample)
+		if sample[0].Value.Kind() != metrics.KindUint64 {
+			return 0
+		}
+		return sample[0].Value.Uint64()
+	}
+}
+
+// heapReading is what the brake reads of the runtime: the bytes of heap
+// objects, and the memory it maps and has not released.
+type heapReading struct{ objects, mapped, heapMapped, softLimit uint64 }
+
+// readHeap returns a reader of the runtime's heap objects and mapped
+// memory; it allocates nothing.
+func readHeap() func() heapReading {
+	sample := []metrics.Sample{
+		{Name: "/memory/classes/heap/objects:bytes"},
+		{Name: "/memory/classes/total:bytes"},
+		{Name: "/memory/classes/heap/released:bytes"},
+		{Name: "/memory/classes/heap/unused:bytes"},
+		{Name: "/memory/classes/heap/free:bytes"},
+		{Name: "/gc/gomemlimit:bytes"},
+	}
+	var mu sync.Mutex
+	return func() heapReading {
+		mu.Lock()
+		defer mu.Unlock()
+		metrics.Read(sample)
+		u := func(i int) uint64 {
+			if sample[i].Value.Kind() != metrics.KindUint64 {
+				return 0
+			}
+			return sample[i].Value.Uint64()
+		}
+		r := heapReading{objects: u(0), heapMapped: u(0) + u(3) + u(4)}
+		if l := u(5); l < math.MaxInt64 {
+			r.softLimit = l
+		}
+		if t, rel := u(1), u(2); t > rel {
+			r.mapped = t - rel
+		}
+		return r
+	}
+}
+
+// braking reports whether a call of cost, at now, finds the memory the
+// process has at BrakeAt of the limit: what it had at the last tick
+// (HardUtilization × HardLimit), plus what it took since — the growth of the
+// heap's objects beyond the freed memory the heap kept at the tick
+// (which new objects reuse), or the growth of the memory in flight
+// (calls admitted that may not have allocated yet), whichever is more.
+// Under a soft limit (GOMEMLIMIT) below the brake, the runtime collects
+// to keep its heap under it, and only the memory in flight counts.
+func (s *Shedder) braking(now time.Time, cost int64) bool {
+	l := s.limitB.Load()
+	if l == 0 {
+		return false
+	}
+	base, at, kept := s.offset.Load(), int64(s.heapTick.Load()), s.keptTick.Load()
+	grew := s.inflight.Load() - s.flightTick.Load()
+	heapGrew := func(h uint64) int64 { return int64(h) - at - kept }
+	if s.softOK.Load() {
+		// The runtime collects to keep the heap under its soft limit:
+		// only calls that hold memory make it grow.
+		heapGrew = func(uint64) int64 { return 0 }
+	}
+	has := func(h uint64) int64 { return base + max(heapGrew(h), grew, 0) }
+	h := s.heapNow.Load()
+	t := now.UnixNano()
+	last := s.readAt.Load()
+	if float64(has(h)) >= BrakeWatch*float64(l) || (t-last >= int64(BrakeEvery) && s.readAt.CompareAndSwap(last, t)) {
+		h = s.heap().objects
+		s.heapNow.Store(h)
+	}
+	if float64(has(h)+cost) < BrakeAt*float64(l) {
+		return false
+	}
+	s.braked.Store(true)
+	s.brakes.Add(1)
+	return true
+}
+
+// Name returns the guard's name.
+func (s *Shedder) Name() string { return s.name }
+
+// Traits: after the run limit; Finish matters for every call; no
+// duration read.
+func (s *Shedder) Traits() admission.Traits {
+	return admission.Traits{Cost: admission.CostMemory, IgnoresDuration: true}
+}
+
+// lookup returns the counters of method name, adding them on first use.
+func (s *Shedder) lookup(name string) *method {
+	if m, ok := (*s.methods.Load())[name]; ok {
+		return m
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	cur := *s.methods.Load()
+	if m, ok := cur[name]; ok {
+		return m
+	}
+	if len(cur) >= MaxMethods {
+		return s.shared
+	}
+	m := &method{name: name, idx: len(s.list)}
+	m.cost.Store(s.fit.meanCost())
+	s.list = append(s.list, m)
+	next := make(map[string]*method, len(cur)+1)
+	for k, v := range cur {
+		next[k] = v
+	}
+	next[name] = m
+	s.methods.Store(&next)
+	return m
+}
+
+// refusal is the Decision of a refused call.
+func (s *Shedder) refusal() admission.Decision {
+	s.refused.Add(1)
+	return admission.Refuse(ReasonMemory, s.o.retry)
+}
+
+// Admit refuses, while there is a budget, a call whose method's cost does
+// not fit in its class's share of it now; it takes nothing.
+func (s *Shedder) Admit(c admission.Call) admission.Decision {
+	lim := s.limits[c.Class.Index()].Load()
+	cur := s.inflight.Load()
+	if cur == 0 || (lim == off && s.limitB.Load() == 0) {
+		return admission.Decision{}
+	}
+	cost := s.lookup(c.Method).cost.Load()
+	if (lim != off && cur+cost > lim) || s.braking(c.Now, cost) {
+		return s.refusal()
+	}
+	return admission.Decision{}
+}
+
+// Start takes the call's room in the budget, or refuses it when it does
+// not fit (calls admitted before it took the room meanwhile).
+func (s *Shedder) Start(c admission.Call, _ admission.Permit) admission.Decision {
+	m := s.lookup(c.Method)
+	cost := m.cost.Load()
+	lim := s.limits[c.Class.Index()].Load()
+	if s.inflight.Load() > 0 && s.braking(c.Now, cost) {
+		return s.refusal()
+	}
+	if lim == off {
+		s.inflight.Add(cost)
+	} else {
+		for {
+			cur := s.inflight.Load()
+			if cur > 0 && cur+cost > lim {
+				return s.refusal()
+			}
+			if s.inflight.CompareAndSwap(cur, cur+cost) {
+				break
+			}
+		}
+	}
+	s.running.Add(1)
+	m.started.Add(1)
+	return admission.Grant(admission.Permit{Ref: m, Value: uint64(cost)})
+}
+
+// Finish gives back the room a call took at Start.
+func (s *Shedder) Finish(_ admission.Call, p admission.Permit, _ admission.Outcome) {
+	if p.Ref == nil {
+		return
+	}
+	s.inflight.Add(-int64(p.Value))
+	s.running.Add(-1)
+}
+
+// Tick runs the control and the cost fit once, at now: the explicit-time
+// form of what New's goroutine does every interval.
+func (s *Shedder) Tick(now time.Time) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !s.noFit {
+		s.fit.update(now, s.allocs(), s.list)
+	}
+	p, u := s.sig.Projected(), s.sig.HardUtilization()
+	s.tickBrake(now, u, p)
+	if dt := now.Sub(s.lastTick); !s.lastTick.IsZero() && dt > 0 {
+		s.gcAvg += (1 - math.Exp(-dt.Seconds()/GCSmoothing.Seconds())) * (s.sig.GCFraction() - s.gcAvg)
+	} else if s.lastTick.IsZero() {
+		s.gcAvg = s.sig.GCFraction()
+	}
+	gc := s.gcAvg
+	braked := s.braked.Swap(false)
+	s.hot = p >= s.o.threshold || gc >= s.o.gcThreshold || u >= EmergencyAt || braked
+	if braked && now.Sub(s.lastGC) >= BrakeGCEvery {
+		s.lastGC = now
+		s.brakeGCs++
+		s.collect()
+	}
+	if u >= ShrinkAt && u-p >= ShrinkGap && now.Sub(s.lastShrink) >= ShrinkEvery {
+		s.lastShrink = now
+		s.shrinks++
+		s.shrink()
+	}
+	ref := s.refused.Load()
+	if ref != s.lastRef {
+		s.refusedAt = now
+	}
+	s.lastRef = ref
+	s.ticks++
+	x := s.inflight.Load()
+	if s.budget != off {
+		a := 1.0
+		if dt := now.Sub(s.lastTick); dt > 0 && s.o.cooldown > 0 {
+			a = 1 - math.Exp(-5*dt.Seconds()/s.o.cooldown.Seconds())
+		}
+		s.use += a * (float64(x)/float64(s.budget) - s.use)
+	}
+	s.lastTick = now
+	switch {
+	case s.hot:
+		s.lastHot = now
+		// How far over: the cut brings the pressure back under the
+		// threshold by the margin if memory follows the calls in flight.
+		f := min(max(min(s.o.threshold/max(p, 1e-9), s.o.gcThreshold/max(gc, 1e-9), EmergencyAt/max(u, 1e-9))*(1-Margin), MinCut), MaxCut)
+		if s.budget == off {
+			s.engaged++
+			s.use = 1
+			s.budget = max(int64(float64(x)*f), 1)
+			s.ticks = 0
+			s.cuts++
+		} else if s.ticks >= HoldTicks {
+			s.budget = max(int64(float64(min(s.budget, max(x, 1)))*f), 1)
+			s.ticks = 0
+			s.cuts++
+		}
+	case s.budget == off:
+	case now.Sub(s.lastHot) >= s.o.cooldown && s.use < LiftBelow:
+		// No evidence for the cooldown, and the calls no longer need
+		// the budget: lifted.
+		s.budget = off
+	case p < s.o.threshold-Margin && gc < s.o.gcThreshold-Margin && u < EmergencyAt-Margin &&
+		(!s.refusedAt.Before(now) || x+s.callCost() > s.budget):
+		// Cool, and the budget turned calls away this tick or has no
+		// room for one more: one more call's worth. (A call refused by a
+		// guard before this one — the run limit's queue — never reaches
+		// it; a full budget is the sign it binds.)
+		s.budget += s.callCost()
+	}
+	s.setLimits()
+}
+
+// tickBrake refreshes the brake's limit, the memory the process has, the
+// heap's objects, the freed memory the heap keeps, and the memory in
+// flight. What the process has is HardUtilization × HardLimit; under a
+// soft limit (GOMEMLIMIT) below the brake, which the runtime fills with
+// garbage before it collects, it is what no collection frees, Projected
+// × HardLimit. s.mu held.
+func (s *Shedder) tickBrake(now time.Time, u, p float64) {
+	l := s.sig.HardLimit()
+	s.limitB.Store(l)
+	if l == 0 {
+		return
+	}
+	r := s.heap()
+	soft := r.softLimit > 0 && float64(r.softLimit) <= BrakeAt*float64(l)
+	s.softOK.Store(soft)
+	if soft {
+		u = p
+	}
+	s.offset.Store(int64(u * float64(l)))
+	s.heapTick.Store(r.objects)
+	s.keptTick.Store(max(int64(r.heapMapped)-int64(r.objects), 0))
+	s.flightTick.Store(s.inflight.Load())
+	s.heapNow.Store(r.objects)
+	s.readAt.Store(now.UnixNano())
+}
+
+// callCost is what a call costs: the mean of those running, or the fit's
+// mean when none is.
+func (s *Shedder) callCost() int64 {
+	c := s.fit.meanCost()
+	if n := s.running.Load(); n > 0 {
+		c = max(c, s.inflight.Load()/n)
+	}
+	return c
+}
+
+// setLimits publishes the classes' shares of the budget; s.mu held.
+func (s *Shedder) setLimits() {
+	for i := range s.limits {
+		v := int64(off)
+		if s.budget != off {
+			v = int64(math.Min(float64(s.budget)*Shares[i], math.MaxInt64/2))
+		}
+		s.limits[i].Store(v)
+	}
+}
+
+// Stats is a snapshot of a Shedder for logs and metrics, a plain value;
+// the zero value is a Shedder without pressure that has admitted nothing.
+type Stats struct {
+	// Budget is the bytes in flight critical calls may reach; 0 when
+	// there is none (no pressure).
+	Budget int64
+	// InFlight is the bytes held by running calls (the sum of their
+	// methods' costs when they started), Running how many they are.
+	InFlight int64
+	Running  int64
+	// Refused counts the calls refused.
+	Refused uint64
+	// Pressure tells whether the last tick found evidence of pressure.
+	Pressure bool
+	// Engaged counts the times a budget was set, Cuts the cuts made,
+	// Shrinks the times freed memory was returned to the system.
+	Engaged, Cuts, Shrinks uint64
+	// Brakes counts the calls the brake refused, BrakeGCs the
+	// collections run after one.
+	Brakes, BrakeGCs uint64
+	// Background is the bytes per second allocated with no call
+	// running, as the fit learned it.
+	Background float64
+	// Methods are the methods' costs, in the order first seen; the
+	// shared entry of methods beyond MaxMethods has an empty name.
+	Methods []MethodCost
+}
+
+// MethodCost is one method's learned cost.
+type MethodCost struct {
+	Method string
+	Cost   int64 // bytes per call
+	Calls  uint64
+}
+
+// Stats returns a snapshot. It takes the Shedder's lock; do not call it
+// on an admission path.
+func (s *Shedder) Stats() Stats {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	st := Stats{InFlight: s.inflight.Load(), Running: s.running.Load(), Refused: s.refused.Load(), Pressure: s.hot,
+		Engaged: s.engaged, Cuts: s.cuts, Shrinks: s.shrinks, Brakes: s.brakes.Load(), BrakeGCs: s.brakeGCs, Background: s.fit.background}
+	if s.budget != off {
+		st.Budget = s.budget
+	}
+	for _, m := range s.list {
+		if m == s.shared && m.started.Load() == 0 {
+			continue
+		}
+		st.Methods = append(st.Methods, MethodCost{Method: m.name, Cost: m.cost.Load(), Calls: m.started.Load()})
+	}
+	return st
+}
+
+// Refused returns how many calls the Shedder refused: one atomic load.
+func (s *Shedder) Refused() uint64 { return s.refused.Load() }
+
+// Budget returns the budget of critical calls in bytes, 0 when there is
+// none: one atomic load.
+func (s *Shedder) Budget() int64 {
+	v := s.limits[admission.Critical.Index()].Load()
+	if v == off {
+		return 0
+	}
+	return v
+}
+
+// InFlight returns the bytes held by running calls: one atomic load.
+func (s *Shedder) InFlight() int64 { return s.inflight.Load() }
