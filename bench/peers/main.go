@@ -1,13 +1,16 @@
 // Command peers compares levee with the Go load-protection libraries it is
 // measured against, side by side, on the CoreCart inventory service: the
-// same open-loop overload (normal load, a spike of 10× capacity,
-// recovery) on a CPU-bound, an I/O-bound and a mixed service, one table
-// per scenario. See README.md.
+// same open-loop overload (0.5× and 0.7× capacity, a spike of 10×,
+// recovery) on CPU-bound, I/O-bound and mixed services and on shapes
+// nobody tuned for (a heavy tail, two kinds of call in one method, a
+// dependency that slows when the spike starts, streams, allocation-heavy
+// handlers, a 2-core server), one table per scenario and a summary. See
+// README.md.
 //
 // Each server runs in a child process of this binary (GOMAXPROCS=1, pinned
-// to one CPU, in a one-CPU cgroup when the machine allows), started fresh
-// for every protection and scenario; this process generates the load from
-// the other CPUs.
+// to one CPU, in a one-CPU cgroup when the machine allows; two for
+// cores2), started fresh for every protection and scenario; this process
+// generates the load from the other CPUs.
 package main
 
 import (
@@ -48,10 +51,12 @@ type config struct {
 	protections []protection
 	warmup      time.Duration
 	normal      time.Duration
+	high        time.Duration
 	spike       time.Duration
 	recovery    time.Duration
 	calibrate   time.Duration
 	normalLoad  float64
+	highLoad    float64
 	spikeLoad   float64
 	deadline    time.Duration
 	cgroup      bool
@@ -59,10 +64,12 @@ type config struct {
 	jsonOut     string
 }
 
-// Phase lengths of the default run and of -quick.
+// Phase lengths of the default run and of -quick. The normal and high
+// phases are long enough for a few hundred calls even on the slowest
+// server (cores2), so that one refusal in them is visible.
 const (
-	defaultNormal, defaultSpike, defaultRecovery, defaultCalibrate = 3 * time.Second, 6 * time.Second, 4 * time.Second, 2 * time.Second
-	quickNormal, quickSpike, quickRecovery, quickCalibrate         = 500 * time.Millisecond, time.Second, 700 * time.Millisecond, 500 * time.Millisecond
+	defaultNormal, defaultHigh, defaultSpike, defaultRecovery, defaultCalibrate = 8 * time.Second, 8 * time.Second, 6 * time.Second, 4 * time.Second, 2 * time.Second
+	quickNormal, quickHigh, quickSpike, quickRecovery, quickCalibrate           = 500 * time.Millisecond, 500 * time.Millisecond, time.Second, 1200 * time.Millisecond, 500 * time.Millisecond
 )
 
 func parse(args []string, stderr io.Writer) (*config, error) {
@@ -77,12 +84,14 @@ func parse(args []string, stderr io.Writer) (*config, error) {
 	prot := fs.String("protections", protectionNames(), "comma-separated `protections` to compare: "+protectionNames())
 	fs.DurationVar(&cfg.warmup, "warmup", 0, "normal load before the normal phase, not scored: lets protections that smooth their signal over many seconds start the scored phases warm")
 	fs.DurationVar(&cfg.normal, "normal", defaultNormal, "length of the normal-load phase")
+	fs.DurationVar(&cfg.high, "high", defaultHigh, "length of the high-load phase, after the normal one")
 	fs.DurationVar(&cfg.spike, "spike", defaultSpike, "length of the spike phase")
 	fs.DurationVar(&cfg.recovery, "recovery", defaultRecovery, "length of the recovery phase")
 	fs.DurationVar(&cfg.calibrate, "calibrate", defaultCalibrate, "how long to measure each server kind's capacity closed-loop")
-	quick := fs.Bool("quick", false, fmt.Sprintf("smoke-test lengths (normal %v, spike %v, recovery %v, calibrate %v) unless given explicitly: about a minute for everything; the numbers mean little",
-		quickNormal, quickSpike, quickRecovery, quickCalibrate))
+	quick := fs.Bool("quick", false, fmt.Sprintf("smoke-test lengths (normal %v, high %v, spike %v, recovery %v, calibrate %v) unless given explicitly: a few minutes for everything; the numbers mean little",
+		quickNormal, quickHigh, quickSpike, quickRecovery, quickCalibrate))
 	fs.Float64Var(&cfg.normalLoad, "normal-load", 0.5, "normal and recovery load as a `multiple` of capacity")
+	fs.Float64Var(&cfg.highLoad, "high-load", 0.7, "high load as a `multiple` of capacity")
 	fs.Float64Var(&cfg.spikeLoad, "spike-load", 10, "spike load as a `multiple` of capacity")
 	fs.DurationVar(&cfg.deadline, "deadline", time.Second, "deadline of every call")
 	fs.BoolVar(&cfg.cgroup, "cgroup", true, "run each server in a cgroup of one CPU when possible (Linux, root)")
@@ -101,7 +110,7 @@ func parse(args []string, stderr io.Writer) (*config, error) {
 			name string
 			p    *time.Duration
 			v    time.Duration
-		}{{"normal", &cfg.normal, quickNormal}, {"spike", &cfg.spike, quickSpike}, {"recovery", &cfg.recovery, quickRecovery}, {"calibrate", &cfg.calibrate, quickCalibrate}} {
+		}{{"normal", &cfg.normal, quickNormal}, {"high", &cfg.high, quickHigh}, {"spike", &cfg.spike, quickSpike}, {"recovery", &cfg.recovery, quickRecovery}, {"calibrate", &cfg.calibrate, quickCalibrate}} {
 			if !set[d.name] {
 				*d.p = d.v
 			}
@@ -127,7 +136,7 @@ func parse(args []string, stderr io.Writer) (*config, error) {
 	for _, d := range []struct {
 		name string
 		v    time.Duration
-	}{{"normal", cfg.normal}, {"spike", cfg.spike}, {"recovery", cfg.recovery}, {"calibrate", cfg.calibrate}, {"deadline", cfg.deadline}} {
+	}{{"normal", cfg.normal}, {"high", cfg.high}, {"spike", cfg.spike}, {"recovery", cfg.recovery}, {"calibrate", cfg.calibrate}, {"deadline", cfg.deadline}} {
 		if d.v <= 0 {
 			return nil, fmt.Errorf("-%s must be > 0, got %v", d.name, d.v)
 		}
@@ -135,8 +144,8 @@ func parse(args []string, stderr io.Writer) (*config, error) {
 	if cfg.warmup < 0 {
 		return nil, fmt.Errorf("-warmup must be >= 0, got %v", cfg.warmup)
 	}
-	if !(cfg.normalLoad > 0) || !(cfg.spikeLoad > 0) {
-		return nil, fmt.Errorf("-normal-load and -spike-load must be > 0, got %v and %v", cfg.normalLoad, cfg.spikeLoad)
+	if !(cfg.normalLoad > 0) || !(cfg.highLoad > 0) || !(cfg.spikeLoad > 0) {
+		return nil, fmt.Errorf("-normal-load, -high-load and -spike-load must be > 0, got %v, %v and %v", cfg.normalLoad, cfg.highLoad, cfg.spikeLoad)
 	}
 	return cfg, nil
 }
@@ -153,7 +162,11 @@ func splitList(s string) []string {
 
 // measured is a server kind's capacity and the work its servers share.
 type measured struct {
-	capacity       float64
+	capacity float64 // requests/s
+	work     float64 // units of work/s: capacity when every request is one unit
+	// slowCapacity is the requests/s with the dependency slowed
+	// (slowSpike only).
+	slowCapacity   float64
 	workIterations int
 }
 
@@ -165,13 +178,15 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	pl := place(cfg.cgroup)
-	defer pl.removeCgroup()
+	defer pl.removeCgroups()
 	defer pl.restore()
 	fmt.Fprintf(stderr, "peers: %s\n", pl.note)
 
 	caps := map[string]measured{}
 	var results []scenarioResult
 	for _, sc := range cfg.scenarios {
+		scfg := cfg.scaled(sc)
+		where := pl.enter(sc.server.cores())
 		m, ok := caps[sc.capacityKey()]
 		if !ok {
 			if m, err = measure(ctx, cfg, pl, sc, stderr); err != nil {
@@ -179,16 +194,16 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			}
 			caps[sc.capacityKey()] = m
 		}
-		res := scenarioResult{Scenario: sc.name, About: sc.about, Capacity: m.capacity, WorkIterations: m.workIterations,
-			Phases: cfg.phases(m.capacity), Mixed: sc.mixed}
+		res := scenarioResult{Scenario: sc.name, About: sc.about, Capacity: m.capacity, Work: m.work, SlowCapacity: m.slowCapacity,
+			WorkIterations: m.workIterations, Phases: scfg.phases(m.capacity), Placement: where, sc: sc}
 		for _, p := range cfg.protections {
-			rr, err := runOne(ctx, cfg, pl, sc, m, p, stderr)
+			rr, err := runOne(ctx, scfg, pl, sc, m, p, stderr)
 			if err != nil {
 				return fmt.Errorf("%s/%s: %w", sc.name, p.name, err)
 			}
-			s := scoreRun(p.label, m.capacity, rr.Allocate, rr.GetStock)
-			fmt.Fprintf(stderr, "peers: %s/%s: spike goodput %.0f%% of capacity, normal refused %.1f%%, recovery %.0f%%\n",
-				sc.name, p.name, s.SpikeGoodput, s.NormalRefused, s.Recovery)
+			s := scoreRun(p, scfg, sc, m, rr)
+			fmt.Fprintf(stderr, "peers: %s/%s: refused %.2f%% at %gx, %.2f%% at %gx; spike goodput %.0f%%; recovery first second %.0f%%\n",
+				sc.name, p.name, s.NormalRefused, cfg.normalLoad, s.HighRefused, cfg.highLoad, s.SpikeGoodput, s.Recovery)
 			res.Scores = append(res.Scores, s)
 			res.Runs = append(res.Runs, rr)
 		}
@@ -196,7 +211,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 
 	for _, r := range results {
-		writeTable(stdout, r, cfg.deadline)
+		writeTable(stdout, cfg, r)
+	}
+	if len(results) > 1 {
+		writeSummary(stdout, cfg, results)
 	}
 	writeNotes(stdout, cfg, pl, results)
 	if cfg.jsonOut != "" {
@@ -212,11 +230,24 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 }
 
 // measure starts an unprotected server of the scenario's kind and
-// measures its capacity closed-loop; its SHA-256 rounds per Allocate
-// become every later server's.
-func measure(ctx context.Context, cfg *config, pl placement, sc scenario, stderr io.Writer) (measured, error) {
+// measures its capacity closed-loop; its SHA-256 rounds per Allocate (or
+// per unit of work) become every later server's. With slowSpike it also
+// measures the capacity with the dependency slow.
+func measure(ctx context.Context, cfg *config, pl *placement, sc scenario, stderr io.Writer) (measured, error) {
 	spec := sc.server
-	spec.Protection, spec.WorkIterations = "none", -1
+	spec.WorkIterations = -1
+	m, err := measureOne(ctx, cfg, pl, sc, spec, stderr)
+	if err != nil || !sc.slowSpike {
+		return m, err
+	}
+	spec.WorkIterations, spec.DepSlow = m.workIterations, true
+	slow, err := measureOne(ctx, cfg, pl, sc, spec, stderr)
+	m.slowCapacity = slow.capacity
+	return m, err
+}
+
+func measureOne(ctx context.Context, cfg *config, pl *placement, sc scenario, spec serverSpec, stderr io.Writer) (measured, error) {
+	spec.Protection = "none"
 	srv, err := startServer(ctx, pl, spec, prefixed(stderr, "server: "))
 	if err != nil {
 		return measured{}, err
@@ -227,19 +258,33 @@ func measure(ctx context.Context, cfg *config, pl placement, sc scenario, stderr
 		return measured{}, err
 	}
 	defer c.Close()
-	capacity, err := c.Calibrate(ctx, sc.calWorkers, cfg.calibrate/4, cfg.calibrate)
+	r, closeR, err := dialRequester(sc.load, c, srv.addr, fmt.Sprintf("calibrate-%d", time.Now().UnixNano()))
+	if err != nil {
+		return measured{}, err
+	}
+	defer closeR()
+	calls, work, err := calibrate(ctx, r.request(), sc.load, sc.calWorkers, cfg.calibrate/4, cfg.calibrate)
 	if err != nil {
 		return measured{}, fmt.Errorf("%s: %w", sc.name, err)
 	}
-	fmt.Fprintf(stderr, "peers: %s server: capacity %.0f Allocate calls/s (%d callers closed-loop for %v), %d SHA-256 rounds per Allocate\n",
-		sc.name, capacity, sc.calWorkers, cfg.calibrate, srv.workIter)
-	return measured{capacity: capacity, workIterations: srv.workIter}, nil
+	slow := ""
+	if spec.DepSlow {
+		slow = fmt.Sprintf(", dependency %g× slower", spec.DepSlowdown)
+	}
+	fmt.Fprintf(stderr, "peers: %s server%s: capacity %.0f requests/s, %.0f units of work/s (%d callers closed-loop for %v), %d SHA-256 rounds per unit\n",
+		sc.name, slow, calls, work, sc.calWorkers, cfg.calibrate, srv.workIter)
+	return measured{capacity: calls, work: work, workIterations: srv.workIter}, nil
 }
 
 // runOne runs the scenario against a fresh server protected by p.
-func runOne(ctx context.Context, cfg *config, pl placement, sc scenario, m measured, p protection, stderr io.Writer) (runResult, error) {
+func runOne(ctx context.Context, cfg *config, pl *placement, sc scenario, m measured, p protection, stderr io.Writer) (runResult, error) {
 	spec := sc.server
 	spec.Protection, spec.Capacity, spec.WorkIterations = p.name, m.capacity, m.workIterations
+	if spec.CPUWork == 0 {
+		// The first wave's recipe wants the CPU time of a call; a CPU-bound
+		// shape without one spends about 1/capacity.
+		spec.CPUWork = time.Duration(float64(time.Second) / m.capacity)
+	}
 	srv, err := startServer(ctx, pl, spec, prefixed(stderr, p.name+" server: "))
 	if err != nil {
 		return runResult{}, err
@@ -256,11 +301,17 @@ func runOne(ctx context.Context, cfg *config, pl placement, sc scenario, m measu
 		opts = append(opts, loadgen.WithProgress(prefixed(stderr, sc.name+"/"+p.name+" ")))
 	}
 	runID := fmt.Sprintf("%s-%s-%d", sc.name, p.name, time.Now().UnixNano())
-	genA, err := loadgen.New(alloc.AllocateCall(runID), cfg.phases(m.capacity), append(opts, loadgen.WithSeed(1))...)
+	r, closeR, err := dialRequester(sc.load, alloc, srv.addr, runID)
 	if err != nil {
 		return runResult{}, err
 	}
-	fmt.Fprintf(stderr, "peers: %s/%s: running %v\n", sc.name, p.name, cfg.warmup+cfg.normal+cfg.spike+cfg.recovery)
+	defer closeR()
+	var tr tracker
+	genA, err := loadgen.New(tr.call(r.request()), cfg.phases(m.capacity), append(opts, loadgen.WithSeed(1))...)
+	if err != nil {
+		return runResult{}, err
+	}
+	fmt.Fprintf(stderr, "peers: %s/%s: running %v\n", sc.name, p.name, cfg.warmup+cfg.normal+cfg.high+cfg.spike+cfg.recovery)
 
 	var reads *target.Target
 	if sc.mixed {
@@ -273,7 +324,13 @@ func runOne(ctx context.Context, cfg *config, pl placement, sc scenario, m measu
 
 	rr := runResult{Protection: p.name}
 	cpuDone := make(chan float64, 1) // buffered: the sampler never blocks
-	go func() { cpuDone <- spikeCPU(ctx, srv.cmd.Process.Pid, cfg.warmup+cfg.normal, cfg.spike) }()
+	go func() { cpuDone <- spikeCPU(ctx, srv.cmd.Process.Pid, cfg.spikeStart(), cfg.spike) }()
+	slowDone := make(chan time.Time, 1)
+	if sc.slowSpike {
+		go func() { slowDone <- slowDuringSpike(ctx, srv, cfg.spikeStart(), cfg.spike) }()
+	} else {
+		slowDone <- time.Time{}
+	}
 	if sc.mixed {
 		rr.Allocate, rr.GetStock, err = runMixed(ctx, reads, genA, cfg)
 	} else {
@@ -283,7 +340,35 @@ func runOne(ctx context.Context, cfg *config, pl placement, sc scenario, m measu
 		return runResult{}, err
 	}
 	rr.ServerCPUSpike = <-cpuDone
+	rr.SlowAt = <-slowDone
+	rr.ok = tr.successes()
 	return rr, nil
+}
+
+// slowDuringSpike makes the server's dependency slow from start to
+// start+spike after the call (the generator's schedule starts when it is
+// called, within a millisecond) and returns when it did; zero if it could
+// not.
+func slowDuringSpike(ctx context.Context, srv *server, start, spike time.Duration) time.Time {
+	t0 := time.Now()
+	if !sleepUntil(ctx, t0.Add(start)) || srv.command(cmdSlow) != nil {
+		return time.Time{}
+	}
+	at := time.Now()
+	if sleepUntil(ctx, t0.Add(start+spike)) {
+		_ = srv.command(cmdFast)
+	}
+	return at
+}
+
+// sleepUntil waits until t and reports whether ctx lasted.
+func sleepUntil(ctx context.Context, t time.Time) bool {
+	select {
+	case <-ctx.Done():
+		return false
+	case <-time.After(time.Until(t)):
+		return true
+	}
 }
 
 // runMixed runs genA and, beside it on reads, the steady GetStock load.
@@ -338,11 +423,20 @@ func spikeCPU(ctx context.Context, pid int, start, spike time.Duration) float64 
 }
 
 // writeNotes says how the tables were made.
-func writeNotes(w io.Writer, cfg *config, pl placement, results []scenarioResult) {
+func writeNotes(w io.Writer, cfg *config, pl *placement, results []scenarioResult) {
 	fmt.Fprintln(w, "Notes:")
 	fmt.Fprintf(w, "- Servers: %s. %s/%s, %d CPUs.\n", pl.note, runtime.GOOS, runtime.GOARCH, runtime.NumCPU())
-	fmt.Fprintln(w, "- Spike goodput: Allocate calls that succeeded during the spike per second, as % of the measured capacity. "+
-		"Recovery: share of the recovery phase's calls that succeeded. Calls count in the phase in which they were scheduled.")
+	for _, r := range results {
+		if r.sc.server.cores() > 1 {
+			fmt.Fprintf(w, "- %s: %s.\n", r.Scenario, r.Placement)
+		}
+	}
+	fmt.Fprintf(w, "- Refused at %g× and %g×: share of the calls scheduled in the phases at %g× and %g× the capacity that were refused; anything above 0 refuses work the server could do. "+
+		"Spike goodput: calls that succeeded during the spike per second, as %% of the measured capacity (heavytail, twokinds: units of work, the request's quantity, as %% of the units/s measured; slowdep: calls that succeeded while the dependency was slow, by completion time, as %% of the capacity measured with it slow). "+
+		"Recovery: share of the calls scheduled in the first second after the spike (and in the whole recovery) that succeeded. Calls count in the phase in which they were scheduled.\n",
+		cfg.normalLoad, cfg.highLoad, cfg.normalLoad, cfg.highLoad)
+	fmt.Fprintf(w, "- slowdep, time to 90%%: from the moment the dependency slowed (the spike's start) to the end of the first %v window (windows %v apart) in which calls succeeded at 90%% of the capacity measured with the slow dependency, by completion time; \"never\" when no window of the spike reached it.\n",
+		goodputWindow, goodputStep)
 	for _, p := range cfg.protections {
 		fmt.Fprintf(w, "- %s: %s.\n", p.label, p.about)
 	}

@@ -4,7 +4,9 @@ import (
 	"bytes"
 	"context"
 	"io"
+	"math"
 	"os"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -49,14 +51,58 @@ func TestQuickRun(t *testing.T) {
 	if !strings.Contains(text, "### mixed — ") {
 		t.Errorf("output has no mixed table title:\n%s", text)
 	}
-	if !strings.HasPrefix(rows[0], "| protection | spike goodput") || !strings.Contains(rows[0], "GetStock p99 in spike (ms)") {
-		t.Errorf("header = %q, want the protection, spike goodput … GetStock columns", rows[0])
+	if !strings.HasPrefix(rows[0], "| protection | refused at 0.5× (%) | refused at 0.7× (%) | spike goodput") || !strings.Contains(rows[0], "GetStock p99 in spike (ms)") {
+		t.Errorf("header = %q, want the protection, refused … spike goodput … GetStock columns", rows[0])
 	}
 	if !strings.HasPrefix(rows[1], "| levee preset |") {
 		t.Errorf("row = %q, want the levee row", rows[1])
 	}
 	if got, want := strings.Count(rows[1], "|"), strings.Count(rows[0], "|"); got != want {
 		t.Errorf("levee row has %d cells' separators, header %d: %q", got, want, rows[1])
+	}
+}
+
+// TestQuickShapes runs the shapes with a server of their own (a stream
+// service, a dependency slowed by command, work per unit, two cores) in
+// quick mode with tiny phases, and checks their tables' extra columns.
+func TestQuickShapes(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts server processes")
+	}
+	tests := []struct {
+		scenario string
+		column   string
+	}{
+		{"stream", "| refusal p99 (ms) |"},
+		{"slowdep", "time to 90% of the slowed capacity (s)"},
+		{"twokinds", "30-unit calls served in spike (%)"},
+		{"cores2", "| refusal p99 (ms) |"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.scenario, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+			defer cancel()
+			var out, errOut bytes.Buffer
+			args := []string{"-quick", "-scenarios", tt.scenario, "-protections", "none,levee",
+				"-normal", "200ms", "-high", "200ms", "-spike", "300ms", "-recovery", "300ms", "-calibrate", "300ms", "-cgroup=false"}
+			if err := run(ctx, args, &out, &errOut); err != nil {
+				t.Fatalf("run(%q) = %v\nstderr:\n%s", args, err, errOut.String())
+			}
+			var rows []string
+			for _, line := range strings.Split(out.String(), "\n") {
+				if strings.HasPrefix(line, "| ") {
+					rows = append(rows, line)
+				}
+			}
+			if len(rows) != 3 || !strings.Contains(rows[0], tt.column) {
+				t.Fatalf("run printed table lines %q, want a header with %q and the none and levee rows:\n%s", rows, tt.column, out.String())
+			}
+			for _, r := range rows[1:] {
+				if got, want := strings.Count(r, "|"), strings.Count(rows[0], "|"); got != want {
+					t.Errorf("row %q has %d separators, header %d", r, got, want)
+				}
+			}
+		})
 	}
 }
 
@@ -100,8 +146,8 @@ func TestQuickKeepsExplicitLengths(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if cfg.spike != 3*time.Second || cfg.normal != quickNormal || cfg.calibrate != quickCalibrate {
-		t.Errorf("parse(-quick -spike 3s) = normal %v spike %v calibrate %v, want %v 3s %v", cfg.normal, cfg.spike, cfg.calibrate, quickNormal, quickCalibrate)
+	if cfg.spike != 3*time.Second || cfg.normal != quickNormal || cfg.high != quickHigh || cfg.calibrate != quickCalibrate {
+		t.Errorf("parse(-quick -spike 3s) = normal %v high %v spike %v calibrate %v, want %v %v 3s %v", cfg.normal, cfg.high, cfg.spike, cfg.calibrate, quickNormal, quickHigh, quickCalibrate)
 	}
 }
 
@@ -116,24 +162,154 @@ func TestScoreRun(t *testing.T) {
 	normal := refusals(1, 2*time.Millisecond)
 	normal.Offered, normal.Succeeded = 100, 99
 	normal.Success.P99 = 10 * time.Millisecond
+	high := refusals(2, 4*time.Millisecond)
+	high.Offered, high.Succeeded = 200, 198
 	spike := refusals(900, 3*time.Millisecond)
 	spike.Offered, spike.Succeeded = 1000, 100
 	spike.Success.P99 = 40 * time.Millisecond
-	recovery := loadgen.Stats{Offered: 100, Succeeded: 50}
+	first := loadgen.Stats{Offered: 50, Succeeded: 40}
+	rest := loadgen.Stats{Offered: 150, Succeeded: 150}
 	alloc := &loadgen.Result{
-		Phases: []loadgen.PhaseResult{phase("warmup", time.Second, warm), phase("normal", time.Second, normal),
-			phase("spike", 2*time.Second, spike), phase("recovery", time.Second, recovery)},
-		Total: refusals(906, 900*time.Millisecond),
+		Phases: []loadgen.PhaseResult{phase(phaseWarmup, time.Second, warm), phase(phaseNormal, time.Second, normal), phase(phaseHigh, time.Second, high),
+			phase(phaseSpike, 2*time.Second, spike), phase(phaseRecoveryFirst, time.Second, first), phase(phaseRecoveryRest, 3*time.Second, rest)},
+		Total: refusals(908, 900*time.Millisecond),
 	}
 	stockSpike := loadgen.Stats{Offered: 200, Succeeded: 150, Success: loadgen.Latency{Count: 150, P99: 7 * time.Millisecond}}
-	stock := &loadgen.Result{Phases: []loadgen.PhaseResult{phase("warmup", time.Second, loadgen.Stats{}),
-		phase("normal", time.Second, loadgen.Stats{}), phase("spike", 2*time.Second, stockSpike), phase("recovery", time.Second, loadgen.Stats{})}}
+	stock := &loadgen.Result{Phases: []loadgen.PhaseResult{phase(phaseWarmup, time.Second, loadgen.Stats{}),
+		phase(phaseNormal, time.Second, loadgen.Stats{}), phase(phaseSpike, 2*time.Second, stockSpike)}}
 
-	got := scoreRun("x", 100, alloc, stock)
-	want := score{Label: "x", SpikeGoodput: 50, NormalRefused: 1, Recovery: 50, P99Normal: 10 * time.Millisecond,
-		P99Spike: 40 * time.Millisecond, RefusalP99: 3 * time.Millisecond, Refusals: 901,
+	p := protection{label: "x", short: "x'"}
+	got := scoreRun(p, &config{}, scenario{mixed: true}, measured{capacity: 100, work: 100}, runResult{Allocate: alloc, GetStock: stock})
+	want := score{Label: "x", Short: "x'", SpikeGoodput: 50, NormalRefused: 1, HighRefused: 1, NormalOffered: 100, HighOffered: 200,
+		Recovery: 80, RecoveryAll: 95, P99Normal: 10 * time.Millisecond,
+		P99Spike: 40 * time.Millisecond, RefusalP99: 4 * time.Millisecond, Refusals: 903,
 		StockSpikeSuccess: 75, StockSpikeP99: 7 * time.Millisecond}
 	if got != want {
-		t.Errorf("scoreRun(warm-up, normal, spike, recovery) =\n%+v\nwant\n%+v", got, want)
+		t.Errorf("scoreRun(warm-up, normal, high, spike, recovery) =\n%+v\nwant\n%+v", got, want)
+	}
+}
+
+// TestScoreRunWork scores a twokinds run from the requests that
+// succeeded: goodput in units of work, and per kind.
+func TestScoreRunWork(t *testing.T) {
+	const spikeCalls = 2000
+	alloc := &loadgen.Result{Phases: []loadgen.PhaseResult{
+		{Phase: loadgen.Phase{Name: phaseNormal, Duration: time.Second}, Stats: loadgen.Stats{Offered: 10, Succeeded: 10}},
+		{Phase: loadgen.Phase{Name: phaseSpike, Duration: 2 * time.Second}, Stats: loadgen.Stats{Offered: spikeCalls + 5, Dropped: 5}},
+	}}
+	// Every costly request of the spike succeeded, no cheap one.
+	var ok []success
+	var costly, units int64
+	for id := uint64(11); id <= 10+spikeCalls; id++ {
+		if u := loadTwoKinds.units(id); u > 1 {
+			ok = append(ok, success{id: id})
+			costly++
+			units += int64(u)
+		}
+	}
+	alloc.Phases[1].Succeeded = costly
+	got := scoreRun(protection{}, &config{}, scenario{load: loadTwoKinds}, measured{capacity: 100, work: 400}, runResult{Allocate: alloc, ok: ok})
+	if want := pct(float64(units)/2, 400); got.SpikeGoodput != want {
+		t.Errorf("SpikeGoodput = %v, want %v (units of work)", got.SpikeGoodput, want)
+	}
+	if want := pct(float64(costly)/2, 100); got.CallGoodput != want {
+		t.Errorf("CallGoodput = %v, want %v", got.CallGoodput, want)
+	}
+	if got.CheapServed != 0 || got.CostlyServed != 100 {
+		t.Errorf("CheapServed, CostlyServed = %v, %v, want 0, 100", got.CheapServed, got.CostlyServed)
+	}
+}
+
+func TestIDRange(t *testing.T) {
+	res := &loadgen.Result{Phases: []loadgen.PhaseResult{
+		{Phase: loadgen.Phase{Name: "a"}, Stats: loadgen.Stats{Offered: 10}},
+		{Phase: loadgen.Phase{Name: "b"}, Stats: loadgen.Stats{Offered: 20, Dropped: 3}},
+		{Phase: loadgen.Phase{Name: "c"}, Stats: loadgen.Stats{Offered: 5}},
+	}}
+	tests := []struct {
+		give   string
+		lo, hi uint64
+	}{{"a", 0, 10}, {"b", 10, 27}, {"c", 27, 32}, {"d", 0, 0}}
+	for _, tt := range tests {
+		if lo, hi := idRange(res, tt.give); lo != tt.lo || hi != tt.hi {
+			t.Errorf("idRange(%q) = (%d, %d], want (%d, %d]", tt.give, lo, hi, tt.lo, tt.hi)
+		}
+	}
+}
+
+func TestTimeTo(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	// 10 successes/s for the first 2 s, then 100/s.
+	var ok []success
+	for at := time.Duration(0); at < 2*time.Second; at += 100 * time.Millisecond {
+		ok = append(ok, success{at: t0.Add(at)})
+	}
+	for at := 2 * time.Second; at < 4*time.Second; at += 10 * time.Millisecond {
+		ok = append(ok, success{at: t0.Add(at)})
+	}
+	tests := []struct {
+		name string
+		rate float64
+		want time.Duration
+		ok   bool
+	}{
+		{name: "reached at once", rate: 10, want: goodputWindow, ok: true},
+		{name: "reached after the change", rate: 95, want: 2*time.Second + goodputWindow, ok: true},
+		{name: "never", rate: 200},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, ok := timeTo(ok, t0, t0.Add(4*time.Second), tt.rate)
+			if got != tt.want || ok != tt.ok {
+				t.Errorf("timeTo(rate %v) = %v, %v, want %v, %v", tt.rate, got, ok, tt.want, tt.ok)
+			}
+		})
+	}
+}
+
+// TestUnits checks the request mixes: the same for a given id, and the
+// distributions their constants describe.
+func TestUnits(t *testing.T) {
+	const n = 200_000
+	var sum, costly float64
+	tail := make([]float64, n)
+	for id := uint64(1); id <= n; id++ {
+		u := float64(loadHeavyTail.units(id))
+		tail[id-1] = u
+		sum += u
+		if loadTwoKinds.units(id) == costlyUnits {
+			costly++
+		}
+	}
+	if a, b := loadHeavyTail.units(42), loadHeavyTail.units(42); a != b {
+		t.Errorf("loadHeavyTail.units(42) = %d, then %d, want the same", a, b)
+	}
+	slices.Sort(tail)
+	unit := float64(heavyTailUnit)
+	checks := []struct {
+		name      string
+		got, want float64 // durations as float64 ns, or shares
+	}{
+		{"heavy tail mean", sum / n * unit, float64(heavyTailMean)},
+		{"heavy tail median", tail[n/2] * unit, float64(920 * time.Microsecond)},
+		{"heavy tail p99", tail[n*99/100] * unit, float64(16900 * time.Microsecond)},
+		{"costly share", costly / n, costlyShare},
+	}
+	for _, c := range checks {
+		if math.Abs(c.got-c.want) > 0.05*c.want {
+			t.Errorf("%s = %.4g, want %.4g ± 5%%", c.name, c.got, c.want)
+		}
+	}
+	if got := loadStream.units(7); got != streamMessages {
+		t.Errorf("loadStream.units(7) = %d, want %d", got, streamMessages)
+	}
+}
+
+func TestChurn(t *testing.T) {
+	if a, b := churn(1000, 7), churn(1000, 7); a != b {
+		t.Errorf("churn(1000, 7) = %d, then %d, want the same", a, b)
+	}
+	if got := testing.AllocsPerRun(10, func() { churn(100, 1) }); got != 100 {
+		t.Errorf("churn(100, _) allocates %v times, want 100", got)
 	}
 }

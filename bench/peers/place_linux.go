@@ -22,15 +22,16 @@ func dieWithParent(cmd *exec.Cmd) {
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 }
 
-// newCgroup creates a cgroup of one CPU for the servers: a fresh cpu and
+// newCgroup creates a cgroup of cpus CPUs for the servers: a fresh cpu and
 // cpuacct cgroup (v1) or a fresh cgroup with the cpu controller (v2),
-// with a CFS quota of one CPU, so that a server in it sees a one-CPU
-// container whose usage counters are its own. It returns the
+// with a CFS quota of cpus CPUs, so that a server in it sees a container
+// of that size whose usage counters are its own. It returns the
 // cgroup.procs files a process writes its pid to in order to join, and a
 // function that removes the cgroup once no process is left in it. It
 // needs root (or a delegated hierarchy); any failure is returned and the
 // caller runs the servers without it.
-func newCgroup(name string) (procs []string, remove func(), err error) {
+func newCgroup(name string, cpus int) (procs []string, remove func(), err error) {
+	quota := strconv.Itoa(cpus * 100000)
 	mounts, err := cgroupMounts()
 	if err != nil {
 		return nil, nil, err
@@ -68,7 +69,7 @@ func newCgroup(name string) (procs []string, remove func(), err error) {
 		if err := write(filepath.Join(cpuDir, "cpu.cfs_period_us"), "100000"); err != nil {
 			return fail(err)
 		}
-		if err := write(filepath.Join(cpuDir, "cpu.cfs_quota_us"), "100000"); err != nil {
+		if err := write(filepath.Join(cpuDir, "cpu.cfs_quota_us"), quota); err != nil {
 			return fail(err)
 		}
 		procs = append(procs, filepath.Join(cpuDir, "cgroup.procs"))
@@ -96,7 +97,7 @@ func newCgroup(name string) (procs []string, remove func(), err error) {
 		if err != nil {
 			return fail(err)
 		}
-		if err := write(filepath.Join(dir, "cpu.max"), "100000 100000"); err != nil {
+		if err := write(filepath.Join(dir, "cpu.max"), quota+" 100000"); err != nil {
 			return fail(err)
 		}
 		return []string{filepath.Join(dir, "cgroup.procs")}, remove, nil

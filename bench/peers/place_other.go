@@ -12,6 +12,6 @@ var errNoPlacement = errors.New("CPU pinning and cgroups are only supported on L
 
 func dieWithParent(*exec.Cmd) {}
 
-func newCgroup(string) ([]string, func(), error) { return nil, nil, errNoPlacement }
+func newCgroup(string, int) ([]string, func(), error) { return nil, nil, errNoPlacement }
 
 func processCPU(int) (time.Duration, error) { return 0, errNoPlacement }

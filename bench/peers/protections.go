@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/failsafe-go/failsafe-go"
 	"github.com/failsafe-go/failsafe-go/adaptivelimiter"
 	"github.com/failsafe-go/failsafe-go/failsafegrpc"
 	aegisrl "github.com/go-kratos/aegis/ratelimit"
@@ -40,6 +41,7 @@ const rateFraction = 0.8
 type protection struct {
 	name  string // the -protections name
 	label string // the table's row
+	short string // the summary's column
 	about string // one line for the notes under the tables
 	build func(s serverSpec) (opts []grpc.ServerOption, stop func(), err error)
 }
@@ -49,37 +51,37 @@ type protection struct {
 // static rate limit needs a number, the measured capacity.
 var protections = []protection{
 	{
-		name: "none", label: "none",
+		name: "none", label: "none", short: "none",
 		about: "no protection",
 		build: func(serverSpec) ([]grpc.ServerOption, func(), error) { return nil, func() {}, nil },
 	},
 	{
-		name: "bbr", label: "kratos aegis BBR",
-		about: "github.com/go-kratos/aegis/ratelimit/bbr with its defaults (CPU threshold 80%, 10 s window), as a unary interceptor the way kratos' ratelimit middleware calls it",
+		name: "bbr", label: "kratos aegis BBR", short: "aegis BBR",
+		about: "github.com/go-kratos/aegis/ratelimit/bbr with its defaults (CPU threshold 80%, 10 s window), as a unary interceptor the way kratos' ratelimit middleware calls it (and a stream interceptor doing the same around a stream)",
 		build: bbrProtection,
 	},
 	{
-		name: "gozero", label: "go-zero shedder",
-		about: "github.com/zeromicro/go-zero/core/load adaptive shedder with its defaults (CPU threshold 90%, 5 s window), as a copy of zrpc's shedding interceptor (its drop log off)",
+		name: "gozero", label: "go-zero shedder", short: "go-zero",
+		about: "github.com/zeromicro/go-zero/core/load adaptive shedder with its defaults (CPU threshold 90%, 5 s window), as a copy of zrpc's shedding interceptor (its drop log off; zrpc sheds unary calls only, a stream interceptor here does the same around a stream)",
 		build: goZeroProtection,
 	},
 	{
-		name: "failsafe", label: "failsafe-go adaptive limiter",
-		about: "github.com/failsafe-go/failsafe-go/adaptivelimiter with its defaults, through its failsafegrpc adapter: the tap refuses when the limiter is full, the unary interceptor holds the permit and records the time",
+		name: "failsafe", label: "failsafe-go adaptive limiter", short: "failsafe-go",
+		about: "github.com/failsafe-go/failsafe-go/adaptivelimiter with its defaults, through its failsafegrpc adapter: the tap refuses when the limiter is full, the unary interceptor holds the permit and records the time (failsafegrpc has no stream interceptor: one here holds the permit for the stream's life)",
 		build: failsafeProtection,
 	},
 	{
-		name: "ratelimit", label: fmt.Sprintf("grpc-middleware ratelimit %.1f×", rateFraction),
-		about: fmt.Sprintf("go-grpc-middleware v2 ratelimit interceptor over golang.org/x/time/rate at %.1f× the measured capacity (burst 100 ms of it), on Allocate only", rateFraction),
+		name: "ratelimit", label: fmt.Sprintf("grpc-middleware ratelimit %.1f×", rateFraction), short: fmt.Sprintf("x/time/rate %.1f×", rateFraction),
+		about: fmt.Sprintf("go-grpc-middleware v2 ratelimit interceptors (unary and stream) over golang.org/x/time/rate at %.1f× the measured capacity (burst 100 ms of it), on the loaded method only (Allocate, or the Feed stream)", rateFraction),
 		build: rateLimitProtection,
 	},
 	{
-		name: "levee", label: "levee preset",
+		name: "levee", label: "levee preset", short: "levee preset",
 		about: "levee's one-call preset, protect.New(), told no number (levee.go)",
 		build: func(serverSpec) ([]grpc.ServerOption, func(), error) { return leveeProtection() },
 	},
 	{
-		name: "levee-static", label: "levee static recipe (told the capacity)",
+		name: "levee-static", label: "levee static recipe (told the capacity)", short: "levee static",
 		about: "levee serve -recipe static, a fixed chain sized from the measured capacity and CPU work (levee.go)",
 		build: func(serverSpec) ([]grpc.ServerOption, func(), error) { return leveeStatic() },
 	},
@@ -123,7 +125,16 @@ func bbrProtection(serverSpec) ([]grpc.ServerOption, func(), error) {
 		done(aegisrl.DoneInfo{Err: err})
 		return resp, err
 	}
-	return []grpc.ServerOption{grpc.ChainUnaryInterceptor(intercept)}, func() {}, nil
+	stream := func(srv any, ss grpc.ServerStream, _ *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
+		done, err := l.Allow()
+		if err != nil {
+			return refused("aegis bbr", err)
+		}
+		err = handler(srv, ss)
+		done(aegisrl.DoneInfo{Err: err})
+		return err
+	}
+	return []grpc.ServerOption{grpc.ChainUnaryInterceptor(intercept), grpc.ChainStreamInterceptor(stream)}, func() {}, nil
 }
 
 // goZeroProtection is zrpc's UnarySheddingInterceptor (an internal
@@ -134,10 +145,10 @@ func bbrProtection(serverSpec) ([]grpc.ServerOption, func(), error) {
 func goZeroProtection(serverSpec) ([]grpc.ServerOption, func(), error) {
 	load.DisableLog()
 	shedder := load.NewAdaptiveShedder()
-	intercept := func(ctx context.Context, req any, _ *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (resp any, err error) {
+	admit := func(run func() error) (err error) {
 		promise, err := shedder.Allow()
 		if err != nil {
-			return nil, refused("go-zero", err)
+			return refused("go-zero", err)
 		}
 		defer func() {
 			if errors.Is(err, context.DeadlineExceeded) {
@@ -146,9 +157,19 @@ func goZeroProtection(serverSpec) ([]grpc.ServerOption, func(), error) {
 				promise.Pass()
 			}
 		}()
-		return handler(ctx, req)
+		return run()
 	}
-	return []grpc.ServerOption{grpc.ChainUnaryInterceptor(intercept)}, func() {}, nil
+	intercept := func(ctx context.Context, req any, _ *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (resp any, err error) {
+		err = admit(func() error {
+			resp, err = handler(ctx, req)
+			return err
+		})
+		return resp, err
+	}
+	stream := func(srv any, ss grpc.ServerStream, _ *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
+		return admit(func() error { return handler(srv, ss) })
+	}
+	return []grpc.ServerOption{grpc.ChainUnaryInterceptor(intercept), grpc.ChainStreamInterceptor(stream)}, func() {}, nil
 }
 
 // failsafeProtection installs one adaptive limiter twice through
@@ -174,7 +195,15 @@ func failsafeProtection(serverSpec) ([]grpc.ServerOption, func(), error) {
 		}
 		return resp, err
 	}
-	return []grpc.ServerOption{grpc.InTapHandle(tapFn), grpc.ChainUnaryInterceptor(intercept)}, func() {}, nil
+	exec := failsafe.With[any](lim)
+	stream := func(srv any, ss grpc.ServerStream, _ *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
+		err := exec.Run(func() error { return handler(srv, ss) })
+		if errors.Is(err, adaptivelimiter.ErrExceeded) {
+			err = refused("failsafe-go", err)
+		}
+		return err
+	}
+	return []grpc.ServerOption{grpc.InTapHandle(tapFn), grpc.ChainUnaryInterceptor(intercept), grpc.ChainStreamInterceptor(stream)}, func() {}, nil
 }
 
 // rateLimiter adapts an x/time/rate limiter to go-grpc-middleware's
@@ -189,17 +218,19 @@ func (r rateLimiter) Limit(context.Context) error {
 }
 
 // rateLimitProtection is a static token bucket at rateFraction of the
-// measured capacity, applied to Allocate only (the method the capacity
-// was measured for) with go-grpc-middleware's selector.
+// measured capacity, applied to the method the capacity was measured for
+// (Allocate, or the Feed stream) with go-grpc-middleware's selector.
 func rateLimitProtection(s serverSpec) ([]grpc.ServerOption, func(), error) {
 	if !(s.Capacity > 0) {
 		return nil, func() {}, fmt.Errorf("ratelimit: needs the measured capacity, got %v", s.Capacity)
 	}
 	r := rateFraction * s.Capacity
 	l := rateLimiter{rate.NewLimiter(rate.Limit(r), max(1, int(r/10)))}
-	onAllocate := selector.MatchFunc(func(_ context.Context, c interceptors.CallMeta) bool {
-		return c.FullMethod() == allocateMethod
+	loaded := selector.MatchFunc(func(_ context.Context, c interceptors.CallMeta) bool {
+		return c.FullMethod() == allocateMethod || c.FullMethod() == feedMethod
 	})
-	intercept := selector.UnaryServerInterceptor(grpcrl.UnaryServerInterceptor(l), onAllocate)
-	return []grpc.ServerOption{grpc.ChainUnaryInterceptor(intercept)}, func() {}, nil
+	return []grpc.ServerOption{
+		grpc.ChainUnaryInterceptor(selector.UnaryServerInterceptor(grpcrl.UnaryServerInterceptor(l), loaded)),
+		grpc.ChainStreamInterceptor(selector.StreamServerInterceptor(grpcrl.StreamServerInterceptor(l), loaded)),
+	}, func() {}, nil
 }

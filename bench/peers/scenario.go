@@ -15,11 +15,32 @@ type scenario struct {
 	// server is the inventory configuration (the Protection, Capacity and
 	// WorkIterations fields are filled in per run).
 	server serverSpec
+	// load is what the generator sends.
+	load loadKind
 	// mixed adds a steady GetStock load beside the Allocate phases.
 	mixed bool
+	// slowSpike makes the server's dependency DepSlowdown times slower
+	// from the start of the spike to its end; the capacity it then
+	// allows is measured too, on a server whose dependency is slow from
+	// the start.
+	slowSpike bool
 	// calWorkers is the closed-loop callers of the capacity measurement:
 	// enough to keep the bottleneck busy.
 	calWorkers int
+	// longer makes the normal and high phases this many times -normal and
+	// -high (0: as given), so that a server of small capacity still gets
+	// enough calls in them for one refusal to show.
+	longer int
+}
+
+// scaled returns the configuration of scenario sc's runs.
+func (c *config) scaled(sc scenario) *config {
+	out := *c
+	if sc.longer > 1 {
+		out.normal *= time.Duration(sc.longer)
+		out.high *= time.Duration(sc.longer)
+	}
+	return &out
 }
 
 // stockRate is the GetStock load of the mixed scenario, calls/s.
@@ -45,6 +66,49 @@ var scenarios = []scenario{
 		mixed:      true,
 		calWorkers: 8,
 	},
+	{
+		name: "heavytail",
+		about: fmt.Sprintf("service times with a heavy tail: each Allocate's CPU work is lognormal (σ %.2f), mean %v, median 0.92 ms, p99 17 ms, p99.9 44 ms, at most %v, drawn per request (its quantity, in units of %v)",
+			heavyTailSigma, heavyTailMean, heavyTailMax, heavyTailUnit),
+		server:     serverSpec{UnitWork: heavyTailUnit},
+		load:       loadHeavyTail,
+		calWorkers: 8,
+	},
+	{
+		name: "twokinds",
+		about: fmt.Sprintf("one method, two kinds of call: an Allocate of 1 unit burns %v of CPU, one of %d units (%.0f%% of calls) %d× as much",
+			cheapWork, costlyUnits, 100*costlyShare, costlyUnits),
+		server:     serverSpec{UnitWork: cheapWork},
+		load:       loadTwoKinds,
+		calWorkers: 8,
+	},
+	{
+		name:       "slowdep",
+		about:      "a dependency that slows when the spike starts: each Allocate burns 300 µs of CPU, then holds one of 8 database connections for 10 ms, 3× longer (30 ms) from the start of the spike to its end",
+		server:     serverSpec{UnitWork: 300 * time.Microsecond, DepConns: 8, DepLatency: 10 * time.Millisecond, DepSlowdown: 3},
+		slowSpike:  true,
+		calWorkers: 32,
+	},
+	{
+		name:       "stream",
+		about:      fmt.Sprintf("short server-streaming calls: a stream of %d messages, each after 400 µs of CPU (%s)", streamMessages, feedMethod),
+		server:     serverSpec{UnitWork: 400 * time.Microsecond, Feed: true},
+		load:       loadStream,
+		calWorkers: 8,
+	},
+	{
+		name:       "alloc",
+		about:      "allocation-heavy: each Allocate allocates 16384 objects of 64 bytes with a pointer each (1 MiB), all live until it returns, beside a 64 MiB long-lived heap of such objects",
+		server:     serverSpec{Objects: 16384, RetainMiB: 64},
+		calWorkers: 8,
+	},
+	{
+		name:       "cores2",
+		about:      "2 cores, long CPU-bound calls: each Allocate burns 40 ms of CPU on a server of 2 CPUs (GOMAXPROCS=2)",
+		server:     serverSpec{CPUWork: 40 * time.Millisecond, Cores: 2},
+		calWorkers: 8,
+		longer:     3,
+	},
 }
 
 func scenarioNamed(name string) (scenario, bool) {
@@ -67,32 +131,54 @@ func scenarioNames() string {
 // capacityKey identifies the servers that share one capacity: the mixed
 // scenario's Allocate is the cpu scenario's.
 func (s scenario) capacityKey() string {
-	return fmt.Sprintf("%v/%d/%v", s.server.CPUWork, s.server.DBConns, s.server.DBLatency)
+	spec := s.server
+	spec.StockReadWork = 0
+	return fmt.Sprintf("%+v/%d/%v", spec, s.load, s.slowSpike)
 }
 
+// Phase names. The recovery is scored on its first second (how soon the
+// server is back) and as a whole.
+const (
+	phaseWarmup        = "warmup"
+	phaseNormal        = "normal"
+	phaseHigh          = "high"
+	phaseSpike         = "spike"
+	phaseRecoveryFirst = "recovery-1s"
+	phaseRecoveryRest  = "recovery-rest"
+)
+
 // phases is the Allocate schedule sized from capacity: the warm-up (if
-// any) and normal at normalLoad × capacity, the spike at spikeLoad ×
-// capacity, recovery as normal.
+// any) and normal at normalLoad × capacity, high at highLoad × capacity,
+// the spike at spikeLoad × capacity, recovery as normal.
 func (c *config) phases(capacity float64) []loadgen.Phase {
 	normal := c.normalLoad * capacity
-	return c.schedule(normal, c.spikeLoad*capacity)
+	return c.schedule(normal, c.highLoad*capacity, c.spikeLoad*capacity)
 }
 
 // stockPhases is the steady GetStock schedule of the mixed scenario,
 // phase by phase beside the Allocate one.
-func (c *config) stockPhases() []loadgen.Phase { return c.schedule(stockRate, stockRate) }
+func (c *config) stockPhases() []loadgen.Phase { return c.schedule(stockRate, stockRate, stockRate) }
 
-func (c *config) schedule(normal, spike float64) []loadgen.Phase {
+func (c *config) schedule(normal, high, spike float64) []loadgen.Phase {
 	var ph []loadgen.Phase
 	if c.warmup > 0 {
-		ph = append(ph, loadgen.Phase{Name: "warmup", Duration: c.warmup, Rate: normal})
+		ph = append(ph, loadgen.Phase{Name: phaseWarmup, Duration: c.warmup, Rate: normal})
 	}
-	return append(ph,
-		loadgen.Phase{Name: "normal", Duration: c.normal, Rate: normal},
-		loadgen.Phase{Name: "spike", Duration: c.spike, Rate: spike},
-		loadgen.Phase{Name: "recovery", Duration: c.recovery, Rate: normal},
+	first := min(time.Second, c.recovery)
+	ph = append(ph,
+		loadgen.Phase{Name: phaseNormal, Duration: c.normal, Rate: normal},
+		loadgen.Phase{Name: phaseHigh, Duration: c.high, Rate: high},
+		loadgen.Phase{Name: phaseSpike, Duration: c.spike, Rate: spike},
+		loadgen.Phase{Name: phaseRecoveryFirst, Duration: first, Rate: normal},
 	)
+	if rest := c.recovery - first; rest > 0 {
+		ph = append(ph, loadgen.Phase{Name: phaseRecoveryRest, Duration: rest, Rate: normal})
+	}
+	return ph
 }
+
+// spikeStart is the offset of the spike from the start of the schedule.
+func (c *config) spikeStart() time.Duration { return c.warmup + c.normal + c.high }
 
 // phaseNamed returns the phase of res called name.
 func phaseNamed(res *loadgen.Result, name string) loadgen.PhaseResult {
@@ -102,4 +188,14 @@ func phaseNamed(res *loadgen.Result, name string) loadgen.PhaseResult {
 		}
 	}
 	return loadgen.PhaseResult{}
+}
+
+// recoveryOf returns the recovery's stats as a whole.
+func recoveryOf(res *loadgen.Result) (offered, succeeded int64) {
+	for _, name := range []string{phaseRecoveryFirst, phaseRecoveryRest} {
+		p := phaseNamed(res, name)
+		offered += p.Offered
+		succeeded += p.Succeeded
+	}
+	return offered, succeeded
 }

@@ -13,8 +13,11 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
 	"github.com/levee-go/levee/examples/inventory"
+	inventoryv1 "github.com/levee-go/levee/examples/inventory/proto/corecart/inventory/v1"
 	"github.com/levee-go/levee/internal/harness/affinity"
 )
 
@@ -45,10 +48,42 @@ type serverSpec struct {
 	// when DBConns is 0.
 	DBConns   int           `json:"db_conns"`
 	DBLatency time.Duration `json:"db_latency"`
-	// PinCPU, when >= 0, makes the server pin itself to that CPU (when
-	// it could not be started under taskset).
-	PinCPU int `json:"pin_cpu"`
+	// UnitWork, when > 0, makes the CPU work of an Allocate (and of each
+	// message of a Feed stream) UnitWork per unit of the request's
+	// quantity, in place of CPUWork; WorkIterations, when >= 0, is then
+	// the SHA-256 rounds of one unit.
+	UnitWork time.Duration `json:"unit_work"`
+	// DepConns and DepLatency configure a dependency of this benchmark's
+	// own (a database pool) that each Allocate queries after its work,
+	// and whose latency the benchmark can make DepSlowdown times longer
+	// (the "slow" and "fast" lines on the server's stdin); DepSlow makes
+	// it slow from the start. No dependency when DepConns is 0.
+	DepConns    int           `json:"dep_conns"`
+	DepLatency  time.Duration `json:"dep_latency"`
+	DepSlowdown float64       `json:"dep_slowdown"`
+	DepSlow     bool          `json:"dep_slow"`
+	// Feed registers the server-streaming Feed service.
+	Feed bool `json:"feed"`
+	// Objects, when > 0, makes each Allocate allocate that many 64-byte
+	// objects, all live until it returns; RetainMiB is a long-lived heap
+	// of such objects that every collection marks.
+	Objects   int `json:"objects"`
+	RetainMiB int `json:"retain_mib"`
+	// Cores is the server's GOMAXPROCS and the CPUs it is pinned to
+	// (default 1).
+	Cores int `json:"cores"`
+	// PinCPUs, when not empty, makes the server pin itself to those CPUs
+	// (when it could not be started under taskset).
+	PinCPUs []int `json:"pin_cpus"`
 }
+
+// shaped reports whether the spec needs the shapedServer wrapper.
+func (s serverSpec) shaped() bool {
+	return s.UnitWork > 0 || s.DepConns > 0 || s.Feed || s.Objects > 0
+}
+
+// cores returns the server's CPUs, at least 1.
+func (s serverSpec) cores() int { return max(1, s.Cores) }
 
 // serverSpecFromEnv returns the spec of the server this process runs.
 func serverSpecFromEnv() (serverSpec, error) {
@@ -71,8 +106,12 @@ func (s serverSpec) env() (string, error) {
 	return serverEnv + "=" + string(b), nil
 }
 
-// inventoryOptions returns the inventory options of the spec.
+// inventoryOptions returns the inventory options of the spec. A shaped
+// spec's inventory does no work of its own: the wrapper does it.
 func (s serverSpec) inventoryOptions() []inventory.Option {
+	if s.shaped() {
+		return []inventory.Option{inventory.WithWorkIterations(0), inventory.WithStockReadWork(s.StockReadWork)}
+	}
 	opts := []inventory.Option{inventory.WithCPUWork(s.CPUWork), inventory.WithStockReadWork(s.StockReadWork)}
 	if s.WorkIterations >= 0 {
 		opts = append(opts, inventory.WithWorkIterations(s.WorkIterations))
@@ -98,9 +137,9 @@ func serve(stdout io.Writer) error {
 	if err != nil {
 		return err
 	}
-	if s.PinCPU >= 0 {
-		if err := affinity.Pin([]int{s.PinCPU}); err != nil {
-			return fmt.Errorf("pinning to CPU %d: %w", s.PinCPU, err)
+	if len(s.PinCPUs) > 0 {
+		if err := affinity.Pin(s.PinCPUs); err != nil {
+			return fmt.Errorf("pinning to CPUs %v: %w", s.PinCPUs, err)
 		}
 	}
 	p, ok := protectionNamed(s.Protection)
@@ -110,6 +149,14 @@ func serve(stdout io.Writer) error {
 	srv, err := inventory.NewServer(s.inventoryOptions()...)
 	if err != nil {
 		return err
+	}
+	workIter := srv.WorkIterations()
+	var shaped *shapedServer
+	if s.shaped() {
+		if shaped, err = newShapedServer(s, srv); err != nil {
+			return err
+		}
+		workIter = shaped.unitIter
 	}
 	opts, stop, err := p.build(s)
 	if err != nil {
@@ -127,11 +174,15 @@ func serve(stdout io.Writer) error {
 		return err
 	}
 	gs := grpc.NewServer(opts...)
-	inventory.Register(gs, srv)
+	if shaped != nil {
+		register(gs, shaped, s.Feed)
+	} else {
+		inventory.Register(gs, srv)
+	}
 	served := make(chan error, 1)
 	go func() { served <- gs.Serve(lis) }()
 	fmt.Fprintf(stdout, "%s grpc=%s protection=%s work-iterations=%d read-iterations=%d gomaxprocs=%d\n",
-		listeningPrefix, lis.Addr(), p.name, srv.WorkIterations(), srv.StockReadIterations(), runtime.GOMAXPROCS(0))
+		listeningPrefix, lis.Addr(), p.name, workIter, srv.StockReadIterations(), runtime.GOMAXPROCS(0))
 
 	select {
 	case <-sig:
@@ -151,4 +202,43 @@ func serve(stdout io.Writer) error {
 		gs.Stop()
 	}
 	return nil
+}
+
+// newShapedServer wraps srv (built with no work of its own) in the work
+// the spec describes. The unit's SHA-256 rounds are the spec's
+// WorkIterations when given, else measured here.
+func newShapedServer(s serverSpec, srv *inventory.Server) (*shapedServer, error) {
+	sh := &shapedServer{Server: srv, objects: s.Objects}
+	if s.UnitWork > 0 {
+		sh.unitIter = s.WorkIterations
+		if sh.unitIter < 0 {
+			n, err := iterationsFor(s.UnitWork)
+			if err != nil {
+				return nil, err
+			}
+			sh.unitIter = n
+		}
+	}
+	if s.DepConns > 0 {
+		sh.dep = newDependency(s.DepConns, s.DepLatency, s.DepSlowdown)
+		sh.dep.slow.Store(s.DepSlow)
+		go sh.dep.follow(os.Stdin, os.Stderr)
+	}
+	if s.RetainMiB > 0 {
+		retain(s.RetainMiB)
+	}
+	return sh, nil
+}
+
+// register registers the shaped inventory service, the Feed service when
+// feed is set, and health and its SERVING status as inventory.Register does.
+func register(gs *grpc.Server, sh *shapedServer, feed bool) {
+	inventoryv1.RegisterInventoryServiceServer(gs, sh)
+	if feed {
+		gs.RegisterService(&feedDesc, sh)
+	}
+	hs := health.NewServer()
+	hs.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
+	hs.SetServingStatus(inventory.ServiceName, healthpb.HealthCheckResponse_SERVING)
+	healthpb.RegisterHealthServer(gs, hs)
 }

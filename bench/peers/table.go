@@ -12,18 +12,40 @@ import (
 // score is one row of a scenario's table.
 type score struct {
 	Label string `json:"protection"`
-	// SpikeGoodput is the Allocate calls that succeeded in the spike per
-	// second, as % of the capacity.
-	SpikeGoodput float64 `json:"spike_goodput_pct"`
-	// NormalRefused is the share of the normal phase's Allocate calls that
-	// were refused, %.
+	Short string `json:"short"`
+	// NormalRefused and HighRefused are the shares of the normal and high
+	// phases' requests that were refused, %; NormalOffered and
+	// HighOffered how many there were.
 	NormalRefused float64 `json:"normal_refused_pct"`
-	// Recovery is the share of the recovery phase's Allocate calls that
-	// succeeded, %.
-	Recovery float64 `json:"recovery_pct"`
-	// P99Normal and P99Spike are the p99 latencies of successful Allocate
-	// calls in the normal phase and the spike; RefusalP99 that of refused
-	// Allocate calls over the whole run. Zero when there were none.
+	HighRefused   float64 `json:"high_refused_pct"`
+	NormalOffered int64   `json:"normal_offered"`
+	HighOffered   int64   `json:"high_offered"`
+	// SpikeGoodput is the requests that succeeded in the spike per
+	// second, as % of the capacity; for a load whose requests differ in
+	// cost, units of work as % of the units/s measured; with a
+	// dependency slowed in the spike, the requests that succeeded while
+	// it was slow (by completion), as % of the slowed capacity.
+	SpikeGoodput float64 `json:"spike_goodput_pct"`
+	// CallGoodput is the requests that succeeded in the spike per second,
+	// as % of the capacity in requests (scored for variable loads only).
+	CallGoodput float64 `json:"spike_call_goodput_pct,omitempty"`
+	// CheapServed and CostlyServed are the shares of the spike's one-unit
+	// and costly requests that succeeded, % (twokinds only).
+	CheapServed  float64 `json:"spike_cheap_served_pct,omitempty"`
+	CostlyServed float64 `json:"spike_costly_served_pct,omitempty"`
+	// TimeTo90 is how long after the dependency slowed the goodput
+	// reached 90% of the slowed capacity (see timeTo); Reached90 is false
+	// when it did not in the spike (slowdep only).
+	TimeTo90  time.Duration `json:"time_to_90_ns,omitempty"`
+	Reached90 bool          `json:"reached_90,omitempty"`
+	// Recovery is the share of the requests scheduled in the first second
+	// after the spike that succeeded, %; RecoveryAll that of the whole
+	// recovery phase.
+	Recovery    float64 `json:"recovery_first_second_pct"`
+	RecoveryAll float64 `json:"recovery_pct"`
+	// P99Normal and P99Spike are the p99 latencies of successful requests
+	// in the normal phase and the spike; RefusalP99 that of refused
+	// requests over the scored phases. Zero when there were none.
 	P99Normal  time.Duration `json:"p99_normal_ns"`
 	P99Spike   time.Duration `json:"p99_spike_ns"`
 	RefusalP99 time.Duration `json:"refusal_p99_ns"`
@@ -37,39 +59,91 @@ type score struct {
 	SpikeLag time.Duration `json:"spike_start_lag_p99_ns"`
 }
 
-// scoreRun scores one run. stock is nil outside the mixed scenario.
-func scoreRun(label string, capacity float64, alloc, stock *loadgen.Result) score {
-	normal, spike, recovery := phaseNamed(alloc, "normal"), phaseNamed(alloc, "spike"), phaseNamed(alloc, "recovery")
+// scoreRun scores one run of scenario sc by protection p.
+func scoreRun(p protection, cfg *config, sc scenario, m measured, rr runResult) score {
+	alloc := rr.Allocate
+	normal, high, spike := phaseNamed(alloc, phaseNormal), phaseNamed(alloc, phaseHigh), phaseNamed(alloc, phaseSpike)
+	first := phaseNamed(alloc, phaseRecoveryFirst)
+	recOffered, recSucceeded := recoveryOf(alloc)
+	perSecond := func(n int64) float64 { return float64(n) / spike.Duration.Seconds() }
 	s := score{
-		Label:         label,
-		SpikeGoodput:  pct(float64(spike.Succeeded)/spike.Duration.Seconds(), capacity),
+		Label:         p.label,
+		Short:         p.short,
 		NormalRefused: pct(float64(normal.RefusedTotal()), float64(normal.Offered)),
-		Recovery:      pct(float64(recovery.Succeeded), float64(recovery.Offered)),
+		HighRefused:   pct(float64(high.RefusedTotal()), float64(high.Offered)),
+		NormalOffered: normal.Offered,
+		HighOffered:   high.Offered,
+		SpikeGoodput:  pct(perSecond(spike.Succeeded), m.capacity),
+		Recovery:      pct(float64(first.Succeeded), float64(first.Offered)),
+		RecoveryAll:   pct(float64(recSucceeded), float64(recOffered)),
 		P99Normal:     normal.Success.P99,
 		P99Spike:      spike.Success.P99,
 		RefusalP99:    refusalP99(alloc),
-		Refusals:      alloc.Total.RefusedTotal() - phaseNamed(alloc, "warmup").RefusedTotal(),
+		Refusals:      alloc.Total.RefusedTotal() - phaseNamed(alloc, phaseWarmup).RefusedTotal(),
 		SpikeLag:      spike.StartLag.P99,
 	}
-	if stock != nil {
-		st := phaseNamed(stock, "spike")
+	switch {
+	case sc.load.variable():
+		_, units := workIn(alloc, phaseSpike, sc.load, rr.ok)
+		s.CallGoodput = s.SpikeGoodput
+		s.SpikeGoodput = pct(perSecond(units), m.work)
+	case sc.slowSpike:
+		// By completion, while the dependency was slow: by schedule, the
+		// calls queued at the end of the spike would be served by the
+		// dependency back to its speed and counted in the spike.
+		s.SpikeGoodput = 0
+		if !rr.SlowAt.IsZero() {
+			end := rr.SlowAt.Add(cfg.spike)
+			s.SpikeGoodput = pct(float64(completedIn(rr.ok, rr.SlowAt, end))/cfg.spike.Seconds(), m.slowCapacity)
+			s.TimeTo90, s.Reached90 = timeTo(rr.ok, rr.SlowAt, end, 0.9*m.slowCapacity)
+		}
+	}
+	if sc.load == loadTwoKinds {
+		s.CheapServed, s.CostlyServed = servedByKind(alloc, sc.load, rr.ok)
+	}
+	if stock := rr.GetStock; stock != nil {
+		st := phaseNamed(stock, phaseSpike)
 		s.StockSpikeSuccess = pct(float64(st.Succeeded), float64(st.Offered))
 		s.StockSpikeP99 = st.Success.P99
-		s.StockNormalP99 = phaseNamed(stock, "normal").Success.P99
+		s.StockNormalP99 = phaseNamed(stock, phaseNormal).Success.P99
 	}
 	return s
+}
+
+// servedByKind returns the shares of the spike's one-unit and costly
+// requests that succeeded, %.
+func servedByKind(res *loadgen.Result, kind loadKind, ok []success) (cheap, costly float64) {
+	lo, hi := idRange(res, phaseSpike)
+	var offered, served [2]int
+	idx := func(id uint64) int {
+		if kind.units(id) > 1 {
+			return 1
+		}
+		return 0
+	}
+	for id := lo + 1; id <= hi; id++ {
+		offered[idx(id)]++
+	}
+	for _, s := range ok {
+		if s.id > lo && s.id <= hi {
+			served[idx(s.id)]++
+		}
+	}
+	return pct(float64(served[0]), float64(offered[0])), pct(float64(served[1]), float64(offered[1]))
 }
 
 // refusalP99 is the p99 latency of the refusals of the scored phases:
 // the whole run's, unless a warm-up refused some, then the worst of the
 // scored phases' p99s.
 func refusalP99(res *loadgen.Result) time.Duration {
-	if phaseNamed(res, "warmup").RefusedTotal() == 0 {
+	if phaseNamed(res, phaseWarmup).RefusedTotal() == 0 {
 		return res.Total.Refusal.P99
 	}
 	var p99 time.Duration
-	for _, name := range []string{"normal", "spike", "recovery"} {
-		p99 = max(p99, phaseNamed(res, name).Refusal.P99)
+	for _, p := range res.Phases {
+		if p.Name != phaseWarmup {
+			p99 = max(p99, p.Refusal.P99)
+		}
 	}
 	return p99
 }
@@ -95,19 +169,41 @@ func msOf(d time.Duration) string {
 	return fmt.Sprintf("%.1f", float64(d)/float64(time.Millisecond))
 }
 
+// refusedPct prints a refused share: two decimals, since the thresholds
+// that matter are tenths of a percent.
+func refusedPct(v float64) string { return fmt.Sprintf("%.2f", v) }
+
+// timeTo90 prints a score's time to 90% of the slowed capacity.
+func timeTo90(s score) string {
+	if !s.Reached90 {
+		return "never"
+	}
+	return fmt.Sprintf("%.2f", s.TimeTo90.Seconds())
+}
+
 // scenarioResult is one scenario's table.
 type scenarioResult struct {
-	Scenario string  `json:"scenario"`
-	About    string  `json:"about"`
-	Capacity float64 `json:"capacity"`
+	Scenario string `json:"scenario"`
+	About    string `json:"about"`
+	// Capacity is the requests/s measured closed-loop on the unprotected
+	// server; Work the units of work/s (Capacity when every request is
+	// one unit); SlowCapacity the requests/s with the dependency slowed
+	// (slowdep only).
+	Capacity     float64 `json:"capacity"`
+	Work         float64 `json:"work_capacity"`
+	SlowCapacity float64 `json:"slow_capacity,omitempty"`
 	// WorkIterations is the SHA-256 rounds every server of the scenario
-	// burns per Allocate.
+	// burns per Allocate (per unit of work for the shapes whose work is
+	// the request's quantity).
 	WorkIterations int             `json:"work_iterations"`
 	Phases         []loadgen.Phase `json:"phases"`
-	Mixed          bool            `json:"mixed"`
-	Scores         []score         `json:"scores"`
+	// Placement says where the servers and the generator ran.
+	Placement string  `json:"placement"`
+	Scores    []score `json:"scores"`
 	// Runs holds every run's full results, for -json.
 	Runs []runResult `json:"runs"`
+
+	sc scenario
 }
 
 type runResult struct {
@@ -119,29 +215,82 @@ type runResult struct {
 	ServerCPUSpike float64         `json:"server_cpu_spike_pct"`
 	Allocate       *loadgen.Result `json:"allocate"`
 	GetStock       *loadgen.Result `json:"get_stock,omitempty"`
+	// SlowAt is when the dependency slowed (slowdep only).
+	SlowAt time.Time `json:"slow_at,omitzero"`
+
+	ok []success // the requests that succeeded, in order of completion
 }
 
+// loadName is "0.5×" for 0.5.
+func loadName(v float64) string { return fmt.Sprintf("%g×", v) }
+
 // writeTable writes a scenario's table in markdown.
-func writeTable(w io.Writer, r scenarioResult, deadline time.Duration) {
+func writeTable(w io.Writer, cfg *config, r scenarioResult) {
+	sc := r.sc
 	fmt.Fprintf(w, "### %s — %s\n\n", r.Scenario, r.About)
 	var ph []string
 	for _, p := range r.Phases {
 		ph = append(ph, fmt.Sprintf("%s %v at %.0f/s", p.Name, p.Duration, p.Rate))
 	}
-	fmt.Fprintf(w, "Capacity %.0f Allocate calls/s (measured closed-loop on the unprotected server; %d SHA-256 rounds per Allocate in every server). Phases: %s. Poisson arrivals, deadline %v.\n\n",
-		r.Capacity, r.WorkIterations, strings.Join(ph, ", "), deadline)
-	head := "| protection | spike goodput (% of capacity) | refused at normal (%) | recovery (% of offered) | success p99 normal (ms) | success p99 spike (ms) | refusal p99 (ms) |"
-	rule := "|---|---:|---:|---:|---:|---:|---:|"
-	if r.Mixed {
+	what := "Allocate calls/s"
+	if sc.load == loadStream {
+		what = "streams/s"
+	}
+	capacity := fmt.Sprintf("Capacity %.0f %s", r.Capacity, what)
+	if sc.load.variable() {
+		capacity += fmt.Sprintf(" (%.0f units of work/s)", r.Work)
+	}
+	if sc.slowSpike {
+		capacity += fmt.Sprintf("; %.0f/s with the dependency slowed", r.SlowCapacity)
+	}
+	calls := ""
+	if len(r.Scores) > 0 {
+		calls = fmt.Sprintf(" (%d and %d calls)", r.Scores[0].NormalOffered, r.Scores[0].HighOffered)
+	}
+	fmt.Fprintf(w, "%s, measured closed-loop on the unprotected server; %d SHA-256 rounds per Allocate (or per unit) in every server. Phases: %s; the phases at %s and %s%s. Poisson arrivals, deadline %v.\n\n",
+		capacity, r.WorkIterations, strings.Join(ph, ", "), loadName(cfg.normalLoad), loadName(cfg.highLoad), calls, cfg.deadline)
+
+	goodput := "spike goodput (% of capacity)"
+	switch {
+	case sc.load.variable():
+		goodput = "spike goodput (% of capacity, in work)"
+	case sc.slowSpike:
+		goodput = "spike goodput (% of the slowed capacity)"
+	}
+	head := fmt.Sprintf("| protection | refused at %s (%%) | refused at %s (%%) | %s | recovery, first 1 s (%% served) | recovery, all (%% served) | success p99 at %s (ms) | success p99 in spike (ms) | refusal p99 (ms) |",
+		loadName(cfg.normalLoad), loadName(cfg.highLoad), goodput, loadName(cfg.normalLoad))
+	rule := "|---|---:|---:|---:|---:|---:|---:|---:|---:|"
+	if sc.load.variable() {
+		head += " spike goodput in calls (% of capacity) |"
+		rule += "---:|"
+	}
+	if sc.load == loadTwoKinds {
+		head += fmt.Sprintf(" 1-unit calls served in spike (%%) | %d-unit calls served in spike (%%) |", costlyUnits)
+		rule += "---:|---:|"
+	}
+	if sc.slowSpike {
+		head += " time to 90% of the slowed capacity (s) |"
+		rule += "---:|"
+	}
+	if sc.mixed {
 		head += " GetStock success in spike (%) | GetStock p99 normal (ms) | GetStock p99 in spike (ms) |"
 		rule += "---:|---:|---:|"
 	}
 	fmt.Fprintln(w, head)
 	fmt.Fprintln(w, rule)
 	for _, s := range r.Scores {
-		fmt.Fprintf(w, "| %s | %.0f | %.1f | %.0f | %s | %s | %s |", s.Label, s.SpikeGoodput, s.NormalRefused, s.Recovery,
-			msOf(s.P99Normal), msOf(s.P99Spike), ms(s.RefusalP99, s.Refusals))
-		if r.Mixed {
+		fmt.Fprintf(w, "| %s | %s | %s | %.0f | %.0f | %.0f | %s | %s | %s |", s.Label, refusedPct(s.NormalRefused), refusedPct(s.HighRefused),
+			s.SpikeGoodput, s.Recovery, s.RecoveryAll, msOf(s.P99Normal), msOf(s.P99Spike), ms(s.RefusalP99, s.Refusals))
+		if sc.load.variable() {
+			fmt.Fprintf(w, " %.0f |", s.CallGoodput)
+		}
+		if sc.load == loadTwoKinds {
+			fmt.Fprintf(w, " %.0f | %.0f |", s.CheapServed, s.CostlyServed)
+		}
+		if sc.slowSpike {
+			fmt.Fprintf(w, " %s |", timeTo90(s))
+		}
+		if sc.mixed {
 			fmt.Fprintf(w, " %.0f | %s | %s |", s.StockSpikeSuccess, msOf(s.StockNormalP99), msOf(s.StockSpikeP99))
 		}
 		fmt.Fprintln(w)
@@ -155,5 +304,45 @@ func writeTable(w io.Writer, r scenarioResult, deadline time.Duration) {
 	}
 	if len(cpu) > 0 {
 		fmt.Fprintf(w, "Server CPU during the spike, of one CPU: %s.\n\n", strings.Join(cpu, ", "))
+	}
+}
+
+// writeSummary writes one table per headline figure: a row per scenario,
+// a column per protection.
+func writeSummary(w io.Writer, cfg *config, results []scenarioResult) {
+	fmt.Fprintf(w, "### Summary\n\n")
+	metrics := []struct {
+		title string
+		cell  func(scenarioResult, score) string
+	}{
+		{fmt.Sprintf("Refused at %s capacity (%%)", loadName(cfg.normalLoad)), func(_ scenarioResult, s score) string { return refusedPct(s.NormalRefused) }},
+		{fmt.Sprintf("Refused at %s capacity (%%)", loadName(cfg.highLoad)), func(_ scenarioResult, s score) string { return refusedPct(s.HighRefused) }},
+		{fmt.Sprintf("Spike goodput at %s (%% of capacity; heavytail, twokinds: in work; slowdep: of the slowed capacity, and seconds to 90%% of it)", loadName(cfg.spikeLoad)),
+			func(r scenarioResult, s score) string {
+				if r.sc.slowSpike {
+					return fmt.Sprintf("%.0f (%s)", s.SpikeGoodput, timeTo90(s))
+				}
+				return fmt.Sprintf("%.0f", s.SpikeGoodput)
+			}},
+		{"Recovery: served in the first second after the spike (%)", func(_ scenarioResult, s score) string { return fmt.Sprintf("%.0f", s.Recovery) }},
+		{"Refusal p99 (ms)", func(_ scenarioResult, s score) string { return ms(s.RefusalP99, s.Refusals) }},
+	}
+	for _, m := range metrics {
+		fmt.Fprintf(w, "%s:\n\n", m.title)
+		head, rule := "| shape |", "|---|"
+		for _, p := range cfg.protections {
+			head += " " + p.short + " |"
+			rule += "---:|"
+		}
+		fmt.Fprintln(w, head)
+		fmt.Fprintln(w, rule)
+		for _, r := range results {
+			fmt.Fprintf(w, "| %s |", r.Scenario)
+			for _, s := range r.Scores {
+				fmt.Fprintf(w, " %s |", m.cell(r, s))
+			}
+			fmt.Fprintln(w)
+		}
+		fmt.Fprintln(w)
 	}
 }
