@@ -28,7 +28,8 @@ type loadKind int
 
 const (
 	// loadAllocate: Allocate of one unit; the work is the server's fixed
-	// CPU work (and database).
+	// CPU work (and database). The zero loadKind: named, never spelt out.
+	//lint:ignore U1000 the zero value's name, for the reader
 	loadAllocate loadKind = iota
 	// loadHeavyTail: Allocate whose quantity, the units of work, is drawn
 	// from a lognormal (heavyTail*).
