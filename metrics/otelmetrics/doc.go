@@ -45,6 +45,8 @@
 //	OTel instrument                     instrument      unit        Prometheus series
 //	levee.decisions                     counter         {call}      levee_decisions_total
 //	levee.handler.starts                counter         {call}      levee_handler_starts_total
+//	levee.tap.refusals.pending          gauge           {call}      levee_tap_refusals_pending
+//	levee.tap.refusals                  counter         {call}      levee_tap_refusals_total
 //	levee.client.decisions              counter         {call}      levee_client_decisions_total
 //	levee.cpu.info                      gauge           1           levee_cpu_info
 //	levee.cpu.utilization               gauge           1           levee_cpu_utilization

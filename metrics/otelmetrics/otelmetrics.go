@@ -120,8 +120,26 @@ func (r *Registry) AddServer(s ServerSource) error {
 		return fmt.Errorf("%w: AddServer: nil ServerSource", ErrInvalid)
 	}
 	return r.add("server", "AddServer", "", func(b *builder) callback {
-		return newDecisions(b, "levee.decisions", s.Stats, s.HandlerStarts)
+		cb := newDecisions(b, "levee.decisions", s.Stats, s.HandlerStarts)
+		l, ok := s.(tapLeftovers)
+		if !ok {
+			return cb
+		}
+		pendingI := b.intGauge("levee.tap.refusals.pending", "{call}", "Calls refused in the transport's tap whose deadline has not passed: grpc-go keeps each one's deadline timer and context (about 300 B) until then (docs/memory.md).")
+		totalI := b.counter("levee.tap.refusals", "{call}", "Calls with a deadline refused in the transport's tap.")
+		return func(o metric.Observer) {
+			cb(o)
+			pending, total := l.TapLeftovers(time.Now())
+			o.ObserveInt64(pendingI, pending)
+			o.ObserveInt64(totalI, count(total))
+		}
 	})
+}
+
+// tapLeftovers is what a grpcguard Server counts of the calls its tap
+// refused whose grpc-go deadline timer is still armed.
+type tapLeftovers interface {
+	TapLeftovers(now time.Time) (pending int64, total uint64)
 }
 
 // AddClient exports the decision counts of every guard of a grpcguard
