@@ -168,6 +168,9 @@ type measured struct {
 	// (slowSpike only).
 	slowCapacity   float64
 	workIterations int
+	// others is the time the server's CPUs spent on anything else while
+	// the capacity was measured, % of one CPU (-1: unknown).
+	others float64
 }
 
 // run runs the benchmark the command line asks for and writes its tables
@@ -195,7 +198,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			caps[sc.capacityKey()] = m
 		}
 		res := scenarioResult{Scenario: sc.name, About: sc.about, Capacity: m.capacity, Work: m.work, SlowCapacity: m.slowCapacity,
-			WorkIterations: m.workIterations, Phases: scfg.phases(m.capacity), Placement: where, sc: sc}
+			WorkIterations: m.workIterations, CapacityOthers: m.others, Phases: scfg.phases(m.capacity), Placement: where, sc: sc}
 		for _, p := range cfg.protections {
 			rr, err := runOne(ctx, scfg, pl, sc, m, p, stderr)
 			if err != nil {
@@ -263,17 +266,27 @@ func measureOne(ctx context.Context, cfg *config, pl *placement, sc scenario, sp
 		return measured{}, err
 	}
 	defer closeR()
+	cpus := pl.serverCPUs(spec.cores())
+	b0, berr := cpusBusy(cpus)
+	c0, cerr := processCPU(srv.cmd.Process.Pid)
+	t0 := time.Now()
 	calls, work, err := calibrate(ctx, r.request(), sc.load, sc.calWorkers, cfg.calibrate/4, cfg.calibrate)
 	if err != nil {
 		return measured{}, fmt.Errorf("%s: %w", sc.name, err)
+	}
+	others := -1.0
+	b1, berr1 := cpusBusy(cpus)
+	c1, cerr1 := processCPU(srv.cmd.Process.Pid)
+	if berr == nil && berr1 == nil && cerr == nil && cerr1 == nil && len(cpus) > 0 {
+		others = max(0, pct(float64(b1-b0-(c1-c0)), float64(time.Since(t0))))
 	}
 	slow := ""
 	if spec.DepSlow {
 		slow = fmt.Sprintf(", dependency %g× slower", spec.DepSlowdown)
 	}
-	fmt.Fprintf(stderr, "peers: %s server%s: capacity %.0f requests/s, %.0f units of work/s (%d callers closed-loop for %v), %d SHA-256 rounds per unit\n",
-		sc.name, slow, calls, work, sc.calWorkers, cfg.calibrate, srv.workIter)
-	return measured{capacity: calls, work: work, workIterations: srv.workIter}, nil
+	fmt.Fprintf(stderr, "peers: %s server%s: capacity %.0f requests/s, %.0f units of work/s (%d callers closed-loop for %v), %d SHA-256 rounds per unit; anything else on its CPUs meanwhile %.0f%% of one\n",
+		sc.name, slow, calls, work, sc.calWorkers, cfg.calibrate, srv.workIter, others)
+	return measured{capacity: calls, work: work, workIterations: srv.workIter, others: others}, nil
 }
 
 // runOne runs the scenario against a fresh server protected by p.
@@ -323,8 +336,11 @@ func runOne(ctx context.Context, cfg *config, pl *placement, sc scenario, m meas
 	}
 
 	rr := runResult{Protection: p.name}
-	cpuDone := make(chan float64, 1) // buffered: the sampler never blocks
-	go func() { cpuDone <- spikeCPU(ctx, srv.cmd.Process.Pid, cfg.spikeStart(), cfg.spike) }()
+	cpuDone := make(chan [2]float64, 1) // buffered: the sampler never blocks
+	go func() {
+		server, others := spikeCPU(ctx, srv.cmd.Process.Pid, pl.serverCPUs(spec.cores()), cfg.spikeStart(), cfg.spike)
+		cpuDone <- [2]float64{server, others}
+	}()
 	slowDone := make(chan time.Time, 1)
 	if sc.slowSpike {
 		go func() { slowDone <- slowDuringSpike(ctx, srv, cfg.spikeStart(), cfg.spike) }()
@@ -339,7 +355,8 @@ func runOne(ctx context.Context, cfg *config, pl *placement, sc scenario, m meas
 	if err != nil {
 		return runResult{}, err
 	}
-	rr.ServerCPUSpike = <-cpuDone
+	c := <-cpuDone
+	rr.ServerCPUSpike, rr.OthersCPUSpike = c[0], c[1]
 	rr.SlowAt = <-slowDone
 	rr.ok = tr.successes()
 	return rr, nil
@@ -392,34 +409,34 @@ func runMixed(ctx context.Context, reads *target.Target, genA *loadgen.Generator
 }
 
 // spikeCPU returns the CPU time the server process used during the spike,
-// as % of one CPU, measured from start to start+spike after the call (the
-// generator's schedule starts when it is called, within a millisecond);
-// -1 when it cannot be read.
-func spikeCPU(ctx context.Context, pid int, start, spike time.Duration) float64 {
+// as % of one CPU, and the time its CPUs spent on anything else (other
+// processes, the kernel, and time the hypervisor stole), measured from
+// start to start+spike after the call (the generator's schedule starts
+// when it is called, within a millisecond); -1 for what cannot be read
+// (others: also when the server is not pinned).
+func spikeCPU(ctx context.Context, pid int, cpus []int, start, spike time.Duration) (server, others float64) {
 	t0 := time.Now()
-	wait := func(d time.Duration) bool {
-		select {
-		case <-ctx.Done():
-			return false
-		case <-time.After(time.Until(t0.Add(d))):
-			return true
-		}
-	}
-	if !wait(start) {
-		return -1
+	server, others = -1, -1
+	if !sleepUntil(ctx, t0.Add(start)) {
+		return
 	}
 	c0, err := processCPU(pid)
 	if err != nil {
-		return -1
+		return
 	}
-	if !wait(start + spike) {
-		return -1
+	b0, berr := cpusBusy(cpus)
+	if !sleepUntil(ctx, t0.Add(start+spike)) {
+		return
 	}
 	c1, err := processCPU(pid)
 	if err != nil {
-		return -1
+		return
 	}
-	return pct(float64(c1-c0), float64(spike))
+	server = pct(float64(c1-c0), float64(spike))
+	if b1, err := cpusBusy(cpus); err == nil && berr == nil && len(cpus) > 0 {
+		others = max(0, pct(float64(b1-b0-(c1-c0)), float64(spike)))
+	}
+	return server, others
 }
 
 // writeNotes says how the tables were made.

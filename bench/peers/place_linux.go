@@ -176,3 +176,38 @@ func processCPU(pid int) (time.Duration, error) {
 	const userHZ = 100
 	return time.Duration(ticks) * (time.Second / userHZ), nil
 }
+
+// cpusBusy returns the time cpus spent busy or stolen since boot, from
+// /proc/stat (user, nice, system, irq, softirq and steal), to the kernel's
+// tick.
+func cpusBusy(cpus []int) (time.Duration, error) {
+	data, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		return 0, err
+	}
+	want := map[string]bool{}
+	for _, c := range cpus {
+		want["cpu"+strconv.Itoa(c)] = true
+	}
+	var ticks uint64
+	found := 0
+	for _, line := range strings.Split(string(data), "\n") {
+		f := strings.Fields(line)
+		if len(f) < 9 || !want[f[0]] {
+			continue
+		}
+		found++
+		for _, i := range []int{1, 2, 3, 6, 7, 8} { // user nice system (idle iowait) irq softirq steal
+			n, err := strconv.ParseUint(f[i], 10, 64)
+			if err != nil {
+				return 0, fmt.Errorf("/proc/stat %s: %w", f[0], err)
+			}
+			ticks += n
+		}
+	}
+	if found != len(cpus) {
+		return 0, fmt.Errorf("/proc/stat: %d of CPUs %v found", found, cpus)
+	}
+	const userHZ = 100
+	return time.Duration(ticks) * (time.Second / userHZ), nil
+}

@@ -15,3 +15,5 @@ func dieWithParent(*exec.Cmd) {}
 func newCgroup(string, int) ([]string, func(), error) { return nil, nil, errNoPlacement }
 
 func processCPU(int) (time.Duration, error) { return 0, errNoPlacement }
+
+func cpusBusy([]int) (time.Duration, error) { return 0, errNoPlacement }

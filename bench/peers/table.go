@@ -195,7 +195,10 @@ type scenarioResult struct {
 	// WorkIterations is the SHA-256 rounds every server of the scenario
 	// burns per Allocate (per unit of work for the shapes whose work is
 	// the request's quantity).
-	WorkIterations int             `json:"work_iterations"`
+	WorkIterations int `json:"work_iterations"`
+	// CapacityOthers is the time the server's CPUs spent on anything
+	// else while the capacity was measured, % of one CPU (-1: unknown).
+	CapacityOthers float64         `json:"capacity_others_cpu_pct"`
 	Phases         []loadgen.Phase `json:"phases"`
 	// Placement says where the servers and the generator ran.
 	Placement string  `json:"placement"`
@@ -212,7 +215,12 @@ type runResult struct {
 	// spike, % of one CPU (-1: unknown). Well under 100 for an
 	// overloaded server means it did not get its CPU: other processes
 	// ran on it.
-	ServerCPUSpike float64         `json:"server_cpu_spike_pct"`
+	ServerCPUSpike float64 `json:"server_cpu_spike_pct"`
+	// OthersCPUSpike is the time the server's CPUs spent on anything
+	// else during the spike (other processes, the kernel, time stolen by
+	// the hypervisor), % of one CPU (-1: unknown). Well above 0 means the
+	// run was disturbed (on cores2 it includes the load generator).
+	OthersCPUSpike float64         `json:"others_cpu_spike_pct"`
 	Allocate       *loadgen.Result `json:"allocate"`
 	GetStock       *loadgen.Result `json:"get_stock,omitempty"`
 	// SlowAt is when the dependency slowed (slowdep only).
@@ -247,8 +255,12 @@ func writeTable(w io.Writer, cfg *config, r scenarioResult) {
 	if len(r.Scores) > 0 {
 		calls = fmt.Sprintf(" (%d and %d calls)", r.Scores[0].NormalOffered, r.Scores[0].HighOffered)
 	}
-	fmt.Fprintf(w, "%s, measured closed-loop on the unprotected server; %d SHA-256 rounds per Allocate (or per unit) in every server. Phases: %s; the phases at %s and %s%s. Poisson arrivals, deadline %v.\n\n",
-		capacity, r.WorkIterations, strings.Join(ph, ", "), loadName(cfg.normalLoad), loadName(cfg.highLoad), calls, cfg.deadline)
+	disturbed := ""
+	if r.CapacityOthers >= 0 {
+		disturbed = fmt.Sprintf(", while anything else took %.0f%% of one of its CPUs", r.CapacityOthers)
+	}
+	fmt.Fprintf(w, "%s, measured closed-loop on the unprotected server%s; %d SHA-256 rounds per Allocate (or per unit) in every server. Phases: %s; the phases at %s and %s%s. Poisson arrivals, deadline %v.\n\n",
+		capacity, disturbed, r.WorkIterations, strings.Join(ph, ", "), loadName(cfg.normalLoad), loadName(cfg.highLoad), calls, cfg.deadline)
 
 	goodput := "spike goodput (% of capacity)"
 	switch {
@@ -296,14 +308,24 @@ func writeTable(w io.Writer, cfg *config, r scenarioResult) {
 		fmt.Fprintln(w)
 	}
 	fmt.Fprintln(w)
-	var cpu []string
+	var cpu, others []string
 	for i, rr := range r.Runs {
 		if rr.ServerCPUSpike >= 0 {
 			cpu = append(cpu, fmt.Sprintf("%s %.0f%%", r.Scores[i].Label, rr.ServerCPUSpike))
 		}
+		if rr.OthersCPUSpike >= 0 {
+			others = append(others, fmt.Sprintf("%s %.0f%%", r.Scores[i].Label, rr.OthersCPUSpike))
+		}
 	}
 	if len(cpu) > 0 {
 		fmt.Fprintf(w, "Server CPU during the spike, of one CPU: %s.\n\n", strings.Join(cpu, ", "))
+	}
+	if len(others) > 0 {
+		gen := ""
+		if sc.server.cores() > 1 {
+			gen = " (the load generator included: it shares them)"
+		}
+		fmt.Fprintf(w, "Anything else on the server's CPUs during the spike%s (other processes, the kernel, time stolen by the hypervisor), of one CPU: %s.\n\n", gen, strings.Join(others, ", "))
 	}
 }
 
