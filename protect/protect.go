@@ -30,8 +30,8 @@
 // interceptors, the grpc-retry-pushback-ms trailer (see grpcguard).
 //
 // Refusals need evidence of overload (runlimit.Limiter.Overloaded): the
-// CPU saturated, or calls waiting for a turn without a pause for a whole
-// interval. Once refusals are sustained, a client that retries gets a
+// CPU saturated, calls waiting for a turn without a pause for a whole
+// interval, or a spike's worth of them (see runlimit's package doc). Once refusals are sustained, a client that retries gets a
 // pushback of -1 (grpcguard.SustainedAfter).
 //
 // Streams are admitted once, when they open; an open stream holds no turn

@@ -50,12 +50,19 @@
 // Limiter refuses only with evidence that the server is overloaded
 // (Limiter.Overloaded):
 //
-//   - its CPU signal is saturated (WithCPU), or
+//   - its CPU signal is saturated (WithCPU),
 //   - calls have waited for a turn without a pause for a whole interval
 //     (WithInterval): every turn was taken all that time, and the queue
-//     never drained — a standing queue, not a burst.
+//     never drained — a standing queue, not a burst, or
+//   - calls wait for a turn while as many run beyond the limit (below)
+//     as the limit itself, and at least 8, or a
+//     lane's queue holds more work (its flow's service time per call)
+//     than the limit runs in an interval, for that lane: a spike, which
+//     would otherwise fill the queue and overrun the limit without bound
+//     for the interval a standing queue takes to show, and slow every
+//     call it runs beside.
 //
-// Without either, a call admitted to a full lane is admitted anyway
+// Without any of these, a call admitted to a full lane is admitted anyway
 // (Stats.Unrefused), and a call whose wait for a turn runs out runs beyond
 // the limit (Stats.Overruns) instead of being refused. A deadline that
 // cannot be met is refused whatever the evidence: it is the caller's

@@ -174,3 +174,77 @@ func TestUnservedEmptyingKeepsTheQueueStanding(t *testing.T) {
 		t.Errorf("Overloaded() after the queue was served = true, want false")
 	}
 }
+
+// TestOverrunByTheLimitIsEvidence: without a saturated CPU or a standing
+// queue, calls run beyond the limit only until as many run beyond it as
+// within it, and at least minOverruns; a call that still waits then is
+// refused.
+func TestOverrunByTheLimitIsEvidence(t *testing.T) {
+	for _, tc := range []struct{ limit, overruns int }{{1, 8}, {8, 8}, {12, 12}} {
+		l := mustNew(t, WithBounds(tc.limit, tc.limit), WithQueueTarget(time.Millisecond), WithInterval(time.Hour))
+		f := l.Flow("m")
+		var held []Ticket
+		for i := 0; i < tc.limit; i++ {
+			tk, ok := f.TryAcquire(time.Now())
+			if !ok {
+				t.Fatalf("limit %d: turn %d within the limit refused", tc.limit, i)
+			}
+			held = append(held, tk)
+		}
+		for i := 0; i < tc.overruns; i++ {
+			tk, err := f.Acquire(context.Background())
+			if err != nil {
+				t.Fatalf("limit %d: overrun %d with %d running = %v, want a turn beyond the limit", tc.limit, i, l.Running(), err)
+			}
+			held = append(held, tk)
+		}
+		if l.Overloaded(time.Now()) {
+			t.Errorf("limit %d: Overloaded() with %d running and nobody waiting, want false", tc.limit, l.Running())
+		}
+		if _, err := f.Acquire(context.Background()); err != ErrTimeout {
+			t.Errorf("limit %d: Acquire with %d running = %v, want ErrTimeout", tc.limit, l.Running(), err)
+		}
+		if st := l.Stats(); st.Overruns != uint64(tc.overruns) {
+			t.Errorf("limit %d: Stats().Overruns = %d, want %d", tc.limit, st.Overruns, tc.overruns)
+		}
+		for _, tk := range held {
+			tk.Release()
+		}
+		if r, w := l.Running(), l.Waiting(); r != 0 || w != 0 {
+			t.Errorf("limit %d: Running(), Waiting() = %d, %d after every release, want 0, 0", tc.limit, r, w)
+		}
+	}
+}
+
+// TestALaneQueueAnIntervalDeepIsEvidence: without a saturated CPU or a
+// standing queue, a full lane still admits calls to wait, until its queue
+// holds more work than the limit runs in an interval; the next is
+// refused.
+func TestALaneQueueAnIntervalDeepIsEvidence(t *testing.T) {
+	l := mustNew(t, WithBounds(2, 2), WithQueueTarget(time.Millisecond), WithInterval(100*time.Millisecond))
+	f := l.Flow("m")
+	f.svc.Store(int64(10 * time.Millisecond))
+	ln := crit(f)
+	now := time.Now()
+	// 2 turns × 100 ms ÷ 10 ms a call: 20 calls' work.
+	ln.count.Store(19)
+	if ln.Admissible() {
+		t.Fatal("lane with 19 queued admissible, want full")
+	}
+	cost, ok := ln.admit(now)
+	if !ok {
+		t.Fatal("full lane with 19 queued (less than an interval's work) refused, want admitted")
+	}
+	ln.unreserve(cost)
+	if st := l.Stats(); st.Unrefused != 1 {
+		t.Errorf("Stats().Unrefused = %d, want 1", st.Unrefused)
+	}
+	ln.count.Store(20)
+	if _, ok := ln.admit(now); ok {
+		t.Error("full lane with 20 queued (an interval's work) admitted, want refused")
+	}
+	if l.Overloaded(now) {
+		t.Error("Overloaded() = true: the lane's evidence is the lane's, want false for the Limiter")
+	}
+	ln.count.Store(0)
+}

@@ -87,7 +87,7 @@ func (g *guard) Admit(c admission.Call) admission.Decision {
 func (ln *Lane) admit(now time.Time) (cost int64, ok bool) {
 	l := ln.f.l
 	if !ln.Admissible() {
-		if l.Overloaded(now) {
+		if ln.overloadedAt(l.nanos(now)) {
 			return 0, false
 		}
 		l.unrefused.Add(1)

@@ -681,7 +681,7 @@ func (ln *Lane) started(w *waiter) Ticket {
 // no evidence of overload its call runs beyond the limit (overrun);
 // otherwise it gives up, with ErrTimeout.
 func (ln *Lane) expired(w *waiter) (Ticket, error) {
-	if !ln.f.l.overloadedAt(ln.f.l.nanos(ln.f.l.o.now())) {
+	if !ln.overloadedAt(ln.f.l.nanos(ln.f.l.o.now())) {
 		return ln.overrun(w), nil
 	}
 	ln.giveUp(w)
@@ -970,22 +970,53 @@ func (l *Limiter) unservedRecently(now int64) bool {
 }
 
 // Overloaded reports whether the Limiter has evidence, at now, that the
-// server is overloaded: its CPU signal is saturated (WithCPU), or calls
+// server is overloaded: its CPU signal is saturated (WithCPU), calls
 // have waited for a turn without a pause for a whole interval
-// (WithInterval), which happens only while every turn is taken. Without
+// (WithInterval), which happens only while every turn is taken, or calls
+// wait while as many run beyond the limit as the limit itself (at least
+// 8). A lane whose queue holds an interval's
+// work is evidence too, for that lane (see the package doc). Without
 // that evidence it refuses nothing (see the package doc).
 func (l *Limiter) Overloaded(now time.Time) bool { return l.overloadedAt(l.nanos(now)) }
+
+// overloadedAt reports whether a call of ln has evidence of overload at
+// now: the Limiter's (overloadedAt), or ln's queue holds more work than
+// the limit runs in an interval — a queue that cannot drain within the
+// interval a standing queue takes to show, so that waiting for it to
+// stand would only admit a spike's worth of calls to wait.
+func (ln *Lane) overloadedAt(now int64) bool {
+	l := ln.f.l
+	if float64(ln.count.Load())*ln.f.cost() >= float64(l.limit.Load())*float64(l.o.interval) {
+		return true
+	}
+	return l.overloadedAt(now)
+}
 
 func (l *Limiter) overloadedAt(now int64) bool {
 	if c := l.o.cpu; c != nil && c.Saturated() {
 		return true
 	}
+	s := l.state.Load()
+	if lim := l.limit.Load(); waiting(s) > 0 && running(s) >= lim+max(lim, minOverruns) {
+		return true
+	}
 	q := l.queuedSince.Load()
-	if q == 0 || (waiting(l.state.Load()) == 0 && !l.unservedRecently(now)) {
+	if q == 0 || (waiting(s) == 0 && !l.unservedRecently(now)) {
 		return false
 	}
 	return now-(q-1) >= int64(l.o.interval)
 }
+
+// minOverruns bounds what runs beyond the limit without other evidence:
+// calls that still wait while as many run beyond the limit as the limit
+// itself, and at least minOverruns, are evidence of overload. A limit
+// learned too low for service times that vary is overrun now and then
+// by a few calls (on one core, with a limit of 1, by those that arrive
+// during a call from the tail); a spike would overrun it without bound
+// within the interval a standing queue takes to show, and the calls run
+// beyond the limit would then slow every call, the limit's own included,
+// so that the learner cuts the limit to its floor.
+const minOverruns = 8
 
 // overrun gives w's call, whose wait for a turn ran out while the server
 // shows no overload, a turn beyond the limit: a limit that binds when
