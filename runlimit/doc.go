@@ -50,7 +50,8 @@
 // Limiter refuses only with evidence that the server is overloaded
 // (Limiter.Overloaded):
 //
-//   - its CPU signal is saturated (WithCPU),
+//   - its CPU signal is saturated now (WithCPU): its utilisation at or
+//     above its threshold, not within the cooldown after it (see CPU),
 //   - calls have waited for a turn without a pause for a whole interval
 //     (WithInterval): every turn was taken all that time, and the queue
 //     never drained — a standing queue, not a burst, or

@@ -7,7 +7,12 @@ import (
 	"time"
 
 	"github.com/levee-go/levee/admission"
+	"github.com/levee-go/levee/cpu"
 )
+
+// A cpu.Monitor tells its utilisation, so that it is evidence of overload
+// only while the CPU is busy now (see CPU).
+var _ CPUNow = (*cpu.Monitor)(nil)
 
 // TestNoRefusalWithoutOverload: a call whose wait for a turn runs out
 // while nothing shows overload — no CPU signal saturated, no queue that
@@ -247,4 +252,43 @@ func TestALaneQueueAnIntervalDeepIsEvidence(t *testing.T) {
 		t.Error("Overloaded() = true: the lane's evidence is the lane's, want false for the Limiter")
 	}
 	ln.count.Store(0)
+}
+
+// busyCPU is a CPU signal that tells its utilisation (CPUNow), with a
+// Saturated that, as a cpu.Monitor's in its cooldown, may outlast it.
+type busyCPU struct {
+	saturated   bool
+	utilization float64
+}
+
+func (c *busyCPU) Saturated() bool      { return c.saturated }
+func (c *busyCPU) Utilization() float64 { return c.utilization }
+func (c *busyCPU) Threshold() float64   { return 0.8 }
+
+// TestCPUEvidenceIsTheUtilisationNow: a CPU signal that tells its
+// utilisation is evidence of overload only while the utilisation is at or
+// above its threshold, not in the cooldown after it in which the monitor
+// still says saturated.
+func TestCPUEvidenceIsTheUtilisationNow(t *testing.T) {
+	c := &busyCPU{saturated: true, utilization: 0.6}
+	l := mustNew(t, WithBounds(1, 1), WithQueueTarget(time.Millisecond), WithCPU(c))
+	if l.Overloaded(time.Now()) {
+		t.Error("Overloaded() in the cooldown (saturated, utilisation 0.6 of a threshold of 0.8), want false")
+	}
+	f := l.Flow("m")
+	hold, _ := f.TryAcquire(time.Now())
+	tk, err := f.Acquire(context.Background())
+	if err != nil {
+		t.Errorf("Acquire with the turn held in the cooldown = %v, want a turn beyond the limit", err)
+	} else {
+		tk.Release()
+	}
+	c.utilization = 0.8
+	if !l.Overloaded(time.Now()) {
+		t.Error("Overloaded() with the utilisation at the threshold, want true")
+	}
+	if _, err := f.Acquire(context.Background()); err != ErrTimeout {
+		t.Errorf("Acquire with the turn held and the utilisation at the threshold = %v, want ErrTimeout", err)
+	}
+	hold.Release()
 }

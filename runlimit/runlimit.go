@@ -45,9 +45,23 @@ var (
 )
 
 // CPU is the CPU signal a Limiter reads: *cpu.Monitor satisfies it.
+//
+// A signal that also tells its utilisation and threshold (CPUNow, as
+// *cpu.Monitor does) is evidence of overload (Limiter.Overloaded) only
+// while its utilisation is at or above the threshold; Saturated, which a
+// monitor keeps for a cooldown after the utilisation fell, still holds
+// the limit's growth off.
 type CPU interface {
 	// Saturated reports whether the CPU allowance is saturated.
 	Saturated() bool
+}
+
+// CPUNow is a CPU signal that tells how busy the CPU is now: its smoothed
+// utilisation, a fraction of the allowance, and the threshold at which it
+// is saturated. *cpu.Monitor satisfies it.
+type CPUNow interface {
+	Utilization() float64
+	Threshold() float64
 }
 
 // Option configures a Limiter. Options only record values; New validates
@@ -169,6 +183,8 @@ func (o *options) validate() error {
 type Limiter struct {
 	o     options
 	epoch time.Time
+	// cpuNow is o.cpu when it tells its utilisation (cpuBusy).
+	cpuNow CPUNow
 
 	// state packs the calls running (low 32 bits) and waiting (high 32
 	// bits), so that a turn returned while nobody waits, and a turn taken
@@ -280,6 +296,7 @@ func New(opts ...Option) (*Limiter, error) {
 		o.now = time.Now
 	}
 	l := &Limiter{o: o, epoch: o.now()}
+	l.cpuNow, _ = o.cpu.(CPUNow)
 	l.est = float64(min(max(o.initial, o.floor), o.ceiling))
 	l.limit.Store(int64(l.est))
 	l.flows.Store(&map[string]*Flow{})
@@ -970,7 +987,8 @@ func (l *Limiter) unservedRecently(now int64) bool {
 }
 
 // Overloaded reports whether the Limiter has evidence, at now, that the
-// server is overloaded: its CPU signal is saturated (WithCPU), calls
+// server is overloaded: its CPU signal is saturated now (WithCPU; see
+// CPU), calls
 // have waited for a turn without a pause for a whole interval
 // (WithInterval), which happens only while every turn is taken, or calls
 // wait while as many run beyond the limit as the limit itself (at least
@@ -993,7 +1011,7 @@ func (ln *Lane) overloadedAt(now int64) bool {
 }
 
 func (l *Limiter) overloadedAt(now int64) bool {
-	if c := l.o.cpu; c != nil && c.Saturated() {
+	if l.cpuBusy() {
 		return true
 	}
 	s := l.state.Load()
@@ -1005,6 +1023,20 @@ func (l *Limiter) overloadedAt(now int64) bool {
 		return false
 	}
 	return now-(q-1) >= int64(l.o.interval)
+}
+
+// cpuBusy reports whether the CPU signal shows the CPU saturated now: its
+// utilisation at or above its threshold when it tells them (CPUNow), else
+// Saturated. A monitor stays saturated for a cooldown once its
+// utilisation fell (cpu.DefaultCooldown, 5 s): right for holding the
+// limit's growth off, but as evidence of overload a burst at 70% of
+// capacity, which took the utilisation over the threshold for a moment,
+// would refuse calls for seconds after it.
+func (l *Limiter) cpuBusy() bool {
+	if n := l.cpuNow; n != nil {
+		return n.Utilization() >= n.Threshold()
+	}
+	return l.o.cpu != nil && l.o.cpu.Saturated()
 }
 
 // minOverruns bounds what runs beyond the limit without other evidence:
