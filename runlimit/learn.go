@@ -157,6 +157,7 @@ type sample struct {
 	queuedN   float64 // calls that noted their wait to start (NoteQueued)
 	queuedSum float64 // those waits, summed, ns
 	cpuSat    bool    // the CPU signal is saturated (set by decide)
+	overran   bool    // calls ran beyond the limit (overrun) in the interval
 }
 
 // stretch is the calls' mean service time over their baseline, 1 without
@@ -192,6 +193,7 @@ type learnCounts struct {
 	cpuElsewhere   atomic.Uint64
 	backoffs       atomic.Uint64
 	limitedToRan   atomic.Uint64
+	overran        atomic.Uint64
 	grows          atomic.Uint64
 	shrinks        atomic.Uint64
 }
@@ -240,6 +242,9 @@ func (l *Limiter) closes(flows []*Flow, end int64) bool {
 // is shorter. Needs upd.
 func (l *Limiter) measure(flows []*Flow, end int64) sample {
 	m := sample{end: end}
+	if o := l.overruns.Load(); o != l.seenOverruns {
+		l.seenOverruns, m.overran = o, true
+	}
 	m.peak = l.peak.Swap(running(l.state.Load()))
 	m.overloads = l.overloads.Swap(0)
 	m.lagN, m.lagSum = l.lagN.Swap(0), l.lagSum.Swap(0)
@@ -268,6 +273,13 @@ func (l *Limiter) measure(flows []*Flow, end int64) sample {
 func (l *Limiter) decide(m *sample) {
 	if l.baselineProbeDue() {
 		l.startBaselineProbe(m.end)
+		return
+	}
+	if m.overran {
+		// Calls ran beyond the limit, for want of evidence of overload:
+		// the interval's service times are those of more calls at once
+		// than the limit, and would cut it for what it did not do.
+		l.learned.overran.Add(1)
 		return
 	}
 	m.cpuSat = l.o.cpu != nil && l.o.cpu.Saturated()

@@ -1,6 +1,7 @@
 package runlimit
 
 import (
+	"context"
 	"testing"
 	"time"
 )
@@ -174,5 +175,59 @@ func TestEmptyProbe(t *testing.T) {
 	}
 	if got := r.l.Limit(); got != 4 {
 		t.Errorf("empty probe: Limit() = %d, want 4, where it was", got)
+	}
+}
+
+// TestNoLearningWhileOverrun: in an interval in which calls ran beyond the
+// limit for want of evidence of overload (overruns), the service times are
+// those of more calls at once than the limit, and the learner leaves the
+// limit as it was (Stats.Overran), starting no probe. The same stretch
+// with no overrun makes it probe and move the limit.
+func TestNoLearningWhileOverrun(t *testing.T) {
+	for _, overrun := range []bool{false, true} {
+		r := newLagRig(t)
+		r.run(2*time.Second, 0) // baseline 5 ms at a limit of 4, CPU saturated: no growth
+		if got := r.l.Limit(); got != 4 {
+			t.Fatalf("baseline: Limit() = %d, want 4", got)
+		}
+		r.cpu.saturated = false // no evidence of overload from here on
+		probes := r.l.Stats().ProbeCPU.Started + r.l.Stats().ProbeStretch.Started + r.l.Stats().ProbeLag.Started
+		for end := r.now + time.Second; r.now < end; {
+			var held []Ticket
+			for range 4 {
+				if tk, ok := r.f.TryAcquire(r.t0.Add(r.now)); ok {
+					held = append(held, tk)
+				}
+			}
+			if overrun && len(held) == 4 {
+				tk, err := r.f.Acquire(context.Background()) // waits its patience, then runs beyond the limit
+				if err != nil {
+					t.Fatalf("Acquire with every turn taken and no evidence = %v, want an overrun", err)
+				}
+				held = append(held, tk)
+			}
+			r.now += 50 * time.Millisecond // ten times the baseline
+			for _, tk := range held {
+				tk.Done(r.t0.Add(r.now), false)
+			}
+		}
+		st := r.l.Stats()
+		checkAccounts(t, st)
+		probed := st.ProbeCPU.Started+st.ProbeStretch.Started+st.ProbeLag.Started > probes
+		if overrun {
+			if got := r.l.Limit(); got != 4 || probed {
+				t.Errorf("stretched service times while calls overran: Limit() = %d, probed %t, want 4 and no probe (%+v)", got, probed, st)
+			}
+			if st.Overran == 0 || st.Overruns == 0 {
+				t.Errorf("Overran = %d, Overruns = %d, want both > 0", st.Overran, st.Overruns)
+			}
+		} else {
+			if got := r.l.Limit(); got == 4 || !probed {
+				t.Errorf("stretched service times, no overrun: Limit() = %d, probed %t, want a probe and the limit moved (%+v)", got, probed, st)
+			}
+			if st.Overran != 0 {
+				t.Errorf("Overran = %d with no overrun, want 0", st.Overran)
+			}
+		}
 	}
 }

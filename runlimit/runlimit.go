@@ -214,8 +214,9 @@ type Limiter struct {
 	notFull    atomic.Bool                      // the turns were busy less than fullBusy of the last interval
 	openedAt   atomic.Int64                     // opened, for readers outside upd
 
-	tenantCount atomic.Int64
-	lastSweep   int64 // under upd
+	tenantCount  atomic.Int64
+	lastSweep    int64  // under upd
+	seenOverruns uint64 // Stats.Overruns at the last interval closed; under upd
 	// servedAvg is each class's turns per interval, smoothed over the
 	// last few intervals (roomDecay), for noteRoom. Under upd.
 	servedAvg [admission.Classes]float64
@@ -378,6 +379,10 @@ type Stats struct {
 	// (Flow.NoteQueued) while fewer ran than the limit allowed, each of
 	// which set the limit to the calls that ran.
 	LimitedToRan uint64
+	// Overran counts intervals in which calls ran beyond the limit
+	// (Overruns): the learner left the limit as it was, since their
+	// service times were those of more calls at once than the limit.
+	Overran uint64
 	// Grows and Shrinks count the intervals that moved the limit up or
 	// down by its queue estimate (TCP Vegas).
 	Grows, Shrinks uint64
@@ -412,7 +417,7 @@ func (l *Limiter) Stats() Stats {
 		ProbeBaseline: c.probe[probeBaseline].stats(), ProbeStretch: c.probe[probeStretch].stats(),
 		ProbeCPU: c.probe[probeCPU].stats(), ProbeLag: c.probe[probeLag].stats(),
 		SlowStartEnded: c.slowStartEnded.Load(), Holds: c.holds.Load(), CPUElsewhere: c.cpuElsewhere.Load(),
-		Backoffs: c.backoffs.Load(), LimitedToRan: c.limitedToRan.Load(),
+		Backoffs: c.backoffs.Load(), LimitedToRan: c.limitedToRan.Load(), Overran: c.overran.Load(),
 		Grows: c.grows.Load(), Shrinks: c.shrinks.Load()}
 }
 
