@@ -50,6 +50,9 @@ func TestNoRefusalWithoutOverload(t *testing.T) {
 	if _, err := f.Acquire(context.Background()); err != ErrTimeout {
 		t.Errorf("Acquire with the turn held and the CPU saturated = %v, want ErrTimeout", err)
 	}
+	if got := l.Stats().RefusedOn; got != (EvidenceStats{CPU: 1}) {
+		t.Errorf("Stats().RefusedOn = %+v, want one refusal on the CPU", got)
+	}
 	hold.Release()
 }
 
@@ -209,8 +212,8 @@ func TestOverrunByTheLimitIsEvidence(t *testing.T) {
 		if _, err := f.Acquire(context.Background()); err != ErrTimeout {
 			t.Errorf("limit %d: Acquire with %d running = %v, want ErrTimeout", tc.limit, l.Running(), err)
 		}
-		if st := l.Stats(); st.Overruns != uint64(tc.overruns) {
-			t.Errorf("limit %d: Stats().Overruns = %d, want %d", tc.limit, st.Overruns, tc.overruns)
+		if st := l.Stats(); st.Overruns != uint64(tc.overruns) || st.RefusedOn != (EvidenceStats{Overrun: 1}) {
+			t.Errorf("limit %d: Stats().Overruns = %d, RefusedOn = %+v, want %d and one refusal on the overrun", tc.limit, st.Overruns, st.RefusedOn, tc.overruns)
 		}
 		for _, tk := range held {
 			tk.Release()
@@ -247,6 +250,9 @@ func TestALaneQueueAnIntervalDeepIsEvidence(t *testing.T) {
 	ln.count.Store(20)
 	if _, ok := ln.admit(now); ok {
 		t.Error("full lane with 20 queued (an interval's work) admitted, want refused")
+	}
+	if got := l.Stats().RefusedOn; got != (EvidenceStats{Lane: 1}) {
+		t.Errorf("Stats().RefusedOn = %+v, want one refusal on the lane's queue", got)
 	}
 	if l.Overloaded(now) {
 		t.Error("Overloaded() = true: the lane's evidence is the lane's, want false for the Limiter")

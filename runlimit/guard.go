@@ -87,7 +87,8 @@ func (g *guard) Admit(c admission.Call) admission.Decision {
 func (ln *Lane) admit(now time.Time) (cost int64, ok bool) {
 	l := ln.f.l
 	if !ln.Admissible() {
-		if ln.overloadedAt(l.nanos(now)) {
+		if e := ln.evidenceAt(l.nanos(now)); e != evidenceNone {
+			l.refuseOn(e)
 			return 0, false
 		}
 		l.unrefused.Add(1)

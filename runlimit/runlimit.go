@@ -251,6 +251,7 @@ type Limiter struct {
 	probes       atomic.Uint64
 	rebases      atomic.Uint64
 	overruns     atomic.Uint64
+	refusedOn    [evidenceKinds]atomic.Uint64 // refusals by the evidence they were made on
 	unrefused    atomic.Uint64
 	updates      atomic.Uint64
 	learned      learnCounts
@@ -379,6 +380,10 @@ type Stats struct {
 	// (Flow.NoteQueued) while fewer ran than the limit allowed, each of
 	// which set the limit to the calls that ran.
 	LimitedToRan uint64
+	// RefusedOn counts the calls refused for want of a turn (a full
+	// lane, a wait that ran out) by the evidence of overload they were
+	// refused on (Overloaded).
+	RefusedOn EvidenceStats
 	// Overran counts intervals in which calls ran beyond the limit
 	// (Overruns): the learner left the limit as it was, since their
 	// service times were those of more calls at once than the limit.
@@ -386,6 +391,15 @@ type Stats struct {
 	// Grows and Shrinks count the intervals that moved the limit up or
 	// down by its queue estimate (TCP Vegas).
 	Grows, Shrinks uint64
+}
+
+// EvidenceStats count refusals by the evidence of overload they were made
+// on (see the package doc, "No refusal without evidence of overload").
+type EvidenceStats struct {
+	CPU      uint64 // the CPU signal's utilisation at or above its threshold
+	Overrun  uint64 // calls waiting while the limit was overrun by its own size (at least 8)
+	Standing uint64 // calls waiting without a pause for a whole interval
+	Lane     uint64 // the call's lane queue holding more work than the limit runs in an interval
 }
 
 // ProbeStats count the probes of one kind: while a probe runs the limit
@@ -414,6 +428,8 @@ func (l *Limiter) Stats() Stats {
 	return Stats{Limit: l.Limit(), Running: int(running(s)), Waiting: int(waiting(s)),
 		Updates: l.updates.Load(), Probes: l.probes.Load(), Rebases: l.rebases.Load(),
 		Overruns: l.overruns.Load(), Unrefused: l.unrefused.Load(),
+		RefusedOn: EvidenceStats{CPU: l.refusedOn[evidenceCPU].Load(), Overrun: l.refusedOn[evidenceOverrun].Load(),
+			Standing: l.refusedOn[evidenceStanding].Load(), Lane: l.refusedOn[evidenceLane].Load()},
 		ProbeBaseline: c.probe[probeBaseline].stats(), ProbeStretch: c.probe[probeStretch].stats(),
 		ProbeCPU: c.probe[probeCPU].stats(), ProbeLag: c.probe[probeLag].stats(),
 		SlowStartEnded: c.slowStartEnded.Load(), Holds: c.holds.Load(), CPUElsewhere: c.cpuElsewhere.Load(),
@@ -703,10 +719,13 @@ func (ln *Lane) started(w *waiter) Ticket {
 // no evidence of overload its call runs beyond the limit (overrun);
 // otherwise it gives up, with ErrTimeout.
 func (ln *Lane) expired(w *waiter) (Ticket, error) {
-	if !ln.overloadedAt(ln.f.l.nanos(ln.f.l.o.now())) {
+	l := ln.f.l
+	e := ln.evidenceAt(l.nanos(l.o.now()))
+	if e == evidenceNone {
 		return ln.overrun(w), nil
 	}
 	ln.giveUp(w)
+	l.refuseOn(e)
 	return Ticket{}, ErrTimeout
 }
 
@@ -1007,27 +1026,53 @@ func (l *Limiter) Overloaded(now time.Time) bool { return l.overloadedAt(l.nanos
 // the limit runs in an interval — a queue that cannot drain within the
 // interval a standing queue takes to show, so that waiting for it to
 // stand would only admit a spike's worth of calls to wait.
-func (ln *Lane) overloadedAt(now int64) bool {
+func (ln *Lane) overloadedAt(now int64) bool { return ln.evidenceAt(now) != evidenceNone }
+
+// evidenceAt is the evidence of overload a call of ln has at now
+// (overloadedAt), evidenceNone without any.
+func (ln *Lane) evidenceAt(now int64) evidence {
 	l := ln.f.l
 	if float64(ln.count.Load())*ln.f.cost() >= float64(l.limit.Load())*float64(l.o.interval) {
-		return true
+		return evidenceLane
 	}
-	return l.overloadedAt(now)
+	return l.evidenceAt(now)
 }
 
-func (l *Limiter) overloadedAt(now int64) bool {
+// refuseOn counts a refusal made on evidence e.
+func (l *Limiter) refuseOn(e evidence) { l.refusedOn[e].Add(1) }
+
+func (l *Limiter) overloadedAt(now int64) bool { return l.evidenceAt(now) != evidenceNone }
+
+// evidence is a kind of evidence of overload (Limiter.Overloaded).
+type evidence int
+
+const (
+	evidenceNone     evidence = iota
+	evidenceCPU               // the CPU busy now (cpuBusy)
+	evidenceOverrun           // calls wait while the limit is overrun by its own size
+	evidenceStanding          // calls waited without a pause for a whole interval
+	evidenceLane              // a lane's queue holds an interval's work
+	evidenceKinds
+)
+
+// evidenceAt is the Limiter's evidence of overload at now, evidenceNone
+// without any.
+func (l *Limiter) evidenceAt(now int64) evidence {
 	if l.cpuBusy() {
-		return true
+		return evidenceCPU
 	}
 	s := l.state.Load()
 	if lim := l.limit.Load(); waiting(s) > 0 && running(s) >= lim+max(lim, minOverruns) {
-		return true
+		return evidenceOverrun
 	}
 	q := l.queuedSince.Load()
 	if q == 0 || (waiting(s) == 0 && !l.unservedRecently(now)) {
-		return false
+		return evidenceNone
 	}
-	return now-(q-1) >= int64(l.o.interval)
+	if now-(q-1) >= int64(l.o.interval) {
+		return evidenceStanding
+	}
+	return evidenceNone
 }
 
 // cpuBusy reports whether the CPU signal shows the CPU saturated now: its
