@@ -1021,15 +1021,12 @@ func (l *Limiter) unservedRecently(now int64) bool {
 // that evidence it refuses nothing (see the package doc).
 func (l *Limiter) Overloaded(now time.Time) bool { return l.overloadedAt(l.nanos(now)) }
 
-// overloadedAt reports whether a call of ln has evidence of overload at
-// now: the Limiter's (overloadedAt), or ln's queue holds more work than
-// the limit runs in an interval — a queue that cannot drain within the
-// interval a standing queue takes to show, so that waiting for it to
-// stand would only admit a spike's worth of calls to wait.
-func (ln *Lane) overloadedAt(now int64) bool { return ln.evidenceAt(now) != evidenceNone }
-
-// evidenceAt is the evidence of overload a call of ln has at now
-// (overloadedAt), evidenceNone without any.
+// evidenceAt is the evidence of overload a call of ln has at now,
+// evidenceNone without any: the Limiter's (evidenceAt), or ln's queue
+// holds more work than the limit runs in an interval — a queue that
+// cannot drain within the interval a standing queue takes to show, so
+// that waiting for it to stand would only admit a spike's worth of calls
+// to wait.
 func (ln *Lane) evidenceAt(now int64) evidence {
 	l := ln.f.l
 	if float64(ln.count.Load())*ln.f.cost() >= float64(l.limit.Load())*float64(l.o.interval) {
