@@ -530,6 +530,7 @@ type runLimitCollector struct {
 	l                        *runlimit.Limiter
 	limit, running, waiting  *prometheus.Desc
 	updates, probes, rebases *prometheus.Desc
+	refusals                 *prometheus.Desc
 }
 
 func newRunLimitCollector(name string, l *runlimit.Limiter) *runLimitCollector {
@@ -541,11 +542,13 @@ func newRunLimitCollector(name string, l *runlimit.Limiter) *runLimitCollector {
 		updates: newDesc("levee_runlimit_updates_total", "Intervals after which the run limit was reconsidered.", name),
 		probes:  newDesc("levee_runlimit_probes_total", "Service-time probes at a lower limit that ended.", name),
 		rebases: newDesc("levee_runlimit_rebases_total", "Probes that found the service itself slower or faster and moved the baseline.", name),
+		refusals: newDesc("levee_runlimit_refusals_total",
+			"Calls the run limit refused for want of a turn, by the evidence of overload they were refused on: cpu, overrun, standing or lane.", name, "evidence"),
 	}
 }
 
 func (c *runLimitCollector) Describe(ch chan<- *prometheus.Desc) {
-	describe(ch, c.limit, c.running, c.waiting, c.updates, c.probes, c.rebases)
+	describe(ch, c.limit, c.running, c.waiting, c.updates, c.probes, c.rebases, c.refusals)
 }
 
 func (c *runLimitCollector) Collect(ch chan<- prometheus.Metric) {
@@ -556,4 +559,8 @@ func (c *runLimitCollector) Collect(ch chan<- prometheus.Metric) {
 	counter(ch, c.updates, s.Updates)
 	counter(ch, c.probes, s.Probes)
 	counter(ch, c.rebases, s.Rebases)
+	counter(ch, c.refusals, s.RefusedOn.CPU, "cpu")
+	counter(ch, c.refusals, s.RefusedOn.Overrun, "overrun")
+	counter(ch, c.refusals, s.RefusedOn.Standing, "standing")
+	counter(ch, c.refusals, s.RefusedOn.Lane, "lane")
 }

@@ -97,6 +97,7 @@
 //	levee.runlimit.updates              counter         {update}    levee_runlimit_updates_total
 //	levee.runlimit.probes               counter         {probe}     levee_runlimit_probes_total
 //	levee.runlimit.rebases              counter         {rebase}    levee_runlimit_rebases_total
+//	levee.runlimit.refusals             counter         {call}      levee_runlimit_refusals_total
 //
 // Counters are cumulative and monotonic (the guard's count since it was
 // created); up-down counters hold counts of things present now, which add

@@ -24,14 +24,15 @@ import (
 // Attribute keys: each is the Prometheus label of the same measure with
 // the prefix "levee.".
 const (
-	keyName    = attribute.Key("levee.name")
-	keyRule    = attribute.Key("levee.rule")
-	keyGuard   = attribute.Key("levee.guard")
-	keyResult  = attribute.Key("levee.result")
-	keySource  = attribute.Key("levee.source")
-	keyKind    = attribute.Key("levee.kind")
-	keyState   = attribute.Key("levee.state")
-	keyOutcome = attribute.Key("levee.outcome")
+	keyName     = attribute.Key("levee.name")
+	keyRule     = attribute.Key("levee.rule")
+	keyGuard    = attribute.Key("levee.guard")
+	keyResult   = attribute.Key("levee.result")
+	keySource   = attribute.Key("levee.source")
+	keyKind     = attribute.Key("levee.kind")
+	keyState    = attribute.Key("levee.state")
+	keyOutcome  = attribute.Key("levee.outcome")
+	keyEvidence = attribute.Key("levee.evidence")
 )
 
 // callback observes one guard's instruments.
@@ -383,7 +384,13 @@ func newRunLimit(b *builder, name string, l *runlimit.Limiter) callback {
 	updates := b.counter("levee.runlimit.updates", "{update}", "Intervals after which the run limit was reconsidered.")
 	probes := b.counter("levee.runlimit.probes", "{probe}", "Service-time probes at a lower limit that ended.")
 	rebases := b.counter("levee.runlimit.rebases", "{rebase}", "Probes that found the service itself slower or faster and moved the baseline.")
-	n := attrs(keyName.String(name))
+	refusals := b.counter("levee.runlimit.refusals", "{call}", "Calls the run limit refused for want of a turn, by levee.evidence: cpu, overrun, standing or lane.")
+	nv := keyName.String(name)
+	n := attrs(nv)
+	onCPU := attrs(nv, keyEvidence.String("cpu"))
+	onOverrun := attrs(nv, keyEvidence.String("overrun"))
+	onStanding := attrs(nv, keyEvidence.String("standing"))
+	onLane := attrs(nv, keyEvidence.String("lane"))
 	return func(o metric.Observer) {
 		s := l.Stats()
 		o.ObserveInt64(limit, int64(s.Limit), n)
@@ -392,5 +399,9 @@ func newRunLimit(b *builder, name string, l *runlimit.Limiter) callback {
 		o.ObserveInt64(updates, count(s.Updates), n)
 		o.ObserveInt64(probes, count(s.Probes), n)
 		o.ObserveInt64(rebases, count(s.Rebases), n)
+		o.ObserveInt64(refusals, count(s.RefusedOn.CPU), onCPU)
+		o.ObserveInt64(refusals, count(s.RefusedOn.Overrun), onOverrun)
+		o.ObserveInt64(refusals, count(s.RefusedOn.Standing), onStanding)
+		o.ObserveInt64(refusals, count(s.RefusedOn.Lane), onLane)
 	}
 }

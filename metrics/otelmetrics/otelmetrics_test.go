@@ -86,6 +86,11 @@ type fixedScale float64
 func (f fixedScale) Scale() float64 { return float64(f) }
 
 // fakeSource returns one fixed sample with every optional part.
+// saturatedCPU is a CPU signal that always says saturated.
+type saturatedCPU struct{}
+
+func (saturatedCPU) Saturated() bool { return true }
+
 type fakeSource struct{}
 
 func (fakeSource) Sample() (cpu.Sample, error) {
@@ -155,7 +160,7 @@ func newGuards(t testing.TB) *guards {
 	g.breaker = must(breaker.New(breaker.WithCountWindow(4), breaker.WithMinimumCalls(4), breaker.WithFailureRate(50)))
 	g.throttle = must(throttle.New())
 	g.budget = must(retrybudget.New())
-	g.run = must(runlimit.New())
+	g.run = must(runlimit.New(runlimit.WithBounds(1, 1), runlimit.WithQueueTarget(time.Millisecond), runlimit.WithCPU(saturatedCPU{})))
 	return g
 }
 
@@ -200,6 +205,17 @@ func (g *guards) drive(t *testing.T) {
 	for range 3 {
 		g.budget.TryRetry() // two granted (a tenth of 20), one refused
 	}
+	// A call that waits for the run limit's only turn with the CPU
+	// saturated is refused on the CPU's evidence.
+	f := g.run.Flow("/corecart.S/Allocate")
+	hold, ok := f.TryAcquire(time.Now())
+	if !ok {
+		t.Fatal("run limit: no first turn")
+	}
+	if _, err := f.Acquire(context.Background()); !errors.Is(err, runlimit.ErrTimeout) {
+		t.Fatalf("run limit: Acquire with the turn held and the CPU saturated = %v, want ErrTimeout", err)
+	}
+	hold.Release()
 }
 
 var client = fakeClient{{Rule: "inventory:443 /corecart.S/Allocate", Guard: "breaker", Admitted: 7, Refused: 3}}
@@ -441,6 +457,10 @@ func TestCountsOfGuards(t *testing.T) {
 		`x{guard="tight",result="admitted",rule="get"}`:          1,
 		`x{guard="tight",result="refused",rule="get"}`:           0,
 		`x{guard="tight",result="shadow_refused",rule="get"}`:    2,
+	})
+	checkValues(t, "levee.runlimit.refusals", values("levee.runlimit.refusals"), map[string]float64{
+		`x{evidence="cpu",name="run"}`: 1, `x{evidence="overrun",name="run"}`: 0,
+		`x{evidence="standing",name="run"}`: 0, `x{evidence="lane",name="run"}`: 0,
 	})
 	checkValues(t, "levee.handler.starts", values("levee.handler.starts"), map[string]float64{"x": float64(g.server.HandlerStarts())})
 	bs := g.bulkhead.Stats()
