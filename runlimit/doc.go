@@ -51,7 +51,8 @@
 // (Limiter.Overloaded):
 //
 //   - its CPU signal is saturated now (WithCPU): its utilisation at or
-//     above its threshold, not within the cooldown after it (see CPU),
+//     above its threshold and at least 0.95 (a CPU a fifth idle is not
+//     overloaded), not within the cooldown after it (see CPU),
 //   - calls have waited for a turn without a pause for a whole interval
 //     (WithInterval): every turn was taken all that time, and the queue
 //     never drained — a standing queue, not a burst, or

@@ -273,8 +273,9 @@ func (c *busyCPU) Threshold() float64   { return 0.8 }
 
 // TestCPUEvidenceIsTheUtilisationNow: a CPU signal that tells its
 // utilisation is evidence of overload only while the utilisation is at or
-// above its threshold, not in the cooldown after it in which the monitor
-// still says saturated.
+// above its threshold and cpuEvidence (0.95), not in the cooldown after it
+// in which the monitor still says saturated, nor between its threshold
+// and cpuEvidence.
 func TestCPUEvidenceIsTheUtilisationNow(t *testing.T) {
 	c := &busyCPU{saturated: true, utilization: 0.6}
 	l := mustNew(t, WithBounds(1, 1), WithQueueTarget(time.Millisecond), WithCPU(c))
@@ -289,12 +290,24 @@ func TestCPUEvidenceIsTheUtilisationNow(t *testing.T) {
 	} else {
 		tk.Release()
 	}
-	c.utilization = 0.8
+	c.utilization = 0.9
+	if l.Overloaded(time.Now()) {
+		t.Error("Overloaded() with the utilisation 0.9, above the threshold of 0.8 but below 0.95, want false")
+	}
+	if tk, err := f.Acquire(context.Background()); err != nil {
+		t.Errorf("Acquire with the turn held and the utilisation 0.9 = %v, want a turn beyond the limit", err)
+	} else {
+		tk.Release()
+	}
+	c.utilization = cpuEvidence
 	if !l.Overloaded(time.Now()) {
-		t.Error("Overloaded() with the utilisation at the threshold, want true")
+		t.Errorf("Overloaded() with the utilisation at %v, want true", cpuEvidence)
 	}
 	if _, err := f.Acquire(context.Background()); err != ErrTimeout {
-		t.Errorf("Acquire with the turn held and the utilisation at the threshold = %v, want ErrTimeout", err)
+		t.Errorf("Acquire with the turn held and the utilisation at %v = %v, want ErrTimeout", cpuEvidence, err)
+	}
+	if got := l.Stats().RefusedOn; got.CPU != 1 {
+		t.Errorf("Stats().RefusedOn = %+v, want one refusal on the CPU", got)
 	}
 	hold.Release()
 }
