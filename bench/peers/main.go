@@ -336,10 +336,15 @@ func runOne(ctx context.Context, cfg *config, pl *placement, sc scenario, m meas
 	}
 
 	rr := runResult{Protection: p.name}
-	cpuDone := make(chan [2]float64, 1) // buffered: the sampler never blocks
+	cpuDone := make(chan [2]float64, 1) // buffered: the samplers never block
+	highDone := make(chan float64, 1)
 	go func() {
-		server, others := spikeCPU(ctx, srv.cmd.Process.Pid, pl.serverCPUs(spec.cores()), cfg.spikeStart(), cfg.spike)
+		server, others := windowCPU(ctx, srv.cmd.Process.Pid, pl.serverCPUs(spec.cores()), cfg.spikeStart(), cfg.spike)
 		cpuDone <- [2]float64{server, others}
+	}()
+	go func() {
+		server, _ := windowCPU(ctx, srv.cmd.Process.Pid, nil, cfg.warmup+cfg.normal, cfg.high)
+		highDone <- server
 	}()
 	slowDone := make(chan time.Time, 1)
 	if sc.slowSpike {
@@ -357,6 +362,7 @@ func runOne(ctx context.Context, cfg *config, pl *placement, sc scenario, m meas
 	}
 	c := <-cpuDone
 	rr.ServerCPUSpike, rr.OthersCPUSpike = c[0], c[1]
+	rr.ServerCPUHigh = <-highDone
 	rr.SlowAt = <-slowDone
 	rr.ok = tr.successes()
 	return rr, nil
@@ -408,13 +414,14 @@ func runMixed(ctx context.Context, reads *target.Target, genA *loadgen.Generator
 	return alloc, s.res, errors.Join(err, s.err)
 }
 
-// spikeCPU returns the CPU time the server process used during the spike,
-// as % of one CPU, and the time its CPUs spent on anything else (other
-// processes, the kernel, and time the hypervisor stole), measured from
-// start to start+spike after the call (the generator's schedule starts
-// when it is called, within a millisecond); -1 for what cannot be read
-// (others: also when the server is not pinned).
-func spikeCPU(ctx context.Context, pid int, cpus []int, start, spike time.Duration) (server, others float64) {
+// windowCPU returns the CPU time the server process used in a phase (the
+// spike, the high load), as % of one CPU, and the time its CPUs spent on
+// anything else (other processes, the kernel, and time the hypervisor
+// stole), measured from start to start+spike after the call (the
+// generator's schedule starts when it is called, within a millisecond);
+// -1 for what cannot be read (others: also when the server is not pinned,
+// or cpus is empty).
+func windowCPU(ctx context.Context, pid int, cpus []int, start, spike time.Duration) (server, others float64) {
 	t0 := time.Now()
 	server, others = -1, -1
 	if !sleepUntil(ctx, t0.Add(start)) {

@@ -6,6 +6,8 @@ import (
 	"io"
 	"math"
 	"os"
+	"regexp"
+	"runtime"
 	"slices"
 	"strings"
 	"testing"
@@ -56,6 +58,9 @@ func TestQuickRun(t *testing.T) {
 	}
 	if !strings.HasPrefix(rows[1], "| levee preset |") {
 		t.Errorf("row = %q, want the levee row", rows[1])
+	}
+	if runtime.GOOS == "linux" && !regexp.MustCompile(`Server CPU at 0\.7×, of one CPU \([^)]*\): levee preset \d+%\.`).MatchString(text) {
+		t.Errorf("output does not say the server's CPU at 0.7× (Linux reads it from /proc):\n%s", text)
 	}
 	if got, want := strings.Count(rows[1], "|"), strings.Count(rows[0], "|"); got != want {
 		t.Errorf("levee row has %d cells' separators, header %d: %q", got, want, rows[1])

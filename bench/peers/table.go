@@ -220,9 +220,15 @@ type runResult struct {
 	// else during the spike (other processes, the kernel, time stolen by
 	// the hypervisor), % of one CPU (-1: unknown). Well above 0 means the
 	// run was disturbed (on cores2 it includes the load generator).
-	OthersCPUSpike float64         `json:"others_cpu_spike_pct"`
-	Allocate       *loadgen.Result `json:"allocate"`
-	GetStock       *loadgen.Result `json:"get_stock,omitempty"`
+	OthersCPUSpike float64 `json:"others_cpu_spike_pct"`
+	// ServerCPUHigh is the CPU the server process used during the high
+	// load (0.7x), % of one CPU (-1: unknown): the load the server really
+	// had there. Near 100 means the measured capacity was too high for
+	// this server (the alloc shape's varies from run to run), and its
+	// refusals at 0.7x were of a server near its true capacity.
+	ServerCPUHigh float64         `json:"server_cpu_high_pct"`
+	Allocate      *loadgen.Result `json:"allocate"`
+	GetStock      *loadgen.Result `json:"get_stock,omitempty"`
 	// SlowAt is when the dependency slowed (slowdep only).
 	SlowAt time.Time `json:"slow_at,omitzero"`
 
@@ -308,14 +314,21 @@ func writeTable(w io.Writer, cfg *config, r scenarioResult) {
 		fmt.Fprintln(w)
 	}
 	fmt.Fprintln(w)
-	var cpu, others []string
+	var cpu, high, others []string
 	for i, rr := range r.Runs {
 		if rr.ServerCPUSpike >= 0 {
 			cpu = append(cpu, fmt.Sprintf("%s %.0f%%", r.Scores[i].Label, rr.ServerCPUSpike))
 		}
+		if rr.ServerCPUHigh >= 0 {
+			high = append(high, fmt.Sprintf("%s %.0f%%", r.Scores[i].Label, rr.ServerCPUHigh))
+		}
 		if rr.OthersCPUSpike >= 0 {
 			others = append(others, fmt.Sprintf("%s %.0f%%", r.Scores[i].Label, rr.OthersCPUSpike))
 		}
+	}
+	if len(high) > 0 {
+		fmt.Fprintf(w, "Server CPU at %s, of one CPU (the load the server really had; near 100%% means the capacity was measured too high, and refusals there were of a server near its true capacity): %s.\n\n",
+			loadName(cfg.highLoad), strings.Join(high, ", "))
 	}
 	if len(cpu) > 0 {
 		fmt.Fprintf(w, "Server CPU during the spike, of one CPU: %s.\n\n", strings.Join(cpu, ", "))
