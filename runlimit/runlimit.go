@@ -1074,11 +1074,11 @@ func (l *Limiter) evidenceAt(now int64) evidence {
 
 // cpuBusy reports whether the CPU signal shows the CPU saturated now: its
 // utilisation at or above its threshold, and at least cpuEvidence, when
-// it tells them (CPUNow), else Saturated. A monitor stays saturated for a cooldown once its
-// utilisation fell (cpu.DefaultCooldown, 5 s): right for holding the
-// limit's growth off, but as evidence of overload a burst at 70% of
-// capacity, which took the utilisation over the threshold for a moment,
-// would refuse calls for seconds after it.
+// it tells them (CPUNow), else Saturated. A monitor stays saturated for a
+// cooldown once its utilisation fell (cpu.DefaultCooldown, 5 s): right
+// for holding the limit's growth off, but as evidence of overload a burst
+// at 70% of capacity, which took the utilisation over the threshold for a
+// moment, would refuse calls for seconds after it.
 func (l *Limiter) cpuBusy() bool {
 	if n := l.cpuNow; n != nil {
 		return n.Utilization() >= max(n.Threshold(), cpuEvidence)
