@@ -91,16 +91,9 @@ func TestStandingQueueIsEvidence(t *testing.T) {
 	}
 	cancel()
 	<-done
-	// The waiter gave up: the queue emptied unserved, which does not end
-	// a standing queue at once (calls that give up or run beyond the
-	// limit do not mean the server caught up)...
-	if !l.Overloaded(clk()) {
-		t.Error("Overloaded() just after the only waiter gave up = false, want true")
-	}
-	// ...but a tenth of an interval later with nobody waiting it has.
-	advance(11 * time.Millisecond)
+	// The waiter gave up: the queue emptied, and it stands no more.
 	if l.Overloaded(clk()) {
-		t.Error("Overloaded() 11ms after the queue emptied = true, want false")
+		t.Error("Overloaded() just after the only waiter gave up = true, want false")
 	}
 	hold.Release()
 }
@@ -141,12 +134,14 @@ func TestFullLaneAdmittedWithoutOverload(t *testing.T) {
 	}
 }
 
-// TestUnservedEmptyingKeepsTheQueueStanding: on a server that admits every
-// call for want of evidence, calls that leave the queue without a turn
-// (they give up, or run beyond the limit) empty it now and then; a queue
-// that fills again at once still counts as standing, so that an overload
-// shows after an interval. Time is injected.
-func TestUnservedEmptyingKeepsTheQueueStanding(t *testing.T) {
+// TestQueueEmptiedByOverrunsDoesNotStand: on one core with a limit of 1,
+// a slow call from the tail of the service times holds the turn while
+// the calls that arrive meanwhile queue, wait their target out and run
+// beyond the limit, back to back; a queue that empties that way did not
+// stand, however long the slow call runs (a real overload shows as the
+// calls run beyond the limit pile up: TestOverrunByTheLimitIsEvidence).
+// A queue that never empties does stand. Time is injected.
+func TestQueueEmptiedByOverrunsDoesNotStand(t *testing.T) {
 	var mu sync.Mutex
 	now := time.Unix(1000, 0)
 	clk := func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
@@ -154,33 +149,64 @@ func TestUnservedEmptyingKeepsTheQueueStanding(t *testing.T) {
 	l := mustNew(t, WithBounds(1, 1), WithQueueTarget(time.Hour), WithInterval(100*time.Millisecond), withClock(clk))
 	f := l.Flow("m")
 	hold, _ := f.TryAcquire(clk())
-	wait := func() func() {
+	// wait queues a call whose wait runs out when its returned func is
+	// called: it then runs beyond the limit (no evidence) or is refused.
+	wait := func() func() (Ticket, error) {
 		ctx, cancel := context.WithCancel(context.Background())
-		done := make(chan struct{})
+		type res struct {
+			tk  Ticket
+			err error
+		}
+		done := make(chan res, 1)
 		n := l.Waiting()
-		go func() { _, _ = f.Acquire(ctx); close(done) }()
+		go func() {
+			ln := crit(f)
+			tk, w := ln.enqueue(0)
+			if w == nil {
+				done <- res{tk, nil}
+				return
+			}
+			<-ctx.Done()
+			tk, err := ln.expired(w)
+			done <- res{tk, err}
+		}()
 		for l.Waiting() == n {
 			time.Sleep(50 * time.Microsecond)
 		}
-		return func() { cancel(); <-done }
+		return func() (Ticket, error) { cancel(); r := <-done; return r.tk, r.err }
 	}
-	for range 20 { // 20 times: a call waits 5ms, gives up; the next comes at once
+	for i := range 15 { // 150ms: a call waits 10ms, runs beyond the limit (briefly); the next comes at once
 		leave := wait()
-		advance(5 * time.Millisecond)
-		leave()
+		advance(10 * time.Millisecond)
+		tk, err := leave()
+		if err != nil {
+			t.Fatalf("call %d, its wait run out after a queue emptied by overruns = %v, want a turn beyond the limit", i, err)
+		}
+		tk.Release()
 	}
-	leave := wait()
-	if !l.Overloaded(clk()) {
-		t.Errorf("Overloaded() after 100ms of calls queueing and giving up back to back = false, want true")
-	}
-	leave()
-	// A served emptying ends it.
-	leave = wait()
-	hold.Release() // hands the turn to the waiter: served
-	leave()
 	if l.Overloaded(clk()) {
-		t.Errorf("Overloaded() after the queue was served = true, want false")
+		t.Error("Overloaded() after 150ms of calls queueing and running beyond the limit back to back = true, want false")
 	}
+	// Two calls that overlap keep the queue from emptying: it stands.
+	leave := wait()
+	for range 11 {
+		advance(10 * time.Millisecond)
+		next := wait()
+		if tk, err := leave(); err == nil {
+			tk.Release()
+		}
+		leave = next
+	}
+	if !l.Overloaded(clk()) {
+		t.Error("Overloaded() after 110ms of a queue that never emptied = false, want true")
+	}
+	if _, err := leave(); err != ErrTimeout {
+		t.Errorf("the wait of a call in a queue that stood 110ms ran out: %v, want ErrTimeout", err)
+	}
+	if got := l.Stats().RefusedOn.Standing; got == 0 {
+		t.Errorf("Stats().RefusedOn.Standing = 0, want the refusals on the standing queue counted")
+	}
+	hold.Release()
 }
 
 // TestOverrunByTheLimitIsEvidence: without a saturated CPU or a standing
@@ -188,7 +214,7 @@ func TestUnservedEmptyingKeepsTheQueueStanding(t *testing.T) {
 // within it, and at least minOverruns; a call that still waits then is
 // refused.
 func TestOverrunByTheLimitIsEvidence(t *testing.T) {
-	for _, tc := range []struct{ limit, overruns int }{{1, 8}, {8, 8}, {12, 12}} {
+	for _, tc := range []struct{ limit, overruns int }{{1, minOverruns}, {8, minOverruns}, {24, 24}} {
 		l := mustNew(t, WithBounds(tc.limit, tc.limit), WithQueueTarget(time.Millisecond), WithInterval(time.Hour))
 		f := l.Flow("m")
 		var held []Ticket
@@ -256,6 +282,22 @@ func TestALaneQueueAnIntervalDeepIsEvidence(t *testing.T) {
 	}
 	if l.Overloaded(now) {
 		t.Error("Overloaded() = true: the lane's evidence is the lane's, want false for the Limiter")
+	}
+	// Once a baseline is learned, the lane's work is counted in it, not
+	// in the mean, which calls run beside each other and the tail of the
+	// service times stretch: 19 queued calls of a 10ms baseline are less
+	// than an interval's work, whatever the mean.
+	f.setBase(float64(10 * time.Millisecond))
+	f.svc.Store(int64(50 * time.Millisecond))
+	ln.count.Store(19)
+	cost, ok = ln.admit(now)
+	if !ok {
+		t.Fatal("full lane with 19 queued of a 10ms baseline (mean 50ms) refused, want admitted")
+	}
+	ln.unreserve(cost)
+	ln.count.Store(20)
+	if _, ok := ln.admit(now); ok {
+		t.Error("full lane with 20 queued of a 10ms baseline admitted, want refused")
 	}
 	ln.count.Store(0)
 }
