@@ -58,16 +58,12 @@
 //     never drained, whether its calls were served, ran beyond the limit
 //     or gave up — a standing queue, not a burst, or
 //   - calls wait for a turn while as many run beyond the limit (below)
-//     as the limit itself, and at least 20, or a lane's queue holds more
+//     as the limit itself, and at least 8, or a lane's queue holds more
 //     work (its flow's baseline service time per call) than the limit
 //     runs in an interval, for that lane: a spike, which would otherwise
 //     fill the queue and overrun the limit without bound for the
 //     interval a standing queue takes to show, and slow every call it
-//     runs beside. Calls run beyond the limit share the server as in
-//     processor sharing, where at a load ρ below capacity n calls or
-//     more are present a share ρ^n of the time, whatever their service
-//     times: at 0.7 of capacity 20 are there 0.08% of the time, in a 10x
-//     spike within three service times.
+//     runs beside.
 //
 // Without any of these, a call admitted to a full lane is admitted anyway
 // (Stats.Unrefused), and a call whose wait for a turn runs out runs beyond

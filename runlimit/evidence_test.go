@@ -214,7 +214,7 @@ func TestQueueEmptiedByOverrunsDoesNotStand(t *testing.T) {
 // within it, and at least minOverruns; a call that still waits then is
 // refused.
 func TestOverrunByTheLimitIsEvidence(t *testing.T) {
-	for _, tc := range []struct{ limit, overruns int }{{1, minOverruns}, {8, minOverruns}, {24, 24}} {
+	for _, tc := range []struct{ limit, overruns int }{{1, minOverruns}, {8, minOverruns}, {12, 12}} {
 		l := mustNew(t, WithBounds(tc.limit, tc.limit), WithQueueTarget(time.Millisecond), WithInterval(time.Hour))
 		f := l.Flow("m")
 		var held []Ticket
