@@ -34,10 +34,17 @@ type Call struct {
 	// start of its handler; 0 until the handler starts.
 	Queued time.Duration
 	// Stream is true for a streaming call. A stream is admitted once, when
-	// it opens; it holds no turn of a run limit, and its lifetime is not a
-	// service time: its Outcome carries no Duration. The transport sets it
-	// when it knows (gRPC: from the first stream of a method on).
+	// it opens, and its Outcome carries no Duration: its lifetime is not
+	// a service time. A run limit gives a stream a turn only while it is
+	// likely to work (runlimit.NewGuard). The transport sets it when it
+	// knows (gRPC: from the first stream of a method on, and always by the
+	// time the handler starts).
 	Stream bool
+	// ClientStream is true for a stream on which the client sends a
+	// stream of messages (client-streaming or bidirectional): its handler
+	// waits for them, and may wait for good. The transport sets it, with
+	// Stream, by the time the handler starts.
+	ClientStream bool
 }
 
 // Init sets c to a call of method seen at now under ctx, with ctx's
@@ -46,7 +53,7 @@ type Call struct {
 // than the fields.
 func (c *Call) Init(ctx context.Context, method string, now time.Time) {
 	c.Ctx, c.Method, c.Key, c.Now, c.Queued = ctx, method, "", now, 0
-	c.Tenant, c.Class, c.Stream = "", Critical, false
+	c.Tenant, c.Class, c.Stream, c.ClientStream = "", Critical, false, false
 	c.Deadline, _ = ctx.Deadline()
 }
 

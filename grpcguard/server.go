@@ -66,8 +66,9 @@ func WithExempt(patterns ...string) Option {
 // carries its delay in RetryInfo only.)
 //
 // Streams are admitted once, when they open, and hold their permits for
-// their life, except a run limit's turn: see WithStreamLimits and
-// admission.Call.Stream.
+// their life, except a run limit's turn, which a server stream holds for
+// a while at most and a stream the client sends on not at all: see
+// WithStreamLimits, admission.Call.Stream and runlimit.NewGuard.
 //
 // Create one with New; the zero value is not usable. A Server is safe for
 // concurrent use.
@@ -267,10 +268,10 @@ func (st *callState) abandon() {
 
 // start moves a tap-admitted call to its handler: it runs the rule's
 // rechecks and reports the refusal, if any, with the call finished.
-func (s *Server) start(ctx context.Context, st *callState, stream bool) (admission.Call, *status.Status, admission.Decision) {
+func (s *Server) start(ctx context.Context, st *callState, stream, clientStream bool) (admission.Call, *status.Status, admission.Decision) {
 	c := st.call
 	c.Ctx = ctx
-	c.Stream = stream
+	c.Stream, c.ClientStream = stream, clientStream
 	if st.phase.Load() == phaseRefused {
 		return c, refusalStatus(ctx, st.rule.code, st.refusedBy, st.refused, c.Key), noRetry(st.refused)
 	}
@@ -351,7 +352,7 @@ func (s *Server) UnaryServerInterceptor() grpc.UnaryServerInterceptor {
 
 func (s *Server) unary(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
 	if st, ok := ctx.Value(stateKey{}).(*callState); ok {
-		c, refused, d := s.start(ctx, st, false)
+		c, refused, d := s.start(ctx, st, false, false)
 		if refused != nil {
 			setPushback(ctx, nil, d)
 			return nil, refused.Err()
@@ -386,9 +387,9 @@ func (s *Server) unary(ctx context.Context, req any, info *grpc.UnaryServerInfo,
 // then its Starter guards. It fills c and permits in place (a returned
 // Call is copied through memory, which on the admitted path costs more
 // than the fields) and returns the index of the refusing guard, or -1.
-func (s *Server) enter(ctx context.Context, r *rule, method string, stream bool, c *admission.Call, permits *admission.Permits) (int, admission.Decision) {
+func (s *Server) enter(ctx context.Context, r *rule, method string, stream, clientStream bool, c *admission.Call, permits *admission.Permits) (int, admission.Decision) {
 	c.Init(ctx, method, s.now())
-	c.Stream = stream
+	c.Stream, c.ClientStream = stream, clientStream
 	r.describe(ctx, nil, c)
 	i, d := r.Enter(c, permits)
 	if i < 0 && r.HasStarters() {
@@ -421,7 +422,7 @@ func (s *Server) stream(srv any, ss grpc.ServerStream, info *grpc.StreamServerIn
 	}
 	defer s.streams.leave(ip)
 	if tapped {
-		c, refused, d := s.start(ctx, st, true)
+		c, refused, d := s.start(ctx, st, true, info.IsClientStream)
 		if refused != nil {
 			setPushback(ctx, ss, d)
 			return refused.Err()
@@ -436,7 +437,7 @@ func (s *Server) stream(srv any, ss grpc.ServerStream, info *grpc.StreamServerIn
 	}
 	var c admission.Call
 	var permits admission.Permits
-	if i, d := s.enter(ctx, r, info.FullMethod, true, &c, &permits); i >= 0 {
+	if i, d := s.enter(ctx, r, info.FullMethod, true, info.IsClientStream, &c, &permits); i >= 0 {
 		setPushback(ctx, ss, d)
 		return refusalStatus(ctx, r.code, r.Guard(i).Name(), d, c.Key).Err()
 	}

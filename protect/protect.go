@@ -34,9 +34,12 @@
 // interval, or a spike's worth of them (see runlimit's package doc). Once refusals are sustained, a client that retries gets a
 // pushback of -1 (grpcguard.SustainedAfter).
 //
-// Streams are admitted once, when they open; an open stream holds no turn
-// of the run limit and its lifetime is never learned as a service time.
-// WithStreamLimits caps how many are open.
+// Streams are admitted once, when they open. A server stream holds a turn
+// of the run limit for at most twice its queue target, so that short
+// streams are limited and learned like unary calls while a stream that
+// stays open, as a watch does, holds none after that and never teaches
+// its lifetime; a stream the client sends on holds none (see runlimit's
+// package doc, "Streams"). WithStreamLimits caps how many are open.
 //
 // Bounds are optional: WithMaxRate, WithMaxConcurrency, WithClientRate;
 // WithMethod overrides them, or exempts a method, per method. Health checks

@@ -22,8 +22,10 @@ import (
 
 const fullDuplex = "/grpc.testing.TestService/FullDuplexCall"
 
-// streamService answers unary calls at once and holds each bidi stream
-// open, echoing what it receives, until the client closes it.
+// streamService answers unary calls at once, holds each bidi stream
+// open, echoing what it receives, until the client closes it, and holds
+// each server stream open after its first message, as a watch does,
+// until the client leaves.
 type streamService struct {
 	testgrpc.UnimplementedTestServiceServer
 }
@@ -45,6 +47,14 @@ func (s streamService) FullDuplexCall(stream testgrpc.TestService_FullDuplexCall
 			return err
 		}
 	}
+}
+
+func (streamService) StreamingOutputCall(_ *testgrpc.StreamingOutputCallRequest, stream testgrpc.TestService_StreamingOutputCallServer) error {
+	if err := stream.Send(&testgrpc.StreamingOutputCallResponse{}); err != nil {
+		return err
+	}
+	<-stream.Context().Done()
+	return stream.Context().Err()
 }
 
 // serveStreams starts a protected server with svc on loopback.
@@ -140,6 +150,45 @@ func TestIdleStreamsHoldNoTurn(t *testing.T) {
 			t.Fatalf("stream end: %v, want EOF", err)
 		}
 	}
+	waitFor(t, func() bool { return p.Guard().StreamStats().Open == 0 }, "every stream closed")
+}
+
+// TestIdleServerStreamsHoldNoTurn: with 1000 server streams open and
+// idle, as watches are, unary calls are neither refused nor kept
+// waiting, and the run limit holds no turn for them once their hold ran
+// out.
+func TestIdleServerStreamsHoldNoTurn(t *testing.T) {
+	p, addr := serveStreams(t, streamService{})
+	client := dialFrom(t, addr, "127.0.0.1")
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	for i := range 1000 {
+		s, err := client.StreamingOutputCall(ctx, &testgrpc.StreamingOutputCallRequest{})
+		if err == nil {
+			_, err = s.Recv()
+		}
+		if err != nil {
+			t.Fatalf("server stream %d: %v", i, err)
+		}
+	}
+	waitFor(t, func() bool { return p.RunLimit().Running() == 0 }, "no turn held by the open streams")
+	for i := range 200 {
+		cctx, ccancel := context.WithTimeout(ctx, 2*time.Second)
+		_, err := client.EmptyCall(cctx, &testgrpc.Empty{})
+		ccancel()
+		if err != nil {
+			t.Fatalf("unary call %d with 1000 idle server streams open: %v", i, err)
+		}
+	}
+	if w := p.RunLimit().Waiting(); w != 0 {
+		t.Errorf("RunLimit().Waiting() = %d, want 0", w)
+	}
+	for _, st := range p.Guard().Stats() {
+		if st.Refused > 0 {
+			t.Errorf("guard %s of rule %s refused %d calls, want none", st.Guard, st.Rule, st.Refused)
+		}
+	}
+	cancel()
 	waitFor(t, func() bool { return p.Guard().StreamStats().Open == 0 }, "every stream closed")
 }
 

@@ -126,6 +126,26 @@
 // only a call that must wait, or a return that hands the turn to a waiter,
 // takes the Limiter's queue lock.
 //
+// # Streams
+//
+// Through NewGuard, a server-streaming call — one request, then the
+// handler's messages — takes a turn when its handler starts, as a unary
+// call does, and gives it back when it ends or after twice its flow's
+// queue target, whichever comes first. A short stream's work is then
+// limited, queued, refused on evidence and learned as a unary call's,
+// and a stream that stays open, as a watch waiting for events does,
+// holds no turn beyond that and never teaches its lifetime. A flow whose
+// streams stay open past that hold (four of them, net of those that end
+// within it, counted only without evidence of overload, in which a short
+// stream may outlast it) takes no turn for its streams at all, until
+// they end within it again. A stream whose wait for a turn runs out
+// without evidence of overload runs without one rather than beyond the
+// limit, so that streams waiting for events never count as an overrun.
+// A stream the client sends on (client-streaming, bidirectional) takes
+// no turn: its handler waits for the client, and may wait for good.
+// What the messages of a stream without a turn cost shows in the CPU
+// signal (WithCPU).
+//
 // NewGuard adapts a Limiter to the admission contract, with one flow per
 // method.
 package runlimit

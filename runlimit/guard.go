@@ -34,9 +34,13 @@ const (
 // and yields the CPU once. Finish returns the turn and teaches l the
 // service time of a call that succeeded, from its turn to its end
 // (Call.Now plus the outcome's Duration), or that it failed by overload.
-// A stream (admission.Call.Stream) holds no turn and reserves nothing:
-// what its messages cost shows in the CPU signal (WithCPU), not in a
-// service time. It panics if l is nil.
+// A server-streaming call (admission.Call.Stream, not ClientStream)
+// takes a turn as a unary call does, but holds it for at most twice its
+// flow's queue target, and a flow whose streams stay open longer takes
+// none for them; a stream the client sends on takes none (see the package
+// doc, "Streams"). What the messages of a stream that holds no turn cost
+// shows in the CPU signal (WithCPU), not in a service time. It panics if
+// l is nil.
 func NewGuard(name string, l *Limiter) admission.Guard {
 	if l == nil {
 		panic("runlimit: NewGuard: nil Limiter")
@@ -64,13 +68,13 @@ const (
 	turn     = 1 << 63
 	bypass   = 1 << 62 // ran without a turn
 	reserved = 1 << 61
-	valueOf  = reserved - 1
+	unturned = 1 << 60 // a stream that runs without a turn, since the rest of Value
+	valueOf  = unturned - 1
 )
 
+// A Permit of a stream that holds a turn holds its *streamTurn in Ref.
+
 func (g *guard) Admit(c admission.Call) admission.Decision {
-	if c.Stream {
-		return admission.Decision{} // a stream holds no turn
-	}
 	f := g.l.Flow(c.Method)
 	ln := f.Lane(c.Tenant, c.Class)
 	cost, ok := ln.admit(c.Now)
@@ -103,10 +107,7 @@ func (g *guard) Start(c admission.Call, p admission.Permit) admission.Decision {
 	}
 	cost := int64(p.Value & valueOf)
 	if c.Stream {
-		// Admitted before the transport knew the method for a stream: a
-		// stream holds no turn.
-		ln.unreserve(cost)
-		return admission.Decision{}
+		return g.startStream(c, ln, cost)
 	}
 	f := ln.f
 	target := f.QueueTarget()
@@ -127,7 +128,7 @@ func (g *guard) Start(c admission.Call, p admission.Permit) admission.Decision {
 			ctx = context.Background()
 		}
 		var err error
-		if t, err = ln.acquire(ctx, cost); err != nil {
+		if t, err = ln.acquire(ctx, cost, false); err != nil {
 			switch {
 			case errors.Is(err, ErrQueueFull):
 				return admission.Refuse(ReasonQueueFull, target)
@@ -153,13 +154,62 @@ func (g *guard) Start(c admission.Call, p admission.Permit) admission.Decision {
 	return admission.Grant(admission.Permit{Ref: ln, Value: turn | uint64(max(t.start, 0))})
 }
 
+// startStream gives a stream of ln admitted with a reservation that
+// added cost its turn, if it takes one (see NewGuard).
+func (g *guard) startStream(c admission.Call, ln *Lane, cost int64) admission.Decision {
+	f := ln.f
+	if c.ClientStream {
+		ln.unreserve(cost)
+		return admission.Decision{} // its handler waits for the client
+	}
+	unturned := admission.Grant(admission.Permit{Ref: ln, Value: unturned | uint64(max(g.l.nanos(c.Now), 0))})
+	if f.streamsStayOpen() {
+		ln.unreserve(cost)
+		return unturned
+	}
+	t, ok := f.TryAcquire(c.Now)
+	if ok {
+		ln.unreserve(cost)
+		t.ln = ln
+	} else {
+		ctx := c.Ctx
+		if ctx == nil {
+			ctx = context.Background()
+		}
+		var err error
+		if t, err = ln.acquire(ctx, cost, true); err != nil {
+			switch {
+			case errors.Is(err, errNoTurn):
+				return unturned
+			case errors.Is(err, ErrQueueFull):
+				return admission.Refuse(ReasonQueueFull, f.QueueTarget())
+			case errors.Is(err, ErrTimeout):
+				return admission.Refuse(ReasonTimeout, f.QueueTarget())
+			default:
+				return admission.Refuse(ReasonGone, 0)
+			}
+		}
+	}
+	runtime.Gosched() // as for a unary call, in Start
+	return admission.Grant(admission.Permit{Ref: holdStream(t)})
+}
+
 func (g *guard) Finish(c admission.Call, p admission.Permit, o admission.Outcome) {
+	if st, ok := p.Ref.(*streamTurn); ok {
+		st.finish(!o.Skipped && (o.Err == nil || o.Overload), o.Overload)
+		return
+	}
 	ln, _ := p.Ref.(*Lane)
 	if ln == nil {
 		return
 	}
 	f := ln.f
 	switch {
+	case p.Value&unturned != 0 && p.Value&(turn|bypass|reserved) == 0:
+		if !o.Skipped {
+			f.finishUnturned(int64(p.Value & valueOf))
+		}
+		return
 	case p.Value == bypass:
 		if !o.Skipped && o.Err == nil {
 			f.noteBypassed(o.Duration, f.l.nanos(c.Now.Add(o.Duration)))

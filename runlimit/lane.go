@@ -182,7 +182,7 @@ func (ln *Lane) Acquire(ctx context.Context) (Ticket, error) {
 	if !ln.Admissible() {
 		return Ticket{}, ErrQueueFull
 	}
-	return ln.acquire(ctx, ln.reserve())
+	return ln.acquire(ctx, ln.reserve(), false)
 }
 
 // tenantLanes are the lanes of one tenant of a flow, one per class.

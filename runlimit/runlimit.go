@@ -503,6 +503,9 @@ type Flow struct {
 	lastOK   atomic.Int64 // when the last call that taught svc ended, ns since the Limiter's epoch
 	light    atomic.Bool  // may run without a turn (see markLight)
 	bypassed atomic.Int64 // calls that ran without a turn in the interval
+	// streamScore: streams that stayed open past their hold, less those
+	// that ended within it (see streamTurn).
+	streamScore atomic.Int32
 
 	lanes    [admission.Classes]Lane // calls of no tenant, by class
 	tenants  tenantShards
@@ -666,6 +669,10 @@ type waiter struct {
 	ready  chan struct{}
 	done   bool  // handed a turn, under Limiter.mu
 	handed int64 // when, ns since the Limiter's epoch
+	// stream: a stream's wait that runs out without evidence of overload
+	// ends without a turn (errNoTurn), not beyond the limit: a stream's
+	// turn is not counted against the limit's overrun (see streamTurn).
+	stream bool
 }
 
 // Acquire takes a turn for a call of f, of no tenant and class Critical,
@@ -683,11 +690,12 @@ func (f *Flow) Acquire(ctx context.Context) (Ticket, error) {
 // acquire takes a turn for a call of ln that holds a reservation that
 // added cost, waiting if need be, and ends the reservation whatever it
 // returns.
-func (ln *Lane) acquire(ctx context.Context, cost int64) (Ticket, error) {
+func (ln *Lane) acquire(ctx context.Context, cost int64, stream bool) (Ticket, error) {
 	t, w := ln.enqueue(cost)
 	if w == nil {
 		return t, nil
 	}
+	w.stream = stream
 	timer := time.NewTimer(ln.patience())
 	var err error
 	select {
@@ -730,6 +738,10 @@ func (ln *Lane) expired(w *waiter) (Ticket, error) {
 	l := ln.f.l
 	e := ln.evidenceAt(l.nanos(l.o.now()))
 	if e == evidenceNone {
+		if w.stream {
+			ln.giveUp(w)
+			return Ticket{}, errNoTurn
+		}
 		return ln.overrun(w), nil
 	}
 	ln.giveUp(w)
