@@ -118,26 +118,9 @@ func (g *guard) Start(c admission.Call, p admission.Permit) admission.Decision {
 		ln.unreserve(cost)
 		return admission.Grant(admission.Permit{Ref: ln, Value: bypass})
 	}
-	t, ok := f.TryAcquire(c.Now)
-	if ok {
-		ln.unreserve(cost)
-		t.ln = ln
-	} else {
-		ctx := c.Ctx
-		if ctx == nil {
-			ctx = context.Background()
-		}
-		var err error
-		if t, err = ln.acquire(ctx, cost, false); err != nil {
-			switch {
-			case errors.Is(err, ErrQueueFull):
-				return admission.Refuse(ReasonQueueFull, target)
-			case errors.Is(err, ErrTimeout):
-				return admission.Refuse(ReasonTimeout, target)
-			default:
-				return admission.Refuse(ReasonGone, 0)
-			}
-		}
+	t, err := ln.take(c.Ctx, c.Now, cost, false)
+	if err != nil {
+		return refusal(err, target)
 	}
 	if !c.Deadline.IsZero() {
 		if left := time.Until(c.Deadline); left < f.ServiceTimeAt(c.Now) {
@@ -154,6 +137,35 @@ func (g *guard) Start(c admission.Call, p admission.Permit) admission.Decision {
 	return admission.Grant(admission.Permit{Ref: ln, Value: turn | uint64(max(t.start, 0))})
 }
 
+// take gives a call of ln, admitted with a reservation that added cost,
+// its turn at now, waiting under ctx (nil: none) if none is free, and ends
+// the reservation. A stream's wait that runs out without evidence of
+// overload ends with errNoTurn.
+func (ln *Lane) take(ctx context.Context, now time.Time, cost int64, stream bool) (Ticket, error) {
+	if t, ok := ln.f.TryAcquire(now); ok {
+		ln.unreserve(cost)
+		t.ln = ln
+		return t, nil
+	}
+	if ctx == nil {
+		ctx = context.Background()
+	}
+	return ln.acquire(ctx, cost, stream)
+}
+
+// refusal is the decision for a call whose wait for a turn ended with
+// err, a flow's queue target being target.
+func refusal(err error, target time.Duration) admission.Decision {
+	switch {
+	case errors.Is(err, ErrQueueFull):
+		return admission.Refuse(ReasonQueueFull, target)
+	case errors.Is(err, ErrTimeout):
+		return admission.Refuse(ReasonTimeout, target)
+	default:
+		return admission.Refuse(ReasonGone, 0)
+	}
+}
+
 // startStream gives a stream of ln admitted with a reservation that
 // added cost its turn, if it takes one (see NewGuard).
 func (g *guard) startStream(c admission.Call, ln *Lane, cost int64) admission.Decision {
@@ -167,28 +179,13 @@ func (g *guard) startStream(c admission.Call, ln *Lane, cost int64) admission.De
 		ln.unreserve(cost)
 		return unturned
 	}
-	t, ok := f.TryAcquire(c.Now)
-	if ok {
-		ln.unreserve(cost)
-		t.ln = ln
-	} else {
-		ctx := c.Ctx
-		if ctx == nil {
-			ctx = context.Background()
-		}
-		var err error
-		if t, err = ln.acquire(ctx, cost, true); err != nil {
-			switch {
-			case errors.Is(err, errNoTurn):
-				return unturned
-			case errors.Is(err, ErrQueueFull):
-				return admission.Refuse(ReasonQueueFull, f.QueueTarget())
-			case errors.Is(err, ErrTimeout):
-				return admission.Refuse(ReasonTimeout, f.QueueTarget())
-			default:
-				return admission.Refuse(ReasonGone, 0)
-			}
-		}
+	target := f.QueueTarget()
+	t, err := ln.take(c.Ctx, c.Now, cost, true)
+	if errors.Is(err, errNoTurn) {
+		return unturned
+	}
+	if err != nil {
+		return refusal(err, target)
 	}
 	runtime.Gosched() // as for a unary call, in Start
 	return admission.Grant(admission.Permit{Ref: holdStream(t)})
