@@ -28,6 +28,33 @@ func leveeProtection() (opts []grpc.ServerOption, stop func(), err error) {
 	return p.ServerOptions(), p.Stop, nil
 }
 
+// leveeBucket is the cheapest refusal levee has: one token bucket at
+// rateFraction of the measured capacity, in the transport's tap, on the
+// loaded method (Allocate, or the Feed stream) as x/time/rate's entry is.
+func leveeBucket() (opts []grpc.ServerOption, stop func(), err error) {
+	s, err := serverSpecFromEnv()
+	if err != nil {
+		return nil, func() {}, err
+	}
+	if !(s.Capacity > 0) {
+		return nil, func() {}, fmt.Errorf("levee bucket: capacity must be > 0, got %v", s.Capacity)
+	}
+	rate := rateFraction * s.Capacity
+	bucket, err := ratelimit.NewLimiter(ratelimit.Limit(rate), max(1, int(rate/10)))
+	if err != nil {
+		return nil, func() {}, err
+	}
+	guard, err := grpcguard.New([]grpcguard.Rule{{
+		Name:    "loaded",
+		Methods: []string{allocateMethod, feedMethod},
+		Guards:  []admission.Guard{ratelimit.NewGuard("bucket", bucket)},
+	}})
+	if err != nil {
+		return nil, func() {}, err
+	}
+	return guard.ServerOptions(), func() {}, nil
+}
+
 // leveeStatic is `levee serve -recipe static` (cmd/levee/policy.go, the
 // fixed chain the preset replaced), for comparison: it needs two numbers the preset learns, the
 // server's capacity in Allocate calls/s and the CPU time of one Allocate,

@@ -81,6 +81,11 @@ var protections = []protection{
 		build: func(serverSpec) ([]grpc.ServerOption, func(), error) { return leveeProtection() },
 	},
 	{
+		name: "levee-bucket", label: fmt.Sprintf("levee token bucket %.1f× (told the capacity)", rateFraction), short: "levee bucket",
+		about: fmt.Sprintf("levee's cheapest refusal: one ratelimit token bucket at %.1f× the measured capacity (burst 100 ms of it) in grpc-go's transport tap, on the loaded method only (levee.go); the yardstick for the cost of a refusal", rateFraction),
+		build: func(serverSpec) ([]grpc.ServerOption, func(), error) { return leveeBucket() },
+	},
+	{
 		name: "levee-static", label: "levee static recipe (told the capacity)", short: "levee static",
 		about: "levee serve -recipe static, a fixed chain sized from the measured capacity and CPU work (levee.go)",
 		build: func(serverSpec) ([]grpc.ServerOption, func(), error) { return leveeStatic() },
