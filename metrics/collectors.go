@@ -543,7 +543,7 @@ func newRunLimitCollector(name string, l *runlimit.Limiter) *runLimitCollector {
 		probes:  newDesc("levee_runlimit_probes_total", "Service-time probes at a lower limit that ended.", name),
 		rebases: newDesc("levee_runlimit_rebases_total", "Probes that found the service itself slower or faster and moved the baseline.", name),
 		refusals: newDesc("levee_runlimit_refusals_total",
-			"Calls the run limit refused for want of a turn, by the evidence of overload they were refused on: cpu, overrun, standing or lane.", name, "evidence"),
+			"Calls the run limit refused for want of a turn, by the evidence of overload they were refused on: cpu, overrun, standing, lane or spike.", name, "evidence"),
 	}
 }
 
@@ -563,4 +563,5 @@ func (c *runLimitCollector) Collect(ch chan<- prometheus.Metric) {
 	counter(ch, c.refusals, s.RefusedOn.Overrun, "overrun")
 	counter(ch, c.refusals, s.RefusedOn.Standing, "standing")
 	counter(ch, c.refusals, s.RefusedOn.Lane, "lane")
+	counter(ch, c.refusals, s.RefusedOn.Spike, "spike")
 }

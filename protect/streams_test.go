@@ -7,6 +7,7 @@ import (
 	"net"
 	"runtime"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -111,6 +112,30 @@ func openStreams(t *testing.T, ctx context.Context, client testgrpc.TestServiceC
 	return out
 }
 
+// unaryCallsSucceed makes n unary calls one after the other, each with 2s
+// to succeed; what says what the server has open meanwhile.
+func unaryCallsSucceed(t *testing.T, ctx context.Context, client testgrpc.TestServiceClient, n int, what string) {
+	t.Helper()
+	for i := range n {
+		cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		_, err := client.EmptyCall(cctx, &testgrpc.Empty{})
+		cancel()
+		if err != nil {
+			t.Fatalf("unary call %d %s: %v", i, what, err)
+		}
+	}
+}
+
+// noneRefused fails t if a guard of p refused a call.
+func noneRefused(t *testing.T, p *protect.Server) {
+	t.Helper()
+	for _, st := range p.Guard().Stats() {
+		if st.Refused > 0 {
+			t.Errorf("guard %s of rule %s refused %d calls, want none", st.Guard, st.Rule, st.Refused)
+		}
+	}
+}
+
 // TestIdleStreamsHoldNoTurn: with 1000 idle bidi streams open, unary
 // calls are neither refused nor kept waiting for a turn, and the run limit
 // holds no turn for a stream.
@@ -126,22 +151,11 @@ func TestIdleStreamsHoldNoTurn(t *testing.T) {
 	if r := p.RunLimit().Running(); r != 0 {
 		t.Errorf("RunLimit().Running() = %d with 1000 idle streams and no unary call, want 0", r)
 	}
-	for i := range 200 {
-		cctx, ccancel := context.WithTimeout(ctx, 2*time.Second)
-		_, err := client.EmptyCall(cctx, &testgrpc.Empty{})
-		ccancel()
-		if err != nil {
-			t.Fatalf("unary call %d with 1000 idle streams open: %v", i, err)
-		}
-	}
+	unaryCallsSucceed(t, ctx, client, 200, "with 1000 idle streams open")
 	if w := p.RunLimit().Waiting(); w != 0 {
 		t.Errorf("RunLimit().Waiting() = %d, want 0", w)
 	}
-	for _, st := range p.Guard().Stats() {
-		if st.Refused > 0 {
-			t.Errorf("guard %s of rule %s refused %d calls, want none", st.Guard, st.Rule, st.Refused)
-		}
-	}
+	noneRefused(t, p)
 	for _, s := range streams {
 		if err := s.CloseSend(); err != nil {
 			t.Fatal(err)
@@ -172,22 +186,54 @@ func TestIdleServerStreamsHoldNoTurn(t *testing.T) {
 		}
 	}
 	waitFor(t, func() bool { return p.RunLimit().Running() == 0 }, "no turn held by the open streams")
-	for i := range 200 {
-		cctx, ccancel := context.WithTimeout(ctx, 2*time.Second)
-		_, err := client.EmptyCall(cctx, &testgrpc.Empty{})
-		ccancel()
-		if err != nil {
-			t.Fatalf("unary call %d with 1000 idle server streams open: %v", i, err)
-		}
-	}
+	unaryCallsSucceed(t, ctx, client, 200, "with 1000 idle server streams open")
 	if w := p.RunLimit().Waiting(); w != 0 {
 		t.Errorf("RunLimit().Waiting() = %d, want 0", w)
 	}
-	for _, st := range p.Guard().Stats() {
-		if st.Refused > 0 {
-			t.Errorf("guard %s of rule %s refused %d calls, want none", st.Guard, st.Rule, st.Refused)
+	noneRefused(t, p)
+	cancel()
+	waitFor(t, func() bool { return p.Guard().StreamStats().Open == 0 }, "every stream closed")
+}
+
+// TestABurstOfServerStreamsIsNoSpike: 1000 server streams opened at once,
+// as watches are when clients reconnect, are all served, and unary calls
+// after them are neither refused nor kept waiting: a stream's open says
+// nothing of the rate of work, so it never counts toward a spike.
+func TestABurstOfServerStreamsIsNoSpike(t *testing.T) {
+	p, addr := serveStreams(t, streamService{})
+	client := dialFrom(t, addr, "127.0.0.1")
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	errs := make(chan error, 1000)
+	var wg sync.WaitGroup
+	for range 1000 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			s, err := client.StreamingOutputCall(ctx, &testgrpc.StreamingOutputCallRequest{})
+			if err == nil {
+				_, err = s.Recv()
+			}
+			errs <- err
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	failed := 0
+	var first error
+	for err := range errs {
+		if err != nil {
+			if first == nil {
+				first = err
+			}
+			failed++
 		}
 	}
+	if failed > 0 {
+		t.Fatalf("%d of 1000 server streams opened at once failed, want none; the first: %v", failed, first)
+	}
+	unaryCallsSucceed(t, ctx, client, 200, "after 1000 server streams opened at once")
+	noneRefused(t, p)
 	cancel()
 	waitFor(t, func() bool { return p.Guard().StreamStats().Open == 0 }, "every stream closed")
 }

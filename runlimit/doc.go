@@ -57,13 +57,19 @@
 //     (WithInterval): every turn was taken all that time, and the queue
 //     never drained, whether its calls were served, ran beyond the limit
 //     or gave up — a standing queue, not a burst, or
-//   - calls wait for a turn while as many run beyond the limit (below)
-//     as the limit itself, and at least 8, or a lane's queue holds more
-//     work (its flow's baseline service time per call) than the limit
-//     runs in an interval, for that lane: a spike, which would otherwise
-//     fill the queue and overrun the limit without bound for the
-//     interval a standing queue takes to show, and slow every call it
-//     runs beside.
+//   - a spike, which would otherwise fill the queue and overrun the
+//     limit without bound for the interval a standing queue takes to
+//     show, and slow every call it runs beside: over the last interval
+//     and the current one, unary calls asked for a turn at least twice
+//     as often as turns ended, and more than an interval's work besides
+//     (what the limit runs in an interval at the baseline service
+//     times, at least 20); or a lane's queue holds more work (its flow's
+//     baseline service time per call) than the limit runs in an
+//     interval, for that lane; or calls wait for a turn while as many
+//     run beyond the limit (below) as the limit itself, and at least 20.
+//     A server below its capacity ends about as many turns as calls
+//     arrive; in a 10x spike calls arrive ten times as fast as turns
+//     end, from its first milliseconds to its end.
 //
 // Without any of these, a call admitted to a full lane is admitted anyway
 // (Stats.Unrefused), and a call whose wait for a turn runs out runs beyond

@@ -209,14 +209,15 @@ func TestQueueEmptiedByOverrunsDoesNotStand(t *testing.T) {
 	hold.Release()
 }
 
-// TestOverrunByTheLimitIsEvidence: without a saturated CPU or a standing
-// queue, calls run beyond the limit only until as many run beyond it as
-// within it, and at least minOverruns; a call that still waits then is
-// refused.
+// TestOverrunByTheLimitIsEvidence: without a saturated CPU, a standing
+// queue or a spike, calls run beyond the limit only until as many run
+// beyond it as within it, and at least minOverruns; a call that still
+// waits then is refused.
 func TestOverrunByTheLimitIsEvidence(t *testing.T) {
-	for _, tc := range []struct{ limit, overruns int }{{1, minOverruns}, {8, minOverruns}, {12, 12}} {
+	for _, tc := range []struct{ limit, overruns int }{{1, minOverruns}, {8, minOverruns}, {12, minOverruns}, {24, 24}} {
 		l := mustNew(t, WithBounds(tc.limit, tc.limit), WithQueueTarget(time.Millisecond), WithInterval(time.Hour))
 		f := l.Flow("m")
+		serve(t, f, 200) // a server below its capacity: no spike
 		var held []Ticket
 		for i := 0; i < tc.limit; i++ {
 			tk, ok := f.TryAcquire(time.Now())
@@ -248,6 +249,96 @@ func TestOverrunByTheLimitIsEvidence(t *testing.T) {
 			t.Errorf("limit %d: Running(), Waiting() = %d, %d after every release, want 0, 0", tc.limit, r, w)
 		}
 	}
+}
+
+// serve runs n calls of f one after the other, each taking a free turn.
+func serve(t *testing.T, f *Flow, n int) {
+	t.Helper()
+	for i := 0; i < n; i++ {
+		tk, err := f.Acquire(context.Background())
+		if err != nil {
+			t.Fatalf("call %d on an idle limiter: %v", i, err)
+		}
+		tk.Done(time.Now(), false)
+	}
+}
+
+// TestASpikeIsEvidence: calls that ask for turns at twice the rate turns
+// end, and 20 more, are a spike: a call whose wait runs out then is
+// refused, not run beyond the limit, and a full lane refuses at
+// admission.
+func TestASpikeIsEvidence(t *testing.T) {
+	l := mustNew(t, WithBounds(1, 1), WithQueueTarget(time.Millisecond), WithInterval(time.Hour))
+	f := l.Flow("m")
+	ln := crit(f)
+	serve(t, f, 20)
+	hold, _ := f.TryAcquire(time.Now())
+	gone, cancel := context.WithCancel(context.Background())
+	cancel()
+	// 20 asked and ended, then 38 asked and left, and one waits: 59
+	// asked, under 2×20 + 20.
+	for i := 0; i < 38; i++ {
+		if _, err := ln.Acquire(gone); err != context.Canceled {
+			t.Fatalf("Acquire with a canceled context = %v, want context.Canceled", err)
+		}
+	}
+	tk, err := ln.Acquire(context.Background())
+	if err != nil {
+		t.Fatalf("a wait that ran out with 59 calls asking for turns and 20 ended: %v, want a turn beyond the limit", err)
+	}
+	tk.Release()
+	// 21 ended; 2 more ask and leave, and one waits: 62 asked, 2×21 + 20.
+	ln.Acquire(gone)
+	ln.Acquire(gone)
+	if _, err := ln.Acquire(context.Background()); err != ErrTimeout {
+		t.Errorf("a wait that ran out with 62 calls asking for turns and 21 ended: %v, want ErrTimeout", err)
+	}
+	ln.count.Store(1 << 20) // a full lane
+	if _, ok := ln.admit(time.Now()); ok {
+		t.Error("a full lane admitted a call in a spike, want refused")
+	}
+	ln.count.Store(0)
+	if got := l.Stats().RefusedOn; got != (EvidenceStats{Spike: 2}) {
+		t.Errorf("Stats().RefusedOn = %+v, want two refusals on the spike", got)
+	}
+	hold.Release()
+}
+
+// TestSpikingFollowsTheLastTwoIntervals: calls that arrived faster than
+// turns ended count as a spike over the interval they arrived in and the
+// next, not for good; streams never do.
+func TestSpikingFollowsTheLastTwoIntervals(t *testing.T) {
+	l := mustNew(t, WithBounds(1, 1), WithQueueTarget(time.Millisecond), WithInterval(time.Hour))
+	f := l.Flow("m")
+	ln := crit(f)
+	hold, _ := f.TryAcquire(time.Now())
+	gone, cancel := context.WithCancel(context.Background())
+	cancel()
+	for i := 0; i < 100; i++ {
+		if _, err := ln.take(gone, time.Now(), ln.reserve(), true); err != context.Canceled {
+			t.Fatalf("a stream's take with a canceled context = %v, want context.Canceled", err)
+		}
+	}
+	if l.spiking() {
+		t.Error("spiking() after 100 streams asked for a turn = true, want false: streams are left out")
+	}
+	for i := 0; i < minOverruns; i++ {
+		ln.Acquire(gone)
+	}
+	if !l.spiking() {
+		t.Fatalf("spiking() after %d calls asked for a turn and none ended = false, want true", minOverruns)
+	}
+	l.upd.Lock()
+	l.markRates(&sample{})
+	if !l.spiking() {
+		t.Error("spiking() one interval after the calls = false, want true")
+	}
+	l.markRates(&sample{})
+	l.upd.Unlock()
+	if l.spiking() {
+		t.Error("spiking() two intervals after the calls = true, want false")
+	}
+	hold.Release()
 }
 
 // TestALaneQueueAnIntervalDeepIsEvidence: without a saturated CPU or a
@@ -352,4 +443,46 @@ func TestCPUEvidenceIsTheUtilisationNow(t *testing.T) {
 		t.Errorf("Stats().RefusedOn = %+v, want one refusal on the CPU", got)
 	}
 	hold.Release()
+}
+
+// TestASpikeIsMoreThanAnIntervalsWork: a spike needs more calls, beyond
+// twice the turns that ended, than the limit runs in an interval at the
+// last interval's baseline service times (20 at least), as a lane's
+// evidence counts an interval's work.
+func TestASpikeIsMoreThanAnIntervalsWork(t *testing.T) {
+	l := mustNew(t, WithBounds(8, 8), WithInterval(100*time.Millisecond))
+	l.upd.Lock()
+	l.markRates(&sample{weight: 10, bases: 10 * float64(10*time.Millisecond)})
+	l.upd.Unlock()
+	if got := l.spikeSlack.Load(); got != 80 {
+		t.Errorf("spikeSlack at a limit of 8 and 10ms baselines over 100ms intervals = %d, want 80", got)
+	}
+	f := l.Flow("m")
+	ln := crit(f)
+	gone, cancel := context.WithCancel(context.Background())
+	cancel()
+	var held []Ticket
+	for range 8 {
+		tk, _ := f.TryAcquire(time.Now())
+		held = append(held, tk)
+	}
+	for i := range 79 {
+		ln.Acquire(gone)
+		if l.spiking() {
+			t.Fatalf("spiking() after %d calls asked for a turn = true, want false below 80", i+1)
+		}
+	}
+	ln.Acquire(gone)
+	if !l.spiking() {
+		t.Error("spiking() after 80 calls asked for a turn and none ended = false, want true")
+	}
+	for _, tk := range held {
+		tk.Release()
+	}
+	l.upd.Lock()
+	l.markRates(&sample{weight: 10, bases: 10 * float64(time.Second)})
+	l.upd.Unlock()
+	if got := l.spikeSlack.Load(); got != minOverruns {
+		t.Errorf("spikeSlack at 1s baselines = %d, want the least, %d", got, minOverruns)
+	}
 }

@@ -93,6 +93,7 @@ func (ln *Lane) admit(now time.Time) (cost int64, ok bool) {
 	if !ln.Admissible() {
 		if e := ln.evidenceAt(l.nanos(now)); e != evidenceNone {
 			l.refuseOn(e)
+			l.offered.Add(1)
 			return 0, false
 		}
 		l.unrefused.Add(1)
@@ -142,6 +143,9 @@ func (g *guard) Start(c admission.Call, p admission.Permit) admission.Decision {
 // the reservation. A stream's wait that runs out without evidence of
 // overload ends with errNoTurn.
 func (ln *Lane) take(ctx context.Context, now time.Time, cost int64, stream bool) (Ticket, error) {
+	if !stream {
+		ln.f.l.offered.Add(1)
+	}
 	if t, ok := ln.f.TryAcquire(now); ok {
 		ln.unreserve(cost)
 		t.ln = ln

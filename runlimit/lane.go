@@ -175,6 +175,7 @@ const roomyPatience = 8
 // taken, as Flow.Acquire does; it refuses at once with ErrQueueFull a call
 // the lane cannot admit.
 func (ln *Lane) Acquire(ctx context.Context) (Ticket, error) {
+	ln.f.l.offered.Add(1)
 	if t, ok := ln.f.TryAcquire(ln.f.l.o.now()); ok {
 		t.ln = ln
 		return t, nil

@@ -246,10 +246,20 @@ type Limiter struct {
 	probes       atomic.Uint64
 	rebases      atomic.Uint64
 	overruns     atomic.Uint64
-	refusedOn    [evidenceKinds]atomic.Uint64 // refusals by the evidence they were made on
-	unrefused    atomic.Uint64
-	updates      atomic.Uint64
-	learned      learnCounts
+	// Calls that asked for a turn (or were refused one at admission) and
+	// their turns that ended, since New, streams left out, and both when
+	// the previous interval opened (marks[0]) and the current one
+	// (marks[1]), for spiking; the marks are written under upd.
+	offered, finished         paddedInt
+	offeredMark, finishedMark [2]atomic.Int64
+	// spikeSlack is the excess of calls asked over twice the turns ended
+	// that spiking needs: the calls the limit runs in an interval at the
+	// last interval's baseline service times, at least minOverruns.
+	spikeSlack atomic.Int64
+	refusedOn  [evidenceKinds]atomic.Uint64 // refusals by the evidence they were made on
+	unrefused  atomic.Uint64
+	updates    atomic.Uint64
+	learned    learnCounts
 
 	// Calls handed a turn after waiting in the interval, and how long
 	// they took to run once handed it, ns (noteLag); plag*, the same of
@@ -306,6 +316,7 @@ func New(opts ...Option) (*Limiter, error) {
 		l.avail[i].Store(math.Float64bits(1))
 	}
 	l.notFull.Store(true)
+	l.spikeSlack.Store(minOverruns)
 	return l, nil
 }
 
@@ -392,9 +403,10 @@ type Stats struct {
 // on (see the package doc, "No refusal without evidence of overload").
 type EvidenceStats struct {
 	CPU      uint64 // the CPU signal's utilisation at or above its threshold and 0.95
-	Overrun  uint64 // calls waiting while the limit was overrun by its own size (at least 8)
+	Overrun  uint64 // calls waiting while the limit was overrun by its own size (at least 20)
 	Standing uint64 // calls waiting without a pause for a whole interval
 	Lane     uint64 // the call's lane queue holding more work than the limit runs in an interval
+	Spike    uint64 // calls asking for turns at least twice as fast as turns ended, over the last interval or two
 }
 
 // ProbeStats count the probes of one kind: while a probe runs the limit
@@ -424,7 +436,8 @@ func (l *Limiter) Stats() Stats {
 		Updates: l.updates.Load(), Probes: l.probes.Load(), Rebases: l.rebases.Load(),
 		Overruns: l.overruns.Load(), Unrefused: l.unrefused.Load(),
 		RefusedOn: EvidenceStats{CPU: l.refusedOn[evidenceCPU].Load(), Overrun: l.refusedOn[evidenceOverrun].Load(),
-			Standing: l.refusedOn[evidenceStanding].Load(), Lane: l.refusedOn[evidenceLane].Load()},
+			Standing: l.refusedOn[evidenceStanding].Load(), Lane: l.refusedOn[evidenceLane].Load(),
+			Spike: l.refusedOn[evidenceSpike].Load()},
 		ProbeBaseline: c.probe[probeBaseline].stats(), ProbeStretch: c.probe[probeStretch].stats(),
 		ProbeCPU: c.probe[probeCPU].stats(), ProbeLag: c.probe[probeLag].stats(),
 		SlowStartEnded: c.slowStartEnded.Load(), Holds: c.holds.Load(), CPUElsewhere: c.cpuElsewhere.Load(),
@@ -624,6 +637,9 @@ type Ticket struct {
 	f     *Flow
 	ln    *Lane // the lane whose class the turn counts for; nil: Critical
 	start int64 // when the turn was taken, ns since the Limiter's epoch
+	// stream: a stream's turn, which spiking does not count: a stream's
+	// open says nothing of the rate of work (see streamTurn).
+	stream bool
 }
 
 // Start returns when the turn was taken.
@@ -1003,7 +1019,8 @@ func (l *Limiter) dispatch() {
 // holding the turn), calls queue, run beyond the limit and queue again
 // back to back for as long as the slow call runs, and would otherwise
 // look like an overload after an interval. A real overload shows
-// anyway: the calls run beyond the limit pile up (minOverruns). Needs mu.
+// anyway: calls arrive faster than turns end (spiking), and the calls
+// run beyond the limit pile up (minOverruns). Needs mu.
 func (l *Limiter) noteLeft(s uint64) {
 	if waiting(s) == 0 {
 		l.queuedSince.Store(0)
@@ -1014,10 +1031,12 @@ func (l *Limiter) noteLeft(s uint64) {
 // server is overloaded: its CPU signal is saturated now (WithCPU; see
 // CPU), calls have waited for a turn without a pause for a whole
 // interval (WithInterval), which happens only while every turn is taken,
-// or calls wait while as many run beyond the limit as the limit itself
-// (at least 8). A lane whose queue holds an interval's work is evidence
-// too, for that lane (see the package doc). Without that evidence it
-// refuses nothing (see the package doc).
+// calls wait while as many run beyond the limit as the limit itself (at
+// least 20), or calls have asked for turns at least twice as fast as
+// turns ended over the last interval and the current one, and an
+// interval's work more (a spike). A lane whose queue holds an interval's
+// work is evidence too, for that lane (see the package doc). Without
+// that evidence it refuses nothing (see the package doc).
 func (l *Limiter) Overloaded(now time.Time) bool { return l.overloadedAt(l.nanos(now)) }
 
 // evidenceAt is the evidence of overload a call of ln has at now,
@@ -1048,6 +1067,7 @@ const (
 	evidenceOverrun           // calls wait while the limit is overrun by its own size
 	evidenceStanding          // calls waited without a pause for a whole interval
 	evidenceLane              // a lane's queue holds an interval's work
+	evidenceSpike             // calls ask for turns twice as fast as turns end (spiking)
 	evidenceKinds
 )
 
@@ -1058,15 +1078,16 @@ func (l *Limiter) evidenceAt(now int64) evidence {
 		return evidenceCPU
 	}
 	s := l.state.Load()
-	if lim := l.limit.Load(); waiting(s) > 0 && running(s) >= lim+max(lim, minOverruns) {
-		return evidenceOverrun
+	if waiting(s) > 0 {
+		if lim := l.limit.Load(); running(s) >= lim+max(lim, minOverruns) {
+			return evidenceOverrun
+		}
+		if q := l.queuedSince.Load(); q != 0 && now-(q-1) >= int64(l.o.interval) {
+			return evidenceStanding
+		}
 	}
-	q := l.queuedSince.Load()
-	if q == 0 || waiting(s) == 0 {
-		return evidenceNone
-	}
-	if now-(q-1) >= int64(l.o.interval) {
-		return evidenceStanding
+	if l.spiking() {
+		return evidenceSpike
 	}
 	return evidenceNone
 }
@@ -1088,23 +1109,54 @@ func (l *Limiter) cpuBusy() bool {
 // minOverruns bounds what runs beyond the limit without other evidence:
 // calls that still wait while as many run beyond the limit as the limit
 // itself, and at least minOverruns, are evidence of overload. A limit
-// learned too low for service times that vary is overrun now and then
-// (on one core, with a limit of 1, by the calls that arrive during a call
-// from the tail); a spike would overrun it without bound within the
-// interval a standing queue takes to show, and the calls run beyond the
-// limit would then slow every call, the limit's own included.
+// learned too low for service times that vary is overrun now and then (on
+// one core, with a limit of 1, by the calls that arrive during a call from
+// the tail), and a call that would run at once on a server without a limit
+// must not be refused for it.
 //
 // Calls run beyond the limit share the server as in processor sharing,
 // where the number of calls present at a load ρ below capacity is
-// geometric whatever their service times: at least n of them a share
-// ρ^n of the time, 5.8% for 8 at 0.7 of capacity. bench/peers'
-// heavytail and twokinds shapes (one core, a limit of 1) still refuse
-// 0.4-1.3% of their calls at 0.7x on this evidence. A cap of 20 (0.08%
-// of the time) refused none there, but it let more calls run at once in
-// a spike: `levee demo`'s end-to-end test (10 ms calls, one core, a
-// -race build) kept 87% of its capacity on average over 11 runs
-// (77-101%), against 94% with 8 (15 runs, 76-104%).
-const minOverruns = 8
+// geometric whatever their service times: at least n of them a share ρ^n
+// of the time, 0.08% for 20 at 0.7 of capacity. With a bound of 8 (5.8%
+// of the time), bench/peers' heavytail and twokinds shapes (one core, a
+// limit of 1) refused 0.4-1.3% of their calls at 0.7x on this evidence.
+// A spike is told by its rate instead (spiking), before it runs that many
+// calls at once: with a bound of 20 and no other evidence, `levee demo`'s
+// end-to-end test (10 ms calls, one core, a -race build) kept 87% of its
+// capacity on average over 11 runs (77-101%), against 94% with 8 (15
+// runs, 76-104%).
+const minOverruns = 20
+
+// spiking reports whether calls ask for turns much faster than turns end:
+// over the last interval and the current one, unary calls asked for a turn
+// (or were refused one at admission) at least twice as often as their
+// turns ended, and more than an interval's work besides — what the limit
+// runs in an interval at the last interval's baseline service times, as a
+// lane's evidence counts it, and at least minOverruns. A server below its
+// capacity ends about as many turns as calls arrive, give or take the
+// calls present, which the geometric law above bounds; from the first
+// milliseconds of a 10x spike, and for as long as it lasts, calls arrive
+// ten times as fast as turns end. Streams are left out: a stream opens for
+// work of unknown length, and a thousand watches opened at once are no
+// overload.
+func (l *Limiter) spiking() bool {
+	offered := l.offered.Load() - l.offeredMark[0].Load()
+	finished := l.finished.Load() - l.finishedMark[0].Load()
+	return offered >= 2*finished+l.spikeSlack.Load()
+}
+
+// markRates starts a new interval for spiking, m being the interval that
+// ended. Needs upd.
+func (l *Limiter) markRates(m *sample) {
+	l.offeredMark[0].Store(l.offeredMark[1].Load())
+	l.finishedMark[0].Store(l.finishedMark[1].Load())
+	l.offeredMark[1].Store(l.offered.Load())
+	l.finishedMark[1].Store(l.finished.Load())
+	if m.weight > 0 && m.base() > 0 {
+		work := float64(l.limit.Load()) * float64(l.o.interval) / m.base()
+		l.spikeSlack.Store(int64(min(max(work, minOverruns), 1<<40)))
+	}
+}
 
 // cpuEvidence is the least utilisation that is evidence of overload,
 // whatever the CPU signal's own threshold below it: a CPU a fifth idle is
@@ -1142,7 +1194,15 @@ func (ln *Lane) overrun(w *waiter) Ticket {
 // call that was refused or abandoned before it did its work.
 func (t Ticket) Release() {
 	if t.f != nil {
+		t.noteFinished()
 		t.f.l.release(false)
+	}
+}
+
+// noteFinished counts the end of t's turn for spiking.
+func (t Ticket) noteFinished() {
+	if !t.stream {
+		t.f.l.finished.Add(1)
 	}
 }
 
@@ -1158,6 +1218,7 @@ func (t Ticket) Done(now time.Time, overload bool) {
 func (t Ticket) doneAt(end int64, overload bool) {
 	f := t.f
 	l := f.l
+	t.noteFinished()
 	l.release(true)
 	svc := max(end-t.start, 1)
 	ci := admission.Critical.Index()

@@ -70,6 +70,7 @@ type streamTurn struct {
 // holdStream makes t a stream's turn, given back after f's hold at the
 // latest.
 func holdStream(t Ticket) *streamTurn {
+	t.stream = true
 	st := &streamTurn{t: t}
 	st.timer = time.AfterFunc(t.f.streamHold(), st.expire)
 	return st

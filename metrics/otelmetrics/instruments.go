@@ -384,13 +384,14 @@ func newRunLimit(b *builder, name string, l *runlimit.Limiter) callback {
 	updates := b.counter("levee.runlimit.updates", "{update}", "Intervals after which the run limit was reconsidered.")
 	probes := b.counter("levee.runlimit.probes", "{probe}", "Service-time probes at a lower limit that ended.")
 	rebases := b.counter("levee.runlimit.rebases", "{rebase}", "Probes that found the service itself slower or faster and moved the baseline.")
-	refusals := b.counter("levee.runlimit.refusals", "{call}", "Calls the run limit refused for want of a turn, by levee.evidence: cpu, overrun, standing or lane.")
+	refusals := b.counter("levee.runlimit.refusals", "{call}", "Calls the run limit refused for want of a turn, by levee.evidence: cpu, overrun, standing, lane or spike.")
 	nv := keyName.String(name)
 	n := attrs(nv)
 	onCPU := attrs(nv, keyEvidence.String("cpu"))
 	onOverrun := attrs(nv, keyEvidence.String("overrun"))
 	onStanding := attrs(nv, keyEvidence.String("standing"))
 	onLane := attrs(nv, keyEvidence.String("lane"))
+	onSpike := attrs(nv, keyEvidence.String("spike"))
 	return func(o metric.Observer) {
 		s := l.Stats()
 		o.ObserveInt64(limit, int64(s.Limit), n)
@@ -403,5 +404,6 @@ func newRunLimit(b *builder, name string, l *runlimit.Limiter) callback {
 		o.ObserveInt64(refusals, count(s.RefusedOn.Overrun), onOverrun)
 		o.ObserveInt64(refusals, count(s.RefusedOn.Standing), onStanding)
 		o.ObserveInt64(refusals, count(s.RefusedOn.Lane), onLane)
+		o.ObserveInt64(refusals, count(s.RefusedOn.Spike), onSpike)
 	}
 }

@@ -461,6 +461,7 @@ func TestCountsOfGuards(t *testing.T) {
 	checkValues(t, "levee.runlimit.refusals", values("levee.runlimit.refusals"), map[string]float64{
 		`x{evidence="cpu",name="run"}`: 1, `x{evidence="overrun",name="run"}`: 0,
 		`x{evidence="standing",name="run"}`: 0, `x{evidence="lane",name="run"}`: 0,
+		`x{evidence="spike",name="run"}`: 0,
 	})
 	checkValues(t, "levee.handler.starts", values("levee.handler.starts"), map[string]float64{"x": float64(g.server.HandlerStarts())})
 	bs := g.bulkhead.Stats()
