@@ -275,9 +275,9 @@ func TestASpikeIsEvidence(t *testing.T) {
 	hold, _ := f.TryAcquire(time.Now())
 	gone, cancel := context.WithCancel(context.Background())
 	cancel()
-	// 20 asked and ended, then 38 asked and left, and one waits: 59
-	// asked, under 2×20 + 20.
-	for i := 0; i < 38; i++ {
+	// 20 asked and ended, one holds the turn, then 37 asked and left,
+	// and one waits: 59 asked, under 2×20 + 20.
+	for i := 0; i < 37; i++ {
 		if _, err := ln.Acquire(gone); err != context.Canceled {
 			t.Fatalf("Acquire with a canceled context = %v, want context.Canceled", err)
 		}
@@ -466,10 +466,10 @@ func TestASpikeIsMoreThanAnIntervalsWork(t *testing.T) {
 		tk, _ := f.TryAcquire(time.Now())
 		held = append(held, tk)
 	}
-	for i := range 79 {
+	for i := range 71 {
 		ln.Acquire(gone)
 		if l.spiking() {
-			t.Fatalf("spiking() after %d calls asked for a turn = true, want false below 80", i+1)
+			t.Fatalf("spiking() after %d calls asked for a turn = true, want false below 80", 8+i+1)
 		}
 	}
 	ln.Acquire(gone)

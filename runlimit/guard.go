@@ -146,7 +146,7 @@ func (ln *Lane) take(ctx context.Context, now time.Time, cost int64, stream bool
 	if !stream {
 		ln.f.l.offered.Add(1)
 	}
-	if t, ok := ln.f.TryAcquire(now); ok {
+	if t, ok := ln.f.tryAcquire(now); ok {
 		ln.unreserve(cost)
 		t.ln = ln
 		return t, nil

@@ -176,7 +176,7 @@ const roomyPatience = 8
 // the lane cannot admit.
 func (ln *Lane) Acquire(ctx context.Context) (Ticket, error) {
 	ln.f.l.offered.Add(1)
-	if t, ok := ln.f.TryAcquire(ln.f.l.o.now()); ok {
+	if t, ok := ln.f.tryAcquire(ln.f.l.o.now()); ok {
 		t.ln = ln
 		return t, nil
 	}

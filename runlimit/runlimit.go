@@ -653,6 +653,16 @@ func (t Ticket) Start() time.Time {
 // TryAcquire takes a turn for a call of f at now if one is free and nobody
 // waits. It never blocks, takes no lock and allocates nothing.
 func (f *Flow) TryAcquire(now time.Time) (Ticket, bool) {
+	t, ok := f.tryAcquire(now)
+	if ok {
+		f.l.offered.Add(1)
+	}
+	return t, ok
+}
+
+// tryAcquire is TryAcquire without counting the call for spiking, for
+// callers that count it themselves.
+func (f *Flow) tryAcquire(now time.Time) (Ticket, bool) {
 	l := f.l
 	for {
 		s := l.state.Load()
