@@ -50,13 +50,17 @@
 // Limiter refuses only with evidence that the server is overloaded
 // (Limiter.Overloaded):
 //
-//   - its CPU signal is saturated now (WithCPU): its utilisation at or
-//     above its threshold and at least 0.95 (a CPU a fifth idle is not
+//   - its CPU signal has been saturated for ten intervals (WithCPU,
+//     WithInterval: a second by default): its utilisation at or above
+//     its threshold and at least 0.95 (a CPU a fifth idle is not
 //     overloaded), not within the cooldown after it (see CPU),
-//   - calls have waited for a turn without a pause for a whole interval
-//     (WithInterval): every turn was taken all that time, and the queue
-//     never drained, whether its calls were served, ran beyond the limit
-//     or gave up — a standing queue, not a burst, or
+//   - calls have waited for a turn without a pause for ten intervals:
+//     every turn was taken all that time, and the queue never drained,
+//     whether its calls were served, ran beyond the limit or gave up — a
+//     standing queue, not a burst. A server at 0.8 of its capacity has
+//     bursts that keep its CPU busy and its queue standing for a few
+//     hundred milliseconds now and then; at capacity or above they last.
+//     Or
 //   - a spike, which would otherwise fill the queue and overrun the
 //     limit without bound for the interval a standing queue takes to
 //     show, and slow every call it runs beside: over the last interval

@@ -2,6 +2,7 @@ package runlimit
 
 import (
 	"context"
+	"fmt"
 	"sync"
 	"testing"
 	"time"
@@ -56,9 +57,9 @@ func TestNoRefusalWithoutOverload(t *testing.T) {
 	hold.Release()
 }
 
-// TestStandingQueueIsEvidence: calls waiting without a pause for a whole
-// interval are evidence of overload; a queue that empties in between is
-// not. Time is injected.
+// TestStandingQueueIsEvidence: calls waiting without a pause for
+// sustainIntervals intervals are evidence of overload; a queue that
+// empties in between is not. Time is injected.
 func TestStandingQueueIsEvidence(t *testing.T) {
 	var mu sync.Mutex
 	now := time.Unix(1000, 0)
@@ -79,16 +80,7 @@ func TestStandingQueueIsEvidence(t *testing.T) {
 	for l.Waiting() == 0 {
 		time.Sleep(50 * time.Microsecond)
 	}
-	steps := []struct {
-		advance time.Duration
-		want    bool
-	}{{0, false}, {50 * time.Millisecond, false}, {49 * time.Millisecond, false}, {time.Millisecond, true}, {time.Second, true}}
-	for i, st := range steps {
-		advance(st.advance)
-		if got := l.Overloaded(clk()); got != st.want {
-			t.Errorf("step %d: Overloaded(t0+...) = %t with one call waiting, want %t", i, got, st.want)
-		}
-	}
+	checkSustained(t, l, clk, advance, "with one call waiting since t0")
 	cancel()
 	<-done
 	// The waiter gave up: the queue emptied, and it stands no more.
@@ -175,7 +167,7 @@ func TestQueueEmptiedByOverrunsDoesNotStand(t *testing.T) {
 		}
 		return func() (Ticket, error) { cancel(); r := <-done; return r.tk, r.err }
 	}
-	for i := range 15 { // 150ms: a call waits 10ms, runs beyond the limit (briefly); the next comes at once
+	for i := range 120 { // 1.2s: a call waits 10ms, runs beyond the limit (briefly); the next comes at once
 		leave := wait()
 		advance(10 * time.Millisecond)
 		tk, err := leave()
@@ -185,11 +177,12 @@ func TestQueueEmptiedByOverrunsDoesNotStand(t *testing.T) {
 		tk.Release()
 	}
 	if l.Overloaded(clk()) {
-		t.Error("Overloaded() after 150ms of calls queueing and running beyond the limit back to back = true, want false")
+		t.Error("Overloaded() after 1.2s of calls queueing and running beyond the limit back to back = true, want false")
 	}
-	// Two calls that overlap keep the queue from emptying: it stands.
+	// Two calls that overlap keep the queue from emptying: it stands, once
+	// it has for sustainIntervals intervals (1s).
 	leave := wait()
-	for range 11 {
+	for range 101 {
 		advance(10 * time.Millisecond)
 		next := wait()
 		if tk, err := leave(); err == nil {
@@ -198,10 +191,10 @@ func TestQueueEmptiedByOverrunsDoesNotStand(t *testing.T) {
 		leave = next
 	}
 	if !l.Overloaded(clk()) {
-		t.Error("Overloaded() after 110ms of a queue that never emptied = false, want true")
+		t.Error("Overloaded() after 1.01s of a queue that never emptied = false, want true")
 	}
 	if _, err := leave(); err != ErrTimeout {
-		t.Errorf("the wait of a call in a queue that stood 110ms ran out: %v, want ErrTimeout", err)
+		t.Errorf("the wait of a call in a queue that stood 1.01s ran out: %v, want ErrTimeout", err)
 	}
 	if got := l.Stats().RefusedOn.Standing; got == 0 {
 		t.Errorf("Stats().RefusedOn.Standing = 0, want the refusals on the standing queue counted")
@@ -404,19 +397,25 @@ func (c *busyCPU) Saturated() bool      { return c.saturated }
 func (c *busyCPU) Utilization() float64 { return c.utilization }
 func (c *busyCPU) Threshold() float64   { return 0.8 }
 
-// TestCPUEvidenceIsTheUtilisationNow: a CPU signal that tells its
-// utilisation is evidence of overload only while the utilisation is at or
-// above its threshold and cpuEvidence (0.95), not in the cooldown after it
-// in which the monitor still says saturated, nor between its threshold
-// and cpuEvidence.
-func TestCPUEvidenceIsTheUtilisationNow(t *testing.T) {
+// TestCPUEvidenceIsAUtilisationThatLasts: a CPU signal that tells its
+// utilisation is evidence of overload only once the utilisation has been
+// at or above its threshold and cpuEvidence (0.95) for sustainIntervals
+// intervals: not in the cooldown after it in which the monitor still
+// says saturated, nor between its threshold and cpuEvidence, nor in a
+// burst shorter than that; a dip below, whether a refusal or an
+// interval's close sees it, starts the count again. Time is injected.
+func TestCPUEvidenceIsAUtilisationThatLasts(t *testing.T) {
+	var mu sync.Mutex
+	now := time.Unix(1000, 0)
+	clk := func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
+	advance := func(d time.Duration) { mu.Lock(); now = now.Add(d); mu.Unlock() }
 	c := &busyCPU{saturated: true, utilization: 0.6}
-	l := mustNew(t, WithBounds(1, 1), WithQueueTarget(time.Millisecond), WithCPU(c))
-	if l.Overloaded(time.Now()) {
+	l := mustNew(t, WithBounds(1, 1), WithQueueTarget(time.Millisecond), WithInterval(100*time.Millisecond), WithCPU(c), withClock(clk))
+	if l.Overloaded(clk()) {
 		t.Error("Overloaded() in the cooldown (saturated, utilisation 0.6 of a threshold of 0.8), want false")
 	}
 	f := l.Flow("m")
-	hold, _ := f.TryAcquire(time.Now())
+	hold, _ := f.TryAcquire(clk())
 	tk, err := f.Acquire(context.Background())
 	if err != nil {
 		t.Errorf("Acquire with the turn held in the cooldown = %v, want a turn beyond the limit", err)
@@ -424,23 +423,39 @@ func TestCPUEvidenceIsTheUtilisationNow(t *testing.T) {
 		tk.Release()
 	}
 	c.utilization = 0.9
-	if l.Overloaded(time.Now()) {
-		t.Error("Overloaded() with the utilisation 0.9, above the threshold of 0.8 but below 0.95, want false")
-	}
-	if tk, err := f.Acquire(context.Background()); err != nil {
-		t.Errorf("Acquire with the turn held and the utilisation 0.9 = %v, want a turn beyond the limit", err)
-	} else {
-		tk.Release()
+	advance(time.Second)
+	if l.Overloaded(clk()) {
+		t.Error("Overloaded() with the utilisation 0.9 for 1s, above the threshold of 0.8 but below 0.95, want false")
 	}
 	c.utilization = cpuEvidence
-	if !l.Overloaded(time.Now()) {
-		t.Errorf("Overloaded() with the utilisation at %v, want true", cpuEvidence)
-	}
+	checkSustained(t, l, clk, advance, fmt.Sprintf("with the utilisation at %v since t0", cpuEvidence))
 	if _, err := f.Acquire(context.Background()); err != ErrTimeout {
-		t.Errorf("Acquire with the turn held and the utilisation at %v = %v, want ErrTimeout", cpuEvidence, err)
+		t.Errorf("Acquire with the turn held and the utilisation at %v for 2s = %v, want ErrTimeout", cpuEvidence, err)
 	}
 	if got := l.Stats().RefusedOn; got.CPU != 1 {
 		t.Errorf("Stats().RefusedOn = %+v, want one refusal on the CPU", got)
+	}
+	// A dip that a refusal sees starts the count again.
+	c.utilization = 0.6
+	if l.Overloaded(clk()) {
+		t.Error("Overloaded() as the utilisation dips to 0.6 = true, want false")
+	}
+	c.utilization = 1
+	if l.Overloaded(clk()) {
+		t.Error("Overloaded() as the utilisation is back at 1 just after a dip = true, want false")
+	}
+	advance(300 * time.Millisecond)
+	// A dip that only an interval's close sees does too.
+	c.utilization = 0.6
+	l.noteCPU(l.nanos(clk()))
+	c.utilization = 1
+	advance(300 * time.Millisecond)
+	if l.Overloaded(clk()) {
+		t.Error("Overloaded() 600ms at a utilisation of 1 but for a dip an interval's close saw 300ms ago = true, want false")
+	}
+	advance(time.Second)
+	if !l.Overloaded(clk()) {
+		t.Error("Overloaded() 1s at a utilisation of 1 after the dip = false, want true")
 	}
 	hold.Release()
 }
@@ -484,5 +499,22 @@ func TestASpikeIsMoreThanAnIntervalsWork(t *testing.T) {
 	l.upd.Unlock()
 	if got := l.spikeSlack.Load(); got != minOverruns {
 		t.Errorf("spikeSlack at 1s baselines = %d, want the least, %d", got, minOverruns)
+	}
+}
+
+// checkSustained checks that l, whose evidence (what) began at clk(), is
+// Overloaded once it has lasted sustainIntervals intervals of 100ms, and
+// not before, advancing the injected clock 1.5s in all.
+func checkSustained(t *testing.T, l *Limiter, clk func() time.Time, advance func(time.Duration), what string) {
+	t.Helper()
+	steps := []struct {
+		advance time.Duration
+		want    bool
+	}{{0, false}, {500 * time.Millisecond, false}, {499 * time.Millisecond, false}, {time.Millisecond, true}, {time.Second, true}}
+	for i, st := range steps {
+		advance(st.advance)
+		if got := l.Overloaded(clk()); got != st.want {
+			t.Errorf("step %d: Overloaded(t0+...) %s = %t, want %t", i, what, got, st.want)
+		}
 	}
 }
