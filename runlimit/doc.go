@@ -62,7 +62,7 @@
 //     hundred milliseconds now and then; at capacity or above they last.
 //     Or
 //   - a spike, which would otherwise fill the queue and overrun the
-//     limit without bound for the interval a standing queue takes to
+//     limit without bound for the second a standing queue takes to
 //     show, and slow every call it runs beside: over the last interval
 //     and the current one, unary calls asked for a turn at least twice
 //     as often as turns ended, and more than an interval's work besides

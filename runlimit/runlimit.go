@@ -195,9 +195,10 @@ type Limiter struct {
 	// queuedSince is when calls started waiting without a pause, plus 1
 	// (nanos since epoch; 0: none waits). Needs mu to change.
 	queuedSince atomic.Int64
-	// cpuSince is when the CPU signal last became busy (cpuBusyNow),
-	// plus 1 (nanos since epoch; 0: not busy when last looked at), for
-	// the evidence of a CPU busy for a while (cpuBusy).
+	// cpuSince is when the CPU signal was first seen busy since it was
+	// last seen not busy, plus 1 (nanos since epoch; 0: not busy when
+	// last looked at), for the evidence of a CPU busy for a while
+	// (cpuBusy).
 	cpuSince atomic.Int64
 	limit    atomic.Int64
 	peak     atomic.Int64 // most calls running at once in the current interval
@@ -408,7 +409,7 @@ type Stats struct {
 // EvidenceStats count refusals by the evidence of overload they were made
 // on (see the package doc, "No refusal without evidence of overload").
 type EvidenceStats struct {
-	CPU      uint64 // the CPU signal's utilisation at or above its threshold and 0.95
+	CPU      uint64 // the CPU signal's utilisation at or above its threshold and 0.95 for ten intervals
 	Overrun  uint64 // calls waiting while the limit was overrun by its own size (at least 20)
 	Standing uint64 // calls waiting without a pause for ten intervals
 	Lane     uint64 // the call's lane queue holding more work than the limit runs in an interval
@@ -1047,11 +1048,10 @@ func (l *Limiter) noteLeft(s uint64) {
 // server is overloaded: its CPU signal has been saturated for ten
 // intervals (WithCPU, WithInterval; see CPU), calls have waited for a
 // turn without a pause for ten intervals, which happens only while every
-// turn is taken,
-// calls wait while as many run beyond the limit as the limit itself (at
-// least 20), or calls have asked for turns at least twice as fast as
-// turns ended over the last interval and the current one, and an
-// interval's work more (a spike). A lane whose queue holds an interval's
+// turn is taken, calls wait while as many run beyond the limit as the
+// limit itself (at least 20), or calls have asked for turns at least
+// twice as fast as turns ended over the last interval and the current
+// one, and an interval's work more (a spike). A lane whose queue holds an interval's
 // work is evidence too, for that lane (see the package doc). Without
 // that evidence it refuses nothing (see the package doc).
 func (l *Limiter) Overloaded(now time.Time) bool { return l.overloadedAt(l.nanos(now)) }
@@ -1059,9 +1059,9 @@ func (l *Limiter) Overloaded(now time.Time) bool { return l.overloadedAt(l.nanos
 // evidenceAt is the evidence of overload a call of ln has at now,
 // evidenceNone without any: the Limiter's (evidenceAt), or ln's queue
 // holds more work than the limit runs in an interval — a queue that
-// cannot drain within the interval a standing queue takes to show, so
-// that waiting for it to stand would only admit a spike's worth of calls
-// to wait.
+// cannot drain within an interval, so that waiting the second a standing
+// queue takes to show would only admit a spike's worth of calls to
+// wait.
 func (ln *Lane) evidenceAt(now int64) evidence {
 	l := ln.f.l
 	if float64(ln.count.Load())*ln.f.work() >= float64(l.limit.Load())*float64(l.o.interval) {
@@ -1158,9 +1158,9 @@ func (l *Limiter) noteCPU(now int64) { l.cpuBusy(now) }
 // `levee demo -scenario tenants` (one core; 0.7 of the capacity in its
 // normal phase, a CPU 76-83% busy) refused 13-36 of its ~1,100 calls in
 // the normal phase, each run, when the evidence was an interval's
-// standing queue and a CPU busy now (four runs); with five intervals,
-// 7-23 (three runs); with ten, 0, 0 and 25 (a queue that stood a second
-// at the end of one normal phase). A spike does not wait that long: it
+// standing queue and a CPU busy now (six runs); with five intervals,
+// 7-23 (three runs); with ten, 0 in four runs of five, and 25 in one (a
+// queue that stood a second at the end of its normal phase). A spike does not wait that long: it
 // is told by its rate (spiking), and by the calls run beyond the limit
 // (minOverruns).
 const sustainIntervals = 10
