@@ -430,7 +430,7 @@ func TestCPUEvidenceIsAUtilisationThatLasts(t *testing.T) {
 	c.utilization = cpuEvidence
 	checkSustained(t, l, clk, advance, fmt.Sprintf("with the utilisation at %v since t0", cpuEvidence))
 	if _, err := f.Acquire(context.Background()); err != ErrTimeout {
-		t.Errorf("Acquire with the turn held and the utilisation at %v for 2s = %v, want ErrTimeout", cpuEvidence, err)
+		t.Errorf("Acquire with the turn held and the utilisation at %v for 1.5s = %v, want ErrTimeout", cpuEvidence, err)
 	}
 	if got := l.Stats().RefusedOn; got.CPU != 1 {
 		t.Errorf("Stats().RefusedOn = %+v, want one refusal on the CPU", got)

@@ -1051,9 +1051,9 @@ func (l *Limiter) noteLeft(s uint64) {
 // turn is taken, calls wait while as many run beyond the limit as the
 // limit itself (at least 20), or calls have asked for turns at least
 // twice as fast as turns ended over the last interval and the current
-// one, and an interval's work more (a spike). A lane whose queue holds an interval's
-// work is evidence too, for that lane (see the package doc). Without
-// that evidence it refuses nothing (see the package doc).
+// one, and an interval's work more (a spike). A lane whose queue holds
+// an interval's work is evidence too, for that lane (see the package
+// doc). Without that evidence it refuses nothing (see the package doc).
 func (l *Limiter) Overloaded(now time.Time) bool { return l.overloadedAt(l.nanos(now)) }
 
 // evidenceAt is the evidence of overload a call of ln has at now,
