@@ -125,10 +125,12 @@
 // next poll of the network, through a timerfd, so that a higher-class
 // request that arrived meanwhile is read and queued first and gets the
 // turn. The wait costs three system calls (arm, a read that finds
-// nothing, the read after the poll) and at most 20µs of idle; it ends
-// once the goroutines already runnable have run, and the finished call's
-// response (which a transport sends after the call returns its turn)
-// waits for it too.
+// nothing, the read after the poll) and at most 20µs of idle; a timer
+// that expired before its first read (the thread was descheduled between
+// the two calls) would pass no poll, so it is armed again, up to three
+// times. The wait ends once the goroutines already runnable have run,
+// and the finished call's response (which a transport sends after the
+// call returns its turn) waits for it too.
 //
 // The learning is lock-free: each finished call adds to a few atomic
 // counters of its flow, and the caller that closes an interval updates the

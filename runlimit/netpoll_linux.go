@@ -6,6 +6,7 @@ import (
 	"os"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -24,7 +25,18 @@ type netWaiter struct {
 	once sync.Once
 	f    *os.File // nil if the timerfd could not be made
 	fd   int
+	rc   syscall.RawConn
+	read func(fd uintptr) bool // reads the expiries into buf; made once
+	// Set by read, used by the one goroutine that holds busy.
+	parked bool // the read found no expiry and so waited in the poller
+	failed bool // the read failed otherwise
+	buf    [8]byte
 }
+
+// waitTries bounds how many times wait arms the timer: a timer that
+// expired before its read was looked at (the thread was descheduled
+// between the two system calls) is read without a poll of the network.
+const waitTries = 3
 
 func (n *netWaiter) init() {
 	fd, err := unix.TimerfdCreate(unix.CLOCK_MONOTONIC, unix.TFD_NONBLOCK|unix.TFD_CLOEXEC)
@@ -32,13 +44,33 @@ func (n *netWaiter) init() {
 		return
 	}
 	// A non-blocking descriptor: os.NewFile registers it with the poller.
-	n.fd = fd
-	n.f = os.NewFile(uintptr(fd), "runlimit-netpoll")
+	f := os.NewFile(uintptr(fd), "runlimit-netpoll")
+	rc, err := f.SyscallConn()
+	if err != nil {
+		f.Close()
+		return
+	}
+	n.fd, n.f, n.rc = fd, f, rc
+	n.read = func(fd uintptr) bool {
+		_, err := unix.Read(int(fd), n.buf[:])
+		switch err {
+		case nil:
+			return true
+		case unix.EAGAIN:
+			n.parked = true // RawRead now waits in the poller
+			return false
+		case unix.EINTR:
+			return false
+		default:
+			n.failed = true
+			return true
+		}
+	}
 }
 
 // wait parks the caller in the network poller until a poll at least d
 // from now, and reports whether it did: it does not while another
-// goroutine waits, or if the timerfd cannot be made or armed.
+// goroutine waits, or if the timerfd cannot be made, armed or read.
 func (n *netWaiter) wait(d time.Duration) bool {
 	if !n.busy.CompareAndSwap(false, true) {
 		return false
@@ -50,10 +82,17 @@ func (n *netWaiter) wait(d time.Duration) bool {
 	}
 	// No interval, first expiry d from now.
 	spec := unix.ItimerSpec{Value: unix.NsecToTimespec(int64(d))}
-	if err := unix.TimerfdSettime(n.fd, 0, &spec, nil); err != nil {
-		return false
+	for range waitTries {
+		if err := unix.TimerfdSettime(n.fd, 0, &spec, nil); err != nil {
+			return false
+		}
+		n.parked, n.failed = false, false
+		if err := n.rc.Read(n.read); err != nil || n.failed {
+			return false
+		}
+		if n.parked {
+			return true
+		}
 	}
-	var buf [8]byte // the count of expiries
-	_, err := n.f.Read(buf[:])
-	return err == nil
+	return false
 }

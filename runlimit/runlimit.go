@@ -905,7 +905,8 @@ const pollWait = 20 * time.Microsecond
 // class that arrived during the handler that just ended would be read
 // only after the next handler, a whole handler late, and the turn would
 // go to the lower class meanwhile. The wait lets the transport read it and
-// the call reach its queue first. It costs three system calls and, if
+// the call reach its queue first. It costs three system calls (more if
+// the timer expired before it was read, see netWaiter.wait) and, if
 // the processor runs out of work before pollWait, an idle of at most
 // that; it lasts until the goroutines already runnable have run, and
 // delays by as much the caller's return (and so, through a transport, the

@@ -368,10 +368,17 @@ func TestDemoEndToEnd(t *testing.T) {
 	protectedSpike := spikeGoodput(runs[1])
 	t.Logf("capacity %.0f/s; spike goodput unprotected %.0f/s, protected %.0f/s", res.Capacity, spikeGoodput(runs[0]), protectedSpike)
 	// The promise, with room for a short run on a shared machine: the
-	// protected server keeps at least 80% of its capacity as goodput
-	// through a 10x spike, and refuses the excess with RESOURCE_EXHAUSTED.
-	if protectedSpike < 0.8*res.Capacity {
-		t.Errorf("protected spike goodput %.0f/s < 80%% of capacity %.0f/s", protectedSpike, res.Capacity)
+	// protected server keeps most of its capacity as goodput through a
+	// 10x spike, and refuses the excess with RESOURCE_EXHAUSTED. The
+	// figure itself is measured by the demo and bench/peers, not here: in
+	// 26 runs of this test (2026-12-01 and 02) the protected spike kept
+	// 76-106% of the 1s calibration's capacity (about 92% on average, the
+	// calibration's own noise most of the spread) and the unprotected
+	// one 6-7%. A bar of 80% failed about one run in twelve; 70% is three
+	// standard deviations (about 7 points) below the mean, and ten times
+	// what the unprotected server keeps.
+	if protectedSpike < 0.7*res.Capacity {
+		t.Errorf("protected spike goodput %.0f/s < 70%% of capacity %.0f/s", protectedSpike, res.Capacity)
 	}
 	spike := runs[1].Result.Phases[1]
 	t.Logf("protected spike: offered %d, succeeded %d, refused %v, timed out %d, failed %v; success p99 %v, refusal p99 %v, start lag p99 %v",
