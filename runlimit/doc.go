@@ -70,7 +70,8 @@
 //     times, at least 20); or a lane's queue holds more work (its flow's
 //     baseline service time per call) than the limit runs in an
 //     interval, for that lane; or calls wait for a turn while as many
-//     run beyond the limit (below) as the limit itself, and at least 20.
+//     run beyond the limit (below) as the limit itself, and at least an
+//     interval's work (as above).
 //     A server below its capacity ends about as many turns as calls
 //     arrive; in a 10x spike calls arrive ten times as fast as turns
 //     end, from its first milliseconds to its end.

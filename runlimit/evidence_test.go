@@ -204,13 +204,27 @@ func TestQueueEmptiedByOverrunsDoesNotStand(t *testing.T) {
 
 // TestOverrunByTheLimitIsEvidence: without a saturated CPU, a standing
 // queue or a spike, calls run beyond the limit only until as many run
-// beyond it as within it, and at least minOverruns; a call that still
-// waits then is refused.
+// beyond it as within it, and at least an interval's work (intervalWork,
+// at least minOverruns); a call that still waits then is refused.
 func TestOverrunByTheLimitIsEvidence(t *testing.T) {
-	for _, tc := range []struct{ limit, overruns int }{{1, minOverruns}, {8, minOverruns}, {12, minOverruns}, {24, 24}} {
+	for _, tc := range []struct {
+		limit, overruns int
+		base            time.Duration // the last interval's baseline service time; 0: no interval closed
+	}{
+		{1, minOverruns, 0}, {8, minOverruns, 0}, {12, minOverruns, 0}, {24, 24, 0},
+		// An hour's interval: a baseline of 72s is 50 calls an interval
+		// for a limit of 1, 100 for a limit of 2; one of 1h is one call,
+		// below the least.
+		{1, 50, 72 * time.Second}, {2, 100, 72 * time.Second}, {1, minOverruns, time.Hour},
+	} {
 		l := mustNew(t, WithBounds(tc.limit, tc.limit), WithQueueTarget(time.Millisecond), WithInterval(time.Hour))
 		f := l.Flow("m")
 		serve(t, f, 200) // a server below its capacity: no spike
+		if tc.base > 0 {
+			l.upd.Lock()
+			l.markRates(&sample{weight: 1, bases: float64(tc.base)})
+			l.upd.Unlock()
+		}
 		var held []Ticket
 		for i := 0; i < tc.limit; i++ {
 			tk, ok := f.TryAcquire(time.Now())
@@ -469,8 +483,8 @@ func TestASpikeIsMoreThanAnIntervalsWork(t *testing.T) {
 	l.upd.Lock()
 	l.markRates(&sample{weight: 10, bases: 10 * float64(10*time.Millisecond)})
 	l.upd.Unlock()
-	if got := l.spikeSlack.Load(); got != 80 {
-		t.Errorf("spikeSlack at a limit of 8 and 10ms baselines over 100ms intervals = %d, want 80", got)
+	if got := l.intervalWork.Load(); got != 80 {
+		t.Errorf("intervalWork at a limit of 8 and 10ms baselines over 100ms intervals = %d, want 80", got)
 	}
 	f := l.Flow("m")
 	ln := crit(f)
@@ -497,8 +511,8 @@ func TestASpikeIsMoreThanAnIntervalsWork(t *testing.T) {
 	l.upd.Lock()
 	l.markRates(&sample{weight: 10, bases: 10 * float64(time.Second)})
 	l.upd.Unlock()
-	if got := l.spikeSlack.Load(); got != minOverruns {
-		t.Errorf("spikeSlack at 1s baselines = %d, want the least, %d", got, minOverruns)
+	if got := l.intervalWork.Load(); got != minOverruns {
+		t.Errorf("intervalWork at 1s baselines = %d, want the least, %d", got, minOverruns)
 	}
 }
 
