@@ -1054,9 +1054,9 @@ func (l *Limiter) noteLeft(s uint64) {
 // limit itself (at least an interval's work, and 20), or calls have
 // asked for turns at least twice as fast as turns ended over the last
 // interval and the current one, and an interval's work more (a spike).
-// A lane whose queue holds
-// an interval's work is evidence too, for that lane (see the package
-// doc). Without that evidence it refuses nothing (see the package doc).
+// A lane whose queue holds an interval's work is evidence too, for that
+// lane (see the package doc). Without that evidence it refuses nothing
+// (see the package doc).
 func (l *Limiter) Overloaded(now time.Time) bool { return l.overloadedAt(l.nanos(now)) }
 
 // evidenceAt is the evidence of overload a call of ln has at now,
@@ -1163,9 +1163,9 @@ func (l *Limiter) noteCPU(now int64) { l.cpuBusy(now) }
 // the normal phase, each run, when the evidence was an interval's
 // standing queue and a CPU busy now (six runs); with five intervals,
 // 7-23 (three runs); with ten, 0 in four runs of five, and 25 in one (a
-// queue that stood a second at the end of its normal phase). A spike does not wait that long: it
-// is told by its rate (spiking), and by the calls run beyond the limit
-// (minOverruns).
+// queue that stood a second at the end of its normal phase). A spike
+// does not wait that long: it is told by its rate (spiking), and by the
+// calls run beyond the limit (intervalWork, minOverruns).
 const sustainIntervals = 10
 
 // sustained is how long, ns, evidence a burst can also give must last
