@@ -8,9 +8,11 @@ package runlimit
 
 import (
 	"context"
+	"fmt"
 	"net"
 	"runtime"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -66,6 +68,7 @@ func TestTurnWaitsForUnreadRequest(t *testing.T) {
 		mu    sync.Mutex
 		order []string
 		wg    sync.WaitGroup
+		read  atomic.Bool // the reader has read the request
 	)
 	run := func(name string, ln *Lane) {
 		tk, err := ln.Acquire(context.Background())
@@ -87,6 +90,7 @@ func TestTurnWaitsForUnreadRequest(t *testing.T) {
 			t.Error(err)
 			return
 		}
+		read.Store(true)
 		run("critical", critical)
 	}()
 	for l.Waiting() == 0 {
@@ -99,34 +103,55 @@ func TestTurnWaitsForUnreadRequest(t *testing.T) {
 	}
 	// Loopback delivers the byte a moment after the write returns, on
 	// the kernel's time: the request has reached the server's socket
-	// once the socket reads as readable.
-	waitReadable(t, server)
+	// once the socket reads as readable, or once the reader has read it
+	// (while this goroutine waits in poll(2), the runtime may hand the
+	// processor to the reader).
+	delivered := waitDelivered(server, &read)
+	if delivered != nil {
+		server.Close() // the reader's Read ends
+	}
 	held.Done(time.Now(), false) // the handler ends; the request is unread
 	wg.Wait()
+	if delivered != nil {
+		t.Fatal(delivered)
+	}
 	if len(order) != 2 || order[0] != "critical" {
 		t.Fatalf("order %v, want the critical call first", order)
 	}
 }
 
-// waitReadable waits, for at most a second, until c has bytes to read,
-// without reading them and without parking the caller in Go's network
-// poller.
-func waitReadable(t *testing.T, c net.Conn) {
-	t.Helper()
+// waitDelivered waits, for at most a second, until c has bytes to read
+// or read reports that they were read, without reading them and without
+// parking the caller in Go's network poller. It returns an error, rather
+// than failing the test, so that the caller can let its goroutines end
+// first.
+func waitDelivered(c net.Conn, read *atomic.Bool) error {
 	rc, err := c.(syscall.Conn).SyscallConn()
 	if err != nil {
-		t.Fatal(err)
+		return err
 	}
-	var n int
-	if cerr := rc.Control(func(fd uintptr) {
-		fds := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}
-		n, err = unix.Poll(fds, 1000)
-	}); cerr != nil {
-		t.Fatal(cerr)
+	deadline := time.Now().Add(time.Second)
+	for !read.Load() && time.Now().Before(deadline) {
+		var n int
+		if cerr := rc.Control(func(fd uintptr) {
+			fds := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}
+			// A short wait: a reader that takes the byte while this
+			// thread sleeps in poll(2) leaves the socket unreadable.
+			n, err = unix.Poll(fds, 5)
+		}); cerr != nil {
+			return cerr
+		}
+		if err != nil && err != unix.EINTR {
+			return fmt.Errorf("poll of the server socket: %w", err)
+		}
+		if n == 1 {
+			return nil
+		}
 	}
-	if err != nil || n != 1 {
-		t.Fatalf("server socket not readable a second after the write: poll %d, %v", n, err)
+	if read.Load() {
+		return nil
 	}
+	return fmt.Errorf("the request reached the server socket neither readable nor read a second after the write")
 }
 
 // TestNetWaiterParksInThePoller: the wait parks in the network poller
