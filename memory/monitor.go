@@ -133,6 +133,7 @@ type Monitor struct {
 	haveGC    bool
 	prev      Sample // last sample observed
 	havePrev  bool
+	hardAt    hardSample    // HardUtilization's sample, for HardSample
 	cycle     Sample        // the sample at which the runtime's CPU counters last moved
 	cycleGC   time.Duration // GC CPU time of the last span of GC cycles
 	cycleCPU  time.Duration // total CPU time of that span
@@ -255,6 +256,10 @@ func (m *Monitor) observeSample(s Sample) {
 	hu, hl := s.Hard()
 	m.hardU.Store(math.Float64bits(hu))
 	m.hardL.Store(hl)
+	m.hardAt = hardSample{}
+	if hl > 0 {
+		m.hardAt = hardSample{hu, s.Runtime.HeapObjects, s.Runtime.HeapMapped}
+	}
 	m.observeGC(s)
 	m.prev, m.havePrev = s, true
 	m.observe(s.Time, s.Utilization())
@@ -371,6 +376,25 @@ func (m *Monitor) HardUtilization() float64 { return math.Float64frombits(m.hard
 
 // HardLimit: see HardUtilization.
 func (m *Monitor) HardLimit() uint64 { return m.hardL.Load() }
+
+// hardSample is what HardSample returns.
+type hardSample struct {
+	util                    float64
+	heapObjects, heapMapped uint64
+}
+
+// HardSample returns [Monitor.HardUtilization] with the heap's objects
+// and the mapped heap ([Runtime.HeapObjects], [Runtime.HeapMapped]) read
+// in the same sample: what the process had, and how much of it was heap,
+// at one instant, so that a caller who reads the heap again later can
+// add what it grew by since to what the process had then (memshed's
+// brake does). All are 0 without a cgroup limit. It takes the Monitor's
+// lock; it is not meant for an admission path.
+func (m *Monitor) HardSample() (utilization float64, heapObjects, heapMapped uint64) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.hardAt.util, m.hardAt.heapObjects, m.hardAt.heapMapped
+}
 
 // Saturated reports whether the monitor is saturated: the utilisation
 // reached the threshold and has not yet stayed below it for the

@@ -105,8 +105,9 @@ func TestObserveReadings(t *testing.T) {
 		t.Fatalf("fresh monitor: Limited %v Limit %d Utilization %v Kind %v, want false 0 0 runtime",
 			m.Limited(), m.Limit(), m.Utilization(), m.Kind())
 	}
-	m.Observe(Sample{Time: t0, Kind: KindCgroupV1, Runtime: Runtime{Total: 100, Limit: 400},
-		Cgroup: Cgroup{Usage: 300, InactiveFile: 100, Max: 800}})
+	v1 := Sample{Time: t0, Kind: KindCgroupV1, Runtime: Runtime{Total: 100, Limit: 400, HeapObjects: 60, HeapMapped: 80},
+		Cgroup: Cgroup{Usage: 300, InactiveFile: 100, Max: 800}}
+	m.Observe(v1)
 	if !m.Limited() || m.Limit() != 400 || m.Utilization() != 0.25 || m.Kind() != KindCgroupV1 {
 		t.Errorf("after a v1 sample: Limited %v Limit %d Utilization %v Kind %v, want true 400 0.25 cgroup v1",
 			m.Limited(), m.Limit(), m.Utilization(), m.Kind())
@@ -114,10 +115,16 @@ func TestObserveReadings(t *testing.T) {
 	if m.HardUtilization() != 0.25 || m.HardLimit() != 800 {
 		t.Errorf("after a v1 sample: Hard %v of %d, want 0.25 of 800 (the cgroup's, not GOMEMLIMIT)", m.HardUtilization(), m.HardLimit())
 	}
-	if got, want := m.Projected(), (Sample{Runtime: Runtime{Total: 100, Limit: 400}}).Projected(); got != want || got == 0 {
+	if u, obj, mapped := m.HardSample(); u != 0.25 || obj != 60 || mapped != 80 {
+		t.Errorf("after a v1 sample: HardSample() = %v, %d, %d; want 0.25, 60, 80 (the sample's heap)", u, obj, mapped)
+	}
+	if got, want := m.Projected(), v1.Projected(); got != want || got == 0 {
 		t.Errorf("after a v1 sample: Projected %v, want the sample's %v", got, want)
 	}
 	m.Observe(Sample{Time: t0.Add(time.Second), Kind: KindCgroupV1, Cgroup: Cgroup{Usage: 300}})
+	if u, obj, mapped := m.HardSample(); u != 0 || obj != 0 || mapped != 0 {
+		t.Errorf("after the limits were lifted: HardSample() = %v, %d, %d; want 0s", u, obj, mapped)
+	}
 	if m.Limited() || m.Limit() != 0 || m.Utilization() != 0 || m.Projected() != 0 {
 		t.Errorf("after the limits were lifted: Limited %v Limit %d Utilization %v Projected %v, want false 0 0 0",
 			m.Limited(), m.Limit(), m.Utilization(), m.Projected())
@@ -433,6 +440,7 @@ func TestConcurrentReads(t *testing.T) {
 					return
 				}
 				_, _, _, _ = m.Saturated(), m.GCFraction(), m.Limited(), m.Kind()
+				_, _, _ = m.HardSample()
 			}
 		}()
 	}
@@ -452,6 +460,7 @@ func TestReadsDoNotAllocate(t *testing.T) {
 		"Utilization": func() { _ = m.Utilization() },
 		"Projected":   func() { _ = m.Projected() },
 		"Hard":        func() { _, _ = m.HardUtilization(), m.HardLimit() },
+		"HardSample":  func() { _, _, _ = m.HardSample() },
 		"Saturated":   func() { _ = m.Saturated() },
 		"GCFraction":  func() { _ = m.GCFraction() },
 		"Limited":     func() { _ = m.Limited() },

@@ -57,6 +57,9 @@ func TestRealSourceSeesAllocation(t *testing.T) {
 	if s2.Runtime.HeapMapped == 0 || s2.Runtime.HeapMapped > s2.Runtime.Total {
 		t.Errorf("Runtime.HeapMapped = %d, want in (0, Total %d]", s2.Runtime.HeapMapped, s2.Runtime.Total)
 	}
+	if s2.Runtime.HeapObjects == 0 || s2.Runtime.HeapObjects > s2.Runtime.HeapMapped {
+		t.Errorf("Runtime.HeapObjects = %d, want in (0, HeapMapped %d]", s2.Runtime.HeapObjects, s2.Runtime.HeapMapped)
+	}
 	if p := s2.Projected(); !(p > 0 && p <= 1) {
 		t.Errorf("under GOMEMLIMIT %d: Projected() = %v, want in (0, 1]", 2*s1.Runtime.Total, p)
 	}

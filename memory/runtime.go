@@ -55,15 +55,16 @@ func (r *runtimeReader) read() Runtime {
 	u := func(i int) uint64 { return r.samples[i].Value.Uint64() }
 	secs := func(i int) time.Duration { return time.Duration(r.samples[i].Value.Float64() * float64(time.Second)) }
 	rt := Runtime{
-		HeapLive:   u(0),
-		HeapGoal:   u(1),
-		GCCPU:      secs(5) - secs(13),
-		GCIdleCPU:  secs(13),
-		TotalCPU:   secs(6),
-		GCCycles:   u(7),
-		GOMAXPROCS: int(u(8)),
-		Goroutines: u(9),
-		HeapMapped: u(10) + u(11) + u(12),
+		HeapLive:    u(0),
+		HeapGoal:    u(1),
+		GCCPU:       secs(5) - secs(13),
+		GCIdleCPU:   secs(13),
+		TotalCPU:    secs(6),
+		GCCycles:    u(7),
+		GOMAXPROCS:  int(u(8)),
+		Goroutines:  u(9),
+		HeapMapped:  u(10) + u(11) + u(12),
+		HeapObjects: u(10),
 	}
 	if total, released := u(2), u(3); total > released {
 		rt.Total = total - released

@@ -124,6 +124,10 @@ type Runtime struct {
 	// Goroutines is the number of live goroutines
 	// (/sched/goroutines:goroutines).
 	Goroutines uint64
+	// HeapObjects is the memory the heap's objects take, live and garbage
+	// not yet collected (/memory/classes/heap/objects:bytes): it grows
+	// with every allocation, and falls when a GC cycle frees.
+	HeapObjects uint64
 	// HeapMapped is the part of Total that is heap: objects, the unused
 	// part of their spans, and free spans not yet returned to the system
 	// (/memory/classes/heap/{objects,unused,free}:bytes). Total minus

@@ -74,8 +74,8 @@ const (
 	// themselves (runtime/metrics /memory/classes/heap/objects:bytes,
 	// which grows with every allocation), at most once per BrakeEvery,
 	// or at every call once they are past BrakeWatch of the limit, and a
-	// call that finds the memory the process had at the last tick, plus
-	// what it took since (see braking) and its own cost, at BrakeAt of
+	// call that finds the memory the process had at the sample the last
+	// tick read, plus what it took since (see braking) and its own cost, at BrakeAt of
 	// the limit or more is refused.
 	// The heap's objects include garbage the GC has not yet found; a GC
 	// runs only when the heap reaches its goal, and with calls refused
@@ -119,6 +119,23 @@ type Signal interface {
 	HardLimit() uint64
 	// GCFraction is the share in [0, 1] of CPU time the GC takes.
 	GCFraction() float64
+}
+
+// HeapSignal is a Signal that also tells what the heap was when its
+// HardUtilization was read; *memory.Monitor is one. The brake then adds
+// what the heap grew by since that instant to what the process had then.
+// A plain Signal's HardUtilization is taken to be of the Shedder's tick,
+// and growth between the Signal's sample and the tick goes uncounted
+// until the next sample.
+type HeapSignal interface {
+	Signal
+	// HardSample returns HardUtilization with the bytes of the heap's
+	// objects (live and not yet collected garbage,
+	// /memory/classes/heap/objects:bytes) and of the mapped heap
+	// (objects, the unused part of their spans and free spans not
+	// returned to the system) read at the same instant; all 0 without
+	// a hard limit. It is called once a tick.
+	HardSample() (utilization float64, heapObjects, heapMapped uint64)
 }
 
 // Option configures New and NewManual. An option only records its value;
@@ -196,9 +213,9 @@ type Shedder struct {
 	// objects, as of the last tick; the heap's objects as of the last
 	// read, and when that was (unix nanos).
 	limitB     atomic.Uint64
-	offset     atomic.Int64  // bytes the process had at the last tick
-	heapTick   atomic.Uint64 // the heap's objects at the last tick
-	keptTick   atomic.Int64  // the freed memory the heap kept at the last tick
+	offset     atomic.Int64  // bytes the process had at the last tick's sample
+	heapTick   atomic.Uint64 // the heap's objects then
+	keptTick   atomic.Int64  // the freed memory the heap kept then
 	flightTick atomic.Int64  // the memory in flight at the last tick
 	softOK     atomic.Bool   // the runtime's soft limit keeps its heap under the brake
 	heapNow    atomic.Uint64
@@ -366,10 +383,11 @@ func readHeap() func() heapReading {
 }
 
 // braking reports whether a call of cost, at now, finds the memory the
-// process has at BrakeAt of the limit: what it had at the last tick
-// (HardUtilization × HardLimit), plus what it took since — the growth of the
-// heap's objects beyond the freed memory the heap kept at the tick
-// (which new objects reuse), or the growth of the memory in flight
+// process has at BrakeAt of the limit: what it had at the sample the
+// last tick read (HardUtilization × HardLimit), plus what it took since
+// — the growth of the heap's objects beyond the freed memory the heap
+// kept then (which new objects reuse), or the growth of the memory in
+// flight since the tick
 // (calls admitted that may not have allocated yet), whichever is more.
 // Under a soft limit (GOMEMLIMIT) below the brake, the runtime collects
 // to keep its heap under it, and only the memory in flight counts.
@@ -572,7 +590,9 @@ func (s *Shedder) Tick(now time.Time) {
 
 // tickBrake refreshes the brake's limit, the memory the process has, the
 // heap's objects, the freed memory the heap keeps, and the memory in
-// flight. What the process has is HardUtilization × HardLimit; under a
+// flight. What the process has is HardUtilization × HardLimit, and the
+// heap's objects and the memory it keeps are of the same instant when
+// the Signal is a HeapSignal, of now otherwise; under a
 // soft limit (GOMEMLIMIT) below the brake, which the runtime fills with
 // garbage before it collects, it is what no collection frees, Projected
 // × HardLimit. s.mu held.
@@ -588,9 +608,17 @@ func (s *Shedder) tickBrake(now time.Time, u, p float64) {
 	if soft {
 		u = p
 	}
+	objects, mapped := r.objects, r.heapMapped
+	if hs, ok := s.sig.(HeapSignal); ok && !soft {
+		// What the process had, and its heap then, of one instant: the
+		// heap's growth since then is what the sample has not seen.
+		if hu, ho, hm := hs.HardSample(); hu > 0 {
+			u, objects, mapped = hu, ho, hm
+		}
+	}
 	s.offset.Store(int64(u * float64(l)))
-	s.heapTick.Store(r.objects)
-	s.keptTick.Store(max(int64(r.heapMapped)-int64(r.objects), 0))
+	s.heapTick.Store(objects)
+	s.keptTick.Store(max(int64(mapped)-int64(objects), 0))
 	s.flightTick.Store(s.inflight.Load())
 	s.heapNow.Store(r.objects)
 	s.readAt.Store(now.UnixNano())
