@@ -75,8 +75,8 @@ const (
 	// which grows with every allocation), at most once per BrakeEvery,
 	// or at every call once they are past BrakeWatch of the limit, and a
 	// call that finds the memory the process had at the sample the last
-	// tick read, plus what it took since (see braking) and its own cost, at BrakeAt of
-	// the limit or more is refused.
+	// tick read, plus what it took since (see braking) and its own cost,
+	// at BrakeAt of the limit or more is refused.
 	// The heap's objects include garbage the GC has not yet found; a GC
 	// runs only when the heap reaches its goal, and with calls refused
 	// it may not grow to it, so the tick after a brake runs a collection
@@ -386,9 +386,9 @@ func readHeap() func() heapReading {
 // process has at BrakeAt of the limit: what it had at the sample the
 // last tick read (HardUtilization × HardLimit), plus what it took since
 // — the growth of the heap's objects beyond the freed memory the heap
-// kept then (which new objects reuse), or the growth of the memory in
-// flight since the tick
-// (calls admitted that may not have allocated yet), whichever is more.
+// kept then (which new objects reuse), or the growth since the tick of
+// the memory in flight (calls admitted that may not have allocated
+// yet), whichever is more.
 // Under a soft limit (GOMEMLIMIT) below the brake, the runtime collects
 // to keep its heap under it, and only the memory in flight counts.
 func (s *Shedder) braking(now time.Time, cost int64) bool {
@@ -592,10 +592,10 @@ func (s *Shedder) Tick(now time.Time) {
 // heap's objects, the freed memory the heap keeps, and the memory in
 // flight. What the process has is HardUtilization × HardLimit, and the
 // heap's objects and the memory it keeps are of the same instant when
-// the Signal is a HeapSignal, of now otherwise; under a
-// soft limit (GOMEMLIMIT) below the brake, which the runtime fills with
-// garbage before it collects, it is what no collection frees, Projected
-// × HardLimit. s.mu held.
+// the Signal is a HeapSignal, of now otherwise; under a soft limit
+// (GOMEMLIMIT) below the brake, which the runtime fills with garbage
+// before it collects, it is what no collection frees, Projected ×
+// HardLimit. s.mu held.
 func (s *Shedder) tickBrake(now time.Time, u, p float64) {
 	l := s.sig.HardLimit()
 	s.limitB.Store(l)
