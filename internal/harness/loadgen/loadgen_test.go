@@ -229,6 +229,9 @@ func TestMaxInFlightDropsAreCounted(t *testing.T) {
 	if got := res.Seconds[0].Dropped; got != 90 {
 		t.Errorf("Seconds[0].Dropped = %d, want 90", got)
 	}
+	if got := res.Phases[0].LastUnserved; got != 990*time.Millisecond {
+		t.Errorf("Phases[0].LastUnserved = %v, want 990ms (the last request, dropped)", got)
+	}
 }
 
 func TestClassify(t *testing.T) {
@@ -318,6 +321,11 @@ func TestPhasesAndSeconds(t *testing.T) {
 	}
 	if res.Phases[1].Offset != time.Second || res.Seconds[2].Offset != 2*time.Second || res.Seconds[2].Length != 500*time.Millisecond {
 		t.Errorf("Phases[1].Offset, Seconds[2].Offset, Seconds[2].Length = %v, %v, %v; want 1s, 2s, 500ms", res.Phases[1].Offset, res.Seconds[2].Offset, res.Seconds[2].Length)
+	}
+	// Every call of calm succeeded; busy's last, refused, was due 1.4s
+	// into it.
+	if res.Phases[0].LastUnserved != 0 || res.Phases[1].LastUnserved != 1400*time.Millisecond {
+		t.Errorf("Phases[0].LastUnserved, Phases[1].LastUnserved = %v, %v; want 0s, 1.4s", res.Phases[0].LastUnserved, res.Phases[1].LastUnserved)
 	}
 }
 

@@ -45,6 +45,11 @@ type PhaseResult struct {
 	// StartLag is how late the generator started this phase's requests
 	// against their schedule (see Result.StartLag).
 	StartLag Latency `json:"start_lag"`
+	// LastUnserved is the offset, from the phase's start, of the schedule
+	// of the phase's last request that did not succeed (dropped, refused,
+	// timed out or failed): every request scheduled after it succeeded.
+	// 0 when Succeeded == Offered.
+	LastUnserved time.Duration `json:"last_unserved_ns"`
 }
 
 // Second is the outcome of the requests scheduled in one second.
@@ -218,6 +223,10 @@ type recorder struct {
 	nClosed  int // seconds [0, nClosed) are closed
 	lengths  []time.Duration
 
+	// lastUnserved is, per phase, the latest schedule offset (from the
+	// run's start) of a request that did not succeed; -1 for none.
+	lastUnserved []time.Duration
+
 	// Start lag per phase and in total. Only the scheduler writes them.
 	phaseLag []*hdrhistogram.Histogram
 	totalLag *hdrhistogram.Histogram
@@ -226,9 +235,13 @@ type recorder struct {
 func newRecorder(phases []Phase, total time.Duration, refusalCodes []codes.Code) *recorder {
 	n := int((total + time.Second - 1) / time.Second)
 	r := &recorder{
-		phases:  make([]tally, len(phases)),
-		seconds: make([]secondTally, n),
-		lengths: make([]time.Duration, n),
+		phases:       make([]tally, len(phases)),
+		seconds:      make([]secondTally, n),
+		lengths:      make([]time.Duration, n),
+		lastUnserved: make([]time.Duration, len(phases)),
+	}
+	for i := range r.lastUnserved {
+		r.lastUnserved[i] = -1
 	}
 	for i := range n {
 		r.lengths[i] = min(time.Second, total-time.Duration(i)*time.Second)
@@ -308,6 +321,7 @@ func (r *recorder) drop(at time.Duration, phase int) {
 	r.total.dropped++
 	r.phases[phase].offered++
 	r.phases[phase].dropped++
+	r.lastUnserved[phase] = max(r.lastUnserved[phase], at)
 	s := r.secondOf(at)
 	s.offered++
 	s.dropped++
@@ -320,6 +334,9 @@ func (r *recorder) complete(at time.Duration, phase int, err error, latency time
 	defer r.mu.Unlock()
 	r.total.add(out, c, latency, retries)
 	r.phases[phase].add(out, c, latency, retries)
+	if out != outcomeSucceeded {
+		r.lastUnserved[phase] = max(r.lastUnserved[phase], at)
+	}
 	s := r.secondOf(at)
 	s.add(out, c, latency, retries)
 	s.pending--
@@ -372,6 +389,9 @@ func (r *recorder) result(start time.Time, g *Generator) *Result {
 	var off time.Duration
 	for i, p := range g.phases {
 		res.Phases[i] = PhaseResult{Phase: p, Offset: off, Stats: r.phases[i].stats(), StartLag: latencyOf(r.phaseLag[i])}
+		if last := r.lastUnserved[i]; last >= 0 {
+			res.Phases[i].LastUnserved = last - off
+		}
 		off += p.Duration
 	}
 	res.Duration = off
