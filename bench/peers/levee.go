@@ -2,6 +2,8 @@ package main
 
 import (
 	"fmt"
+	"io"
+	"os"
 	"runtime"
 	"time"
 
@@ -16,6 +18,7 @@ import (
 	"github.com/levee-go/levee/protect"
 	"github.com/levee-go/levee/queuedelay"
 	"github.com/levee-go/levee/ratelimit"
+	"github.com/levee-go/levee/runlimit"
 )
 
 // leveeProtection is levee's entry in the comparison: what a user gets in
@@ -25,13 +28,66 @@ func leveeProtection() (opts []grpc.ServerOption, stop func(), err error) {
 	if err != nil {
 		return nil, func() {}, err
 	}
-	return p.ServerOptions(), p.Stop, nil
+	if os.Getenv(traceEnv) == "" {
+		return p.ServerOptions(), p.Stop, nil
+	}
+	done := make(chan struct{})
+	traced := make(chan struct{})
+	go func() {
+		defer close(traced)
+		tracePreset(p, os.Stderr, done)
+	}()
+	return p.ServerOptions(), func() { close(done); <-traced; p.Stop() }, nil
+}
+
+// traceEnv, when set, makes the preset's server print what its run
+// limit and guards decided every traceEvery on stderr, which the
+// benchmark passes on: why the preset refused, or left its CPU idle.
+const traceEnv = "LEVEE_PEERS_TRACE"
+
+const traceEvery = 250 * time.Millisecond
+
+// tracePreset prints p's state every traceEvery until done is closed:
+// the run limit's limit, calls running and waiting, and what changed
+// since the last line (overruns, refusals by evidence, each guard's
+// refusals), with the CPU's utilisation.
+func tracePreset(p *protect.Server, w io.Writer, done <-chan struct{}) {
+	t := time.NewTicker(traceEvery)
+	defer t.Stop()
+	start := time.Now()
+	var last runlimit.Stats
+	lastRefused := map[string]uint64{}
+	for {
+		select {
+		case <-done:
+			return
+		case <-t.C:
+		}
+		rl := p.RunLimit()
+		st := rl.Stats()
+		line := fmt.Sprintf("trace %6.2fs limit %d running %d waiting %d overruns +%d unrefused +%d refused-on cpu +%d standing +%d spike +%d lane +%d overrun +%d",
+			time.Since(start).Seconds(), st.Limit, st.Running, st.Waiting, st.Overruns-last.Overruns, st.Unrefused-last.Unrefused,
+			st.RefusedOn.CPU-last.RefusedOn.CPU, st.RefusedOn.Standing-last.RefusedOn.Standing, st.RefusedOn.Spike-last.RefusedOn.Spike,
+			st.RefusedOn.Lane-last.RefusedOn.Lane, st.RefusedOn.Overrun-last.RefusedOn.Overrun)
+		if m := p.CPU(); m != nil {
+			line += fmt.Sprintf(" cpu %.2f", m.Utilization())
+		}
+		for _, g := range p.Guard().Stats() {
+			k := g.Rule + "/" + g.Guard
+			if d := g.Refused - lastRefused[k]; d > 0 {
+				line += fmt.Sprintf(" %s +%d", k, d)
+			}
+			lastRefused[k] = g.Refused
+		}
+		fmt.Fprintln(w, line)
+		last = st
+	}
 }
 
 // leveeBucket is the cheapest refusal levee has: one token bucket at
-// rateFraction of the measured capacity, in the transport's tap, on the
+// fraction of the measured capacity, in the transport's tap, on the
 // loaded method (Allocate, or the Feed stream) as x/time/rate's entry is.
-func leveeBucket() (opts []grpc.ServerOption, stop func(), err error) {
+func leveeBucket(fraction float64) (opts []grpc.ServerOption, stop func(), err error) {
 	s, err := serverSpecFromEnv()
 	if err != nil {
 		return nil, func() {}, err
@@ -39,7 +95,7 @@ func leveeBucket() (opts []grpc.ServerOption, stop func(), err error) {
 	if !(s.Capacity > 0) {
 		return nil, func() {}, fmt.Errorf("levee bucket: capacity must be > 0, got %v", s.Capacity)
 	}
-	rate := rateFraction * s.Capacity
+	rate := fraction * s.Capacity
 	bucket, err := ratelimit.NewLimiter(ratelimit.Limit(rate), max(1, int(rate/10)))
 	if err != nil {
 		return nil, func() {}, err

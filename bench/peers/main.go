@@ -81,7 +81,7 @@ func parse(args []string, stderr io.Writer) (*config, error) {
 	}
 	cfg := &config{}
 	scen := fs.String("scenarios", scenarioNames(), "comma-separated `scenarios` to run: "+scenarioNames())
-	prot := fs.String("protections", protectionNames(), "comma-separated `protections` to compare: "+protectionNames())
+	prot := fs.String("protections", defaultProtections(), "comma-separated `protections` to compare, some of "+protectionNames())
 	fs.DurationVar(&cfg.warmup, "warmup", 0, "normal load before the normal phase, not scored: lets protections that smooth their signal over many seconds start the scored phases warm")
 	fs.DurationVar(&cfg.normal, "normal", defaultNormal, "length of the normal-load phase")
 	fs.DurationVar(&cfg.high, "high", defaultHigh, "length of the high-load phase, after the normal one")

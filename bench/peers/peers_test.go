@@ -118,7 +118,8 @@ func TestParse(t *testing.T) {
 		want    string // error text, "" for none
 		wantRun int    // scenarios × protections
 	}{
-		{name: "defaults", give: nil, wantRun: len(scenarios) * len(protections)},
+		{name: "defaults", give: nil, wantRun: len(scenarios) * (len(protections) - 1)}, // levee-bucket-full only when named
+		{name: "extra named", give: []string{"-scenarios", "alloc", "-protections", "levee-bucket-full"}, wantRun: 1},
 		{name: "subset", give: []string{"-scenarios", "io", "-protections", "none, levee"}, wantRun: 2},
 		{name: "unknown scenario", give: []string{"-scenarios", "disk"}, want: `-scenarios: unknown scenario "disk"`},
 		{name: "unknown protection", give: []string{"-protections", "hystrix"}, want: `-protections: unknown protection "hystrix"`},

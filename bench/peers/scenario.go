@@ -190,6 +190,20 @@ func phaseNamed(res *loadgen.Result, name string) loadgen.PhaseResult {
 	return loadgen.PhaseResult{}
 }
 
+// recoveredAfter returns how long after the spike's end the last request
+// of the recovery that did not succeed was due: from then on every one
+// was served. 0 when every one was.
+func recoveredAfter(res *loadgen.Result) time.Duration {
+	first, rest := phaseNamed(res, phaseRecoveryFirst), phaseNamed(res, phaseRecoveryRest)
+	switch {
+	case rest.Succeeded < rest.Offered:
+		return first.Duration + rest.LastUnserved
+	case first.Succeeded < first.Offered:
+		return first.LastUnserved
+	}
+	return 0
+}
+
 // recoveryOf returns the recovery's stats as a whole.
 func recoveryOf(res *loadgen.Result) (offered, succeeded int64) {
 	for _, name := range []string{phaseRecoveryFirst, phaseRecoveryRest} {

@@ -8,7 +8,9 @@ import (
 	"net"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"runtime"
+	"runtime/pprof"
 	"syscall"
 	"time"
 
@@ -25,6 +27,28 @@ import (
 // test binary) serve one inventory server instead of running the
 // benchmark. Its value is the server's serverSpec in JSON.
 const serverEnv = "LEVEE_PEERS_SERVER"
+
+// profileEnv, when set to a folder, makes every server write a CPU
+// profile of its whole life there, as PROTECTION-PID.pprof: where a
+// protection's CPU goes. The benchmark passes it on to its servers.
+const profileEnv = "LEVEE_PEERS_CPUPROFILE"
+
+// startProfile starts the server's CPU profile in dir and returns the
+// function that stops and writes it.
+func startProfile(dir, protection string) (func(), error) {
+	f, err := os.Create(filepath.Join(dir, fmt.Sprintf("%s-%d.pprof", protection, os.Getpid())))
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", profileEnv, err)
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("%s: %w", profileEnv, err)
+	}
+	return func() {
+		pprof.StopCPUProfile()
+		f.Close()
+	}, nil
+}
 
 // listeningPrefix starts the line a server prints once it accepts calls.
 const listeningPrefix = "peers serve: listening"
@@ -163,6 +187,13 @@ func serve(stdout io.Writer) error {
 		return fmt.Errorf("protection %s: %w", p.name, err)
 	}
 	defer stop()
+	if dir := os.Getenv(profileEnv); dir != "" {
+		stopProfile, err := startProfile(dir, p.name)
+		if err != nil {
+			return err
+		}
+		defer stopProfile()
+	}
 
 	// Catch SIGTERM before saying that we listen.
 	sig := make(chan os.Signal, 1)

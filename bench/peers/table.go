@@ -43,6 +43,10 @@ type score struct {
 	// recovery phase.
 	Recovery    float64 `json:"recovery_first_second_pct"`
 	RecoveryAll float64 `json:"recovery_pct"`
+	// RecoveredAfter is how long after the spike's end the recovery's
+	// last unserved request was due (every later one was served); 0 when
+	// none was unserved.
+	RecoveredAfter time.Duration `json:"recovered_after_ns"`
 	// P99Normal and P99Spike are the p99 latencies of successful requests
 	// in the normal phase and the spike; RefusalP99 that of refused
 	// requests over the scored phases. Zero when there were none.
@@ -67,20 +71,21 @@ func scoreRun(p protection, cfg *config, sc scenario, m measured, rr runResult) 
 	recOffered, recSucceeded := recoveryOf(alloc)
 	perSecond := func(n int64) float64 { return float64(n) / spike.Duration.Seconds() }
 	s := score{
-		Label:         p.label,
-		Short:         p.short,
-		NormalRefused: pct(float64(normal.RefusedTotal()), float64(normal.Offered)),
-		HighRefused:   pct(float64(high.RefusedTotal()), float64(high.Offered)),
-		NormalOffered: normal.Offered,
-		HighOffered:   high.Offered,
-		SpikeGoodput:  pct(perSecond(spike.Succeeded), m.capacity),
-		Recovery:      pct(float64(first.Succeeded), float64(first.Offered)),
-		RecoveryAll:   pct(float64(recSucceeded), float64(recOffered)),
-		P99Normal:     normal.Success.P99,
-		P99Spike:      spike.Success.P99,
-		RefusalP99:    refusalP99(alloc),
-		Refusals:      alloc.Total.RefusedTotal() - phaseNamed(alloc, phaseWarmup).RefusedTotal(),
-		SpikeLag:      spike.StartLag.P99,
+		Label:          p.label,
+		Short:          p.short,
+		NormalRefused:  pct(float64(normal.RefusedTotal()), float64(normal.Offered)),
+		HighRefused:    pct(float64(high.RefusedTotal()), float64(high.Offered)),
+		NormalOffered:  normal.Offered,
+		HighOffered:    high.Offered,
+		SpikeGoodput:   pct(perSecond(spike.Succeeded), m.capacity),
+		Recovery:       pct(float64(first.Succeeded), float64(first.Offered)),
+		RecoveryAll:    pct(float64(recSucceeded), float64(recOffered)),
+		RecoveredAfter: recoveredAfter(alloc),
+		P99Normal:      normal.Success.P99,
+		P99Spike:       spike.Success.P99,
+		RefusalP99:     refusalP99(alloc),
+		Refusals:       alloc.Total.RefusedTotal() - phaseNamed(alloc, phaseWarmup).RefusedTotal(),
+		SpikeLag:       spike.StartLag.P99,
 	}
 	switch {
 	case sc.load.variable():
@@ -167,6 +172,12 @@ func msOf(d time.Duration) string {
 		return "–"
 	}
 	return fmt.Sprintf("%.1f", float64(d)/float64(time.Millisecond))
+}
+
+// recoveredMs prints RecoveredAfter in whole milliseconds: 0 when every
+// call of the recovery was served.
+func recoveredMs(d time.Duration) string {
+	return fmt.Sprintf("%.0f", float64(d)/float64(time.Millisecond))
 }
 
 // refusedPct prints a refused share: two decimals, since the thresholds
@@ -275,9 +286,9 @@ func writeTable(w io.Writer, cfg *config, r scenarioResult) {
 	case sc.slowSpike:
 		goodput = "spike goodput (% of the slowed capacity)"
 	}
-	head := fmt.Sprintf("| protection | refused at %s (%%) | refused at %s (%%) | %s | recovery, first 1 s (%% served) | recovery, all (%% served) | success p99 at %s (ms) | success p99 in spike (ms) | refusal p99 (ms) |",
+	head := fmt.Sprintf("| protection | refused at %s (%%) | refused at %s (%%) | %s | recovery, first 1 s (%% served) | recovery, all (%% served) | all served from (ms after the spike) | success p99 at %s (ms) | success p99 in spike (ms) | refusal p99 (ms) |",
 		loadName(cfg.normalLoad), loadName(cfg.highLoad), goodput, loadName(cfg.normalLoad))
-	rule := "|---|---:|---:|---:|---:|---:|---:|---:|---:|"
+	rule := "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
 	if sc.load.variable() {
 		head += " spike goodput in calls (% of capacity) |"
 		rule += "---:|"
@@ -297,8 +308,8 @@ func writeTable(w io.Writer, cfg *config, r scenarioResult) {
 	fmt.Fprintln(w, head)
 	fmt.Fprintln(w, rule)
 	for _, s := range r.Scores {
-		fmt.Fprintf(w, "| %s | %s | %s | %.0f | %.0f | %.0f | %s | %s | %s |", s.Label, refusedPct(s.NormalRefused), refusedPct(s.HighRefused),
-			s.SpikeGoodput, s.Recovery, s.RecoveryAll, msOf(s.P99Normal), msOf(s.P99Spike), ms(s.RefusalP99, s.Refusals))
+		fmt.Fprintf(w, "| %s | %s | %s | %.0f | %.0f | %.0f | %s | %s | %s | %s |", s.Label, refusedPct(s.NormalRefused), refusedPct(s.HighRefused),
+			s.SpikeGoodput, s.Recovery, s.RecoveryAll, recoveredMs(s.RecoveredAfter), msOf(s.P99Normal), msOf(s.P99Spike), ms(s.RefusalP99, s.Refusals))
 		if sc.load.variable() {
 			fmt.Fprintf(w, " %.0f |", s.CallGoodput)
 		}
@@ -359,7 +370,9 @@ func writeSummary(w io.Writer, cfg *config, results []scenarioResult) {
 				}
 				return fmt.Sprintf("%.0f", s.SpikeGoodput)
 			}},
-		{"Recovery: served in the first second after the spike (%)", func(_ scenarioResult, s score) string { return fmt.Sprintf("%.0f", s.Recovery) }},
+		{"Recovery: served in the first second after the spike (%), and from how long after it every call was served (ms)", func(_ scenarioResult, s score) string {
+			return fmt.Sprintf("%.0f (%s)", s.Recovery, recoveredMs(s.RecoveredAfter))
+		}},
 		{"Refusal p99 (ms)", func(_ scenarioResult, s score) string { return ms(s.RefusalP99, s.Refusals) }},
 	}
 	for _, m := range metrics {
