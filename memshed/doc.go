@@ -46,10 +46,7 @@
 // objects grew by since (read from the runtime at most once a
 // millisecond, at every call near the limit), at 0.9 of the limit is
 // refused, and the next tick runs a collection so
-// that garbage does not hold the brake on. Under a soft limit
-// (GOMEMLIMIT) at or below that, what the process had is its live
-// memory alone, and the brake stands lower by the room the garbage
-// between collections needs ([BrakeRoom]).
+// that garbage does not hold the brake on.
 //
 // Who gets the budget: class c may fill it up to Shares[c] of it
 // (sheddable half, sheddable_plus three quarters, critical all,

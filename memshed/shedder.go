@@ -85,20 +85,6 @@ const (
 	BrakeWatch   = 0.75
 	BrakeEvery   = time.Millisecond
 	BrakeGCEvery = time.Second
-	// BrakeRoom and BrakeRoomCalls: under a soft limit (GOMEMLIMIT) at or
-	// below the brake, the brake counts live memory only, not the
-	// garbage between collections; the runtime collects as the heap
-	// reaches the soft limit. Live memory at the soft limit leaves the
-	// GC no room: every allocation starts a collection, and a new
-	// call's memory lands beyond the soft limit before the collection
-	// has freed a finished call's (and once collecting takes half the
-	// CPU, the runtime lets the heap past the soft limit on purpose: its
-	// GC CPU limiter). A memory demo of 8 MiB calls was OOM-killed with
-	// the brake's estimate at 170 of its 173 MiB. So the brake keeps
-	// room for the garbage: BrakeRoom of the limit, and at least
-	// BrakeRoomCalls calls' worth, below BrakeAt.
-	BrakeRoom      = 0.1
-	BrakeRoomCalls = 2
 	// GCSmoothing is the time constant over which the GC fraction is
 	// averaged before it counts as evidence: one GC cycle's span is
 	// short and its fraction swings.
@@ -404,8 +390,7 @@ func readHeap() func() heapReading {
 // the memory in flight (calls admitted that may not have allocated
 // yet), whichever is more.
 // Under a soft limit (GOMEMLIMIT) below the brake, the runtime collects
-// to keep its heap under it, and only the memory in flight counts; the
-// brake then stands lower by the room the garbage needs (BrakeRoom).
+// to keep its heap under it, and only the memory in flight counts.
 func (s *Shedder) braking(now time.Time, cost int64) bool {
 	l := s.limitB.Load()
 	if l == 0 {
@@ -419,16 +404,6 @@ func (s *Shedder) braking(now time.Time, cost int64) bool {
 		// only calls that hold memory make it grow.
 		heapGrew = func(uint64) int64 { return 0 }
 	}
-	brake := BrakeAt * float64(l)
-	if s.softOK.Load() {
-		// Room for the garbage: the heaviest of this call and the mean
-		// call running.
-		heaviest := cost
-		if n := s.running.Load(); n > 0 {
-			heaviest = max(heaviest, s.inflight.Load()/n)
-		}
-		brake -= max(BrakeRoom*float64(l), BrakeRoomCalls*float64(heaviest))
-	}
 	has := func(h uint64) int64 { return base + max(heapGrew(h), grew, 0) }
 	h := s.heapNow.Load()
 	t := now.UnixNano()
@@ -437,7 +412,7 @@ func (s *Shedder) braking(now time.Time, cost int64) bool {
 		h = s.heap().objects
 		s.heapNow.Store(h)
 	}
-	if float64(has(h)+cost) < brake {
+	if float64(has(h)+cost) < BrakeAt*float64(l) {
 		return false
 	}
 	s.braked.Store(true)

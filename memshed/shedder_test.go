@@ -36,10 +36,10 @@ func (f *fakeSignal) HardUtilization() float64 { return math.Float64frombits(f.u
 func (f *fakeSignal) HardLimit() uint64        { return f.limit.Load() }
 
 // fakeHeap is the runtime's heap as the brake reads it, set by the test.
-type fakeHeap struct{ objects, mapped, heapMapped, softLimit atomic.Uint64 }
+type fakeHeap struct{ objects, mapped, heapMapped atomic.Uint64 }
 
 func (f *fakeHeap) read() heapReading {
-	return heapReading{objects: f.objects.Load(), mapped: f.mapped.Load(), heapMapped: f.heapMapped.Load(), softLimit: f.softLimit.Load()}
+	return heapReading{objects: f.objects.Load(), mapped: f.mapped.Load(), heapMapped: f.heapMapped.Load()}
 }
 func (f *fakeSignal) GCFraction() float64 { return math.Float64frombits(f.gc.Load()) }
 
@@ -527,56 +527,6 @@ func TestBrakeCountsInFlight(t *testing.T) {
 		t.Errorf("%d calls of 8 MiB admitted after the tick at 30 of 100 MiB, want 7", n)
 	}
 	first.finish(s)
-}
-
-// TestBrakeLeavesRoomUnderASoftLimit: under a soft limit at the brake,
-// which the brake reads as live memory alone, the brake stands lower by
-// the room the garbage between collections needs: BrakeRoom of the
-// limit, or BrakeRoomCalls calls, whichever is more. Without a soft
-// limit it stands at BrakeAt (TestBrakeCountsInFlight).
-func TestBrakeLeavesRoomUnderASoftLimit(t *testing.T) {
-	for _, tt := range []struct {
-		name string
-		soft uint64 // the soft limit, bytes (0: none)
-		give int64  // each call's cost
-		want int    // calls admitted after the tick
-	}{
-		// 30 + 8k + 8 < 90: the brake at BrakeAt, no room kept.
-		{name: "no soft limit", give: 8 * MiB, want: 7},
-		// 30 + 8k + 8 < 90 − 2×8.
-		{name: "two calls' room", soft: 90 * MiB, give: 8 * MiB, want: 5},
-		// 30 + 2k + 2 < 90 − 10: a tenth of the limit is more than two calls.
-		{name: "a tenth of the limit", soft: 90 * MiB, give: 2 * MiB, want: 24},
-	} {
-		t.Run(tt.name, func(t *testing.T) {
-			s, sig, _ := newTest(t)
-			heap := &fakeHeap{}
-			heap.softLimit.Store(tt.soft)
-			s.heap = heap.read
-			setCost(s, heavyMethod, tt.give)
-			sig.limit.Store(100 * MiB)
-			sig.set(0.3, 0) // what no collection frees: 30 MiB, the first call's included
-			first, _ := enter(s, call(heavyMethod, admission.Critical))
-			defer first.finish(s)
-			s.Tick(t0.Add(100 * time.Millisecond))
-			var admitted []running
-			defer func() {
-				for _, r := range admitted {
-					r.finish(s)
-				}
-			}()
-			for range 50 {
-				r, ok := enter(s, call(heavyMethod, admission.Critical))
-				if !ok {
-					break
-				}
-				admitted = append(admitted, r)
-			}
-			if len(admitted) != tt.want {
-				t.Errorf("%d calls of %d MiB admitted after the tick at 30 of 100 MiB, want %d", len(admitted), tt.give/MiB, tt.want)
-			}
-		})
-	}
 }
 
 // TestCostFit: two methods whose rates vary independently, one costing
