@@ -46,7 +46,11 @@
 // objects grew by since (read from the runtime at most once a
 // millisecond, at every call near the limit), at 0.9 of the limit is
 // refused, and the next tick runs a collection so
-// that garbage does not hold the brake on.
+// that garbage does not hold the brake on. Under a soft limit
+// (GOMEMLIMIT) at or below that, which the runtime fills with garbage
+// before it collects, what the process has is what no collection frees:
+// the heap the last GC found live, plus the memory of the calls started
+// since that GC ended.
 //
 // Who gets the budget: class c may fill it up to Shares[c] of it
 // (sheddable half, sheddable_plus three quarters, critical all,

@@ -255,6 +255,13 @@ type Shedder struct {
 	lastShrink time.Time
 	shrinks    uint64
 	now        func() time.Time
+	// Under a soft limit: the GC cycles the last tick read, the memory
+	// in flight then, and the memory in flight the live heap counts
+	// (see tickBrake).
+	cyclesTick uint64
+	flightPrev int64
+	flightLive int64
+	softTick   bool // the last tick was under a soft limit
 
 	stop, done chan struct{}
 	closeOnce  sync.Once
@@ -346,8 +353,9 @@ func readAllocs() func() uint64 {
 }
 
 // heapReading is what the brake reads of the runtime: the bytes of heap
-// objects, and the memory it maps and has not released.
-type heapReading struct{ objects, mapped, heapMapped, softLimit uint64 }
+// objects, and the memory it maps and has not released; the soft limit;
+// the heap the last GC found live, and how many GC cycles have ended.
+type heapReading struct{ objects, mapped, heapMapped, softLimit, live, cycles uint64 }
 
 // readHeap returns a reader of the runtime's heap objects and mapped
 // memory; it allocates nothing.
@@ -359,6 +367,8 @@ func readHeap() func() heapReading {
 		{Name: "/memory/classes/heap/unused:bytes"},
 		{Name: "/memory/classes/heap/free:bytes"},
 		{Name: "/gc/gomemlimit:bytes"},
+		{Name: "/gc/heap/live:bytes"},
+		{Name: "/gc/cycles/total:gc-cycles"},
 	}
 	var mu sync.Mutex
 	return func() heapReading {
@@ -371,7 +381,7 @@ func readHeap() func() heapReading {
 			}
 			return sample[i].Value.Uint64()
 		}
-		r := heapReading{objects: u(0), heapMapped: u(0) + u(3) + u(4)}
+		r := heapReading{objects: u(0), heapMapped: u(0) + u(3) + u(4), live: u(6), cycles: u(7)}
 		if l := u(5); l < math.MaxInt64 {
 			r.softLimit = l
 		}
@@ -390,7 +400,8 @@ func readHeap() func() heapReading {
 // the memory in flight (calls admitted that may not have allocated
 // yet), whichever is more.
 // Under a soft limit (GOMEMLIMIT) below the brake, the runtime collects
-// to keep its heap under it, and only the memory in flight counts.
+// to keep its heap under it, and only the memory in flight counts, from
+// the last GC's measure of the live heap (see tickBrake).
 func (s *Shedder) braking(now time.Time, cost int64) bool {
 	l := s.limitB.Load()
 	if l == 0 {
@@ -594,8 +605,10 @@ func (s *Shedder) Tick(now time.Time) {
 // heap's objects and the memory it keeps are of the same instant when
 // the Signal is a HeapSignal, of now otherwise; under a soft limit
 // (GOMEMLIMIT) below the brake, which the runtime fills with garbage
-// before it collects, it is what no collection frees, Projected ×
-// HardLimit. s.mu held.
+// before it collects, it is what no collection frees — Projected ×
+// HardLimit, or the runtime's live heap and non-heap memory now if more
+// — and the memory in flight counts from what it was when the last GC
+// ended, not from now. s.mu held.
 func (s *Shedder) tickBrake(now time.Time, u, p float64) {
 	l := s.sig.HardLimit()
 	s.limitB.Store(l)
@@ -605,9 +618,33 @@ func (s *Shedder) tickBrake(now time.Time, u, p float64) {
 	r := s.heap()
 	soft := r.softLimit > 0 && float64(r.softLimit) <= BrakeAt*float64(l)
 	s.softOK.Store(soft)
+	flight := s.inflight.Load()
 	if soft {
-		u = p
+		// What no collection frees: the heap the last GC found live,
+		// beside what is mapped outside the heap (the Signal's
+		// Projected, or the runtime's own reading now if more). The live
+		// heap holds the calls that were in flight when that GC ended,
+		// not those since: unless a GC ended since the last tick, the
+		// growth of the memory in flight counts from where it did, not
+		// from now (a tick that forgot it let a spike's calls fill a
+		// 160 MiB limit between two GCs). When a GC has ended since the
+		// last tick, it ended between the two: count from the lower of
+		// their memory in flight.
+		nonHeap := uint64(0)
+		if r.mapped > r.heapMapped {
+			nonHeap = r.mapped - r.heapMapped
+		}
+		u = max(p, float64(r.live+nonHeap)/float64(l))
+		if !s.softTick || r.cycles != s.cyclesTick {
+			s.flightLive = min(s.flightPrev, flight)
+			if !s.softTick {
+				s.flightLive = flight
+			}
+			s.cyclesTick = r.cycles
+		}
+		s.flightPrev = flight
 	}
+	s.softTick = soft
 	objects, mapped := r.objects, r.heapMapped
 	if hs, ok := s.sig.(HeapSignal); ok && !soft {
 		// What the process had, and its heap then, of one instant: the
@@ -619,7 +656,10 @@ func (s *Shedder) tickBrake(now time.Time, u, p float64) {
 	s.offset.Store(int64(u * float64(l)))
 	s.heapTick.Store(objects)
 	s.keptTick.Store(max(int64(mapped)-int64(objects), 0))
-	s.flightTick.Store(s.inflight.Load())
+	if soft {
+		flight = s.flightLive
+	}
+	s.flightTick.Store(flight)
 	s.heapNow.Store(r.objects)
 	s.readAt.Store(now.UnixNano())
 }

@@ -36,10 +36,13 @@ func (f *fakeSignal) HardUtilization() float64 { return math.Float64frombits(f.u
 func (f *fakeSignal) HardLimit() uint64        { return f.limit.Load() }
 
 // fakeHeap is the runtime's heap as the brake reads it, set by the test.
-type fakeHeap struct{ objects, mapped, heapMapped atomic.Uint64 }
+type fakeHeap struct {
+	objects, mapped, heapMapped, softLimit, live, cycles atomic.Uint64
+}
 
 func (f *fakeHeap) read() heapReading {
-	return heapReading{objects: f.objects.Load(), mapped: f.mapped.Load(), heapMapped: f.heapMapped.Load()}
+	return heapReading{objects: f.objects.Load(), mapped: f.mapped.Load(), heapMapped: f.heapMapped.Load(),
+		softLimit: f.softLimit.Load(), live: f.live.Load(), cycles: f.cycles.Load()}
 }
 func (f *fakeSignal) GCFraction() float64 { return math.Float64frombits(f.gc.Load()) }
 
@@ -527,6 +530,72 @@ func TestBrakeCountsInFlight(t *testing.T) {
 		t.Errorf("%d calls of 8 MiB admitted after the tick at 30 of 100 MiB, want 7", n)
 	}
 	first.finish(s)
+}
+
+// TestBrakeUnderASoftLimitCountsFromTheLiveHeap: under a soft limit the
+// brake starts from what no collection frees, the heap the last GC found
+// live. A tick with no GC since the last one does not take the calls
+// started meanwhile as counted there: growth counts on from where the
+// live heap was measured, until a GC ends and measures it again.
+func TestBrakeUnderASoftLimitCountsFromTheLiveHeap(t *testing.T) {
+	s, sig, _ := newTest(t)
+	heap := &fakeHeap{}
+	heap.softLimit.Store(90 * MiB)
+	heap.cycles.Store(5)
+	s.heap = heap.read
+	setCost(s, heavyMethod, 8*MiB)
+	sig.limit.Store(100 * MiB)
+	sig.set(0.3, 0) // what no collection frees: 30 MiB, the first call's included
+	var admitted []running
+	defer func() {
+		for _, r := range admitted {
+			r.finish(s)
+		}
+	}()
+	fill := func() int {
+		n := 0
+		for range 50 {
+			r, ok := enter(s, call(heavyMethod, admission.Critical))
+			if !ok {
+				break
+			}
+			admitted = append(admitted, r)
+			n++
+		}
+		return n
+	}
+	first, _ := enter(s, call(heavyMethod, admission.Critical))
+	admitted = append(admitted, first)
+	s.Tick(t0.Add(100 * time.Millisecond))
+	// 30 + 8k + 8 < 90.
+	if n := fill(); n != 7 {
+		t.Fatalf("%d calls of 8 MiB admitted after the first tick at 30 of 100 MiB, want 7", n)
+	}
+	// The brake engaged the budget, which refuses calls of its own from
+	// the next tick: from here the brake is asked directly.
+	brakes := func(when string, now time.Time, has int64) {
+		t.Helper()
+		for _, tt := range []struct {
+			cost int64
+			want bool
+		}{{cost: 89*MiB - has, want: false}, {cost: 90*MiB - has, want: true}} {
+			if got := s.braking(now, tt.cost); got != tt.want {
+				t.Errorf("%s, %d of 100 MiB: braking(%d MiB) = %v, want %v", when, has/MiB, tt.cost/MiB, got, tt.want)
+			}
+		}
+	}
+	// No GC since: the live heap is still the 30 MiB it was, and the
+	// 56 MiB of calls since are still counted on top of it.
+	now := t0.Add(200 * time.Millisecond)
+	s.Tick(now)
+	brakes("after a tick with no GC", now, 86*MiB)
+	// A GC ends and finds 70 MiB live, the 64 MiB in flight among it:
+	// the brake counts from 70.
+	heap.cycles.Store(6)
+	sig.set(0.7, 0)
+	now = t0.Add(300 * time.Millisecond)
+	s.Tick(now)
+	brakes("after a GC found 70 MiB live", now, 70*MiB)
 }
 
 // TestCostFit: two methods whose rates vary independently, one costing
