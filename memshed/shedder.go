@@ -635,14 +635,13 @@ func (s *Shedder) tickBrake(now time.Time, u, p float64) {
 			nonHeap = r.mapped - r.heapMapped
 		}
 		u = max(p, float64(r.live+nonHeap)/float64(l))
-		if !s.softTick || r.cycles != s.cyclesTick {
+		switch {
+		case !s.softTick:
+			s.flightLive = flight
+		case r.cycles != s.cyclesTick:
 			s.flightLive = min(s.flightPrev, flight)
-			if !s.softTick {
-				s.flightLive = flight
-			}
-			s.cyclesTick = r.cycles
 		}
-		s.flightPrev = flight
+		s.cyclesTick, s.flightPrev = r.cycles, flight
 	}
 	s.softTick = soft
 	objects, mapped := r.objects, r.heapMapped
