@@ -72,6 +72,9 @@ func tracePreset(p *protect.Server, w io.Writer, done <-chan struct{}) {
 		if m := p.CPU(); m != nil {
 			line += fmt.Sprintf(" cpu %.2f", m.Utilization())
 		}
+		// The loaded method's flow (created here if no call came yet).
+		f := rl.Flow(allocateMethod)
+		line += fmt.Sprintf(" svc %v base %v target %v", f.ServiceTime().Round(10*time.Microsecond), f.Baseline().Round(10*time.Microsecond), f.QueueTarget().Round(10*time.Microsecond))
 		for _, g := range p.Guard().Stats() {
 			k := g.Rule + "/" + g.Guard
 			if d := g.Refused - lastRefused[k]; d > 0 {

@@ -193,6 +193,15 @@ func TestScoreRun(t *testing.T) {
 	if got != want {
 		t.Errorf("scoreRun(warm-up, normal, high, spike, recovery) =\n%+v\nwant\n%+v", got, want)
 	}
+
+	// Without the warm-up, the normal phase's first second is the
+	// server's: its refusals are the cold start's.
+	alloc.Phases = alloc.Phases[1:]
+	alloc.Seconds = []loadgen.Second{{Stats: refusals(3, 0)}, {Stats: refusals(9, 0)}}
+	got = scoreRun(p, &config{}, scenario{}, measured{capacity: 100, work: 100}, runResult{Allocate: alloc})
+	if got.NormalColdRefused != 3 {
+		t.Errorf("scoreRun(normal first, 3 of its 100 calls refused in the first second).NormalColdRefused = %v, want 3", got.NormalColdRefused)
+	}
 }
 
 // TestScoreRunWork scores a twokinds run from the requests that

@@ -20,6 +20,11 @@ type score struct {
 	HighRefused   float64 `json:"high_refused_pct"`
 	NormalOffered int64   `json:"normal_offered"`
 	HighOffered   int64   `json:"high_offered"`
+	// NormalColdRefused is the share of the normal phase's requests that
+	// were scheduled in the server's first second and refused, % of the
+	// phase's requests (its cold start; 0 with a warm-up, which then
+	// holds that second).
+	NormalColdRefused float64 `json:"normal_first_second_refused_pct"`
 	// SpikeGoodput is the requests that succeeded in the spike per
 	// second, as % of the capacity; for a load whose requests differ in
 	// cost, units of work as % of the units/s measured; with a
@@ -86,6 +91,9 @@ func scoreRun(p protection, cfg *config, sc scenario, m measured, rr runResult) 
 		RefusalP99:     refusalP99(alloc),
 		Refusals:       alloc.Total.RefusedTotal() - phaseNamed(alloc, phaseWarmup).RefusedTotal(),
 		SpikeLag:       spike.StartLag.P99,
+	}
+	if len(alloc.Phases) > 0 && alloc.Phases[0].Name == phaseNormal && len(alloc.Seconds) > 0 {
+		s.NormalColdRefused = pct(float64(alloc.Seconds[0].RefusedTotal()), float64(normal.Offered))
 	}
 	switch {
 	case sc.load.variable():
@@ -325,8 +333,11 @@ func writeTable(w io.Writer, cfg *config, r scenarioResult) {
 		fmt.Fprintln(w)
 	}
 	fmt.Fprintln(w)
-	var cpu, high, others []string
+	var cpu, high, others, cold []string
 	for i, rr := range r.Runs {
+		if sc := r.Scores[i]; sc.NormalColdRefused > 0 {
+			cold = append(cold, fmt.Sprintf("%s %.2f%%", sc.Label, sc.NormalColdRefused))
+		}
 		if rr.ServerCPUSpike >= 0 {
 			cpu = append(cpu, fmt.Sprintf("%s %.0f%%", r.Scores[i].Label, rr.ServerCPUSpike))
 		}
@@ -336,6 +347,10 @@ func writeTable(w io.Writer, cfg *config, r scenarioResult) {
 		if rr.OthersCPUSpike >= 0 {
 			others = append(others, fmt.Sprintf("%s %.0f%%", r.Scores[i].Label, rr.OthersCPUSpike))
 		}
+	}
+	if len(cold) > 0 {
+		fmt.Fprintf(w, "Of the calls at %s, refused in the server's first second (its cold start: each server starts just before the phase; -warmup moves that second out of it): %s.\n\n",
+			loadName(cfg.normalLoad), strings.Join(cold, ", "))
 	}
 	if len(high) > 0 {
 		fmt.Fprintf(w, "Server CPU at %s, of one CPU (the load the server really had; near 100%% means the capacity was measured too high, and refusals there were of a server near its true capacity): %s.\n\n",

@@ -380,6 +380,10 @@ func TestDemoEndToEnd(t *testing.T) {
 	// times what the unprotected server keeps.
 	if protectedSpike < 0.7*res.Capacity {
 		t.Errorf("protected spike goodput %.0f/s < 70%% of capacity %.0f/s", protectedSpike, res.Capacity)
+		// What the server did meanwhile tells a server starved of its CPU
+		// (low CPU, few calls) from one that ran calls nobody waited for
+		// (high CPU, wasted work).
+		logServerSamples(t, runs[1])
 	}
 	spike := runs[1].Result.Phases[1]
 	t.Logf("protected spike: offered %d, succeeded %d, refused %v, timed out %d, failed %v; success p99 %v, refusal p99 %v, start lag p99 %v",
@@ -406,6 +410,17 @@ func TestDemoEndToEnd(t *testing.T) {
 		if !strings.Contains(string(html), want) {
 			t.Errorf("HTML report lacks %q", want)
 		}
+	}
+}
+
+// logServerSamples logs a run's server samples: the handler runs and
+// wasted ones since the sample before, and the server's CPU.
+func logServerSamples(t *testing.T, r report.Run) {
+	t.Helper()
+	var prev report.ServerSample
+	for _, s := range r.Server {
+		t.Logf("%s server at %v: calls +%d, wasted +%d, CPU %.2f", r.Name, s.At.Round(time.Millisecond), s.Calls-prev.Calls, s.Wasted-prev.Wasted, s.CPU)
+		prev = s
 	}
 }
 
