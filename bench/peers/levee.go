@@ -56,7 +56,7 @@ func tracePreset(p *protect.Server, w io.Writer, done <-chan struct{}) {
 	defer t.Stop()
 	start := time.Now()
 	var last runlimit.Stats
-	lastRefused := map[string]uint64{}
+	lastRefused, lastAdmitted := map[string]uint64{}, map[string]uint64{}
 	for {
 		select {
 		case <-done:
@@ -74,13 +74,16 @@ func tracePreset(p *protect.Server, w io.Writer, done <-chan struct{}) {
 		}
 		// The loaded method's flow (created here if no call came yet).
 		f := rl.Flow(allocateMethod)
-		line += fmt.Sprintf(" svc %v base %v target %v", f.ServiceTime().Round(10*time.Microsecond), f.Baseline().Round(10*time.Microsecond), f.QueueTarget().Round(10*time.Microsecond))
+		line += fmt.Sprintf(" svc %v base %v target %v admissible %v", f.ServiceTime().Round(10*time.Microsecond), f.Baseline().Round(10*time.Microsecond), f.QueueTarget().Round(10*time.Microsecond), f.Admissible())
 		for _, g := range p.Guard().Stats() {
 			k := g.Rule + "/" + g.Guard
 			if d := g.Refused - lastRefused[k]; d > 0 {
 				line += fmt.Sprintf(" %s +%d", k, d)
 			}
-			lastRefused[k] = g.Refused
+			if d := g.Admitted - lastAdmitted[k]; d > 0 && g.Guard == "run" {
+				line += fmt.Sprintf(" (admitted +%d)", d)
+			}
+			lastRefused[k], lastAdmitted[k] = g.Refused, g.Admitted
 		}
 		fmt.Fprintln(w, line)
 		last = st
