@@ -31,11 +31,15 @@ func leveeProtection() (opts []grpc.ServerOption, stop func(), err error) {
 	if os.Getenv(traceEnv) == "" {
 		return p.ServerOptions(), p.Stop, nil
 	}
+	loaded := allocateMethod
+	if s, err := serverSpecFromEnv(); err == nil && s.Feed {
+		loaded = feedMethod
+	}
 	done := make(chan struct{})
 	traced := make(chan struct{})
 	go func() {
 		defer close(traced)
-		tracePreset(p, os.Stderr, done)
+		tracePreset(p, loaded, os.Stderr, done)
 	}()
 	return p.ServerOptions(), func() { close(done); <-traced; p.Stop() }, nil
 }
@@ -50,8 +54,10 @@ const traceEvery = 250 * time.Millisecond
 // tracePreset prints p's state every traceEvery until done is closed:
 // the run limit's limit, calls running and waiting, and what changed
 // since the last line (overruns, refusals by evidence, each guard's
-// refusals), with the CPU's utilisation.
-func tracePreset(p *protect.Server, w io.Writer, done <-chan struct{}) {
+// refusals), with the CPU's utilisation and what the run limit learned
+// of the loaded method (its flow is created at the first line if no call
+// came yet).
+func tracePreset(p *protect.Server, loaded string, w io.Writer, done <-chan struct{}) {
 	t := time.NewTicker(traceEvery)
 	defer t.Stop()
 	start := time.Now()
@@ -72,8 +78,7 @@ func tracePreset(p *protect.Server, w io.Writer, done <-chan struct{}) {
 		if m := p.CPU(); m != nil {
 			line += fmt.Sprintf(" cpu %.2f", m.Utilization())
 		}
-		// The loaded method's flow (created here if no call came yet).
-		f := rl.Flow(allocateMethod)
+		f := rl.Flow(loaded)
 		line += fmt.Sprintf(" svc %v base %v target %v admissible %v", f.ServiceTime().Round(10*time.Microsecond), f.Baseline().Round(10*time.Microsecond), f.QueueTarget().Round(10*time.Microsecond), f.Admissible())
 		for _, g := range p.Guard().Stats() {
 			k := g.Rule + "/" + g.Guard
