@@ -27,8 +27,9 @@ const (
 // NewGuard adapts l to the admission contract, with one flow per method
 // (admission.Call.Method) and, in each, one lane per tenant and class
 // (Call.Tenant, Call.Class; see Lane). At admission it refuses a call
-// whose lane is full (Lane.Admissible), before any work, and reserves a
-// place for the others. When the handler is about to start
+// whose lane is full (Lane.Admissible, with the slack of the server's
+// idle time: see the package doc), before any work, and reserves a place
+// for the others. When the handler is about to start
 // (admission.Starter) it waits for the call's turn, refuses the call if
 // the wait ran out (ReasonTimeout) or its deadline can no longer be met,
 // and yields the CPU once. Finish returns the turn and teaches l the
@@ -87,16 +88,22 @@ func (g *guard) Admit(c admission.Call) admission.Decision {
 // admit admits a call of ln at now to wait for a turn, and reserves its
 // place (end the reservation with unreserve(cost)): a call that the lane
 // cannot admit (Lane.Admissible) is admitted all the same, and counted
-// as unrefused, without evidence of overload (Limiter.Overloaded).
+// as unrefused, without evidence of overload (Limiter.Overloaded), and
+// with it if it fits in the slack of the server's idle time (counted as
+// slacked).
 func (ln *Lane) admit(now time.Time) (cost int64, ok bool) {
 	l := ln.f.l
 	if !ln.Admissible() {
 		if e := ln.evidenceAt(l.nanos(now)); e != evidenceNone {
-			l.refuseOn(e)
-			l.offered.Add(1)
-			return 0, false
+			if !ln.admissible(float64(l.slack.Load())) {
+				l.refuseOn(e)
+				l.offered.Add(1)
+				return 0, false
+			}
+			l.slacked.Add(1)
+		} else {
+			l.unrefused.Add(1)
 		}
-		l.unrefused.Add(1)
 	}
 	return ln.reserve(), true
 }

@@ -116,7 +116,13 @@ func (ln *Lane) unreserve(cost int64) {
 // more than half a target a quarter of the time; they are served, not
 // refused. Nor is a lane held to its share while the server is not full
 // (its turns were busy less than nine tenths of the last interval).
-func (ln *Lane) Admissible() bool {
+//
+// Admissible does not count the slack of the server's idle time, which
+// the guard (NewGuard) adds under overload (see the package doc).
+func (ln *Lane) Admissible() bool { return ln.admissible(0) }
+
+// admissible is Admissible, with extra ns of turn time more in the bound.
+func (ln *Lane) admissible(extra float64) bool {
 	q := ln.count.Load()
 	if q == 0 {
 		return true
@@ -140,6 +146,7 @@ func (ln *Lane) Admissible() bool {
 			return false
 		}
 	}
+	budget += extra
 	share := 1.0
 	if bw := l.backlogged[ci].Load(); bw > 0 && !roomy && !l.notFull.Load() {
 		if q < 2 {

@@ -214,11 +214,13 @@ type Limiter struct {
 	avail      [admission.Classes]atomic.Uint64 // float64: share of the turns higher classes left over the last interval
 	roomy      [admission.Classes]atomic.Bool   // lower classes got some of the turns of the last few intervals: the class has bursts, no standing queue
 	notFull    atomic.Bool                      // the turns were busy less than fullBusy of the last interval
+	slack      atomic.Int64                     // turn time, ns, lanes may queue beyond their bound under overload: the last interval's idle turns (noteRoom)
 	openedAt   atomic.Int64                     // opened, for readers outside upd
 
 	tenantCount  atomic.Int64
 	lastSweep    int64  // under upd
 	seenOverruns uint64 // Stats.Overruns at the last interval closed; under upd
+	wasOverload  bool   // evidence of overload when the last interval closed (noteRoom); under upd
 	// servedAvg is each class's turns per interval, smoothed over the
 	// last few intervals (roomDecay), for noteRoom. Under upd.
 	servedAvg [admission.Classes]float64
@@ -266,6 +268,7 @@ type Limiter struct {
 	intervalWork atomic.Int64
 	refusedOn    [evidenceKinds]atomic.Uint64 // refusals by the evidence they were made on
 	unrefused    atomic.Uint64
+	slacked      atomic.Uint64
 	updates      atomic.Uint64
 	learned      learnCounts
 
@@ -370,6 +373,10 @@ type Stats struct {
 	// Unrefused counts calls admitted although their lane was full
 	// (Lane.Admissible), for want of evidence of overload.
 	Unrefused uint64
+	// Slacked counts calls admitted, under overload, beyond their lane's
+	// bound into the time the turns sat idle over the last interval
+	// (arrivals in clumps: see Lane.Admissible).
+	Slacked uint64
 
 	// How the limit was learned (docs/runlimit-learner.md): the probes
 	// of each kind, and the learner's other moves.
@@ -442,7 +449,7 @@ func (l *Limiter) Stats() Stats {
 	c := &l.learned
 	return Stats{Limit: l.Limit(), Running: int(running(s)), Waiting: int(waiting(s)),
 		Updates: l.updates.Load(), Probes: l.probes.Load(), Rebases: l.rebases.Load(),
-		Overruns: l.overruns.Load(), Unrefused: l.unrefused.Load(),
+		Overruns: l.overruns.Load(), Unrefused: l.unrefused.Load(), Slacked: l.slacked.Load(),
 		RefusedOn: EvidenceStats{CPU: l.refusedOn[evidenceCPU].Load(), Overrun: l.refusedOn[evidenceOverrun].Load(),
 			Standing: l.refusedOn[evidenceStanding].Load(), Lane: l.refusedOn[evidenceLane].Load(),
 			Spike: l.refusedOn[evidenceSpike].Load()},
@@ -730,7 +737,7 @@ func (ln *Lane) acquire(ctx context.Context, cost int64, stream bool) (Ticket, e
 		return t, nil
 	}
 	w.stream = stream
-	timer := time.NewTimer(ln.patience())
+	timer := time.NewTimer(ln.patience() + ln.grace(ln.f.l.nanos(ln.f.l.o.now())))
 	var err error
 	select {
 	case <-w.ready:
@@ -763,6 +770,21 @@ func (ln *Lane) started(w *waiter) Ticket {
 	t := ln.granted()
 	ln.f.l.noteLag(t.start, t.start-w.handed)
 	return t
+}
+
+// grace is how much longer, at now, a waiter of ln whose patience ran out
+// waits, once, under overload, while the turns sat idle over the last
+// interval: the lanes' queues may hold that idle time beyond their bound
+// (slack; see Lane.Admissible), which drains into it. 0 without evidence
+// of overload (the call then runs beyond the limit: expired) or idle
+// turns.
+func (ln *Lane) grace(now int64) time.Duration {
+	l := ln.f.l
+	s := l.slack.Load()
+	if s <= 0 || ln.evidenceAt(now) == evidenceNone {
+		return 0
+	}
+	return time.Duration(s)
 }
 
 // expired ends the wait of w, a waiter of ln whose patience ran out: with
