@@ -71,8 +71,8 @@ func tracePreset(p *protect.Server, loaded string, w io.Writer, done <-chan stru
 		}
 		rl := p.RunLimit()
 		st := rl.Stats()
-		line := fmt.Sprintf("trace %6.2fs limit %d running %d waiting %d overruns +%d unrefused +%d refused-on cpu +%d standing +%d spike +%d lane +%d overrun +%d",
-			time.Since(start).Seconds(), st.Limit, st.Running, st.Waiting, st.Overruns-last.Overruns, st.Unrefused-last.Unrefused,
+		line := fmt.Sprintf("trace %6.2fs limit %d running %d waiting %d overruns +%d unrefused +%d slacked +%d refused-on cpu +%d standing +%d spike +%d lane +%d overrun +%d",
+			time.Since(start).Seconds(), st.Limit, st.Running, st.Waiting, st.Overruns-last.Overruns, st.Unrefused-last.Unrefused, st.Slacked-last.Slacked,
 			st.RefusedOn.CPU-last.RefusedOn.CPU, st.RefusedOn.Standing-last.RefusedOn.Standing, st.RefusedOn.Spike-last.RefusedOn.Spike,
 			st.RefusedOn.Lane-last.RefusedOn.Lane, st.RefusedOn.Overrun-last.RefusedOn.Overrun)
 		if m := p.CPU(); m != nil {
@@ -90,6 +90,7 @@ func tracePreset(p *protect.Server, loaded string, w io.Writer, done <-chan stru
 			}
 			lastRefused[k], lastAdmitted[k] = g.Refused, g.Admitted
 		}
+		line += reads.take()
 		fmt.Fprintln(w, line)
 		last = st
 	}

@@ -4,8 +4,8 @@
 // recovery) on CPU-bound, I/O-bound and mixed services and on shapes
 // nobody tuned for (a heavy tail, two kinds of call in one method, a
 // dependency that slows when the spike starts, streams, allocation-heavy
-// handlers, a 2-core server), one table per scenario and a summary. See
-// README.md.
+// handlers, arrivals in clumps, a 2-core server), one table per scenario
+// and a summary. See README.md.
 //
 // Each server runs in a child process of this binary (GOMAXPROCS=1, pinned
 // to one CPU, in a one-CPU cgroup when the machine allows; two for
@@ -309,7 +309,7 @@ func runOne(ctx context.Context, cfg *config, pl *placement, sc scenario, m meas
 	}
 	defer alloc.Close()
 
-	opts := []loadgen.Option{loadgen.WithArrivals(loadgen.Poisson), loadgen.WithDeadline(cfg.deadline)}
+	opts := []loadgen.Option{loadgen.WithArrivals(loadgen.Poisson), loadgen.WithDeadline(cfg.deadline), loadgen.WithClumps(sc.clumps)}
 	if cfg.progress {
 		opts = append(opts, loadgen.WithProgress(prefixed(stderr, sc.name+"/"+p.name+" ")))
 	}

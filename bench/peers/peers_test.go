@@ -68,8 +68,9 @@ func TestQuickRun(t *testing.T) {
 }
 
 // TestQuickShapes runs the shapes with a server of their own (a stream
-// service, a dependency slowed by command, work per unit, two cores) in
-// quick mode with tiny phases, and checks their tables' extra columns.
+// service, a dependency slowed by command, work per unit, two cores) or
+// a load of their own (clumps) in quick mode with tiny phases, and checks
+// their tables' extra columns.
 func TestQuickShapes(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts server processes")
@@ -82,6 +83,7 @@ func TestQuickShapes(t *testing.T) {
 		{"slowdep", "time to 90% of the slowed capacity (s)"},
 		{"twokinds", "30-unit calls served in spike (%)"},
 		{"cores2", "| refusal p99 (ms) |"},
+		{"clumps", "| refusal p99 (ms) |"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.scenario, func(t *testing.T) {

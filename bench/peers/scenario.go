@@ -27,6 +27,9 @@ type scenario struct {
 	// calWorkers is the closed-loop callers of the capacity measurement:
 	// enough to keep the bottleneck busy.
 	calWorkers int
+	// clumps, when > 0, makes the calls of each window of this length
+	// start together (loadgen.WithClumps).
+	clumps time.Duration
 	// longer makes the normal and high phases this many times -normal and
 	// -high (0: as given), so that a server of small capacity still gets
 	// enough calls in them for one refusal to show.
@@ -42,6 +45,11 @@ func (c *config) scaled(sc scenario) *config {
 	}
 	return &out
 }
+
+// clumpEvery is the clumps scenario's window: the calls of each start
+// together, as from clients that batch their calls or wake on a common
+// tick.
+const clumpEvery = 50 * time.Millisecond
 
 // stockRate is the GetStock load of the mixed scenario, calls/s.
 const stockRate = 100
@@ -100,6 +108,13 @@ var scenarios = []scenario{
 		name:       "alloc",
 		about:      "allocation-heavy: each Allocate allocates 16384 objects of 64 bytes with a pointer each (1 MiB), all live until it returns, beside a 64 MiB long-lived heap of such objects",
 		server:     serverSpec{Objects: 16384, RetainMiB: 64},
+		calWorkers: 8,
+	},
+	{
+		name:       "clumps",
+		about:      fmt.Sprintf("arrivals in clumps: each Allocate burns 1 ms of CPU; the calls of each %v window (Poisson arrivals) start together at its beginning", clumpEvery),
+		server:     serverSpec{CPUWork: time.Millisecond},
+		clumps:     clumpEvery,
 		calWorkers: 8,
 	},
 	{

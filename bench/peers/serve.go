@@ -204,6 +204,9 @@ func serve(stdout io.Writer) error {
 	if err != nil {
 		return err
 	}
+	if os.Getenv(traceEnv) != "" {
+		lis = tracedListener{Listener: lis, t: &reads}
+	}
 	gs := grpc.NewServer(opts...)
 	if shaped != nil {
 		register(gs, shaped, s.Feed)

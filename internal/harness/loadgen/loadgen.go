@@ -107,6 +107,7 @@ type options struct {
 	refusalCodes []codes.Code
 	progress     io.Writer
 	seed         uint64
+	clumps       time.Duration
 }
 
 // WithArrivals sets how requests are spaced. Default Constant.
@@ -133,6 +134,14 @@ func WithRefusalCodes(c ...codes.Code) Option {
 // WithProgress makes Run write one progress line a second to w (usually
 // os.Stderr). Default: no progress output.
 func WithProgress(w io.Writer) Option { return func(o *options) { o.progress = w } }
+
+// WithClumps starts the requests in clumps: those the arrival process
+// (WithArrivals) schedules within each window of every, counted from the
+// run's start, all start at the window's beginning (or the phase's, if it
+// begins later), as from clients that batch their calls or wake on a
+// common tick. The rate is unchanged. Default 0: no clumps. A negative
+// every is an error from New.
+func WithClumps(every time.Duration) Option { return func(o *options) { o.clumps = every } }
 
 // WithSeed seeds the Poisson arrival process, so a schedule can be
 // repeated. Default 1.
@@ -189,6 +198,9 @@ func New(call CallFunc, phases []Phase, opts ...Option) (*Generator, error) {
 	}
 	if o.deadline <= 0 {
 		return nil, fmt.Errorf("%w: deadline must be > 0, got %v", ErrInvalid, o.deadline)
+	}
+	if o.clumps < 0 {
+		return nil, fmt.Errorf("%w: clumps must be >= 0, got %v", ErrInvalid, o.clumps)
 	}
 	if o.maxInFlight < 1 {
 		return nil, fmt.Errorf("%w: max in flight must be >= 1, got %d", ErrInvalid, o.maxInFlight)
@@ -291,14 +303,18 @@ func (r *run) schedule(ctx context.Context) error {
 				next += time.Duration(r.rng.ExpFloat64() * interval)
 			}
 			for next < end {
-				if err := r.waitUntil(ctx, next); err != nil {
+				at := next
+				if c := r.g.opts.clumps; c > 0 {
+					at = max(phaseStart, next/c*c)
+				}
+				if err := r.waitUntil(ctx, at); err != nil {
 					r.rec.closeAll()
 					return err
 				}
 				// How late the scheduler is: large values mean this
 				// machine could not keep up with the schedule.
-				r.rec.lag(i, r.g.clock.Now().Sub(r.start)-next)
-				r.launch(ctx, next, i)
+				r.rec.lag(i, r.g.clock.Now().Sub(r.start)-at)
+				r.launch(ctx, at, i)
 				k++
 				if r.g.opts.arrivals == Poisson {
 					next += time.Duration(r.rng.ExpFloat64() * interval)

@@ -73,6 +73,7 @@ func TestNewRejectsBadArguments(t *testing.T) {
 		{name: "zero deadline", call: ok, phases: good, opts: []Option{WithDeadline(0)}, want: "deadline must be > 0"},
 		{name: "zero max in flight", call: ok, phases: good, opts: []Option{WithMaxInFlight(0)}, want: "max in flight must be >= 1, got 0"},
 		{name: "bad arrivals", call: ok, phases: good, opts: []Option{WithArrivals(7)}, want: "unknown arrivals"},
+		{name: "negative clumps", call: ok, phases: good, opts: []Option{WithClumps(-time.Millisecond)}, want: "clumps must be >= 0, got -1ms"},
 		{name: "negative backoff", call: ok, phases: good, opts: []Option{WithRetry(RetryPolicy{Backoff: -1})}, want: "retry backoff must be >= 0"},
 	}
 	for _, tt := range tests {
@@ -394,6 +395,50 @@ func TestPoissonArrivals(t *testing.T) {
 	}
 	if res.Arrivals != "poisson" {
 		t.Errorf("Arrivals = %q, want \"poisson\"", res.Arrivals)
+	}
+}
+
+// TestClumps: 100 requests a second, constant, in clumps of 50ms: the
+// five requests of each window start together at its beginning.
+func TestClumps(t *testing.T) {
+	var (
+		mu      sync.Mutex
+		started []time.Duration
+	)
+	var clk *fakeClock
+	var t0 time.Time
+	call := func(context.Context) error {
+		mu.Lock()
+		started = append(started, clk.Now().Sub(t0))
+		mu.Unlock()
+		return nil
+	}
+	g, c := newTestGen(t, call, []Phase{{Name: "p", Duration: time.Second, Rate: 100}}, WithClumps(50*time.Millisecond))
+	clk, t0 = c, c.Now()
+	wait := runAsync(context.Background(), g)
+	count := func() int {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(started)
+	}
+	for now := time.Duration(0); now < time.Second; now += 10 * time.Millisecond {
+		want := min(100, int(now/(50*time.Millisecond)+1)*5)
+		waitFor(t, fmt.Sprintf("%d requests started at %v", want, now), func() bool { return count() == want && clk.pending() == 1 })
+		clk.Advance(10 * time.Millisecond)
+	}
+	res, err := wait()
+	if err != nil {
+		t.Fatalf("Run() error = %v", err)
+	}
+	if res.Total.Offered != 100 {
+		t.Errorf("Total.Offered = %d, want 100", res.Total.Offered)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	for i, at := range started {
+		if want := time.Duration(i/5) * 50 * time.Millisecond; at != want {
+			t.Errorf("request %d started at %v, want %v (its clump's start)", i, at, want)
+		}
 	}
 }
 
