@@ -28,7 +28,37 @@ import (
 // rather than to the sheddable call that was already waiting. Without the
 // wait for the network poller the sheddable call runs first: the request's
 // reader is woken only when the processor runs out of goroutines.
+//
+// The order depends on the kernel's delivery and the threads' scheduling
+// as well: with the wait, 1-4% of single tries put the sheddable call
+// first (3 of 300 at dd8a0b1); without it, 19 of 20 did. So the test
+// tries up to five times, 50ms apart, and wants the critical call first
+// twice. Tries that shared one switch to one processor failed together
+// (4 or 5 of 5, in 1% of the tests), so each try makes its own: 0
+// failures in 800 runs of the test, and 30 of 30 without the wait.
 func TestTurnWaitsForUnreadRequest(t *testing.T) {
+	var orders [][]string
+	first := 0
+	for range 5 {
+		order := turnOrder(t)
+		orders = append(orders, order)
+		if len(order) == 2 && order[0] == "critical" {
+			first++
+		}
+		if first == 2 {
+			return
+		}
+		// Chance orders come in runs (another process on the CPU, say):
+		// let one pass.
+		time.Sleep(50 * time.Millisecond)
+	}
+	t.Fatalf("orders %v, want the critical call first in two of five tries", orders)
+}
+
+// turnOrder runs TestTurnWaitsForUnreadRequest's calls once, on one
+// processor, and returns the order in which they got the turn.
+func turnOrder(t *testing.T) []string {
+	t.Helper()
 	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
 	l, err := New(WithBounds(1, 1), WithQueueTarget(time.Second))
 	if err != nil {
@@ -115,9 +145,7 @@ func TestTurnWaitsForUnreadRequest(t *testing.T) {
 	if delivered != nil {
 		t.Fatal(delivered)
 	}
-	if len(order) != 2 || order[0] != "critical" {
-		t.Fatalf("order %v, want the critical call first", order)
-	}
+	return order
 }
 
 // waitDelivered waits, for at most a second, until c has bytes to read

@@ -214,7 +214,7 @@ type Limiter struct {
 	avail      [admission.Classes]atomic.Uint64 // float64: share of the turns higher classes left over the last interval
 	roomy      [admission.Classes]atomic.Bool   // lower classes got some of the turns of the last few intervals: the class has bursts, no standing queue
 	notFull    atomic.Bool                      // the turns were busy less than fullBusy of the last interval
-	slack      atomic.Int64                     // turn time, ns, lanes may queue beyond their bound under overload: the last interval's idle turns (noteRoom)
+	slack      atomic.Int64                     // work, ns, lanes may queue beyond their bound under overload: the server's recent idle time (noteRoom)
 	openedAt   atomic.Int64                     // opened, for readers outside upd
 
 	tenantCount  atomic.Int64
@@ -374,8 +374,8 @@ type Stats struct {
 	// (Lane.Admissible), for want of evidence of overload.
 	Unrefused uint64
 	// Slacked counts calls admitted, under overload, beyond their lane's
-	// bound into the time the turns sat idle over the last interval
-	// (arrivals in clumps: see Lane.Admissible).
+	// bound (Lane.Admissible) into the slack of the server's recent idle
+	// time: arrivals in clumps (see the package doc).
 	Slacked uint64
 
 	// How the limit was learned (docs/runlimit-learner.md): the probes
@@ -772,12 +772,13 @@ func (ln *Lane) started(w *waiter) Ticket {
 	return t
 }
 
-// grace is how much longer, at now, a waiter of ln whose patience ran out
-// waits, once, under overload, while the turns sat idle over the last
-// interval: the lanes' queues may hold that idle time beyond their bound
-// (slack; see Lane.Admissible), which drains into it. 0 without evidence
-// of overload (the call then runs beyond the limit: expired) or idle
-// turns.
+// grace is how much longer than its patience a call of ln that begins to
+// wait at now may wait, under overload, while the server sat idle
+// lately: the lanes' queues may then hold the slack of that idle time
+// beyond their bound (see noteRoom and Lane.admissible), and a call
+// queued in it waits for it to drain. 0 without evidence of overload (a
+// call whose patience runs out then runs beyond the limit: expired) or
+// without slack.
 func (ln *Lane) grace(now int64) time.Duration {
 	l := ln.f.l
 	s := l.slack.Load()
