@@ -124,15 +124,15 @@
 // whole target, and wait four times as long before they give up. Nor is a
 // lane held to its share while the server's turns are busy less than nine
 // tenths of the time. And while the server sat idle over the last
-// interval — no turn held, the CPU signal under 0.95 — a
-// transport admits, under overload, three times that idle time of work
-// more, up to an interval's (halving each interval without idle time),
-// and those calls wait as much longer for their turn: arrivals in clumps
-// (clients that batch their calls, or wake on a common tick) leave the
-// server idle between them, and a bound of half a target would admit a
-// handful of each clump (in a simulation of 1ms calls at ten times the
-// capacity, in clumps every 20ms, 30% of the capacity served, 93% with
-// the slack).
+// interval — no turn held, the CPU signal under 0.95, with evidence of
+// overload at the interval's start and end — a transport admits three
+// times that idle time of work more, up to an interval's (halving each
+// interval without idle time), and those calls wait as much longer for
+// their turn: arrivals in clumps (clients that batch their calls, or
+// wake on a common tick) leave the server idle between them, and a bound
+// of half a target would admit a handful of each clump (in a simulation
+// of 1ms calls at ten times the capacity, in clumps every 20ms, 30% of
+// the capacity served, 93% with the slack).
 //
 // On a CPU-bound server handlers take turns on the CPU, in the Go
 // scheduler's queue, whatever the limit; the wait for a turn there shows

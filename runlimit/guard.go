@@ -95,7 +95,7 @@ func (ln *Lane) admit(now time.Time) (cost int64, ok bool) {
 	l := ln.f.l
 	if !ln.Admissible() {
 		if e := ln.evidenceAt(l.nanos(now)); e != evidenceNone {
-			if !ln.admissible(float64(l.slack.Load())) {
+			if s := l.slack.Load(); s == 0 || !ln.admissible(float64(s)) {
 				l.refuseOn(e)
 				l.offered.Add(1)
 				return 0, false

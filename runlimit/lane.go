@@ -121,7 +121,7 @@ func (ln *Lane) unreserve(cost int64) {
 // the guard (NewGuard) adds under overload (see the package doc).
 func (ln *Lane) Admissible() bool { return ln.admissible(0) }
 
-// admissible is Admissible, with extra ns of turn time more in the bound.
+// admissible is Admissible, with extra ns of work more in the bound.
 func (ln *Lane) admissible(extra float64) bool {
 	q := ln.count.Load()
 	if q == 0 {

@@ -228,7 +228,7 @@ func (s *qsim) arriveOne(i int, st stream) {
 		s.runnable(&qCall{t: t, ln: ln, src: i, arrived: s.now})
 		return
 	}
-	s.waiters = append(s.waiters, qWaiter{w: w, ln: ln, src: i, arrived: s.now, until: s.now + ln.patience() + ln.grace(s.l.nanos(s.t0.Add(s.now)))})
+	s.waiters = append(s.waiters, qWaiter{w: w, ln: ln, src: i, arrived: s.now, until: s.now + ln.waitLimit(s.l.nanos(s.t0.Add(s.now)))})
 }
 
 func (s *qsim) noteWait(src int, arrived time.Duration) {
@@ -441,9 +441,8 @@ func TestSimClassesServedInOrderWhileLearning(t *testing.T) {
 // the next one: 30% (12%) of the capacity served without the slack, 93%
 // (87%) with it. The slack of the idle time lets the lane queue through
 // the gaps, and the calls queued so wait for it: most of the capacity is
-// served, no call
-// waits longer than its patience and an interval, and below the
-// capacity nothing is refused.
+// served, no call waits longer than its patience and an interval, and
+// below the capacity nothing is refused.
 func TestSimClumpedArrivalsKeepTheServerBusy(t *testing.T) {
 	for _, tt := range []struct {
 		every time.Duration

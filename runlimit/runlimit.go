@@ -737,7 +737,7 @@ func (ln *Lane) acquire(ctx context.Context, cost int64, stream bool) (Ticket, e
 		return t, nil
 	}
 	w.stream = stream
-	timer := time.NewTimer(ln.patience() + ln.grace(ln.f.l.nanos(ln.f.l.o.now())))
+	timer := time.NewTimer(ln.waitLimit(ln.f.l.nanos(ln.f.l.o.now())))
 	var err error
 	select {
 	case <-w.ready:
@@ -771,6 +771,11 @@ func (ln *Lane) started(w *waiter) Ticket {
 	ln.f.l.noteLag(t.start, t.start-w.handed)
 	return t
 }
+
+// waitLimit is how long a call of ln that begins to wait at now waits for
+// its turn before its wait runs out (expired): its patience and its
+// grace.
+func (ln *Lane) waitLimit(now int64) time.Duration { return ln.patience() + ln.grace(now) }
 
 // grace is how much longer than its patience a call of ln that begins to
 // wait at now may wait, under overload, while the server sat idle
