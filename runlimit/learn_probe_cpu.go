@@ -54,6 +54,10 @@ func (l *Limiter) startCPUProbe(m *sample, est, r float64) {
 // endCPUProbe ends, at now, probe p, whose calls ran pr times their
 // baseline:
 //
+//   - slower than time-sharing explains at the lower limit, the CPU not
+//     saturated (slowerThanSharing): the service changed; the baselines
+//     move and the limit goes back, whether the cut shortened the calls
+//     or not;
 //   - shorter (below cpuKeep of the stretch that started it): the cut is
 //     kept and growth held off (a CPU signal lags the load that saturates
 //     it); the baselines fall to the probe's service times where those
@@ -73,6 +77,9 @@ func (l *Limiter) startCPUProbe(m *sample, est, r float64) {
 // Needs upd.
 func (l *Limiter) endCPUProbe(now int64, p probeState, pr float64, flows []*Flow) {
 	switch {
+	case l.slowerThanSharing(p, pr):
+		l.rebase(p, flows)
+		l.undo(p)
 	case pr < cpuKeep*p.r:
 		lowerBaselines(flows)
 		l.keepCut(now, p)
@@ -89,4 +96,20 @@ func (l *Limiter) endCPUProbe(now int64, p probeState, pr float64, flows []*Flow
 		lowerBaselines(flows)
 		l.undo(p)
 	}
+}
+
+// slowerThanSharing reports whether the calls of probe p, which ran pr
+// times their baseline, were slower than time-sharing explains while the
+// CPU had room: the stretch p.r at p.saved calls at once, shared, is
+// p.r × p.limit/p.saved at p.limit (at least 1), and the calls ran
+// rebaseTrigger times that or more, with a CPU signal that is not
+// saturated. The cut may have shortened them — it emptied a queue for a
+// pool, say — but what remains is the service's own: a dependency that
+// slowed as a flood began. Kept, the cut would hold a limit made for a
+// stretch that was mostly not contention, and the baselines, left where
+// they were, would read the slower calls as contention and shrink the
+// limit to the floor. Needs upd.
+func (l *Limiter) slowerThanSharing(p probeState, pr float64) bool {
+	shared := max(1, p.r*float64(p.limit)/p.saved)
+	return pr >= rebaseTrigger*shared && l.o.cpu != nil && !l.o.cpu.Saturated()
 }

@@ -90,10 +90,43 @@ func tracePreset(p *protect.Server, loaded string, w io.Writer, done <-chan stru
 			}
 			lastRefused[k], lastAdmitted[k] = g.Refused, g.Admitted
 		}
+		line += learnerMoves(last, st)
 		line += reads.take()
 		fmt.Fprintln(w, line)
 		last = st
 	}
+}
+
+// learnerMoves names the run limit's learner moves between a and b
+// (docs/runlimit-learner.md), those that happened only: " moves" and
+// each with its count, or "" if there was none.
+func learnerMoves(a, b runlimit.Stats) string {
+	var s string
+	add := func(name string, from, to uint64) {
+		if to > from {
+			s += fmt.Sprintf(" %s+%d", name, to-from)
+		}
+	}
+	probe := func(kind string, from, to runlimit.ProbeStats) {
+		add(kind+"-started", from.Started, to.Started)
+		add(kind+"-kept", from.Kept, to.Kept)
+		add(kind+"-undone", from.Undone, to.Undone)
+		add(kind+"-rebased", from.Rebased, to.Rebased)
+		add(kind+"-abandoned", from.Abandoned, to.Abandoned)
+	}
+	probe("baseline", a.ProbeBaseline, b.ProbeBaseline)
+	probe("stretch", a.ProbeStretch, b.ProbeStretch)
+	probe("cpu", a.ProbeCPU, b.ProbeCPU)
+	probe("lag", a.ProbeLag, b.ProbeLag)
+	add("backoff", a.Backoffs, b.Backoffs)
+	add("to-ran", a.LimitedToRan, b.LimitedToRan)
+	add("overran", a.Overran, b.Overran)
+	add("grow", a.Grows, b.Grows)
+	add("shrink", a.Shrinks, b.Shrinks)
+	if s == "" {
+		return ""
+	}
+	return " moves" + s
 }
 
 // leveeBucket is the cheapest refusal levee has: one token bucket at
