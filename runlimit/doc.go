@@ -31,7 +31,10 @@
 //     below):
 //     a lag above half a baseline service time makes it try fewer turns,
 //     kept if the lag halves, undone if it does not (then the processor
-//     is busy elsewhere, with a transport refusing a flood, say). Extra
+//     is busy elsewhere, with a transport refusing a flood, say). Neither
+//     this cut nor one for a stretch under time-sharing goes below one
+//     call per processor (GOMAXPROCS), which would leave processors
+//     idle however much shorter each call runs. Extra
 //     turns would only move the wait from the Limiter's queue, where
 //     classes and tenants are served in order, to the Go scheduler's,
 //     where they are not.

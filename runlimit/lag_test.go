@@ -5,8 +5,9 @@ import (
 	"time"
 )
 
-// lagRig drives a Limiter with injected time: calls of 5ms run one after
-// another, each noted as handed its turn lag before it began to run.
+// lagRig drives a Limiter with injected time, on one processor: calls of
+// 5ms run one after another, each noted as handed its turn lag before it
+// began to run.
 type lagRig struct {
 	t   *testing.T
 	l   *Limiter
@@ -18,7 +19,7 @@ type lagRig struct {
 
 func newLagRig(t *testing.T) *lagRig {
 	r := &lagRig{t: t, cpu: &fakeCPU{saturated: true}, t0: time.Unix(1_700_000_000, 0)}
-	l, err := New(WithCPU(r.cpu), WithInitialLimit(4), withClock(func() time.Time { return r.t0.Add(r.now) }))
+	l, err := New(WithCPU(r.cpu), WithInitialLimit(4), withProcs(1), withClock(func() time.Time { return r.t0.Add(r.now) }))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -31,8 +31,16 @@ const (
 	cpuKeep = 0.8
 )
 
-// cpuCut is the limit a probeCPU tries from est, for stretch r.
-func cpuCut(est, r float64) int { return int(est * max(cpuCutMin, cpuCutMargin/r)) }
+// cpuCut is the limit a probeCPU tries from est, for stretch r: at
+// least one call per processor (GOMAXPROCS when the Limiter was made).
+// CPU-bound calls fewer than the processors leave some idle: on two
+// processors that another process also runs on (a load generator beside
+// the server), two calls at once each get two thirds of one, and a cut
+// to one call runs it unstretched — a cut a probe would keep — on one
+// processor of two, serving three quarters as much.
+func (l *Limiter) cpuCut(est, r float64) int {
+	return max(int(est*max(cpuCutMin, cpuCutMargin/r)), l.o.procs)
+}
 
 // cpuProbeDue reports whether the interval m, at limit est with stretch r,
 // starts a probeCPU: the gate cpuElsewhere is open, the stretch is above
@@ -42,13 +50,13 @@ func cpuCut(est, r float64) int { return int(est * max(cpuCutMin, cpuCutMargin/r
 // Needs upd.
 func (l *Limiter) cpuProbeDue(m *sample, est, r float64) bool {
 	return !l.cpuElsewhere && r > shrinkTrigger && vegasQueue(est, r) >= timeSharingQueue*(est-1) &&
-		cpuCut(est, r) < int(est) && (m.cpuSat || l.probeSpaced(m.end))
+		l.cpuCut(est, r) < int(est) && (m.cpuSat || l.probeSpaced(m.end))
 }
 
 // startCPUProbe starts a probeCPU after the interval m, from limit est and
 // stretch r. Needs upd.
 func (l *Limiter) startCPUProbe(m *sample, est, r float64) {
-	l.startProbe(m.end, probeCPU, est, cpuCut(est, r), r)
+	l.startProbe(m.end, probeCPU, est, l.cpuCut(est, r), r)
 }
 
 // endCPUProbe ends, at now, probe p, whose calls ran pr times their

@@ -28,9 +28,10 @@ const (
 
 // lagCut is the limit a probeLag tries from est, for calls that waited
 // lag ns to run once handed a turn, of baseline service time base ns:
-// est/(1+lag/base), at least one less than est, within the floor.
+// est/(1+lag/base), at least one less than est, within the floor, and
+// at least one call per processor (see cpuCut).
 func (l *Limiter) lagCut(est, lag, base float64) int {
-	return max(l.o.floor, int(max(1, min(est-1, est/(1+lag/base)))))
+	return max(l.o.floor, l.o.procs, int(max(1, min(est-1, est/(1+lag/base)))))
 }
 
 // lagProbeDue reports whether the interval m, at limit est, starts a

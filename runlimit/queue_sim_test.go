@@ -79,7 +79,7 @@ type qWaiter struct {
 
 func newQSim(t *testing.T, procs int, work time.Duration, streams []stream, opts ...Option) *qsim {
 	s := &qsim{t: t, cpu: &fakeCPU{}, procs: procs, work: work, streams: streams, t0: time.Unix(1_700_000_000, 0)}
-	opts = append([]Option{WithCPU(s.cpu), withClock(func() time.Time { return s.t0.Add(s.now) }), WithInitialLimit(4)}, opts...)
+	opts = append([]Option{WithCPU(s.cpu), withClock(func() time.Time { return s.t0.Add(s.now) }), WithInitialLimit(4), withProcs(procs)}, opts...)
 	l, err := New(opts...)
 	if err != nil {
 		t.Fatal(err)

@@ -81,6 +81,7 @@ type options struct {
 	weights        map[string]float64
 	defaultWeight  float64
 	now            func() time.Time // in-package tests
+	procs          int              // processors (GOMAXPROCS); in-package tests set it
 }
 
 // WithBounds keeps the limit within [floor, ceiling]. Default [1,
@@ -301,7 +302,7 @@ func waiting(s uint64) int64 { return int64(s >> 32) }
 
 // New returns a Limiter, or an error naming every bad option.
 func New(opts ...Option) (*Limiter, error) {
-	o := options{floor: 1, ceiling: DefaultCeiling, initial: max(8, 2*runtime.GOMAXPROCS(0)), interval: DefaultInterval, maxFlows: DefaultMaxFlows, maxTenants: DefaultMaxTenants, defaultWeight: 1}
+	o := options{floor: 1, ceiling: DefaultCeiling, initial: max(8, 2*runtime.GOMAXPROCS(0)), procs: runtime.GOMAXPROCS(0), interval: DefaultInterval, maxFlows: DefaultMaxFlows, maxTenants: DefaultMaxTenants, defaultWeight: 1}
 	for _, opt := range opts {
 		if opt != nil {
 			opt(&o)

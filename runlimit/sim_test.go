@@ -8,6 +8,10 @@ import (
 // withClock sets the clock a Limiter reads where no instant is given.
 func withClock(now func() time.Time) Option { return func(o *options) { o.now = now } }
 
+// withProcs sets the processors a Limiter counts on (GOMAXPROCS by
+// default), as many as a simulation simulates.
+func withProcs(n int) Option { return func(o *options) { o.procs = n } }
+
 // fakeCPU is a CPU signal the simulation sets.
 type fakeCPU struct{ saturated bool }
 
@@ -113,7 +117,7 @@ type sim struct {
 
 func newSim(t *testing.T, svc service, opts ...Option) *sim {
 	s := &sim{t: t, svc: svc, cpu: &fakeCPU{}, t0: time.Unix(1_700_000_000, 0)}
-	opts = append([]Option{WithCPU(s.cpu), withClock(func() time.Time { return s.t0.Add(s.now) }), WithInitialLimit(2)}, opts...)
+	opts = append([]Option{WithCPU(s.cpu), withClock(func() time.Time { return s.t0.Add(s.now) }), WithInitialLimit(2), withProcs(1)}, opts...)
 	l, err := New(opts...)
 	if err != nil {
 		t.Fatal(err)
@@ -344,5 +348,70 @@ func TestFollowsASlowerDatabaseFromAHighLimit(t *testing.T) {
 	}
 	if lo < 6 {
 		t.Errorf("limit fell to %d after the change (outside probes), want it to stay near the pool size (8); stats %+v", lo, st)
+	}
+}
+
+// sharedCPU: procs processors shared equally by the running calls and
+// others runnable threads of another process (processor sharing); each
+// call needs work of CPU.
+type sharedCPU struct {
+	work          time.Duration
+	procs, others int
+}
+
+func (s *sharedCPU) start(time.Duration) any { return &cpuCall{left: s.work} }
+func (s *sharedCPU) share(n int) float64 {
+	return min(1, float64(s.procs)/float64(n+s.others))
+}
+func (s *sharedCPU) step(_, dt time.Duration, calls []any) {
+	share := time.Duration(s.share(len(calls)) * float64(dt))
+	for _, c := range calls {
+		c.(*cpuCall).left -= share
+	}
+}
+func (s *sharedCPU) done(c any) bool    { return c.(*cpuCall).left <= 0 }
+func (s *sharedCPU) cpuSaturated() bool { return false }
+
+// utilCPU is a CPU signal that tells its utilisation (CPUNow), saturated
+// at threshold.
+type utilCPU struct{ util, threshold float64 }
+
+func (c *utilCPU) Saturated() bool      { return c.util >= c.threshold }
+func (c *utilCPU) Utilization() float64 { return c.util }
+func (c *utilCPU) Threshold() float64   { return c.threshold }
+
+// TestNoCPUCutBelowOneCallPerProcessor: CPU-bound calls of 40ms on two
+// processors, which another process's thread also runs on (a load
+// generator beside the server). At two calls at once each gets two
+// thirds of a processor: their service times stretch by half, as under
+// time-sharing. A cut to one call would run it unstretched — a cut a
+// probe keeps — on one processor of two, serving a quarter less; the
+// Limiter, counting two processors, never cuts below two.
+func TestNoCPUCutBelowOneCallPerProcessor(t *testing.T) {
+	svc := &sharedCPU{work: 40 * time.Millisecond, procs: 2, others: 1}
+	cpu := &utilCPU{threshold: 0.8}
+	s := newSim(t, svc, WithCPU(cpu), WithBounds(1, 2), withProcs(2))
+	setUtil := func() {
+		n := len(s.calls)
+		cpu.util = float64(n) * svc.share(n) / float64(svc.procs)
+	}
+	s.run(10*time.Second, setUtil)
+	before := s.done
+	seen := map[int]float64{}
+	var ms float64
+	s.run(20*time.Second, func() {
+		setUtil()
+		seen[s.l.Limit()]++
+		ms++
+	})
+	rate := float64(s.done-before) / 20
+	st := s.l.Stats()
+	checkAccounts(t, st)
+	// Two at once: 2 × (2/3) / 40ms = 33/s; one at once: 25/s.
+	if want := 0.95 * 2 * (2.0 / 3) / 0.040; rate < want {
+		t.Errorf("served %.0f/s, want >= %.0f (95%% of two calls at once); limits %v (ms), stats %+v", rate, want, seen, st)
+	}
+	if st.ProbeCPU.Kept != 0 || st.ProbeLag.Kept != 0 {
+		t.Errorf("stats %+v: want no cut kept below one call per processor", st)
 	}
 }
