@@ -330,3 +330,28 @@ func TestChurn(t *testing.T) {
 		t.Errorf("churn(100, _) allocates %v times, want 100", got)
 	}
 }
+
+func TestParseProfileWindow(t *testing.T) {
+	for _, tc := range []struct {
+		in           string
+		from, length time.Duration
+		ok           bool
+	}{
+		{"", 0, 0, true},
+		{"16.5s,5s", 16500 * time.Millisecond, 5 * time.Second, true},
+		{"0s,1ms", 0, time.Millisecond, true},
+		{"16s", 0, 0, false},
+		{"16s,0s", 0, 0, false},
+		{"-1s,5s", 0, 0, false},
+		{"16,5s", 0, 0, false},
+		{"16s,5s,1s", 0, 0, false},
+	} {
+		from, length, err := parseProfileWindow(tc.in)
+		if (err == nil) != tc.ok || from != tc.from || length != tc.length {
+			t.Errorf("parseProfileWindow(%q) = %v, %v, %v; want %v, %v, ok %v", tc.in, from, length, err, tc.from, tc.length, tc.ok)
+		}
+		if err != nil && !strings.Contains(err.Error(), profileWindowEnv) {
+			t.Errorf("parseProfileWindow(%q): error %q does not name %s", tc.in, err, profileWindowEnv)
+		}
+	}
+}

@@ -95,6 +95,12 @@ var protections = []protection{
 		extra: true,
 	},
 	{
+		name: "levee-refuse-all", label: "levee refusing every call", short: "levee refuse-all",
+		about: "the same bucket at rate 0 (not in the default run): it refuses every call in grpc-go's tap, so the server's CPU in the spike is what refusing the spike's whole load costs it, and its complement bounds what any protection that refuses in the tap can serve there",
+		build: func(serverSpec) ([]grpc.ServerOption, func(), error) { return leveeBucket(0) },
+		extra: true,
+	},
+	{
 		name: "levee-static", label: "levee static recipe (told the capacity)", short: "levee static",
 		about: "levee serve -recipe static, a fixed chain sized from the measured capacity and CPU work (levee.go)",
 		build: func(serverSpec) ([]grpc.ServerOption, func(), error) { return leveeStatic() },

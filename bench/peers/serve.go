@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"runtime/pprof"
+	"strings"
 	"syscall"
 	"time"
 
@@ -33,20 +34,72 @@ const serverEnv = "LEVEE_PEERS_SERVER"
 // protection's CPU goes. The benchmark passes it on to its servers.
 const profileEnv = "LEVEE_PEERS_CPUPROFILE"
 
-// startProfile starts the server's CPU profile in dir and returns the
-// function that stops and writes it.
+// profileWindowEnv, beside profileEnv, narrows each server's profile to
+// a window of its life, "START,LENGTH" in Go durations from the server's
+// start (which is the start of the first phase): "16s,6s" profiles the
+// default run's spike, where most refusals are.
+const profileWindowEnv = "LEVEE_PEERS_CPUPROFILE_WINDOW"
+
+// parseProfileWindow parses profileWindowEnv's value w: length 0 when w
+// is empty (the whole life).
+func parseProfileWindow(w string) (from, length time.Duration, err error) {
+	if w == "" {
+		return 0, 0, nil
+	}
+	a, b, ok := strings.Cut(w, ",")
+	from, errA := time.ParseDuration(a)
+	length, errB := time.ParseDuration(b)
+	if !ok || errA != nil || errB != nil || from < 0 || length <= 0 {
+		return 0, 0, fmt.Errorf("%s: want START,LENGTH (Go durations, START >= 0, LENGTH > 0), got %q", profileWindowEnv, w)
+	}
+	return from, length, nil
+}
+
+// startProfile starts the server's CPU profile in dir (in the window
+// profileWindowEnv gives, if set) and returns the function that stops and
+// writes it.
 func startProfile(dir, protection string) (func(), error) {
+	from, length, err := parseProfileWindow(os.Getenv(profileWindowEnv))
+	if err != nil {
+		return nil, err
+	}
 	f, err := os.Create(filepath.Join(dir, fmt.Sprintf("%s-%d.pprof", protection, os.Getpid())))
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", profileEnv, err)
 	}
-	if err := pprof.StartCPUProfile(f); err != nil {
-		f.Close()
-		return nil, fmt.Errorf("%s: %w", profileEnv, err)
+	if length == 0 {
+		if err := pprof.StartCPUProfile(f); err != nil {
+			f.Close()
+			return nil, fmt.Errorf("%s: %w", profileEnv, err)
+		}
+		return func() {
+			pprof.StopCPUProfile()
+			f.Close()
+		}, nil
 	}
+	done := make(chan struct{})
+	finished := make(chan struct{})
+	go func() {
+		defer close(finished)
+		defer f.Close()
+		select {
+		case <-done:
+			return
+		case <-time.After(from):
+		}
+		if err := pprof.StartCPUProfile(f); err != nil {
+			fmt.Fprintf(os.Stderr, "%s: %v\n", profileEnv, err)
+			return
+		}
+		defer pprof.StopCPUProfile()
+		select {
+		case <-done:
+		case <-time.After(length):
+		}
+	}()
 	return func() {
-		pprof.StopCPUProfile()
-		f.Close()
+		close(done)
+		<-finished
 	}, nil
 }
 
