@@ -84,6 +84,8 @@ func startProfile(dir, protection string) (func(), error) {
 		defer f.Close()
 		select {
 		case <-done:
+			// The server ended before its window: no profile, no file.
+			os.Remove(f.Name())
 			return
 		case <-time.After(from):
 		}
