@@ -333,3 +333,15 @@ func completedIn(ok []success, from, until time.Time) int {
 	j, _ := slices.BinarySearchFunc(ok, until, func(s success, t time.Time) int { return s.at.Compare(t) })
 	return j - i
 }
+
+// unitsCompletedIn returns the units of work (kind.units) of the requests
+// in ok, in order of completion, that succeeded in [from, until).
+func unitsCompletedIn(ok []success, from, until time.Time, kind loadKind) int64 {
+	i, _ := slices.BinarySearchFunc(ok, from, func(s success, t time.Time) int { return s.at.Compare(t) })
+	j, _ := slices.BinarySearchFunc(ok, until, func(s success, t time.Time) int { return s.at.Compare(t) })
+	var n int64
+	for _, s := range ok[i:j] {
+		n += int64(kind.units(s.id))
+	}
+	return n
+}

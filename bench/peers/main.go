@@ -457,6 +457,7 @@ func writeNotes(w io.Writer, cfg *config, pl *placement, results []scenarioResul
 	}
 	fmt.Fprintf(w, "- Refused at %g× and %g×: share of the calls scheduled in the phases at %g× and %g× the capacity that were refused; anything above 0 refuses work the server could do. "+
 		"Spike goodput: calls that succeeded during the spike per second, as %% of the measured capacity (heavytail, twokinds: units of work, the request's quantity, as %% of the units/s measured; slowdep: calls that succeeded while the dependency was slow, by completion time, as %% of the capacity measured with it slow). "+
+		"Served during the spike: the calls (units of work) that succeeded between the spike's start and its end by completion time, whenever scheduled, per second as %% of the capacity; a protection that admits more than the server serves in the spike serves the rest after its end, which the goodput counts and this does not (the recovery's first second pays for it). "+
 		"Recovery: share of the calls scheduled in the first second after the spike (and in the whole recovery) that succeeded. Calls count in the phase in which they were scheduled.\n",
 		cfg.normalLoad, cfg.highLoad, cfg.normalLoad, cfg.highLoad)
 	fmt.Fprintf(w, "- slowdep, time to 90%%: from the moment the dependency slowed (the spike's start) to the end of the first %v window (windows %v apart) in which calls succeeded at 90%% of the capacity measured with the slow dependency, by completion time; \"never\" when no window of the spike reached it.\n",

@@ -355,3 +355,36 @@ func TestParseProfileWindow(t *testing.T) {
 		}
 	}
 }
+
+func TestUnitsCompletedIn(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	at := func(ms int) time.Time { return t0.Add(time.Duration(ms) * time.Millisecond) }
+	var ok []success
+	var costly uint64
+	for id := uint64(1); id <= 40; id++ {
+		ok = append(ok, success{id, at(int(id) * 10)})
+		if costly == 0 && loadTwoKinds.units(id) == costlyUnits {
+			costly = id
+		}
+	}
+	if costly == 0 {
+		t.Fatal("no costly request among ids 1..40")
+	}
+	// [100ms, 200ms): ids 10..19.
+	if got := unitsCompletedIn(ok, at(100), at(200), loadAllocate); got != 10 {
+		t.Errorf("one-unit load: got %d units, want 10", got)
+	}
+	var want int64
+	for id := uint64(10); id <= 19; id++ {
+		want += int64(loadTwoKinds.units(id))
+	}
+	if got := unitsCompletedIn(ok, at(100), at(200), loadTwoKinds); got != want {
+		t.Errorf("twokinds: got %d units, want %d", got, want)
+	}
+	if got := unitsCompletedIn(ok, at(1000), at(2000), loadAllocate); got != 0 {
+		t.Errorf("after the last: got %d, want 0", got)
+	}
+	if got := unitsCompletedIn(ok, at(0), at(10_000), loadTwoKinds); got < 40+costlyUnits-1 {
+		t.Errorf("all: got %d units, want at least %d (one costly request)", got, 40+costlyUnits-1)
+	}
+}

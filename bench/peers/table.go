@@ -31,6 +31,14 @@ type score struct {
 	// dependency slowed in the spike, the requests that succeeded while
 	// it was slow (by completion), as % of the slowed capacity.
 	SpikeGoodput float64 `json:"spike_goodput_pct"`
+	// SpikeServed is the requests that succeeded while the spike lasted,
+	// by completion time, per second, as % of the capacity (in units of
+	// work for a load whose requests differ in cost; slowdep: as
+	// SpikeGoodput). A protection that admits more than the server
+	// serves in the spike is credited in SpikeGoodput, by schedule, for
+	// the backlog it serves after the spike's end, into the recovery;
+	// not here.
+	SpikeServed float64 `json:"spike_served_pct"`
 	// CallGoodput is the requests that succeeded in the spike per second,
 	// as % of the capacity in requests (scored for variable loads only).
 	CallGoodput float64 `json:"spike_call_goodput_pct,omitempty"`
@@ -95,6 +103,9 @@ func scoreRun(p protection, cfg *config, sc scenario, m measured, rr runResult) 
 	if len(alloc.Phases) > 0 && alloc.Phases[0].Name == phaseNormal && len(alloc.Seconds) > 0 {
 		s.NormalColdRefused = pct(float64(alloc.Seconds[0].RefusedTotal()), float64(normal.Offered))
 	}
+	from := alloc.Start.Add(cfg.spikeStart())
+	served := unitsCompletedIn(rr.ok, from, from.Add(cfg.spike), sc.load)
+	s.SpikeServed = pct(float64(served)/cfg.spike.Seconds(), m.work)
 	switch {
 	case sc.load.variable():
 		_, units := workIn(alloc, phaseSpike, sc.load, rr.ok)
@@ -110,6 +121,7 @@ func scoreRun(p protection, cfg *config, sc scenario, m measured, rr runResult) 
 			s.SpikeGoodput = pct(float64(completedIn(rr.ok, rr.SlowAt, end))/cfg.spike.Seconds(), m.slowCapacity)
 			s.TimeTo90, s.Reached90 = timeTo(rr.ok, rr.SlowAt, end, 0.9*m.slowCapacity)
 		}
+		s.SpikeServed = s.SpikeGoodput
 	}
 	if sc.load == loadTwoKinds {
 		s.CheapServed, s.CostlyServed = servedByKind(alloc, sc.load, rr.ok)
@@ -385,6 +397,9 @@ func writeSummary(w io.Writer, cfg *config, results []scenarioResult) {
 				}
 				return fmt.Sprintf("%.0f", s.SpikeGoodput)
 			}},
+		{"Served during the spike, by completion time (% of capacity; heavytail, twokinds: in work; slowdep: as above): what the server did while the spike lasted; the goodput above counts the spike's calls by schedule, with those served after its end", func(_ scenarioResult, s score) string {
+			return fmt.Sprintf("%.0f", s.SpikeServed)
+		}},
 		{"Recovery: served in the first second after the spike (%), and from how long after it every call was served (ms)", func(_ scenarioResult, s score) string {
 			return fmt.Sprintf("%.0f (%s)", s.Recovery, recoveredMs(s.RecoveredAfter))
 		}},
