@@ -299,8 +299,17 @@ func TestStreamCapPerPeer(t *testing.T) {
 			t.Fatalf("greedy client's stream %d beyond its cap: %v, want RESOURCE_EXHAUSTED %q", 21+i, err, grpcguard.ReasonTooManyStreams)
 		}
 	}
+	// A refused stream's goroutines end soon after its refusal; those of
+	// the tests before may still be ending too. What must not happen is
+	// goroutines that stay, so the count has 5s to come back.
+	bounded := func() bool { return runtime.NumGoroutine() <= before+20 }
+	for deadline := time.Now().Add(5 * time.Second); !bounded() && time.Now().Before(deadline); {
+		time.Sleep(5 * time.Millisecond)
+	}
 	if after := runtime.NumGoroutine(); after > before+20 {
-		t.Errorf("goroutines %d → %d after 50 refused streams, want them bounded", before, after)
+		buf := make([]byte, 1<<20)
+		t.Errorf("goroutines %d → %d 5s after 50 refused streams, want them bounded; they are:\n%s",
+			before, after, buf[:runtime.Stack(buf, true)])
 	}
 	openStreams(t, ctx, other, 20) // another client's streams are not refused
 	if _, err := other.EmptyCall(ctx, &testgrpc.Empty{}); err != nil {
