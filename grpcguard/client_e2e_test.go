@@ -21,6 +21,7 @@ import (
 
 	"github.com/levee-go/levee/admission"
 	"github.com/levee-go/levee/breaker"
+	"github.com/levee-go/levee/internal/clock/clocktest"
 	"github.com/levee-go/levee/ratelimit"
 )
 
@@ -197,7 +198,7 @@ func TestClientBreakerOverGRPC(t *testing.T) {
 	)
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			clk := newCliClock()
+			clk := clocktest.New(time.Now())
 			tr := &transitions{}
 			c := mustClient(t, clk, WithThrottle(nil), WithBreaker(func(string, string) []breaker.Option {
 				// The classic state machine, without the Client's trickle of
@@ -243,7 +244,7 @@ func TestClientBreakerOverGRPC(t *testing.T) {
 				if got := svc.calls.Load(); got != window+20 {
 					t.Errorf("server saw %d calls, want %d", got, window+20)
 				}
-				if st := b.StateAt(clk.now()); st != breaker.StateClosed {
+				if st := b.StateAt(clk.Now()); st != breaker.StateClosed {
 					t.Errorf("state = %v, want closed", st)
 				}
 				return
@@ -254,26 +255,26 @@ func TestClientBreakerOverGRPC(t *testing.T) {
 
 			// Still failing after the wait: the probes reopen the breaker.
 			svc.plan(func(int64) bool { return true }, codes.Unavailable, "")
-			clk.advance(wait)
+			clk.Advance(wait)
 			for i := range probes {
 				if err := call(); status.Code(err) != codes.Unavailable || errors.Is(err, ErrClientRefused) {
 					t.Fatalf("probe %d = %v, want the server's UNAVAILABLE", i+1, err)
 				}
 			}
-			if st := b.StateAt(clk.now()); st != breaker.StateOpen {
+			if st := b.StateAt(clk.Now()); st != breaker.StateOpen {
 				t.Fatalf("state after failed probes = %v, want open", st)
 			}
 			wantLocalRefusal(t, "call after failed probes", call(), breaker.ErrOpen)
 
 			// Recovered: the probes close it and calls flow again.
 			svc.plan(nil, codes.OK, "")
-			clk.advance(wait)
+			clk.Advance(wait)
 			for i := range probes {
 				if err := call(); err != nil {
 					t.Fatalf("probe %d after recovery = %v, want nil", i+1, err)
 				}
 			}
-			if st := b.StateAt(clk.now()); st != breaker.StateClosed {
+			if st := b.StateAt(clk.Now()); st != breaker.StateClosed {
 				t.Fatalf("state after successful probes = %v, want closed", st)
 			}
 			before := svc.calls.Load()
@@ -301,7 +302,7 @@ func TestClientBreakerOverGRPC(t *testing.T) {
 // the server.
 func TestClientPushbackOverGRPC(t *testing.T) {
 	t.Run("pushback trailer", func(t *testing.T) {
-		clk := newCliClock()
+		clk := clocktest.New(time.Now())
 		c := mustClient(t, clk, WithThrottle(nil)) // one refusal in one call would make it drop half
 		svc := &cliService{}
 		svc.plan(func(n int64) bool { return n == 1 }, codes.ResourceExhausted, "1500")
@@ -313,7 +314,7 @@ func TestClientPushbackOverGRPC(t *testing.T) {
 		if got := c.HoldOff(cc.Target()); got != 1500*time.Millisecond {
 			t.Fatalf("HoldOff() = %v, want 1.5s", got)
 		}
-		clk.advance(time.Second)
+		clk.Advance(time.Second)
 		for range 3 {
 			_, err := client.EmptyCall(ctx, &testgrpc.Empty{})
 			wantLocalRefusal(t, "call 1s into the hold-off", err, nil)
@@ -327,7 +328,7 @@ func TestClientPushbackOverGRPC(t *testing.T) {
 		if got := svc.calls.Load() + svc.streams.Load(); got != 1 {
 			t.Fatalf("server saw %d calls, want 1", got)
 		}
-		clk.advance(500 * time.Millisecond)
+		clk.Advance(500 * time.Millisecond)
 		if _, err := client.EmptyCall(ctx, &testgrpc.Empty{}); err != nil {
 			t.Fatalf("call after the hold-off = %v, want nil", err)
 		}
@@ -340,7 +341,7 @@ func TestClientPushbackOverGRPC(t *testing.T) {
 	// set no trailer); refusing in its interceptor, the trailer too.
 	for _, tap := range []bool{true, false} {
 		t.Run(fmt.Sprintf("levee server, tap %v", tap), func(t *testing.T) {
-			clk := newCliClock()
+			clk := clocktest.New(time.Now())
 			c := mustClient(t, clk, WithThrottle(nil), WithMaxHoldOff(10*time.Second))
 			srv, err := New([]Rule{{Methods: []string{cliEmptyCall},
 				Guards: []admission.Guard{ratelimit.NewGuard("rate", mustLimiter(t, ratelimit.Every(time.Hour), 1))}}})
@@ -386,7 +387,7 @@ func TestClientPushbackOverGRPC(t *testing.T) {
 			if got := svc.calls.Load(); got != 1 {
 				t.Errorf("server handled %d calls, want 1", got)
 			}
-			clk.advance(10 * time.Second)
+			clk.Advance(10 * time.Second)
 			if _, err := client.EmptyCall(ctx, &testgrpc.Empty{}); status.Code(err) != codes.ResourceExhausted || errors.Is(err, ErrClientRefused) {
 				t.Fatalf("call after the hold-off = %v, want it sent and refused by the server", err)
 			}
@@ -418,7 +419,7 @@ func TestClientStreamsOverGRPC(t *testing.T) {
 	)
 
 	t.Run("failing server streams trip the breaker", func(t *testing.T) {
-		clk := newCliClock()
+		clk := clocktest.New(time.Now())
 		c := mustClient(t, clk, WithThrottle(nil), smallBreaker(4, 1, nil))
 		svc := &cliService{}
 		svc.plan(func(int64) bool { return true }, codes.Unavailable, "")
@@ -447,7 +448,7 @@ func TestClientStreamsOverGRPC(t *testing.T) {
 	})
 
 	t.Run("streams ending with an application error do not trip it", func(t *testing.T) {
-		c := mustClient(t, newCliClock(), WithThrottle(nil), smallBreaker(4, 1, nil))
+		c := mustClient(t, clocktest.New(time.Now()), WithThrottle(nil), smallBreaker(4, 1, nil))
 		svc := &cliService{}
 		svc.plan(func(int64) bool { return true }, codes.Internal, "")
 		client, cc := serveCli(t, svc, nil, c.DialOptions()...)
@@ -469,7 +470,7 @@ func TestClientStreamsOverGRPC(t *testing.T) {
 	})
 
 	t.Run("streams read to the end are successes", func(t *testing.T) {
-		c := mustClient(t, newCliClock(), WithThrottle(nil))
+		c := mustClient(t, clocktest.New(time.Now()), WithThrottle(nil))
 		svc := &cliService{}
 		client, cc := serveCli(t, svc, nil, c.DialOptions()...)
 		bidi, err := client.FullDuplexCall(ctx)
@@ -514,7 +515,7 @@ func TestClientStreamsOverGRPC(t *testing.T) {
 	})
 
 	t.Run("a half-open probe stream holds its permit for its life", func(t *testing.T) {
-		clk := newCliClock()
+		clk := clocktest.New(time.Now())
 		tr := &transitions{}
 		c := mustClient(t, clk, WithThrottle(nil), smallBreaker(1, 1, tr))
 		svc := &cliService{}
@@ -528,7 +529,7 @@ func TestClientStreamsOverGRPC(t *testing.T) {
 		if _, err := first.Recv(); status.Code(err) != codes.Unavailable {
 			t.Fatalf("first stream ended with %v, want UNAVAILABLE", err)
 		}
-		clk.advance(time.Second)
+		clk.Advance(time.Second)
 		probe, err := client.FullDuplexCall(ctx)
 		if err != nil {
 			t.Fatalf("probe stream: open = %v", err)
@@ -554,7 +555,7 @@ func TestClientStreamsOverGRPC(t *testing.T) {
 	})
 
 	t.Run("a canceled stream is ignored and gives its probe back", func(t *testing.T) {
-		clk := newCliClock()
+		clk := clocktest.New(time.Now())
 		c := mustClient(t, clk, WithThrottle(nil), smallBreaker(1, 1, nil))
 		svc := &cliService{}
 		client, cc := serveCli(t, svc, nil, c.DialOptions()...)
@@ -575,7 +576,7 @@ func TestClientStreamsOverGRPC(t *testing.T) {
 	})
 
 	t.Run("a stream's pushback holds the target off", func(t *testing.T) {
-		clk := newCliClock()
+		clk := clocktest.New(time.Now())
 		c := mustClient(t, clk, WithThrottle(nil))
 		svc := &cliService{}
 		svc.plan(func(int64) bool { return true }, codes.ResourceExhausted, "2000")
@@ -738,7 +739,7 @@ func (s *appErrService) UnaryCall(context.Context, *testgrpc.SimpleRequest) (*te
 // 100 UNAVAILABLE answers (the breaker's and the throttle's minimum) open
 // the breaker.
 func TestClientApplicationErrorsOverGRPC(t *testing.T) {
-	clk := newCliClock()
+	clk := clocktest.New(time.Now())
 	c := mustClient(t, clk)
 	svc := &appErrService{plan: func(n int64) error {
 		switch {
@@ -774,7 +775,7 @@ func TestClientApplicationErrorsOverGRPC(t *testing.T) {
 
 	const calls = 303
 	for i := 1; i <= calls; i++ {
-		clk.advance(time.Millisecond)
+		clk.Advance(time.Millisecond)
 		_, err := client.EmptyCall(ctx, &testgrpc.Empty{})
 		if errors.Is(err, ErrClientRefused) {
 			t.Fatalf("call %d refused by the client: %v; want every call sent", i, err)
@@ -786,7 +787,7 @@ func TestClientApplicationErrorsOverGRPC(t *testing.T) {
 	if got := svc.calls.Load(); got != calls {
 		t.Errorf("server saw %d calls, want %d", got, calls)
 	}
-	if s := c.Throttle(cc.Target(), cliEmptyCall).SnapshotAt(clk.now()); s.Requests != calls || s.Accepts != calls || s.Throttled != 0 {
+	if s := c.Throttle(cc.Target(), cliEmptyCall).SnapshotAt(clk.Now()); s.Requests != calls || s.Accepts != calls || s.Throttled != 0 {
 		t.Errorf("throttle: %d requests, %d accepts, %d dropped; want %d, %d, 0", s.Requests, s.Accepts, s.Throttled, calls, calls)
 	}
 	brk := c.Breaker(cc.Target(), cliEmptyCall)
@@ -796,7 +797,7 @@ func TestClientApplicationErrorsOverGRPC(t *testing.T) {
 
 	const unaryCall = "/grpc.testing.TestService/UnaryCall"
 	for i := 1; i <= 110; i++ {
-		clk.advance(time.Millisecond)
+		clk.Advance(time.Millisecond)
 		_, err := client.UnaryCall(ctx, &testgrpc.SimpleRequest{})
 		if i <= 100 {
 			if status.Code(err) != codes.Unavailable || errors.Is(err, ErrClientRefused) {
@@ -809,7 +810,7 @@ func TestClientApplicationErrorsOverGRPC(t *testing.T) {
 	if got := svc.unary.Load(); got != 100 {
 		t.Errorf("server saw %d overloaded calls, want 100", got)
 	}
-	if p := c.Throttle(cc.Target(), unaryCall).ProbabilityAt(clk.now()); p < 0.99 {
+	if p := c.Throttle(cc.Target(), unaryCall).ProbabilityAt(clk.Now()); p < 0.99 {
 		t.Errorf("throttle P after 100 UNAVAILABLE = %v, want 100/101", p)
 	}
 }

@@ -16,6 +16,7 @@ import (
 
 	"github.com/levee-go/levee/admission"
 	"github.com/levee-go/levee/breaker"
+	"github.com/levee-go/levee/internal/clock/clocktest"
 	"github.com/levee-go/levee/retrybudget"
 )
 
@@ -150,9 +151,9 @@ func equalDurations(a, b []time.Duration) bool {
 func TestClientRetryGuarded(t *testing.T) {
 	t.Run("waits out the hold-off", func(t *testing.T) {
 		c, w := retryClient(t, WithRetries(2), WithRetryBudget(nil), WithBreaker(nil), WithThrottle(nil))
-		clk := newCliClock()
-		c.clock.Fake = clk.now
-		w2 := func(ctx context.Context, d time.Duration) bool { clk.advance(d); return w.wait(ctx, d) }
+		clk := clocktest.New(time.Now())
+		c.clock.Fake = clk.Now
+		w2 := func(ctx context.Context, d time.Duration) bool { clk.Advance(d); return w.wait(ctx, d) }
 		c.wait = w2
 		// The server asks for 30ms in its trailer; its RetryInfo says 5ms.
 		inv := &scriptInvoker{errs: []error{withRetryInfo(codes.Unavailable, 5*time.Millisecond)}, trailers: []string{"30"}}

@@ -10,6 +10,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/levee-go/levee/admission"
+	"github.com/levee-go/levee/internal/clock/clocktest"
 )
 
 // outcomeGuard admits every call and hands each finished call's outcome to
@@ -32,7 +33,7 @@ func (g *outcomeGuard) Finish(_ admission.Call, _ admission.Permit, o admission.
 // (or, without -race, a nil stop function called).
 func TestClientStreamContextEndedWhileOpening(t *testing.T) {
 	g := &outcomeGuard{done: make(chan admission.Outcome, 1)}
-	c := mustClient(t, newCliClock(), WithBreaker(nil), WithThrottle(nil),
+	c := mustClient(t, clocktest.New(time.Now()), WithBreaker(nil), WithThrottle(nil),
 		WithClientGuards(func(string, string) []admission.Guard { return []admission.Guard{g} }))
 	cc := cliConn(t, "passthrough:///inventory")
 	ctx, cancel := context.WithCancel(context.Background())

@@ -21,29 +21,10 @@ import (
 	"github.com/levee-go/levee/breaker"
 	"github.com/levee-go/levee/bulkhead"
 	"github.com/levee-go/levee/holdoff"
+	"github.com/levee-go/levee/internal/clock/clocktest"
 	"github.com/levee-go/levee/ratelimit"
 	"github.com/levee-go/levee/throttle"
 )
-
-// cliClock is the injected clock of the client tests.
-type cliClock struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-func newCliClock() *cliClock { return &cliClock{t: time.Now()} }
-
-func (c *cliClock) now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.t
-}
-
-func (c *cliClock) advance(d time.Duration) {
-	c.mu.Lock()
-	c.t = c.t.Add(d)
-	c.mu.Unlock()
-}
 
 // cliConn returns a ClientConn that is never connected: the fake invokers
 // of the unit tests only read its Target.
@@ -57,14 +38,14 @@ func cliConn(t testing.TB, target string) *grpc.ClientConn {
 	return cc
 }
 
-func mustClient(t testing.TB, clk *cliClock, opts ...ClientOption) *Client {
+func mustClient(t testing.TB, clk *clocktest.Manual, opts ...ClientOption) *Client {
 	t.Helper()
 	c, err := NewClient(opts...)
 	if err != nil {
 		t.Fatalf("NewClient() = %v", err)
 	}
 	if clk != nil {
-		c.clock.Fake = clk.now
+		c.clock.Fake = clk.Now
 	}
 	return c
 }
@@ -187,14 +168,14 @@ func TestClassifyErrorAllocs(t *testing.T) {
 }
 
 func TestBreakerGuard(t *testing.T) {
-	clk := newCliClock()
+	clk := clocktest.New(time.Now())
 	b := mustBreaker(t, breaker.WithCountWindow(4), breaker.WithMinimumCalls(4), breaker.WithFailureRate(50),
 		breaker.WithWaitInOpen(10*time.Second), breaker.WithHalfOpenCalls(1), breaker.WithClassifier(ClassifyError))
 	g := breaker.NewGuard("downstream", b)
 	if g.Name() != "downstream" {
 		t.Errorf("Name() = %q, want %q", g.Name(), "downstream")
 	}
-	call := func() admission.Call { return admission.Call{Method: cliMethod, Now: clk.now()} }
+	call := func() admission.Call { return admission.Call{Method: cliMethod, Now: clk.Now()} }
 	fail := admission.Outcome{Err: status.Error(codes.Unavailable, "down"), Duration: time.Millisecond}
 	for i := range 4 {
 		c := call()
@@ -207,7 +188,7 @@ func TestBreakerGuard(t *testing.T) {
 	if d := g.Admit(call()); !d.Refused || d.Reason != breaker.ReasonOpen {
 		t.Fatalf("after 4 failures: admission.Grant() = %+v, want refused with %q", d, breaker.ReasonOpen)
 	}
-	clk.advance(10*time.Second + time.Millisecond) // the wait runs from the end of the last failure
+	clk.Advance(10*time.Second + time.Millisecond) // the wait runs from the end of the last failure
 	c := call()
 	probe := g.Admit(c)
 	if probe.Refused {
@@ -219,7 +200,7 @@ func TestBreakerGuard(t *testing.T) {
 	// A later guard refused the probe: the breaker ignores it and gives the
 	// probe permit back.
 	g.Finish(c, probe.Permit, admission.Outcome{Skipped: true})
-	if st := b.StateAt(clk.now()); st != breaker.StateHalfOpen {
+	if st := b.StateAt(clk.Now()); st != breaker.StateHalfOpen {
 		t.Fatalf("after a skipped probe: state = %v, want half-open", st)
 	}
 	c = call()
@@ -228,7 +209,7 @@ func TestBreakerGuard(t *testing.T) {
 		t.Fatalf("after a skipped probe: admission.Grant() = %+v, want admitted", probe)
 	}
 	g.Finish(c, probe.Permit, admission.Outcome{Err: status.Error(codes.NotFound, "no such sku"), Duration: time.Millisecond})
-	if st := b.StateAt(clk.now()); st != breaker.StateClosed {
+	if st := b.StateAt(clk.Now()); st != breaker.StateClosed {
 		t.Fatalf("after a NOT_FOUND probe: state = %v, want closed", st)
 	}
 	if snap := b.Snapshot(); snap.Ignored != 1 {
@@ -237,13 +218,13 @@ func TestBreakerGuard(t *testing.T) {
 }
 
 func TestThrottleGuard(t *testing.T) {
-	clk := newCliClock()
+	clk := clocktest.New(time.Now())
 	// drop whenever P > 0, with the formula from the first request
 	thr := mustThrottle(t, throttle.WithRandom(func() float64 { return 0 }), throttle.WithMinRequests(0))
 	g := throttle.NewGuard("throttle", thr, Judge(ClassifyError))
 	finish := func(o admission.Outcome) {
 		t.Helper()
-		c := admission.Call{Now: clk.now()}
+		c := admission.Call{Now: clk.Now()}
 		d := g.Admit(c)
 		if d.Refused {
 			t.Fatalf("admission.Grant() refused with P = %v, want admitted", thr.ProbabilityAt(c.Now))
@@ -253,7 +234,7 @@ func TestThrottleGuard(t *testing.T) {
 	// Neither skipped nor ignored calls are recorded.
 	finish(admission.Outcome{Skipped: true})
 	finish(admission.Outcome{Err: status.Error(codes.Canceled, "gone")})
-	if s := thr.SnapshotAt(clk.now()); s.Requests != 0 {
+	if s := thr.SnapshotAt(clk.Now()); s.Requests != 0 {
 		t.Fatalf("after a skipped and a canceled call: Requests = %d, want 0", s.Requests)
 	}
 	// Application errors are accepts; overload is not.
@@ -261,14 +242,14 @@ func TestThrottleGuard(t *testing.T) {
 	finish(admission.Outcome{Err: status.Error(codes.Unknown, "boom")})
 	finish(admission.Outcome{Err: status.Error(codes.ResourceExhausted, "busy")})
 	finish(admission.Outcome{Err: status.Error(codes.DeadlineExceeded, "late")})
-	s := thr.SnapshotAt(clk.now())
+	s := thr.SnapshotAt(clk.Now())
 	if s.Requests != 4 || s.Accepts != 2 {
 		t.Fatalf("Snapshot = %d requests, %d accepts; want 4, 2", s.Requests, s.Accepts)
 	}
 	// P = (4 - 2*2)/5 = 0 still; one more refusal makes it positive.
 	finish(admission.Outcome{Err: status.Error(codes.Unavailable, "down")})
-	if d := g.Admit(admission.Call{Now: clk.now()}); !d.Refused || d.Reason != throttle.ReasonThrottled {
-		t.Fatalf("P = %v: admission.Grant() = %+v, want refused with %q", thr.ProbabilityAt(clk.now()), d, throttle.ReasonThrottled)
+	if d := g.Admit(admission.Call{Now: clk.Now()}); !d.Refused || d.Reason != throttle.ReasonThrottled {
+		t.Fatalf("P = %v: admission.Grant() = %+v, want refused with %q", thr.ProbabilityAt(clk.Now()), d, throttle.ReasonThrottled)
 	}
 }
 
@@ -296,7 +277,7 @@ func TestNewClientRejectsBadOptions(t *testing.T) {
 }
 
 func TestClientRefusalNeverInvokes(t *testing.T) {
-	clk := newCliClock()
+	clk := clocktest.New(time.Now())
 	c := mustClient(t, clk, WithThrottle(nil))
 	cc := cliConn(t, "passthrough:///inventory")
 	inv := &fakeInvoker{}
@@ -349,7 +330,7 @@ func TestClientRefusalCauses(t *testing.T) {
 }
 
 func TestClientLaterRefusalGivesBack(t *testing.T) {
-	clk := newCliClock()
+	clk := clocktest.New(time.Now())
 	lim := mustLimiter(t, 1, 1)
 	c := mustClient(t, clk, WithTargetLimiter(func(string) *ratelimit.Limiter { return lim }),
 		WithBreaker(func(string, string) []breaker.Option {
@@ -359,14 +340,14 @@ func TestClientLaterRefusalGivesBack(t *testing.T) {
 	inv := &fakeInvoker{}
 	unary := c.UnaryClientInterceptor()
 	_ = unary(context.Background(), cliMethod, nil, nil, cc, inv.invoke)
-	clk.advance(time.Second) // the bucket is full again
+	clk.Advance(time.Second) // the bucket is full again
 	c.Breaker(cc.Target(), cliMethod).ForceOpen()
 	for range 3 {
 		if err := unary(context.Background(), cliMethod, nil, nil, cc, inv.invoke); !errors.Is(err, breaker.ErrOpen) {
 			t.Fatalf("call with the breaker forced open = %v, want breaker.ErrOpen", err)
 		}
 	}
-	if got := lim.Tokens(clk.now()); got != 1 {
+	if got := lim.Tokens(clk.Now()); got != 1 {
 		t.Errorf("bucket holds %v tokens after calls the breaker refused, want 1 (given back)", got)
 	}
 	// A throttle drop after the breaker admitted a probe gives the probe
@@ -380,23 +361,23 @@ func TestClientLaterRefusalGivesBack(t *testing.T) {
 	inv.set(status.Error(codes.Unavailable, "down"), nil)
 	_ = c2.UnaryClientInterceptor()(context.Background(), cliMethod, nil, nil, cc, inv.invoke)
 	b := c2.Breaker(cc.Target(), cliMethod)
-	if st := b.StateAt(clk.now()); st != breaker.StateOpen {
+	if st := b.StateAt(clk.Now()); st != breaker.StateOpen {
 		t.Fatalf("state after one failure = %v, want open", st)
 	}
-	clk.advance(time.Second)
+	clk.Advance(time.Second)
 	c2.entry(cc.Target(), cliMethod).chain.Guard(2).(*refuseNext).arm()
 	err := c2.UnaryClientInterceptor()(context.Background(), cliMethod, nil, nil, cc, inv.invoke)
 	if !errors.Is(err, ErrClientRefused) || errors.Is(err, breaker.ErrOpen) {
 		t.Fatalf("probe refused by the custom guard = %v, want a client refusal that is not the breaker's", err)
 	}
-	if st := b.StateAt(clk.now()); st != breaker.StateHalfOpen {
+	if st := b.StateAt(clk.Now()); st != breaker.StateHalfOpen {
 		t.Fatalf("state after the skipped probe = %v, want half-open", st)
 	}
 	inv.set(nil, nil)
 	if err := c2.UnaryClientInterceptor()(context.Background(), cliMethod, nil, nil, cc, inv.invoke); err != nil {
 		t.Fatalf("next probe = %v, want nil (the skipped probe's permit was given back)", err)
 	}
-	if st := b.StateAt(clk.now()); st != breaker.StateClosed {
+	if st := b.StateAt(clk.Now()); st != breaker.StateClosed {
 		t.Errorf("state after a successful probe = %v, want closed", st)
 	}
 }
@@ -443,7 +424,7 @@ func TestClientHoldOff(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			clk := newCliClock()
+			clk := clocktest.New(time.Now())
 			c := mustClient(t, clk, append(noBreakerNoThrottle(), WithMaxHoldOff(10*time.Second))...)
 			cc := cliConn(t, "passthrough:///inventory")
 			inv := &fakeInvoker{err: tt.err, trailer: tt.trailer}
@@ -461,7 +442,7 @@ func TestClientHoldOff(t *testing.T) {
 				return
 			}
 			// Every method of the target is held off, until the delay is over.
-			clk.advance(tt.want - time.Millisecond)
+			clk.Advance(tt.want - time.Millisecond)
 			inv.set(nil, nil)
 			err := unary(context.Background(), "/pkg.Svc/Other", nil, nil, cc, inv.invoke)
 			if status.Code(err) != codes.Unavailable || !errors.Is(err, ErrClientRefused) {
@@ -476,7 +457,7 @@ func TestClientHoldOff(t *testing.T) {
 			if n := inv.count(); n != 1 {
 				t.Fatalf("invoker saw %d calls, want 1", n)
 			}
-			clk.advance(time.Millisecond)
+			clk.Advance(time.Millisecond)
 			if err := unary(context.Background(), cliMethod, nil, nil, cc, inv.invoke); err != nil {
 				t.Fatalf("call after the hold-off = %v, want nil", err)
 			}
@@ -485,7 +466,7 @@ func TestClientHoldOff(t *testing.T) {
 }
 
 func TestClientHoldOffIsPerTarget(t *testing.T) {
-	clk := newCliClock()
+	clk := clocktest.New(time.Now())
 	c := mustClient(t, clk, noBreakerNoThrottle()...)
 	a, b := cliConn(t, "passthrough:///a"), cliConn(t, "passthrough:///b")
 	inv := &fakeInvoker{err: status.Error(codes.ResourceExhausted, "busy"), trailer: metadata.Pairs(PushbackTrailer, "1000")}
@@ -501,7 +482,7 @@ func TestClientHoldOffIsPerTarget(t *testing.T) {
 }
 
 func TestClientKeepsCallersTrailer(t *testing.T) {
-	clk := newCliClock()
+	clk := clocktest.New(time.Now())
 	c := mustClient(t, clk, noBreakerNoThrottle()...)
 	cc := cliConn(t, "passthrough:///inventory")
 	inv := &fakeInvoker{err: status.Error(codes.ResourceExhausted, "busy"), trailer: metadata.Pairs(PushbackTrailer, "700", "x-other", "v")}
@@ -519,7 +500,7 @@ func TestClientKeepsCallersTrailer(t *testing.T) {
 		t.Errorf("HoldOff() = %v, want 700ms read through the caller's trailer", got)
 	}
 
-	clk.advance(time.Second)
+	clk.Advance(time.Second)
 	_ = unary(context.Background(), cliMethod, nil, nil, cc, inv.invoke, grpc.WaitForReady(false))
 	if inv.nopts != 2 {
 		t.Errorf("invoker got %d options, want the caller's 1 and the Client's Trailer", inv.nopts)
@@ -539,7 +520,7 @@ func TestClientKeepsCallersTrailer(t *testing.T) {
 }
 
 func TestClientEntryCaps(t *testing.T) {
-	clk := newCliClock()
+	clk := clocktest.New(time.Now())
 	var mu sync.Mutex
 	var made []string
 	c := mustClient(t, clk, WithMaxEntries(2, 2), WithThrottle(nil),
@@ -584,7 +565,7 @@ func TestClientEntryCaps(t *testing.T) {
 }
 
 func TestClientCustomGuards(t *testing.T) {
-	clk := newCliClock()
+	clk := clocktest.New(time.Now())
 	keyed := mustKeyed(t, 1, 1, ratelimit.WithSweepInterval(0))
 	bh := mustBulkhead(t, 1)
 	c := mustClient(t, clk, noBreakerNoThrottle()...)
@@ -668,7 +649,7 @@ func TestClientUnaryAllocs(t *testing.T) {
 }
 
 func TestClientClassifierOverride(t *testing.T) {
-	clk := newCliClock()
+	clk := clocktest.New(time.Now())
 	strict := func(err error) breaker.Outcome {
 		if status.Code(err) == codes.NotFound {
 			return breaker.Failure
@@ -686,10 +667,10 @@ func TestClientClassifierOverride(t *testing.T) {
 	for range 2 {
 		_ = unary(context.Background(), cliMethod, nil, nil, cc, inv.invoke)
 	}
-	if s := c.Throttle(cc.Target(), cliMethod).SnapshotAt(clk.now()); s.Requests != 2 || s.Accepts != 0 {
+	if s := c.Throttle(cc.Target(), cliMethod).SnapshotAt(clk.Now()); s.Requests != 2 || s.Accepts != 0 {
 		t.Errorf("throttle counted %d requests, %d accepts; want 2, 0 (NOT_FOUND is a failure here)", s.Requests, s.Accepts)
 	}
-	if st := c.Breaker(cc.Target(), cliMethod).StateAt(clk.now()); st != breaker.StateOpen {
+	if st := c.Breaker(cc.Target(), cliMethod).StateAt(clk.Now()); st != breaker.StateOpen {
 		t.Errorf("breaker state after 2 NOT_FOUND = %v, want open", st)
 	}
 }
@@ -757,7 +738,7 @@ func TestNewClientReportsEveryBadOption(t *testing.T) {
 // holds only failures. It neither starves the breaker's half-open probes
 // nor, once they have closed the breaker, goes on dropping calls.
 func TestClientRecoveryAfterIncident(t *testing.T) {
-	clk := newCliClock()
+	clk := clocktest.New(time.Now())
 	c := mustClient(t, clk,
 		WithBreaker(func(string, string) []breaker.Option {
 			return []breaker.Option{breaker.WithCountWindow(4), breaker.WithMinimumCalls(4), breaker.WithFailureRate(50),
@@ -781,32 +762,32 @@ func TestClientRecoveryAfterIncident(t *testing.T) {
 		if err := send(); status.Code(err) != codes.Unavailable || errors.Is(err, ErrClientRefused) {
 			t.Fatalf("incident call = %v, want the server's UNAVAILABLE", err)
 		}
-		clk.advance(10 * time.Millisecond)
+		clk.Advance(10 * time.Millisecond)
 	}
 	if err := call(); !errors.Is(err, breaker.ErrOpen) || errors.Is(err, throttle.ErrThrottled) {
 		t.Fatalf("after 4 failures: call = %v, want refused by the open breaker", err)
 	}
 	thr := c.Throttle(cc.Target(), cliMethod)
-	if p := thr.ProbabilityAt(clk.now()); p < 0.79 {
+	if p := thr.ProbabilityAt(clk.Now()); p < 0.79 {
 		t.Fatalf("after 4 failures: throttle P = %v, want 0.8", p)
 	}
 
 	// The downstream is back. After the breaker's wait its two probes go
 	// through although the throttle still remembers the failures...
 	inv.set(nil, nil)
-	clk.advance(time.Second)
+	clk.Advance(time.Second)
 	for i := range 2 {
 		if err := send(); err != nil {
 			t.Fatalf("half-open probe %d = %v, want sent and answered", i, err)
 		}
 	}
-	if st := c.Breaker(cc.Target(), cliMethod).StateAt(clk.now()); st != breaker.StateClosed {
+	if st := c.Breaker(cc.Target(), cliMethod).StateAt(clk.Now()); st != breaker.StateClosed {
 		t.Fatalf("after 2 successful probes: breaker %v, want closed", st)
 	}
 	// ...and once they have closed the breaker the throttle has forgotten
 	// the incident: every call is sent, although the 4 failures are still
 	// within its 3-second window.
-	if p := thr.ProbabilityAt(clk.now()); p != 0 {
+	if p := thr.ProbabilityAt(clk.Now()); p != 0 {
 		t.Fatalf("after the breaker closed: throttle P = %v, want 0", p)
 	}
 	before := inv.count()
@@ -826,7 +807,7 @@ func TestClientRecoveryAfterIncident(t *testing.T) {
 // open (a minute here) and, through half-open, closes the breaker and
 // resets the throttle within a few calls of the downstream's return.
 func TestClientOpenProbes(t *testing.T) {
-	clk := newCliClock()
+	clk := clocktest.New(time.Now())
 	c := mustClient(t, clk,
 		WithBreaker(func(string, string) []breaker.Option {
 			return []breaker.Option{breaker.WithCountWindow(4), breaker.WithMinimumCalls(4), breaker.WithFailureRate(50),
@@ -841,7 +822,7 @@ func TestClientOpenProbes(t *testing.T) {
 	unary := c.UnaryClientInterceptor()
 	inv := &fakeInvoker{err: status.Error(codes.Unavailable, "down")}
 	send := func() error {
-		clk.advance(time.Millisecond)
+		clk.Advance(time.Millisecond)
 		return unary(context.Background(), cliMethod, nil, nil, cc, inv.invoke)
 	}
 	for range 4 {
@@ -850,7 +831,7 @@ func TestClientOpenProbes(t *testing.T) {
 		}
 	}
 	brk, thr := c.Breaker(cc.Target(), cliMethod), c.Throttle(cc.Target(), cliMethod)
-	if st := brk.StateAt(clk.now()); st != breaker.StateOpen {
+	if st := brk.StateAt(clk.Now()); st != breaker.StateOpen {
 		t.Fatalf("after 4 failures: breaker %v, want open", st)
 	}
 
@@ -872,7 +853,7 @@ func TestClientOpenProbes(t *testing.T) {
 	if n := inv.count() - before; n != 3 {
 		t.Fatalf("open, %d calls: %d reached the server, want 3", 3*DefaultOpenProbes, n)
 	}
-	if s := thr.SnapshotAt(clk.now()); s.Throttled != 0 || s.Requests != 7 || s.Accepts != 0 {
+	if s := thr.SnapshotAt(clk.Now()); s.Throttled != 0 || s.Requests != 7 || s.Accepts != 0 {
 		t.Fatalf("throttle: %d dropped, window %d requests %d accepts; want 0 dropped, 7 and 0", s.Throttled, s.Requests, s.Accepts)
 	}
 
@@ -891,10 +872,10 @@ func TestClientOpenProbes(t *testing.T) {
 	if refused != DefaultOpenProbes-1 {
 		t.Errorf("after the downstream's return: %d calls refused, want %d", refused, DefaultOpenProbes-1)
 	}
-	if st := brk.StateAt(clk.now()); st != breaker.StateClosed {
+	if st := brk.StateAt(clk.Now()); st != breaker.StateClosed {
 		t.Fatalf("after a probe and 2 half-open calls succeeded: breaker %v, want closed", st)
 	}
-	if p := thr.ProbabilityAt(clk.now()); p != 0 {
+	if p := thr.ProbabilityAt(clk.Now()); p != 0 {
 		t.Fatalf("after the breaker closed: throttle P = %v, want 0", p)
 	}
 	before = inv.count()

@@ -21,28 +21,11 @@ import (
 	"github.com/levee-go/levee/bulkhead"
 	"github.com/levee-go/levee/cpu"
 	"github.com/levee-go/levee/deadline"
+	"github.com/levee-go/levee/internal/clock/clocktest"
 	"github.com/levee-go/levee/loadshed"
 	"github.com/levee-go/levee/queuedelay"
 	"github.com/levee-go/levee/ratelimit"
 )
-
-// fakeClock is an injected clock for in-package tests.
-type fakeClock struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-func (c *fakeClock) now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.t
-}
-
-func (c *fakeClock) advance(d time.Duration) {
-	c.mu.Lock()
-	c.t = c.t.Add(d)
-	c.mu.Unlock()
-}
 
 // refuseFirst refuses its first call with a retry delay and admits the
 // rest, recording when each call arrived.
@@ -150,30 +133,30 @@ func TestCPUSaturationShedsAndRecovers(t *testing.T) {
 
 // tapThenHandle drives a call through the Server's tap and unary
 // interceptor directly, with the clock advanced by queued in between.
-func tapThenHandle(t *testing.T, s *Server, clk *fakeClock, ctx context.Context, queued time.Duration) (handled bool, err error) {
+func tapThenHandle(t *testing.T, s *Server, clk *clocktest.Manual, ctx context.Context, queued time.Duration) (handled bool, err error) {
 	t.Helper()
 	tctx, err := s.TapHandle(ctx, &tap.Info{FullMethodName: emptyCall, Header: metadata.MD{}})
 	if err != nil {
 		return false, err
 	}
-	clk.advance(queued)
+	clk.Advance(queued)
 	_, err = s.unary(tctx, nil, &grpc.UnaryServerInfo{FullMethod: emptyCall}, func(context.Context, any) (any, error) {
 		handled = true
-		clk.advance(time.Millisecond)
+		clk.Advance(time.Millisecond)
 		return nil, nil
 	})
 	return handled, err
 }
 
 func TestDeadlineRefusals(t *testing.T) {
-	clk := &fakeClock{t: time.Now()}
+	clk := clocktest.New(time.Now())
 	dg := mustDeadline(t)
 	bh := mustBulkhead(t, 1)
 	s := mustServer(t, []Rule{{Guards: []admission.Guard{dg, bulkhead.NewGuard("slots", bh, 0)}}})
-	s.clock.Fake = clk.now
+	s.clock.Fake = clk.Now
 
 	withDeadline := func(d time.Duration) (context.Context, context.CancelFunc) {
-		return context.WithDeadline(context.Background(), clk.now().Add(d))
+		return context.WithDeadline(context.Background(), clk.Now().Add(d))
 	}
 	// No sample yet: judged by the deadline alone. Each call takes 1ms, so
 	// the guard learns a service time of 1ms.
@@ -219,10 +202,10 @@ func TestDeadlineRefusals(t *testing.T) {
 }
 
 func TestQueueDelayThroughServer(t *testing.T) {
-	clk := &fakeClock{t: time.Now()}
+	clk := clocktest.New(time.Now())
 	g := mustQueue(t, 5*time.Millisecond, 100*time.Millisecond)
 	s := mustServer(t, []Rule{{Guards: []admission.Guard{g}}})
-	s.clock.Fake = clk.now
+	s.clock.Fake = clk.Now
 	ctx := context.Background()
 	if handled, err := tapThenHandle(t, s, clk, ctx, 10*time.Millisecond); !handled || err != nil {
 		t.Fatalf("10ms queued outside an episode: handled %v err %v, want handled", handled, err)
@@ -236,10 +219,10 @@ func TestQueueDelayThroughServer(t *testing.T) {
 // TestShadowRecheckCountsOnce: in shadow mode, a deadline too short at the
 // tap is one shadow refusal, not a second one when the handler starts.
 func TestShadowRecheckCountsOnce(t *testing.T) {
-	clk := &fakeClock{t: time.Now()}
+	clk := clocktest.New(time.Now())
 	s := mustServer(t, []Rule{{Shadow: true, Guards: []admission.Guard{mustDeadline(t, deadline.WithServiceTime(emptyCall, time.Second))}}})
-	s.clock.Fake = clk.now
-	ctx, cancel := context.WithDeadline(context.Background(), clk.now().Add(10*time.Millisecond))
+	s.clock.Fake = clk.Now
+	ctx, cancel := context.WithDeadline(context.Background(), clk.Now().Add(10*time.Millisecond))
 	defer cancel()
 	if handled, err := tapThenHandle(t, s, clk, ctx, 0); !handled || err != nil {
 		t.Fatalf("shadow mode: handled %v, err %v; want handled", handled, err)

@@ -18,6 +18,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/levee-go/levee/admission"
+	"github.com/levee-go/levee/internal/clock/clocktest"
 )
 
 // fixedUtil is a Utilizer that reports what the test stores.
@@ -101,7 +102,7 @@ func TestNewORCAPanicsOnNilServer(t *testing.T) {
 // orcaRig drives a Server and an ORCA's interceptors in-process, on a
 // fake clock: each handler call advances the clock by its run time.
 type orcaRig struct {
-	clk   *fakeClock
+	clk   *clocktest.Manual
 	s     *Server
 	r     *ORCA
 	guard *switchGuard
@@ -111,12 +112,12 @@ type orcaRig struct {
 
 func newORCARig(t *testing.T, opts ...ORCAOption) *orcaRig {
 	t.Helper()
-	g := &orcaRig{clk: &fakeClock{t: time.Unix(1000, 0)}, guard: &switchGuard{}, cpu: &fixedUtil{}, cap: newFixedCap(2)}
+	g := &orcaRig{clk: clocktest.New(time.Unix(1000, 0)), guard: &switchGuard{}, cpu: &fixedUtil{}, cap: newFixedCap(2)}
 	g.s = mustServer(t, []Rule{{Guards: []admission.Guard{g.guard}}})
-	g.s.clock.Fake = g.clk.now
+	g.s.clock.Fake = g.clk.Now
 	g.r = mustORCA(t, g.s, append([]ORCAOption{WithORCACPU(g.cpu), WithORCACapacity(g.cap)}, opts...)...)
-	g.r.clock.Fake = g.clk.now
-	g.r.startAt(g.clk.now())
+	g.r.clock.Fake = g.clk.Now
+	g.r.startAt(g.clk.Now())
 	return g
 }
 
@@ -126,7 +127,7 @@ var orcaInfo = &grpc.UnaryServerInfo{FullMethod: emptyCall}
 // Server's), with a handler that runs for d and returns err.
 func (g *orcaRig) call(ctx context.Context, d time.Duration, err error) error {
 	handler := func(context.Context, any) (any, error) {
-		g.clk.advance(d)
+		g.clk.Advance(d)
 		return nil, err
 	}
 	_, got := g.r.unary(ctx, nil, orcaInfo, handler)
@@ -141,7 +142,7 @@ func near(got, want float64) bool { return math.Abs(got-want) < 1e-9 }
 func TestORCALoadFollowsCounters(t *testing.T) {
 	g := newORCARig(t)
 	ctx := context.Background()
-	t0 := g.clk.now()
+	t0 := g.clk.Now()
 	type step struct {
 		at       time.Duration // since t0, after the calls
 		ok, fail int           // calls of 100ms that succeed, that fail
@@ -188,10 +189,10 @@ func TestORCALoadFollowsCounters(t *testing.T) {
 		}
 		g.guard.on.Store(false)
 		now := t0.Add(s.at)
-		if c := g.clk.now(); c.After(now) {
+		if c := g.clk.Now(); c.After(now) {
 			t.Fatalf("step %d: the calls took the clock to t0+%v, past the step", i, c.Sub(t0))
 		}
-		g.clk.advance(now.Sub(g.clk.now()))
+		g.clk.Advance(now.Sub(g.clk.Now()))
 		g.cpu.set(s.cpu)
 		g.cap.n.Store(int64(s.limit))
 		got := g.r.LoadAt(now)
@@ -265,7 +266,7 @@ func TestORCAPerCallTrailer(t *testing.T) {
 	if cpu, _ := report(); cpu != 0 {
 		t.Errorf("first call's report: cpu_utilization = %v, want 0, as encoded when the ORCA started", cpu)
 	}
-	g.clk.advance(DefaultORCAWindow / 10)
+	g.clk.Advance(DefaultORCAWindow / 10)
 	if cpu, qps := report(); cpu != 0.25 || qps <= 0 {
 		t.Errorf("report a tenth of a window later: cpu_utilization = %v, rps = %v; want 0.25 and > 0", cpu, qps)
 	}
@@ -273,7 +274,7 @@ func TestORCAPerCallTrailer(t *testing.T) {
 	if cpu, _ := report(); cpu != 0.25 {
 		t.Errorf("report 10ms later: cpu_utilization = %v, want the cached 0.25", cpu)
 	}
-	g.clk.advance(DefaultORCAWindow / 10)
+	g.clk.Advance(DefaultORCAWindow / 10)
 	if cpu, _ := report(); cpu != 0.75 {
 		t.Errorf("report another tenth of a window later: cpu_utilization = %v, want 0.75", cpu)
 	}
@@ -346,7 +347,7 @@ func TestORCAWeightIsLimitOverLatency(t *testing.T) {
 	for _, tt := range tests {
 		g := newORCARig(t)
 		g.cap.n.Store(int64(tt.limit))
-		t0 := g.clk.now()
+		t0 := g.clk.Now()
 		for i := range tt.calls {
 			var err error
 			if i < tt.failed {
@@ -354,8 +355,8 @@ func TestORCAWeightIsLimitOverLatency(t *testing.T) {
 			}
 			g.call(context.Background(), tt.d, err)
 		}
-		g.clk.advance(t0.Add(time.Second).Sub(g.clk.now()))
-		l := g.r.LoadAt(g.clk.now())
+		g.clk.Advance(t0.Add(time.Second).Sub(g.clk.Now()))
+		l := g.r.LoadAt(g.clk.Now())
 		if got := wrrWeight(l); math.Abs(got-tt.want) > 1e-6 {
 			t.Errorf("%s: weight of %+v = %v, want %v", tt.name, l, got, tt.want)
 		}

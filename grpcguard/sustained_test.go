@@ -16,6 +16,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/levee-go/levee/admission"
+	"github.com/levee-go/levee/internal/clock/clocktest"
 )
 
 func TestSustainedRefusals(t *testing.T) {
@@ -67,8 +68,8 @@ func (g *refuseAll) Finish(admission.Call, admission.Permit, admission.Outcome) 
 func TestSustainedOverloadStopsRetries(t *testing.T) {
 	g := &refuseAll{}
 	s := mustServer(t, []Rule{{Guards: []admission.Guard{g}}})
-	clk := &fakeClock{t: time.Now()}
-	s.clock.Fake = clk.now
+	clk := clocktest.New(time.Now())
+	s.clock.Fake = clk.Now
 	const retry = `{"methodConfig": [{"name": [{"service": "grpc.testing.TestService"}],
 	  "retryPolicy": {"maxAttempts": 3, "initialBackoff": "0.001s", "maxBackoff": "0.001s",
 	    "backoffMultiplier": 1, "retryableStatusCodes": ["RESOURCE_EXHAUSTED"]}}]}`
@@ -93,12 +94,12 @@ func TestSustainedOverloadStopsRetries(t *testing.T) {
 		if n != 3 {
 			t.Errorf("occasional refusal %d: %d attempts, want 3 (the tap's refusal has no pushback)", i, n)
 		}
-		clk.advance(300 * time.Millisecond)
+		clk.Advance(300 * time.Millisecond)
 	}
 	// Refusals every 100ms for 1s: sustained.
 	for range 11 {
 		_, _ = call()
-		clk.advance(100 * time.Millisecond)
+		clk.Advance(100 * time.Millisecond)
 	}
 	for i := range 5 {
 		n, err := call()
@@ -111,7 +112,7 @@ func TestSustainedOverloadStopsRetries(t *testing.T) {
 		if n != 1 {
 			t.Errorf("sustained call %d: %d attempts, want 1 (pushback -1)", i, n)
 		}
-		clk.advance(100 * time.Millisecond)
+		clk.Advance(100 * time.Millisecond)
 	}
 	if st := s.Stats(); len(st) != 1 || st[0].Refused != uint64(g.attempts.Load()) {
 		t.Errorf("Stats() = %+v, want every one of %d attempts counted refused once", st, g.attempts.Load())
@@ -124,8 +125,8 @@ func TestSustainedOverloadStopsRetries(t *testing.T) {
 // set); one whose connection sent a retry attempt gets pushback -1.
 func TestSustainedOverloadKeepsTapRefusalsForClientsThatDoNotRetry(t *testing.T) {
 	s := mustServer(t, []Rule{{Guards: []admission.Guard{&refuseAll{}}}})
-	clk := &fakeClock{t: time.Now()}
-	s.clock.Fake = clk.now
+	clk := clocktest.New(time.Now())
+	s.clock.Fake = clk.Now
 	plain := startServer(t, &testService{}, true, s.ServerOptions())
 	pushback := func(env *testEnv, md metadata.MD) []string {
 		var tr metadata.MD
@@ -138,7 +139,7 @@ func TestSustainedOverloadKeepsTapRefusalsForClientsThatDoNotRetry(t *testing.T)
 	}
 	for range 12 { // 1.2s of refusals, 100ms apart: sustained
 		pushback(plain, nil)
-		clk.advance(100 * time.Millisecond)
+		clk.Advance(100 * time.Millisecond)
 	}
 	if got := pushback(plain, nil); len(got) != 0 {
 		t.Errorf("sustained refusal of a client that never retried: pushback %q, want none (refused in the tap)", got)
