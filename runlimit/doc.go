@@ -126,16 +126,19 @@
 // three — has bursts, not a standing queue: its lanes may queue for the
 // whole target, and wait four times as long before they give up. Nor is a
 // lane held to its share while the server's turns are busy less than nine
-// tenths of the time. And while the server sat idle over the last
-// interval — no turn held, the CPU signal under 0.95, with evidence of
-// overload at the interval's start and end — a transport admits three
-// times that idle time of work more, up to an interval's (halving each
-// interval without idle time), and those calls wait as much longer for
-// their turn: arrivals in clumps (clients that batch their calls, or
-// wake on a common tick) leave the server idle between them, and a bound
-// of half a target would admit a handful of each clump (in a simulation
-// of 1ms calls at ten times the capacity, in clumps every 20ms, 30% of
-// the capacity served, 93% with the slack).
+// tenths of the time. And while the server sits idle under overload —
+// no turn held, for at least a twentieth of an interval, the CPU signal
+// under 0.95 and at most what it left idle, with evidence of overload at
+// the interval's start and end — a transport admits more work: its slack
+// grows by three times that idle time in each such interval, up to an
+// interval's work, and loses a tenth in each interval without, and the
+// calls admitted on it wait as much longer for their turn. Arrivals in
+// clumps (clients that batch their calls, or wake on a common tick)
+// leave the server idle between them, and a bound of half a target
+// would admit a handful of each clump (in a simulation of 1ms calls at
+// ten times the capacity, in clumps every 20ms, 30% of the capacity
+// served, 98% with the slack); arrivals that are not clumped leave no
+// turn free long enough to count.
 //
 // On a CPU-bound server handlers take turns on the CPU, in the Go
 // scheduler's queue, whatever the limit; the wait for a turn there shows

@@ -438,8 +438,8 @@ func TestSimClassesServedInOrderWhileLearning(t *testing.T) {
 // 10ms, then at ten times the capacity in clumps: every 20ms (or 50ms),
 // 200 (500) calls at once. A lane bound of half a queue target (5ms of
 // work) admits a handful of each clump, and the processor idles until
-// the next one: 30% (12%) of the capacity served without the slack, 93%
-// (87%) with it. The slack of the idle time lets the lane queue through
+// the next one: 30% (12%) of the capacity served without the slack, 98%
+// (97%) with it. The slack of the idle time lets the lane queue through
 // the gaps, and the calls queued so wait for it: most of the capacity is
 // served, no call waits longer than its patience and an interval, and
 // below the capacity nothing is refused.

@@ -215,7 +215,7 @@ type Limiter struct {
 	avail      [admission.Classes]atomic.Uint64 // float64: share of the turns higher classes left over the last interval
 	roomy      [admission.Classes]atomic.Bool   // lower classes got some of the turns of the last few intervals: the class has bursts, no standing queue
 	notFull    atomic.Bool                      // the turns were busy less than fullBusy of the last interval
-	slack      atomic.Int64                     // work, ns, lanes may queue beyond their bound under overload: the server's recent idle time (noteRoom)
+	slack      atomic.Int64                     // work, ns, lanes may queue beyond their bound under overload: grown by the server's idle time (noteRoom)
 	openedAt   atomic.Int64                     // opened, for readers outside upd
 
 	tenantCount  atomic.Int64
@@ -273,6 +273,12 @@ type Limiter struct {
 	updates      atomic.Uint64
 	learned      learnCounts
 
+	// noneSince is when the last turn ended with none left (ns since
+	// epoch, plus 1; 0 while a turn is held), and noneRan the ns with no
+	// turn held before it: the time the server ran no call (noneRun).
+	noneSince, noneRan atomic.Int64
+	noneMark           int64 // noneRun at the last noteRoom; written under upd
+
 	// Calls handed a turn after waiting in the interval, and how long
 	// they took to run once handed it, ns (noteLag); plag*, the same of
 	// the calls a probe measures.
@@ -320,6 +326,7 @@ func New(opts ...Option) (*Limiter, error) {
 	l.limit.Store(int64(l.est))
 	l.flows.Store(&map[string]*Flow{})
 	l.opened = l.nanos(l.o.now())
+	l.noneSince.Store(l.opened + 1)
 	l.next.Store(l.opened + int64(o.interval))
 	l.lastProbe = l.opened
 	l.lastSweep = l.opened
@@ -378,6 +385,8 @@ type Stats struct {
 	// bound (Lane.Admissible) into the slack of the server's recent idle
 	// time: arrivals in clumps (see the package doc).
 	Slacked uint64
+	// NoneRunning is how long no turn was held, since New.
+	NoneRunning time.Duration
 
 	// How the limit was learned (docs/runlimit-learner.md): the probes
 	// of each kind, and the learner's other moves.
@@ -451,6 +460,7 @@ func (l *Limiter) Stats() Stats {
 	return Stats{Limit: l.Limit(), Running: int(running(s)), Waiting: int(waiting(s)),
 		Updates: l.updates.Load(), Probes: l.probes.Load(), Rebases: l.rebases.Load(),
 		Overruns: l.overruns.Load(), Unrefused: l.unrefused.Load(), Slacked: l.slacked.Load(),
+		NoneRunning: time.Duration(l.noneRun(l.nanos(l.o.now()))),
 		RefusedOn: EvidenceStats{CPU: l.refusedOn[evidenceCPU].Load(), Overrun: l.refusedOn[evidenceOverrun].Load(),
 			Standing: l.refusedOn[evidenceStanding].Load(), Lane: l.refusedOn[evidenceLane].Load(),
 			Spike: l.refusedOn[evidenceSpike].Load()},
@@ -687,7 +697,11 @@ func (f *Flow) tryAcquire(now time.Time) (Ticket, bool) {
 		}
 		if l.state.CompareAndSwap(s, s+1) {
 			l.notePeak(running(s) + 1)
-			return Ticket{f: f, start: l.nanos(now)}, true
+			start := l.nanos(now)
+			if running(s) == 0 {
+				l.turnAfterNone(start)
+			}
+			return Ticket{f: f, start: start}, true
 		}
 	}
 }
@@ -829,7 +843,11 @@ func (ln *Lane) enqueue(cost int64) (Ticket, *waiter) {
 				l.mu.Unlock()
 				ln.unreserve(cost)
 				l.notePeak(running(s) + 1)
-				return Ticket{f: f, ln: ln, start: l.nanos(l.o.now())}, nil
+				start := l.nanos(l.o.now())
+				if running(s) == 0 {
+					l.turnAfterNone(start)
+				}
+				return Ticket{f: f, ln: ln, start: start}, nil
 			}
 			continue
 		}
@@ -885,7 +903,7 @@ func (ln *Lane) giveUp(w *waiter) {
 		// Handed a turn as we gave up (which ended the reservation): pass
 		// it on.
 		l.mu.Unlock()
-		l.release(false)
+		l.release(false, -1)
 		return
 	}
 	ln.unlink(w)
@@ -925,8 +943,9 @@ func (ln *Lane) unlink(w *waiter) {
 // idles for little.
 const pollWait = 20 * time.Microsecond
 
-// release returns a turn: to the next waiting call chosen fairly if the
-// limit allows, or to the pool.
+// release returns a turn, at end (ns since epoch; the clock's time if
+// negative): to the next waiting call chosen fairly if the limit allows,
+// or to the pool.
 //
 // With poll set, a turn about to go to a class below one served in this
 // interval or the last first waits for the network poller (netWaiter),
@@ -941,11 +960,17 @@ const pollWait = 20 * time.Microsecond
 // that; it lasts until the goroutines already runnable have run, and
 // delays by as much the caller's return (and so, through a transport, the
 // finished call's response).
-func (l *Limiter) release(poll bool) {
+func (l *Limiter) release(poll bool, end int64) {
 	for {
 		s := l.state.Load()
 		if waiting(s) == 0 {
 			if l.state.CompareAndSwap(s, s-1) {
+				if running(s) == 1 {
+					if end < 0 {
+						end = l.nanos(l.o.now())
+					}
+					l.noneSince.Store(end + 1)
+				}
 				return
 			}
 			continue
@@ -979,6 +1004,26 @@ func (l *Limiter) release(poll bool) {
 		w.ready <- struct{}{}
 		return
 	}
+}
+
+// turnAfterNone notes a turn taken at now, ns since epoch, when none was
+// held: the time since the last one ended ran no call.
+func (l *Limiter) turnAfterNone(now int64) {
+	if z := l.noneSince.Swap(0); z > 0 {
+		l.noneRan.Add(max(now-(z-1), 0))
+	}
+}
+
+// noneRun returns the ns with no turn held from the Limiter's start to
+// now.
+func (l *Limiter) noneRun(now int64) int64 {
+	n := l.noneRan.Load()
+	// A turn taken between a release's last turn and its noting so leaves
+	// noneSince set while the turn runs: the next release overwrites it.
+	if z := l.noneSince.Load(); z > 0 && running(l.state.Load()) == 0 {
+		n += max(now-(z-1), 0)
+	}
+	return n
 }
 
 // passesOver reports whether the highest class with calls waiting is
@@ -1054,6 +1099,9 @@ func (l *Limiter) dispatch() {
 		w := l.dequeue()
 		w.done = true
 		w.handed = l.nanos(l.o.now())
+		if running(s) == 0 {
+			l.turnAfterNone(w.handed)
+		}
 		w.ln.unreserve(w.cost)
 		w.ready <- struct{}{}
 	}
@@ -1293,11 +1341,16 @@ func (ln *Lane) overrun(w *waiter) Ticket {
 	}
 	ln.unlink(w)
 	ln.finish -= w.inc
-	l.noteLeft(l.state.Add(^uint64(oneWaiting - 2))) // waiting - 1, running + 1
+	s := l.state.Add(^uint64(oneWaiting - 2)) // waiting - 1, running + 1
+	l.noteLeft(s)
 	l.mu.Unlock()
 	ln.unreserve(w.cost)
 	l.overruns.Add(1)
-	return Ticket{f: ln.f, ln: ln, start: l.nanos(l.o.now())}
+	start := l.nanos(l.o.now())
+	if running(s) == 1 {
+		l.turnAfterNone(start)
+	}
+	return Ticket{f: ln.f, ln: ln, start: start}
 }
 
 // Release returns the turn without teaching the Limiter anything: for a
@@ -1305,7 +1358,7 @@ func (ln *Lane) overrun(w *waiter) Ticket {
 func (t Ticket) Release() {
 	if t.f != nil {
 		t.noteFinished()
-		t.f.l.release(false)
+		t.f.l.release(false, -1)
 	}
 }
 
@@ -1329,7 +1382,7 @@ func (t Ticket) doneAt(end int64, overload bool) {
 	f := t.f
 	l := f.l
 	t.noteFinished()
-	l.release(true)
+	l.release(true, end)
 	svc := max(end-t.start, 1)
 	ci := admission.Critical.Index()
 	if t.ln != nil {

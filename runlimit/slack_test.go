@@ -1,0 +1,147 @@
+package runlimit
+
+import (
+	"context"
+	"math"
+	"testing"
+	"time"
+
+	"github.com/levee-go/levee/internal/clock/clocktest"
+)
+
+// TestNoneRunningIsTheTimeWithNoTurn: Stats.NoneRunning counts the time
+// in which no turn was held, from New on, whichever way the turns were
+// taken; a turn handed from one call to the next leaves none. Time is
+// injected.
+func TestNoneRunningIsTheTimeWithNoTurn(t *testing.T) {
+	clk := clocktest.New(time.Unix(1000, 0))
+	l := mustNew(t, WithBounds(2, 2), WithInterval(time.Hour), withClock(clk.Now))
+	f := l.Flow("m")
+	check := func(want time.Duration, what string) {
+		t.Helper()
+		if got := l.Stats().NoneRunning; got != want {
+			t.Errorf("NoneRunning %s = %v, want %v", what, got, want)
+		}
+	}
+	clk.Advance(10 * time.Millisecond)
+	check(10*time.Millisecond, "10ms after New")
+	a, ok := f.TryAcquire(clk.Now())
+	if !ok {
+		t.Fatal("TryAcquire on an idle Limiter failed")
+	}
+	clk.Advance(5 * time.Millisecond)
+	b, err := f.Acquire(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	clk.Advance(5 * time.Millisecond)
+	a.Release()
+	clk.Advance(5 * time.Millisecond)
+	check(10*time.Millisecond, "while a turn was held")
+	b.Release()
+	clk.Advance(7 * time.Millisecond)
+	check(17*time.Millisecond, "7ms after the last turn ended")
+
+	// Both turns held, a call waits: the turn passes on at a release.
+	a, _ = f.TryAcquire(clk.Now())
+	b, _ = f.TryAcquire(clk.Now())
+	got := make(chan Ticket)
+	go func() {
+		tk, err := f.Acquire(context.Background())
+		if err != nil {
+			t.Error(err)
+		}
+		got <- tk
+	}()
+	for l.Waiting() == 0 {
+		time.Sleep(time.Millisecond)
+	}
+	clk.Advance(20 * time.Millisecond)
+	a.Release()
+	c := <-got
+	b.Release()
+	clk.Advance(20 * time.Millisecond)
+	c.Release()
+	clk.Advance(3 * time.Millisecond)
+	check(20*time.Millisecond, "after turns handed on")
+}
+
+// TestSlackOfIdleTimeUnderOverload: under overload, the lanes' slack
+// grows by slackGain times the time the server sat idle, an interval at
+// most, and loses a tenth in each interval without idle time. Idle is
+// what the turns left free (the interval less the finished calls'
+// service time), counted only while no turn was held (not while a long
+// call ran whose service time is not in yet), only for at least minIdle
+// of the interval, only under overload at the interval's start and end,
+// and at most what the CPU signal left idle (none from cpuEvidence on).
+// Time is injected.
+func TestSlackOfIdleTimeUnderOverload(t *testing.T) {
+	const interval = 100 * time.Millisecond
+	setup := func(cpu CPU) (*Limiter, *clocktest.Manual) {
+		clk := clocktest.New(time.Unix(1000, 0))
+		l := mustNew(t, WithBounds(1, 1), WithInterval(interval), WithCPU(cpu), withClock(clk.Now), withProcs(1))
+		l.next.Store(math.MaxInt64) // the test closes the intervals itself
+		l.opened = l.nanos(clk.Now())
+		return l, clk
+	}
+	// run closes an interval in which a turn was held for held (from its
+	// start) and the calls that finished in it ran busy in all.
+	run := func(l *Limiter, clk *clocktest.Manual, held, busy time.Duration) time.Duration {
+		start := clk.Now()
+		if held > 0 {
+			tk, ok := l.Flow("m").TryAcquire(start)
+			if !ok {
+				t.Fatal("TryAcquire failed")
+			}
+			clk.Advance(held)
+			tk.Release()
+		}
+		clk.Advance(interval - held)
+		end := l.nanos(clk.Now())
+		l.noteRoom(float64(busy), end)
+		l.opened = end
+		return time.Duration(l.slack.Load())
+	}
+	ms := time.Millisecond
+	cpu := &fakeCPU{saturated: true} // evidence of overload
+	l, clk := setup(cpu)
+	for i, step := range []struct {
+		what       string
+		held, busy time.Duration
+		saturated  bool
+		want       time.Duration
+	}{
+		{"first interval of overload (idle before it not counted)", 60 * ms, 60 * ms, true, 0},
+		{"40ms idle", 60 * ms, 60 * ms, true, interval}, // 120ms, an interval at most
+		{"no idle", interval, interval, true, 90 * ms},
+		{"a turn held throughout, 30ms of it finished", interval, 30 * ms, true, 81 * ms},
+		{"4ms idle, under minIdle", 96 * ms, 96 * ms, true, 72900 * time.Microsecond},
+		{"no overload", 60 * ms, 60 * ms, false, 65610 * time.Microsecond},
+		{"overload again, not at the start", 60 * ms, 60 * ms, true, 59049 * time.Microsecond},
+		{"8ms idle", 92 * ms, 92 * ms, true, 59049*time.Microsecond + 24*ms},
+	} {
+		cpu.saturated = step.saturated
+		if got := run(l, clk, step.held, step.busy); got != step.want {
+			t.Errorf("interval %d, %s: slack %v, want %v", i, step.what, got, step.want)
+		}
+	}
+
+	// A CPU signal that tells its utilisation bounds the idle time.
+	busy := &busyCPU{utilization: 0.97}
+	l, clk = setup(busy)
+	l.offered.Add(1 << 30) // evidence: calls ask for turns far faster than they end
+	for i, step := range []struct {
+		what string
+		util float64
+		want time.Duration
+	}{
+		{"first interval of overload", 0.97, 0},
+		{"40ms without a turn, CPU at 0.97", 0.97, 0},
+		{"40ms without a turn, CPU at 0.75", 0.75, 75 * ms}, // 3 × (1-0.75) × 100ms
+	} {
+		busy.utilization = step.util
+		if got := run(l, clk, 60*ms, 60*ms); got != step.want {
+			t.Errorf("interval %d, %s: slack %v, want %v", i, step.what, got, step.want)
+		}
+	}
+}
