@@ -385,7 +385,9 @@ type Stats struct {
 	// bound (Lane.Admissible) into the slack of the server's recent idle
 	// time: arrivals in clumps (see the package doc).
 	Slacked uint64
-	// NoneRunning is how long no turn was held, since New.
+	// NoneRunning is how long no turn was held, since New: the server's
+	// idle time as the limit sees it, from which the slack grows under
+	// overload (see the package doc).
 	NoneRunning time.Duration
 
 	// How the limit was learned (docs/runlimit-learner.md): the probes
