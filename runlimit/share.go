@@ -28,8 +28,13 @@ import (
 // slack before it: each interval the queue filled, the next had half the
 // slack and idled again, and bench/peers' clumps shape (1 ms calls in
 // clumps every 50 ms, a 10x spike) served 75-78% of the capacity, against
-// 83-90% now (83-84% in a run of every shape, the told-capacity bucket
-// 93-95% in it).
+// 83-90% now (83-86% in runs of every shape, the told-capacity bucket
+// 93-94% in them). The slow decay has a cost: in one twokinds run of ten
+// (docs/benchmarks.md, run K), a slack grown in the interval after a
+// spike began with the server stalled lingered for about five seconds
+// at a saturated CPU, and the spike kept 87% of the capacity against
+// 91-96% in the other nine. Halving instead at a CPU of cpuEvidence or
+// more cost clumps 3-6 points; not decided yet.
 //
 // The idle time is the interval less the service time of the calls that
 // finished in it (none once more than one call runs at a time on
