@@ -131,14 +131,18 @@
 // under 0.95 and at most what it left idle, with evidence of overload at
 // the interval's start and end — a transport admits more work: its slack
 // grows by three times that idle time in each such interval, up to an
-// interval's work, and loses a tenth in each interval without, and the
-// calls admitted on it wait as much longer for their turn. Arrivals in
-// clumps (clients that batch their calls, or wake on a common tick)
-// leave the server idle between them, and a bound of half a target
-// would admit a handful of each clump (in a simulation of 1ms calls at
-// ten times the capacity, in clumps every 20ms, 30% of the capacity
-// served, 98% with the slack); arrivals that are not clumped leave no
-// turn free long enough to count.
+// interval's work, and the calls admitted on it wait as much longer for
+// their turn. In an interval without idle time in which calls waited
+// throughout, it loses half the least work that was waiting when a turn
+// passed on (the queue could have been that much shorter and kept the
+// turns busy); without evidence of overload it loses a tenth in each
+// interval. Arrivals in clumps (clients that batch their calls, or wake
+// on a common tick) leave the server idle between them, and a bound of
+// half a target would admit a handful of each clump (in a simulation of
+// 1ms calls at ten times the capacity, in clumps every 20ms, 30% of the
+// capacity served, 99% with the slack); arrivals that are not clumped
+// leave no turn free long enough to count, and a queue that stands
+// through a flood of them gives a slack back within a few intervals.
 //
 // On a CPU-bound server handlers take turns on the CPU, in the Go
 // scheduler's queue, whatever the limit; the wait for a turn there shows

@@ -216,6 +216,7 @@ type Limiter struct {
 	roomy      [admission.Classes]atomic.Bool   // lower classes got some of the turns of the last few intervals: the class has bursts, no standing queue
 	notFull    atomic.Bool                      // the turns were busy less than fullBusy of the last interval
 	slack      atomic.Int64                     // work, ns, lanes may queue beyond their bound under overload: grown by the server's idle time (noteRoom)
+	leastWork  atomic.Int64                     // least work, ns, waiting at a turn handed on in the interval; math.MaxInt64 if none was (noteHanded)
 	openedAt   atomic.Int64                     // opened, for readers outside upd
 
 	tenantCount  atomic.Int64
@@ -327,6 +328,7 @@ func New(opts ...Option) (*Limiter, error) {
 	l.flows.Store(&map[string]*Flow{})
 	l.opened = l.nanos(l.o.now())
 	l.noneSince.Store(l.opened + 1)
+	l.leastWork.Store(math.MaxInt64)
 	l.next.Store(l.opened + int64(o.interval))
 	l.lastProbe = l.opened
 	l.lastSweep = l.opened
@@ -389,6 +391,10 @@ type Stats struct {
 	// idle time as the limit sees it, from which the slack grows under
 	// overload (see the package doc).
 	NoneRunning time.Duration
+	// Slack is the work lanes may now queue beyond their bound under
+	// overload (see the package doc): 0 unless the server sat idle
+	// between clumps of arrivals lately.
+	Slack time.Duration
 
 	// How the limit was learned (docs/runlimit-learner.md): the probes
 	// of each kind, and the learner's other moves.
@@ -463,6 +469,7 @@ func (l *Limiter) Stats() Stats {
 		Updates: l.updates.Load(), Probes: l.probes.Load(), Rebases: l.rebases.Load(),
 		Overruns: l.overruns.Load(), Unrefused: l.unrefused.Load(), Slacked: l.slacked.Load(),
 		NoneRunning: time.Duration(l.noneRun(l.nanos(l.o.now()))),
+		Slack:       time.Duration(l.slack.Load()),
 		RefusedOn: EvidenceStats{CPU: l.refusedOn[evidenceCPU].Load(), Overrun: l.refusedOn[evidenceOverrun].Load(),
 			Standing: l.refusedOn[evidenceStanding].Load(), Lane: l.refusedOn[evidenceLane].Load(),
 			Spike: l.refusedOn[evidenceSpike].Load()},
@@ -1003,8 +1010,25 @@ func (l *Limiter) release(poll bool, end int64) {
 		w.handed = l.nanos(l.o.now())
 		l.mu.Unlock()
 		w.ln.unreserve(w.cost)
+		l.noteHanded()
 		w.ready <- struct{}{}
 		return
+	}
+}
+
+// noteHanded notes the work still waiting after a turn passed on to a
+// waiting call: the least of the interval is how much shorter the queue
+// could have been without leaving the turns free (noteSlack).
+func (l *Limiter) noteHanded() {
+	var q int64
+	for i := range l.work {
+		q += l.work[i].Load()
+	}
+	for {
+		m := l.leastWork.Load()
+		if q >= m || l.leastWork.CompareAndSwap(m, q) {
+			return
+		}
 	}
 }
 

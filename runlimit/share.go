@@ -20,21 +20,27 @@ import (
 //
 // Under overload, the lanes may queue, beyond their bound, the slack (see
 // Lane.Admissible and Lane.grace). It grows by slackGain times the time
-// the server sat idle in an interval, up to an interval's work, and loses
-// a tenth in each interval without idle time: a controller that keeps
-// adding while the server idles between clumps of arrivals, and gives
-// back slowly once the queue it let in fills the gaps. The previous one
-// set the slack to three times the last interval's idle time, or half the
-// slack before it: each interval the queue filled, the next had half the
-// slack and idled again, and bench/peers' clumps shape (1 ms calls in
-// clumps every 50 ms, a 10x spike) served 75-78% of the capacity, against
-// 83-90% now (83-86% in runs of every shape, the told-capacity bucket
-// 93-94% in them). The slow decay has a cost: in one twokinds run of ten
-// (docs/benchmarks.md, run K), a slack grown in the interval after a
-// spike began with the server stalled lingered for about five seconds
-// at a saturated CPU, and the spike kept 87% of the capacity against
-// 91-96% in the other nine. Halving instead at a CPU of cpuEvidence or
-// more cost clumps 3-6 points; not decided yet.
+// the server sat idle in an interval, up to an interval's work. In an
+// interval without idle time in which calls waited throughout, it loses
+// half the least work that was waiting at a turn passed on (noteHanded):
+// the queue could have been that much shorter and left no turn free.
+// Otherwise it stays, and without evidence of overload it loses a tenth
+// in each interval. A controller that keeps adding while the server
+// idles between clumps of arrivals, and gives back what stands in the
+// queue once the clumps' gaps are filled.
+//
+// Two earlier ones fell short. The first set the slack to three times the
+// last interval's idle time, or half the slack before it: each interval
+// the queue filled, the next had half the slack and idled again, and
+// bench/peers' clumps shape (1 ms calls in clumps every 50 ms, a 10x
+// spike) served 75-78% of the capacity. The second lost a tenth in every
+// interval without idle time, whether the queue stood or not: the slack
+// fell until the server idled again, and clumps served 83-86% in runs of
+// every shape (the told-capacity bucket 93-94% in them); and in one
+// twokinds run of ten (docs/benchmarks.md, run K), a slack grown in the
+// interval after a spike began with the server stalled lingered for
+// about five seconds of a standing queue at a saturated CPU, and the
+// spike kept 87% of the capacity against 91-96% in the other nine.
 //
 // The idle time is the interval less the service time of the calls that
 // finished in it (none once more than one call runs at a time on
@@ -60,7 +66,8 @@ import (
 // In a simulation of 1ms calls on one processor at ten times its
 // capacity, in clumps of 200 every 20ms (500 every 50ms), the lanes
 // served 30% (12%) of the capacity without the slack, 93% (87%) with the
-// previous one, 98% (97%) now (TestSimClumpedArrivalsKeepTheServerBusy).
+// first controller, 99% (98%) with the second, 99.5% (99%) now
+// (TestSimClumpedArrivalsKeepTheServerBusy).
 const (
 	slackGain    = 3
 	slackKeep    = 0.9
@@ -111,8 +118,11 @@ func (l *Limiter) noteRoom(busy float64, end int64) {
 
 // noteSlack moves the slack at the end, at end, of an interval of wall ns
 // in which the calls that finished held their turns for busy ns in all:
-// up by slackGain times the time the server sat idle, down by a tenth
-// without. Needs upd.
+// up by slackGain times the time the server sat idle under overload; and
+// without idle time, down by half the least work that waited at a turn
+// handed on if calls waited through the whole interval (the queue could
+// have been that much shorter and still left no turn free), or by a tenth
+// without overload. Needs upd.
 func (l *Limiter) noteSlack(busy, wall float64, end int64) {
 	none := l.noneRun(end)
 	idle := min(max(wall-busy, 0), float64(none-l.noneMark))
@@ -130,18 +140,27 @@ func (l *Limiter) noteSlack(busy, wall float64, end int64) {
 		idle = 0 // the gaps between the turns of a saturated server
 	}
 	overload := l.overloadedAt(end)
-	if !overload || !l.wasOverload {
+	both := overload && l.wasOverload
+	l.wasOverload = overload
+	least := l.leastWork.Swap(math.MaxInt64)
+	old := l.slack.Load()
+	switch {
+	case !both:
 		// Idle below capacity says nothing of clumps under overload, and
 		// a spike that begins in the interval would queue it all at once.
-		idle = 0
-	}
-	l.wasOverload = overload
-	old := l.slack.Load()
-	if idle == 0 {
 		l.slack.Store(int64(float64(old) * slackKeep))
-		return
+	case idle > 0:
+		l.slack.Store(int64(min(float64(old)+idle*slackGain, float64(l.o.interval))))
+	case least < math.MaxInt64 && l.stoodSince(l.opened):
+		l.slack.Store(old - min(old, least/2))
 	}
-	l.slack.Store(int64(min(float64(old)+idle*slackGain, float64(l.o.interval))))
+}
+
+// stoodSince reports whether calls have waited without a pause since at
+// least t, ns since epoch.
+func (l *Limiter) stoodSince(t int64) bool {
+	q := l.queuedSince.Load()
+	return q != 0 && q-1 <= t
 }
 
 // shareClasses sets, for each class, the share of the turns that ended in

@@ -68,13 +68,14 @@ func TestNoneRunningIsTheTimeWithNoTurn(t *testing.T) {
 
 // TestSlackOfIdleTimeUnderOverload: under overload, the lanes' slack
 // grows by slackGain times the time the server sat idle, an interval at
-// most, and loses a tenth in each interval without idle time. Idle is
-// what the turns left free (the interval less the finished calls'
-// service time), counted only while no turn was held (not while a long
-// call ran whose service time is not in yet), only for at least minIdle
-// of the interval, only under overload at the interval's start and end,
-// and at most what the CPU signal left idle (none from cpuEvidence on).
-// Time is injected.
+// most; it stays as it is over an interval without idle time in which no
+// call waited (TestSlackShrinksByTheQueueThatStood has the rest), and
+// loses a tenth over one without evidence of overload at its start and
+// end. Idle is what the turns left free (the interval less the finished
+// calls' service time), counted only while no turn was held (not while a
+// long call ran whose service time is not in yet), only for at least
+// minIdle of the interval, and at most what the CPU signal left idle
+// (none from cpuEvidence on). Time is injected.
 func TestSlackOfIdleTimeUnderOverload(t *testing.T) {
 	const interval = 100 * time.Millisecond
 	setup := func(cpu CPU) (*Limiter, *clocktest.Manual) {
@@ -113,12 +114,12 @@ func TestSlackOfIdleTimeUnderOverload(t *testing.T) {
 	}{
 		{"first interval of overload (idle before it not counted)", 60 * ms, 60 * ms, true, 0},
 		{"40ms idle", 60 * ms, 60 * ms, true, interval}, // 120ms, an interval at most
-		{"no idle", interval, interval, true, 90 * ms},
-		{"a turn held throughout, 30ms of it finished", interval, 30 * ms, true, 81 * ms},
-		{"4ms idle, under minIdle", 96 * ms, 96 * ms, true, 72900 * time.Microsecond},
-		{"no overload", 60 * ms, 60 * ms, false, 65610 * time.Microsecond},
-		{"overload again, not at the start", 60 * ms, 60 * ms, true, 59049 * time.Microsecond},
-		{"8ms idle", 92 * ms, 92 * ms, true, 59049*time.Microsecond + 24*ms},
+		{"no idle, no call waited", interval, interval, true, interval},
+		{"a turn held throughout, 30ms of it finished", interval, 30 * ms, true, interval},
+		{"4ms idle, under minIdle", 96 * ms, 96 * ms, true, interval},
+		{"no overload", 60 * ms, 60 * ms, false, 90 * ms},
+		{"overload again, not at the start", 60 * ms, 60 * ms, true, 81 * ms},
+		{"8ms idle", 92 * ms, 92 * ms, true, interval}, // 81ms + 24ms, an interval at most
 	} {
 		cpu.saturated = step.saturated
 		if got := run(l, clk, step.held, step.busy); got != step.want {
@@ -143,5 +144,75 @@ func TestSlackOfIdleTimeUnderOverload(t *testing.T) {
 		if got := run(l, clk, 60*ms, 60*ms); got != step.want {
 			t.Errorf("interval %d, %s: slack %v, want %v", i, step.what, got, step.want)
 		}
+	}
+}
+
+// TestSlackShrinksByTheQueueThatStood: over an interval of overload
+// without idle time in which calls waited throughout, the slack loses
+// half the least work that was waiting when a turn passed on: the queue
+// could have been that much shorter and kept the turns busy. It stays as
+// it is when the queue emptied in the interval, or no turn passed on.
+// Time is injected; the waiting calls are real goroutines.
+func TestSlackShrinksByTheQueueThatStood(t *testing.T) {
+	const interval = 100 * time.Millisecond
+	ms := time.Millisecond
+	clk := clocktest.New(time.Unix(1000, 0))
+	l := mustNew(t, WithBounds(1, 1), WithQueueTarget(time.Hour), WithInterval(interval),
+		WithCPU(&fakeCPU{saturated: true}), withClock(clk.Now), withProcs(1))
+	l.next.Store(math.MaxInt64) // the test closes the intervals itself
+	f := l.Flow("m")
+	f.svc.Store(int64(10 * ms)) // each waiting call is 10ms of work
+	closeInterval := func() time.Duration {
+		clk.Advance(interval - time.Duration(l.nanos(clk.Now())-l.opened))
+		end := l.nanos(clk.Now())
+		l.noteRoom(float64(interval), end)
+		l.opened = end
+		return time.Duration(l.slack.Load())
+	}
+	l.opened = l.nanos(clk.Now())
+	closeInterval() // evidence of overload at the next interval's start
+
+	// A turn held, four calls waiting for it.
+	held, ok := f.TryAcquire(clk.Now())
+	if !ok {
+		t.Fatal("TryAcquire on an idle Limiter failed")
+	}
+	got := make(chan Ticket, 4)
+	for range 4 {
+		go func() {
+			tk, err := f.Acquire(context.Background())
+			if err != nil {
+				t.Error(err)
+			}
+			got <- tk
+		}()
+	}
+	for l.Waiting() < 4 {
+		time.Sleep(time.Millisecond)
+	}
+	l.slack.Store(int64(60 * ms))
+	if s := closeInterval(); s != 60*ms {
+		t.Fatalf("calls waited throughout, no turn passed on: slack %v, want 60ms kept", s)
+	}
+	// Two turns pass on: 30ms of work waits after the first, 20ms after
+	// the second.
+	clk.Advance(40 * ms)
+	held.Release()
+	next := <-got
+	clk.Advance(40 * ms)
+	next.Release()
+	next = <-got
+	if s := closeInterval(); s != 50*ms {
+		t.Errorf("calls waited throughout, 20ms of work at least: slack %v, want 60ms - 20ms/2", s)
+	}
+	// The queue empties.
+	clk.Advance(10 * ms)
+	next.Release()
+	next = <-got
+	next.Release()
+	next = <-got
+	next.Release()
+	if s := closeInterval(); s != 50*ms {
+		t.Errorf("the queue emptied in the interval: slack %v, want 50ms kept", s)
 	}
 }
