@@ -78,7 +78,7 @@ func tracePreset(p *protect.Server, loaded string, w io.Writer, done <-chan stru
 		if m := p.CPU(); m != nil {
 			line += fmt.Sprintf(" cpu %.2f", m.Utilization())
 		}
-		line += fmt.Sprintf(" none %v", (st.NoneRunning - last.NoneRunning).Round(100*time.Microsecond))
+		line += fmt.Sprintf(" none %v slack %v", (st.NoneRunning - last.NoneRunning).Round(100*time.Microsecond), st.Slack.Round(100*time.Microsecond))
 		f := rl.Flow(loaded)
 		line += fmt.Sprintf(" svc %v base %v target %v admissible %v", f.ServiceTime().Round(10*time.Microsecond), f.Baseline().Round(10*time.Microsecond), f.QueueTarget().Round(10*time.Microsecond), f.Admissible())
 		for _, g := range p.Guard().Stats() {
