@@ -142,7 +142,9 @@
 // 1ms calls at ten times the capacity, in clumps every 20ms, 30% of the
 // capacity served, 99% with the slack); arrivals that are not clumped
 // leave no turn free long enough to count, and a queue that stands
-// through a flood of them gives a slack back within a few intervals.
+// through a flood of them gives a slack back within a few intervals (on
+// one core, where the transport reads requests in batches, the queue
+// may empty now and then, and part of the slack stays).
 //
 // On a CPU-bound server handlers take turns on the CPU, in the Go
 // scheduler's queue, whatever the limit; the wait for a turn there shows
