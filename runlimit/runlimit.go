@@ -1129,6 +1129,7 @@ func (l *Limiter) dispatch() {
 			l.turnAfterNone(w.handed)
 		}
 		w.ln.unreserve(w.cost)
+		l.noteHanded()
 		w.ready <- struct{}{}
 	}
 }
