@@ -1206,7 +1206,7 @@ func (l *Limiter) evidenceAt(now int64) evidence {
 		if lim := l.limit.Load(); running(s) >= lim+max(lim, l.intervalWork.Load()) {
 			return evidenceOverrun
 		}
-		if q := l.queuedSince.Load(); q != 0 && now-(q-1) >= l.sustained() {
+		if l.stoodSince(now - l.sustained()) {
 			return evidenceStanding
 		}
 	}
@@ -1328,6 +1328,13 @@ func (l *Limiter) spiking() bool {
 	offered := l.offered.Load() - l.offeredMark[0].Load()
 	finished := l.finished.Load() - l.finishedMark[0].Load()
 	return offered >= 2*finished+l.intervalWork.Load()
+}
+
+// stoodSince reports whether calls have waited without a pause since at
+// least t, ns since epoch.
+func (l *Limiter) stoodSince(t int64) bool {
+	q := l.queuedSince.Load()
+	return q != 0 && q-1 <= t
 }
 
 // markRates starts a new interval for spiking, m being the interval that

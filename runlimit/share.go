@@ -156,13 +156,6 @@ func (l *Limiter) noteSlack(busy, wall float64, end int64) {
 	}
 }
 
-// stoodSince reports whether calls have waited without a pause since at
-// least t, ns since epoch.
-func (l *Limiter) stoodSince(t int64) bool {
-	q := l.queuedSince.Load()
-	return q != 0 && q-1 <= t
-}
-
 // shareClasses sets, for each class, the share of the turns that ended in
 // the interval that the classes above it left to it, and starts counting
 // anew. Needs upd.
