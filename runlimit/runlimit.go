@@ -217,6 +217,7 @@ type Limiter struct {
 	notFull    atomic.Bool                      // the turns were busy less than fullBusy of the last interval
 	slack      atomic.Int64                     // work, ns, lanes may queue beyond their bound under overload: grown by the server's idle time (noteRoom)
 	leastWork  atomic.Int64                     // least work, ns, waiting at a turn handed on in the interval; math.MaxInt64 if none was (noteHanded)
+	mostWork   atomic.Int64                     // most work, ns, waiting at a turn handed on in the interval (noteHanded)
 	openedAt   atomic.Int64                     // opened, for readers outside upd
 
 	tenantCount  atomic.Int64
@@ -1018,7 +1019,9 @@ func (l *Limiter) release(poll bool, end int64) {
 
 // noteHanded notes the work still waiting after a turn passed on to a
 // waiting call: the least of the interval is how much shorter the queue
-// could have been without leaving the turns free (noteSlack).
+// could have been without leaving the turns free, and the most, in an
+// interval without overload, how long a queue the arrivals formed while
+// the server kept up (noteSlack).
 func (l *Limiter) noteHanded() {
 	var q int64
 	for i := range l.work {
@@ -1027,6 +1030,12 @@ func (l *Limiter) noteHanded() {
 	for {
 		m := l.leastWork.Load()
 		if q >= m || l.leastWork.CompareAndSwap(m, q) {
+			break
+		}
+	}
+	for {
+		m := l.mostWork.Load()
+		if q <= m || l.mostWork.CompareAndSwap(m, q) {
 			return
 		}
 	}

@@ -25,9 +25,14 @@ import (
 // half the least work that was waiting at a turn passed on (noteHanded):
 // the queue could have been that much shorter and left no turn free.
 // Otherwise it stays, and without evidence of overload it loses a tenth
-// in each interval. A controller that keeps adding while the server
-// idles between clumps of arrivals, and gives back what stands in the
-// queue once the clumps' gaps are filled.
+// in each interval — but in an interval without overload at its start
+// or end it is at least the most work that was waiting at a turn passed
+// on, up to an interval's: the queue the arrivals formed while the
+// server kept up, which a spike of the same arrivals forms too from its
+// first clump, before an interval of overload has shown the idle time.
+// A controller that keeps adding while the server idles between clumps
+// of arrivals, and gives back what stands in the queue once the clumps'
+// gaps are filled.
 //
 // Two earlier ones fell short. The first set the slack to three times the
 // last interval's idle time, or half the slack before it: each interval
@@ -122,7 +127,8 @@ func (l *Limiter) noteRoom(busy float64, end int64) {
 // without idle time, down by half the least work that waited at a turn
 // handed on if calls waited through the whole interval (the queue could
 // have been that much shorter and still left no turn free), or by a tenth
-// without overload. Needs upd.
+// without overload, but with no overload at either end not below the
+// most work that waited at a turn handed on. Needs upd.
 func (l *Limiter) noteSlack(busy, wall float64, end int64) {
 	none := l.noneRun(end)
 	idle := min(max(wall-busy, 0), float64(none-l.noneMark))
@@ -141,13 +147,20 @@ func (l *Limiter) noteSlack(busy, wall float64, end int64) {
 	}
 	overload := l.overloadedAt(end)
 	both := overload && l.wasOverload
+	calm := !overload && !l.wasOverload
 	l.wasOverload = overload
 	least := l.leastWork.Swap(math.MaxInt64)
+	most := l.mostWork.Swap(0)
 	old := l.slack.Load()
 	switch {
+	case calm:
+		// The queue the arrivals formed while the server kept up is one
+		// a spike of them may form too, from its first clump.
+		l.slack.Store(max(int64(float64(old)*slackKeep), min(most, int64(l.o.interval))))
 	case !both:
-		// Idle below capacity says nothing of clumps under overload, and
-		// a spike that begins in the interval would queue it all at once.
+		// Overload began or ended in the interval. Idle below capacity
+		// says nothing of clumps under overload, and a spike that begins
+		// in the interval would queue it all at once.
 		l.slack.Store(int64(float64(old) * slackKeep))
 	case idle > 0:
 		l.slack.Store(int64(min(float64(old)+idle*slackGain, float64(l.o.interval))))

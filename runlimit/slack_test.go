@@ -216,3 +216,86 @@ func TestSlackShrinksByTheQueueThatStood(t *testing.T) {
 		t.Errorf("the queue emptied in the interval: slack %v, want 50ms kept", s)
 	}
 }
+
+// TestSlackHoldsTheQueueOfCalmArrivals: in an interval without evidence
+// of overload at either end, the slack is at least the most work that
+// waited at a turn passed on — the queue the arrivals formed while the
+// server kept up — and loses a tenth when no turn passed on; in an
+// interval at whose end overload began, it loses a tenth whatever waited.
+func TestSlackHoldsTheQueueOfCalmArrivals(t *testing.T) {
+	const interval = 100 * time.Millisecond
+	ms := time.Millisecond
+	clk := clocktest.New(time.Unix(1000, 0))
+	cpu := &fakeCPU{}
+	l := mustNew(t, WithBounds(1, 1), WithQueueTarget(time.Hour), WithInterval(interval),
+		WithCPU(cpu), withClock(clk.Now), withProcs(1))
+	l.next.Store(math.MaxInt64) // the test closes the intervals itself
+	f := l.Flow("m")
+	f.svc.Store(int64(10 * ms)) // each waiting call is 10ms of work
+	closeInterval := func() time.Duration {
+		clk.Advance(interval - time.Duration(l.nanos(clk.Now())-l.opened))
+		end := l.nanos(clk.Now())
+		l.noteRoom(float64(interval), end)
+		l.opened = end
+		return time.Duration(l.slack.Load())
+	}
+	// queue holds a turn with n calls waiting for it, passes the turn on
+	// twice, 10ms apart, and returns the turn held and the calls still
+	// to be handed theirs.
+	queue := func(n int) (Ticket, chan Ticket) {
+		held, ok := f.TryAcquire(clk.Now())
+		if !ok {
+			t.Fatal("TryAcquire on an idle Limiter failed")
+		}
+		got := make(chan Ticket, n)
+		for range n {
+			go func() {
+				tk, err := f.Acquire(context.Background())
+				if err != nil {
+					t.Error(err)
+				}
+				got <- tk
+			}()
+		}
+		for l.Waiting() < n {
+			time.Sleep(time.Millisecond)
+		}
+		for range 2 {
+			clk.Advance(10 * ms)
+			held.Release()
+			held = <-got
+		}
+		return held, got
+	}
+	// drain releases the turn held and every call still waiting.
+	drain := func(held Ticket, got chan Ticket, n int) {
+		held.Release()
+		for range n {
+			(<-got).Release()
+		}
+	}
+	l.opened = l.nanos(clk.Now())
+	if s := closeInterval(); s != 0 {
+		t.Fatalf("idle, no overload: slack %v, want 0", s)
+	}
+
+	// Four calls wait: 30ms of work after the first turn passed on, 20ms
+	// after the second.
+	held, got := queue(4)
+	if s := closeInterval(); s != 30*ms {
+		t.Errorf("no overload, 30ms of work waited at most: slack %v, want 30ms", s)
+	}
+	drain(held, got, 2)
+	if s := closeInterval(); s != 27*ms {
+		t.Errorf("no overload, no turn passed on: slack %v, want 30ms less a tenth", s)
+	}
+
+	// Overload begins: six calls wait (50ms at most), but the interval
+	// ends under overload.
+	cpu.saturated = true
+	held, got = queue(6)
+	if s := closeInterval(); s < 24*ms || s > 25*ms {
+		t.Errorf("overload at the interval's end: slack %v, want 27ms less a tenth, whatever waited", s)
+	}
+	drain(held, got, 4)
+}
