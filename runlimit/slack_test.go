@@ -147,21 +147,18 @@ func TestSlackOfIdleTimeUnderOverload(t *testing.T) {
 	}
 }
 
-// TestSlackShrinksByTheQueueThatStood: over an interval of overload
-// without idle time in which calls waited throughout, the slack loses
-// half the least work that was waiting when a turn passed on: the queue
-// could have been that much shorter and kept the turns busy. It stays as
-// it is when the queue emptied in the interval, or no turn passed on.
-// Time is injected; the waiting calls are real goroutines.
-func TestSlackShrinksByTheQueueThatStood(t *testing.T) {
+// queueLimiter returns a Limiter of one turn with cpu for its CPU signal,
+// its intervals of 100ms closed by the test (closeInterval, which returns
+// the slack then), the flow "m" of 10ms of work per call, and the clock.
+func queueLimiter(t *testing.T, cpu CPU) (*Limiter, *Flow, *clocktest.Manual, func() time.Duration) {
+	t.Helper()
 	const interval = 100 * time.Millisecond
-	ms := time.Millisecond
 	clk := clocktest.New(time.Unix(1000, 0))
 	l := mustNew(t, WithBounds(1, 1), WithQueueTarget(time.Hour), WithInterval(interval),
-		WithCPU(&fakeCPU{saturated: true}), withClock(clk.Now), withProcs(1))
+		WithCPU(cpu), withClock(clk.Now), withProcs(1))
 	l.next.Store(math.MaxInt64) // the test closes the intervals itself
 	f := l.Flow("m")
-	f.svc.Store(int64(10 * ms)) // each waiting call is 10ms of work
+	f.svc.Store(int64(10 * time.Millisecond)) // each waiting call is 10ms of work
 	closeInterval := func() time.Duration {
 		clk.Advance(interval - time.Duration(l.nanos(clk.Now())-l.opened))
 		end := l.nanos(clk.Now())
@@ -170,6 +167,18 @@ func TestSlackShrinksByTheQueueThatStood(t *testing.T) {
 		return time.Duration(l.slack.Load())
 	}
 	l.opened = l.nanos(clk.Now())
+	return l, f, clk, closeInterval
+}
+
+// TestSlackShrinksByTheQueueThatStood: over an interval of overload
+// without idle time in which calls waited throughout, the slack loses
+// half the least work that was waiting when a turn passed on: the queue
+// could have been that much shorter and kept the turns busy. It stays as
+// it is when the queue emptied in the interval, or no turn passed on.
+// Time is injected; the waiting calls are real goroutines.
+func TestSlackShrinksByTheQueueThatStood(t *testing.T) {
+	ms := time.Millisecond
+	l, f, clk, closeInterval := queueLimiter(t, &fakeCPU{saturated: true})
 	closeInterval() // evidence of overload at the next interval's start
 
 	// A turn held, four calls waiting for it.
@@ -223,22 +232,9 @@ func TestSlackShrinksByTheQueueThatStood(t *testing.T) {
 // server kept up — and loses a tenth when no turn passed on; in an
 // interval at whose end overload began, it loses a tenth whatever waited.
 func TestSlackHoldsTheQueueOfCalmArrivals(t *testing.T) {
-	const interval = 100 * time.Millisecond
 	ms := time.Millisecond
-	clk := clocktest.New(time.Unix(1000, 0))
 	cpu := &fakeCPU{}
-	l := mustNew(t, WithBounds(1, 1), WithQueueTarget(time.Hour), WithInterval(interval),
-		WithCPU(cpu), withClock(clk.Now), withProcs(1))
-	l.next.Store(math.MaxInt64) // the test closes the intervals itself
-	f := l.Flow("m")
-	f.svc.Store(int64(10 * ms)) // each waiting call is 10ms of work
-	closeInterval := func() time.Duration {
-		clk.Advance(interval - time.Duration(l.nanos(clk.Now())-l.opened))
-		end := l.nanos(clk.Now())
-		l.noteRoom(float64(interval), end)
-		l.opened = end
-		return time.Duration(l.slack.Load())
-	}
+	l, f, clk, closeInterval := queueLimiter(t, cpu)
 	// queue holds a turn with n calls waiting for it, passes the turn on
 	// twice, 10ms apart, and returns the turn held and the calls still
 	// to be handed theirs.
@@ -274,7 +270,6 @@ func TestSlackHoldsTheQueueOfCalmArrivals(t *testing.T) {
 			(<-got).Release()
 		}
 	}
-	l.opened = l.nanos(clk.Now())
 	if s := closeInterval(); s != 0 {
 		t.Fatalf("idle, no overload: slack %v, want 0", s)
 	}
