@@ -140,7 +140,8 @@
 // the most work that was waiting when a turn passed on: the queue the
 // arrivals formed while the server kept up, which a spike of the same
 // arrivals forms from its first clump, before an interval of overload
-// has shown the idle time. Arrivals in clumps (clients that batch their calls, or wake
+// has shown the idle time; the first whole interval of overload without
+// idle time takes it back. Arrivals in clumps (clients that batch their calls, or wake
 // on a common tick) leave the server idle between them, and a bound of
 // half a target would admit a handful of each clump (in a simulation of
 // 1ms calls at ten times the capacity, in clumps every 20ms, 30% of the

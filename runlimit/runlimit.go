@@ -224,6 +224,7 @@ type Limiter struct {
 	lastSweep    int64  // under upd
 	seenOverruns uint64 // Stats.Overruns at the last interval closed; under upd
 	wasOverload  bool   // evidence of overload when the last interval closed (noteRoom); under upd
+	seeded       bool   // the slack holds a queue seen below capacity, not yet confirmed by idle time under overload (noteSlack); under upd
 	// servedAvg is each class's turns per interval, smoothed over the
 	// last few intervals (roomDecay), for noteRoom. Under upd.
 	servedAvg [admission.Classes]float64

@@ -230,7 +230,9 @@ func TestSlackShrinksByTheQueueThatStood(t *testing.T) {
 // of overload at either end, the slack is at least the most work that
 // waited at a turn passed on — the queue the arrivals formed while the
 // server kept up — and loses a tenth when no turn passed on; in an
-// interval at whose end overload began, it loses a tenth whatever waited.
+// interval at whose end overload began, it loses a tenth whatever waited;
+// and the first whole interval of overload without idle time takes it
+// back.
 func TestSlackHoldsTheQueueOfCalmArrivals(t *testing.T) {
 	ms := time.Millisecond
 	cpu := &fakeCPU{}
@@ -293,4 +295,9 @@ func TestSlackHoldsTheQueueOfCalmArrivals(t *testing.T) {
 		t.Errorf("overload at the interval's end: slack %v, want 27ms less a tenth, whatever waited", s)
 	}
 	drain(held, got, 4)
+	// A whole interval of overload without idle time: the queue seen
+	// below capacity was not one of gaps the server idles through.
+	if s := closeInterval(); s != 0 {
+		t.Errorf("overload throughout, no idle time: slack %v seen below capacity, want 0", s)
+	}
 }
