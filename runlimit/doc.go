@@ -141,15 +141,15 @@
 // arrivals formed while the server kept up, which a spike of the same
 // arrivals forms from its first clump, before an interval of overload
 // has shown the idle time; the first whole interval of overload without
-// idle time takes it back. Arrivals in clumps (clients that batch their calls, or wake
-// on a common tick) leave the server idle between them, and a bound of
-// half a target would admit a handful of each clump (in a simulation of
-// 1ms calls at ten times the capacity, in clumps every 20ms, 30% of the
-// capacity served, 99% with the slack); arrivals that are not clumped
-// leave no turn free long enough to count, and a queue that stands
-// through a flood of them gives a slack back within a few intervals (on
-// one core, where the transport reads requests in batches, the queue
-// may empty now and then, and part of the slack stays).
+// idle time takes it back. Arrivals in clumps (clients that batch their
+// calls, or wake on a common tick) leave the server idle between them,
+// and a bound of half a target would admit a handful of each clump (in a
+// simulation of 1ms calls at ten times the capacity, in clumps every
+// 20ms, 30% of the capacity served, 99% with the slack); arrivals that
+// are not clumped leave no turn free long enough to count, and a queue
+// that stands through a flood of them gives a slack back within a few
+// intervals (on one core, where the transport reads requests in batches,
+// the queue may empty now and then, and part of the slack stays).
 //
 // On a CPU-bound server handlers take turns on the CPU, in the Go
 // scheduler's queue, whatever the limit; the wait for a turn there shows

@@ -176,9 +176,9 @@ func (l *Limiter) noteSlack(busy, wall float64, end int64) {
 		l.slack.Store(int64(min(float64(old)+idle*slackGain, float64(l.o.interval))))
 	case l.seeded:
 		// A whole interval of overload without idle time: the queue seen
-		// below capacity came from service times or arrivals that vary, not from
-		// gaps in the arrivals that the server idles through, and would
-		// only add to every wait.
+		// below capacity came from service times or arrivals that vary,
+		// not from gaps in the arrivals that the server idles through,
+		// and would only add to every wait.
 		l.seeded = false
 		l.slack.Store(0)
 	case least < math.MaxInt64 && l.stoodSince(l.opened):
