@@ -157,6 +157,24 @@ func leveeBucket(fraction float64) (opts []grpc.ServerOption, stop func(), err e
 	return guard.ServerOptions(), func() {}, nil
 }
 
+// leveeRefuse refuses every call of method in grpc-go's transport tap, with
+// the bucket of leveeBucket at rate 0, and lets every other method through.
+func leveeRefuse(method string) (opts []grpc.ServerOption, stop func(), err error) {
+	bucket, err := ratelimit.NewLimiter(0, 1)
+	if err != nil {
+		return nil, func() {}, err
+	}
+	guard, err := grpcguard.New([]grpcguard.Rule{{
+		Name:    "refused",
+		Methods: []string{method},
+		Guards:  []admission.Guard{ratelimit.NewGuard("bucket", bucket)},
+	}})
+	if err != nil {
+		return nil, func() {}, err
+	}
+	return guard.ServerOptions(), func() {}, nil
+}
+
 // leveeStatic is `levee serve -recipe static` (cmd/levee/policy.go, the
 // fixed chain the preset replaced), for comparison: it needs two numbers the preset learns, the
 // server's capacity in Allocate calls/s and the CPU time of one Allocate,

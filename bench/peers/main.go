@@ -62,6 +62,8 @@ type config struct {
 	cgroup      bool
 	progress    bool
 	jsonOut     string
+	ceiling     bool
+	ceilingMul  int
 }
 
 // Phase lengths of the default run and of -quick. The normal and high
@@ -97,6 +99,8 @@ func parse(args []string, stderr io.Writer) (*config, error) {
 	fs.BoolVar(&cfg.cgroup, "cgroup", true, "run each server in a cgroup of one CPU when possible (Linux, root)")
 	fs.BoolVar(&cfg.progress, "progress", false, "print the load generator's progress every second on stderr")
 	fs.StringVar(&cfg.jsonOut, "json", "", "also write every run's full results as JSON to this `file`")
+	fs.BoolVar(&cfg.ceiling, "ceiling", false, "instead of the runs, measure for each scenario what a server keeps of its capacity, closed-loop, while grpc-go's tap refuses a flood at (spike-load - 1) times it: the most any protection that refuses in the tap can serve in that spike (-protections is ignored)")
+	fs.IntVar(&cfg.ceilingMul, "ceiling-callers", 4, "-ceiling's closed-loop callers, as a `multiple` of the capacity measurement's: enough to keep the server busy while the load generator also sends the flood (clumps: 4), not so many that long CPU-bound calls time-share (cores2: 1)")
 	if err := fs.Parse(args); err != nil {
 		return nil, err
 	}
@@ -141,6 +145,9 @@ func parse(args []string, stderr io.Writer) (*config, error) {
 			return nil, fmt.Errorf("-%s must be > 0, got %v", d.name, d.v)
 		}
 	}
+	if cfg.ceilingMul < 1 {
+		return nil, fmt.Errorf("-ceiling-callers must be >= 1, got %d", cfg.ceilingMul)
+	}
 	if cfg.warmup < 0 {
 		return nil, fmt.Errorf("-warmup must be >= 0, got %v", cfg.warmup)
 	}
@@ -184,6 +191,17 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	defer pl.removeCgroups()
 	defer pl.restore()
 	fmt.Fprintf(stderr, "peers: %s\n", pl.note)
+	if cfg.ceiling {
+		rs, err := runCeiling(ctx, cfg, pl, stdout, stderr)
+		if err != nil || cfg.jsonOut == "" {
+			return err
+		}
+		b, err := json.MarshalIndent(rs, "", "  ")
+		if err != nil {
+			return err
+		}
+		return os.WriteFile(cfg.jsonOut, b, 0o644)
+	}
 
 	caps := map[string]measured{}
 	var results []scenarioResult
@@ -289,8 +307,10 @@ func measureOne(ctx context.Context, cfg *config, pl *placement, sc scenario, sp
 	return measured{capacity: calls, work: work, workIterations: srv.workIter, others: others}, nil
 }
 
-// runOne runs the scenario against a fresh server protected by p.
-func runOne(ctx context.Context, cfg *config, pl *placement, sc scenario, m measured, p protection, stderr io.Writer) (runResult, error) {
+// startProtected starts a server of the scenario's kind protected by p,
+// sized from m, and dials it; stop closes the connection and stops the
+// server.
+func startProtected(ctx context.Context, pl *placement, sc scenario, m measured, p protection, stderr io.Writer) (srv *server, alloc *target.Target, stop func(), err error) {
 	spec := sc.server
 	spec.Protection, spec.Capacity, spec.WorkIterations = p.name, m.capacity, m.workIterations
 	if spec.CPUWork == 0 {
@@ -298,16 +318,23 @@ func runOne(ctx context.Context, cfg *config, pl *placement, sc scenario, m meas
 		// shape without one spends about 1/capacity.
 		spec.CPUWork = time.Duration(float64(time.Second) / m.capacity)
 	}
-	srv, err := startServer(ctx, pl, spec, prefixed(stderr, p.name+" server: "))
+	if srv, err = startServer(ctx, pl, spec, prefixed(stderr, p.name+" server: ")); err != nil {
+		return nil, nil, nil, err
+	}
+	if alloc, err = target.Dial(ctx, srv.addr, 1, serverStartTimeout); err != nil {
+		srv.stop()
+		return nil, nil, nil, err
+	}
+	return srv, alloc, func() { alloc.Close(); srv.stop() }, nil
+}
+
+// runOne runs the scenario against a fresh server protected by p.
+func runOne(ctx context.Context, cfg *config, pl *placement, sc scenario, m measured, p protection, stderr io.Writer) (runResult, error) {
+	srv, alloc, stop, err := startProtected(ctx, pl, sc, m, p, stderr)
 	if err != nil {
 		return runResult{}, err
 	}
-	defer srv.stop()
-	alloc, err := target.Dial(ctx, srv.addr, 1, serverStartTimeout)
-	if err != nil {
-		return runResult{}, err
-	}
-	defer alloc.Close()
+	defer stop()
 
 	opts := []loadgen.Option{loadgen.WithArrivals(loadgen.Poisson), loadgen.WithDeadline(cfg.deadline), loadgen.WithClumps(sc.clumps)}
 	if cfg.progress {
@@ -339,7 +366,7 @@ func runOne(ctx context.Context, cfg *config, pl *placement, sc scenario, m meas
 	cpuDone := make(chan [2]float64, 1) // buffered: the samplers never block
 	highDone := make(chan float64, 1)
 	go func() {
-		server, others := windowCPU(ctx, srv.cmd.Process.Pid, pl.serverCPUs(spec.cores()), cfg.spikeStart(), cfg.spike)
+		server, others := windowCPU(ctx, srv.cmd.Process.Pid, pl.serverCPUs(sc.server.cores()), cfg.spikeStart(), cfg.spike)
 		cpuDone <- [2]float64{server, others}
 	}()
 	go func() {
@@ -394,21 +421,30 @@ func sleepUntil(ctx context.Context, t time.Time) bool {
 	}
 }
 
+// genOut is what a generator's Run returned.
+type genOut struct {
+	res *loadgen.Result
+	err error
+}
+
+// runInBackground runs g until it ends or ctx is done; the channel gets
+// its result, once.
+func runInBackground(ctx context.Context, g *loadgen.Generator) <-chan genOut {
+	done := make(chan genOut, 1) // buffered: the goroutine never blocks
+	go func() {
+		res, err := g.Run(ctx)
+		done <- genOut{res, err}
+	}()
+	return done
+}
+
 // runMixed runs genA and, beside it on reads, the steady GetStock load.
 func runMixed(ctx context.Context, reads *target.Target, genA *loadgen.Generator, cfg *config) (alloc, stock *loadgen.Result, err error) {
 	genS, err := loadgen.New(reads.GetStockCall(), cfg.stockPhases(), loadgen.WithArrivals(loadgen.Poisson), loadgen.WithDeadline(cfg.deadline), loadgen.WithSeed(2))
 	if err != nil {
 		return nil, nil, err
 	}
-	type out struct {
-		res *loadgen.Result
-		err error
-	}
-	done := make(chan out, 1)
-	go func() {
-		res, err := genS.Run(ctx)
-		done <- out{res, err}
-	}()
+	done := runInBackground(ctx, genS)
 	alloc, err = genA.Run(ctx)
 	s := <-done
 	return alloc, s.res, errors.Join(err, s.err)

@@ -9,6 +9,7 @@ import (
 	"regexp"
 	"runtime"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -25,6 +26,25 @@ func TestMain(m *testing.M) {
 	os.Exit(m.Run())
 }
 
+// runTables runs the command with args, within two minutes, and returns
+// its standard output, its standard error and the table lines of the
+// output.
+func runTables(t *testing.T, args ...string) (out, errOut string, rows []string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	var o, e bytes.Buffer
+	if err := run(ctx, args, &o, &e); err != nil {
+		t.Fatalf("run(%q) = %v\nstderr:\n%s", args, err, e.String())
+	}
+	for _, line := range strings.Split(o.String(), "\n") {
+		if strings.HasPrefix(line, "| ") {
+			rows = append(rows, line)
+		}
+	}
+	return o.String(), e.String(), rows
+}
+
 // TestQuickRun runs the quick mode for one scenario and one protection,
 // with tiny phases, and checks the shape of the table: its rows and
 // columns, not its numbers.
@@ -32,21 +52,8 @@ func TestQuickRun(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts server processes")
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	var out, errOut bytes.Buffer
-	args := []string{"-quick", "-scenarios", "mixed", "-protections", "levee",
-		"-normal", "200ms", "-spike", "300ms", "-recovery", "200ms", "-calibrate", "300ms", "-cgroup=false"}
-	if err := run(ctx, args, &out, &errOut); err != nil {
-		t.Fatalf("run(%q) = %v\nstderr:\n%s", args, err, errOut.String())
-	}
-	text := out.String()
-	var rows []string
-	for _, line := range strings.Split(text, "\n") {
-		if strings.HasPrefix(line, "| ") {
-			rows = append(rows, line)
-		}
-	}
+	text, _, rows := runTables(t, "-quick", "-scenarios", "mixed", "-protections", "levee",
+		"-normal", "200ms", "-spike", "300ms", "-recovery", "200ms", "-calibrate", "300ms", "-cgroup=false")
 	if len(rows) != 2 {
 		t.Fatalf("run printed %d table lines (header and rows), want 2 (header, levee):\n%s", len(rows), text)
 	}
@@ -87,22 +94,10 @@ func TestQuickShapes(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.scenario, func(t *testing.T) {
-			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-			defer cancel()
-			var out, errOut bytes.Buffer
-			args := []string{"-quick", "-scenarios", tt.scenario, "-protections", "none,levee",
-				"-normal", "200ms", "-high", "200ms", "-spike", "300ms", "-recovery", "300ms", "-calibrate", "300ms", "-cgroup=false"}
-			if err := run(ctx, args, &out, &errOut); err != nil {
-				t.Fatalf("run(%q) = %v\nstderr:\n%s", args, err, errOut.String())
-			}
-			var rows []string
-			for _, line := range strings.Split(out.String(), "\n") {
-				if strings.HasPrefix(line, "| ") {
-					rows = append(rows, line)
-				}
-			}
+			out, _, rows := runTables(t, "-quick", "-scenarios", tt.scenario, "-protections", "none,levee",
+				"-normal", "200ms", "-high", "200ms", "-spike", "300ms", "-recovery", "300ms", "-calibrate", "300ms", "-cgroup=false")
 			if len(rows) != 3 || !strings.Contains(rows[0], tt.column) {
-				t.Fatalf("run printed table lines %q, want a header with %q and the none and levee rows:\n%s", rows, tt.column, out.String())
+				t.Fatalf("run printed table lines %q, want a header with %q and the none and levee rows:\n%s", rows, tt.column, out)
 			}
 			for _, r := range rows[1:] {
 				if got, want := strings.Count(r, "|"), strings.Count(rows[0], "|"); got != want {
@@ -110,6 +105,42 @@ func TestQuickShapes(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestCeiling runs -ceiling on a cheap shape with tiny windows, and one it
+// leaves out, and checks the table: a row per measured scenario, every
+// cell filled, the flood refused, and a ceiling that is the median of its
+// rounds.
+func TestCeiling(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts server processes")
+	}
+	out, errOut, rows := runTables(t, "-ceiling", "-scenarios", "clumps,stream", "-calibrate", "300ms", "-spike-load", "3", "-cgroup=false")
+	if len(rows) != 2 || !strings.HasPrefix(rows[1], "| clumps |") {
+		t.Fatalf("run printed table lines %q, want the header and a clumps row (stream is skipped):\n%s", rows, out)
+	}
+	if !strings.Contains(errOut, "stream skipped") {
+		t.Errorf("stderr does not say stream was skipped:\n%s", errOut)
+	}
+	cells := strings.Split(strings.Trim(rows[1], "| "), " | ")
+	if got, want := strings.Count(rows[1], "|"), strings.Count(rows[0], "|"); got != want {
+		t.Fatalf("row %q has %d separators, header %d", rows[1], got, want)
+	}
+	if refused := cells[5]; refused != "100.0, 100.0, 100.0" && !strings.HasPrefix(refused, "99.") {
+		t.Errorf("refused of the flood = %q, want every round near 100%%", refused)
+	}
+	var ratios []float64
+	for _, f := range strings.Split(cells[9], ", ") {
+		v, err := strconv.ParseFloat(f, 64)
+		if err != nil || !(v > 0) {
+			t.Fatalf("ceiling round %q in %q is not a positive number", f, cells[9])
+		}
+		ratios = append(ratios, v)
+	}
+	slices.Sort(ratios)
+	if len(ratios) != ceilingRounds || cells[10] != strconv.FormatFloat(ratios[len(ratios)/2], 'f', 0, 64) {
+		t.Errorf("ceiling %q, rounds %v: want %d rounds and their median", cells[10], ratios, ceilingRounds)
 	}
 }
 
@@ -129,6 +160,7 @@ func TestParse(t *testing.T) {
 		{name: "bad length", give: []string{"-spike", "0s"}, want: "-spike must be > 0"},
 		{name: "negative warm-up", give: []string{"-warmup", "-1s"}, want: "-warmup must be >= 0"},
 		{name: "stray argument", give: []string{"cpu"}, want: "unexpected arguments"},
+		{name: "no ceiling callers", give: []string{"-ceiling", "-ceiling-callers", "0"}, want: "-ceiling-callers must be >= 1"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

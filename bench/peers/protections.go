@@ -31,6 +31,10 @@ func init() { logx.Disable() }
 // allocateMethod is the one method the CPU- or I/O-heavy scenarios load.
 const allocateMethod = "/corecart.inventory.v1.InventoryService/Allocate"
 
+// stockMethod is the cheap method: the mixed scenario's steady load, and
+// the flood that -ceiling's server refuses.
+const stockMethod = "/corecart.inventory.v1.InventoryService/GetStock"
+
 // rateFraction is the share of the measured capacity that the static rate
 // limit admits: what a careful operator would configure by hand.
 const rateFraction = 0.8
@@ -96,8 +100,14 @@ var protections = []protection{
 	},
 	{
 		name: "levee-refuse-all", label: "levee refusing every call", short: "levee refuse-all",
-		about: "the same bucket at rate 0 (not in the default run): it refuses every call in grpc-go's tap, so the server's CPU in the spike is what refusing the spike's whole load costs it, and its complement bounds what any protection that refuses in the tap can serve there",
+		about: "the same bucket at rate 0 (not in the default run): it refuses every call in grpc-go's tap, so the server's CPU in the spike is what refusing the spike's whole load costs a server that does nothing else (one that also serves reads requests in bigger batches and pays less: -ceiling measures what such a server keeps)",
 		build: func(serverSpec) ([]grpc.ServerOption, func(), error) { return leveeBucket(0) },
+		extra: true,
+	},
+	{
+		name: "levee-refuse-stock", label: "levee refusing every GetStock", short: "levee refuse-stock",
+		about: "the same bucket at rate 0 on GetStock only, Allocate unguarded: the server of -ceiling, which measures Allocate closed-loop while the tap refuses a flood of GetStock (not in the default run)",
+		build: func(serverSpec) ([]grpc.ServerOption, func(), error) { return leveeRefuse(stockMethod) },
 		extra: true,
 	},
 	{

@@ -1,0 +1,198 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/levee-go/levee/internal/harness/loadgen"
+	"github.com/levee-go/levee/internal/harness/target"
+)
+
+// ceilingResult is what -ceiling measured on one scenario's server: the
+// Allocate calls (units of work) per second it completes closed-loop
+// alone, before and after, and while grpc-go's tap refuses a flood of
+// GetStock at (spike load − 1) × the capacity — the refusals a spike
+// brings beside the calls a perfect protection would admit.
+type ceilingResult struct {
+	Scenario string  `json:"scenario"`
+	Capacity float64 `json:"capacity"` // units of work/s, measured on the unprotected server
+	// Alone and Flooded are units of work/s on the refuse-stock server,
+	// alone and under the flood, in turn: Alone[i] and Alone[i+1] are
+	// the windows either side of Flooded[i].
+	Alone   []float64 `json:"alone"`
+	Flooded []float64 `json:"flooded"`
+	// Ratios are each Flooded as % of the mean of the windows alone
+	// beside it; CeilingPct is their median.
+	Ratios     []float64 `json:"ratios_pct"`
+	CeilingPct float64   `json:"ceiling_pct"`
+	// FloodRate is the GetStock/s offered, FloodRefused the share of
+	// them refused in each flooded window (%).
+	FloodRate    float64   `json:"flood_rate"`
+	FloodRefused []float64 `json:"flood_refused_pct"`
+	// ServerCPU and OthersCPU are the server's CPU and anything else's on
+	// its CPUs in each flooded window, % of one CPU; GeneratorCPU this
+	// process's (the flood and the closed-loop callers): near its CPUs'
+	// count, the callers lag and the server idles between their calls.
+	ServerCPU    []float64 `json:"server_cpu_pct"`
+	OthersCPU    []float64 `json:"others_cpu_pct"`
+	GeneratorCPU []float64 `json:"generator_cpu_pct"`
+}
+
+// runCeiling measures, for each scenario, how much of its capacity a
+// server can still serve while it refuses a spike's excess in grpc-go's
+// transport tap: the most that any protection refusing there can keep in
+// that spike, whatever it knows. The refused flood is GetStock, a method
+// the server's tap refuses outright (levee-refuse-stock), arriving as the
+// scenario's spike would (Poisson, in clumps for clumps) at (spikeLoad−1)
+// times the capacity; the closed-loop Allocate callers are those of the
+// capacity measurement.
+func runCeiling(ctx context.Context, cfg *config, pl *placement, stdout, stderr io.Writer) ([]ceilingResult, error) {
+	refuse, ok := protectionNamed("levee-refuse-stock")
+	if !ok {
+		return nil, fmt.Errorf("-ceiling: no levee-refuse-stock protection")
+	}
+	var out []ceilingResult
+	for _, sc := range cfg.scenarios {
+		if sc.load == loadStream || sc.mixed || sc.slowSpike {
+			fmt.Fprintf(stderr, "peers: -ceiling: %s skipped (streams, mixed and slowed dependencies are not measured)\n", sc.name)
+			continue
+		}
+		pl.enter(sc.server.cores())
+		m, err := measure(ctx, cfg, pl, sc, stderr)
+		if err != nil {
+			return nil, err
+		}
+		r, err := ceilingOne(ctx, cfg, pl, sc, m, refuse, stderr)
+		if err != nil {
+			return nil, fmt.Errorf("%s: -ceiling: %w", sc.name, err)
+		}
+		out = append(out, r)
+	}
+	writeCeiling(stdout, cfg, out)
+	return out, nil
+}
+
+func ceilingOne(ctx context.Context, cfg *config, pl *placement, sc scenario, m measured, refuse protection, stderr io.Writer) (ceilingResult, error) {
+	srv, alloc, stop, err := startProtected(ctx, pl, sc, m, refuse, stderr)
+	if err != nil {
+		return ceilingResult{}, err
+	}
+	defer stop()
+	flood, err := target.Dial(ctx, srv.addr, 1, serverStartTimeout)
+	if err != nil {
+		return ceilingResult{}, err
+	}
+	defer flood.Close()
+	r, closeR, err := dialRequester(sc.load, alloc, srv.addr, fmt.Sprintf("ceiling-%s-%d", sc.name, time.Now().UnixNano()))
+	if err != nil {
+		return ceilingResult{}, err
+	}
+	defer closeR()
+
+	res := ceilingResult{Scenario: sc.name, Capacity: m.work, FloodRate: (cfg.spikeLoad - 1) * m.capacity}
+	closedLoop := func() (float64, error) {
+		_, work, err := calibrate(ctx, r.request(), sc.load, cfg.ceilingMul*sc.calWorkers, cfg.calibrate/4, cfg.calibrate)
+		return work, err
+	}
+	a, err := closedLoop()
+	if err != nil {
+		return ceilingResult{}, err
+	}
+	res.Alone = append(res.Alone, a)
+	for range ceilingRounds {
+		f, err := floodedLoop(ctx, cfg, pl, sc, srv, flood, closedLoop, res.FloodRate, &res)
+		if err != nil {
+			return ceilingResult{}, err
+		}
+		if a, err = closedLoop(); err != nil {
+			return ceilingResult{}, err
+		}
+		res.Alone = append(res.Alone, a)
+		res.Flooded = append(res.Flooded, f)
+		res.Ratios = append(res.Ratios, pct(f, (res.Alone[len(res.Alone)-2]+a)/2))
+	}
+	sorted := slices.Clone(res.Ratios)
+	slices.Sort(sorted)
+	res.CeilingPct = sorted[len(sorted)/2]
+	fmt.Fprintf(stderr, "peers: %s: ceiling %.0f%% (closed-loop alone %.0f/s, under %.0f refused GetStock/s %.0f/s; ratios %.0f%%)\n",
+		sc.name, res.CeilingPct, res.Alone, res.FloodRate, res.Flooded, res.Ratios)
+	return res, nil
+}
+
+// ceilingRounds is how many flooded windows -ceiling measures, each
+// between two windows alone: the machine's speed drifts between windows
+// (alloc: 657 then 870 calls/s alone on one server, minutes apart), so
+// each flooded window is set against the two beside it, and the median
+// of the rounds is reported.
+const ceilingRounds = 3
+
+// floodedLoop measures Allocate closed-loop (closedLoop) while a flood of
+// GetStock at rate/s arrives as the scenario's spike would, and notes in
+// res the CPU and the share refused of the flood.
+func floodedLoop(ctx context.Context, cfg *config, pl *placement, sc scenario, srv *server, flood *target.Target, closedLoop func() (float64, error), rate float64, res *ceilingResult) (float64, error) {
+	// The flood runs from the closed loop's warm-up to its end.
+	span := cfg.calibrate/4 + cfg.calibrate
+	gen, err := loadgen.New(flood.GetStockCall(), []loadgen.Phase{{Name: "flood", Duration: span + 100*time.Millisecond, Rate: rate}},
+		loadgen.WithArrivals(loadgen.Poisson), loadgen.WithDeadline(cfg.deadline), loadgen.WithClumps(sc.clumps), loadgen.WithSeed(3))
+	if err != nil {
+		return 0, err
+	}
+	done := runInBackground(ctx, gen)
+	cpuDone := make(chan [3]float64, 2)
+	go func() {
+		gen, _ := windowCPU(ctx, os.Getpid(), nil, cfg.calibrate/4, cfg.calibrate)
+		cpuDone <- [3]float64{0, 0, gen}
+	}()
+	go func() {
+		server, others := windowCPU(ctx, srv.cmd.Process.Pid, pl.serverCPUs(sc.server.cores()), cfg.calibrate/4, cfg.calibrate)
+		cpuDone <- [3]float64{server, others, -1}
+	}()
+	f, err := closedLoop()
+	g := <-done
+	for range 2 {
+		if c := <-cpuDone; c[2] >= 0 {
+			res.GeneratorCPU = append(res.GeneratorCPU, c[2])
+		} else {
+			res.ServerCPU, res.OthersCPU = append(res.ServerCPU, c[0]), append(res.OthersCPU, c[1])
+		}
+	}
+	if err != nil {
+		return 0, err
+	}
+	if g.err != nil {
+		return 0, g.err
+	}
+	if ph := phaseNamed(g.res, "flood"); ph.Offered > 0 {
+		res.FloodRefused = append(res.FloodRefused, pct(float64(ph.RefusedTotal()), float64(ph.Offered)))
+	}
+	return f, nil
+}
+
+// writeCeiling writes -ceiling's table.
+func writeCeiling(w io.Writer, cfg *config, rs []ceilingResult) {
+	fmt.Fprintf(w, "### What refusing a %g× spike in the tap leaves\n\n", cfg.spikeLoad)
+	fmt.Fprintf(w, "Allocate (units of work/s) closed-loop (%d× the capacity measurement's callers) on a server whose tap refuses every GetStock: alone, then while a flood of GetStock at %g× the capacity arrives as the scenario's spike would, in turn, %d flooded windows between %d alone; %v each, after a warm-up of %v. Ceiling: each flooded window as %% of the mean of the two alone beside it, the median of %d.\n\n",
+		cfg.ceilingMul, cfg.spikeLoad-1, ceilingRounds, ceilingRounds+1, cfg.calibrate, cfg.calibrate/4, ceilingRounds)
+	fmt.Fprintln(w, "| scenario | capacity, unprotected (/s) | alone (/s) | flooded (/s) | flood (/s) | refused of it (%) | server CPU flooded (% of one) | others on its CPUs (% of one) | generator CPU (% of one) | ceiling, each round (%) | ceiling (%) |")
+	fmt.Fprintln(w, "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+	for _, r := range rs {
+		fmt.Fprintf(w, "| %s | %.0f | %s | %s | %.0f | %s | %s | %s | %s | %s | %.0f |\n",
+			r.Scenario, r.Capacity, list(r.Alone, 0), list(r.Flooded, 0), r.FloodRate, list(r.FloodRefused, 1), list(r.ServerCPU, 0), list(r.OthersCPU, 0), list(r.GeneratorCPU, 0), list(r.Ratios, 0), r.CeilingPct)
+	}
+	fmt.Fprintln(w)
+}
+
+// list formats vs with prec decimals, comma-separated.
+func list(vs []float64, prec int) string {
+	parts := make([]string, len(vs))
+	for i, v := range vs {
+		parts[i] = strconv.FormatFloat(v, 'f', prec, 64)
+	}
+	return strings.Join(parts, ", ")
+}
