@@ -97,7 +97,10 @@
 // (Stats.Unrefused), and a call whose wait for a turn runs out runs beyond
 // the limit (Stats.Overruns) instead of being refused. A deadline that
 // cannot be met is refused whatever the evidence: it is the caller's
-// deadline, not the server's load.
+// deadline, not the server's load. It is judged, when the call's turn
+// comes, against the flow's service time without contention (its
+// baseline; Flow.ServiceTimeAt), not the mean that calls run beyond the
+// limit stretch.
 //
 // Calls that find every turn taken wait in the queue of their lane: one
 // per flow (a method, say), tenant and criticality class (Flow.Lane).

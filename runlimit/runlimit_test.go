@@ -608,3 +608,56 @@ func TestStaleServiceTimeDoesNotLockOut(t *testing.T) {
 	}
 	g.Finish(c, d.Permit, admission.Outcome{Duration: time.Millisecond})
 }
+
+// A call about to run on its turn is judged against the flow's service
+// time without contention, not a mean that calls run beyond the limit
+// stretched: 10ms calls whose mean grew to 500ms while fifty of them
+// shared the processor still admit a call with 300ms left.
+func TestDeadlineJudgedAgainstTheBaseline(t *testing.T) {
+	now := time.Unix(1_700_000_000, 0)
+	l := mustNew(t, withClock(func() time.Time { return now }), WithBounds(64, 64))
+	f := l.Flow("/svc/Call")
+	l.upd.Lock()
+	f.setBase(float64(10 * time.Millisecond))
+	l.upd.Unlock()
+	for range 50 {
+		tk, ok := f.TryAcquire(now)
+		if !ok {
+			t.Fatal("no turn")
+		}
+		tk.Done(now.Add(500*time.Millisecond), false)
+	}
+	now = now.Add(500 * time.Millisecond)
+	if st := f.ServiceTime(); st < 300*time.Millisecond {
+		t.Fatalf("mean service time %v after fifty calls of 500ms, want over 300ms", st)
+	}
+	b := f.Baseline()
+	if b <= 0 || b >= 300*time.Millisecond {
+		t.Fatalf("baseline %v after the calls, want it learned and under 300ms (the test sets 10ms)", b)
+	}
+	if st := f.ServiceTimeAt(now); st != b {
+		t.Errorf("ServiceTimeAt = %v, want the baseline %v", st, b)
+	}
+	g := NewGuard("run", l).(interface {
+		admission.Guard
+		admission.Starter
+	})
+	c := admission.Call{Ctx: context.Background(), Method: "/svc/Call", Now: now, Deadline: time.Now().Add(300 * time.Millisecond)}
+	d := g.Admit(c)
+	if d.Refused {
+		t.Fatalf("Admit = %+v", d)
+	}
+	if d = g.Start(c, d.Permit); d.Refused {
+		t.Fatalf("300ms left against a stretched mean of %v and a baseline of %v: Start = %+v, want admitted", f.ServiceTime(), b, d)
+	}
+	g.Finish(c, d.Permit, admission.Outcome{Duration: 10 * time.Millisecond})
+	// A deadline shorter than the baseline itself cannot be met.
+	c.Deadline = time.Now().Add(b / 2)
+	if d = g.Admit(c); d.Refused {
+		t.Fatalf("Admit = %+v", d)
+	}
+	if d = g.Start(c, d.Permit); !d.Refused || !d.DeadlineTooShort {
+		t.Errorf("%v left against a baseline of %v: Start = %+v, want refused as too short", b/2, b, d)
+	}
+	g.Finish(c, d.Permit, admission.Outcome{Skipped: true})
+}
