@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/levee-go/levee/internal/harness/loadgen"
@@ -46,8 +47,9 @@ type ceilingResult struct {
 
 // runCeiling measures, for each scenario, how much of its capacity a
 // server can still serve while it refuses a spike's excess in grpc-go's
-// transport tap: the most that any protection refusing there can keep in
-// that spike, whatever it knows. The refused flood is GetStock, a method
+// transport tap: about the most that a protection refusing there keeps
+// in that spike, whatever it knows (measured, not a bound: a closed loop
+// is not a perfect scheduler). The refused flood is GetStock, a method
 // the server's tap refuses outright (levee-refuse-stock), arriving as the
 // scenario's spike would (Poisson, in clumps for clumps) at (spikeLoad−1)
 // times the capacity; the closed-loop Allocate callers are those of the
@@ -144,24 +146,17 @@ func floodedLoop(ctx context.Context, cfg *config, pl *placement, sc scenario, s
 		return 0, err
 	}
 	done := runInBackground(ctx, gen)
-	cpuDone := make(chan [3]float64, 2)
-	go func() {
-		gen, _ := windowCPU(ctx, os.Getpid(), nil, cfg.calibrate/4, cfg.calibrate)
-		cpuDone <- [3]float64{0, 0, gen}
-	}()
-	go func() {
-		server, others := windowCPU(ctx, srv.cmd.Process.Pid, pl.serverCPUs(sc.server.cores()), cfg.calibrate/4, cfg.calibrate)
-		cpuDone <- [3]float64{server, others, -1}
-	}()
+	var wg sync.WaitGroup
+	var server, others, generator float64
+	wg.Go(func() { generator, _ = windowCPU(ctx, os.Getpid(), nil, cfg.calibrate/4, cfg.calibrate) })
+	wg.Go(func() {
+		server, others = windowCPU(ctx, srv.cmd.Process.Pid, pl.serverCPUs(sc.server.cores()), cfg.calibrate/4, cfg.calibrate)
+	})
 	f, err := closedLoop()
 	g := <-done
-	for range 2 {
-		if c := <-cpuDone; c[2] >= 0 {
-			res.GeneratorCPU = append(res.GeneratorCPU, c[2])
-		} else {
-			res.ServerCPU, res.OthersCPU = append(res.ServerCPU, c[0]), append(res.OthersCPU, c[1])
-		}
-	}
+	wg.Wait()
+	res.ServerCPU, res.OthersCPU = append(res.ServerCPU, server), append(res.OthersCPU, others)
+	res.GeneratorCPU = append(res.GeneratorCPU, generator)
 	if err != nil {
 		return 0, err
 	}

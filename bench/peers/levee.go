@@ -142,31 +142,25 @@ func leveeBucket(fraction float64) (opts []grpc.ServerOption, stop func(), err e
 		return nil, func() {}, fmt.Errorf("levee bucket: capacity must be > 0, got %v", s.Capacity)
 	}
 	rate := fraction * s.Capacity
-	bucket, err := ratelimit.NewLimiter(ratelimit.Limit(rate), max(1, int(rate/10)))
-	if err != nil {
-		return nil, func() {}, err
-	}
-	guard, err := grpcguard.New([]grpcguard.Rule{{
-		Name:    "loaded",
-		Methods: []string{allocateMethod, feedMethod},
-		Guards:  []admission.Guard{ratelimit.NewGuard("bucket", bucket)},
-	}})
-	if err != nil {
-		return nil, func() {}, err
-	}
-	return guard.ServerOptions(), func() {}, nil
+	return tapBucket(rate, max(1, int(rate/10)), allocateMethod, feedMethod)
 }
 
 // leveeRefuse refuses every call of method in grpc-go's transport tap, with
 // the bucket of leveeBucket at rate 0, and lets every other method through.
 func leveeRefuse(method string) (opts []grpc.ServerOption, stop func(), err error) {
-	bucket, err := ratelimit.NewLimiter(0, 1)
+	return tapBucket(0, 1, method)
+}
+
+// tapBucket is one token bucket of rate calls/s and burst in grpc-go's
+// transport tap, on methods only.
+func tapBucket(rate float64, burst int, methods ...string) (opts []grpc.ServerOption, stop func(), err error) {
+	bucket, err := ratelimit.NewLimiter(ratelimit.Limit(rate), burst)
 	if err != nil {
 		return nil, func() {}, err
 	}
 	guard, err := grpcguard.New([]grpcguard.Rule{{
-		Name:    "refused",
-		Methods: []string{method},
+		Name:    "loaded",
+		Methods: methods,
 		Guards:  []admission.Guard{ratelimit.NewGuard("bucket", bucket)},
 	}})
 	if err != nil {

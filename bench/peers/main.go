@@ -99,7 +99,7 @@ func parse(args []string, stderr io.Writer) (*config, error) {
 	fs.BoolVar(&cfg.cgroup, "cgroup", true, "run each server in a cgroup of one CPU when possible (Linux, root)")
 	fs.BoolVar(&cfg.progress, "progress", false, "print the load generator's progress every second on stderr")
 	fs.StringVar(&cfg.jsonOut, "json", "", "also write every run's full results as JSON to this `file`")
-	fs.BoolVar(&cfg.ceiling, "ceiling", false, "instead of the runs, measure for each scenario what a server keeps of its capacity, closed-loop, while grpc-go's tap refuses a flood at (spike-load - 1) times it: the most any protection that refuses in the tap can serve in that spike (-protections is ignored)")
+	fs.BoolVar(&cfg.ceiling, "ceiling", false, "instead of the runs, measure for each scenario what a server keeps of its capacity, closed-loop, while grpc-go's tap refuses a flood at (spike-load - 1) times it: about the most a protection that refuses in the tap keeps in that spike (-protections is ignored)")
 	fs.IntVar(&cfg.ceilingMul, "ceiling-callers", 4, "-ceiling's closed-loop callers, as a `multiple` of the capacity measurement's: enough to keep the server busy while the load generator also sends the flood (clumps: 4), not so many that long CPU-bound calls time-share (cores2: 1)")
 	if err := fs.Parse(args); err != nil {
 		return nil, err
