@@ -115,7 +115,12 @@
 // fairly among the tenants present, without a number per tenant.
 // Tenants are bounded in number (WithMaxTenants; beyond it, and for names
 // longer than MaxTenantLen, they share OverflowTenant) and forgotten when
-// idle, so a flood of tenant names cannot exhaust memory.
+// idle, so a flood of tenant names cannot exhaust memory. So are flows
+// (WithMaxFlows): through NewGuard a name gets a flow only once a call of
+// it has succeeded, the calls of names not served yet sharing
+// UnservedFlow, so that names a server does not serve take nothing from
+// those it does; at the cap the least recently used flow with no call in
+// it is forgotten.
 // Through NewGuard, a flow much cheaper than the most expensive one that
 // uses little of the server runs without a turn at all, until it floods. A
 // lane's queue is bounded by its flow's queue target (the wait it may add,

@@ -65,9 +65,13 @@ func TestFairAdmissionAllocatesNothing(t *testing.T) {
 	g := NewGuard("run", l)
 	st := g.(admission.Starter)
 	c := admission.Call{Ctx: context.Background(), Method: "/svc/Call", Tenant: "acme", Class: admission.SheddablePlus}
-	// Known tenant and flow: the admitted path, turn taken and returned.
+	// Known tenant and flow (served once): the admitted path, turn taken
+	// and returned.
 	d := g.Admit(c)
-	g.Finish(c, d.Permit, admission.Outcome{Skipped: true})
+	g.Finish(c, st.Start(c, d.Permit).Permit, admission.Outcome{Duration: time.Millisecond})
+	if l.Stats().Flows != 1 {
+		t.Fatal("the flow was not made by a call that succeeded")
+	}
 	allocs := testing.AllocsPerRun(1000, func() {
 		c.Now = time.Now()
 		d := g.Admit(c)

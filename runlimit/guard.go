@@ -40,8 +40,19 @@ const (
 // flow's queue target, and a flow whose streams stay open longer takes
 // none for them; a stream the client sends on takes none (see the package
 // doc, "Streams"). What the messages of a stream that holds no turn cost
-// shows in the CPU signal (WithCPU), not in a service time. It panics if
-// l is nil.
+// shows in the CPU signal (WithCPU), not in a service time.
+//
+// A name gets a flow of its own only once a call of it has run and
+// succeeded (Finish with a Skipped false and a nil Err), since a client
+// chooses the names it sends, and a transport admits a call before it
+// knows whether its server serves that name (gRPC: the tap sees every
+// name; grpc-go answers UNIMPLEMENTED for those it does not serve without
+// running a handler). Until then its calls share the flow UnservedFlow,
+// which is never learned from and never counts against the cap
+// (WithMaxFlows); the first call that succeeds teaches the new flow its
+// service time. So a flood of names the server does not serve takes no
+// flow from the methods it serves, and neither does one of names it
+// answers only with errors. It panics if l is nil.
 func NewGuard(name string, l *Limiter) admission.Guard {
 	if l == nil {
 		panic("runlimit: NewGuard: nil Limiter")
@@ -75,14 +86,26 @@ const (
 
 // A Permit of a stream that holds a turn holds its *streamTurn in Ref.
 
+// The guard counts each call it admits in its flow's calls until Finish:
+// every permit it gives, refusals at Start included, holds the call's lane
+// (or its *streamTurn) in Ref.
+
 func (g *guard) Admit(c admission.Call) admission.Decision {
-	f := g.l.Flow(c.Method)
+	f := g.l.lookup(c.Method)
 	ln := f.Lane(c.Tenant, c.Class)
 	cost, ok := ln.admit(c.Now)
 	if !ok {
 		return admission.Refuse(ReasonQueueFull, f.QueueTarget())
 	}
+	f.calls.Add(1)
 	return admission.Grant(admission.Permit{Ref: ln, Value: reserved | uint64(cost)})
+}
+
+// holding is d with a permit that holds ln and nothing else, so that
+// Finish finds the call's flow.
+func holding(d admission.Decision, ln *Lane) admission.Decision {
+	d.Permit = admission.Permit{Ref: ln}
+	return d
 }
 
 // admit admits a call of ln at now to wait for a turn, and reserves its
@@ -128,12 +151,12 @@ func (g *guard) Start(c admission.Call, p admission.Permit) admission.Decision {
 	}
 	t, err := ln.take(c.Ctx, c.Now, cost, false)
 	if err != nil {
-		return refusal(err, target)
+		return holding(refusal(err, target), ln)
 	}
 	if !c.Deadline.IsZero() {
 		if left := time.Until(c.Deadline); left < f.ServiceTimeAt(c.Now) {
 			t.Release()
-			return admission.Decision{Refused: true, Reason: ReasonTooLate, DeadlineTooShort: true}
+			return holding(admission.Decision{Refused: true, Reason: ReasonTooLate, DeadlineTooShort: true}, ln)
 		}
 	}
 	// A handler that starts as soon as the one before it finishes runs
@@ -183,7 +206,7 @@ func (g *guard) startStream(c admission.Call, ln *Lane, cost int64) admission.De
 	f := ln.f
 	if c.ClientStream {
 		ln.unreserve(cost)
-		return admission.Decision{} // its handler waits for the client
+		return holding(admission.Decision{}, ln) // its handler waits for the client
 	}
 	unturned := admission.Grant(admission.Permit{Ref: ln, Value: unturned | uint64(max(g.l.nanos(c.Now), 0))})
 	if f.streamsStayOpen() {
@@ -196,15 +219,22 @@ func (g *guard) startStream(c admission.Call, ln *Lane, cost int64) admission.De
 		return unturned
 	}
 	if err != nil {
-		return refusal(err, target)
+		return holding(refusal(err, target), ln)
 	}
 	runtime.Gosched() // as for a unary call, in Start
 	return admission.Grant(admission.Permit{Ref: holdStream(t)})
 }
 
 func (g *guard) Finish(c admission.Call, p admission.Permit, o admission.Outcome) {
+	served := !o.Skipped && o.Err == nil
 	if st, ok := p.Ref.(*streamTurn); ok {
-		st.finish(!o.Skipped && (o.Err == nil || o.Overload), o.Overload)
+		f := st.t.f
+		f.calls.Add(-1)
+		var nf *Flow
+		if served && f.isUnserved {
+			nf = g.l.addFlow(c.Method)
+		}
+		st.finish(nf, !o.Skipped && (o.Err == nil || o.Overload), o.Overload)
 		return
 	}
 	ln, _ := p.Ref.(*Lane)
@@ -212,6 +242,14 @@ func (g *guard) Finish(c admission.Call, p admission.Permit, o admission.Outcome
 		return
 	}
 	f := ln.f
+	f.calls.Add(-1)
+	if served && f.isUnserved {
+		// The name is served: it gets its own flow, which learns from
+		// this call, if there is room.
+		if nf := g.l.addFlow(c.Method); nf != nil {
+			f = nf
+		}
+	}
 	switch {
 	case p.Value&unturned != 0 && p.Value&(turn|bypass|reserved) == 0:
 		if !o.Skipped {

@@ -182,6 +182,7 @@ const roomyPatience = 8
 // taken, as Flow.Acquire does; it refuses at once with ErrQueueFull a call
 // the lane cannot admit.
 func (ln *Lane) Acquire(ctx context.Context) (Ticket, error) {
+	ln.f.touch()
 	ln.f.l.offered.Add(1)
 	if t, ok := ln.f.tryAcquire(ln.f.l.o.now()); ok {
 		t.ln = ln
@@ -263,6 +264,11 @@ func (f *Flow) newTenant(s *tenantShard, tenant string) *tenantLanes {
 	if tl := s.m[tenant]; tl != nil {
 		return tl
 	}
+	if f.gone.Load() {
+		// Forgotten (addFlow): its tenants are no longer counted, nor
+		// swept.
+		return f.overflowLanes()
+	}
 	if l.tenantCount.Add(1) > int64(l.o.maxTenants) {
 		l.tenantCount.Add(-1)
 		return f.overflowLanes()
@@ -308,6 +314,20 @@ func (l *Limiter) sweepTenants(flows []*Flow, now int64) {
 			}
 			s.mu.Unlock()
 		}
+	}
+}
+
+// forget drops the tenants of a flow the Limiter no longer tracks
+// (addFlow), which has no call in them, from the Limiter's count. Needs
+// Limiter.flowsMu.
+func (f *Flow) forget() {
+	f.gone.Store(true)
+	for i := range f.tenants.shards {
+		s := &f.tenants.shards[i]
+		s.mu.Lock()
+		f.l.tenantCount.Add(-int64(len(s.m)))
+		s.m = nil
+		s.mu.Unlock()
 	}
 }
 

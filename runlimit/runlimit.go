@@ -23,16 +23,24 @@ const (
 	DefaultInterval = 100 * time.Millisecond
 	// DefaultMinQueueTarget is the least queue target a flow gets.
 	DefaultMinQueueTarget = 5 * time.Millisecond
-	// DefaultMaxFlows is how many flows a Limiter tracks separately; later
-	// flows share the flow OverflowFlow.
+	// DefaultMaxFlows is how many flows a Limiter tracks separately (see
+	// WithMaxFlows).
 	DefaultMaxFlows = 256
 	// DefaultCeiling is the largest limit a Limiter learns by default.
 	DefaultCeiling = 1000
 )
 
-// OverflowFlow is the name of the flow shared by the flows beyond a
-// Limiter's cap (WithMaxFlows).
+// OverflowFlow is the name of the flow that Limiter.Flow returns for a
+// name beyond a Limiter's cap (WithMaxFlows) while every flow it tracks
+// has calls in it or was used in the current interval.
 const OverflowFlow = "*"
+
+// UnservedFlow is the name of the flow that the calls of a guard
+// (NewGuard) share while their name has no flow of its own: a name the
+// server has not served yet, which may be one it does not serve at all
+// (see NewGuard). It is never learned from and never counts against the
+// cap (WithMaxFlows).
+const UnservedFlow = "?"
 
 // Errors of Acquire.
 var (
@@ -108,8 +116,12 @@ func WithQueueTarget(d time.Duration) Option { return func(o *options) { o.targe
 // (the limit follows service times alone).
 func WithCPU(c CPU) Option { return func(o *options) { o.cpu = c } }
 
-// WithMaxFlows caps the flows tracked separately; New fails unless n >= 1.
-// Default DefaultMaxFlows.
+// WithMaxFlows caps the flows tracked separately, so that memory stays
+// bounded whatever names callers send. A new name at the cap takes the
+// place of the flow least recently used among those with no call in them
+// and unused in the current interval, which is forgotten; with none such,
+// Limiter.Flow returns the flow OverflowFlow and a guard's calls stay in
+// UnservedFlow. New fails unless n >= 1. Default DefaultMaxFlows.
 func WithMaxFlows(n int) Option { return func(o *options) { o.maxFlows = n } }
 
 // WithMaxTenants caps the tenants tracked separately, over all flows;
@@ -234,9 +246,17 @@ type Limiter struct {
 	lastServed [admission.Classes]float64
 	starved    [admission.Classes]int
 
-	flowsMu  sync.Mutex
-	flows    atomic.Pointer[map[string]*Flow]
-	overflow *Flow // under flowsMu
+	// The flows tracked separately, by name: a map replaced, never
+	// changed, under flowsMu; the flow shared beyond the cap; the flow of
+	// the calls whose name has none yet (see NewGuard); flows forgotten
+	// to make room; and the interval (openedAt) in which a flow was last
+	// looked for to forget and none was found.
+	flowsMu   sync.Mutex
+	flows     atomic.Pointer[map[string]*Flow]
+	overflow  *Flow // under flowsMu
+	unserved  *Flow
+	forgotten atomic.Uint64
+	noVictim  atomic.Int64
 
 	// Learning (see learn.go). next is read by every Done; the rest is
 	// under upd, which only the caller that closes an interval takes
@@ -328,6 +348,9 @@ func New(opts ...Option) (*Limiter, error) {
 	l.est = float64(min(max(o.initial, o.floor), o.ceiling))
 	l.limit.Store(int64(l.est))
 	l.flows.Store(&map[string]*Flow{})
+	l.unserved = newFlow(l, UnservedFlow)
+	l.unserved.isUnserved = true
+	l.noVictim.Store(-1)
 	l.opened = l.nanos(l.o.now())
 	l.noneSince.Store(l.opened + 1)
 	l.leastWork.Store(math.MaxInt64)
@@ -432,6 +455,11 @@ type Stats struct {
 	// Grows and Shrinks count the intervals that moved the limit up or
 	// down by its queue estimate (TCP Vegas).
 	Grows, Shrinks uint64
+	// Flows is how many flows the Limiter tracks separately (Flows, at
+	// most WithMaxFlows), and Forgotten how many it forgot to make room
+	// for a new name.
+	Flows     int
+	Forgotten uint64
 }
 
 // EvidenceStats count refusals by the evidence of overload they were made
@@ -479,36 +507,91 @@ func (l *Limiter) Stats() Stats {
 		ProbeCPU: c.probe[probeCPU].stats(), ProbeLag: c.probe[probeLag].stats(),
 		SlowStartEnded: c.slowStartEnded.Load(), Holds: c.holds.Load(), CPUElsewhere: c.cpuElsewhere.Load(),
 		Backoffs: c.backoffs.Load(), LimitedToRan: c.limitedToRan.Load(), Overran: c.overran.Load(),
-		Grows: c.grows.Load(), Shrinks: c.shrinks.Load()}
+		Grows: c.grows.Load(), Shrinks: c.shrinks.Load(),
+		Flows: len(*l.flows.Load()), Forgotten: l.forgotten.Load()}
 }
 
-// Flow returns the flow named name, creating it on first use; beyond
-// WithMaxFlows flows, names share the flow OverflowFlow. Flows live as
-// long as the Limiter.
+// Flow returns the flow named name, creating it on first use: the name is
+// then tracked separately, with its own learned service time and lanes,
+// until it is forgotten to make room for another (WithMaxFlows); a Flow
+// kept meanwhile still works, but the name's new calls get a new flow.
+// Beyond the cap, with no flow to forget, it returns the flow
+// OverflowFlow. It allocates only when it creates a flow.
 func (l *Limiter) Flow(name string) *Flow {
 	if f, ok := (*l.flows.Load())[name]; ok {
+		f.touch()
+		return f
+	}
+	if f := l.addFlow(name); f != nil {
 		return f
 	}
 	l.flowsMu.Lock()
 	defer l.flowsMu.Unlock()
-	m := l.flows.Load()
-	if f, ok := (*m)[name]; ok {
+	if l.overflow == nil {
+		l.overflow = newFlow(l, OverflowFlow)
+	}
+	return l.overflow
+}
+
+// lookup returns the flow of name if it has one, else the flow
+// UnservedFlow. It neither locks nor allocates.
+func (l *Limiter) lookup(name string) *Flow {
+	if f, ok := (*l.flows.Load())[name]; ok {
+		f.touch()
 		return f
 	}
-	if len(*m) >= l.o.maxFlows {
-		if l.overflow == nil {
-			l.overflow = newFlow(l, OverflowFlow)
+	return l.unserved
+}
+
+// addFlow returns the flow of name, creating it, in place of the idlest
+// flow at the cap; nil at the cap with no flow to forget.
+func (l *Limiter) addFlow(name string) *Flow {
+	opened := l.openedAt.Load()
+	if l.noVictim.Load() == opened {
+		// Looked for one in this interval already: none.
+		if _, ok := (*l.flows.Load())[name]; !ok {
+			return nil
 		}
-		return l.overflow
+	}
+	l.flowsMu.Lock()
+	defer l.flowsMu.Unlock()
+	m := *l.flows.Load()
+	if f, ok := m[name]; ok {
+		return f
+	}
+	var victim *Flow
+	if len(m) >= l.o.maxFlows {
+		if victim = idlest(m, opened); victim == nil {
+			l.noVictim.Store(opened)
+			return nil
+		}
+		victim.forget()
+		l.forgotten.Add(1)
 	}
 	f := newFlow(l, name)
-	nm := make(map[string]*Flow, len(*m)+1)
-	for k, v := range *m {
-		nm[k] = v
+	f.used.Store(opened)
+	nm := make(map[string]*Flow, len(m)+1)
+	for k, v := range m {
+		if v != victim {
+			nm[k] = v
+		}
 	}
 	nm[name] = f
 	l.flows.Store(&nm)
 	return f
+}
+
+// idlest is the flow of m least recently used among those with no call
+// in them and unused since the interval that opened at opened; nil if
+// none is.
+func idlest(m map[string]*Flow, opened int64) *Flow {
+	var best *Flow
+	for _, f := range m {
+		if u := f.used.Load(); u < opened && (best == nil || u < best.used.Load()) && f.idle() {
+			best = f
+		}
+	}
+	return best
 }
 
 func newFlow(l *Limiter, name string) *Flow {
@@ -520,13 +603,63 @@ func newFlow(l *Limiter, name string) *Flow {
 	return f
 }
 
-// allFlows returns every flow; the overflow flow last.
-func (l *Limiter) allFlows() []*Flow {
+// touch marks the flow as used in the current interval: a load of the
+// interval's start and of the mark, and a store once per interval.
+func (f *Flow) touch() {
+	if opened := f.l.openedAt.Load(); f.used.Load() != opened {
+		f.used.Store(opened)
+	}
+}
+
+// idle reports whether the flow has no call in it: none admitted by a
+// guard and not finished, none waiting in one of its lanes.
+func (f *Flow) idle() bool {
+	if f.calls.Load() != 0 {
+		return false
+	}
+	for i := range f.lanes {
+		if f.lanes[i].count.Load() != 0 {
+			return false
+		}
+	}
+	if tl := f.overflow.Load(); tl != nil && !tl.idle() {
+		return false
+	}
+	for i := range f.tenants.shards {
+		s := &f.tenants.shards[i]
+		s.mu.RLock()
+		for _, tl := range s.m {
+			if !tl.idle() {
+				s.mu.RUnlock()
+				return false
+			}
+		}
+		s.mu.RUnlock()
+	}
+	return true
+}
+
+// Flows returns the flows the Limiter tracks separately, in no order: not
+// the flows OverflowFlow and UnservedFlow. It allocates; call it at
+// scrape time.
+func (l *Limiter) Flows() []*Flow {
 	m := *l.flows.Load()
-	out := make([]*Flow, 0, len(m)+1)
+	out := make([]*Flow, 0, len(m))
 	for _, f := range m {
 		out = append(out, f)
 	}
+	return out
+}
+
+// allFlows returns every flow: those tracked, then the flow of unserved
+// names, then the overflow flow if there is one.
+func (l *Limiter) allFlows() []*Flow {
+	m := *l.flows.Load()
+	out := make([]*Flow, 0, len(m)+2)
+	for _, f := range m {
+		out = append(out, f)
+	}
+	out = append(out, l.unserved)
 	l.flowsMu.Lock()
 	if l.overflow != nil {
 		out = append(out, l.overflow)
@@ -556,6 +689,16 @@ type Flow struct {
 	// streamScore: streams that stayed open past their hold, less those
 	// that ended within it (see streamTurn).
 	streamScore atomic.Int32
+	// calls are the calls a guard admitted to the flow and has not
+	// finished; used, the start of the last interval the flow was looked
+	// up in (ns since the Limiter's epoch): a flow forgotten to make room
+	// (addFlow) has no call and is the least recently used.
+	calls atomic.Int64
+	used  atomic.Int64
+	// isUnserved: the flow UnservedFlow, never learned from; gone: the
+	// flow was forgotten, and its new tenants are not counted.
+	isUnserved bool
+	gone       atomic.Bool
 
 	lanes    [admission.Classes]Lane // calls of no tenant, by class
 	tenants  tenantShards
@@ -704,6 +847,7 @@ func (t Ticket) Start() time.Time {
 // TryAcquire takes a turn for a call of f at now if one is free and nobody
 // waits. It never blocks, takes no lock and allocates nothing.
 func (f *Flow) TryAcquire(now time.Time) (Ticket, bool) {
+	f.touch()
 	t, ok := f.tryAcquire(now)
 	if ok {
 		f.l.offered.Add(1)
@@ -1447,9 +1591,12 @@ func (t Ticket) doneAt(end int64, overload bool) {
 		ci = t.ln.class.Index()
 	}
 	l.served[ci].Add(1)
-	if overload {
+	switch {
+	case f.isUnserved:
+		// Calls of names not served yet teach nothing (see NewGuard).
+	case overload:
 		l.overloads.Add(1)
-	} else {
+	default:
 		if end-f.lastOK.Load() > int64(time.Millisecond) {
 			f.lastOK.Store(end)
 		}

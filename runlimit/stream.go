@@ -92,13 +92,17 @@ func (st *streamTurn) expire() {
 
 // finish ends the stream: its turn, if it still holds it, is given back
 // and the stream's time from its turn is learned as a service time
-// (unless learn is false: it failed for a reason of its own); it counts
-// as a stream that ended within its hold.
-func (st *streamTurn) finish(learn, overload bool) {
+// (unless learn is false: it failed for a reason of its own), by flow
+// nf if not nil (the stream's name got a flow of its own as it ended:
+// see NewGuard); it counts as a stream that ended within its hold.
+func (st *streamTurn) finish(nf *Flow, learn, overload bool) {
 	if !st.state.CompareAndSwap(false, true) {
 		return
 	}
 	st.timer.Stop()
+	if nf != nil {
+		st.t.f = nf // expire, which lost the race, reads no more of st
+	}
 	f := st.t.f
 	f.noteStream(false)
 	if !learn {
