@@ -95,7 +95,10 @@ const (
 	// and its request, more or less.
 	MinCost = 8 << 10
 	// MaxMethods is how many methods get a cost of their own; the others
-	// share one.
+	// share one. A method gets its own once a call of it has run and
+	// succeeded (a client chooses the names it sends, and a transport
+	// admits calls of names its server does not serve); until then its
+	// calls share that one too.
 	MaxMethods = 32
 )
 
@@ -229,7 +232,7 @@ type Shedder struct {
 	running  atomic.Int64
 	refused  atomic.Uint64
 	methods  atomic.Pointer[map[string]*method]
-	shared   *method // the methods beyond MaxMethods
+	shared   *method // the methods beyond MaxMethods, and those not served yet
 
 	mu         sync.Mutex // the control and the fit; adding methods
 	list       []*method
@@ -440,6 +443,15 @@ func (s *Shedder) Traits() admission.Traits {
 	return admission.Traits{Cost: admission.CostMemory, IgnoresDuration: true}
 }
 
+// known returns the counters of method name if it has its own, else the
+// shared ones.
+func (s *Shedder) known(name string) *method {
+	if m, ok := (*s.methods.Load())[name]; ok {
+		return m
+	}
+	return s.shared
+}
+
 // lookup returns the counters of method name, adding them on first use.
 func (s *Shedder) lookup(name string) *method {
 	if m, ok := (*s.methods.Load())[name]; ok {
@@ -480,7 +492,7 @@ func (s *Shedder) Admit(c admission.Call) admission.Decision {
 	if cur == 0 || (lim == off && s.limitB.Load() == 0) {
 		return admission.Decision{}
 	}
-	cost := s.lookup(c.Method).cost.Load()
+	cost := s.known(c.Method).cost.Load()
 	if (lim != off && cur+cost > lim) || s.braking(c.Now, cost) {
 		return s.refusal()
 	}
@@ -490,7 +502,7 @@ func (s *Shedder) Admit(c admission.Call) admission.Decision {
 // Start takes the call's room in the budget, or refuses it when it does
 // not fit (calls admitted before it took the room meanwhile).
 func (s *Shedder) Start(c admission.Call, _ admission.Permit) admission.Decision {
-	m := s.lookup(c.Method)
+	m := s.known(c.Method)
 	cost := m.cost.Load()
 	lim := s.limits[c.Class.Index()].Load()
 	if s.inflight.Load() > 0 && s.braking(c.Now, cost) {
@@ -514,13 +526,17 @@ func (s *Shedder) Start(c admission.Call, _ admission.Permit) admission.Decision
 	return admission.Grant(admission.Permit{Ref: m, Value: uint64(cost)})
 }
 
-// Finish gives back the room a call took at Start.
-func (s *Shedder) Finish(_ admission.Call, p admission.Permit, _ admission.Outcome) {
+// Finish gives back the room a call took at Start. A call that succeeded
+// gives its method a cost of its own (see MaxMethods).
+func (s *Shedder) Finish(c admission.Call, p admission.Permit, o admission.Outcome) {
 	if p.Ref == nil {
 		return
 	}
 	s.inflight.Add(-int64(p.Value))
 	s.running.Add(-1)
+	if m, _ := p.Ref.(*method); m == s.shared && !o.Skipped && o.Err == nil && len(*s.methods.Load()) < MaxMethods {
+		s.lookup(c.Method)
+	}
 }
 
 // Tick runs the control and the cost fit once, at now: the explicit-time
@@ -708,7 +724,8 @@ type Stats struct {
 	// running, as the fit learned it.
 	Background float64
 	// Methods are the methods' costs, in the order first seen; the
-	// shared entry of methods beyond MaxMethods has an empty name.
+	// shared entry of methods beyond MaxMethods and of those not served
+	// yet (see MaxMethods) has an empty name.
 	Methods []MethodCost
 }
 

@@ -2,6 +2,8 @@ package memshed
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"math"
 	"strings"
 	"sync"
@@ -658,6 +660,44 @@ func TestManyMethodsShareOne(t *testing.T) {
 	a, b := s.lookup("/pkg.Svc/Over1"), s.lookup("/pkg.Svc/Over2")
 	if a != b || a != s.shared {
 		t.Errorf("methods beyond MaxMethods got counters of their own")
+	}
+}
+
+// TestUnservedMethodsTakeNoCost: under a budget, calls of names the
+// server does not serve — admitted and never started (grpc-go answers
+// UNIMPLEMENTED without a handler), or run and failed — share one cost
+// and leave no method behind, however many; a method gets its own cost
+// once a call of it succeeded. Before, Admit gave each name under
+// pressure a cost of its own, and 32 of them left every method served
+// later sharing one.
+func TestUnservedMethodsTakeNoCost(t *testing.T) {
+	s, sig, _ := newTest(t)
+	s.noFit = true
+	sig.set(0.9, 0)
+	s.Tick(t0)
+	hold, ok := enter(s, call(heavyMethod, admission.Critical)) // something in flight: Admit looks at costs
+	if !ok {
+		t.Fatal("first call refused")
+	}
+	for i := range 1000 {
+		c := call(fmt.Sprintf("/junk.Svc/M%d", i), admission.Critical)
+		if d := s.Admit(c); d.Refused {
+			continue
+		}
+		if i%2 == 0 {
+			continue // abandoned before its handler: never finished here
+		}
+		d := s.Start(c, admission.Permit{})
+		if !d.Refused {
+			s.Finish(c, d.Permit, admission.Outcome{Err: errors.New("unimplemented")})
+		}
+	}
+	hold.finish(s)
+	if n := len(*s.methods.Load()); n != 1 {
+		t.Fatalf("after 1,000 unserved names: %d methods with a cost of their own, want 1 (%s, which succeeded)", n, heavyMethod)
+	}
+	if (*s.methods.Load())[heavyMethod] == nil {
+		t.Errorf("%s succeeded and has no cost of its own", heavyMethod)
 	}
 }
 

@@ -60,6 +60,10 @@ func TestMemShed(t *testing.T) {
 	var c admission.Call
 	c.Init(context.Background(), "/pkg.Svc/M", t0)
 	s.Tick(t0)
+	// The method's first call counts in the shared entry (method ""); it
+	// succeeds, and the method gets a cost of its own.
+	first := s.Start(c, admission.Permit{})
+	s.Finish(c, first.Permit, admission.Outcome{})
 	d := s.Start(c, admission.Permit{})
 	r := newTestRegistry()
 	if err := r.AddMemShed("memory", s); err != nil {
@@ -76,6 +80,7 @@ func TestMemShed(t *testing.T) {
 		`levee_memshed_engaged_total{name="memory"}`:                         "0",
 		`levee_memshed_pressure{name="memory"}`:                              "0",
 		`levee_memshed_method_cost_bytes{method="/pkg.Svc/M",name="memory"}`: "8192",
+		`levee_memshed_method_cost_bytes{method="",name="memory"}`:           "8192",
 	}, "levee_memshed_")
 	s.Finish(c, d.Permit, admission.Outcome{})
 	_ = time.Second
