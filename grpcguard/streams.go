@@ -84,9 +84,16 @@ func (s *streams) isStream(method string) bool {
 	return ok
 }
 
-// noteStream records that method is a stream. Only registered streaming
-// methods reach the stream interceptor, so the set is bounded by the
-// server's services.
+// maxStreamKinds caps the methods a Server remembers as streams. Only
+// registered streaming methods reach the stream interceptor, unless the
+// server has a handler for unknown services (grpc.UnknownServiceHandler),
+// which the stream interceptor runs for every name a client sends: the cap
+// keeps those from growing the set (and its copies) without end. A stream
+// not remembered is still known as one by the time its handler starts
+// (admission.Call.Stream).
+const maxStreamKinds = 1024
+
+// noteStream records that method is a stream, up to maxStreamKinds.
 func (s *streams) noteStream(method string) {
 	if s.isStream(method) {
 		return
@@ -94,7 +101,7 @@ func (s *streams) noteStream(method string) {
 	s.kindMu.Lock()
 	defer s.kindMu.Unlock()
 	old := *s.kinds.Load()
-	if _, ok := old[method]; ok {
+	if _, ok := old[method]; ok || len(old) >= maxStreamKinds {
 		return
 	}
 	m := make(map[string]struct{}, len(old)+1)
