@@ -51,11 +51,19 @@ func serve(t *testing.T, svc *service, opts ...protect.Option) (*protect.Server,
 	if err != nil {
 		t.Fatal(err)
 	}
+	return p, testgrpc.NewTestServiceClient(serveOn(t, p, svc))
+}
+
+// serveOn starts on loopback a server protected by p, with sopts after
+// p's options, serving svc, and returns a connection to it. p stops with
+// the server.
+func serveOn(t *testing.T, p *protect.Server, svc *service, sopts ...grpc.ServerOption) *grpc.ClientConn {
+	t.Helper()
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	gs := grpc.NewServer(p.ServerOptions()...)
+	gs := grpc.NewServer(append(p.ServerOptions(), sopts...)...)
 	testgrpc.RegisterTestServiceServer(gs, svc)
 	go gs.Serve(lis)
 	conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
@@ -68,7 +76,7 @@ func serve(t *testing.T, svc *service, opts ...protect.Option) (*protect.Server,
 		p.Stop()
 		p.Stop() // idempotent
 	})
-	return p, testgrpc.NewTestServiceClient(conn)
+	return conn
 }
 
 func TestNewRejectsBadOptions(t *testing.T) {
