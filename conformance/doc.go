@@ -27,7 +27,8 @@
 //
 //	TestInterop                            grpc-go's 18 interop cases
 //	TestInteropORCAWithLevee               the ORCA cases with protect.WithORCA beside
-//	                                       the application's recorder: one report per call
+//	                                       the application's recorder, its option before
+//	                                       levee's and after: one report per call
 //	TestIdleStreams                        1000 idle bidi streams, then unary calls
 //	TestLongStreamThenShortDeadlines       a 1.6s stream, then calls with 150ms deadlines
 //	TestApplicationErrorsThenHealthyCalls  UNKNOWN and INVALID_ARGUMENT answers, then

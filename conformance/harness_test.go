@@ -71,10 +71,18 @@ type env struct {
 // stopped when the test ends.
 func start(t *testing.T, cfg config, sc string, popts ...protect.Option) *env {
 	t.Helper()
+	return startOrdered(t, cfg, sc, false, popts...)
+}
+
+// startOrdered is start with levee's server options ahead of the interop
+// server's own (leveeFirst), as the interop server would be built with
+// levee's options given first, or after them.
+func startOrdered(t *testing.T, cfg config, sc string, leveeFirst bool, popts ...protect.Option) *env {
+	t.Helper()
 	e := &env{cfg: cfg}
 	// The interop server's own options (interop/server/server.go): an
 	// application recorder per call. levee's are appended to them, as a
-	// user adding levee to this server would.
+	// user adding levee to this server would, or put before them.
 	sopts := []grpc.ServerOption{orca.CallMetricsServerOption(nil)}
 	if cfg.protect {
 		p, err := protect.New(popts...)
@@ -83,7 +91,11 @@ func start(t *testing.T, cfg config, sc string, popts ...protect.Option) *env {
 		}
 		t.Cleanup(p.Stop)
 		e.levee = p
-		sopts = append(sopts, p.ServerOptions()...)
+		if leveeFirst {
+			sopts = append(p.ServerOptions(), sopts...)
+		} else {
+			sopts = append(sopts, p.ServerOptions()...)
+		}
 	}
 	gs := grpc.NewServer(sopts...)
 	rec := orca.NewServerMetricsRecorder()

@@ -118,12 +118,21 @@ func TestInterop(t *testing.T) {
 // nothing else in the report, so with levee's reports on it is replaced
 // here by oneReport, which reads the trailer as grpc-go's ORCA parser
 // does (one endpoint-load-metrics-bin value, or none is used).
+//
+// Each case runs with the application's orca.CallMetricsServerOption
+// ahead of levee's options, as grpc-go asks, and after them (levee
+// first), as a server built with levee's options first has it: levee
+// cannot reach the call's recorder then, and the application's report
+// goes alone, so grpc-go's own orca_per_rpc case passes as it is. Before,
+// with per-call reports on, such a call carried two reports (or levee's
+// alone), and the case failed.
 func TestInteropORCAWithLevee(t *testing.T) {
-	cases := []struct {
+	type orcaCase struct {
 		name  string
 		popts []protect.Option
 		do    func(ctx context.Context, e *env) error
-	}{
+	}
+	appFirst := []orcaCase{
 		{"orca_oob/WithORCA", []protect.Option{protect.WithORCA()}, func(ctx context.Context, e *env) error {
 			interop.DoORCAOOBTest(ctx, e.tc)
 			return nil
@@ -135,12 +144,40 @@ func TestInteropORCAWithLevee(t *testing.T) {
 			return oneReport(ctx, e, e.levee != nil)
 		}},
 	}
-	for _, cfg := range configs {
-		t.Run(cfg.name, func(t *testing.T) {
-			for _, c := range cases {
-				t.Run(c.name, func(t *testing.T) {
-					e := start(t, cfg, interopServiceConfig, c.popts...)
-					run(t, interopTimeout, func(ctx context.Context) error { return c.do(ctx, e) })
+	leveeFirst := []orcaCase{
+		{"orca_oob/WithORCA", []protect.Option{protect.WithORCA()}, func(ctx context.Context, e *env) error {
+			interop.DoORCAOOBTest(ctx, e.tc)
+			return nil
+		}},
+		{"orca_per_rpc/WithORCA", []protect.Option{protect.WithORCA()}, func(ctx context.Context, e *env) error {
+			interop.DoORCAPerRPCTest(ctx, e.tc)
+			return nil
+		}},
+		{"orca_per_rpc/WithORCAPerCall", []protect.Option{protect.WithORCA(grpcguard.WithORCAPerCall())}, func(ctx context.Context, e *env) error {
+			interop.DoORCAPerRPCTest(ctx, e.tc)
+			if err := oneReport(ctx, e, false); err != nil {
+				return err
+			}
+			if e.levee != nil && e.levee.ORCA().Misordered() == 0 {
+				return errors.New("ORCA().Misordered() = 0 after calls whose report was the application's alone, want them counted")
+			}
+			return nil
+		}},
+	}
+	for _, order := range []struct {
+		name       string
+		leveeFirst bool
+		cases      []orcaCase
+	}{{"app first", false, appFirst}, {"levee first", true, leveeFirst}} {
+		t.Run(order.name, func(t *testing.T) {
+			for _, cfg := range configs {
+				t.Run(cfg.name, func(t *testing.T) {
+					for _, c := range order.cases {
+						t.Run(c.name, func(t *testing.T) {
+							e := startOrdered(t, cfg, interopServiceConfig, order.leveeFirst, c.popts...)
+							run(t, interopTimeout, func(ctx context.Context) error { return c.do(ctx, e) })
+						})
+					}
 				})
 			}
 		})

@@ -13,6 +13,7 @@ import (
 
 	v3orcapb "github.com/cncf/xds/go/xds/data/orca/v3"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/grpclog"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/orca"
 	"google.golang.org/grpc/tap"
@@ -102,21 +103,27 @@ func WithORCAMinInterval(d time.Duration) ORCAOption {
 // WithORCAPerCall adds a load report (what ServerMetrics returns) to every
 // call that reaches the interceptors, those they refuse included (not
 // those refused in the tap, where grpc-go allows no trailer): what
-// weighted_round_robin reads by default. The report goes
+// weighted_round_robin reads by default. A call carries one report, never
+// two (grpc-go's clients drop both of two). The report goes
 //
 //   - into the call's ORCA recorder (orca.CallMetricsRecorderFromContext)
 //     when there is one, that is when the application installs grpc-go's
 //     orca.CallMetricsServerOption ahead of the ORCA's ServerOptions, as
 //     grpc-go asks (its first option): levee's figures fill the fields the
 //     call has not set, so the call's own win, and grpc-go's interceptor
-//     sends the one report. Installed after the ORCA's options instead,
-//     grpc-go's interceptor runs inside the ORCA's, and the call carries
-//     two reports, which grpc-go's clients both drop;
+//     sends the one report;
+//   - nowhere when the call already carries a report in its trailer: the
+//     application's, sent by grpc-go's interceptor installed after the
+//     ORCA's options, which runs inside the ORCA's, where levee cannot
+//     reach its recorder. The application's report goes alone, without
+//     levee's figures; the first such call logs a warning (grpclog,
+//     component "levee") and each is counted (ORCA.Misordered). Put
+//     orca.CallMetricsServerOption first to have both in one report;
 //   - otherwise into the ORCATrailerKey trailer.
 //
 // Default off: levee's report is encoded at most once per tenth of the
 // window and shared, but grpc-go copies a trailer into each call and
-// encodes it on the wire, which costs every call about 11 allocations and
+// encodes it on the wire, which costs every call about 12 allocations and
 // 1.5 kB over loopback (grpc-go's own orca.CallMetricsServerOption: about
 // 36 and 3 kB, and about 13 more allocations when levee adds its figures
 // to its recorder), and grpc-go's clients send no sign of wanting the
@@ -241,6 +248,8 @@ type ORCA struct {
 
 	trailer    atomic.Pointer[orcaTrailer] // with WithORCAPerCall, never nil
 	refreshing atomic.Bool
+	misordered atomic.Uint64 // calls that carried the application's report alone (see appReported)
+	warned     atomic.Bool
 }
 
 // orcaSample is the counters at one instant.
@@ -348,7 +357,7 @@ func (r *ORCA) unary(ctx context.Context, req any, info *grpc.UnaryServerInfo, h
 	r.busy.Add(int64(end.Sub(start)))
 	r.ended(err)
 	if r.o.perCall {
-		if md := r.report(orca.CallMetricsRecorderFromContext(ctx), end); md != nil {
+		if md := r.report(ctx, end); md != nil {
 			_ = grpc.SetTrailer(ctx, md) // fails only once the call has ended
 		}
 	}
@@ -362,24 +371,60 @@ func (r *ORCA) stream(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo
 	err := r.nextStream(srv, ss, info, handler)
 	r.ended(err)
 	if r.o.perCall {
-		if md := r.report(orca.CallMetricsRecorderFromContext(ss.Context()), r.clock.Now()); md != nil {
+		if md := r.report(ss.Context(), r.clock.Now()); md != nil {
 			ss.SetTrailer(md)
 		}
 	}
 	return err
 }
 
-// report makes the per-call report of a call that ended at now: into the
-// call's recorder rec when the application has one (nil returned: the
-// application's interceptor sends it), else the trailer to set.
-func (r *ORCA) report(rec orca.CallMetricsRecorder, now time.Time) metadata.MD {
+// report makes the per-call report of a call, of context ctx, that ended
+// at now: into the call's recorder when the application has one, or
+// nothing when the call's trailer already holds the application's report
+// (nil returned: the application's interceptor sends it, see
+// WithORCAPerCall), else the trailer to set.
+func (r *ORCA) report(ctx context.Context, now time.Time) metadata.MD {
 	t := r.perCall(now)
-	if rec == nil {
-		return t.md
+	if rec := orca.CallMetricsRecorderFromContext(ctx); rec != nil {
+		fillRecorder(rec, t.sm)
+		return nil
 	}
-	fillRecorder(rec, t.sm)
-	return nil
+	if r.appReported(ctx) {
+		return nil
+	}
+	return t.md
 }
+
+// trailerReader is a server transport stream that tells the trailer set
+// so far, as grpc-go's does.
+type trailerReader interface {
+	Trailer() metadata.MD
+}
+
+// logger logs what the application should know of levee's doing.
+var logger = grpclog.Component("levee")
+
+// appReported reports whether the trailer of the call of context ctx
+// already holds a load report: grpc-go's orca.CallMetricsServerOption,
+// installed after the ORCA's options, sent the application's from inside
+// the ORCA's interceptor. It counts such calls and logs the first.
+func (r *ORCA) appReported(ctx context.Context) bool {
+	tr, ok := grpc.ServerTransportStreamFromContext(ctx).(trailerReader)
+	if !ok || len(tr.Trailer()[ORCATrailerKey]) == 0 {
+		return false
+	}
+	r.misordered.Add(1)
+	if r.warned.CompareAndSwap(false, true) {
+		logger.Warningf("levee: per-call ORCA reports: a call carries the application's load report from grpc-go's orca.CallMetricsServerOption, installed after levee's ServerOptions: each such call carries that report alone, without levee's figures. Install orca.CallMetricsServerOption before levee's options to have both in one report.")
+	}
+	return true
+}
+
+// Misordered returns how many calls carried the application's per-call
+// report alone, without levee's figures, because grpc-go's
+// orca.CallMetricsServerOption was installed after the ORCA's options
+// (see WithORCAPerCall). 0 without WithORCAPerCall.
+func (r *ORCA) Misordered() uint64 { return r.misordered.Load() }
 
 // fillRecorder sets in rec, a call's recorder, every figure of sm that
 // the call has not set: the call's own figures win.

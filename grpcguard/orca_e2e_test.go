@@ -451,15 +451,21 @@ type callReport struct {
 // application utilisation, CPU utilisation where the call set none).
 // Without the application's option levee's own trailer is the report, as
 // before; without WithORCAPerCall the application's reports are left as
-// they are.
+// they are. With the application's option after levee's (appAfter), where
+// levee cannot reach the call's recorder, a call the application reports
+// on carries its report alone, one report still, and the misordering is
+// counted; a call it does not report on carries levee's. Before, such a
+// call carried two reports, which grpc-go's client dropped.
 func TestORCAPerCallBesideApplicationRecorder(t *testing.T) {
 	tests := []struct {
-		name         string
-		app, perCall bool
+		name                   string
+		app, perCall, appAfter bool
 	}{
 		{name: "application and levee", app: true, perCall: true},
+		{name: "application after levee", app: true, perCall: true, appAfter: true},
 		{name: "levee alone", perCall: true},
 		{name: "application alone", app: true},
+		{name: "application alone after levee", app: true, appAfter: true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -472,10 +478,15 @@ func TestORCAPerCallBesideApplicationRecorder(t *testing.T) {
 			}
 			r := mustORCA(t, s, opts...)
 			var sopts []grpc.ServerOption
-			if tt.app {
-				sopts = append(sopts, orca.CallMetricsServerOption(nil)) // first, as grpc-go asks
+			switch {
+			case tt.app && tt.appAfter:
+				sopts = append(r.ServerOptions(), orca.CallMetricsServerOption(nil))
+			case tt.app:
+				sopts = append([]grpc.ServerOption{orca.CallMetricsServerOption(nil)}, r.ServerOptions()...) // first, as grpc-go asks
+			default:
+				sopts = r.ServerOptions()
 			}
-			gs := grpc.NewServer(append(sopts, r.ServerOptions()...)...)
+			gs := grpc.NewServer(sopts...)
 			testgrpc.RegisterTestServiceServer(gs, appORCAService{})
 			addr := serveLoopback(t, gs)
 
@@ -551,6 +562,21 @@ func TestORCAPerCallBesideApplicationRecorder(t *testing.T) {
 				}
 			} else if len(lr.NamedMetrics) != 0 || len(lr.RequestCost) != 0 || lr.CpuUtilization != 0.5 {
 				t.Errorf("EmptyCall's report = %v, want levee's cpu 0.5 and no figure of the application's", lr)
+			}
+			if tt.perCall && tt.appAfter {
+				if lr.RpsFractional != 0 || lr.ApplicationUtilization != 0 || streamLoad.RpsFractional != 0 {
+					t.Errorf("EmptyCall's report = %v, FullDuplexCall's %v; want the application's alone", lr, streamLoad)
+				}
+				if plain.inTrailer != 1 || plain.balancer == nil || plain.balancer.CpuUtilization != 0.5 || plain.balancer.RpsFractional <= 0 {
+					t.Errorf("UnaryCall, which records nothing: %d reports in the trailer, balancer's %v; want levee's alone", plain.inTrailer, plain.balancer)
+				}
+				if n := r.Misordered(); n != 2 {
+					t.Errorf("Misordered() = %d, want 2 (EmptyCall and FullDuplexCall)", n)
+				}
+				return
+			}
+			if n := r.Misordered(); n != 0 {
+				t.Errorf("Misordered() = %d, want 0", n)
 			}
 			if tt.perCall {
 				if lr.RpsFractional <= 0 || lr.ApplicationUtilization <= 0 {

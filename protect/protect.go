@@ -268,9 +268,11 @@ func WithCode(c codes.Code) Option { return func(o *options) { o.code = c } }
 //
 // grpc-go's orca.CallMetricsServerOption comes first, so that levee's
 // per-call figures go into the call's recorder (after the preset's
-// options, a call would carry two reports and grpc-go's clients drop
-// both); a second OpenRcaService would exit the process, so the ORCA,
-// which serves app's figures too, replaces the application's.
+// options, levee cannot reach it: a call the application reports on
+// carries the application's report alone, and levee warns once and
+// counts them, ORCA().Misordered); a second OpenRcaService would exit
+// the process, so the ORCA, which serves app's figures too, replaces the
+// application's.
 func WithORCA(opts ...grpcguard.ORCAOption) Option {
 	return func(o *options) { o.orca, o.orcaOpts = true, opts }
 }
