@@ -153,8 +153,8 @@ func TestFlowsAtTheCap(t *testing.T) {
 	if got := flowNames(l); !slices.Equal(got, []string{"/s/A", "/s/B", "/s/C"}) {
 		t.Fatalf("Flows() = %v, want A, B, C", got)
 	}
-	if n := l.Tenants(); n != 1 {
-		t.Fatalf("Tenants() = %d, want 1 (acme, whose first call of /s/A ran in UnservedFlow)", n)
+	if n := l.Tenants(); n != 0 {
+		t.Fatalf("Tenants() = %d, want 0 (acme's one call of /s/A ran in UnservedFlow, which keeps no tenant apart)", n)
 	}
 
 	interval(4)
@@ -167,8 +167,8 @@ func TestFlowsAtTheCap(t *testing.T) {
 		t.Errorf("D served with A busy: Flows() = %v, want A, C, D (B, the least recently used idle flow, forgotten)", got)
 	}
 	g.Finish(held, hd.Permit, admission.Outcome{Skipped: true})
-	if n := l.Tenants(); n != 2 {
-		t.Errorf("Tenants() = %d, want 2 (acme in UnservedFlow and in /s/A)", n)
+	if n := l.Tenants(); n != 1 {
+		t.Errorf("Tenants() = %d, want 1 (acme in /s/A)", n)
 	}
 
 	interval(5)
@@ -178,8 +178,8 @@ func TestFlowsAtTheCap(t *testing.T) {
 	if got := flowNames(l); !slices.Equal(got, []string{"/s/C", "/s/D", "/s/E"}) {
 		t.Errorf("E served: Flows() = %v, want C, D, E (A, idle since interval 4, forgotten)", got)
 	}
-	if n := l.Tenants(); n != 1 {
-		t.Errorf("Tenants() = %d after A was forgotten, want 1 (acme in UnservedFlow)", n)
+	if n := l.Tenants(); n != 0 {
+		t.Errorf("Tenants() = %d after A was forgotten, want 0", n)
 	}
 	// Every flow used in this interval: none to forget.
 	if got := serveCall(t, g, "/s/F", "", nil); got != UnservedFlow {
@@ -202,9 +202,9 @@ func TestFlowsAtTheCap(t *testing.T) {
 	}
 }
 
-// TestManyNamesStayBounded: 100,000 distinct names, each admitted and
-// abandoned or run and failed, leave the Limiter's tables as they were,
-// and its memory too.
+// TestManyNamesStayBounded: 100,000 distinct names, each with a tenant of
+// its own, admitted and abandoned or run and failed, leave the Limiter's
+// tables as they were (no flow, no tenant), and its memory too.
 func TestManyNamesStayBounded(t *testing.T) {
 	l := mustNew(t)
 	g := NewGuard("run", l)
@@ -227,13 +227,11 @@ func TestManyNamesStayBounded(t *testing.T) {
 	if st.Flows != 1 {
 		t.Errorf("Stats().Flows = %d, want 1 (/svc/Served)", st.Flows)
 	}
-	if n := l.Tenants(); n > DefaultMaxTenants {
-		t.Errorf("Tenants() = %d, want at most %d", n, DefaultMaxTenants)
+	if n := l.Tenants(); n != 0 {
+		t.Errorf("Tenants() = %d, want 0", n)
 	}
-	// The tenants (at most DefaultMaxTenants of them, until they are
-	// swept) are the only table that grows: a few hundred bytes each.
-	if limit := int64(DefaultMaxTenants) * 2048; grown > limit {
-		t.Errorf("heap grew by %d bytes over 100,000 names, want at most %d", grown, limit)
+	if grown > 256<<10 {
+		t.Errorf("heap grew by %d bytes over 100,000 names, want at most 256 KiB", grown)
 	}
 }
 

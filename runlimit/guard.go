@@ -52,7 +52,9 @@ const (
 // (WithMaxFlows); the first call that succeeds teaches the new flow its
 // service time. So a flood of names the server does not serve takes no
 // flow from the methods it serves, and neither does one of names it
-// answers only with errors. It panics if l is nil.
+// answers only with errors; nor any tenant (WithMaxTenants): in
+// UnservedFlow the calls of every tenant share the lanes of
+// OverflowTenant. It panics if l is nil.
 func NewGuard(name string, l *Limiter) admission.Guard {
 	if l == nil {
 		panic("runlimit: NewGuard: nil Limiter")
@@ -92,7 +94,14 @@ const (
 
 func (g *guard) Admit(c admission.Call) admission.Decision {
 	f := g.l.lookup(c.Method)
-	ln := f.Lane(c.Tenant, c.Class)
+	var ln *Lane
+	if f.isUnserved && c.Tenant != "" {
+		// Names not served yet keep no tenant apart: a flood of them with
+		// tenant names of its own would fill the tenants' table.
+		ln = &f.overflowLanes().lanes[c.Class.Index()]
+	} else {
+		ln = f.Lane(c.Tenant, c.Class)
+	}
 	cost, ok := ln.admit(c.Now)
 	if !ok {
 		return admission.Refuse(ReasonQueueFull, f.QueueTarget())
