@@ -16,6 +16,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/levee-go/levee/admission"
+	"github.com/levee-go/levee/decide"
 	"github.com/levee-go/levee/ratelimit"
 )
 
@@ -32,7 +33,7 @@ import (
 //   - floor: levee's three policies called directly with one clock read,
 //     with no interceptor, rule or contract around them.
 //
-// Both chains find the peer key with levee's PeerKey, which formats it
+// Both chains find the peer key with levee's decide.PeerKey, which formats it
 // once per connection.
 func BenchmarkUnaryChain(b *testing.B) {
 	info := &grpc.UnaryServerInfo{FullMethod: emptyCall}
@@ -86,11 +87,11 @@ type xratePerPeer struct {
 	m     map[string]*rate.Limiter
 	r     rate.Limit
 	burst int
-	key   KeyFunc
+	key   decide.KeyFunc
 }
 
 func (x *xratePerPeer) Limit(ctx context.Context) error {
-	key := x.key(ctx, nil)
+	key := x.key(callFacts(ctx, "", decide.Unary))
 	x.mu.Lock()
 	l := x.m[key]
 	if l == nil {
@@ -120,7 +121,7 @@ func peerChain(r rate.Limit, burst, slots int) grpc.UnaryServerInterceptor {
 	}
 	return chainUnary(
 		mwratelimit.UnaryServerInterceptor(xrateLimiter{rate.NewLimiter(r, burst)}),
-		mwratelimit.UnaryServerInterceptor(&xratePerPeer{m: map[string]*rate.Limiter{}, r: r, burst: burst, key: PeerKey()}),
+		mwratelimit.UnaryServerInterceptor(&xratePerPeer{m: map[string]*rate.Limiter{}, r: r, burst: burst, key: decide.PeerKey()}),
 		bulk,
 	)
 }
@@ -192,7 +193,7 @@ func BenchmarkLoopback(b *testing.B) {
 	b.Run("refused", func(b *testing.B) {
 		lim := mustLimiter(b, 0, 1)
 		lim.Allow() // empty for good
-		s := mustServer(b, []Rule{{Guards: []admission.Guard{ratelimit.NewGuard("rate", lim)}}})
+		s := mustServer(b, []decide.Rule{{Guards: []admission.Guard{ratelimit.NewGuard("rate", lim)}}})
 		run(b, s.ServerOptions(), codes.ResourceExhausted)
 	})
 }

@@ -16,6 +16,7 @@ import (
 	"google.golang.org/grpc/tap"
 
 	"github.com/levee-go/levee/admission"
+	"github.com/levee-go/levee/decide"
 	"github.com/levee-go/levee/grpcguard"
 	"github.com/levee-go/levee/ratelimit"
 )
@@ -74,7 +75,7 @@ func serveHop(t *testing.T, h *hop, guards ...admission.Guard) {
 	}
 	var opts []grpc.ServerOption
 	if len(guards) > 0 {
-		srv, err := grpcguard.New([]grpcguard.Rule{{Guards: guards}})
+		srv, err := grpcguard.New([]decide.Rule{{Guards: guards}})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -21,6 +21,7 @@ import (
 
 	"github.com/levee-go/levee/admission"
 	"github.com/levee-go/levee/breaker"
+	"github.com/levee-go/levee/decide"
 	"github.com/levee-go/levee/internal/clock/clocktest"
 	"github.com/levee-go/levee/ratelimit"
 )
@@ -343,7 +344,7 @@ func TestClientPushbackOverGRPC(t *testing.T) {
 		t.Run(fmt.Sprintf("levee server, tap %v", tap), func(t *testing.T) {
 			clk := clocktest.New(time.Now())
 			c := mustClient(t, clk, WithThrottle(nil), WithMaxHoldOff(10*time.Second))
-			srv, err := New([]Rule{{Methods: []string{cliEmptyCall},
+			srv, err := New([]decide.Rule{{Methods: []string{cliEmptyCall},
 				Guards: []admission.Guard{ratelimit.NewGuard("rate", mustLimiter(t, ratelimit.Every(time.Hour), 1))}}})
 			if err != nil {
 				t.Fatalf("New() = %v", err)

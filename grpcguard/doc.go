@@ -5,9 +5,13 @@
 // loadshed.NewGuard, breaker.NewGuard, throttle.NewGuard, or a guard of
 // your own).
 //
-// On the server, a Server holds Rules that select a chain of guards by
-// method (exact name, service wildcard, default) and by key (HeaderKey,
-// PeerKey, or a KeyFunc of your own). Server.ServerOptions installs a
+// On the server, a Server runs the rules of an engine (package decide,
+// which every transport shares): decide.Rules select a chain of guards by
+// method (exact name, service wildcard, default) and by key
+// (decide.HeaderKey, decide.PeerKey, or a decide.KeyFunc of your own);
+// the Server gives the engine each call's facts (its metadata, peer and
+// verified client certificate, read without a copy) and renders its
+// refusals as statuses. Server.ServerOptions installs a
 // tap.ServerInHandle that decides before grpc-go creates a stream — the
 // only place where a CPU-bound server can refuse a call before it queues
 // for the CPU behind the backlog — plus unary and stream interceptors that

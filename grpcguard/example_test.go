@@ -10,6 +10,7 @@ import (
 	"github.com/levee-go/levee/admission"
 	"github.com/levee-go/levee/bulkhead"
 	"github.com/levee-go/levee/deadline"
+	"github.com/levee-go/levee/decide"
 	"github.com/levee-go/levee/grpcguard"
 	"github.com/levee-go/levee/queuedelay"
 	"github.com/levee-go/levee/ratelimit"
@@ -31,9 +32,9 @@ func ExampleNew() {
 		fmt.Println(err)
 		return
 	}
-	guard, err := grpcguard.New([]grpcguard.Rule{{
+	guard, err := grpcguard.New([]decide.Rule{{
 		Methods: []string{"/corecart.inventory.v1.InventoryService/Allocate"},
-		Key:     grpcguard.PeerKey(),
+		Key:     decide.PeerKey(),
 		Guards: []admission.Guard{
 			dl,
 			queue,
@@ -61,7 +62,7 @@ func ExampleNew() {
 
 // A rule in shadow mode counts what it would refuse and refuses nothing.
 func ExampleRule_shadow() {
-	_, err := grpcguard.New([]grpcguard.Rule{{
+	_, err := grpcguard.New([]decide.Rule{{
 		Shadow: true,
 		Guards: []admission.Guard{ratelimit.NewGuard("trial", must(ratelimit.NewLimiter(50, 10)))},
 	}})
@@ -72,12 +73,12 @@ func ExampleRule_shadow() {
 
 // Bad rules are reported with the rule and pattern at fault.
 func ExampleNew_badPattern() {
-	_, err := grpcguard.New([]grpcguard.Rule{{
+	_, err := grpcguard.New([]decide.Rule{{
 		Name:    "inventory",
 		Methods: []string{"InventoryService/Allocate"},
 		Guards:  []admission.Guard{ratelimit.NewGuard("rate", must(ratelimit.NewLimiter(10, 1)))},
 	}})
 	fmt.Println(err)
 	// Output:
-	// grpcguard: rule "inventory": method pattern "InventoryService/Allocate" is not "/pkg.Service/Method", "/pkg.Service/*" or "*"
+	// decide: rule "inventory": method pattern "InventoryService/Allocate" is not "/pkg.Service/Method", "/pkg.Service/*" or "*"
 }

@@ -7,10 +7,7 @@ package grpcguard
 
 import (
 	"context"
-	"fmt"
-	"hash/fnv"
 	"math"
-	"net"
 	"strconv"
 	"strings"
 	"testing"
@@ -20,18 +17,19 @@ import (
 	spb "google.golang.org/genproto/googleapis/rpc/status"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
-	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
+	"google.golang.org/grpc/tap"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/levee-go/levee/admission"
+	"github.com/levee-go/levee/decide"
 )
 
 // validHeaderName reports whether s can be the name of an incoming
 // metadata entry: HTTP/2 delivers only lowercase token characters (and
 // grpc-go lowercases what it builds), so the transport never hands a
-// KeyFunc anything else.
+// decide.KeyFunc anything else.
 func validHeaderName(s string) bool {
 	if s == "" {
 		return false
@@ -45,9 +43,9 @@ func validHeaderName(s string) bool {
 	return true
 }
 
-// FuzzHeaderKey checks HeaderKey on any header name and values: it never
+// FuzzHeaderKey checks decide.HeaderKey on any header name and values: it never
 // panics, the tap's path (metadata at hand) and the interceptors' path
-// (metadata in the context) agree, a key is never longer than MaxKeyLen,
+// (metadata in the context) agree, a key is never longer than decide.MaxKeyLen,
 // a short value is its own key, a long one keeps its prefix, and two
 // different values never share a key.
 func FuzzHeaderKey(f *testing.F) {
@@ -64,76 +62,34 @@ func FuzzHeaderKey(f *testing.F) {
 		}
 		md := metadata.Pairs(pairs...)
 		ctx := metadata.NewIncomingContext(context.Background(), md)
-		kf := HeaderKey(name)
+		kf := decide.HeaderKey(name)
 
-		tapKey := kf(context.Background(), md)
-		ctxKey := kf(ctx, nil)
+		tapKey := kf(tapFacts(context.Background(), &tap.Info{Header: md}, false))
+		ctxKey := kf(callFacts(ctx, "", decide.Unary))
 		if tapKey != ctxKey {
 			t.Fatalf("HeaderKey(%q): key from metadata %q, from the context %q; want the same", name, tapKey, ctxKey)
 		}
-		if len(tapKey) > MaxKeyLen {
-			t.Fatalf("HeaderKey(%q): key of %d bytes, want at most MaxKeyLen (%d)", name, len(tapKey), MaxKeyLen)
+		if len(tapKey) > decide.MaxKeyLen {
+			t.Fatalf("HeaderKey(%q): key of %d bytes, want at most decide.MaxKeyLen (%d)", name, len(tapKey), decide.MaxKeyLen)
 		}
 		var want string // the header's first value, if the key names it
 		if vs := md[strings.ToLower(name)]; len(vs) > 0 {
 			want = vs[0]
 		}
 		switch {
-		case len(want) <= MaxKeyLen && tapKey != want:
+		case len(want) <= decide.MaxKeyLen && tapKey != want:
 			t.Fatalf("HeaderKey(%q) = %q, want the header's first value %q", name, tapKey, want)
-		case len(want) > MaxKeyLen && !strings.HasPrefix(tapKey, want[:MaxKeyLen/2]):
+		case len(want) > decide.MaxKeyLen && !strings.HasPrefix(tapKey, want[:decide.MaxKeyLen/2]):
 			t.Fatalf("HeaderKey(%q) = %q for a long value, want it to keep the value's prefix", name, tapKey)
 		}
-		if got := kf(context.Background(), md); got != tapKey {
+		if got := kf(tapFacts(context.Background(), &tap.Info{Header: md}, false)); got != tapKey {
 			t.Fatalf("HeaderKey(%q) = %q, then %q for the same metadata", name, tapKey, got)
 		}
 		// A call carrying v2 first has v2's key: different values, different keys.
-		other := kf(context.Background(), metadata.Pairs(header, v2))
+		other := kf(tapFacts(context.Background(), &tap.Info{Header: metadata.Pairs(header, v2)}, false))
 		if strings.ToLower(name) == header && (v1 == v2) != (tapKey == other) {
 			t.Fatalf("HeaderKey(%q): values %q and %q have keys %q and %q; want equal keys exactly for equal values",
 				name, v1, v2, tapKey, other)
-		}
-	})
-}
-
-// fakeAddr is a net.Addr of another kind than TCP (a Unix socket, bufconn).
-type fakeAddr string
-
-func (fakeAddr) Network() string  { return "fake" }
-func (a fakeAddr) String() string { return string(a) }
-
-// FuzzPeerKey checks PeerKey on any TCP address and any other address: it
-// never panics, a TCP peer's key is its IP without the port, the same
-// connection always gets the same key, and a key is never longer than
-// MaxKeyLen.
-func FuzzPeerKey(f *testing.F) {
-	// More seeds, the edge cases, are in testdata/fuzz/FuzzPeerKey.
-	f.Add([]byte{127, 0, 0, 1}, 50051, "10.0.0.1:443")
-	f.Add([]byte(net.ParseIP("::ffff:192.0.2.7")), 0, "bufconn")
-	f.Fuzz(func(t *testing.T, ip []byte, port int, other string) {
-		kf := PeerKey()
-		a := &net.TCPAddr{IP: net.IP(ip), Port: port}
-		ctx := peer.NewContext(context.Background(), &peer.Peer{Addr: a})
-		k := kf(ctx, nil)
-		if len(ip) == net.IPv4len || len(ip) == net.IPv6len { // what a TCP connection has
-			if want := net.IP(ip).String(); k != want {
-				t.Fatalf("PeerKey() for %v = %q, want %q", a, k, want)
-			}
-		}
-		if again := kf(ctx, nil); again != k {
-			t.Fatalf("PeerKey() for %v = %q, then %q", a, k, again)
-		}
-		ok := kf(peer.NewContext(context.Background(), &peer.Peer{Addr: fakeAddr(other)}), nil)
-		for _, key := range []string{k, ok} {
-			if len(key) > MaxKeyLen {
-				t.Fatalf("PeerKey() = %d bytes, want at most MaxKeyLen (%d)", len(key), MaxKeyLen)
-			}
-		}
-		if host, _, err := net.SplitHostPort(other); err == nil && len(host) <= MaxKeyLen && ok != host {
-			t.Fatalf("PeerKey() for address %q = %q, want its host %q", other, ok, host)
-		}
-		if kf(context.Background(), nil) != "" {
-			t.Fatal("PeerKey() without a peer is not \"\"")
 		}
 	})
 }
@@ -168,7 +124,7 @@ func FuzzPushback(f *testing.F) {
 
 		// The round trip from what the server writes.
 		dec := admission.Decision{Refused: true, RetryAfter: time.Duration(retryAfter)}
-		v := pushback(dec)
+		v := pushback(decide.NewRefusal(0, "", dec, ""))
 		if v == "" {
 			if dec.RetryAfter > 0 && dec.RetryAfter != admission.Never {
 				t.Fatalf("pushback(RetryAfter %v) wrote no trailer", dec.RetryAfter)
@@ -206,8 +162,8 @@ func FuzzRetryDelay(f *testing.F) {
 		}
 		return seed(st)
 	}
-	f.Add(seed(refusalStatus(context.Background(), codes.ResourceExhausted, "rate", admission.Decision{Refused: true, Reason: "rate limit exceeded", RetryAfter: 40 * time.Millisecond}, "")))
-	f.Add(seed(refusalStatus(context.Background(), codes.Unavailable, "tenant", admission.Decision{Refused: true, Reason: "over share", RetryAfter: time.Second, PerKey: true}, "acme")))
+	f.Add(seed(refusalOf(context.Background(), codes.ResourceExhausted, "rate", admission.Decision{Refused: true, Reason: "rate limit exceeded", RetryAfter: 40 * time.Millisecond}, "")))
+	f.Add(seed(refusalOf(context.Background(), codes.Unavailable, "tenant", admission.Decision{Refused: true, Reason: "over share", RetryAfter: time.Second, PerKey: true}, "acme")))
 	f.Add(seed(status.New(codes.Unavailable, "no detail")))
 	f.Add(withInfo(&errdetails.RetryInfo{RetryDelay: durpb(2, 500)}))
 	f.Add([]byte{0x08, 0x08, 0x1a, 0x00})
@@ -241,7 +197,7 @@ func FuzzRefusalRetryInfo(f *testing.F) {
 	f.Add(int64(-time.Second), "", false)
 	f.Fuzz(func(t *testing.T, retryAfter int64, key string, perKey bool) {
 		dec := admission.Decision{Refused: true, Reason: "rate limit exceeded", RetryAfter: time.Duration(retryAfter), PerKey: perKey}
-		st := refusalStatus(context.Background(), codes.ResourceExhausted, "rate", dec, key)
+		st := refusalOf(context.Background(), codes.ResourceExhausted, "rate", dec, key)
 		wire, err := proto.Marshal(st.Proto())
 		if err != nil {
 			t.Fatalf("refusal status with key %q does not marshal: %v", key, err)
@@ -276,38 +232,4 @@ func FuzzRefusalRetryInfo(f *testing.F) {
 
 func durpb(seconds int64, nanos int32) *durationpb.Duration {
 	return &durationpb.Duration{Seconds: seconds, Nanos: nanos}
-}
-
-func TestHeaderKeyCapsLongValues(t *testing.T) {
-	long := strings.Repeat("t", 500)
-	tests := []struct {
-		name string
-		give string
-		want string
-	}{
-		{name: "short", give: "tenant-a", want: "tenant-a"},
-		{name: "exactly MaxKeyLen", give: strings.Repeat("k", MaxKeyLen), want: strings.Repeat("k", MaxKeyLen)},
-		// FNV-1a 64 of 500 't's, as hash/fnv computes it.
-		{name: "long", give: long, want: long[:MaxKeyLen-17] + "#" + fnvHex(long)},
-	}
-	kf := HeaderKey("x-tenant-id")
-	for _, tt := range tests {
-		got := kf(context.Background(), metadata.Pairs("x-tenant-id", tt.give))
-		if got != tt.want {
-			t.Errorf("%s: HeaderKey(x-tenant-id) = %q, want %q", tt.name, got, tt.want)
-		}
-		if len(got) > MaxKeyLen {
-			t.Errorf("%s: key of %d bytes, want at most %d", tt.name, len(got), MaxKeyLen)
-		}
-	}
-	md := metadata.Pairs("x-tenant-id", "tenant-a")
-	if a := testing.AllocsPerRun(100, func() { _ = kf(context.Background(), md) }); a != 0 {
-		t.Errorf("HeaderKey on a short value: %v allocs per run, want 0", a)
-	}
-}
-
-func fnvHex(s string) string {
-	h := fnv.New64a()
-	h.Write([]byte(s))
-	return fmt.Sprintf("%016x", h.Sum64())
 }

@@ -21,6 +21,7 @@ import (
 	"github.com/levee-go/levee/bulkhead"
 	"github.com/levee-go/levee/cpu"
 	"github.com/levee-go/levee/deadline"
+	"github.com/levee-go/levee/decide"
 	"github.com/levee-go/levee/internal/clock/clocktest"
 	"github.com/levee-go/levee/loadshed"
 	"github.com/levee-go/levee/queuedelay"
@@ -53,7 +54,7 @@ func (g *refuseFirst) Finish(admission.Call, admission.Permit, admission.Outcome
 func TestRetryPolicyHonoursPushback(t *testing.T) {
 	const pushbackDelay = 300 * time.Millisecond
 	g := &refuseFirst{delay: pushbackDelay}
-	s := mustServer(t, []Rule{{Methods: []string{emptyCall}, Guards: []admission.Guard{g}}})
+	s := mustServer(t, []decide.Rule{{Methods: []string{emptyCall}, Guards: []admission.Guard{g}}})
 	const serviceConfig = `{"methodConfig": [{
 		"name": [{"service": "grpc.testing.TestService"}],
 		"retryPolicy": {
@@ -87,7 +88,7 @@ func TestCPUSaturationShedsAndRecovers(t *testing.T) {
 	defer mon.Close()
 	ctrl := mustController(t, loadshed.Step{}, nil)
 	defer ctrl.Close()
-	s := mustServer(t, []Rule{{Guards: []admission.Guard{loadshed.NewGuard("cpu", ctrl, time.Second)}}})
+	s := mustServer(t, []decide.Rule{{Guards: []admission.Guard{loadshed.NewGuard("cpu", ctrl, time.Second)}}})
 	env := startServer(t, &testService{}, false, s.ServerOptions())
 	ctx := context.Background()
 
@@ -152,7 +153,7 @@ func TestDeadlineRefusals(t *testing.T) {
 	clk := clocktest.New(time.Now())
 	dg := mustDeadline(t)
 	bh := mustBulkhead(t, 1)
-	s := mustServer(t, []Rule{{Guards: []admission.Guard{dg, bulkhead.NewGuard("slots", bh, 0)}}})
+	s := mustServer(t, []decide.Rule{{Guards: []admission.Guard{dg, bulkhead.NewGuard("slots", bh, 0)}}})
 	s.clock.Fake = clk.Now
 
 	withDeadline := func(d time.Duration) (context.Context, context.CancelFunc) {
@@ -204,7 +205,7 @@ func TestDeadlineRefusals(t *testing.T) {
 func TestQueueDelayThroughServer(t *testing.T) {
 	clk := clocktest.New(time.Now())
 	g := mustQueue(t, 5*time.Millisecond, 100*time.Millisecond)
-	s := mustServer(t, []Rule{{Guards: []admission.Guard{g}}})
+	s := mustServer(t, []decide.Rule{{Guards: []admission.Guard{g}}})
 	s.clock.Fake = clk.Now
 	ctx := context.Background()
 	if handled, err := tapThenHandle(t, s, clk, ctx, 10*time.Millisecond); !handled || err != nil {
@@ -220,7 +221,7 @@ func TestQueueDelayThroughServer(t *testing.T) {
 // tap is one shadow refusal, not a second one when the handler starts.
 func TestShadowRecheckCountsOnce(t *testing.T) {
 	clk := clocktest.New(time.Now())
-	s := mustServer(t, []Rule{{Shadow: true, Guards: []admission.Guard{mustDeadline(t, deadline.WithServiceTime(emptyCall, time.Second))}}})
+	s := mustServer(t, []decide.Rule{{Shadow: true, Guards: []admission.Guard{mustDeadline(t, deadline.WithServiceTime(emptyCall, time.Second))}}})
 	s.clock.Fake = clk.Now
 	ctx, cancel := context.WithDeadline(context.Background(), clk.Now().Add(10*time.Millisecond))
 	defer cancel()
@@ -237,7 +238,7 @@ func TestShadowRecheckCountsOnce(t *testing.T) {
 func TestAbandonedBeforeHandlerReturnsPermits(t *testing.T) {
 	for _, detach := range []bool{false, true} {
 		bh := mustBulkhead(t, 1)
-		s := mustServer(t, []Rule{{Guards: []admission.Guard{bulkhead.NewGuard("slots", bh, 0)}}})
+		s := mustServer(t, []decide.Rule{{Guards: []admission.Guard{bulkhead.NewGuard("slots", bh, 0)}}})
 		ctx, cancel := context.WithCancel(context.Background())
 		tctx, err := s.TapHandle(ctx, &tap.Info{FullMethodName: emptyCall})
 		if err != nil {
@@ -273,7 +274,7 @@ func TestAbandonedBeforeHandlerReturnsPermits(t *testing.T) {
 // reads nothing TapHandle writes after registering it (run with -race).
 func TestAbandonedInTheTap(t *testing.T) {
 	bh := mustBulkhead(t, 1)
-	s := mustServer(t, []Rule{{Guards: []admission.Guard{bulkhead.NewGuard("slots", bh, 0)}}})
+	s := mustServer(t, []decide.Rule{{Guards: []admission.Guard{bulkhead.NewGuard("slots", bh, 0)}}})
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
 	tctx, err := s.TapHandle(ctx, &tap.Info{FullMethodName: emptyCall})
@@ -294,7 +295,7 @@ func TestAbandonedInTheTap(t *testing.T) {
 // ever, hammered while Stats is read: Admitted must never read more than
 // that one call.
 func TestShadowStatsUnderTraffic(t *testing.T) {
-	s := mustServer(t, []Rule{{Shadow: true, Guards: []admission.Guard{ratelimit.NewGuard("rate", mustLimiter(t, 0, 1))}}})
+	s := mustServer(t, []decide.Rule{{Shadow: true, Guards: []admission.Guard{ratelimit.NewGuard("rate", mustLimiter(t, 0, 1))}}})
 	info := &grpc.UnaryServerInfo{FullMethod: emptyCall}
 	handler := func(context.Context, any) (any, error) { return nil, nil }
 	var wg sync.WaitGroup
@@ -343,7 +344,7 @@ func wantCounts(t *testing.T, s *Server, when string, admitted, refused, shadow,
 // dip in between.
 func TestStatsNeverDecrease(t *testing.T) {
 	lim := mustLimiter(t, 0, 1)
-	s := mustServer(t, []Rule{{Shadow: true, Guards: []admission.Guard{ratelimit.NewGuard("rate", lim)}}})
+	s := mustServer(t, []decide.Rule{{Shadow: true, Guards: []admission.Guard{ratelimit.NewGuard("rate", lim)}}})
 	info := &grpc.UnaryServerInfo{FullMethod: emptyCall}
 	handler := func(context.Context, any) (any, error) { return nil, nil }
 	run := func(ctx context.Context) {
@@ -368,7 +369,7 @@ func TestStatsNeverDecrease(t *testing.T) {
 
 func TestShadowModeRefusesNothingButCounts(t *testing.T) {
 	lim := mustLimiter(t, 0, 1)
-	s := mustServer(t, []Rule{{Shadow: true, Guards: []admission.Guard{ratelimit.NewGuard("rate", lim)}}})
+	s := mustServer(t, []decide.Rule{{Shadow: true, Guards: []admission.Guard{ratelimit.NewGuard("rate", lim)}}})
 	env := startServer(t, &testService{}, false, s.ServerOptions())
 	for i := range 5 {
 		if _, err := env.client.EmptyCall(context.Background(), &testgrpc.Empty{}); err != nil {
@@ -378,59 +379,6 @@ func TestShadowModeRefusesNothingButCounts(t *testing.T) {
 	st := s.Stats()[0]
 	if st.Admitted != 1 || st.ShadowRefused != 4 || st.Refused != 0 {
 		t.Errorf("Stats() = %+v, want 1 admitted, 4 shadow-refused, 0 refused", st)
-	}
-}
-
-func TestNewRejectsBadRules(t *testing.T) {
-	lim := ratelimit.NewGuard("rate", mustLimiter(t, 1, 1))
-	many := make([]admission.Guard, 9)
-	for i := range many {
-		many[i] = lim
-	}
-	tests := []struct {
-		name  string
-		rules []Rule
-		want  string
-	}{
-		{"no guards", []Rule{{Name: "r"}}, `grpcguard: admission: chain "r" has no guards`},
-		{"too many guards", []Rule{{Name: "r", Guards: many}}, `chain "r" has 9 guards, at most 8 allowed`},
-		{"nil guard", []Rule{{Name: "r", Guards: []admission.Guard{nil}}}, `chain "r": guard 0 is nil`},
-		{"bad pattern", []Rule{{Methods: []string{"pkg.Svc/M"}, Guards: []admission.Guard{lim}}}, `method pattern "pkg.Svc/M" is not`},
-		{"inner wildcard", []Rule{{Methods: []string{"/pkg.Svc/Get*"}, Guards: []admission.Guard{lim}}}, `'*' is allowed only as the whole method`},
-		{"duplicate", []Rule{{Name: "a", Methods: []string{emptyCall}, Guards: []admission.Guard{lim}}, {Name: "b", Methods: []string{emptyCall}, Guards: []admission.Guard{lim}}},
-			`rule "b": method pattern "/grpc.testing.TestService/EmptyCall" is already taken by rule "a"`},
-		{"two defaults", []Rule{{Name: "a", Guards: []admission.Guard{lim}}, {Name: "b", Guards: []admission.Guard{lim}}}, `pattern "*" is already taken by rule "a"`},
-		{"exempt", []Rule{{Name: "h", Methods: []string{"/grpc.health.v1.Health/*"}, Guards: []admission.Guard{lim}}}, `already taken by an exemption`},
-	}
-	for _, tt := range tests {
-		if _, err := New(tt.rules); err == nil || !strings.Contains(err.Error(), tt.want) {
-			t.Errorf("%s: New() = %v, want error containing %q", tt.name, err, tt.want)
-		}
-	}
-}
-
-func TestRuleSelection(t *testing.T) {
-	g := func(n string) admission.Guard { return ratelimit.NewGuard(n, mustLimiter(t, ratelimit.Inf, 1)) }
-	s := mustServer(t, []Rule{
-		{Name: "exact", Methods: []string{emptyCall}, Guards: []admission.Guard{g("e")}},
-		{Name: "service", Methods: []string{"/grpc.testing.TestService/*"}, Guards: []admission.Guard{g("s")}},
-		{Name: "default", Guards: []admission.Guard{g("d")}},
-	})
-	tests := []struct{ method, want string }{
-		{emptyCall, "exact"},
-		{unaryCall, "service"},
-		{"/other.Svc/M", "default"},
-		{"/grpc.health.v1.Health/Check", ""},
-	}
-	for _, tt := range tests {
-		r := s.set.Load().match(tt.method)
-		got := ""
-		if r != nil {
-			got = r.Name()
-		}
-		if got != tt.want {
-			t.Errorf("rule for %s = %q, want %q", tt.method, got, tt.want)
-		}
 	}
 }
 
@@ -459,8 +407,8 @@ func checkUnaryAllocs(t *testing.T, what string, s *Server, ctx context.Context)
 // chainServer is the benchmark chain: a global bucket, per-peer buckets
 // and a bulkhead, all admitting.
 func chainServer(t testing.TB) (*Server, context.Context) {
-	s := mustServer(t, []Rule{{
-		Key: PeerKey(),
+	s := mustServer(t, []decide.Rule{{
+		Key: decide.PeerKey(),
 		Guards: []admission.Guard{
 			ratelimit.NewGuard("global", mustLimiter(t, 1e9, 1<<30)),
 			ratelimit.NewKeyedGuard("client", mustKeyed(t, 1e9, 1<<30, ratelimit.WithSweepInterval(0))),
@@ -500,7 +448,7 @@ func (g *strictQueue) Finish(admission.Call, admission.Permit, admission.Outcome
 // as it declares, not as the built-in declared.
 func TestGuardEmbeddingBuiltinIsCustom(t *testing.T) {
 	g := &strictQueue{Guard: mustQueue(t, queuedelay.DefaultTarget, queuedelay.DefaultInterval), refuse: true}
-	s := mustServer(t, []Rule{{Guards: []admission.Guard{g}}})
+	s := mustServer(t, []decide.Rule{{Guards: []admission.Guard{g}}})
 	info := &grpc.UnaryServerInfo{FullMethod: emptyCall}
 	handler := func(context.Context, any) (any, error) { return nil, nil }
 	_, err := s.unary(context.Background(), nil, info, handler)

@@ -10,6 +10,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/levee-go/levee/admission"
+	"github.com/levee-go/levee/decide"
 )
 
 // TestLeftoversSteps: refusals counted by the second their deadline
@@ -43,7 +44,7 @@ func TestLeftoversSteps(t *testing.T) {
 // TestTapLeftoversCounted: a call refused in the tap with a deadline is
 // pending until it; one refused in the interceptor is not counted.
 func TestTapLeftoversCounted(t *testing.T) {
-	s := mustServer(t, []Rule{{Name: "all", Guards: []admission.Guard{alwaysRefuse{}}}})
+	s := mustServer(t, []decide.Rule{{Name: "all", Guards: []admission.Guard{alwaysRefuse{}}}})
 	env := startServer(t, &testService{}, false, s.ServerOptions())
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -58,7 +59,7 @@ func TestTapLeftoversCounted(t *testing.T) {
 		t.Errorf("TapLeftovers(now+32s) = %d, want 0", got)
 	}
 
-	si := mustServer(t, []Rule{{Name: "all", Guards: []admission.Guard{alwaysRefuse{}}}})
+	si := mustServer(t, []decide.Rule{{Name: "all", Guards: []admission.Guard{alwaysRefuse{}}}})
 	envi := startServer(t, &testService{}, false, interceptorsOnly(si))
 	if _, err := envi.client.EmptyCall(ctx, &testgrpc.Empty{}); status.Code(err) != codes.ResourceExhausted {
 		t.Fatalf("EmptyCall = %v, want RESOURCE_EXHAUSTED", err)

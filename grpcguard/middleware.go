@@ -2,12 +2,12 @@ package grpcguard
 
 import (
 	"context"
-	"time"
 
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/codes"
 
 	"github.com/levee-go/levee/admission"
+	"github.com/levee-go/levee/decide"
+	"github.com/levee-go/levee/internal/clock"
 )
 
 // MiddlewareLimiter adapts a Guard to the Limiter interface of
@@ -27,27 +27,28 @@ import (
 // Its zero value is not usable; create it with NewMiddlewareLimiter. It is
 // safe for concurrent use if the guard is.
 type MiddlewareLimiter struct {
-	g   admission.Guard
-	key KeyFunc
+	g     admission.Guard
+	key   decide.KeyFunc
+	clock clock.Mono
 }
 
 // NewMiddlewareLimiter returns a MiddlewareLimiter for g; key, if not nil,
 // extracts the key of per-key guards.
-func NewMiddlewareLimiter(g admission.Guard, key KeyFunc) *MiddlewareLimiter {
-	return &MiddlewareLimiter{g: g, key: key}
+func NewMiddlewareLimiter(g admission.Guard, key decide.KeyFunc) *MiddlewareLimiter {
+	return &MiddlewareLimiter{g: g, key: key, clock: clock.New()}
 }
 
 // Limit admits the call of ctx, or returns the refusal as a status error.
 func (m *MiddlewareLimiter) Limit(ctx context.Context) error {
 	method, _ := grpc.Method(ctx)
 	var c admission.Call
-	c.Init(ctx, method, time.Now())
+	c.Init(ctx, method, m.clock.Now())
 	if m.key != nil {
-		c.Key = m.key(ctx, nil)
+		c.Key = m.key(callFacts(ctx, method, decide.Unary))
 	}
 	d := m.g.Admit(c)
 	if d.Refused {
-		return refusalStatus(ctx, codes.ResourceExhausted, m.g.Name(), d, c.Key).Err()
+		return refusalStatus(ctx, decide.NewRefusal(decide.ResourceExhausted, m.g.Name(), d, c.Key)).Err()
 	}
 	m.g.Finish(c, d.Permit, admission.Outcome{})
 	return nil

@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/levee-go/levee/admission"
+	"github.com/levee-go/levee/decide"
 	"github.com/levee-go/levee/ratelimit"
 )
 
@@ -58,6 +59,6 @@ func TestNilOptionIgnored(t *testing.T) {
 }
 
 // nilOptionRules is one rule limiting every method's rate.
-func nilOptionRules(t *testing.T) []Rule {
-	return []Rule{{Name: "r", Guards: []admission.Guard{ratelimit.NewGuard("rate", mustLimiter(t, 100, 10))}}}
+func nilOptionRules(t *testing.T) []decide.Rule {
+	return []decide.Rule{{Name: "r", Guards: []admission.Guard{ratelimit.NewGuard("rate", mustLimiter(t, 100, 10))}}}
 }

@@ -25,6 +25,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/levee-go/levee/admission"
+	"github.com/levee-go/levee/decide"
 )
 
 // oobBalancerName is a test LB policy that connects one SubConn and lets
@@ -197,7 +198,7 @@ type orcaEnv struct {
 func startORCAServer(t *testing.T, work time.Duration, opts ...ORCAOption) *orcaEnv {
 	t.Helper()
 	e := &orcaEnv{cpu: &fixedUtil{}, off: &switchGuard{}}
-	s := mustServer(t, []Rule{
+	s := mustServer(t, []decide.Rule{
 		{Methods: []string{emptyCall}, Guards: []admission.Guard{&switchGuard{}}},
 		{Methods: []string{unaryCall}, Guards: []admission.Guard{e.off}},
 	})
@@ -469,7 +470,7 @@ func TestORCAPerCallBesideApplicationRecorder(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			s := mustServer(t, []Rule{{Guards: []admission.Guard{&switchGuard{}}}})
+			s := mustServer(t, []decide.Rule{{Guards: []admission.Guard{&switchGuard{}}}})
 			cpu := &fixedUtil{}
 			cpu.set(0.5)
 			opts := []ORCAOption{WithORCACPU(cpu), WithORCACapacity(newFixedCap(4)), WithORCAWindow(200 * time.Millisecond)}
@@ -611,7 +612,7 @@ func TestORCAOutOfBandBesideApplicationRecorder(t *testing.T) {
 	app.SetCPUUtilization(0.9)
 	app.SetMemoryUtilization(0.3)
 	app.SetNamedUtilization("db", 0.6)
-	s := mustServer(t, []Rule{{Guards: []admission.Guard{&switchGuard{}}}})
+	s := mustServer(t, []decide.Rule{{Guards: []admission.Guard{&switchGuard{}}}})
 	cpu := &fixedUtil{}
 	cpu.set(0.2)
 	r := mustORCA(t, s, WithORCACPU(cpu), WithORCACapacity(newFixedCap(4)), WithORCAServerMetrics(app))

@@ -8,6 +8,7 @@ import (
 
 	"github.com/levee-go/levee/admission"
 	"github.com/levee-go/levee/bulkhead"
+	"github.com/levee-go/levee/decide"
 	"github.com/levee-go/levee/grpcguard"
 )
 
@@ -17,7 +18,7 @@ import (
 // limit; give WithORCACPU a *cpu.Monitor to report the CPU too.
 func ExampleNewORCA() {
 	slots := must(bulkhead.NewAdaptive())
-	guard := must(grpcguard.New([]grpcguard.Rule{{
+	guard := must(grpcguard.New([]decide.Rule{{
 		Guards: []admission.Guard{bulkhead.NewAdaptiveGuard("inflight", slots, 5*time.Millisecond)},
 	}}))
 	reports, err := grpcguard.NewORCA(guard, grpcguard.WithORCACapacity(slots), grpcguard.WithORCAPerCall())
@@ -39,7 +40,7 @@ func ExampleNewORCA() {
 
 // A bad option is an error that names it.
 func ExampleNewORCA_error() {
-	guard := must(grpcguard.New([]grpcguard.Rule{{Guards: []admission.Guard{bulkhead.NewGuard("inflight", must(bulkhead.New(8)), 0)}}}))
+	guard := must(grpcguard.New([]decide.Rule{{Guards: []admission.Guard{bulkhead.NewGuard("inflight", must(bulkhead.New(8)), 0)}}}))
 	_, err := grpcguard.NewORCA(guard, grpcguard.WithORCAWindow(0), grpcguard.WithORCAMinInterval(time.Second))
 	fmt.Println(err)
 	// Output:

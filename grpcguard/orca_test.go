@@ -18,6 +18,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/levee-go/levee/admission"
+	"github.com/levee-go/levee/decide"
 	"github.com/levee-go/levee/internal/clock/clocktest"
 )
 
@@ -60,7 +61,7 @@ func mustORCA(tb testing.TB, s *Server, opts ...ORCAOption) *ORCA {
 }
 
 func TestNewORCARejectsBadOptions(t *testing.T) {
-	s := mustServer(t, []Rule{{Guards: []admission.Guard{&switchGuard{}}}})
+	s := mustServer(t, []decide.Rule{{Guards: []admission.Guard{&switchGuard{}}}})
 	tests := []struct {
 		name string
 		give []ORCAOption
@@ -113,7 +114,7 @@ type orcaRig struct {
 func newORCARig(t *testing.T, opts ...ORCAOption) *orcaRig {
 	t.Helper()
 	g := &orcaRig{clk: clocktest.New(time.Unix(1000, 0)), guard: &switchGuard{}, cpu: &fixedUtil{}, cap: newFixedCap(2)}
-	g.s = mustServer(t, []Rule{{Guards: []admission.Guard{g.guard}}})
+	g.s = mustServer(t, []decide.Rule{{Guards: []admission.Guard{g.guard}}})
 	g.s.clock.Fake = g.clk.Now
 	g.r = mustORCA(t, g.s, append([]ORCAOption{WithORCACPU(g.cpu), WithORCACapacity(g.cap)}, opts...)...)
 	g.r.clock.Fake = g.clk.Now
@@ -205,7 +206,7 @@ func TestORCALoadFollowsCounters(t *testing.T) {
 // TestORCALoadWithoutSources: without a CPU source or capacity, those
 // fields are not reported (-1 in Load, unset in grpc-go's ServerMetrics).
 func TestORCALoadWithoutSources(t *testing.T) {
-	s := mustServer(t, []Rule{{Guards: []admission.Guard{&switchGuard{}}}})
+	s := mustServer(t, []decide.Rule{{Guards: []admission.Guard{&switchGuard{}}}})
 	r := mustORCA(t, s)
 	got := r.Load()
 	if got.CPU != -1 || got.Application != -1 {
@@ -399,7 +400,7 @@ func TestORCAServerMetricsUnderApplication(t *testing.T) {
 			want: &orca.ServerMetrics{CPUUtilization: 0.25, MemUtilization: -1, AppUtilization: 0.5, QPS: 40, EPS: 4,
 				Utilization: map[string]float64{"db": 0.6}, RequestCost: map[string]float64{"rows": 3}, NamedMetrics: map[string]float64{"queue": 7}}},
 	}
-	s := mustServer(t, []Rule{{Guards: []admission.Guard{&switchGuard{}}}})
+	s := mustServer(t, []decide.Rule{{Guards: []admission.Guard{&switchGuard{}}}})
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			var opts []ORCAOption

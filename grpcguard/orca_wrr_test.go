@@ -21,6 +21,7 @@ import (
 
 	"github.com/levee-go/levee/admission"
 	"github.com/levee-go/levee/bulkhead"
+	"github.com/levee-go/levee/decide"
 	"github.com/levee-go/levee/examples/inventory"
 	inventoryv1 "github.com/levee-go/levee/examples/inventory/proto/corecart/inventory/v1"
 	"github.com/levee-go/levee/grpcguard"
@@ -73,7 +74,7 @@ func startReplica(t *testing.T, slots int, opts ...inventory.Option) replica {
 		if err != nil {
 			t.Fatal(err)
 		}
-		guard, err := grpcguard.New([]grpcguard.Rule{{Guards: []admission.Guard{bulkhead.NewGuard("slots", b, 0)}}})
+		guard, err := grpcguard.New([]decide.Rule{{Guards: []admission.Guard{bulkhead.NewGuard("slots", b, 0)}}})
 		if err != nil {
 			t.Fatal(err)
 		}

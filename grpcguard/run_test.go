@@ -12,6 +12,7 @@ import (
 
 	"github.com/levee-go/levee/admission"
 	"github.com/levee-go/levee/bulkhead"
+	"github.com/levee-go/levee/decide"
 )
 
 // TestRunLimitRunsHandlersOneAtATime: behind a bulkhead of 4, a RunLimit
@@ -22,7 +23,7 @@ func TestRunLimitRunsHandlersOneAtATime(t *testing.T) {
 	for _, mode := range []string{"tap", "interceptor"} {
 		t.Run(mode, func(t *testing.T) {
 			run := mustBulkhead(t, 1, bulkhead.WithQueue(2))
-			s := mustServer(t, []Rule{{Guards: []admission.Guard{
+			s := mustServer(t, []decide.Rule{{Guards: []admission.Guard{
 				bulkhead.NewRunGuard("run", run, time.Millisecond),
 				bulkhead.NewGuard("inflight", mustBulkhead(t, 4), time.Millisecond),
 			}}})

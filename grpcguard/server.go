@@ -3,7 +3,6 @@ package grpcguard
 import (
 	"context"
 	"errors"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -13,6 +12,7 @@ import (
 	"google.golang.org/grpc/tap"
 
 	"github.com/levee-go/levee/admission"
+	"github.com/levee-go/levee/decide"
 	"github.com/levee-go/levee/internal/clock"
 )
 
@@ -20,32 +20,41 @@ import (
 // handler started.
 const ReasonCanceled = "caller gave up before the handler started"
 
-// DefaultExempt are the method patterns a Server never guards, so that
-// health probes and reflection are never shed: the standard health service
-// and both versions of the reflection service.
-var DefaultExempt = []string{
-	"/grpc.health.v1.Health/*",
-	"/grpc.reflection.v1.ServerReflection/*",
-	"/grpc.reflection.v1alpha.ServerReflection/*",
-}
-
 // Option configures a Server. A nil Option is ignored.
 type Option func(*serverOptions)
 
 type serverOptions struct {
-	exempt []string
+	exempt    []string
+	exemptSet bool
 
 	maxStreams, maxPeerStreams int
 	streamsSet                 bool
 }
 
-// WithExempt replaces the exempt method patterns (default DefaultExempt);
-// WithExempt() with no pattern guards every method, health checks included.
+// WithExempt replaces the exempt method patterns (default
+// decide.DefaultExempt); WithExempt() with no pattern guards every method,
+// health checks included. It is decide.WithExempt for the engine New
+// makes; ForEngine rejects it (the engine's exemptions are its own).
 func WithExempt(patterns ...string) Option {
-	return func(o *serverOptions) { o.exempt = patterns }
+	return func(o *serverOptions) { o.exempt, o.exemptSet = patterns, true }
 }
 
-// Server guards the calls of a gRPC server by rules. It offers the checks
+// engineOptions are the engine's options among opts.
+func engineOptions(opts []Option) []decide.Option {
+	var o serverOptions
+	for _, opt := range opts {
+		if opt != nil {
+			opt(&o)
+		}
+	}
+	if !o.exemptSet {
+		return nil
+	}
+	return []decide.Option{decide.WithExempt(o.exempt...)}
+}
+
+// Server guards the calls of a gRPC server by the rules of an engine
+// (decide.Engine). It offers the checks
 // at two depths:
 //
 //   - TapHandle runs in the transport, before the stream and its goroutine
@@ -73,27 +82,40 @@ func WithExempt(patterns ...string) Option {
 // Create one with New; the zero value is not usable. A Server is safe for
 // concurrent use.
 type Server struct {
-	// set is the rule set in force. Each call reads it once, when it is
-	// admitted, and keeps the rule it matched until it is finished, so a
-	// Swap never splits a call between two sets.
-	set      atomic.Pointer[ruleSet]
-	swap     sync.Mutex // serialises Swap
-	clock    clock.Mono // in-package tests set clock.Fake
-	streams  *streams
-	overload sustained
-	retrying retrying
-	tapLeft  leftovers
+	engine  *decide.Engine
+	clock   clock.Mono // in-package tests set clock.Fake
+	streams *streams
+	tapLeft leftovers
 }
 
-// New compiles rules into a Server. It returns an error naming the rule
-// and pattern when a rule has no or too many guards, a nil guard, a
-// malformed method pattern, or a pattern that another rule or an exemption
-// already takes.
-func New(rules []Rule, opts ...Option) (*Server, error) {
-	set, err := compileSet(rules, opts, nil)
+// New compiles rules into an engine (decide.New, with WithExempt's
+// patterns) and returns a Server on it. It returns an error naming the
+// rule and pattern when a rule has no or too many guards, a nil guard, a
+// malformed method pattern, or a pattern that another rule or an
+// exemption already takes.
+func New(rules []decide.Rule, opts ...Option) (*Server, error) {
+	e, err := decide.New(rules, engineOptions(opts)...)
 	if err != nil {
 		return nil, err
 	}
+	return newServer(e, opts)
+}
+
+// ForEngine returns a Server on e, an engine other front-ends (connect-go,
+// net/http) may share: one set of rules, guards and counts for every
+// transport of a process. opts are the Server's own (WithStreamLimits);
+// ForEngine fails on WithExempt, since exemptions are e's.
+func ForEngine(e *decide.Engine, opts ...Option) (*Server, error) {
+	if e == nil {
+		return nil, errors.New("grpcguard: ForEngine: nil engine")
+	}
+	if engineOptions(opts) != nil {
+		return nil, errors.New("grpcguard: ForEngine: WithExempt: the engine's exemptions are its own (decide.WithExempt)")
+	}
+	return newServer(e, opts)
+}
+
+func newServer(e *decide.Engine, opts []Option) (*Server, error) {
 	o := serverOptions{maxStreams: DefaultMaxStreams, maxPeerStreams: DefaultMaxStreamsPerPeer}
 	for _, opt := range opts {
 		if opt != nil {
@@ -103,68 +125,20 @@ func New(rules []Rule, opts ...Option) (*Server, error) {
 	if err := validStreamLimits(o); err != nil {
 		return nil, err
 	}
-	s := &Server{clock: clock.New(), streams: newStreams(o.maxStreams, o.maxPeerStreams)}
-	s.set.Store(set)
-	return s, nil
+	return &Server{engine: e, clock: clock.New(), streams: newStreams(o.maxStreams, o.maxPeerStreams)}, nil
 }
 
-// Swap replaces the Server's rules and exemptions, as New would compile
-// them from rules and opts (WithExempt not given: DefaultExempt), in one
-// atomic step. On error it changes nothing. The open-stream caps stay as
-// New set them (Swap ignores WithStreamLimits).
-//
-// Calls admitted before the swap finish under the rule that admitted them
-// and give their permits back to its guards; calls admitted after it see
-// only the new rules. A new rule with the same name, the same guards (the
-// same instances, in the same order) and the same Shadow as a rule in
-// force keeps that rule's decision counts; guards keep their own state
-// whatever the rules around them, since they are the caller's instances.
-// Swap is safe for concurrent use with calls and with other Swaps.
-func (s *Server) Swap(rules []Rule, opts ...Option) error {
-	s.swap.Lock()
-	defer s.swap.Unlock()
-	set, err := compileSet(rules, opts, s.set.Load())
-	if err != nil {
-		return err
-	}
-	s.set.Store(set)
-	return nil
-}
+// Engine returns the engine whose rules the Server runs.
+func (s *Server) Engine() *decide.Engine { return s.engine }
 
-// compileSet compiles rules and the exemptions of opts into a rule set,
-// reusing the chains of old (which may be nil) whose rules did not
-// change.
-func compileSet(rules []Rule, opts []Option, old *ruleSet) (*ruleSet, error) {
-	o := serverOptions{exempt: DefaultExempt}
-	for _, opt := range opts {
-		if opt != nil {
-			opt(&o)
-		}
-	}
-	set := &ruleSet{exact: map[string]*rule{}, services: map[string]*rule{}}
-	for _, p := range o.exempt {
-		if err := set.add(p, nil); err != nil {
-			return nil, err
-		}
-	}
-	set.exempt = append([]string(nil), o.exempt...)
-	for _, r := range rules {
-		cr, err := compileRule(r, old)
-		if err != nil {
-			return nil, err
-		}
-		methods := r.Methods
-		if len(methods) == 0 {
-			methods = []string{"*"}
-		}
-		for _, m := range methods {
-			if err := set.add(m, cr); err != nil {
-				return nil, err
-			}
-		}
-		set.all = append(set.all, cr)
-	}
-	return set, nil
+// Swap replaces the rules and exemptions of the Server's engine, as
+// decide.Engine.Swap does, with the exemptions of WithExempt (not given:
+// decide.DefaultExempt), in one atomic step. On error it changes nothing.
+// The open-stream caps stay as New set them (Swap ignores
+// WithStreamLimits). See decide.Engine.Swap for what calls in flight and
+// decision counts do.
+func (s *Server) Swap(rules []decide.Rule, opts ...Option) error {
+	return s.engine.Swap(rules, engineOptions(opts)...)
 }
 
 // now reads the clock: monotonic only, which costs about half of time.Now.
@@ -192,7 +166,7 @@ func (s *Server) ServerOptions() []grpc.ServerOption {
 type callState struct {
 	context.Context // the transport's context
 
-	rule    *rule
+	rule    *decide.Compiled
 	call    admission.Call
 	permits admission.Permits
 	phase   atomic.Uint32 // phaseAdmitted → phaseRunning | phaseDone; or phaseRefused
@@ -203,9 +177,8 @@ type callState struct {
 	stop func() bool
 
 	// A call the tap refused under sustained overload, to be refused by
-	// the interceptor with a pushback trailer (see sustained.go).
-	refused   admission.Decision
-	refusedBy string // the refusing guard's name
+	// the interceptor with a pushback trailer (see decide.SustainedAfter).
+	refused decide.Refusal
 }
 
 const (
@@ -232,26 +205,27 @@ func (st *callState) Value(key any) any {
 // call the tap admitted, and a call whose handler never starts holds what
 // the tap granted until its stream ends.
 func (s *Server) TapHandle(ctx context.Context, info *tap.Info) (context.Context, error) {
-	r := s.set.Load().match(info.FullMethodName)
+	r := s.engine.Match(info.FullMethodName)
 	if r == nil {
 		return ctx, nil
 	}
 	st := &callState{rule: r}
-	st.call.Init(ctx, info.FullMethodName, s.now())
-	st.call.Stream = s.streams.isStream(info.FullMethodName)
-	r.describe(ctx, info.Header, &st.call)
+	f := tapFacts(ctx, info, s.streams.isStream(info.FullMethodName))
+	r.Fill(f, s.now(), &st.call)
 	if i, d := r.Admit(&st.call, &st.permits); i >= 0 {
-		if s.overload.refused(st.call.Now, d) && s.retrying.note(ctx, info.Header, st.call.Now) {
+		rf := r.Refusal(i, d, st.call.Key)
+		if s.engine.NoteRefusal(st.call.Now, d) && s.engine.Retrying(f, st.call.Now) {
 			// Sustained overload: let the interceptor refuse it, with a
 			// trailer that tells the client not to retry.
 			st.call.Ctx = nil
 			st.Context = ctx
-			st.refused, st.refusedBy = d, r.Guard(i).Name()
+			rf.NoRetry = true
+			st.refused = rf
 			st.phase.Store(phaseRefused)
 			return st, nil
 		}
 		s.tapLeft.note(st.call.Now, st.call.Deadline)
-		return nil, refusalStatus(ctx, r.code, r.Guard(i).Name(), d, st.call.Key).Err()
+		return nil, refusalStatus(ctx, rf).Err()
 	}
 	st.call.Ctx = nil // the stream's context replaces the transport's
 	st.Context = ctx
@@ -267,13 +241,14 @@ func (st *callState) abandon() {
 }
 
 // start moves a tap-admitted call to its handler: it runs the rule's
-// rechecks and reports the refusal, if any, with the call finished.
-func (s *Server) start(ctx context.Context, st *callState, stream, clientStream bool) (admission.Call, *status.Status, admission.Decision) {
+// rechecks and reports the refusal, if any, with the call finished, and
+// the pushback trailer's value ("" for none).
+func (s *Server) start(ctx context.Context, st *callState, kind decide.Kind) (admission.Call, *status.Status, string) {
 	c := st.call
 	c.Ctx = ctx
-	c.Stream, c.ClientStream = stream, clientStream
+	c.Stream, c.ClientStream = kind.Stream(), kind.ClientSends()
 	if st.phase.Load() == phaseRefused {
-		return c, refusalStatus(ctx, st.rule.code, st.refusedBy, st.refused, c.Key), noRetry(st.refused)
+		return c, refusalStatus(ctx, st.refused), pushback(st.refused)
 	}
 	now := s.now()
 	c.Queued = now.Sub(c.Now)
@@ -287,21 +262,21 @@ func (s *Server) start(ctx context.Context, st *callState, stream, clientStream 
 		if err == nil {
 			err = context.Canceled
 		}
-		return c, status.FromContextError(err), admission.Refuse(ReasonCanceled, 0)
+		return c, status.FromContextError(err), ""
 	}
 	if i, d := st.rule.Start(&c, &st.permits); i >= 0 {
 		st.phase.Store(phaseDone)
 		st.stop()
-		pb := d
-		if s.overload.refused(now, d) {
-			pb = noRetry(d)
+		rf := st.rule.Refusal(i, d, c.Key)
+		if s.engine.NoteRefusal(now, d) {
+			rf.NoRetry = true
 		}
-		return c, refusalStatus(ctx, st.rule.code, st.rule.Guard(i).Name(), d, c.Key), pb
+		return c, refusalStatus(ctx, rf), pushback(rf)
 	}
 	if st.rule.HasStarters() {
 		c.Now = s.now() // the handler starts after its turn: see outcome
 	}
-	return c, nil, admission.Decision{}
+	return c, nil, ""
 }
 
 // end finishes a tap-admitted call whose handler ran.
@@ -315,7 +290,7 @@ func (s *Server) end(st *callState, c admission.Call, err error) {
 // if a guard of the rule uses it, from the start of its handler: after any
 // wait for a turn that a Starter guard imposed, so that what guards learn
 // of a method's service time never includes levee's own queueing.
-func (s *Server) outcome(r *rule, c *admission.Call, err error) admission.Outcome {
+func (s *Server) outcome(r *decide.Compiled, c *admission.Call, err error) admission.Outcome {
 	o := admission.Outcome{Err: err}
 	if err != nil {
 		o.Overload = IsOverload(err)
@@ -352,28 +327,28 @@ func (s *Server) UnaryServerInterceptor() grpc.UnaryServerInterceptor {
 
 func (s *Server) unary(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
 	if st, ok := ctx.Value(stateKey{}).(*callState); ok {
-		c, refused, d := s.start(ctx, st, false, false)
+		c, refused, pb := s.start(ctx, st, decide.Unary)
 		if refused != nil {
-			setPushback(ctx, nil, d)
+			setPushback(ctx, nil, pb)
 			return nil, refused.Err()
 		}
 		resp, err := handler(ctx, req)
 		s.end(st, c, err)
 		return resp, err
 	}
-	r := s.set.Load().match(info.FullMethod)
+	r := s.engine.Match(info.FullMethod)
 	if r == nil {
 		return handler(ctx, req)
 	}
 	// enter, inlined by hand: returning the Decision from a helper costs
 	// the unary hot path one more copy.
 	var c admission.Call
-	c.Init(ctx, info.FullMethod, s.now())
-	r.describe(ctx, nil, &c)
+	r.Fill(callFacts(ctx, info.FullMethod, decide.Unary), s.now(), &c)
 	var permits admission.Permits
 	if i, d := r.Enter(&c, &permits); i >= 0 {
-		setPushback(ctx, nil, d)
-		return nil, refusalStatus(ctx, r.code, r.Guard(i).Name(), d, c.Key).Err()
+		rf := r.Refusal(i, d, c.Key)
+		setPushback(ctx, nil, pushback(rf))
+		return nil, refusalStatus(ctx, rf).Err()
 	}
 	if r.HasStarters() {
 		c.Now = s.now() // the handler starts after its turn: see outcome
@@ -387,10 +362,8 @@ func (s *Server) unary(ctx context.Context, req any, info *grpc.UnaryServerInfo,
 // then its Starter guards. It fills c and permits in place (a returned
 // Call is copied through memory, which on the admitted path costs more
 // than the fields) and returns the index of the refusing guard, or -1.
-func (s *Server) enter(ctx context.Context, r *rule, method string, stream, clientStream bool, c *admission.Call, permits *admission.Permits) (int, admission.Decision) {
-	c.Init(ctx, method, s.now())
-	c.Stream, c.ClientStream = stream, clientStream
-	r.describe(ctx, nil, c)
+func (s *Server) enter(ctx context.Context, r *decide.Compiled, method string, kind decide.Kind, c *admission.Call, permits *admission.Permits) (int, admission.Decision) {
+	r.Fill(callFacts(ctx, method, kind), s.now(), c)
 	i, d := r.Enter(c, permits)
 	if i < 0 && r.HasStarters() {
 		c.Now = s.now() // the handler starts after its turn: see outcome
@@ -409,37 +382,40 @@ func (s *Server) stream(srv any, ss grpc.ServerStream, info *grpc.StreamServerIn
 	st, tapped := ctx.Value(stateKey{}).(*callState)
 	ip, ok := s.streams.enter(ctx)
 	if !ok {
-		code := codes.ResourceExhausted
+		code := decide.ResourceExhausted
 		if tapped {
-			code = st.rule.code
+			code = st.rule.Code()
 			if st.phase.CompareAndSwap(phaseAdmitted, phaseDone) {
 				st.stop()
 				st.rule.Abandon(&st.call, &st.permits)
 			}
 		}
-		setPushback(ctx, ss, streamRefusal)
-		return refusalStatus(ctx, code, StreamGuardName, streamRefusal, "").Err()
+		rf := decide.NewRefusal(code, StreamGuardName, streamRefusal, "")
+		setPushback(ctx, ss, pushback(rf))
+		return refusalStatus(ctx, rf).Err()
 	}
 	defer s.streams.leave(ip)
+	kind := streamKind(info)
 	if tapped {
-		c, refused, d := s.start(ctx, st, true, info.IsClientStream)
+		c, refused, pb := s.start(ctx, st, kind)
 		if refused != nil {
-			setPushback(ctx, ss, d)
+			setPushback(ctx, ss, pb)
 			return refused.Err()
 		}
 		err := handler(srv, ss)
 		s.end(st, c, err)
 		return err
 	}
-	r := s.set.Load().match(info.FullMethod)
+	r := s.engine.Match(info.FullMethod)
 	if r == nil {
 		return handler(srv, ss)
 	}
 	var c admission.Call
 	var permits admission.Permits
-	if i, d := s.enter(ctx, r, info.FullMethod, true, info.IsClientStream, &c, &permits); i >= 0 {
-		setPushback(ctx, ss, d)
-		return refusalStatus(ctx, r.code, r.Guard(i).Name(), d, c.Key).Err()
+	if i, d := s.enter(ctx, r, info.FullMethod, kind, &c, &permits); i >= 0 {
+		rf := r.Refusal(i, d, c.Key)
+		setPushback(ctx, ss, pushback(rf))
+		return refusalStatus(ctx, rf).Err()
 	}
 	err := handler(srv, ss)
 	r.Finish(&c, &permits, s.outcome(r, &c, err))
@@ -449,32 +425,15 @@ func (s *Server) stream(srv any, ss grpc.ServerStream, info *grpc.StreamServerIn
 // StreamStats returns the open-stream counts.
 func (s *Server) StreamStats() StreamStats { return s.streams.stats() }
 
-// Stats returns the decision counts of every guard of every rule. It
-// allocates; call it at scrape time, not per call.
-func (s *Server) Stats() []admission.GuardStats {
-	var out []admission.GuardStats
-	for _, r := range s.set.Load().all {
-		out = append(out, r.Stats()...)
-	}
-	return out
-}
+// Stats returns the decision counts of every guard of every rule of the
+// Server's engine (decide.Engine.Stats). It allocates; call it at scrape
+// time, not per call.
+func (s *Server) Stats() []admission.GuardStats { return s.engine.Stats() }
 
-// Rules returns the rules in force, as given to New or the last Swap
-// (their names filled in), and the exempt method patterns. The slices are
-// copies; the guards are the instances in force.
-func (s *Server) Rules() (rules []Rule, exempt []string) {
-	set := s.set.Load()
-	for _, r := range set.all {
-		rules = append(rules, r.src)
-	}
-	return rules, append([]string(nil), set.exempt...)
-}
+// Rules returns the rules in force and the exempt method patterns
+// (decide.Engine.Rules).
+func (s *Server) Rules() (rules []decide.Rule, exempt []string) { return s.engine.Rules() }
 
-// HandlerStarts returns how many handlers started on guarded calls.
-func (s *Server) HandlerStarts() uint64 {
-	var n uint64
-	for _, r := range s.set.Load().all {
-		n += r.Passed()
-	}
-	return n
-}
+// HandlerStarts returns how many handlers started on guarded calls, on
+// every front-end of the Server's engine (decide.Engine.Passed).
+func (s *Server) HandlerStarts() uint64 { return s.engine.Passed() }

@@ -18,13 +18,13 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	testgrpc "google.golang.org/grpc/interop/grpc_testing"
 	"google.golang.org/grpc/metadata"
-	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
 	"google.golang.org/grpc/test/bufconn"
 
 	"github.com/levee-go/levee/admission"
 	"github.com/levee-go/levee/bulkhead"
 	"github.com/levee-go/levee/deadline"
+	"github.com/levee-go/levee/decide"
 	"github.com/levee-go/levee/ratelimit"
 )
 
@@ -127,7 +127,7 @@ func startServer(t testing.TB, svc *testService, tcp bool, sopts []grpc.ServerOp
 	return &testEnv{client: testgrpc.NewTestServiceClient(conn), health: healthpb.NewHealthClient(conn), conn: conn, svc: svc}
 }
 
-func mustServer(t testing.TB, rules []Rule, opts ...Option) *Server {
+func mustServer(t testing.TB, rules []decide.Rule, opts ...Option) *Server {
 	t.Helper()
 	s, err := New(rules, opts...)
 	if err != nil {
@@ -172,7 +172,7 @@ func TestRefusals(t *testing.T) {
 	}
 	tests := []struct {
 		name  string
-		rules func() []Rule
+		rules func() []decide.Rule
 		md    metadata.MD
 		ctx   func() (context.Context, context.CancelFunc)
 		prime int // calls that succeed before the refused one
@@ -181,8 +181,8 @@ func TestRefusals(t *testing.T) {
 	}{
 		{
 			name: "rate",
-			rules: func() []Rule {
-				return []Rule{{Guards: []admission.Guard{ratelimit.NewGuard("rate", mustLimiter(t, ratelimit.Every(time.Hour), 1))}}}
+			rules: func() []decide.Rule {
+				return []decide.Rule{{Guards: []admission.Guard{ratelimit.NewGuard("rate", mustLimiter(t, ratelimit.Every(time.Hour), 1))}}}
 			},
 			prime: 1,
 			tap:   want{code: codes.ResourceExhausted, msg: "levee: rate: rate limit exceeded", retry: time.Hour},
@@ -190,8 +190,8 @@ func TestRefusals(t *testing.T) {
 		},
 		{
 			name: "per key with QuotaFailure",
-			rules: func() []Rule {
-				return []Rule{{Key: HeaderKey("X-Tenant-ID"), Guards: []admission.Guard{ratelimit.NewKeyedGuard("tenant", mustKeyed(t, ratelimit.Every(time.Minute), 1, ratelimit.WithSweepInterval(0)))}}}
+			rules: func() []decide.Rule {
+				return []decide.Rule{{Key: decide.HeaderKey("X-Tenant-ID"), Guards: []admission.Guard{ratelimit.NewKeyedGuard("tenant", mustKeyed(t, ratelimit.Every(time.Minute), 1, ratelimit.WithSweepInterval(0)))}}}
 			},
 			md:    metadata.Pairs("x-tenant-id", "acme"),
 			prime: 1,
@@ -200,8 +200,8 @@ func TestRefusals(t *testing.T) {
 		},
 		{
 			name: "rule code UNAVAILABLE",
-			rules: func() []Rule {
-				return []Rule{{Code: codes.Unavailable, Guards: []admission.Guard{ratelimit.NewGuard("rate", mustLimiter(t, 0, 1))}}}
+			rules: func() []decide.Rule {
+				return []decide.Rule{{Code: decide.Unavailable, Guards: []admission.Guard{ratelimit.NewGuard("rate", mustLimiter(t, 0, 1))}}}
 			},
 			prime: 1,
 			tap:   want{code: codes.Unavailable, msg: "levee: rate: rate limit exceeded"},
@@ -209,8 +209,8 @@ func TestRefusals(t *testing.T) {
 		},
 		{
 			name: "deadline shorter than service time",
-			rules: func() []Rule {
-				return []Rule{{Guards: []admission.Guard{mustDeadline(t, deadline.WithServiceTime(emptyCall, time.Hour))}}}
+			rules: func() []decide.Rule {
+				return []decide.Rule{{Guards: []admission.Guard{mustDeadline(t, deadline.WithServiceTime(emptyCall, time.Hour))}}}
 			},
 			ctx: func() (context.Context, context.CancelFunc) {
 				return context.WithTimeout(context.Background(), time.Minute)
@@ -277,7 +277,7 @@ func TestRefusals(t *testing.T) {
 }
 
 func TestExemptMethodsNeverRefused(t *testing.T) {
-	s := mustServer(t, []Rule{{Guards: []admission.Guard{ratelimit.NewGuard("rate", mustLimiter(t, 0, 1))}}})
+	s := mustServer(t, []decide.Rule{{Guards: []admission.Guard{ratelimit.NewGuard("rate", mustLimiter(t, 0, 1))}}})
 	env := startServer(t, &testService{}, false, s.ServerOptions())
 	ctx := context.Background()
 	for i := range 20 {
@@ -294,7 +294,7 @@ func TestExemptMethodsNeverRefused(t *testing.T) {
 	}
 
 	// WithExempt() guards health checks too.
-	s2 := mustServer(t, []Rule{{Guards: []admission.Guard{ratelimit.NewGuard("rate", mustLimiter(t, 0, 1))}}}, WithExempt())
+	s2 := mustServer(t, []decide.Rule{{Guards: []admission.Guard{ratelimit.NewGuard("rate", mustLimiter(t, 0, 1))}}}, WithExempt())
 	env2 := startServer(t, &testService{}, false, s2.ServerOptions())
 	env2.health.Check(ctx, &healthpb.HealthCheckRequest{})
 	if _, err := env2.health.Check(ctx, &healthpb.HealthCheckRequest{}); status.Code(err) != codes.ResourceExhausted {
@@ -309,7 +309,7 @@ func TestLaterRefusalReturnsEarlierPermits(t *testing.T) {
 		t.Run(mode, func(t *testing.T) {
 			lim := mustLimiter(t, 0, 2) // no refill: tokens only come back by refund
 			bh := mustBulkhead(t, 1)
-			s := mustServer(t, []Rule{{Methods: []string{emptyCall}, Guards: []admission.Guard{
+			s := mustServer(t, []decide.Rule{{Methods: []string{emptyCall}, Guards: []admission.Guard{
 				bulkhead.NewGuard("slots", bh, 0), ratelimit.NewGuard("rate", lim), // given out of order: rate runs first
 			}}})
 			sopts := s.ServerOptions()
@@ -358,7 +358,7 @@ func TestLaterRefusalReturnsEarlierPermits(t *testing.T) {
 func TestStreamHoldsSlotForLife(t *testing.T) {
 	bh := mustBulkhead(t, 1)
 	lim := mustLimiter(t, 0, 3)
-	s := mustServer(t, []Rule{{Methods: []string{"/grpc.testing.TestService/*"}, Guards: []admission.Guard{ratelimit.NewGuard("rate", lim), bulkhead.NewGuard("slots", bh, 0)}}})
+	s := mustServer(t, []decide.Rule{{Methods: []string{"/grpc.testing.TestService/*"}, Guards: []admission.Guard{ratelimit.NewGuard("rate", lim), bulkhead.NewGuard("slots", bh, 0)}}})
 	env := startServer(t, &testService{}, true, s.ServerOptions())
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -414,7 +414,7 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 func TestFloodKeepsHandlersAtBulkheadBound(t *testing.T) {
 	const bound, flood = 4, 200
 	bh := mustBulkhead(t, bound)
-	s := mustServer(t, []Rule{{Guards: []admission.Guard{bulkhead.NewGuard("slots", bh, 10*time.Millisecond)}}})
+	s := mustServer(t, []decide.Rule{{Guards: []admission.Guard{bulkhead.NewGuard("slots", bh, 10*time.Millisecond)}}})
 	svc := &testService{block: make(chan struct{}), entered: make(chan struct{}, flood)}
 	env := startServer(t, svc, true, s.ServerOptions())
 	ctx := context.Background()
@@ -460,11 +460,11 @@ func TestFloodKeepsHandlersAtBulkheadBound(t *testing.T) {
 	}
 }
 
-// TestPeerKeyOverLoopback: over a real 127.0.0.1 connection, PeerKey keys
+// TestPeerKeyOverLoopback: over a real 127.0.0.1 connection, decide.PeerKey keys
 // calls by the client's IP, in the tap and in the interceptor alike.
 func TestPeerKeyOverLoopback(t *testing.T) {
 	for _, tap := range []bool{true, false} {
-		rules := []Rule{{Key: PeerKey(), Guards: []admission.Guard{ratelimit.NewKeyedGuard("client", mustKeyed(t, ratelimit.Every(time.Hour), 2, ratelimit.WithSweepInterval(0)))}}}
+		rules := []decide.Rule{{Key: decide.PeerKey(), Guards: []admission.Guard{ratelimit.NewKeyedGuard("client", mustKeyed(t, ratelimit.Every(time.Hour), 2, ratelimit.WithSweepInterval(0)))}}}
 		s := mustServer(t, rules)
 		opts := s.ServerOptions()
 		if !tap {
@@ -480,66 +480,5 @@ func TestPeerKeyOverLoopback(t *testing.T) {
 		if got := quotaSubject(err); got != "127.0.0.1" {
 			t.Errorf("tap %v: third call = %v, QuotaFailure subject %q, want the client IP 127.0.0.1", tap, err, got)
 		}
-	}
-}
-
-type pipeAddr string
-
-func (a pipeAddr) Network() string { return "pipe" }
-func (a pipeAddr) String() string  { return string(a) }
-
-func TestPeerKey(t *testing.T) {
-	key := PeerKey()
-	withPeer := func(a net.Addr) context.Context {
-		return peer.NewContext(context.Background(), &peer.Peer{Addr: a})
-	}
-	tests := []struct {
-		name string
-		ctx  context.Context
-		want string
-	}{
-		{"IPv4", withPeer(&net.TCPAddr{IP: net.IPv4(10, 1, 2, 3), Port: 5000}), "10.1.2.3"},
-		{"IPv6", withPeer(&net.TCPAddr{IP: net.ParseIP("::1"), Port: 5000}), "::1"},
-		{"host:port of another kind", withPeer(pipeAddr("pod-7:9000")), "pod-7"},
-		{"address without a port", withPeer(pipeAddr("bufconn")), "bufconn"},
-		{"no address", withPeer(nil), ""},
-		{"no peer", context.Background(), ""},
-	}
-	for _, tt := range tests {
-		if got := key(tt.ctx, nil); got != tt.want {
-			t.Errorf("%s: PeerKey() = %q, want %q", tt.name, got, tt.want)
-		}
-	}
-
-	// The same connection's peer is found again without formatting.
-	ctx := withPeer(&net.TCPAddr{IP: net.IPv4(10, 9, 8, 7), Port: 1})
-	key(ctx, nil)
-	if got := testing.AllocsPerRun(100, func() { key(ctx, nil) }); got != 0 {
-		t.Errorf("PeerKey() of a known connection: %v allocations, want 0", got)
-	}
-}
-
-// TestPeerKeyForgets: a PeerKey that has seen more than MaxPeerKeys
-// connections forgets them, so closed ones do not pile up.
-func TestPeerKeyForgets(t *testing.T) {
-	var c peerKeys
-	first := &net.TCPAddr{IP: net.IPv4(10, 0, 0, 1)}
-	c.key(first)
-	for i := range MaxPeerKeys {
-		c.key(&net.TCPAddr{IP: net.IPv4(10, 1, byte(i>>8), byte(i))})
-	}
-	n := 0
-	c.m.Range(func(k, _ any) bool {
-		n++
-		if k == first {
-			t.Error("the first connection is still remembered after MaxPeerKeys more")
-		}
-		return true
-	})
-	if n > MaxPeerKeys {
-		t.Errorf("remembers %d connections, want at most %d", n, MaxPeerKeys)
-	}
-	if got := c.key(first); got != "10.0.0.1" {
-		t.Errorf("key of a forgotten connection = %q, want it formatted again", got)
 	}
 }

@@ -17,6 +17,7 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/levee-go/levee/admission"
+	"github.com/levee-go/levee/decide"
 )
 
 // PushbackTrailer is the trailer by which a server tells grpc-go clients
@@ -24,50 +25,46 @@ import (
 // value asks them not to retry.
 const PushbackTrailer = "grpc-retry-pushback-ms"
 
-// refusalStatus returns the status of a refused call: code (the rule's,
-// or DEADLINE_EXCEEDED for a deadline that cannot be met), a message
+// refusalStatus returns the status of a refusal: its code, a message
 // naming the guard, a google.rpc.RetryInfo detail with the retry delay
 // when there is one, and a google.rpc.QuotaFailure detail for a per-key
 // refusal. It adds the RefusalEvent to the span of ctx, if one is
 // recording. A status without a per-key detail comes from refusals, when
 // the same one was built last in its slot.
-func refusalStatus(ctx context.Context, code codes.Code, guard string, d admission.Decision, key string) *status.Status {
-	traceRefusal(ctx, guard, d)
-	if d.DeadlineTooShort {
-		code = codes.DeadlineExceeded
+func refusalStatus(ctx context.Context, rf decide.Refusal) *status.Status {
+	traceRefusal(ctx, rf)
+	if rf.PerKey {
+		return buildRefusal(rf)
 	}
-	if d.PerKey {
-		return buildRefusal(code, guard, d, key)
-	}
-	slot := &refusals[refusalSlot(code, guard, d)]
-	if c := slot.Load(); c != nil && c.code == code && c.retry == d.RetryAfter && c.guard == guard && c.reason == d.Reason {
+	slot := &refusals[refusalSlot(rf)]
+	if c := slot.Load(); c != nil && c.code == rf.Code && c.retry == rf.RetryAfter && c.guard == rf.Guard && c.message == rf.Message {
 		return c.st
 	}
-	st := buildRefusal(code, guard, d, "")
-	slot.Store(&cachedRefusal{code: code, guard: guard, reason: d.Reason, retry: d.RetryAfter, st: st})
+	st := buildRefusal(rf)
+	slot.Store(&cachedRefusal{code: rf.Code, guard: rf.Guard, message: rf.Message, retry: rf.RetryAfter, st: st})
 	return st
 }
 
 // refusals holds the statuses last built for refusals without a per-key
 // detail, in slots by refusalSlot. A server under overload refuses
 // thousands of calls a second with a few statuses, and building one (its
-// RetryInfo marshalled into an Any) took about 1.7 µs and a dozen
-// allocations (bench/peers' twokinds shape, 2026-12-02). A status is
-// immutable once built (status.Status hands out copies of its proto), so
-// refusals on every goroutine and Server share it.
+// RetryInfo marshalled into an Any) costs a dozen allocations (see
+// BenchmarkRefusalStatus). A status is immutable once built (status.Status
+// hands out copies of its proto), so refusals on every goroutine and
+// Server share it.
 var refusals [16]atomic.Pointer[cachedRefusal]
 
 type cachedRefusal struct {
-	code          codes.Code
-	guard, reason string
-	retry         time.Duration
-	st            *status.Status
+	code           decide.Code
+	guard, message string
+	retry          time.Duration
+	st             *status.Status
 }
 
 // refusalSlot spreads refusals over the slots of refusals by what tells
 // them apart most often: the guard, its reason and the retry delay.
-func refusalSlot(code codes.Code, guard string, d admission.Decision) int {
-	h := uint64(code)*0x9e3779b97f4a7c15 ^ uint64(len(guard))<<32 ^ uint64(len(d.Reason))<<40 ^ uint64(d.RetryAfter)
+func refusalSlot(rf decide.Refusal) int {
+	h := uint64(rf.Code)*0x9e3779b97f4a7c15 ^ uint64(len(rf.Guard))<<32 ^ uint64(len(rf.Message))<<40 ^ uint64(rf.RetryAfter)
 	h ^= h >> 29
 	h *= 0xbf58476d1ce4e5b9
 	h ^= h >> 32
@@ -75,13 +72,14 @@ func refusalSlot(code codes.Code, guard string, d admission.Decision) int {
 }
 
 // buildRefusal builds the status that refusalStatus returns.
-func buildRefusal(code codes.Code, guard string, d admission.Decision, key string) *status.Status {
-	st := status.New(code, "levee: "+guard+": "+d.Reason)
+func buildRefusal(rf decide.Refusal) *status.Status {
+	st := status.New(codes.Code(rf.Code), "levee: "+rf.Guard+": "+rf.Message)
 	var details []protoadapt.MessageV1
-	if d.RetryAfter > 0 && d.RetryAfter != admission.Never {
-		details = append(details, &errdetails.RetryInfo{RetryDelay: durationpb.New(d.RetryAfter)})
+	if rf.RetryAfter > 0 && rf.RetryAfter != admission.Never {
+		details = append(details, &errdetails.RetryInfo{RetryDelay: durationpb.New(rf.RetryAfter)})
 	}
-	if d.PerKey {
+	if rf.PerKey {
+		key := rf.Key
 		if !utf8.ValidString(key) {
 			// A protobuf string must be UTF-8, or the status would not
 			// marshal and lose its RetryInfo too; a key read from a -bin
@@ -90,7 +88,7 @@ func buildRefusal(code codes.Code, guard string, d admission.Decision, key strin
 		}
 		details = append(details, &errdetails.QuotaFailure{Violations: []*errdetails.QuotaFailure_Violation{{
 			Subject:     key,
-			Description: d.Reason,
+			Description: rf.Message,
 		}}})
 	}
 	if len(details) == 0 {
@@ -103,27 +101,26 @@ func buildRefusal(code codes.Code, guard string, d admission.Decision, key strin
 	return withDetails
 }
 
-// pushback returns the value of the pushback trailer for a retry delay:
-// whole milliseconds rounded up, -1 for a refusal no wait can cure, and ""
-// when there is no delay to announce.
-func pushback(d admission.Decision) string {
+// pushback returns the value of the pushback trailer of a refusal: whole
+// milliseconds of its retry delay rounded up, -1 for a refusal that tells
+// its client not to retry, and "" when there is no delay to announce.
+func pushback(rf decide.Refusal) string {
 	switch {
-	case d.DeadlineTooShort || d.RetryAfter == admission.Never:
+	case rf.NoRetry || rf.RetryAfter == admission.Never:
 		return "-1"
-	case d.RetryAfter <= 0:
+	case rf.RetryAfter <= 0:
 		return ""
 	}
-	ms := d.RetryAfter / time.Millisecond
-	if d.RetryAfter%time.Millisecond != 0 {
+	ms := rf.RetryAfter / time.Millisecond
+	if rf.RetryAfter%time.Millisecond != 0 {
 		ms++ // rounded up; adding a millisecond first would overflow near Never
 	}
 	return strconv.FormatInt(int64(ms), 10)
 }
 
-// setPushback attaches the pushback trailer to a unary call's context, or
-// to a stream when ss is not nil.
-func setPushback(ctx context.Context, ss grpc.ServerStream, d admission.Decision) {
-	v := pushback(d)
+// setPushback attaches the pushback trailer v (none when "") to a unary
+// call's context, or to a stream when ss is not nil.
+func setPushback(ctx context.Context, ss grpc.ServerStream, v string) {
 	if v == "" {
 		return
 	}

@@ -12,6 +12,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/levee-go/levee/admission"
+	"github.com/levee-go/levee/decide"
 )
 
 // checkRefusal fails t unless st is the status of a refusal by guard
@@ -53,12 +54,12 @@ func checkRefusal(t *testing.T, st *status.Status, code codes.Code, guard string
 func TestRefusalStatusReused(t *testing.T) {
 	ctx := context.Background()
 	d := admission.Decision{Refused: true, Reason: "too many calls waiting", RetryAfter: 5 * time.Millisecond}
-	a := refusalStatus(ctx, codes.ResourceExhausted, "run", d, "")
-	if b := refusalStatus(ctx, codes.ResourceExhausted, "run", d, ""); b != a {
+	a := refusalOf(ctx, codes.ResourceExhausted, "run", d, "")
+	if b := refusalOf(ctx, codes.ResourceExhausted, "run", d, ""); b != a {
 		t.Error("the same refusal twice: two statuses, want the first reused")
 	}
 	checkRefusal(t, a, codes.ResourceExhausted, "run", d, "")
-	if n := testing.AllocsPerRun(100, func() { refusalStatus(ctx, codes.ResourceExhausted, "run", d, "") }); n != 0 {
+	if n := testing.AllocsPerRun(100, func() { refusalOf(ctx, codes.ResourceExhausted, "run", d, "") }); n != 0 {
 		t.Errorf("a refusal already built: %v allocations, want 0", n)
 	}
 
@@ -75,13 +76,13 @@ func TestRefusalStatusReused(t *testing.T) {
 			guard := fmt.Sprintf("guard%d", i%3)
 			code := []codes.Code{codes.ResourceExhausted, codes.Unavailable}[i%2]
 			for range 2 {
-				checkRefusal(t, refusalStatus(ctx, code, guard, d, ""), code, guard, d, "")
+				checkRefusal(t, refusalOf(ctx, code, guard, d, ""), code, guard, d, "")
 			}
 		}
 	}
 	for _, key := range []string{"acme", "globex", "acme"} {
 		d := admission.Decision{Refused: true, Reason: "over share", RetryAfter: time.Second, PerKey: true}
-		checkRefusal(t, refusalStatus(ctx, codes.ResourceExhausted, "tenant", d, key), codes.ResourceExhausted, "tenant", d, key)
+		checkRefusal(t, refusalOf(ctx, codes.ResourceExhausted, "tenant", d, key), codes.ResourceExhausted, "tenant", d, key)
 	}
 }
 
@@ -95,7 +96,7 @@ func TestRefusalStatusConcurrent(t *testing.T) {
 			defer wg.Done()
 			for i := range 500 {
 				d := admission.Decision{Refused: true, Reason: fmt.Sprintf("r%d", (g+i)%6), RetryAfter: time.Duration((g*i)%9) * time.Millisecond}
-				st := refusalStatus(context.Background(), codes.ResourceExhausted, "rate", d, "")
+				st := refusalOf(context.Background(), codes.ResourceExhausted, "rate", d, "")
 				if st.Message() != "levee: rate: "+d.Reason {
 					t.Errorf("got %q for %q", st.Message(), d.Reason)
 					return
@@ -124,13 +125,19 @@ func BenchmarkRefusalStatus(b *testing.B) {
 	b.Run("built", func(b *testing.B) {
 		b.ReportAllocs()
 		for b.Loop() {
-			_ = buildRefusal(codes.ResourceExhausted, "run", d, "").Err()
+			_ = buildRefusal(decide.NewRefusal(decide.ResourceExhausted, "run", d, "")).Err()
 		}
 	})
 	b.Run("reused", func(b *testing.B) {
 		b.ReportAllocs()
 		for b.Loop() {
-			_ = refusalStatus(ctx, codes.ResourceExhausted, "run", d, "").Err()
+			_ = refusalOf(ctx, codes.ResourceExhausted, "run", d, "").Err()
 		}
 	})
+}
+
+// refusalOf is the status of a refusal by guard of a rule with code,
+// decided d, of key.
+func refusalOf(ctx context.Context, code codes.Code, guard string, d admission.Decision, key string) *status.Status {
+	return refusalStatus(ctx, decide.NewRefusal(decide.Code(code), guard, d, key))
 }

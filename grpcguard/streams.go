@@ -3,14 +3,12 @@ package grpcguard
 import (
 	"context"
 	"fmt"
-	"net"
 	"sync"
 	"sync/atomic"
 	"time"
 
-	"google.golang.org/grpc/peer"
-
 	"github.com/levee-go/levee/admission"
+	"github.com/levee-go/levee/decide"
 )
 
 // Streams are admitted once, when they open: the rule's guards decide on
@@ -163,16 +161,7 @@ func (s *streams) stats() StreamStats {
 }
 
 // peerIP is the IP address of the call's client, or "" when unknown.
-func peerIP(ctx context.Context) string {
-	p, ok := peer.FromContext(ctx)
-	if !ok || p.Addr == nil {
-		return ""
-	}
-	if a, ok := p.Addr.(*net.TCPAddr); ok {
-		return a.IP.String()
-	}
-	return addrHost(p.Addr)
-}
+func peerIP(ctx context.Context) string { return decide.PeerHost(peerAddr(ctx)) }
 
 // streamRefusal is the decision that refuses a stream beyond the caps.
 var streamRefusal = admission.Refuse(ReasonTooManyStreams, streamRetryAfter)

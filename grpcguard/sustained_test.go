@@ -2,7 +2,6 @@ package grpcguard
 
 import (
 	"context"
-	"net"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -12,43 +11,12 @@ import (
 	"google.golang.org/grpc/codes"
 	testgrpc "google.golang.org/grpc/interop/grpc_testing"
 	"google.golang.org/grpc/metadata"
-	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
 
 	"github.com/levee-go/levee/admission"
+	"github.com/levee-go/levee/decide"
 	"github.com/levee-go/levee/internal/clock/clocktest"
 )
-
-func TestSustainedRefusals(t *testing.T) {
-	t0 := time.Unix(1000, 0)
-	plain := admission.Refuse("full", time.Second)
-	late := admission.Decision{Refused: true, DeadlineTooShort: true}
-	const a, gap = SustainedAfter, SustainedGap
-	step := gap * 4 / 5 // refusals closer together than the gap
-	steps := []struct {
-		name string
-		at   time.Duration
-		give admission.Decision
-		want bool
-	}{
-		{"first refusal", 0, plain, false},
-		{"one step on", step, plain, false},
-		{"two steps on", 2 * step, plain, false},
-		{"just before SustainedAfter", a - time.Millisecond, plain, false},
-		{"SustainedAfter on: sustained", a, plain, true},
-		{"deadline refusal while sustained", a + step/2, late, false},
-		{"still sustained", a + step, plain, true},
-		{"after a pause longer than the gap: a new run", a + step + gap + time.Millisecond, plain, false},
-		{"a long pause again", a + step + 3*gap, plain, false},
-		{"one step into the run", a + step + 3*gap + step, plain, false},
-	}
-	var s sustained
-	for _, st := range steps {
-		if got := s.refused(t0.Add(st.at), st.give); got != st.want {
-			t.Errorf("%s: refused(t0+%v) = %t, want %t", st.name, st.at, got, st.want)
-		}
-	}
-}
 
 // refuseAll refuses every call and counts the attempts it saw.
 type refuseAll struct{ attempts atomic.Int64 }
@@ -67,7 +35,7 @@ func (g *refuseAll) Finish(admission.Call, admission.Permit, admission.Outcome) 
 // RetryInfo, and a pushback of -1.
 func TestSustainedOverloadStopsRetries(t *testing.T) {
 	g := &refuseAll{}
-	s := mustServer(t, []Rule{{Guards: []admission.Guard{g}}})
+	s := mustServer(t, []decide.Rule{{Guards: []admission.Guard{g}}})
 	clk := clocktest.New(time.Now())
 	s.clock.Fake = clk.Now
 	const retry = `{"methodConfig": [{"name": [{"service": "grpc.testing.TestService"}],
@@ -124,7 +92,7 @@ func TestSustainedOverloadStopsRetries(t *testing.T) {
 // refused in the tap (no pushback trailer, which only the interceptor can
 // set); one whose connection sent a retry attempt gets pushback -1.
 func TestSustainedOverloadKeepsTapRefusalsForClientsThatDoNotRetry(t *testing.T) {
-	s := mustServer(t, []Rule{{Guards: []admission.Guard{&refuseAll{}}}})
+	s := mustServer(t, []decide.Rule{{Guards: []admission.Guard{&refuseAll{}}}})
 	clk := clocktest.New(time.Now())
 	s.clock.Fake = clk.Now
 	plain := startServer(t, &testService{}, true, s.ServerOptions())
@@ -146,30 +114,10 @@ func TestSustainedOverloadKeepsTapRefusalsForClientsThatDoNotRetry(t *testing.T)
 	}
 	// A retry attempt, as grpc-go marks one, on the same connection: from
 	// then on its refusals carry -1.
-	if got := pushback(plain, metadata.Pairs(PreviousAttemptsHeader, "1")); len(got) != 1 || got[0] != "-1" {
+	if got := pushback(plain, metadata.Pairs(decide.PreviousAttemptsHeader, "1")); len(got) != 1 || got[0] != "-1" {
 		t.Errorf("sustained refusal of a retry attempt: pushback %q, want [-1]", got)
 	}
 	if got := pushback(plain, nil); len(got) != 1 || got[0] != "-1" {
 		t.Errorf("sustained refusal of a first attempt on a connection that retries: pushback %q, want [-1]", got)
-	}
-}
-
-func TestRetryingIsBounded(t *testing.T) {
-	var r retrying
-	t0 := time.Unix(1000, 0)
-	retry := metadata.Pairs(PreviousAttemptsHeader, "1")
-	for i := range 3 * maxRetrying {
-		ctx := peer.NewContext(context.Background(), &peer.Peer{Addr: &net.TCPAddr{IP: net.IPv4(127, 0, byte(i>>8), byte(i)), Port: 1000 + i}})
-		if !r.note(ctx, retry, t0.Add(time.Duration(i))) {
-			t.Fatalf("note(retry attempt %d) = false, want true", i)
-		}
-	}
-	if n := len(r.seen); n > maxRetrying {
-		t.Errorf("%d connections remembered, want at most %d", n, maxRetrying)
-	}
-	n := 3*maxRetrying - 1
-	last := peer.NewContext(context.Background(), &peer.Peer{Addr: &net.TCPAddr{IP: net.IPv4(127, 0, byte(n>>8), byte(n)), Port: 1000 + n}})
-	if !r.note(last, nil, t0) {
-		t.Error("the latest retrying connection was forgotten")
 	}
 }

@@ -12,6 +12,7 @@ import (
 
 	"github.com/levee-go/levee/admission"
 	"github.com/levee-go/levee/bulkhead"
+	"github.com/levee-go/levee/decide"
 	"github.com/levee-go/levee/ratelimit"
 )
 
@@ -20,7 +21,7 @@ import (
 // and calls after the Swap see the new rules only.
 func TestSwapFinishesUnderAdmittingRule(t *testing.T) {
 	oldSlots := mustBulkhead(t, 1)
-	s := mustServer(t, []Rule{{Name: "r", Guards: []admission.Guard{bulkhead.NewGuard("slots", oldSlots, 0)}}})
+	s := mustServer(t, []decide.Rule{{Name: "r", Guards: []admission.Guard{bulkhead.NewGuard("slots", oldSlots, 0)}}})
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	tctx, err := s.TapHandle(ctx, &tap.Info{FullMethodName: emptyCall})
@@ -32,7 +33,7 @@ func TestSwapFinishesUnderAdmittingRule(t *testing.T) {
 	}
 
 	newSlots := mustBulkhead(t, 1)
-	if err := s.Swap([]Rule{{Name: "r", Guards: []admission.Guard{bulkhead.NewGuard("slots", newSlots, 0)}}}); err != nil {
+	if err := s.Swap([]decide.Rule{{Name: "r", Guards: []admission.Guard{bulkhead.NewGuard("slots", newSlots, 0)}}}); err != nil {
 		t.Fatalf("Swap: %v", err)
 	}
 	// A new call goes to the new bulkhead, which has room.
@@ -63,7 +64,7 @@ func TestSwapFinishesUnderAdmittingRule(t *testing.T) {
 func TestSwapKeepsCountsOfUnchangedRules(t *testing.T) {
 	lim := ratelimit.NewGuard("rate", mustLimiter(t, 1e9, 1<<20))
 	gone := ratelimit.NewGuard("gone", mustLimiter(t, 1e9, 1<<20))
-	s := mustServer(t, []Rule{
+	s := mustServer(t, []decide.Rule{
 		{Name: "kept", Methods: []string{emptyCall}, Guards: []admission.Guard{lim}},
 		{Name: "removed", Methods: []string{unaryCall}, Guards: []admission.Guard{gone}},
 	})
@@ -73,7 +74,7 @@ func TestSwapKeepsCountsOfUnchangedRules(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if err := s.Swap([]Rule{{Name: "kept", Methods: []string{emptyCall}, Guards: []admission.Guard{lim}, Code: codes.Unavailable}}); err != nil {
+	if err := s.Swap([]decide.Rule{{Name: "kept", Methods: []string{emptyCall}, Guards: []admission.Guard{lim}, Code: decide.Unavailable}}); err != nil {
 		t.Fatalf("Swap: %v", err)
 	}
 	stats := s.Stats()
@@ -85,7 +86,7 @@ func TestSwapKeepsCountsOfUnchangedRules(t *testing.T) {
 	}
 	// The new rule's code is in force.
 	refuse := ratelimit.NewGuard("rate", mustLimiter(t, 0, 1))
-	if err := s.Swap([]Rule{{Name: "kept", Methods: []string{emptyCall}, Guards: []admission.Guard{refuse}, Code: codes.Unavailable}}); err != nil {
+	if err := s.Swap([]decide.Rule{{Name: "kept", Methods: []string{emptyCall}, Guards: []admission.Guard{refuse}, Code: decide.Unavailable}}); err != nil {
 		t.Fatalf("Swap: %v", err)
 	}
 	for range 2 {
@@ -104,19 +105,19 @@ func TestSwapKeepsCountsOfUnchangedRules(t *testing.T) {
 // the error and leaves the rules in force.
 func TestSwapErrorChangesNothing(t *testing.T) {
 	lim := ratelimit.NewGuard("rate", mustLimiter(t, 1e9, 1<<20))
-	s := mustServer(t, []Rule{{Name: "r", Guards: []admission.Guard{lim}}})
-	err := s.Swap([]Rule{{Name: "bad", Methods: []string{"nope"}, Guards: []admission.Guard{lim}}})
+	s := mustServer(t, []decide.Rule{{Name: "r", Guards: []admission.Guard{lim}}})
+	err := s.Swap([]decide.Rule{{Name: "bad", Methods: []string{"nope"}, Guards: []admission.Guard{lim}}})
 	if err == nil || !strings.Contains(err.Error(), `"nope"`) {
 		t.Fatalf("Swap with a bad pattern: err = %v, want one naming \"nope\"", err)
 	}
 	if st := s.Stats(); len(st) != 1 || st[0].Rule != "r" {
 		t.Errorf("Stats() after a failed Swap = %+v, want rule r still in force", st)
 	}
-	// Exemptions are the Swap's own: without WithExempt, DefaultExempt.
-	if err := s.Swap([]Rule{{Name: "r", Guards: []admission.Guard{lim}}}, WithExempt()); err != nil {
+	// Exemptions are the Swap's own: without WithExempt, decide.DefaultExempt.
+	if err := s.Swap([]decide.Rule{{Name: "r", Guards: []admission.Guard{lim}}}, WithExempt()); err != nil {
 		t.Fatal(err)
 	}
-	if r := s.set.Load().match("/grpc.health.v1.Health/Check"); r == nil {
+	if r := s.engine.Match("/grpc.health.v1.Health/Check"); r == nil {
 		t.Error("health check exempt after Swap(..., WithExempt()), want guarded")
 	}
 }
@@ -126,7 +127,7 @@ func TestSwapErrorChangesNothing(t *testing.T) {
 func TestUnaryChainAllocsAfterSwap(t *testing.T) {
 	s, ctx := chainServer(t)
 	lim := ratelimit.NewGuard("global", mustLimiter(t, 1e9, 1<<30))
-	if err := s.Swap([]Rule{{Guards: []admission.Guard{lim}}}); err != nil {
+	if err := s.Swap([]decide.Rule{{Guards: []admission.Guard{lim}}}); err != nil {
 		t.Fatal(err)
 	}
 	checkUnaryAllocs(t, "unary interceptor after Swap", s, ctx)

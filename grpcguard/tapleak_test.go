@@ -19,6 +19,7 @@ import (
 	"google.golang.org/grpc/tap"
 
 	"github.com/levee-go/levee/admission"
+	"github.com/levee-go/levee/decide"
 )
 
 // The tap-refusal measurement (docs/memory.md, "What a refusal leaves
@@ -53,7 +54,7 @@ func (alwaysRefuse) Finish(admission.Call, admission.Permit, admission.Outcome) 
 //     refusal branch never cancels it, so each refusal leaves a timer
 //     holding that context until the deadline.
 //   - levee: grpcguard's tap refusing every call: refused in the tap for
-//     SustainedAfter, then let through to the interceptor (sustained
+//     decide.SustainedAfter, then let through to the interceptor (sustained
 //     overload), whose refusal ends the stream and cancels its context.
 //   - interceptor: the same guard in the interceptors alone.
 //
@@ -90,9 +91,9 @@ func measureTapLeftovers(t *testing.T, mode string) {
 			return nil, status.Error(codes.ResourceExhausted, "refused in the tap")
 		})}
 	case "levee":
-		sopts = mustServer(t, []Rule{{Name: "all", Guards: []admission.Guard{alwaysRefuse{}}}}).ServerOptions()
+		sopts = mustServer(t, []decide.Rule{{Name: "all", Guards: []admission.Guard{alwaysRefuse{}}}}).ServerOptions()
 	case "interceptor":
-		s := mustServer(t, []Rule{{Name: "all", Guards: []admission.Guard{alwaysRefuse{}}}})
+		s := mustServer(t, []decide.Rule{{Name: "all", Guards: []admission.Guard{alwaysRefuse{}}}})
 		sopts = []grpc.ServerOption{grpc.ChainUnaryInterceptor(s.UnaryServerInterceptor()), grpc.ChainStreamInterceptor(s.StreamServerInterceptor())}
 	default:
 		t.Fatalf("unknown mode %q", mode)

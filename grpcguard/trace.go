@@ -7,6 +7,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/levee-go/levee/admission"
+	"github.com/levee-go/levee/decide"
 )
 
 // RefusalEvent is the name of the span event a refused call adds to its
@@ -34,14 +35,14 @@ const (
 // traceRefusal adds the RefusalEvent to the span of ctx if one is
 // recording. When none is, it costs a context lookup and allocates
 // nothing.
-func traceRefusal(ctx context.Context, guard string, d admission.Decision) {
+func traceRefusal(ctx context.Context, rf decide.Refusal) {
 	span := trace.SpanFromContext(ctx)
 	if !span.IsRecording() {
 		return
 	}
-	attrs := []attribute.KeyValue{attrGuard.String(guard), attrReason.String(d.Reason)}
-	if d.RetryAfter > 0 && d.RetryAfter != admission.Never {
-		attrs = append(attrs, attrRetryAfter.Float64(d.RetryAfter.Seconds()))
+	attrs := []attribute.KeyValue{attrGuard.String(rf.Guard), attrReason.String(rf.Message)}
+	if rf.RetryAfter > 0 && rf.RetryAfter != admission.Never {
+		attrs = append(attrs, attrRetryAfter.Float64(rf.RetryAfter.Seconds()))
 	}
 	span.AddEvent(RefusalEvent, trace.WithAttributes(attrs...))
 }

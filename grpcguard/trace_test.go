@@ -17,6 +17,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/levee-go/levee/admission"
+	"github.com/levee-go/levee/decide"
 	"github.com/levee-go/levee/ratelimit"
 )
 
@@ -65,8 +66,8 @@ func refusalEvents(span sdktrace.ReadOnlySpan) []map[attribute.Key]attribute.Val
 
 // oneToken returns a rule over every method whose only guard, "rate", is a
 // bucket of one token refilled once a second.
-func oneToken(t testing.TB) []Rule {
-	return []Rule{{Name: "all", Guards: []admission.Guard{ratelimit.NewGuard("rate", mustLimiter(t, 1, 1))}}}
+func oneToken(t testing.TB) []decide.Rule {
+	return []decide.Rule{{Name: "all", Guards: []admission.Guard{ratelimit.NewGuard("rate", mustLimiter(t, 1, 1))}}}
 }
 
 // TestRefusalEventInterceptors serves through the interceptors only, with a
@@ -172,14 +173,14 @@ func TestRefusalEventAllocs(t *testing.T) {
 	}
 	d := admission.Refuse("rate limit exceeded", time.Second)
 	for name, ctx := range map[string]context.Context{"no span": context.Background(), "span not recording": notRecording} {
-		if got := testing.AllocsPerRun(1000, func() { traceRefusal(ctx, "rate", d) }); got != 0 {
+		if got := testing.AllocsPerRun(1000, func() { traceRefusal(ctx, decide.NewRefusal(0, "rate", d, "")) }); got != 0 {
 			t.Errorf("traceRefusal, %s: %v allocations, want 0", name, got)
 		}
 	}
 
 	info := &grpc.UnaryServerInfo{FullMethod: emptyCall}
 	handler := func(context.Context, any) (any, error) { return nil, nil }
-	refusing := mustServer(t, []Rule{{Guards: []admission.Guard{ratelimit.NewGuard("rate", mustLimiter(t, 0, 1))}}})
+	refusing := mustServer(t, []decide.Rule{{Guards: []admission.Guard{ratelimit.NewGuard("rate", mustLimiter(t, 0, 1))}}})
 	if _, err := refusing.unary(context.Background(), nil, info, handler); err != nil {
 		t.Fatalf("first call: %v, want admitted", err) // spends the only token
 	}
@@ -223,7 +224,7 @@ func (trailerStream) SetTrailer(metadata.MD) error { return nil }
 // directly: the event is added on the refused call only.
 func TestRefusalEventRecordingSpan(t *testing.T) {
 	sr, tracer := newRecorder(t)
-	s := mustServer(t, []Rule{{Guards: []admission.Guard{ratelimit.NewGuard("never", mustLimiter(t, 0, 1))}}})
+	s := mustServer(t, []decide.Rule{{Guards: []admission.Guard{ratelimit.NewGuard("never", mustLimiter(t, 0, 1))}}})
 	info := &grpc.UnaryServerInfo{FullMethod: emptyCall}
 	handler := func(context.Context, any) (any, error) { return nil, nil }
 	for i := range 2 {
@@ -252,7 +253,7 @@ func TestRefusalEventRecordingSpan(t *testing.T) {
 // sampled-out call) and with a recording span, which adds the event.
 func BenchmarkRefusedUnary(b *testing.B) {
 	_, tracer := newRecorderB(b)
-	s := mustServer(b, []Rule{{Guards: []admission.Guard{ratelimit.NewGuard("never", mustLimiter(b, 0, 1))}}})
+	s := mustServer(b, []decide.Rule{{Guards: []admission.Guard{ratelimit.NewGuard("never", mustLimiter(b, 0, 1))}}})
 	info := &grpc.UnaryServerInfo{FullMethod: emptyCall}
 	handler := func(context.Context, any) (any, error) { return nil, nil }
 	base := grpc.NewContextWithServerTransportStream(context.Background(), trailerStream{})

@@ -10,6 +10,7 @@ import (
 
 	"github.com/levee-go/levee/admission"
 	"github.com/levee-go/levee/bulkhead"
+	"github.com/levee-go/levee/decide"
 	"github.com/levee-go/levee/grpcguard"
 	"github.com/levee-go/levee/loadshed"
 	"github.com/levee-go/levee/ratelimit"
@@ -103,7 +104,7 @@ func TestServerPathAllocsUnchanged(t *testing.T) {
 // through an infinite bucket and a bulkhead of 1024 slots (calls run one at a time).
 func newBenchServer(tb testing.TB) *grpcguard.Server {
 	tb.Helper()
-	s, err := grpcguard.New([]grpcguard.Rule{{
+	s, err := grpcguard.New([]decide.Rule{{
 		Name:    "alloc",
 		Methods: []string{"/corecart.S/Allocate"},
 		Guards: []admission.Guard{

@@ -16,6 +16,7 @@ import (
 	"github.com/levee-go/levee/admission"
 	"github.com/levee-go/levee/bulkhead"
 	"github.com/levee-go/levee/cpu"
+	"github.com/levee-go/levee/decide"
 	"github.com/levee-go/levee/grpcguard"
 	"github.com/levee-go/levee/loadshed"
 	"github.com/levee-go/levee/metrics"
@@ -49,7 +50,7 @@ func Example() {
 	global := must(ratelimit.NewLimiter(100, 10))
 	shed := must(loadshed.New(loadshed.Step{}, []loadshed.Target{global}))
 	slots := must(bulkhead.New(8))
-	guards, err := grpcguard.New([]grpcguard.Rule{{
+	guards, err := grpcguard.New([]decide.Rule{{
 		Name:    "allocate",
 		Methods: []string{"/corecart.inventory.v1.InventoryService/Allocate"},
 		Guards: []admission.Guard{

@@ -17,6 +17,7 @@ import (
 	"github.com/levee-go/levee/breaker"
 	"github.com/levee-go/levee/bulkhead"
 	"github.com/levee-go/levee/cpu"
+	"github.com/levee-go/levee/decide"
 	"github.com/levee-go/levee/grpcguard"
 	"github.com/levee-go/levee/loadshed"
 	"github.com/levee-go/levee/ratelimit"
@@ -29,7 +30,7 @@ import (
 // bucket of 1 token that never refills).
 func newGuardedServer(t *testing.T) *grpcguard.Server {
 	t.Helper()
-	s, err := grpcguard.New([]grpcguard.Rule{
+	s, err := grpcguard.New([]decide.Rule{
 		{
 			Name:    "alloc",
 			Methods: []string{"/corecart.S/Allocate"},
@@ -129,7 +130,7 @@ levee_tap_refusals_total 0
 // Two guards of one rule with the same name would give the same series
 // twice, which fails a scrape; the collector sums them.
 func TestServerDuplicateGuardNamesSummed(t *testing.T) {
-	s, err := grpcguard.New([]grpcguard.Rule{{
+	s, err := grpcguard.New([]decide.Rule{{
 		Name:    "alloc",
 		Methods: []string{"/corecart.S/Allocate"},
 		Guards: []admission.Guard{

@@ -8,7 +8,7 @@ import (
 	"github.com/levee-go/levee/bulkhead"
 	"github.com/levee-go/levee/cpu"
 	"github.com/levee-go/levee/deadline"
-	"github.com/levee-go/levee/grpcguard"
+	"github.com/levee-go/levee/decide"
 	"github.com/levee-go/levee/internal/preset"
 	"github.com/levee-go/levee/loadshed"
 	"github.com/levee-go/levee/queuedelay"
@@ -38,14 +38,14 @@ type instance struct {
 	preset.Instance
 }
 
-// built is a policy made into grpcguard rules, with the guard instances
+// built is a policy made into engine rules, with the guard instances
 // behind them by identity: a guard's identity is its rule, its name, its
 // type and its parameters, so that a reload reuses the instances of
 // guards that did not change, with their learned state and counters.
 type built struct {
 	policy  *Policy
 	hash    uint64
-	rules   []grpcguard.Rule
+	rules   []decide.Rule
 	exempt  []string
 	inst    map[string]*instance
 	shadows map[[2]string]shadowCounter // by rule and guard name
@@ -76,8 +76,8 @@ type builder struct {
 	errs []error
 
 	// What every rule reads of a call: its class and tenant.
-	crit     *grpcguard.Criticality
-	tenant   grpcguard.KeyFunc // nil: no tenants
+	crit     *decide.Criticality
+	tenant   decide.KeyFunc    // nil: no tenants
 	tenantID string            // the tenants' part of a run limit's identity
 	tenantOp []runlimit.Option // the tenants' options of a run limit
 	// The tenants' weights, for the preset.
@@ -88,12 +88,12 @@ type builder struct {
 // callTraits sets what every rule reads of a call from p: its class
 // (criticality) and tenant (tenants).
 func (b *builder) callTraits(p *Policy) {
-	b.crit = &grpcguard.Criticality{Default: classOf(p.Criticality.Default), Methods: map[string]admission.Criticality{}}
+	b.crit = &decide.Criticality{Default: classOf(p.Criticality.Default), Methods: map[string]admission.Criticality{}}
 	for _, m := range p.Criticality.Methods {
 		b.crit.Methods[m.Method] = classOf(m.Class)
 	}
 	if t := p.Tenants; t != nil {
-		b.tenant = grpcguard.HeaderKey(t.Header)
+		b.tenant = decide.HeaderKey(t.Header)
 		weights := make(map[string]float64, len(t.Weights))
 		id := fmt.Sprintf("\x00tenants\x00%v", t.DefaultWeight)
 		for _, w := range t.Weights {
@@ -214,14 +214,14 @@ func (b *builder) preset(ps Preset) {
 }
 
 func (b *builder) rule(i int, r Rule) {
-	var key grpcguard.KeyFunc
+	var key decide.KeyFunc
 	switch r.Key.Kind {
 	case KeyPeer:
-		key = grpcguard.PeerKey()
+		key = decide.PeerKey()
 	case KeyHeader, KeyTenant:
-		key = grpcguard.HeaderKey(r.Key.Header)
+		key = decide.HeaderKey(r.Key.Header)
 	}
-	gr := grpcguard.Rule{Name: r.Name, Methods: append([]string(nil), r.Methods...), Key: key, Tenant: b.tenant, Criticality: b.crit, Code: r.Code, Shadow: r.Shadow}
+	gr := decide.Rule{Name: r.Name, Methods: append([]string(nil), r.Methods...), Key: key, Tenant: b.tenant, Criticality: b.crit, Code: r.Code, Shadow: r.Shadow}
 	for j, g := range r.Guards {
 		path := fmt.Sprintf("rules[%d].guards[%d]", i, j)
 		plain := g
@@ -325,7 +325,7 @@ func (b *builder) guard(path string, g Guard) (admission.Guard, func(), error) {
 	return nil, nil, wrap(fmt.Errorf("unknown guard type %q", g.Type))
 }
 
-// stats are the grpcguard Server's decision counts, with each shadow
+// stats are the engine's decision counts, with each shadow
 // guard's refusals moved from Admitted to ShadowRefused.
 func (b *built) stats(s []admission.GuardStats) []admission.GuardStats {
 	for i := range s {

@@ -13,10 +13,9 @@ import (
 	"time"
 
 	"go.yaml.in/yaml/v3"
-	"google.golang.org/grpc/codes"
 
 	"github.com/levee-go/levee/admission"
-	"github.com/levee-go/levee/grpcguard"
+	"github.com/levee-go/levee/decide"
 )
 
 // MaxFileSize is the largest policy file Decode reads.
@@ -355,10 +354,10 @@ func (d *decoder) rate(n *yaml.Node, path string, positive bool) (float64, bool)
 func fmtFloat(f float64) string { return strconv.FormatFloat(f, 'g', -1, 64) }
 
 // codeNames are the refusal codes a policy may choose.
-var codeNames = map[string]codes.Code{"RESOURCE_EXHAUSTED": codes.ResourceExhausted, "UNAVAILABLE": codes.Unavailable}
+var codeNames = map[string]decide.Code{"RESOURCE_EXHAUSTED": decide.ResourceExhausted, "UNAVAILABLE": decide.Unavailable}
 
-func codeName(c codes.Code) string {
-	if c == codes.Unavailable {
+func codeName(c decide.Code) string {
+	if c == decide.Unavailable {
 		return "UNAVAILABLE"
 	}
 	return "RESOURCE_EXHAUSTED"
@@ -366,7 +365,7 @@ func codeName(c codes.Code) string {
 
 // code decodes a refusal code into *into, which it leaves as it was on
 // error.
-func (d *decoder) code(n *yaml.Node, path string, into *codes.Code) {
+func (d *decoder) code(n *yaml.Node, path string, into *decide.Code) {
 	s, ok := d.str(n, path)
 	if !ok {
 		return
@@ -427,7 +426,7 @@ func (d *decoder) policy(root *yaml.Node) *Policy {
 		}
 		n = n.Content[0]
 	}
-	p := &Policy{Code: codes.ResourceExhausted, Exempt: append([]string(nil), grpcguard.DefaultExempt...)}
+	p := &Policy{Code: decide.ResourceExhausted, Exempt: append([]string(nil), decide.DefaultExempt...)}
 	var presetN, rulesN, exemptN, critN, tenantsN *yaml.Node
 	seen := d.mapping(n, "", topFields, func(key string, v *yaml.Node, path string) {
 		switch key {

@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"google.golang.org/grpc/codes"
+	"github.com/levee-go/levee/decide"
 )
 
 // rule1 wraps guard YAML (indented for a list item under guards:) into a
@@ -323,7 +323,7 @@ tenants: {header: X-Tenant-ID}
 	if err != nil {
 		t.Fatal(err)
 	}
-	if p.Code != codes.Unavailable || p.Preset.Code != codes.Unavailable || p.Rules[0].Code != codes.Unavailable {
+	if p.Code != decide.Unavailable || p.Preset.Code != decide.Unavailable || p.Rules[0].Code != decide.Unavailable {
 		t.Errorf("codes = %v, %v, %v; want UNAVAILABLE everywhere (the policy's default)", p.Code, p.Preset.Code, p.Rules[0].Code)
 	}
 	if !p.Preset.Enabled || !p.Preset.CPU || p.Preset.MaxRate != 100 {

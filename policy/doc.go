@@ -16,7 +16,7 @@
 //
 //   - code: the refusal status, RESOURCE_EXHAUSTED (default) or UNAVAILABLE.
 //   - exempt: method patterns never guarded (default: health checks and
-//     reflection, grpcguard.DefaultExempt).
+//     reflection, decide.DefaultExempt).
 //   - preset: the preset of package protect as the rule of every method no
 //     other rule names ("*"): max_rate, max_concurrency, client_rate, cpu,
 //     code, shadow, and per-method overrides (methods: exempt, max_rate).
@@ -69,16 +69,16 @@
 //
 // See Reloader: a reload that fails at any step keeps the policy in
 // force; a successful one swaps the server's rules atomically
-// (grpcguard.Server.Swap); calls in flight finish under the rules that
+// (decide.Engine.Swap); calls in flight finish under the rules that
 // admitted them; guards whose rule, name, type and parameters did not
 // change keep their instance, with its state and counters.
 //
 // # Criticality and tenants
 //
 // The criticality section gives every rule the classes of its methods
-// (grpcguard.Criticality: a claim above a method's class is not trusted
+// (decide.Criticality: a claim above a method's class is not trusted
 // from a policy file, which names no trusted callers); the tenants section
-// names every rule's tenant header (grpcguard.Rule.Tenant) and gives the
+// names every rule's tenant header (decide.Rule.Tenant) and gives the
 // run limits (the preset's and every runlimit guard) the tenants' weights,
 // among whom they share turns max-min fairly (runlimit.Lane). Changing the
 // weights builds new run limits, which learn afresh.

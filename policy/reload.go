@@ -15,6 +15,7 @@ import (
 
 	"github.com/levee-go/levee/admission"
 	"github.com/levee-go/levee/cpu"
+	"github.com/levee-go/levee/decide"
 	"github.com/levee-go/levee/grpcguard"
 	"github.com/levee-go/levee/internal/preset"
 	"github.com/levee-go/levee/memory"
@@ -65,13 +66,14 @@ func WithLogf(logf func(format string, args ...any)) Option {
 	return func(o *options) { o.logf = logf }
 }
 
-// Reloader runs a policy file in a grpcguard.Server and reloads it: on
+// Reloader runs a policy file in an engine (decide.Engine) with a
+// grpcguard.Server on it, and reloads it: on
 // Reload (call it on SIGHUP) and, once Watch is called, whenever the file
 // changes, including the symlink swap by which Kubernetes updates a
 // mounted ConfigMap.
 //
 // A reload reads the file, decodes and validates it, builds its guards,
-// then swaps the Server's rules in one atomic step (grpcguard.Server.Swap).
+// then swaps the engine's rules in one atomic step (decide.Engine.Swap).
 // A file that fails any step leaves the policy in force as it was, and is
 // reported: a log line and the failed count of Reloads. Calls in flight
 // finish under the rules that admitted them and give their permits back to
@@ -86,6 +88,7 @@ func WithLogf(logf func(format string, args ...any)) Option {
 type Reloader struct {
 	path        string
 	o           options
+	engine      *decide.Engine
 	server      *grpcguard.Server
 	monitor     *cpu.Monitor    // nil unless NewReloader started it
 	memMon      *memory.Monitor // nil unless NewReloader started it
@@ -105,7 +108,8 @@ type Reloader struct {
 	reported func(error)
 }
 
-// NewReloader loads the policy file at path into a new grpcguard.Server.
+// NewReloader loads the policy file at path into a new engine and a
+// grpcguard.Server on it.
 // It returns an error (an Errors for a bad file) and starts nothing when
 // the file cannot be read, decoded or built.
 func NewReloader(path string, opts ...Option) (*Reloader, error) {
@@ -142,13 +146,19 @@ func NewReloader(path string, opts ...Option) (*Reloader, error) {
 		r.closeMonitor()
 		return nil, err
 	}
-	srv, err := grpcguard.New(b.rules, grpcguard.WithExempt(b.exempt...))
+	e, err := decide.New(b.rules, decide.WithExempt(b.exempt...))
 	if err != nil {
 		b.closeUnused(nil)
 		r.closeMonitor()
 		return nil, fmt.Errorf("policy: %w", err)
 	}
-	r.server = srv
+	srv, err := grpcguard.ForEngine(e)
+	if err != nil {
+		b.closeUnused(nil)
+		r.closeMonitor()
+		return nil, fmt.Errorf("policy: %w", err)
+	}
+	r.engine, r.server = e, srv
 	r.lastBytes = data
 	r.cur.Store(b)
 	return r, nil
@@ -174,8 +184,12 @@ func (r *Reloader) closeMonitor() {
 	}
 }
 
-// Server returns the transport that runs the policy.
+// Server returns the gRPC transport that runs the policy.
 func (r *Reloader) Server() *grpcguard.Server { return r.server }
+
+// Engine returns the engine that runs the policy, for another front-end
+// (connect-go, net/http) to share.
+func (r *Reloader) Engine() *decide.Engine { return r.engine }
 
 // ServerOptions returns the options that install the policy in a
 // grpc.Server (the Server's tap handle and interceptors).
@@ -255,7 +269,7 @@ func (r *Reloader) apply(data []byte) error {
 	if err != nil {
 		return err
 	}
-	if err := r.server.Swap(b.rules, grpcguard.WithExempt(b.exempt...)); err != nil {
+	if err := r.engine.Swap(b.rules, decide.WithExempt(b.exempt...)); err != nil {
 		b.closeUnused(prev)
 		return fmt.Errorf("policy: %w", err)
 	}

@@ -3,7 +3,7 @@ package policy
 import (
 	"time"
 
-	"google.golang.org/grpc/codes"
+	"github.com/levee-go/levee/decide"
 )
 
 // Policy is a decoded, validated policy file with every default filled
@@ -13,11 +13,11 @@ import (
 // change while another goroutine reads it.
 type Policy struct {
 	// Code is the refusal status of the preset and of every rule that
-	// gives none: codes.ResourceExhausted (the default) or
-	// codes.Unavailable. YAML: code.
-	Code codes.Code
+	// gives none: decide.ResourceExhausted (the default) or
+	// decide.Unavailable. YAML: code.
+	Code decide.Code
 	// Exempt are the method patterns never guarded. Default
-	// grpcguard.DefaultExempt (health checks and reflection); an empty
+	// decide.DefaultExempt (health checks and reflection); an empty
 	// list guards every method. YAML: exempt.
 	Exempt []string
 	// Preset is the library's preset (package protect) as the default rule
@@ -56,7 +56,7 @@ type Preset struct {
 	// (protect.New's; see package memshed). Default true. YAML: memory.
 	Memory bool
 	// Code is the refusal status; default Policy.Code. YAML: code.
-	Code codes.Code
+	Code decide.Code
 	// Shadow counts the preset's refusals without refusing. YAML: shadow.
 	Shadow bool
 	// Methods override the preset per full method name, sorted by method.
@@ -76,7 +76,7 @@ type MethodOverride struct {
 	MaxRate float64
 }
 
-// Rule is a rule of guards (grpcguard.Rule). Decode fills every default;
+// Rule is a rule of guards (decide.Rule). Decode fills every default;
 // the zero Rule is not valid (it has no guards).
 type Rule struct {
 	// Name labels the rule in metrics; default: its first method pattern.
@@ -88,7 +88,7 @@ type Rule struct {
 	// Key is what per-key guards count by. YAML: key.
 	Key Key
 	// Code is the refusal status; default Policy.Code. YAML: code.
-	Code codes.Code
+	Code decide.Code
 	// Shadow counts every refusal of the rule without refusing. YAML:
 	// shadow.
 	Shadow bool

@@ -1,12 +1,10 @@
 package policy
 
 import (
-	"context"
 	"testing"
 
-	"google.golang.org/grpc/metadata"
-
 	"github.com/levee-go/levee/admission"
+	"github.com/levee-go/levee/decide"
 )
 
 // The example's criticality and tenants sections reach every rule: the
@@ -25,7 +23,7 @@ func TestCriticalityAndTenantsBuilt(t *testing.T) {
 	if len(b.rules) == 0 {
 		t.Fatal("no rule built")
 	}
-	in := metadata.NewIncomingContext(context.Background(), metadata.Pairs("x-tenant-id", "acme"))
+	in := decide.Facts{Lookup: &decide.Snapshot{Headers: map[string]string{"x-tenant-id": "acme"}}}
 	for _, r := range b.rules {
 		if r.Criticality == nil || r.Tenant == nil {
 			t.Fatalf("rule %q: criticality %v, tenant key %v; want both set", r.Name, r.Criticality, r.Tenant)
@@ -33,7 +31,7 @@ func TestCriticalityAndTenantsBuilt(t *testing.T) {
 		if got := r.Criticality.Methods["/corecart.inventory.v1.InventoryService/GetStock"]; got != admission.SheddablePlus {
 			t.Errorf("rule %q: GetStock's class %v, want sheddable_plus", r.Name, got)
 		}
-		if got := r.Tenant(in, nil); got != "acme" {
+		if got := r.Tenant(in); got != "acme" {
 			t.Errorf("rule %q: tenant %q, want acme", r.Name, got)
 		}
 	}

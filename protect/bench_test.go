@@ -13,6 +13,7 @@ import (
 	"github.com/levee-go/levee/admission"
 	"github.com/levee-go/levee/bulkhead"
 	"github.com/levee-go/levee/deadline"
+	"github.com/levee-go/levee/decide"
 	"github.com/levee-go/levee/grpcguard"
 	"github.com/levee-go/levee/protect"
 	"github.com/levee-go/levee/queuedelay"
@@ -51,7 +52,7 @@ func static(tb testing.TB) *grpcguard.Server {
 	if err != nil {
 		tb.Fatal(err)
 	}
-	s, err := grpcguard.New([]grpcguard.Rule{{Key: grpcguard.PeerKey(), Guards: []admission.Guard{
+	s, err := grpcguard.New([]decide.Rule{{Key: decide.PeerKey(), Guards: []admission.Guard{
 		dl, q,
 		ratelimit.NewGuard("global", global),
 		ratelimit.NewKeyedGuard("client", perClient),

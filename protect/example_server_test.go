@@ -68,7 +68,7 @@ func ExampleNew() {
 	fmt.Println("refused:", refused)
 	// Output:
 	// protect: WithMaxRate: rate must be >= 0, got -1
-	// protect: WithCode: want RESOURCE_EXHAUSTED or UNAVAILABLE, got NotFound
+	// protect: WithCode: want RESOURCE_EXHAUSTED or UNAVAILABLE, got NOT_FOUND
 	// EmptyCall: OK
 	// EmptyCall: OK
 	// EmptyCall: OK

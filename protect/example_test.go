@@ -7,7 +7,7 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/levee-go/levee/admission"
-	"github.com/levee-go/levee/grpcguard"
+	"github.com/levee-go/levee/decide"
 	"github.com/levee-go/levee/protect"
 )
 
@@ -16,10 +16,10 @@ import (
 // internal network may claim a class above a method's default.
 func ExampleWithTenants() {
 	p, err := protect.New(
-		protect.WithTenants(grpcguard.HeaderKey("x-tenant-id"), map[string]float64{"acme": 3}),
-		protect.WithCriticality(grpcguard.Criticality{
+		protect.WithTenants(decide.HeaderKey("x-tenant-id"), map[string]float64{"acme": 3}),
+		protect.WithCriticality(decide.Criticality{
 			Methods: map[string]admission.Criticality{"/shop.Catalog/Reindex": admission.Sheddable},
-			Trusted: grpcguard.TrustPeers(netip.MustParsePrefix("10.0.0.0/8")),
+			Trusted: decide.TrustPeers(netip.MustParsePrefix("10.0.0.0/8")),
 		}),
 	)
 	if err != nil {

@@ -12,7 +12,7 @@ import (
 	"google.golang.org/grpc/codes"
 
 	"github.com/levee-go/levee/admission"
-	"github.com/levee-go/levee/grpcguard"
+	"github.com/levee-go/levee/decide"
 	"github.com/levee-go/levee/policy"
 	"github.com/levee-go/levee/protect"
 	"github.com/levee-go/levee/ratelimit"
@@ -39,7 +39,7 @@ func (f fakeMemory) Limited() bool          { return f.limited }
 // rules' structure: everything that protect.New and a policy's preset
 // must build alike. Learned state (limits, tokens, service times) is left
 // out.
-func describeChain(t *testing.T, rules []grpcguard.Rule, exempt []string, tenants []string) string {
+func describeChain(t *testing.T, rules []decide.Rule, exempt []string, tenants []string) string {
 	t.Helper()
 	var b strings.Builder
 	ex := append([]string(nil), exempt...)
@@ -47,8 +47,8 @@ func describeChain(t *testing.T, rules []grpcguard.Rule, exempt []string, tenant
 	fmt.Fprintf(&b, "exempt %q\n", ex)
 	for _, r := range rules {
 		code := r.Code
-		if code == codes.OK {
-			code = codes.ResourceExhausted
+		if code == decide.OK {
+			code = decide.ResourceExhausted
 		}
 		fmt.Fprintf(&b, "rule %q methods %q code %v shadow %t key %t tenant %t", r.Name, r.Methods, code, r.Shadow, r.Key != nil, r.Tenant != nil)
 		if c := r.Criticality; c != nil {
@@ -105,13 +105,13 @@ func TestPresetSameChainAsPolicy(t *testing.T) {
 		{name: "method exempt", opts: []protect.Option{protect.WithMethod(m, protect.Method{Exempt: true})}, yaml: "preset:\n  methods:\n    " + m + ": {exempt: true}\n"},
 		{
 			name:    "tenants",
-			opts:    []protect.Option{protect.WithTenants(grpcguard.HeaderKey("x-tenant-id"), map[string]float64{"a": 3})},
+			opts:    []protect.Option{protect.WithTenants(decide.HeaderKey("x-tenant-id"), map[string]float64{"a": 3})},
 			yaml:    "preset: {}\ntenants:\n  header: x-tenant-id\n  weights: {a: 3}\n",
 			tenants: []string{"a", "b"},
 		},
 		{
 			name: "criticality",
-			opts: []protect.Option{protect.WithCriticality(grpcguard.Criticality{Default: admission.Sheddable, Methods: map[string]admission.Criticality{m: admission.CriticalPlus}})},
+			opts: []protect.Option{protect.WithCriticality(decide.Criticality{Default: admission.Sheddable, Methods: map[string]admission.Criticality{m: admission.CriticalPlus}})},
 			yaml: "preset: {}\ncriticality:\n  default: sheddable\n  methods:\n    " + m + ": critical_plus\n",
 		},
 		{

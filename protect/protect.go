@@ -32,7 +32,7 @@
 // Refusals need evidence of overload (runlimit.Limiter.Overloaded): the
 // CPU saturated, calls waiting for a turn without a pause for a whole
 // interval, or a spike's worth of them (see runlimit's package doc). Once refusals are sustained, a client that retries gets a
-// pushback of -1 (grpcguard.SustainedAfter).
+// pushback of -1 (decide.SustainedAfter).
 //
 // Streams are admitted once, when they open. A server stream holds a turn
 // of the run limit for at most twice its queue target, so that short
@@ -73,12 +73,12 @@ import (
 	"sync"
 
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/tap"
 
 	"github.com/levee-go/levee/admission"
 	"github.com/levee-go/levee/cpu"
 	"github.com/levee-go/levee/deadline"
+	"github.com/levee-go/levee/decide"
 	"github.com/levee-go/levee/grpcguard"
 	"github.com/levee-go/levee/internal/preset"
 	"github.com/levee-go/levee/memory"
@@ -113,12 +113,12 @@ type options struct {
 	cpuSignal   runlimit.CPU
 	memOff      bool
 	memSignal   MemorySignal
-	code        codes.Code
+	code        decide.Code
 	orca        bool
 	orcaOpts    []grpcguard.ORCAOption
-	tenant      grpcguard.KeyFunc
+	tenant      decide.KeyFunc
 	weights     map[string]float64
-	crit        *grpcguard.Criticality
+	crit        *decide.Criticality
 	guards      []admission.Guard
 	streamMax   int
 	streamPeer  int
@@ -150,8 +150,8 @@ func WithGuard(g ...admission.Guard) Option {
 }
 
 // WithTenants shares the server's capacity max-min fairly among tenants,
-// named by key (grpcguard.HeaderKey("x-tenant-id"), or
-// grpcguard.TLSIdentityKey for a tenant the caller must prove), with
+// named by key (decide.HeaderKey("x-tenant-id"), or
+// decide.TLSIdentityKey for a tenant the caller must prove), with
 // optional weights (a tenant not named weighs 1): under overload a tenant
 // asking less than its share is not refused while another asks more, and
 // a greedy tenant gets what the others leave. No number per tenant is
@@ -160,7 +160,7 @@ func WithGuard(g ...admission.Guard) Option {
 // runlimit.MaxTenantLen, tenants share one overflow share. Tenant names
 // never become metric labels. New fails if key is nil or a weight is not
 // > 0. Default: no tenants.
-func WithTenants(key grpcguard.KeyFunc, weights map[string]float64) Option {
+func WithTenants(key decide.KeyFunc, weights map[string]float64) Option {
 	return func(o *options) {
 		o.tenant = key
 		o.weights = weights
@@ -172,12 +172,12 @@ func WithTenants(key grpcguard.KeyFunc, weights map[string]float64) Option {
 
 // WithCriticality reads each call's criticality class from the
 // levee-criticality header as c says (defaults per method, whom to trust
-// above them; see grpcguard.Criticality): under overload lower classes
+// above them; see decide.Criticality): under overload lower classes
 // are refused first, and while they cover the excess no call of a higher
 // class is refused. Default: every call is critical, whatever it claims
 // above that (a claim below is always honoured: callers may lower their
 // own calls). New fails on a class out of range or a bad method name.
-func WithCriticality(c grpcguard.Criticality) Option {
+func WithCriticality(c decide.Criticality) Option {
 	return func(o *options) { o.crit = &c }
 }
 
@@ -238,9 +238,12 @@ func WithoutMemory() Option { return func(o *options) { o.memOff = true } }
 // guards memory only if the signal is Limited when New runs.
 func WithMemory(m MemorySignal) Option { return func(o *options) { o.memSignal = m } }
 
-// WithCode sets the status of refusals: RESOURCE_EXHAUSTED (the default)
-// or UNAVAILABLE. New fails on any other code.
-func WithCode(c codes.Code) Option { return func(o *options) { o.code = c } }
+// WithCode sets the code of refusals: decide.ResourceExhausted (the
+// default) or decide.Unavailable. A gRPC codes.Code of the same value
+// (codes.ResourceExhausted, codes.Unavailable) is taken as it is, so
+// code written for the earlier WithCode(codes.Code) compiles unchanged.
+// New fails on any other code.
+func WithCode[C ~uint32](c C) Option { return func(o *options) { o.code = decide.Code(c) } }
 
 // WithORCA publishes ORCA load reports (grpcguard.ORCA) for clients that
 // balance by load, such as grpc-go's weighted_round_robin: the CPU
@@ -308,17 +311,19 @@ func (o *options) validate() error {
 	if o.streamMax < 0 || o.streamPeer < 0 {
 		errs = append(errs, fmt.Errorf("protect: WithStreamLimits: want caps >= 0, got max %d, perPeer %d", o.streamMax, o.streamPeer))
 	}
-	if o.code != codes.OK && o.code != codes.ResourceExhausted && o.code != codes.Unavailable {
+	if o.code != decide.OK && o.code != decide.ResourceExhausted && o.code != decide.Unavailable {
 		errs = append(errs, fmt.Errorf("protect: WithCode: want RESOURCE_EXHAUSTED or UNAVAILABLE, got %v", o.code))
 	}
 	return errors.Join(errs...)
 }
 
-// Server is a gRPC server's protection: its guards, the transport that runs
-// them, and what it started. Create one with New; the zero value is not
+// Server is a server's protection: its guards, the engine that decides
+// with them (shared by every front-end of the process), the gRPC
+// transport that runs them, and what it started. Create one with New; the zero value is not
 // usable. It is safe for concurrent use. Call Stop when the gRPC server has
 // stopped.
 type Server struct {
+	engine      *decide.Engine
 	guard       *grpcguard.Server
 	run         *runlimit.Limiter
 	deadline    *deadline.Guard
@@ -396,12 +401,15 @@ func New(opts ...Option) (*Server, error) {
 		return nil, fmt.Errorf("protect: %w", err)
 	}
 	p.run, p.deadline, p.global, p.perClient, p.methods, p.memShed = b.Run, b.Deadline, b.Global, b.PerClient, b.Methods, b.Memory
-	exempt := append(append([]string(nil), grpcguard.DefaultExempt...), b.Exempt...)
-	gopts := []grpcguard.Option{grpcguard.WithExempt(exempt...)}
+	exempt := append(append([]string(nil), decide.DefaultExempt...), b.Exempt...)
+	if p.engine, err = decide.New(b.Rules, decide.WithExempt(exempt...)); err != nil {
+		return nil, fmt.Errorf("protect: %w", err)
+	}
+	var gopts []grpcguard.Option
 	if o.streamsSet {
 		gopts = append(gopts, grpcguard.WithStreamLimits(o.streamMax, o.streamPeer))
 	}
-	if p.guard, err = grpcguard.New(b.Rules, gopts...); err != nil {
+	if p.guard, err = grpcguard.ForEngine(p.engine, gopts...); err != nil {
 		return nil, fmt.Errorf("protect: %w", err)
 	}
 	if o.orca {
@@ -498,8 +506,14 @@ func (p *Server) TapHandle(ctx context.Context, info *tap.Info) (context.Context
 // out-of-band service with p.ORCA().Register(grpcServer).
 func (p *Server) ORCA() *grpcguard.ORCA { return p.orca }
 
-// Guard returns the transport that runs the protection, for its Stats.
+// Guard returns the gRPC transport that runs the protection, for its
+// Stats.
 func (p *Server) Guard() *grpcguard.Server { return p.guard }
+
+// Engine returns the engine that decides on every call, whatever its
+// transport: give it to another front-end (connect-go, net/http) so that
+// its calls share this protection's run limit, signals and buckets.
+func (p *Server) Engine() *decide.Engine { return p.engine }
 
 // RunLimit returns the learned run limit.
 func (p *Server) RunLimit() *runlimit.Limiter { return p.run }

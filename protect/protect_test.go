@@ -18,6 +18,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/levee-go/levee/admission"
+	"github.com/levee-go/levee/decide"
 	"github.com/levee-go/levee/grpcguard"
 	"github.com/levee-go/levee/metrics"
 	"github.com/levee-go/levee/protect"
@@ -90,13 +91,13 @@ func TestNewRejectsBadOptions(t *testing.T) {
 		{"client rate", []protect.Option{protect.WithClientRate(-3)}, []string{"protect: WithClientRate: rate must be >= 0, got -3"}},
 		{"method name", []protect.Option{protect.WithMethod("Allocate", protect.Method{})}, []string{`protect: WithMethod("Allocate"): want a full method name`}},
 		{"method rate", []protect.Option{protect.WithMethod(emptyCall, protect.Method{MaxRate: -1})}, []string{`protect: WithMethod("/grpc.testing.TestService/EmptyCall"): MaxRate must be >= 0, got -1`}},
-		{"code", []protect.Option{protect.WithCode(codes.Internal)}, []string{"protect: WithCode: want RESOURCE_EXHAUSTED or UNAVAILABLE, got Internal"}},
+		{"code", []protect.Option{protect.WithCode(codes.Internal)}, []string{"protect: WithCode: want RESOURCE_EXHAUSTED or UNAVAILABLE, got INTERNAL"}},
 		{"nil guard", []protect.Option{protect.WithGuard(nil)}, []string{"protect: WithGuard: guard 0 is nil"}},
 		{"nil pointer guard", []protect.Option{protect.WithGuard(&refuseAfter{}, (*refuseAfter)(nil))}, []string{"protect: WithGuard: guard 1 is nil"}},
 		{"all at once", []protect.Option{protect.WithMaxRate(-1), protect.WithClientRate(-1), protect.WithCode(codes.NotFound)}, []string{"WithMaxRate", "WithClientRate", "WithCode"}},
 		{"tenant key", []protect.Option{protect.WithTenants(nil, nil)}, []string{"protect: WithTenants: nil key"}},
-		{"tenant weight", []protect.Option{protect.WithTenants(grpcguard.HeaderKey("x-tenant-id"), map[string]float64{"acme": 0})}, []string{`runlimit: WithTenantWeights: weight of "acme" must be > 0`}},
-		{"criticality", []protect.Option{protect.WithCriticality(grpcguard.Criticality{Default: 5})}, []string{"Criticality: Default: class 5 is not one of the four classes"}},
+		{"tenant weight", []protect.Option{protect.WithTenants(decide.HeaderKey("x-tenant-id"), map[string]float64{"acme": 0})}, []string{`runlimit: WithTenantWeights: weight of "acme" must be > 0`}},
+		{"criticality", []protect.Option{protect.WithCriticality(decide.Criticality{Default: 5})}, []string{"Criticality: Default: class 5 is not one of the four classes"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -206,7 +207,7 @@ func (g *refuseAfter) Finish(admission.Call, admission.Permit, admission.Outcome
 func TestWithGuard(t *testing.T) {
 	g := &refuseAfter{n: 2}
 	_, client := serve(t, &service{}, protect.WithGuard(g),
-		protect.WithTenants(grpcguard.HeaderKey("x-tenant-id"), nil),
+		protect.WithTenants(decide.HeaderKey("x-tenant-id"), nil),
 		protect.WithMethod(unaryCall, protect.Method{MaxRate: 1000}))
 	ctx := metadata.AppendToOutgoingContext(context.Background(), "x-tenant-id", "acme")
 	if _, err := client.EmptyCall(ctx, &testgrpc.Empty{}); err != nil {

@@ -71,5 +71,5 @@ func ExampleNewGuard() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	_ = chain // grpcguard.Rule{Key: grpcguard.HeaderKey("x-tenant-id"), Guards: ...} runs the same guards
+	_ = chain // decide.Rule{Key: decide.HeaderKey("x-tenant-id"), Guards: ...} runs the same guards
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/levee-go/levee/bulkhead"
 	"github.com/levee-go/levee/cpu"
 	"github.com/levee-go/levee/deadline"
+	"github.com/levee-go/levee/decide"
 	"github.com/levee-go/levee/grpcguard"
 	"github.com/levee-go/levee/loadshed"
 	"github.com/levee-go/levee/protect"
@@ -158,7 +159,7 @@ func tapBucket(rate float64, burst int, methods ...string) (opts []grpc.ServerOp
 	if err != nil {
 		return nil, func() {}, err
 	}
-	guard, err := grpcguard.New([]grpcguard.Rule{{
+	guard, err := grpcguard.New([]decide.Rule{{
 		Name:    "loaded",
 		Methods: methods,
 		Guards:  []admission.Guard{ratelimit.NewGuard("bucket", bucket)},
@@ -221,11 +222,11 @@ func leveeStatic() (opts []grpc.ServerOption, stop func(), err error) {
 		return nil, func() {}, err
 	}
 	retry := time.Duration(float64(time.Second) / capacity) // about one call's slot
-	guard, err := grpcguard.New([]grpcguard.Rule{
+	guard, err := grpcguard.New([]decide.Rule{
 		{
 			Name:    "allocate",
 			Methods: []string{allocateMethod},
-			Key:     grpcguard.PeerKey(),
+			Key:     decide.PeerKey(),
 			Guards: []admission.Guard{
 				dl,
 				queue,

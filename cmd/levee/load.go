@@ -14,7 +14,7 @@ import (
 	"google.golang.org/grpc/codes"
 
 	"github.com/levee-go/levee/admission"
-	"github.com/levee-go/levee/grpcguard"
+	"github.com/levee-go/levee/decide"
 	"github.com/levee-go/levee/internal/harness/loadgen"
 	"github.com/levee-go/levee/internal/harness/report"
 	"github.com/levee-go/levee/internal/harness/stats"
@@ -164,7 +164,7 @@ func (c *cli) load(ctx context.Context, args []string) error {
 		if !ok {
 			return usageError("-criticality: want critical_plus, critical, sheddable_plus or sheddable, got %q", *crit)
 		}
-		md = append(md, grpcguard.CriticalityHeader, class.String())
+		md = append(md, decide.CriticalityHeader, class.String())
 	}
 	opts, err := lf.options(c.stderr)
 	if err != nil {

@@ -13,6 +13,7 @@ import (
 	"github.com/levee-go/levee/bulkhead"
 	"github.com/levee-go/levee/cpu"
 	"github.com/levee-go/levee/deadline"
+	"github.com/levee-go/levee/decide"
 	"github.com/levee-go/levee/grpcguard"
 	"github.com/levee-go/levee/internal/harness/stats"
 	"github.com/levee-go/levee/loadshed"
@@ -123,11 +124,11 @@ func newPolicy(p policyParams) (*policy, error) {
 		queue:     queue,
 	}
 	retry := time.Duration(float64(time.Second) / p.Capacity) // about one call's slot
-	guard, err := grpcguard.New([]grpcguard.Rule{
+	guard, err := grpcguard.New([]decide.Rule{
 		{
 			Name:    "allocate",
 			Methods: []string{allocateMethod},
-			Key:     grpcguard.PeerKey(),
+			Key:     decide.PeerKey(),
 			Guards: []admission.Guard{
 				pol.deadline,
 				pol.queue,

@@ -6,7 +6,7 @@ import (
 
 	"google.golang.org/grpc"
 
-	"github.com/levee-go/levee/grpcguard"
+	"github.com/levee-go/levee/decide"
 	"github.com/levee-go/levee/metrics"
 	"github.com/levee-go/levee/protect"
 )
@@ -42,7 +42,7 @@ func presetProtection(p policyParams) (opts []grpc.ServerOption, stop func(), er
 		popts = append(popts, protect.WithMaxRate(p.Capacity))
 	}
 	if p.TenantHeader != "" {
-		popts = append(popts, protect.WithTenants(grpcguard.HeaderKey(p.TenantHeader), nil))
+		popts = append(popts, protect.WithTenants(decide.HeaderKey(p.TenantHeader), nil))
 	}
 	if p.Fleet != nil {
 		popts = append(popts, p.Fleet.options()...)

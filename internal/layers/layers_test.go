@@ -1,6 +1,6 @@
-// Package layers holds the test that keeps levee's layering: policies and
-// the admission engine know nothing of gRPC, Redis or Prometheus, and
-// metrics knows nothing of gRPC.
+// Package layers holds the test that keeps levee's layering: policies,
+// the admission contract and the engine (decide) know nothing of gRPC,
+// Redis or Prometheus, and metrics knows nothing of gRPC.
 package layers
 
 import (
@@ -15,6 +15,7 @@ const module = "github.com/levee-go/levee/"
 // may depend on (the standard library is always allowed).
 var below = map[string][]string{
 	"admission":   nil,
+	"decide":      nil, // the engine: what every front-end shares
 	"ratelimit":   nil,
 	"bulkhead":    nil,
 	"breaker":     nil,

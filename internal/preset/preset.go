@@ -17,12 +17,10 @@ import (
 	"runtime/debug"
 	"time"
 
-	"google.golang.org/grpc/codes"
-
 	"github.com/levee-go/levee/admission"
 	"github.com/levee-go/levee/cpu"
 	"github.com/levee-go/levee/deadline"
-	"github.com/levee-go/levee/grpcguard"
+	"github.com/levee-go/levee/decide"
 	"github.com/levee-go/levee/memory"
 	"github.com/levee-go/levee/memshed"
 	"github.com/levee-go/levee/ratelimit"
@@ -143,11 +141,11 @@ type Spec struct {
 	// Memory is the memory signal; nil, or not Limited: no memory guard,
 	// and the chain is as if there were no signal at all.
 	Memory Memory
-	Code   codes.Code // 0: grpcguard's default
+	Code   decide.Code // 0: decide.ResourceExhausted
 	Shadow bool
 
-	Criticality *grpcguard.Criticality // nil: every call critical
-	Tenant      grpcguard.KeyFunc      // nil: no tenants
+	Criticality *decide.Criticality // nil: every call critical
+	Tenant      decide.KeyFunc      // nil: no tenants
 	// TenantWeights and DefaultTenantWeight weigh the tenants' shares (0:
 	// runlimit's default weight).
 	TenantWeights       map[string]float64
@@ -177,10 +175,10 @@ type Source func(id string, make func() (Instance, error)) (Instance, error)
 // Fresh is the Source that makes every instance anew.
 func Fresh(_ string, make func() (Instance, error)) (Instance, error) { return make() }
 
-// Built is a preset made into grpcguard rules, with the instances behind
+// Built is a preset made into engine rules (decide.Rule), with the instances behind
 // them for their accessors and metrics.
 type Built struct {
-	Rules []grpcguard.Rule
+	Rules []decide.Rule
 	// Exempt are the methods the preset leaves unguarded, to add to the
 	// server's exemptions.
 	Exempt    []string
@@ -259,7 +257,7 @@ func Build(s Spec, src Source) (Built, error) {
 		shared = append(shared, in.Guard)
 	}
 	shared = append(shared, s.Guards...)
-	var key grpcguard.KeyFunc
+	var key decide.KeyFunc
 	if s.ClientRate > 0 {
 		in, err := src(fmt.Sprintf("client\x00%v", s.ClientRate), func() (Instance, error) {
 			k, err := ratelimit.NewKeyed(ratelimit.Limit(s.ClientRate), BurstOf(s.ClientRate))
@@ -273,18 +271,18 @@ func Build(s Spec, src Source) (Built, error) {
 		}
 		b.PerClient = in.Value.(*ratelimit.Keyed)
 		shared = append(shared, in.Guard)
-		key = grpcguard.PeerKey()
+		key = decide.PeerKey()
 	}
 	crit := s.Criticality
 	if crit == nil {
 		// Every call critical whatever it claims above that, but a caller
 		// may lower its own calls.
-		crit = &grpcguard.Criticality{}
+		crit = &decide.Criticality{}
 	}
-	rule := func(name string, methods []string, guards []admission.Guard) grpcguard.Rule {
-		return grpcguard.Rule{Name: name, Methods: methods, Key: key, Tenant: s.Tenant, Criticality: crit, Guards: guards, Code: s.Code, Shadow: s.Shadow}
+	rule := func(name string, methods []string, guards []admission.Guard) decide.Rule {
+		return decide.Rule{Name: name, Methods: methods, Key: key, Tenant: s.Tenant, Criticality: crit, Guards: guards, Code: s.Code, Shadow: s.Shadow}
 	}
-	b.Rules = []grpcguard.Rule{rule(RuleDefault, nil, shared)}
+	b.Rules = []decide.Rule{rule(RuleDefault, nil, shared)}
 	for _, m := range s.Methods {
 		switch {
 		case m.Exempt:

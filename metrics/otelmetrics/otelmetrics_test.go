@@ -25,6 +25,7 @@ import (
 	"github.com/levee-go/levee/breaker"
 	"github.com/levee-go/levee/bulkhead"
 	"github.com/levee-go/levee/cpu"
+	"github.com/levee-go/levee/decide"
 	"github.com/levee-go/levee/grpcguard"
 	"github.com/levee-go/levee/metrics"
 	"github.com/levee-go/levee/ratelimit"
@@ -140,7 +141,7 @@ func newGuards(t testing.TB) *guards {
 	t.Helper()
 	g := &guards{}
 	var err error
-	g.server, err = grpcguard.New([]grpcguard.Rule{
+	g.server, err = grpcguard.New([]decide.Rule{
 		{Name: "alloc", Methods: []string{"/corecart.S/Allocate"},
 			Guards: []admission.Guard{ratelimit.NewGuard("global", must(ratelimit.NewLimiter(0, 2)))}},
 		{Name: "get", Methods: []string{"/corecart.S/Get"}, Shadow: true,

@@ -15,7 +15,7 @@ import (
 	"google.golang.org/grpc/metadata"
 
 	"github.com/levee-go/levee/cmd/levee/internal/scenario"
-	"github.com/levee-go/levee/grpcguard"
+	"github.com/levee-go/levee/decide"
 	"github.com/levee-go/levee/internal/harness/loadgen"
 	"github.com/levee-go/levee/internal/harness/report"
 	"github.com/levee-go/levee/internal/harness/stats"
@@ -144,7 +144,7 @@ func (w workload) streams() []stream {
 		return nil
 	}
 	return []stream{
-		{"A critical", TenantsACritical, metadata.Pairs(TenantsHeader, "A", grpcguard.CriticalityHeader, "critical")},
+		{"A critical", TenantsACritical, metadata.Pairs(TenantsHeader, "A", decide.CriticalityHeader, "critical")},
 		{"B", TenantsSmall, metadata.Pairs(TenantsHeader, "B")},
 		{"C", TenantsSmall, metadata.Pairs(TenantsHeader, "C")},
 	}
@@ -351,7 +351,7 @@ func runServer(ctx context.Context, env scenario.Env, s scenario.Settings, w wor
 		}()
 	}
 	if w.tenants {
-		t.SetMetadata(TenantsHeader, "A", grpcguard.CriticalityHeader, "sheddable")
+		t.SetMetadata(TenantsHeader, "A", decide.CriticalityHeader, "sheddable")
 	}
 	run, err := t.Run(ctx, sc, s.Drain, phases, opts)
 	<-done

@@ -1,14 +1,10 @@
-package grpcguard
+package decide
 
 import (
-	"context"
 	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
-
-	"google.golang.org/grpc/metadata"
-	"google.golang.org/grpc/peer"
 
 	"github.com/levee-go/levee/admission"
 )
@@ -18,15 +14,16 @@ import (
 // grpc-go and grpcio clients with a retry policy act on the
 // grpc-retry-pushback-ms trailer only: a refusal without it is retried
 // after the policy's backoff, so a client with maxAttempts 3 sends up to
-// three attempts per call into an overloaded server. grpc-go's tap can set
-// no trailer. So while refusals are occasional the tap refuses (the
-// cheapest place: no stream, no goroutine) and the call carries its delay
-// in RetryInfo only; once they are sustained — the server has refused
-// calls without a pause of SustainedGap for SustainedAfter — a call the tap
-// would refuse is let through to the interceptor, which refuses it with
-// the same status and RetryInfo and a pushback of -1: "do not retry". The
-// interceptor's own refusals carry -1 then too. Refusals for a deadline
-// that cannot be met are never let through: clients do not retry
+// three attempts per call into an overloaded server. A front-end may be
+// unable to set that trailer where refusing is cheapest (grpc-go's tap).
+// So while refusals are occasional the front-end refuses there and the
+// call carries its delay in RetryInfo only; once they are sustained — the
+// server has refused calls without a pause of SustainedGap for
+// SustainedAfter (Engine.NoteRefusal) — a call it would refuse there from
+// a connection that retries (Engine.Retrying) is let through to where a
+// trailer can be set, and refused with the same status and RetryInfo and
+// a pushback of -1: "do not retry" (Refusal.NoRetry). Refusals for a
+// deadline that cannot be met are never let through: clients do not retry
 // DEADLINE_EXCEEDED by default, and -1 is what they carry anyway.
 const (
 	// SustainedAfter is how long refusals must go on before they tell
@@ -57,10 +54,6 @@ func (s *sustained) refused(now time.Time, d admission.Decision) bool {
 	return !d.DeadlineTooShort && t-s.first.Load() >= int64(SustainedAfter)
 }
 
-// PreviousAttemptsHeader is the metadata key by which grpc-go and grpcio
-// mark a retry attempt.
-const PreviousAttemptsHeader = "grpc-previous-rpc-attempts"
-
 // maxRetrying bounds the connections remembered as retrying; beyond it
 // the oldest half is forgotten.
 const maxRetrying = 4096
@@ -73,14 +66,14 @@ type retrying struct {
 }
 
 // note reports whether the connection of a call refused at now retries:
-// it sent a retry attempt now (md has PreviousAttemptsHeader) or before.
-func (r *retrying) note(ctx context.Context, md metadata.MD, now time.Time) bool {
-	p, ok := peer.FromContext(ctx)
-	if !ok || p.Addr == nil {
-		return len(md.Get(PreviousAttemptsHeader)) > 0
+// it sent a retry attempt now (PreviousAttemptsHeader) or before.
+func (r *retrying) note(f Facts, now time.Time) bool {
+	retry := f.PreviousAttempts() > 0
+	a := f.Peer()
+	if a == nil {
+		return retry
 	}
-	key := p.Addr.String()
-	retry := len(md.Get(PreviousAttemptsHeader)) > 0
+	key := a.String()
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if !retry {
@@ -113,10 +106,4 @@ func (r *retrying) forgetOldest() {
 	if len(r.seen) >= maxRetrying { // equal times: forget them all
 		clear(r.seen)
 	}
-}
-
-// noRetry is the pushback of a refusal under sustained overload.
-func noRetry(d admission.Decision) admission.Decision {
-	d.RetryAfter = admission.Never
-	return d
 }

@@ -1,0 +1,66 @@
+package decide
+
+import (
+	"time"
+
+	"github.com/levee-go/levee/admission"
+)
+
+// Refusal is what a refused call is told, as a value a front-end renders
+// in its protocol (grpcguard: a status with RetryInfo and the pushback
+// trailer; HTTP: a status and Retry-After). Build one with NewRefusal or
+// Compiled.Refusal. The zero Refusal refuses nothing (its Code is OK).
+type Refusal struct {
+	// Code is the status: the rule's code, or DeadlineExceeded for a call
+	// that cannot finish before its deadline.
+	Code Code
+	// Guard is the name of the refusing guard.
+	Guard string
+	// Message is the guard's reason in a few words
+	// (admission.Decision.Reason): "levee: " + Guard + ": " + Message is
+	// the message a front-end shows.
+	Message string
+	// RetryAfter is the delay after which a retry may succeed: 0 when
+	// unknown, admission.Never when no wait helps.
+	RetryAfter time.Duration
+	// PerKey marks a refusal of the call's key (Key) rather than of the
+	// whole method; gRPC adds a google.rpc.QuotaFailure detail naming it.
+	PerKey bool
+	// Key is the refused key when PerKey; it may be any bytes a client
+	// sent (a front-end makes it valid UTF-8 where it must).
+	Key string
+	// NoRetry tells the client not to retry (a gRPC pushback of -1): the
+	// deadline cannot be met, no wait helps, or refusals are sustained
+	// (a front-end sets it then; see SustainedAfter).
+	NoRetry bool
+}
+
+// NewRefusal returns the refusal by the guard named guard of a call of a
+// rule with code code (zero: ResourceExhausted), decided d, whose key is
+// key. It allocates nothing.
+func NewRefusal(code Code, guard string, d admission.Decision, key string) Refusal {
+	if code == OK {
+		code = ResourceExhausted
+	}
+	if d.DeadlineTooShort {
+		code = DeadlineExceeded
+	}
+	r := Refusal{
+		Code:       code,
+		Guard:      guard,
+		Message:    d.Reason,
+		RetryAfter: d.RetryAfter,
+		PerKey:     d.PerKey,
+		NoRetry:    d.DeadlineTooShort || d.RetryAfter == admission.Never,
+	}
+	if d.PerKey {
+		r.Key = key
+	}
+	return r
+}
+
+// Refusal returns the refusal of a call by guard i of r's chain (the
+// index Admit, Enter or Start returned), decided d, whose key is key.
+func (r *Compiled) Refusal(i int, d admission.Decision, key string) Refusal {
+	return NewRefusal(r.code, r.Guard(i).Name(), d, key)
+}

@@ -1,0 +1,81 @@
+package decide
+
+import (
+	"net"
+	"testing"
+	"time"
+
+	"github.com/levee-go/levee/admission"
+)
+
+func TestSustainedRefusals(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	plain := admission.Refuse("full", time.Second)
+	late := admission.Decision{Refused: true, DeadlineTooShort: true}
+	const a, gap = SustainedAfter, SustainedGap
+	step := gap * 4 / 5 // refusals closer together than the gap
+	steps := []struct {
+		name string
+		at   time.Duration
+		give admission.Decision
+		want bool
+	}{
+		{"first refusal", 0, plain, false},
+		{"one step on", step, plain, false},
+		{"two steps on", 2 * step, plain, false},
+		{"just before SustainedAfter", a - time.Millisecond, plain, false},
+		{"SustainedAfter on: sustained", a, plain, true},
+		{"deadline refusal while sustained", a + step/2, late, false},
+		{"still sustained", a + step, plain, true},
+		{"after a pause longer than the gap: a new run", a + step + gap + time.Millisecond, plain, false},
+		{"a long pause again", a + step + 3*gap, plain, false},
+		{"one step into the run", a + step + 3*gap + step, plain, false},
+	}
+	var s sustained
+	for _, st := range steps {
+		if got := s.refused(t0.Add(st.at), st.give); got != st.want {
+			t.Errorf("%s: refused(t0+%v) = %t, want %t", st.name, st.at, got, st.want)
+		}
+	}
+}
+
+func TestRetryingIsBounded(t *testing.T) {
+	var r retrying
+	t0 := time.Unix(1000, 0)
+	for i := range 3 * maxRetrying {
+		f := facts("", &net.TCPAddr{IP: net.IPv4(127, 0, byte(i>>8), byte(i)), Port: 1000 + i}, PreviousAttemptsHeader, "1")
+		if !r.note(f, t0.Add(time.Duration(i))) {
+			t.Fatalf("note(retry attempt %d) = false, want true", i)
+		}
+	}
+	if n := len(r.seen); n > maxRetrying {
+		t.Errorf("%d connections remembered, want at most %d", n, maxRetrying)
+	}
+	n := 3*maxRetrying - 1
+	last := facts("", &net.TCPAddr{IP: net.IPv4(127, 0, byte(n>>8), byte(n)), Port: 1000 + n})
+	if !r.note(last, t0) {
+		t.Error("the latest retrying connection was forgotten")
+	}
+}
+
+func TestPreviousAttempts(t *testing.T) {
+	tests := []struct {
+		name string
+		give Facts
+		want int
+	}{
+		{"no lookup", Facts{}, 0},
+		{"first attempt", facts("", nil), 0},
+		{"second attempt", facts("", nil, PreviousAttemptsHeader, "1"), 1},
+		{"fourth attempt", facts("", nil, PreviousAttemptsHeader, "3"), 3},
+		{"garbage still marks a retry", facts("", nil, PreviousAttemptsHeader, "\xff"), 1},
+		{"zero still marks a retry", facts("", nil, PreviousAttemptsHeader, "0"), 1},
+		{"negative", facts("", nil, PreviousAttemptsHeader, "-4"), 1},
+		{"huge", facts("", nil, PreviousAttemptsHeader, "99999999999999999999999"), 1},
+	}
+	for _, tt := range tests {
+		if got := tt.give.PreviousAttempts(); got != tt.want {
+			t.Errorf("%s: PreviousAttempts() = %d, want %d", tt.name, got, tt.want)
+		}
+	}
+}
