@@ -42,7 +42,7 @@ func (g *userRate) AdmitFast(now time.Time, _ string) (admission.Permit, bool) {
 	return admission.Permit{}, g.l.AllowN(now, 1)
 }
 func (g *userRate) Refusal(c admission.Call) admission.Decision {
-	return admission.Refuse(ratelimit.ReasonRate, g.l.RetryAfter(c.Now, 1))
+	return admission.RefuseFor(admission.CauseRateLimited, admission.EvidenceLimit, ratelimit.ReasonRate, g.l.RetryAfter(c.Now, 1))
 }
 func (g *userRate) Finish(c admission.Call, _ admission.Permit, o admission.Outcome) {
 	*g.trace = append(*g.trace, fmt.Sprintf("Finish(skipped=%v)", o.Skipped))

@@ -74,17 +74,27 @@ const Never = time.Duration(math.MaxInt64)
 // Decision is a guard's answer to Admit: admitted with a Permit, or refused
 // with a reason and a delay after which a retry may succeed. The zero
 // Decision admits with the zero Permit.
+//
+// A refusal says why twice: in prose (Reason), and machine-readable
+// (Cause, and the Evidence of overload it was made on with its Value
+// against its Threshold), which transports turn into a stable reason on
+// the wire and in metrics (package decide). Every field is a value: a
+// refusal allocates nothing.
 type Decision struct {
 	// Permit is what the admitted call holds; see Guard.Finish.
 	Permit Permit
-	// Refused is true when the guard refuses the call.
-	Refused bool
 	// Reason says why, in a few words, for the refusal message ("rate limit
 	// exceeded"). It should be a constant: refusals must not allocate.
 	Reason string
 	// RetryAfter is when a retry may succeed; 0 if unknown, Never if no
 	// wait helps.
 	RetryAfter time.Duration
+	// Value and Threshold are the measure of the Evidence at the refusal
+	// and the level it was judged against, in the unit Evidence names
+	// (see Evidence); 0 when the guard does not say.
+	Value, Threshold float32
+	// Refused is true when the guard refuses the call.
+	Refused bool
 	// PerKey marks a refusal of the call's key rather than of the whole
 	// method; a gRPC refusal then carries a google.rpc.QuotaFailure detail.
 	PerKey bool
@@ -93,14 +103,27 @@ type Decision struct {
 	// whatever the rule's refusal code, since retrying with the same
 	// deadline is futile.
 	DeadlineTooShort bool
+	// Cause is what made the guard refuse; CauseUnspecified (the zero
+	// value) for a guard that does not say.
+	Cause Cause
+	// Evidence is the evidence of overload the refusal was made on;
+	// EvidenceNone when the guard does not say.
+	Evidence Evidence
 }
 
 // Grant returns an admitting Decision holding p.
 func Grant(p Permit) Decision { return Decision{Permit: p} }
 
-// Refuse returns a refusing Decision.
+// Refuse returns a refusing Decision with no Cause (see RefuseFor).
 func Refuse(reason string, retryAfter time.Duration) Decision {
 	return Decision{Refused: true, Reason: reason, RetryAfter: retryAfter}
+}
+
+// RefuseFor returns a refusing Decision for cause, made on evidence e
+// (EvidenceNone: none named; set Value and Threshold on the result where
+// the guard knows them).
+func RefuseFor(cause Cause, e Evidence, reason string, retryAfter time.Duration) Decision {
+	return Decision{Refused: true, Reason: reason, RetryAfter: retryAfter, Cause: cause, Evidence: e}
 }
 
 // Outcome is how an admitted call ended. The zero Outcome is a success

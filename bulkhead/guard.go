@@ -65,7 +65,7 @@ func (g *slotGuard) AdmitFast(time.Time, string) (admission.Permit, bool) {
 }
 
 func (g *slotGuard) Refusal(admission.Call) admission.Decision {
-	return admission.Refuse(ReasonFull, g.retry)
+	return admission.RefuseFor(admission.CauseConcurrencyLimited, admission.EvidenceLimit, ReasonFull, g.retry)
 }
 
 func (g *slotGuard) Finish(_ admission.Call, p admission.Permit, o admission.Outcome) {
@@ -153,7 +153,7 @@ func (g *runGuard) Start(c admission.Call, _ admission.Permit) admission.Decisio
 	}
 	p, err := g.b.Acquire(ctx)
 	if err != nil {
-		return admission.Refuse(ReasonRunQueue, g.retry)
+		return admission.RefuseFor(admission.CauseConcurrencyLimited, admission.EvidenceLimit, ReasonRunQueue, g.retry)
 	}
 	// A turn handed over by a finishing handler makes this goroutine the
 	// next to run, ahead of the transport's reader and writer goroutines

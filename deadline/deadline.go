@@ -155,10 +155,11 @@ func (g *Guard) check(c admission.Call) admission.Decision {
 	}
 	left := c.Deadline.Sub(c.Now)
 	if left <= 0 {
-		return admission.Decision{Refused: true, Reason: ReasonExpired, DeadlineTooShort: true}
+		return admission.Decision{Refused: true, Reason: ReasonExpired, DeadlineTooShort: true, Cause: admission.CauseDeadlineTooShort, Evidence: admission.EvidenceServiceTime}
 	}
 	if st := g.serviceTimeAt(c.Method, c.Now); st > 0 && float64(left) < float64(st)*g.margin {
-		return admission.Decision{Refused: true, Reason: ReasonTooShort, DeadlineTooShort: true}
+		return admission.Decision{Refused: true, Reason: ReasonTooShort, DeadlineTooShort: true, Cause: admission.CauseDeadlineTooShort,
+			Evidence: admission.EvidenceServiceTime, Threshold: float32(float64(st) * g.margin / 1e6)}
 	}
 	return admission.Decision{}
 }

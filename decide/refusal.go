@@ -16,6 +16,19 @@ type Refusal struct {
 	Code Code
 	// Guard is the name of the refusing guard.
 	Guard string
+	// Reason is the refusal's stable reason (see Reason): the guard's
+	// (Cause), or ReasonSustainedOverload once refusals are sustained
+	// (Sustained).
+	Reason Reason
+	// Cause is the refusing guard's reason, from its
+	// admission.Decision.Cause; it differs from Reason only under
+	// sustained overload.
+	Cause Reason
+	// Evidence is the evidence of overload the guard refused on, and
+	// Value and Threshold its measure and the level it was judged
+	// against, in the unit Evidence names (0: the guard does not say).
+	Evidence         admission.Evidence
+	Value, Threshold float32
 	// Message is the guard's reason in a few words
 	// (admission.Decision.Reason): "levee: " + Guard + ": " + Message is
 	// the message a front-end shows.
@@ -45,9 +58,18 @@ func NewRefusal(code Code, guard string, d admission.Decision, key string) Refus
 	if d.DeadlineTooShort {
 		code = DeadlineExceeded
 	}
+	reason := ReasonOf(d.Cause)
+	if d.DeadlineTooShort {
+		reason = ReasonDeadlineTooShort
+	}
 	r := Refusal{
 		Code:       code,
 		Guard:      guard,
+		Reason:     reason,
+		Cause:      reason,
+		Evidence:   d.Evidence,
+		Value:      d.Value,
+		Threshold:  d.Threshold,
 		Message:    d.Reason,
 		RetryAfter: d.RetryAfter,
 		PerKey:     d.PerKey,
@@ -63,4 +85,16 @@ func NewRefusal(code Code, guard string, d admission.Decision, key string) Refus
 // index Admit, Enter or Start returned), decided d, whose key is key.
 func (r *Compiled) Refusal(i int, d admission.Decision, key string) Refusal {
 	return NewRefusal(r.code, r.Guard(i).Name(), d, key)
+}
+
+// Sustained returns r as a refusal under sustained overload (see
+// SustainedAfter): it tells its client not to retry, and its Reason is
+// ReasonSustainedOverload (its Cause stays the guard's). A refusal for a
+// deadline keeps its reason.
+func (r Refusal) Sustained() Refusal {
+	r.NoRetry = true
+	if r.Reason != ReasonDeadlineTooShort {
+		r.Reason = ReasonSustainedOverload
+	}
+	return r
 }

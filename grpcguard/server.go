@@ -219,8 +219,7 @@ func (s *Server) TapHandle(ctx context.Context, info *tap.Info) (context.Context
 			// trailer that tells the client not to retry.
 			st.call.Ctx = nil
 			st.Context = ctx
-			rf.NoRetry = true
-			st.refused = rf
+			st.refused = rf.Sustained()
 			st.phase.Store(phaseRefused)
 			return st, nil
 		}
@@ -269,7 +268,7 @@ func (s *Server) start(ctx context.Context, st *callState, kind decide.Kind) (ad
 		st.stop()
 		rf := st.rule.Refusal(i, d, c.Key)
 		if s.engine.NoteRefusal(now, d) {
-			rf.NoRetry = true
+			rf = rf.Sustained()
 		}
 		return c, refusalStatus(ctx, rf), pushback(rf)
 	}

@@ -2,6 +2,7 @@ package grpcguard
 
 import (
 	"context"
+	"math"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -26,9 +27,9 @@ import (
 const PushbackTrailer = "grpc-retry-pushback-ms"
 
 // refusalStatus returns the status of a refusal: its code, a message
-// naming the guard, a google.rpc.RetryInfo detail with the retry delay
-// when there is one, and a google.rpc.QuotaFailure detail for a per-key
-// refusal. It adds the RefusalEvent to the span of ctx, if one is
+// naming the guard, a google.rpc.ErrorInfo detail (errorInfo), a
+// google.rpc.RetryInfo detail with the retry delay when there is one,
+// and a google.rpc.QuotaFailure detail for a per-key refusal. It adds the RefusalEvent to the span of ctx, if one is
 // recording. A status without a per-key detail comes from refusals, when
 // the same one was built last in its slot.
 func refusalStatus(ctx context.Context, rf decide.Refusal) *status.Status {
@@ -36,13 +37,29 @@ func refusalStatus(ctx context.Context, rf decide.Refusal) *status.Status {
 	if rf.PerKey {
 		return buildRefusal(rf)
 	}
+	rf.Value, rf.Threshold = round2(rf.Value), round2(rf.Threshold)
 	slot := &refusals[refusalSlot(rf)]
-	if c := slot.Load(); c != nil && c.code == rf.Code && c.retry == rf.RetryAfter && c.guard == rf.Guard && c.message == rf.Message {
+	if c := slot.Load(); c != nil && c.rf == rf {
 		return c.st
 	}
 	st := buildRefusal(rf)
-	slot.Store(&cachedRefusal{code: rf.Code, guard: rf.Guard, message: rf.Message, retry: rf.RetryAfter, st: st})
+	slot.Store(&cachedRefusal{rf: rf, st: st})
 	return st
+}
+
+// round2 rounds v to two significant digits, which is all a caller
+// needs of the evidence's figures, so that refusals on the same evidence
+// share a cached status.
+func round2(v float32) float32 {
+	if math.IsNaN(float64(v)) || math.IsInf(float64(v), 0) {
+		return 0 // not a figure
+	}
+	if v == 0 {
+		return 0
+	}
+	f := float64(v)
+	p := math.Pow(10, 1-math.Floor(math.Log10(math.Abs(f))))
+	return float32(math.Round(f*p) / p)
 }
 
 // refusals holds the statuses last built for refusals without a per-key
@@ -55,16 +72,15 @@ func refusalStatus(ctx context.Context, rf decide.Refusal) *status.Status {
 var refusals [16]atomic.Pointer[cachedRefusal]
 
 type cachedRefusal struct {
-	code           decide.Code
-	guard, message string
-	retry          time.Duration
-	st             *status.Status
+	rf decide.Refusal // not per key: its Key is ""
+	st *status.Status
 }
 
 // refusalSlot spreads refusals over the slots of refusals by what tells
 // them apart most often: the guard, its reason and the retry delay.
 func refusalSlot(rf decide.Refusal) int {
-	h := uint64(rf.Code)*0x9e3779b97f4a7c15 ^ uint64(len(rf.Guard))<<32 ^ uint64(len(rf.Message))<<40 ^ uint64(rf.RetryAfter)
+	h := uint64(rf.Code)*0x9e3779b97f4a7c15 ^ uint64(len(rf.Guard))<<32 ^ uint64(len(rf.Message))<<40 ^ uint64(rf.RetryAfter) ^
+		uint64(len(rf.Reason))<<48 ^ uint64(rf.Evidence)<<56 ^ uint64(math.Float32bits(rf.Value))<<8 ^ uint64(math.Float32bits(rf.Threshold))
 	h ^= h >> 29
 	h *= 0xbf58476d1ce4e5b9
 	h ^= h >> 32
@@ -74,7 +90,7 @@ func refusalSlot(rf decide.Refusal) int {
 // buildRefusal builds the status that refusalStatus returns.
 func buildRefusal(rf decide.Refusal) *status.Status {
 	st := status.New(codes.Code(rf.Code), "levee: "+rf.Guard+": "+rf.Message)
-	var details []protoadapt.MessageV1
+	details := []protoadapt.MessageV1{errorInfo(rf)}
 	if rf.RetryAfter > 0 && rf.RetryAfter != admission.Never {
 		details = append(details, &errdetails.RetryInfo{RetryDelay: durationpb.New(rf.RetryAfter)})
 	}
@@ -91,14 +107,31 @@ func buildRefusal(rf decide.Refusal) *status.Status {
 			Description: rf.Message,
 		}}})
 	}
-	if len(details) == 0 {
-		return st
-	}
 	withDetails, err := st.WithDetails(details...)
 	if err != nil {
 		return st // cannot happen with these well-formed messages
 	}
 	return withDetails
+}
+
+// errorInfo is the google.rpc.ErrorInfo detail of a refusal: its reason
+// (decide.Reason) in the domain decide.ErrorDomain, and metadata naming
+// the guard ("guard"), the evidence of overload it refused on
+// ("evidence", "none" when it names none) with its measure ("value") and
+// the level it was judged against ("threshold") where the guard tells
+// them, and under sustained overload the guard's own reason ("cause").
+func errorInfo(rf decide.Refusal) *errdetails.ErrorInfo {
+	md := map[string]string{"guard": rf.Guard, "evidence": rf.Evidence.String()}
+	if rf.Value != 0 {
+		md["value"] = strconv.FormatFloat(float64(rf.Value), 'g', -1, 32)
+	}
+	if rf.Threshold != 0 {
+		md["threshold"] = strconv.FormatFloat(float64(rf.Threshold), 'g', -1, 32)
+	}
+	if rf.Cause != rf.Reason && rf.Cause != "" {
+		md["cause"] = string(rf.Cause)
+	}
+	return &errdetails.ErrorInfo{Reason: string(rf.Reason), Domain: decide.ErrorDomain, Metadata: md}
 }
 
 // pushback returns the value of the pushback trailer of a refusal: whole

@@ -16,7 +16,7 @@ import (
 )
 
 // checkRefusal fails t unless st is the status of a refusal by guard
-// with d and code: its code, message and RetryInfo, and a QuotaFailure
+// with d and code: its code, message, ErrorInfo and RetryInfo, and a QuotaFailure
 // for key when d is per key.
 func checkRefusal(t *testing.T, st *status.Status, code codes.Code, guard string, d admission.Decision, key string) {
 	t.Helper()
@@ -28,8 +28,11 @@ func checkRefusal(t *testing.T, st *status.Status, code codes.Code, guard string
 	}
 	var retry time.Duration
 	var subject string
+	var info *errdetails.ErrorInfo
 	for _, det := range st.Details() {
 		switch det := det.(type) {
+		case *errdetails.ErrorInfo:
+			info = det
 		case *errdetails.RetryInfo:
 			retry = det.GetRetryDelay().AsDuration()
 		case *errdetails.QuotaFailure:
@@ -42,6 +45,10 @@ func checkRefusal(t *testing.T, st *status.Status, code codes.Code, guard string
 	}
 	if retry != wantRetry {
 		t.Fatalf("%q: RetryInfo %v, want %v", st.Message(), retry, wantRetry)
+	}
+	wantReason := decide.NewRefusal(0, guard, d, key).Reason
+	if info.GetDomain() != decide.ErrorDomain || info.GetReason() != string(wantReason) || info.GetMetadata()["guard"] != guard || info.GetMetadata()["evidence"] != d.Evidence.String() {
+		t.Fatalf("%q: ErrorInfo %v, want %s/%s naming guard %q and evidence %q", st.Message(), info, decide.ErrorDomain, wantReason, guard, d.Evidence)
 	}
 	if want := map[bool]string{true: key}[d.PerKey]; subject != want {
 		t.Fatalf("%q: QuotaFailure subject %q, want %q", st.Message(), subject, want)

@@ -164,7 +164,7 @@ func (s *streams) stats() StreamStats {
 func peerIP(ctx context.Context) string { return decide.PeerHost(peerAddr(ctx)) }
 
 // streamRefusal is the decision that refuses a stream beyond the caps.
-var streamRefusal = admission.Refuse(ReasonTooManyStreams, streamRetryAfter)
+var streamRefusal = admission.RefuseFor(admission.CauseTooManyStreams, admission.EvidenceLimit, ReasonTooManyStreams, streamRetryAfter)
 
 func validStreamLimits(o serverOptions) error {
 	if o.maxStreams < 0 || o.maxPeerStreams < 0 {

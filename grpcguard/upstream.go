@@ -9,6 +9,8 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
+
+	"github.com/levee-go/levee/decide"
 )
 
 // The answer "overloaded, don't retry" (the SRE book's, "Handling
@@ -32,8 +34,12 @@ const (
 	// ReasonUpstreamOverloaded is the google.rpc.ErrorInfo reason of the
 	// answer: the server's downstream is overloaded; do not retry.
 	ReasonUpstreamOverloaded = "LEVEE_UPSTREAM_OVERLOADED"
-	// ErrorDomain is the google.rpc.ErrorInfo domain of levee's answers.
-	ErrorDomain = "levee.dev"
+	// ErrorDomain is the google.rpc.ErrorInfo domain of levee's answers
+	// and refusals (decide.ErrorDomain).
+	ErrorDomain = decide.ErrorDomain
+	// legacyErrorDomain is the domain levee's answers had before; a
+	// client still recognises it, for one release.
+	legacyErrorDomain = "levee.dev"
 )
 
 // IsDownstreamOverload reports whether err, the error of a call a server
@@ -67,7 +73,7 @@ func IsUpstreamOverloaded(err error) bool {
 		return false
 	}
 	for _, d := range st.Details() {
-		if ei, ok := d.(*errdetails.ErrorInfo); ok && ei.GetReason() == ReasonUpstreamOverloaded && ei.GetDomain() == ErrorDomain {
+		if ei, ok := d.(*errdetails.ErrorInfo); ok && ei.GetReason() == ReasonUpstreamOverloaded && (ei.GetDomain() == ErrorDomain || ei.GetDomain() == legacyErrorDomain) {
 			return true
 		}
 	}

@@ -73,7 +73,7 @@ func (g *shedGuard) AdmitFast(time.Time, string) (admission.Permit, bool) {
 }
 
 func (g *shedGuard) Refusal(admission.Call) admission.Decision {
-	return admission.Refuse(ReasonShed, g.retry)
+	return admission.RefuseFor(admission.CauseCPUOverloaded, admission.EvidenceCPU, ReasonShed, g.retry)
 }
 
 // Finish does nothing: a shed credit is not given back.

@@ -481,7 +481,9 @@ func (s *Shedder) lookup(name string) *method {
 // refusal is the Decision of a refused call.
 func (s *Shedder) refusal() admission.Decision {
 	s.refused.Add(1)
-	return admission.Refuse(ReasonMemory, s.o.retry)
+	d := admission.RefuseFor(admission.CauseMemoryOverloaded, admission.EvidenceMemory, ReasonMemory, s.o.retry)
+	d.Value, d.Threshold = float32(s.sig.Projected()), float32(s.o.threshold)
+	return d
 }
 
 // Admit refuses, while there is a budget, a call whose method's cost does

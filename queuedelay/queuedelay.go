@@ -97,7 +97,9 @@ func (g *Guard) Recheck(c admission.Call) admission.Decision {
 		limit = g.target
 	}
 	if delay > limit {
-		return admission.Refuse(Reason, time.Duration(g.interval))
+		d := admission.RefuseFor(admission.CauseQueueDelay, admission.EvidenceQueueDelay, Reason, time.Duration(g.interval))
+		d.Threshold = float32(time.Duration(limit).Seconds() * 1e3)
+		return d
 	}
 	return admission.Decision{}
 }

@@ -38,6 +38,9 @@ func TestQueueGuardEpisodes(t *testing.T) {
 			t.Errorf("step %d: Recheck(at %vms, queued %vms) refused=%v overloaded=%v, want %v %v",
 				i, s.at, s.queued, d.Refused, g.Overloaded(), s.refused, s.over)
 		}
+		if d.Refused && (d.Cause != admission.CauseQueueDelay || d.Evidence != admission.EvidenceQueueDelay || d.Threshold != 5 && d.Threshold != 100) {
+			t.Errorf("step %d: refusal cause %v, evidence %v, threshold %v; want CauseQueueDelay on queue_delay against 5 or 100 (ms)", i, d.Cause, d.Evidence, d.Threshold)
+		}
 	}
 	if got := g.Episodes(); got != 2 {
 		t.Errorf("queuedelay.Guard.Episodes() = %d, want 2", got)

@@ -50,7 +50,7 @@ func (g *limiterGuard) AdmitFast(now time.Time, _ string) (admission.Permit, boo
 }
 
 func (g *limiterGuard) Refusal(c admission.Call) admission.Decision {
-	return admission.Refuse(ReasonRate, g.l.RetryAfter(c.Now, 1))
+	return admission.RefuseFor(admission.CauseRateLimited, admission.EvidenceLimit, ReasonRate, g.l.RetryAfter(c.Now, 1))
 }
 
 func (g *limiterGuard) Finish(c admission.Call, _ admission.Permit, o admission.Outcome) {
@@ -96,7 +96,7 @@ func (g *keyedGuard) AdmitFast(now time.Time, key string) (admission.Permit, boo
 }
 
 func (g *keyedGuard) Refusal(c admission.Call) admission.Decision {
-	d := admission.Refuse(ReasonKey, g.k.RetryAfter(c.Key, c.Now, 1))
+	d := admission.RefuseFor(admission.CausePerKeyLimited, admission.EvidenceLimit, ReasonKey, g.k.RetryAfter(c.Key, c.Now, 1))
 	d.PerKey = true
 	return d
 }

@@ -92,9 +92,7 @@ func (g *guard) Admit(c admission.Call) admission.Decision {
 	if r.Allowed {
 		return admission.Decision{}
 	}
-	d := admission.Refuse(ReasonFleet, r.RetryAfter)
-	d.PerKey = g.scope&ByKey != 0
-	return d
+	return fleetRefusal(r.RetryAfter, g.scope)
 }
 
 func (g *guard) Finish(admission.Call, admission.Permit, admission.Outcome) {}
@@ -139,9 +137,7 @@ func (g *leasedGuard) Admit(c admission.Call) admission.Decision {
 	if r.Allowed {
 		return admission.Grant(p)
 	}
-	d := admission.Refuse(ReasonFleet, r.RetryAfter)
-	d.PerKey = g.scope&ByKey != 0
-	return d
+	return fleetRefusal(r.RetryAfter, g.scope)
 }
 
 func (g *leasedGuard) Finish(_ admission.Call, p admission.Permit, o admission.Outcome) {
@@ -190,7 +186,17 @@ func (g *fastLeasedGuard) Refusal(c admission.Call) admission.Decision {
 			retry = max(retry, time.Duration(lz.until.Load()-g.l.ls.mono(now)))
 		}
 	}
-	d := admission.Refuse(ReasonFleet, retry)
-	d.PerKey = g.scope&ByKey != 0
+	return fleetRefusal(retry, g.scope)
+}
+
+// fleetRefusal is the refusal by a guard of scope, retryAfter a retry's
+// delay: per key when its scope has the key.
+func fleetRefusal(retryAfter time.Duration, scope Scope) admission.Decision {
+	cause := admission.CauseRateLimited
+	if scope&ByKey != 0 {
+		cause = admission.CausePerKeyLimited
+	}
+	d := admission.RefuseFor(cause, admission.EvidenceLimit, ReasonFleet, retryAfter)
+	d.PerKey = scope&ByKey != 0
 	return d
 }

@@ -304,6 +304,10 @@ func TestASpikeIsEvidence(t *testing.T) {
 	if _, ok := ln.admit(time.Now()); ok {
 		t.Error("a full lane admitted a call in a spike, want refused")
 	}
+	if d := ln.refusalOn(admission.CauseRunQueueFull, ReasonQueueFull, 0, time.Now()); d.Cause != admission.CauseRunQueueFull ||
+		d.Evidence != ln.evidenceAt(l.nanos(time.Now())).kind() || d.Evidence == admission.EvidenceNone {
+		t.Errorf("refusal of a full lane: cause %v, evidence %v; want RunQueueFull on the lane's evidence", d.Cause, d.Evidence)
+	}
 	ln.count.Store(0)
 	if got := l.Stats().RefusedOn; got != (EvidenceStats{Spike: 2}) {
 		t.Errorf("Stats().RefusedOn = %+v, want two refusals on the spike", got)

@@ -104,7 +104,7 @@ func (g *guard) Admit(c admission.Call) admission.Decision {
 	}
 	cost, ok := ln.admit(c.Now)
 	if !ok {
-		return admission.Refuse(ReasonQueueFull, f.QueueTarget())
+		return ln.refusalOn(admission.CauseRunQueueFull, ReasonQueueFull, f.QueueTarget(), c.Now)
 	}
 	f.calls.Add(1)
 	return admission.Grant(admission.Permit{Ref: ln, Value: reserved | uint64(cost)})
@@ -160,12 +160,13 @@ func (g *guard) Start(c admission.Call, p admission.Permit) admission.Decision {
 	}
 	t, err := ln.take(c.Ctx, c.Now, cost, false)
 	if err != nil {
-		return holding(refusal(err, target), ln)
+		return holding(ln.refusal(err, target, c.Now), ln)
 	}
 	if !c.Deadline.IsZero() {
 		if left := time.Until(c.Deadline); left < f.ServiceTimeAt(c.Now) {
 			t.Release()
-			return holding(admission.Decision{Refused: true, Reason: ReasonTooLate, DeadlineTooShort: true}, ln)
+			return holding(admission.Decision{Refused: true, Reason: ReasonTooLate, DeadlineTooShort: true, Cause: admission.CauseDeadlineTooShort,
+				Evidence: admission.EvidenceServiceTime, Threshold: float32(f.ServiceTimeAt(c.Now).Seconds() * 1e3)}, ln)
 		}
 	}
 	// A handler that starts as soon as the one before it finishes runs
@@ -196,17 +197,67 @@ func (ln *Lane) take(ctx context.Context, now time.Time, cost int64, stream bool
 	return ln.acquire(ctx, cost, stream)
 }
 
-// refusal is the decision for a call whose wait for a turn ended with
-// err, a flow's queue target being target.
-func refusal(err error, target time.Duration) admission.Decision {
+// refusal is the decision for a call of ln whose wait for a turn ended
+// with err at about now, its flow's queue target being target.
+func (ln *Lane) refusal(err error, target time.Duration, now time.Time) admission.Decision {
 	switch {
 	case errors.Is(err, ErrQueueFull):
-		return admission.Refuse(ReasonQueueFull, target)
+		return ln.refusalOn(admission.CauseRunQueueFull, ReasonQueueFull, target, now)
 	case errors.Is(err, ErrTimeout):
-		return admission.Refuse(ReasonTimeout, target)
+		return ln.refusalOn(admission.CauseRunWaitExpired, ReasonTimeout, target, now)
 	default:
-		return admission.Refuse(ReasonGone, 0)
+		return admission.RefuseFor(admission.CauseCallerCanceled, admission.EvidenceNone, ReasonGone, 0)
 	}
+}
+
+// refusalOn is the refusal of a call of ln at now for cause, with the
+// evidence of overload ln has then (the evidence it was refused on, read
+// again: the refusal path only) and its measure.
+func (ln *Lane) refusalOn(cause admission.Cause, reason string, retry time.Duration, now time.Time) admission.Decision {
+	l := ln.f.l
+	e := ln.evidenceAt(l.nanos(now))
+	d := admission.RefuseFor(cause, e.kind(), reason, retry)
+	d.Value, d.Threshold = ln.measure(e)
+	return d
+}
+
+// kind is e as the admission contract names it.
+func (e evidence) kind() admission.Evidence {
+	switch e {
+	case evidenceCPU:
+		return admission.EvidenceCPU
+	case evidenceOverrun:
+		return admission.EvidenceOverrun
+	case evidenceStanding:
+		return admission.EvidenceStanding
+	case evidenceLane:
+		return admission.EvidenceLane
+	case evidenceSpike:
+		return admission.EvidenceSpike
+	}
+	return admission.EvidenceNone
+}
+
+// measure is the value of evidence e for a call of ln, and the level it
+// is judged against, in the unit admission.Evidence names; 0, 0 where
+// there is none to tell.
+func (ln *Lane) measure(e evidence) (value, threshold float32) {
+	l := ln.f.l
+	const ms = float64(time.Millisecond)
+	switch e {
+	case evidenceCPU:
+		if n := l.cpuNow; n != nil {
+			return float32(n.Utilization()), float32(max(n.Threshold(), cpuEvidence))
+		}
+	case evidenceOverrun:
+		lim := l.limit.Load()
+		return float32(running(l.state.Load())), float32(lim + max(lim, l.intervalWork.Load()))
+	case evidenceStanding:
+		return 0, float32(float64(l.sustained()) / ms)
+	case evidenceLane:
+		return float32(float64(ln.count.Load()) * ln.f.work() / ms), float32(float64(l.limit.Load()) * float64(l.o.interval) / ms)
+	}
+	return 0, 0
 }
 
 // startStream gives a stream of ln admitted with a reservation that
@@ -228,7 +279,7 @@ func (g *guard) startStream(c admission.Call, ln *Lane, cost int64) admission.De
 		return unturned
 	}
 	if err != nil {
-		return holding(refusal(err, target), ln)
+		return holding(ln.refusal(err, target, c.Now), ln)
 	}
 	runtime.Gosched() // as for a unary call, in Start
 	return admission.Grant(admission.Permit{Ref: holdStream(t)})
