@@ -15,7 +15,7 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/grpc/tap"
 
-	"github.com/levee-go/levee/grpcguard"
+	"github.com/levee-go/levee/decide"
 	"github.com/levee-go/levee/protect"
 	"github.com/levee-go/levee/runlimit"
 )
@@ -149,7 +149,7 @@ func decided(p *protect.Server) uint64 {
 // the heap within 1 MiB of where it was.
 func TestManyNamesStayBounded(t *testing.T) {
 	const names = 100_000
-	p, err := protect.New(protect.WithoutCPU(), protect.WithTenants(grpcguard.HeaderKey("x-tenant-id"), nil))
+	p, err := protect.New(protect.WithoutCPU(), protect.WithTenants(decide.HeaderKey("x-tenant-id"), nil))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -197,7 +197,7 @@ func TestManyNamesStayBounded(t *testing.T) {
 func FuzzMethodNames(f *testing.F) {
 	f.Add("/junk.Svc/M0", "t0", false, false)
 	f.Add("/grpc.testing.TestService/EmptyCall", "acme", false, true)
-	p, err := protect.New(protect.WithoutCPU(), protect.WithTenants(grpcguard.HeaderKey("x-tenant-id"), nil))
+	p, err := protect.New(protect.WithoutCPU(), protect.WithTenants(decide.HeaderKey("x-tenant-id"), nil))
 	if err != nil {
 		f.Fatal(err)
 	}
