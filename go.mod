@@ -3,6 +3,9 @@ module github.com/levee-go/levee
 go 1.26.0
 
 require (
+	connectrpc.com/connect v1.21.1
+	connectrpc.com/grpchealth v1.5.0
+	connectrpc.com/grpcreflect v1.3.1
 	github.com/HdrHistogram/hdrhistogram-go v1.4.0
 	github.com/cncf/xds/go v0.0.0-20260202195803-dba9d589def2
 	github.com/fsnotify/fsnotify v1.10.1
