@@ -60,3 +60,12 @@ func (c Code) HTTPStatus() int {
 	}
 	return http.StatusInternalServerError
 }
+
+// Overload reports whether an answer with code c says its server was
+// overloaded — it ran out of time (DeadlineExceeded) or refused for lack
+// of capacity (ResourceExhausted, Unavailable) — rather than an error of
+// the application. Front-ends set admission.Outcome.Overload with it, so
+// that only overload teaches a guard to lower a limit.
+func (c Code) Overload() bool {
+	return c == DeadlineExceeded || c == ResourceExhausted || c == Unavailable
+}

@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/grpc/tap"
 
@@ -312,11 +311,7 @@ func IsOverload(err error) bool {
 	if errors.Is(err, context.DeadlineExceeded) {
 		return true
 	}
-	switch status.Code(err) {
-	case codes.DeadlineExceeded, codes.ResourceExhausted, codes.Unavailable:
-		return true
-	}
-	return false
+	return decide.Code(status.Code(err)).Overload()
 }
 
 // UnaryServerInterceptor returns the unary interceptor; see Server.

@@ -3,11 +3,8 @@ package grpcguard
 import (
 	"context"
 	"math"
-	"strconv"
-	"strings"
 	"sync/atomic"
 	"time"
-	"unicode/utf8"
 
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
@@ -15,10 +12,9 @@ import (
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/protoadapt"
-	"google.golang.org/protobuf/types/known/durationpb"
 
-	"github.com/levee-go/levee/admission"
 	"github.com/levee-go/levee/decide"
+	"github.com/levee-go/levee/internal/rpcstatus"
 )
 
 // PushbackTrailer is the trailer by which a server tells grpc-go clients
@@ -37,7 +33,7 @@ func refusalStatus(ctx context.Context, rf decide.Refusal) *status.Status {
 	if rf.PerKey {
 		return buildRefusal(rf)
 	}
-	rf.Value, rf.Threshold = round2(rf.Value), round2(rf.Threshold)
+	rf.Value, rf.Threshold = rpcstatus.Round2(rf.Value), rpcstatus.Round2(rf.Threshold)
 	slot := &refusals[refusalSlot(rf)]
 	if c := slot.Load(); c != nil && c.rf == rf {
 		return c.st
@@ -45,21 +41,6 @@ func refusalStatus(ctx context.Context, rf decide.Refusal) *status.Status {
 	st := buildRefusal(rf)
 	slot.Store(&cachedRefusal{rf: rf, st: st})
 	return st
-}
-
-// round2 rounds v to two significant digits, which is all a caller
-// needs of the evidence's figures, so that refusals on the same evidence
-// share a cached status.
-func round2(v float32) float32 {
-	if math.IsNaN(float64(v)) || math.IsInf(float64(v), 0) {
-		return 0 // not a figure
-	}
-	if v == 0 {
-		return 0
-	}
-	f := float64(v)
-	p := math.Pow(10, 1-math.Floor(math.Log10(math.Abs(f))))
-	return float32(math.Round(f*p) / p)
 }
 
 // refusals holds the statuses last built for refusals without a per-key
@@ -87,25 +68,15 @@ func refusalSlot(rf decide.Refusal) int {
 	return int(h % uint64(len(refusals)))
 }
 
-// buildRefusal builds the status that refusalStatus returns.
+// buildRefusal builds the status that refusalStatus returns: the
+// refusal's code, message and details (internal/rpcstatus), as every
+// front-end renders them.
 func buildRefusal(rf decide.Refusal) *status.Status {
-	st := status.New(codes.Code(rf.Code), "levee: "+rf.Guard+": "+rf.Message)
-	details := []protoadapt.MessageV1{errorInfo(rf)}
-	if rf.RetryAfter > 0 && rf.RetryAfter != admission.Never {
-		details = append(details, &errdetails.RetryInfo{RetryDelay: durationpb.New(rf.RetryAfter)})
-	}
-	if rf.PerKey {
-		key := rf.Key
-		if !utf8.ValidString(key) {
-			// A protobuf string must be UTF-8, or the status would not
-			// marshal and lose its RetryInfo too; a key read from a -bin
-			// header or a raw header value need not be.
-			key = strings.ToValidUTF8(key, "\uFFFD")
-		}
-		details = append(details, &errdetails.QuotaFailure{Violations: []*errdetails.QuotaFailure_Violation{{
-			Subject:     key,
-			Description: rf.Message,
-		}}})
+	st := status.New(codes.Code(rf.Code), rpcstatus.Message(rf))
+	ds := rpcstatus.Details(rf)
+	details := make([]protoadapt.MessageV1, len(ds))
+	for i, d := range ds {
+		details[i] = protoadapt.MessageV1Of(d)
 	}
 	withDetails, err := st.WithDetails(details...)
 	if err != nil {
@@ -114,42 +85,11 @@ func buildRefusal(rf decide.Refusal) *status.Status {
 	return withDetails
 }
 
-// errorInfo is the google.rpc.ErrorInfo detail of a refusal: its reason
-// (decide.Reason) in the domain decide.ErrorDomain, and metadata naming
-// the guard ("guard"), the evidence of overload it refused on
-// ("evidence", "none" when it names none) with its measure ("value") and
-// the level it was judged against ("threshold") where the guard tells
-// them, and under sustained overload the guard's own reason ("cause").
-func errorInfo(rf decide.Refusal) *errdetails.ErrorInfo {
-	md := map[string]string{"guard": rf.Guard, "evidence": rf.Evidence.String()}
-	if rf.Value != 0 {
-		md["value"] = strconv.FormatFloat(float64(rf.Value), 'g', -1, 32)
-	}
-	if rf.Threshold != 0 {
-		md["threshold"] = strconv.FormatFloat(float64(rf.Threshold), 'g', -1, 32)
-	}
-	if rf.Cause != rf.Reason && rf.Cause != "" {
-		md["cause"] = string(rf.Cause)
-	}
-	return &errdetails.ErrorInfo{Reason: string(rf.Reason), Domain: decide.ErrorDomain, Metadata: md}
-}
-
-// pushback returns the value of the pushback trailer of a refusal: whole
-// milliseconds of its retry delay rounded up, -1 for a refusal that tells
-// its client not to retry, and "" when there is no delay to announce.
-func pushback(rf decide.Refusal) string {
-	switch {
-	case rf.NoRetry || rf.RetryAfter == admission.Never:
-		return "-1"
-	case rf.RetryAfter <= 0:
-		return ""
-	}
-	ms := rf.RetryAfter / time.Millisecond
-	if rf.RetryAfter%time.Millisecond != 0 {
-		ms++ // rounded up; adding a millisecond first would overflow near Never
-	}
-	return strconv.FormatInt(int64(ms), 10)
-}
+// pushback returns the value of the pushback trailer of a refusal
+// (rpcstatus.Pushback): whole milliseconds of its retry delay rounded up,
+// -1 for a refusal that tells its client not to retry, and "" when there
+// is no delay to announce.
+func pushback(rf decide.Refusal) string { return rpcstatus.Pushback(rf) }
 
 // setPushback attaches the pushback trailer v (none when "") to a unary
 // call's context, or to a stream when ss is not nil.
@@ -179,15 +119,11 @@ func RetryDelay(err error) (time.Duration, bool) {
 		return 0, false
 	}
 	for _, d := range st.Details() {
-		ri, ok := d.(*errdetails.RetryInfo)
-		if !ok || ri.GetRetryDelay() == nil {
-			continue
+		if ri, ok := d.(*errdetails.RetryInfo); ok {
+			if delay, ok := rpcstatus.RetryDelay(ri); ok {
+				return delay, true
+			}
 		}
-		pd := ri.GetRetryDelay()
-		if pd.GetSeconds() < 0 || pd.GetNanos() < 0 || pd.GetNanos() > 999_999_999 {
-			continue
-		}
-		return pd.AsDuration(), true
 	}
 	return 0, false
 }
