@@ -1,0 +1,191 @@
+// Package guardtest holds the test doubles of levee's front-end tests: a
+// guard whose decisions a test sets, one that admits everything, a
+// cleartext HTTP/2 server and client, a response writer that discards.
+package guardtest
+
+import (
+	"context"
+	"net"
+	"net/http"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/levee-go/levee/admission"
+)
+
+// Forced is a guard whose decisions a test sets (Set): at admission, and
+// at the handler's start (it is an admission.Starter). It records what
+// it was asked. Its zero value admits every call. It is safe for
+// concurrent use.
+type Forced struct {
+	mu       sync.Mutex
+	changed  chan struct{} // closed and replaced at each event; see Wait
+	atAdmit  admission.Decision
+	atStart  admission.Decision
+	admits   int
+	starts   int
+	finishes []admission.Outcome
+	calls    []admission.Call // as Start saw them
+}
+
+// Name returns "forced".
+func (f *Forced) Name() string { return "forced" }
+
+// Admit answers the decision Set gave for admission.
+func (f *Forced) Admit(admission.Call) admission.Decision {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.admits++
+	f.signal()
+	return f.atAdmit
+}
+
+// Start records c and answers the decision Set gave for the start.
+func (f *Forced) Start(c admission.Call, p admission.Permit) admission.Decision {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.starts++
+	f.calls = append(f.calls, c)
+	f.signal()
+	d := f.atStart
+	if !d.Refused {
+		d.Permit = p
+	}
+	return d
+}
+
+// Finish records o.
+func (f *Forced) Finish(_ admission.Call, _ admission.Permit, o admission.Outcome) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.finishes = append(f.finishes, o)
+	f.signal()
+}
+
+// signal wakes the goroutines in Wait. Needs mu.
+func (f *Forced) signal() {
+	if f.changed != nil {
+		close(f.changed)
+		f.changed = nil
+	}
+}
+
+// Wait blocks until done, given the counts of Counts, holds, or ctx ends
+// (then it returns false).
+func (f *Forced) Wait(ctx context.Context, done func(admits, starts, finishes int) bool) bool {
+	for {
+		f.mu.Lock()
+		if done(f.admits, f.starts, len(f.finishes)) {
+			f.mu.Unlock()
+			return true
+		}
+		if f.changed == nil {
+			f.changed = make(chan struct{})
+		}
+		ch := f.changed
+		f.mu.Unlock()
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return false
+		}
+	}
+}
+
+// Set sets the decisions at admission and at the start.
+func (f *Forced) Set(atAdmit, atStart admission.Decision) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.atAdmit, f.atStart = atAdmit, atStart
+}
+
+// Counts returns how many calls were admitted, started and finished.
+func (f *Forced) Counts() (admits, starts, finishes int) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.admits, f.starts, len(f.finishes)
+}
+
+// Outcomes returns the outcomes calls were finished with.
+func (f *Forced) Outcomes() []admission.Outcome {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return append([]admission.Outcome(nil), f.finishes...)
+}
+
+// Started returns the calls as Start saw them.
+func (f *Forced) Started() []admission.Call {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return append([]admission.Call(nil), f.calls...)
+}
+
+// Pass is a guard that admits every call, at admission and at its start
+// (it is an admission.Starter), and records nothing: for measuring what a
+// front-end costs. Its zero value is ready to use.
+type Pass struct{}
+
+// Name returns "pass".
+func (Pass) Name() string { return "pass" }
+
+// Admit admits c.
+func (Pass) Admit(admission.Call) admission.Decision { return admission.Decision{} }
+
+// Start admits c.
+func (Pass) Start(_ admission.Call, p admission.Permit) admission.Decision {
+	return admission.Grant(p)
+}
+
+// Finish does nothing.
+func (Pass) Finish(admission.Call, admission.Permit, admission.Outcome) {}
+
+// ServeH2C serves h over HTTP/1.1 and cleartext HTTP/2 (as connect-go
+// servers are run) on a loopback port until the test ends, and returns
+// its base URL.
+func ServeH2C(tb testing.TB, h http.Handler) string {
+	tb.Helper()
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	hs := &http.Server{Handler: h, Protocols: new(http.Protocols), ReadHeaderTimeout: time.Minute}
+	hs.Protocols.SetHTTP1(true)
+	hs.Protocols.SetUnencryptedHTTP2(true)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_ = hs.Serve(lis)
+	}()
+	tb.Cleanup(func() {
+		_ = hs.Close()
+		<-done
+	})
+	return "http://" + lis.Addr().String()
+}
+
+// H2CTransport returns an HTTP transport that speaks cleartext HTTP/2
+// only; its idle connections are closed when the test ends.
+func H2CTransport(tb testing.TB) *http.Transport {
+	tr := &http.Transport{Protocols: new(http.Protocols)}
+	tr.Protocols.SetUnencryptedHTTP2(true)
+	tb.Cleanup(tr.CloseIdleConnections)
+	return tr
+}
+
+// DiscardWriter is an http.ResponseWriter that keeps the status and
+// throws the body away, for benchmarks of handlers. Its zero value needs
+// its header map set.
+type DiscardWriter struct {
+	H      http.Header
+	Status int
+}
+
+// Header returns w.H.
+func (w *DiscardWriter) Header() http.Header { return w.H }
+
+// Write discards b.
+func (w *DiscardWriter) Write(b []byte) (int, error) { return len(b), nil }
+
+// WriteHeader keeps code.
+func (w *DiscardWriter) WriteHeader(code int) { w.Status = code }
