@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"io"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -19,45 +18,15 @@ import (
 
 	inventoryv1 "github.com/levee-go/levee/examples/inventory/proto/corecart/inventory/v1"
 	"github.com/levee-go/levee/examples/inventory/proto/corecart/inventory/v1/inventoryv1connect"
+	"github.com/levee-go/levee/internal/guardtest"
 )
-
-// serveH2C serves h over HTTP/1.1 and cleartext HTTP/2 on a loopback
-// port until the test ends, and returns its base URL.
-func serveH2C(t *testing.T, h http.Handler) string {
-	t.Helper()
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	hs := &http.Server{Handler: h, Protocols: new(http.Protocols)}
-	hs.Protocols.SetHTTP1(true)
-	hs.Protocols.SetUnencryptedHTTP2(true)
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		_ = hs.Serve(lis)
-	}()
-	t.Cleanup(func() {
-		_ = hs.Close()
-		<-done
-	})
-	return "http://" + lis.Addr().String()
-}
-
-// h2cClient is an HTTP client that speaks cleartext HTTP/2 only.
-func h2cClient(t *testing.T) *http.Client {
-	tr := &http.Transport{Protocols: new(http.Protocols)}
-	tr.Protocols.SetUnencryptedHTTP2(true)
-	t.Cleanup(tr.CloseIdleConnections)
-	return &http.Client{Transport: tr}
-}
 
 // One ConnectHandler serves the three protocols, keeps the service's
 // codes, and answers health checks to a grpc-go client.
 func TestConnectHandlerServesEveryProtocol(t *testing.T) {
 	srv := newServer(t, WithStock("mug", 100), WithCPUWork(0))
 	h, _ := ConnectHandler(srv)
-	base := serveH2C(t, h)
+	base := guardtest.ServeH2C(t, h)
 	ctx := context.Background()
 	for _, tc := range []struct {
 		name string
@@ -68,7 +37,7 @@ func TestConnectHandlerServesEveryProtocol(t *testing.T) {
 		{"grpcweb", []connect.ClientOption{connect.WithGRPCWeb()}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			c := inventoryv1connect.NewInventoryServiceClient(h2cClient(t), base, tc.opts...)
+			c := inventoryv1connect.NewInventoryServiceClient(&http.Client{Transport: guardtest.H2CTransport(t)}, base, tc.opts...)
 			res, err := c.Allocate(ctx, &inventoryv1.AllocateRequest{Sku: "mug", Quantity: 1, OrderId: "o-" + tc.name})
 			if err != nil || res.GetQuantity() != 1 {
 				t.Fatalf("Allocate = %v, %v; want 1 unit", res, err)

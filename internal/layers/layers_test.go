@@ -102,3 +102,35 @@ func TestOnlyRedislimitImportsRedis(t *testing.T) {
 		t.Fatalf("go list listed %d packages, want the whole module", seen)
 	}
 }
+
+// frontEnds are the transports' front-ends and what each must not link,
+// so that a user of one transport compiles no other: a grpc-go server
+// (grpcguard, protect) links no connect-go, a connect-go server
+// (connectguard) no grpc-go, and plain net/http handlers (httpguard)
+// neither.
+var frontEnds = map[string][]string{
+	"grpcguard":    {"connectrpc.com/"},
+	"protect":      {"connectrpc.com/"},
+	"connectguard": {"google.golang.org/grpc"},
+	"httpguard":    {"google.golang.org/grpc", "connectrpc.com/"},
+}
+
+// TestFrontEndsLinkOneTransport lists, with `go list -deps`, what each
+// front-end links, and fails on another transport's module.
+func TestFrontEndsLinkOneTransport(t *testing.T) {
+	for pkg, banned := range frontEnds {
+		out, err := exec.Command("go", "list", "-deps", "-f", "{{if not .Standard}}{{.ImportPath}}{{end}}", module+pkg).CombinedOutput()
+		if err != nil {
+			t.Fatalf("go list -deps %s: %v\n%s", pkg, err, out)
+		}
+		deps := strings.Fields(string(out))
+		if len(deps) == 0 {
+			t.Errorf("go list -deps %s listed nothing, not even the package itself", pkg)
+		}
+		for _, dep := range deps {
+			if hasPrefix(dep, banned) {
+				t.Errorf("%s depends on %s: a user of its transport would compile another's", pkg, dep)
+			}
+		}
+	}
+}

@@ -1,0 +1,511 @@
+package connectguard
+
+import (
+	"context"
+	"crypto/x509"
+	"errors"
+	"maps"
+	"net"
+	"net/http"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"connectrpc.com/connect"
+
+	"github.com/levee-go/levee/admission"
+	"github.com/levee-go/levee/decide"
+	"github.com/levee-go/levee/internal/clock"
+	"github.com/levee-go/levee/internal/httpfacts"
+	"github.com/levee-go/levee/internal/rpcstatus"
+)
+
+// PushbackHeader is the metadata key by which a refusal tells gRPC
+// clients with a retry policy (grpc-go, grpcio) how long to wait before a
+// retry, in milliseconds, or not to retry (-1) (gRFC A6). A refusal
+// carries it in the error's metadata: a gRPC trailer, a gRPC-Web
+// trailer, a Connect header or end-of-stream metadata.
+const PushbackHeader = "Grpc-Retry-Pushback-Ms"
+
+// Option configures a Guard. A nil Option is ignored.
+type Option func(*options)
+
+type options struct {
+	handlerOpts []connect.HandlerOption
+}
+
+// WithHandlerOptions gives the Middleware's error writer the handler
+// options the guarded handlers have that change how an error is written
+// or a request classified (connect.WithRequireConnectProtocolHeader,
+// connect.WithCodec): see connect.NewErrorWriter. Default: none.
+func WithHandlerOptions(opts ...connect.HandlerOption) Option {
+	return func(o *options) { o.handlerOpts = append(o.handlerOpts, opts...) }
+}
+
+// Guard protects connect-go handlers with the rules of an engine
+// (decide.Engine), the same engine a grpc-go server (grpcguard) and plain
+// net/http handlers (httpguard) of the process may share: one run limit,
+// one CPU and memory signal, one set of buckets for every transport.
+//
+// It decides at two depths, as grpcguard does with grpc-go's tap and
+// interceptors:
+//
+//   - Middleware runs in front of the connect-go handlers, before
+//     connect-go reads a request's body: every guard of the call's rule
+//     decides there (a full queue, a bucket, a deadline that cannot be
+//     met, CPU or memory overload), and a refusal costs no body read, no
+//     decoding and no handler. It reads the call's deadline from the
+//     Connect-Timeout-Ms or Grpc-Timeout header as connect-go does.
+//   - Interceptor wraps the handlers: for a call the middleware admitted
+//     it takes the call's turn to run (the rule's Starter guards, such as
+//     the run limit's) and its rechecks, after the request message is
+//     read for a unary call and before the first Receive of a stream, and
+//     finishes the call with its outcome (connect.CodeOf). For a call the
+//     middleware did not see, it runs the whole rule at once.
+//
+// Install both; the interceptor alone also protects every call, once
+// connect-go has read a unary call's body. A refusal is a connect error
+// of the rule's code (RESOURCE_EXHAUSTED or UNAVAILABLE;
+// DEADLINE_EXCEEDED for a deadline that cannot be met) with a
+// google.rpc.RetryInfo detail, a google.rpc.QuotaFailure detail for a
+// per-key refusal, and the Retry-After (whole seconds) and
+// Grpc-Retry-Pushback-Ms keys in its metadata, written in each protocol's
+// form: Connect unary as HTTP 429, 503 or 504 with a JSON body, Connect
+// streaming as an end-of-stream message, gRPC as trailers, gRPC-Web as a
+// trailers-only response.
+//
+// Create one with New; the zero value is not usable. A Guard is safe for
+// concurrent use.
+type Guard struct {
+	engine *decide.Engine
+	clock  clock.Mono // in-package tests set clock.Fake
+	errw   *connect.ErrorWriter
+	kinds  kinds
+}
+
+// New returns a Guard on e. It fails if e is nil.
+func New(e *decide.Engine, opts ...Option) (*Guard, error) {
+	if e == nil {
+		return nil, errors.New("connectguard: New: nil engine")
+	}
+	var o options
+	for _, opt := range opts {
+		if opt != nil {
+			opt(&o)
+		}
+	}
+	return &Guard{engine: e, clock: clock.New(), errw: connect.NewErrorWriter(o.handlerOpts...)}, nil
+}
+
+// Engine returns the engine whose rules the Guard runs.
+func (g *Guard) Engine() *decide.Engine { return g.engine }
+
+// callState is a call the middleware admitted, carried to the
+// interceptor in the request's context (it is that context: the
+// request's, with one more value, itself under stateKey).
+type callState struct {
+	context.Context
+
+	guard   *Guard
+	rule    *decide.Compiled
+	call    admission.Call
+	permits admission.Permits
+	phase   uint8
+}
+
+// The phases of a callState. The middleware and the interceptor run on
+// one goroutine (connect-go calls its handler in ServeHTTP), so the
+// phase needs no atomics.
+const (
+	phaseAdmitted uint8 = iota // admitted by the middleware
+	phaseRunning               // started by the interceptor
+	phaseDone                  // finished or refused
+)
+
+type stateKey struct{}
+
+// Value returns the callState for stateKey, and the request context's
+// values otherwise.
+func (st *callState) Value(key any) any {
+	if key == (stateKey{}) {
+		return st
+	}
+	return st.Context.Value(key)
+}
+
+// stateOf returns the call g's middleware admitted in ctx, or nil.
+func (g *Guard) stateOf(ctx context.Context) *callState {
+	st, ok := ctx.Value(stateKey{}).(*callState)
+	if !ok || st.guard != g || st.phase != phaseAdmitted {
+		return nil
+	}
+	return st
+}
+
+// errHandlerPanicked is the outcome of a call whose handler panicked.
+var errHandlerPanicked = errors.New("connectguard: handler panicked")
+
+// Middleware returns next behind the Guard's admission: see Guard. A
+// request for a method no rule governs (exempt, or no default rule), or
+// whose timeout header is malformed (connect-go answers it
+// INVALID_ARGUMENT before it reads the body), goes to next as it is.
+func (g *Guard) Middleware(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		method := r.URL.Path
+		rule := g.engine.Match(method)
+		if rule == nil {
+			next.ServeHTTP(w, r)
+			return
+		}
+		now := g.clock.Now()
+		deadline, ok := requestDeadline(r, now)
+		if !ok {
+			next.ServeHTTP(w, r)
+			return
+		}
+		st := &callState{Context: r.Context(), guard: g, rule: rule}
+		f := decide.Facts{Ctx: r.Context(), Method: method, Deadline: deadline, Kind: g.kinds.of(method), Lookup: httpfacts.Of(r)}
+		rule.Fill(f, now, &st.call)
+		if i, d := rule.Admit(&st.call, &st.permits); i >= 0 {
+			rf := rule.Refusal(i, d, st.call.Key)
+			if g.engine.NoteRefusal(now, d) {
+				rf = rf.Sustained()
+			}
+			_ = g.errw.Write(w, r, refusalError(rf))
+			return
+		}
+		st.call.Ctx = nil // the handler's context replaces the request's
+		defer g.leave(st)
+		next.ServeHTTP(w, r.WithContext(st))
+	})
+}
+
+// leave finishes a call the middleware admitted when the interceptor did
+// not: connect-go refused it before its handler (an unknown procedure, a
+// body it could not read or decode, a client that left), or its handler
+// panicked.
+func (g *Guard) leave(st *callState) {
+	switch st.phase {
+	case phaseAdmitted:
+		st.phase = phaseDone
+		st.rule.Abandon(&st.call, &st.permits)
+	case phaseRunning:
+		st.phase = phaseDone
+		st.rule.Finish(&st.call, &st.permits, admission.Outcome{Err: errHandlerPanicked})
+	}
+}
+
+// requestDeadline returns the deadline of r's call, seen at now: its
+// protocol's timeout header (Grpc-Timeout for gRPC and gRPC-Web,
+// Connect-Timeout-Ms otherwise) read as connect-go reads it, or the
+// request context's deadline when that is sooner; the zero Time for
+// none; false when the header is malformed.
+func requestDeadline(r *http.Request, now time.Time) (time.Time, bool) {
+	var d time.Duration
+	var err error
+	if protocolOf(headerValue(r.Header, "Content-Type")) == protoConnect {
+		d, err = parseConnectTimeout(headerValue(r.Header, ConnectTimeoutHeader))
+	} else {
+		d, err = parseGRPCTimeout(headerValue(r.Header, GRPCTimeoutHeader))
+	}
+	ctxDeadline, hasCtx := r.Context().Deadline()
+	switch {
+	case errors.Is(err, errBadTimeout):
+		return time.Time{}, false
+	case err != nil: // no timeout
+		return ctxDeadline, true
+	}
+	deadline := now.Add(d)
+	if hasCtx && ctxDeadline.Before(deadline) {
+		deadline = ctxDeadline
+	}
+	return deadline, true
+}
+
+// headerValue is h.Get(key) for a canonical key, without canonicalising.
+func headerValue(h http.Header, key string) string {
+	if v := h[key]; len(v) > 0 {
+		return v[0]
+	}
+	return ""
+}
+
+// refusalError returns a refusal as connect-go writes it in every
+// protocol: the code, the message, the details and, in the metadata, the
+// Retry-After (not for a deadline: retrying with the same deadline is
+// futile) and pushback values.
+func refusalError(rf decide.Refusal) *connect.Error {
+	err := connect.NewError(connect.Code(rf.Code), errors.New(rpcstatus.Message(rf)))
+	for _, d := range rpcstatus.Details(rf) {
+		if ed, e := connect.NewErrorDetail(d); e == nil {
+			err.AddDetail(ed)
+		}
+	}
+	if v := rpcstatus.RetryAfter(rf.RetryAfter); v != "" && rf.Code != decide.DeadlineExceeded {
+		err.Meta()["Retry-After"] = []string{v}
+	}
+	if v := rpcstatus.Pushback(rf); v != "" {
+		err.Meta()[PushbackHeader] = []string{v}
+	}
+	return err
+}
+
+// Interceptor returns the Guard's connect-go interceptor: install it on
+// the guarded handlers (connect.WithInterceptors), with Middleware in
+// front of them. On a client it does nothing.
+func (g *Guard) Interceptor() connect.Interceptor { return interceptor{g} }
+
+type interceptor struct{ g *Guard }
+
+func (i interceptor) WrapUnary(next connect.UnaryFunc) connect.UnaryFunc {
+	g := i.g
+	return func(ctx context.Context, req connect.AnyRequest) (connect.AnyResponse, error) {
+		spec := req.Spec()
+		if spec.IsClient {
+			return next(ctx, req)
+		}
+		g.kinds.note(spec.Procedure, decide.Unary)
+		if st := g.stateOf(ctx); st != nil {
+			c, err := g.start(ctx, st, decide.Unary)
+			if err != nil {
+				return nil, err
+			}
+			res, err := next(ctx, req)
+			g.end(st, &c, err)
+			return res, err
+		}
+		rule := g.engine.Match(spec.Procedure)
+		if rule == nil {
+			return next(ctx, req)
+		}
+		f := decide.Facts{Ctx: ctx, Method: spec.Procedure, Lookup: unaryLookup(req.Header())}
+		f.Deadline, _ = ctx.Deadline()
+		var c admission.Call
+		var permits admission.Permits
+		if err := g.enter(rule, f, &c, &permits); err != nil {
+			return nil, err
+		}
+		ok := false
+		defer func() {
+			if !ok {
+				rule.Finish(&c, &permits, admission.Outcome{Err: errHandlerPanicked})
+			}
+		}()
+		res, err := next(ctx, req)
+		ok = true
+		rule.Finish(&c, &permits, g.outcome(rule, &c, err))
+		return res, err
+	}
+}
+
+func (interceptor) WrapStreamingClient(next connect.StreamingClientFunc) connect.StreamingClientFunc {
+	return next
+}
+
+func (i interceptor) WrapStreamingHandler(next connect.StreamingHandlerFunc) connect.StreamingHandlerFunc {
+	g := i.g
+	return func(ctx context.Context, conn connect.StreamingHandlerConn) error {
+		spec := conn.Spec()
+		kind := kindOf(spec.StreamType)
+		g.kinds.note(spec.Procedure, kind)
+		if st := g.stateOf(ctx); st != nil {
+			c, err := g.start(ctx, st, kind)
+			if err != nil {
+				return err
+			}
+			err = next(ctx, conn)
+			g.end(st, &c, err)
+			return err
+		}
+		rule := g.engine.Match(spec.Procedure)
+		if rule == nil {
+			return next(ctx, conn)
+		}
+		f := decide.Facts{Ctx: ctx, Method: spec.Procedure, Kind: kind, Lookup: &streamLookup{conn: conn}}
+		f.Deadline, _ = ctx.Deadline()
+		var c admission.Call
+		var permits admission.Permits
+		if err := g.enter(rule, f, &c, &permits); err != nil {
+			return err
+		}
+		ok := false
+		defer func() {
+			if !ok {
+				rule.Finish(&c, &permits, admission.Outcome{Err: errHandlerPanicked})
+			}
+		}()
+		err := next(ctx, conn)
+		ok = true
+		rule.Finish(&c, &permits, g.outcome(rule, &c, err))
+		return err
+	}
+}
+
+// start moves a call the middleware admitted to its handler: the rule's
+// rechecks and Starter guards (its turn to run). It returns the call as
+// the handler runs it, or the refusal, with the call finished.
+func (g *Guard) start(ctx context.Context, st *callState, kind decide.Kind) (admission.Call, error) {
+	c := st.call
+	c.Ctx = ctx
+	c.Stream, c.ClientStream = kind.Stream(), kind.ClientSends()
+	now := g.clock.Now()
+	c.Queued = now.Sub(c.Now)
+	c.Now = now
+	if i, d := st.rule.Start(&c, &st.permits); i >= 0 {
+		st.phase = phaseDone
+		rf := st.rule.Refusal(i, d, c.Key)
+		if g.engine.NoteRefusal(now, d) {
+			rf = rf.Sustained()
+		}
+		return c, refusalError(rf)
+	}
+	st.phase = phaseRunning
+	st.call = c // what the middleware finishes if the handler panics
+	if st.rule.HasStarters() {
+		c.Now = g.clock.Now() // the handler starts after its turn: see outcome
+	}
+	return c, nil
+}
+
+// end finishes a call the middleware admitted and whose handler ran.
+func (g *Guard) end(st *callState, c *admission.Call, err error) {
+	st.phase = phaseDone
+	st.rule.Finish(c, &st.permits, g.outcome(st.rule, c, err))
+}
+
+// enter admits a call the middleware did not see, with the whole rule.
+func (g *Guard) enter(rule *decide.Compiled, f decide.Facts, c *admission.Call, permits *admission.Permits) error {
+	now := g.clock.Now()
+	rule.Fill(f, now, c)
+	if i, d := rule.Enter(c, permits); i >= 0 {
+		rf := rule.Refusal(i, d, c.Key)
+		if g.engine.NoteRefusal(now, d) {
+			rf = rf.Sustained()
+		}
+		return refusalError(rf)
+	}
+	if rule.HasStarters() {
+		c.Now = g.clock.Now() // the handler starts after its turn: see outcome
+	}
+	return nil
+}
+
+// outcome is the outcome of a call that ran: an overload when its error's
+// code says the server ran out of time or capacity; its duration,
+// measured from the start of its handler (after its turn), only when a
+// guard of the rule reads it and the call is not a stream.
+func (g *Guard) outcome(r *decide.Compiled, c *admission.Call, err error) admission.Outcome {
+	o := admission.Outcome{Err: err}
+	if err != nil {
+		o.Overload = isOverload(err)
+	}
+	if r.Timed() && !c.Stream {
+		o.Duration = g.clock.Now().Sub(c.Now)
+	}
+	return o
+}
+
+// isOverload reports whether err says the server was overloaded: it ran
+// out of time or refused for lack of capacity, as opposed to an error of
+// the application.
+func isOverload(err error) bool {
+	if errors.Is(err, context.DeadlineExceeded) {
+		return true
+	}
+	return decide.Code(connect.CodeOf(err)).Overload()
+}
+
+// kindOf is the stream kind of a connect-go stream type.
+func kindOf(t connect.StreamType) decide.Kind {
+	switch t {
+	case connect.StreamTypeClient:
+		return decide.ClientStream
+	case connect.StreamTypeServer:
+		return decide.ServerStream
+	case connect.StreamTypeBidi:
+		return decide.BidiStream
+	}
+	return decide.Unary
+}
+
+// maxKinds bounds the procedures whose stream kind a Guard remembers.
+// Only procedures a handler served are noted (connect-go answers an
+// unknown one before any interceptor), so a service's own methods fit.
+const maxKinds = 4096
+
+// kinds remembers the stream kind of each procedure the interceptor has
+// seen, for the middleware, which cannot tell it from a request (a gRPC
+// request looks the same for every kind). Until a procedure is seen its
+// calls are admitted as unary, as grpcguard's tap does. Reads take no
+// lock and allocate nothing; a new procedure copies the map.
+type kinds struct {
+	m  atomic.Pointer[map[string]decide.Kind]
+	mu sync.Mutex // serialises note's copies
+}
+
+func (k *kinds) of(procedure string) decide.Kind {
+	if m := k.m.Load(); m != nil {
+		return (*m)[procedure]
+	}
+	return decide.Unary
+}
+
+func (k *kinds) note(procedure string, kind decide.Kind) {
+	if m := k.m.Load(); m != nil {
+		if v, ok := (*m)[procedure]; ok && v == kind {
+			return
+		}
+	}
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	m := map[string]decide.Kind{}
+	if old := k.m.Load(); old != nil {
+		if len(*old) >= maxKinds {
+			return
+		}
+		m = maps.Clone(*old)
+	}
+	m[procedure] = kind
+	k.m.Store(&m)
+}
+
+// unaryLookup reads the facts of a unary call in the interceptor: its
+// headers, and its peer from connect-go's call info (a TLS identity is
+// not to be had there: Middleware reads it).
+type unaryLookup http.Header
+
+func (l unaryLookup) Header(_ context.Context, name string) (string, bool) {
+	return httpfacts.Header(http.Header(l), name)
+}
+
+func (unaryLookup) Peer(ctx context.Context) net.Addr {
+	ci, ok := connect.CallInfoForHandlerContext(ctx)
+	if !ok {
+		return nil
+	}
+	a := ci.Peer().Addr
+	if a == "" {
+		return nil
+	}
+	return httpfacts.NewAddr(&a)
+}
+
+func (unaryLookup) VerifiedLeaf(context.Context) *x509.Certificate { return nil }
+
+// streamLookup reads the facts of a stream in the interceptor, from its
+// connection.
+type streamLookup struct{ conn connect.StreamingHandlerConn }
+
+func (l *streamLookup) Header(_ context.Context, name string) (string, bool) {
+	return httpfacts.Header(l.conn.RequestHeader(), name)
+}
+
+func (l *streamLookup) Peer(context.Context) net.Addr {
+	a := l.conn.Peer().Addr
+	if a == "" {
+		return nil
+	}
+	return httpfacts.NewAddr(&a)
+}
+
+func (*streamLookup) VerifiedLeaf(context.Context) *x509.Certificate { return nil }
