@@ -6,6 +6,9 @@
 //	defer p.Stop()
 //	srv := grpc.NewServer(p.ServerOptions()...)
 //
+// connect-go and net/http servers of the same process share it through
+// its engine (Server.Engine; packages connectguard and httpguard).
+//
 // It learns online what a hand-tuned recipe takes as input:
 //
 //   - how many calls the server can usefully run at once (runlimit): about
@@ -511,8 +514,11 @@ func (p *Server) ORCA() *grpcguard.ORCA { return p.orca }
 func (p *Server) Guard() *grpcguard.Server { return p.guard }
 
 // Engine returns the engine that decides on every call, whatever its
-// transport: give it to another front-end (connect-go, net/http) so that
-// its calls share this protection's run limit, signals and buckets.
+// transport: give it to another front-end so that its calls share this
+// protection's run limit, signals and buckets — connectguard.New for
+// connect-go handlers, httpguard.New for plain net/http handlers (see
+// docs/connect.md and docs/http.md). One protection per process: an
+// overload on one port is refused on the others by the same rules.
 func (p *Server) Engine() *decide.Engine { return p.engine }
 
 // RunLimit returns the learned run limit.
