@@ -178,14 +178,22 @@ func (pol *policy) Close() {
 	pol.perClient.Close()
 }
 
-// protection returns the gRPC server options that protect the inventory
-// service, and a stop function that releases whatever the policy started
-// (CPU monitor, shedder, sweeper). stop is never nil. `levee serve
-// -unprotected` does not call it.
-func protection(p policyParams) (opts []grpc.ServerOption, stop func(), err error) {
+// protection is how `levee serve` protects the inventory service: the
+// options of a grpc-go server, the engine that the connect-go and
+// net/http front-ends share with it, and a stop function that releases
+// whatever the protection started (never nil).
+type protection struct {
+	grpc   []grpc.ServerOption
+	engine *decide.Engine
+	stop   func()
+}
+
+// staticProtection returns the static recipe's protection: the policy of
+// newPolicy. `levee serve -unprotected` does not call it.
+func staticProtection(p policyParams) (protection, error) {
 	pol, err := newPolicy(p)
 	if err != nil {
-		return nil, func() {}, err
+		return protection{}, err
 	}
 	if p.Gauges != nil {
 		p.Gauges.Set("scale", pol.shed.Scale)
@@ -194,11 +202,11 @@ func protection(p policyParams) (opts []grpc.ServerOption, stop func(), err erro
 		reg, err := pol.registry()
 		if err != nil {
 			pol.Close()
-			return nil, func() {}, err
+			return protection{}, err
 		}
 		p.Mux.Handle("/metrics", reg.Handler())
 	}
-	return pol.guard.ServerOptions(), pol.Close, nil
+	return protection{grpc: pol.guard.ServerOptions(), engine: pol.guard.Engine(), stop: pol.Close}, nil
 }
 
 // registry exports every guard of the policy in Prometheus format.

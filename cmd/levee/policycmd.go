@@ -9,8 +9,6 @@ import (
 	"os/signal"
 	"syscall"
 
-	"google.golang.org/grpc"
-
 	"github.com/levee-go/levee/metrics"
 	policyfile "github.com/levee-go/levee/policy"
 )
@@ -103,15 +101,15 @@ func (c *cli) readPolicy(arg string) (name string, data []byte, err error) {
 // fileProtection runs the policy file at path for `levee serve -policy`:
 // reloaded when the file changes and on SIGHUP, its reloads and hash
 // exported on /metrics beside its decisions.
-func (c *cli) fileProtection(path string, p policyParams) (opts []grpc.ServerOption, stop func(), err error) {
+func (c *cli) fileProtection(path string, p policyParams) (protection, error) {
 	// The Reloader runs the CPU signal as protect.New does.
 	r, err := policyfile.NewReloader(path, policyfile.WithLogf(log.New(c.stderr, "", log.LstdFlags).Printf))
 	if err != nil {
-		return nil, func() {}, err
+		return protection{}, err
 	}
 	if err := r.Watch(); err != nil {
 		r.Close()
-		return nil, func() {}, err
+		return protection{}, err
 	}
 	hup := make(chan os.Signal, 1)
 	signal.Notify(hup, syscall.SIGHUP)
@@ -122,7 +120,7 @@ func (c *cli) fileProtection(path string, p policyParams) (opts []grpc.ServerOpt
 			_ = r.Reload() // the Reloader logs the outcome
 		}
 	}()
-	stop = func() {
+	stop := func() {
 		signal.Stop(hup)
 		close(hup)
 		<-hupDone
@@ -136,10 +134,10 @@ func (c *cli) fileProtection(path string, p policyParams) (opts []grpc.ServerOpt
 		}
 		if err := errors.Join(errs...); err != nil {
 			stop()
-			return nil, func() {}, err
+			return protection{}, err
 		}
 		p.Mux.Handle("/metrics", reg.Handler())
 	}
 	fmt.Fprintf(c.stdout, "policy %s: policy %s in force, reloaded on change and on SIGHUP\n", path, policyfile.HashString(r.Hash()))
-	return r.ServerOptions(), stop, nil
+	return protection{grpc: r.ServerOptions(), engine: r.Engine(), stop: stop}, nil
 }

@@ -4,8 +4,6 @@ import (
 	"fmt"
 	"time"
 
-	"google.golang.org/grpc"
-
 	"github.com/levee-go/levee/decide"
 	"github.com/levee-go/levee/metrics"
 	"github.com/levee-go/levee/protect"
@@ -36,7 +34,7 @@ func (c *cli) recipeNamed(name string) (string, error) {
 // presetProtection is what `levee serve` runs by default: the library's
 // preset, whose numbers are learned. A capacity given with -capacity is
 // only an upper bound on the calls/s admitted.
-func presetProtection(p policyParams) (opts []grpc.ServerOption, stop func(), err error) {
+func presetProtection(p policyParams) (protection, error) {
 	var popts []protect.Option
 	if p.Capacity > 0 {
 		popts = append(popts, protect.WithMaxRate(p.Capacity))
@@ -52,7 +50,7 @@ func presetProtection(p policyParams) (opts []grpc.ServerOption, stop func(), er
 	}
 	pr, err := protect.New(popts...)
 	if err != nil {
-		return nil, func() {}, err
+		return protection{}, err
 	}
 	if p.Fleet != nil {
 		p.Fleet.bind(pr)
@@ -82,9 +80,9 @@ func presetProtection(p policyParams) (opts []grpc.ServerOption, stop func(), er
 		}
 		if err != nil {
 			pr.Stop()
-			return nil, func() {}, err
+			return protection{}, err
 		}
 		p.Mux.Handle("/metrics", reg.Handler())
 	}
-	return pr.ServerOptions(), pr.Stop, nil
+	return protection{grpc: pr.ServerOptions(), engine: pr.Engine(), stop: pr.Stop}, nil
 }

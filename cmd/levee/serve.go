@@ -15,8 +15,6 @@ import (
 	"syscall"
 	"time"
 
-	"google.golang.org/grpc"
-
 	"github.com/levee-go/levee/cmd/levee/internal/capacity"
 	"github.com/levee-go/levee/cmd/levee/internal/scenario"
 	memdemo "github.com/levee-go/levee/cmd/levee/internal/scenario/memory"
@@ -35,8 +33,9 @@ func (c *cli) serve(ctx context.Context, args []string) error {
 	if err := memdemo.Join(); err != nil {
 		return err
 	}
-	fs := c.newFlagSet("serve", "Serve the CoreCart inventory service (gRPC, with health and reflection),\nprotected by levee unless -unprotected.")
-	addr := fs.String("addr", "127.0.0.1:50051", "gRPC listen `address`")
+	fs := c.newFlagSet("serve", "Serve the CoreCart inventory service (gRPC, with health and reflection; or over connect-go,\nor as JSON over HTTP), protected by levee unless -unprotected.")
+	addr := fs.String("addr", "127.0.0.1:50051", "listen `address` of the service")
+	transport := fs.String("transport", transportGRPC, "serve through this `transport`: grpc (grpc-go), connect (connect-go: the Connect, gRPC and gRPC-Web protocols on one port, HTTP/1.1 and cleartext HTTP/2, with health and reflection) or http (JSON, a route per method: POST /v1/allocate, POST /v1/release, GET /v1/stock/{sku})")
 	metricsAddr := fs.String("metrics-addr", "", "HTTP listen `address` for /metrics and /stats (empty: off)")
 	capFlag := &capacityFlag{auto: true}
 	fs.Var(capFlag, "capacity", "an upper bound on the `calls/s` the protection admits (auto: none, the preset learns what the server can run; the static recipe estimates it by timing the handler)")
@@ -64,6 +63,9 @@ func (c *cli) serve(ctx context.Context, args []string) error {
 	}
 	var err error
 	if *recipe, err = c.recipeNamed(*recipe); err != nil {
+		return err
+	}
+	if err := checkTransport(*transport); err != nil {
 		return err
 	}
 	if *policyFile != "" {
@@ -167,27 +169,27 @@ func (c *cli) serve(ctx context.Context, args []string) error {
 		defer fl.close()
 		params.Fleet = fl
 	}
-	var opts []grpc.ServerOption
-	stopPolicy := func() {}
+	prot := protection{stop: func() {}}
 	if !*unprotected {
 		build := presetProtection
 		switch {
 		case *policyFile != "":
-			build = func(p policyParams) ([]grpc.ServerOption, func(), error) { return c.fileProtection(*policyFile, p) }
+			build = func(p policyParams) (protection, error) { return c.fileProtection(*policyFile, p) }
 		case *recipe == recipeStatic:
-			build = protection
+			build = staticProtection
 		}
-		opts, stopPolicy, err = build(params)
-		if err != nil {
+		if prot, err = build(params); err != nil {
 			return fmt.Errorf("protection policy: %w", err)
 		}
 	}
-	defer stopPolicy()
+	defer prot.stop()
 
-	gs := grpc.NewServer(opts...)
-	hs := inventory.Register(gs, srv)
+	rs, err := newRPCServer(*transport, srv, prot)
+	if err != nil {
+		return fmt.Errorf("protection policy: %w", err)
+	}
 	serveErr := make(chan error, 2)
-	go func() { serveErr <- gs.Serve(lis) }()
+	go func() { serveErr <- rs.serve(lis) }()
 
 	var hsrv *http.Server
 	httpAddr := "off"
@@ -212,8 +214,14 @@ func (c *cli) serve(ctx context.Context, args []string) error {
 	if ff.redis != "" {
 		fleetNote = fmt.Sprintf(" fleet=%s@%s leases=%t", strconv.FormatFloat(ff.rate, 'f', -1, 64), ff.redis, ff.leases)
 	}
-	fmt.Fprintf(c.stdout, "%s grpc=%s http=%s mode=%s capacity=%s (%s) work-iterations=%d gomaxprocs=%d%s\n",
-		scenario.ListeningPrefix, lis.Addr(), httpAddr, mode, strconv.FormatFloat(capValue, 'f', 1, 64), capHow, srv.WorkIterations(), runtime.GOMAXPROCS(0), fleetNote)
+	// grpc= is where gRPC clients (the demo's load) reach the service:
+	// grpc-go, or connect-go's gRPC protocol; api= the JSON routes.
+	addrKey := "grpc"
+	if *transport == transportHTTP {
+		addrKey = "api"
+	}
+	fmt.Fprintf(c.stdout, "%s %s=%s http=%s transport=%s mode=%s capacity=%s (%s) work-iterations=%d gomaxprocs=%d%s\n",
+		scenario.ListeningPrefix, addrKey, lis.Addr(), httpAddr, *transport, mode, strconv.FormatFloat(capValue, 'f', 1, 64), capHow, srv.WorkIterations(), runtime.GOMAXPROCS(0), fleetNote)
 
 	select {
 	case <-ctx.Done():
@@ -222,18 +230,7 @@ func (c *cli) serve(ctx context.Context, args []string) error {
 
 	// Graceful stop: report NOT_SERVING, let running calls finish within
 	// the grace period, then cut off what is left.
-	hs.Shutdown()
-	stopped := make(chan struct{})
-	go func() {
-		gs.GracefulStop()
-		close(stopped)
-	}()
-	select {
-	case <-stopped:
-	case <-time.After(shutdownGrace):
-		gs.Stop()
-		<-stopped
-	}
+	rs.stop(shutdownGrace)
 	if hsrv != nil {
 		sctx, cancel := context.WithTimeout(context.Background(), time.Second)
 		defer cancel()

@@ -46,24 +46,32 @@ const maxJSONBody = 1 << 20
 // FAILED_PRECONDITION, 404 NOT_FOUND, 409 ALREADY_EXISTS, 504
 // DEADLINE_EXCEEDED, 499 CANCELED) and a google.rpc.Status in JSON; a body
 // that is not the method's message in JSON (or above 1 MiB) answers 400.
-// GET /healthz answers 200.
-func HTTPHandler(srv *Server) *http.ServeMux {
+// GET /healthz answers 200. Each method's route is wrapped in middleware,
+// the first outermost (httpguard's Middleware, say, so that the route's
+// pattern names the request's flow); /healthz is not.
+func HTTPHandler(srv *Server, middleware ...func(http.Handler) http.Handler) *http.ServeMux {
 	mux := http.NewServeMux()
-	mux.HandleFunc(RouteAllocate, jsonRoute(func(ctx context.Context, r *http.Request) (proto.Message, error) {
+	handle := func(pattern string, h http.Handler) {
+		for i := len(middleware) - 1; i >= 0; i-- {
+			h = middleware[i](h)
+		}
+		mux.Handle(pattern, h)
+	}
+	handle(RouteAllocate, jsonRoute(func(ctx context.Context, r *http.Request) (proto.Message, error) {
 		req := &inventoryv1.AllocateRequest{}
 		if err := readJSON(r, req); err != nil {
 			return nil, err
 		}
 		return srv.Allocate(ctx, req)
 	}))
-	mux.HandleFunc(RouteRelease, jsonRoute(func(ctx context.Context, r *http.Request) (proto.Message, error) {
+	handle(RouteRelease, jsonRoute(func(ctx context.Context, r *http.Request) (proto.Message, error) {
 		req := &inventoryv1.ReleaseRequest{}
 		if err := readJSON(r, req); err != nil {
 			return nil, err
 		}
 		return srv.Release(ctx, req)
 	}))
-	mux.HandleFunc(RouteGetStock, jsonRoute(func(ctx context.Context, r *http.Request) (proto.Message, error) {
+	handle(RouteGetStock, jsonRoute(func(ctx context.Context, r *http.Request) (proto.Message, error) {
 		return srv.GetStock(ctx, &inventoryv1.GetStockRequest{Sku: r.PathValue("sku")})
 	}))
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
