@@ -76,6 +76,7 @@ func (c *cli) parseDemo(args []string) (*demoConfig, error) {
 	fs.DurationVar(&s.Calibrate, "calibrate", 2*time.Second, "how long to measure capacity when -capacity is auto")
 	fs.Float64Var(&s.CapacityGuess, "capacity-guess", 0, "tell the protected server this `multiple` of the capacity as an upper bound (0: tell it nothing, it learns; the static recipe needs one and gets 1 by default)")
 	fs.StringVar(&s.Recipe, "recipe", recipePreset, "the protected server's `recipe`: preset (the library's protect.New) or static (a fixed chain sized from the capacity; firstwave: its deprecated name)")
+	fs.StringVar(&s.Transport, "transport", transportGRPC, "both servers' `transport`: grpc (grpc-go) or connect (connect-go, reached through its gRPC protocol); connect with the overload, io, mixed and tenants scenarios")
 	fs.StringVar(&cfg.out, "out", "levee-report.html", "HTML report `file` (empty: none)")
 	fs.StringVar(&cfg.jsonOut, "json", "", "also write both runs' full results as JSON to this `file`")
 	cfg.loadFlags.register(fs, "poisson")
@@ -96,6 +97,14 @@ func (c *cli) parseDemo(args []string) (*demoConfig, error) {
 		return nil, usageError("-scenario must be %s, got %q", orList(reg.Names()), name)
 	}
 	cfg.scenario = sc
+	switch {
+	case s.Transport == transportGRPC:
+		s.Transport = "" // levee serve's default
+	case s.Transport != transportConnect:
+		return nil, usageError("-transport must be %s or %s, got %q", transportGRPC, transportConnect, s.Transport)
+	case name != overload.Name && name != overload.NameIO && name != overload.NameMixed && name != overload.NameTenants:
+		return nil, usageError("-transport %s works with -scenario overload, io, mixed or tenants, not %s", transportConnect, name)
+	}
 	if check := checks[name]; check != nil {
 		if err := check(); err != nil {
 			return nil, usageError("%v", err)

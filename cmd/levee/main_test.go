@@ -94,6 +94,8 @@ func TestBadInputIsOneLineAndNonZero(t *testing.T) {
 		{name: "serve negative fleet burst", give: []string{"serve", "-redis", "127.0.0.1:6379", "-fleet-rate", "10", "-fleet-burst", "-1"}, wantCode: exitUsage, want: "-fleet-burst must be >= 0"},
 		{name: "serve redis with static", give: []string{"serve", "-redis", "127.0.0.1:6379", "-fleet-rate", "10", "-recipe", "static"}, wantCode: exitUsage, want: "-redis works with the preset recipe only"},
 		{name: "serve unknown recipe", give: []string{"serve", "-recipe", "firstwav"}, wantCode: exitUsage, want: `-recipe must be preset or static, got "firstwav"`},
+		{name: "demo unknown transport", give: []string{"demo", "-transport", "http"}, wantCode: exitUsage, want: `-transport must be grpc or connect, got "http"`},
+		{name: "demo connect fleet", give: []string{"demo", "-transport", "connect", "-scenario", "fleet"}, wantCode: exitUsage, want: "-transport connect works with -scenario overload, io, mixed or tenants, not fleet"},
 		{name: "serve unknown transport", give: []string{"serve", "-transport", "grpc-web"}, wantCode: exitUsage, want: `-transport must be grpc, connect or http, got "grpc-web"`},
 		{name: "demo unknown recipe", give: []string{"demo", "-recipe", "learned"}, wantCode: exitUsage, want: `-recipe must be preset or static, got "learned"`},
 		{name: "unreachable target", give: []string{"load", "-target", "127.0.0.1:1", "-duration", "1s"}, wantCode: exitFail, want: "levee load: target 127.0.0.1:1 is not serving"},

@@ -76,6 +76,11 @@ type Settings struct {
 	// Recipe is the protected server's `levee serve -recipe` (-recipe);
 	// "": the default, the library's preset.
 	Recipe string
+	// Transport is the servers' `levee serve -transport` (-transport):
+	// "" or grpc, or connect, through whose gRPC protocol the load
+	// generator's grpc-go client then reaches both servers. The overload
+	// scenarios honour it (overload, io, mixed, tenants).
+	Transport string
 	// Calibrate is how long capacity is measured, with CalibrationWorkers
 	// closed-loop callers.
 	Calibrate          time.Duration

@@ -277,6 +277,9 @@ func run(ctx context.Context, env scenario.Env, s scenario.Settings, w workload)
 // runServer starts a server with serveArgs, runs before (if any) against
 // it, then the schedule sized from *capacity, and stops the server.
 func runServer(ctx context.Context, env scenario.Env, s scenario.Settings, w workload, plan scenario.CPUPlan, name string, before func(*scenario.Server, *target.Target) error, capacity *float64, serveArgs ...string) ([]report.Run, error) {
+	if s.Transport != "" {
+		serveArgs = append(serveArgs, "-transport", s.Transport)
+	}
 	srv, err := scenario.StartServer(ctx, env, plan.Server, serveArgs...)
 	if err != nil {
 		return nil, fmt.Errorf("%s server: %w", name, err)
