@@ -5,6 +5,7 @@ go 1.26.0
 replace github.com/levee-go/levee => ../..
 
 require (
+	connectrpc.com/connect v1.21.1
 	github.com/failsafe-go/failsafe-go v0.9.8
 	github.com/go-kratos/aegis v0.2.0
 	github.com/grpc-ecosystem/go-grpc-middleware/v2 v2.3.4
@@ -15,7 +16,6 @@ require (
 )
 
 require (
-	connectrpc.com/connect v1.21.1 // indirect
 	connectrpc.com/grpchealth v1.5.0 // indirect
 	connectrpc.com/grpcreflect v1.3.1 // indirect
 	github.com/HdrHistogram/hdrhistogram-go v1.4.0 // indirect

@@ -3,14 +3,17 @@ package main
 import (
 	"fmt"
 	"io"
+	"net/http"
 	"os"
 	"runtime"
 	"time"
 
+	"connectrpc.com/connect"
 	"google.golang.org/grpc"
 
 	"github.com/levee-go/levee/admission"
 	"github.com/levee-go/levee/bulkhead"
+	"github.com/levee-go/levee/connectguard"
 	"github.com/levee-go/levee/cpu"
 	"github.com/levee-go/levee/deadline"
 	"github.com/levee-go/levee/decide"
@@ -25,12 +28,37 @@ import (
 // leveeProtection is levee's entry in the comparison: what a user gets in
 // one call, protect.New(), told no number.
 func leveeProtection() (opts []grpc.ServerOption, stop func(), err error) {
+	p, stop, err := leveePreset()
+	if err != nil {
+		return nil, stop, err
+	}
+	return p.ServerOptions(), stop, nil
+}
+
+// leveeConnect is the same preset in front of connect-go: connectguard's
+// middleware and interceptor on the preset's engine.
+func leveeConnect() (mw func(http.Handler) http.Handler, opts []connect.HandlerOption, stop func(), err error) {
+	p, stop, err := leveePreset()
+	if err != nil {
+		return nil, nil, stop, err
+	}
+	g, err := connectguard.New(p.Engine())
+	if err != nil {
+		stop()
+		return nil, nil, func() {}, err
+	}
+	return g.Middleware, []connect.HandlerOption{connect.WithInterceptors(g.Interceptor())}, stop, nil
+}
+
+// leveePreset returns protect.New() and the function that stops it (and
+// its trace, with traceEnv).
+func leveePreset() (*protect.Server, func(), error) {
 	p, err := protect.New()
 	if err != nil {
 		return nil, func() {}, err
 	}
 	if os.Getenv(traceEnv) == "" {
-		return p.ServerOptions(), p.Stop, nil
+		return p, p.Stop, nil
 	}
 	loaded := allocateMethod
 	if s, err := serverSpecFromEnv(); err == nil && s.Feed {
@@ -42,7 +70,7 @@ func leveeProtection() (opts []grpc.ServerOption, stop func(), err error) {
 		defer close(traced)
 		tracePreset(p, loaded, os.Stderr, done)
 	}()
-	return p.ServerOptions(), func() { close(done); <-traced; p.Stop() }, nil
+	return p, func() { close(done); <-traced; p.Stop() }, nil
 }
 
 // traceEnv, when set, makes the preset's server print what its run

@@ -137,6 +137,13 @@ func parse(args []string, stderr io.Writer) (*config, error) {
 	if len(cfg.scenarios) == 0 || len(cfg.protections) == 0 {
 		return nil, errors.New("-scenarios and -protections must each name at least one")
 	}
+	for _, p := range cfg.protections {
+		for _, sc := range cfg.scenarios {
+			if p.connect != nil && sc.server.Feed {
+				return nil, fmt.Errorf("-protections %s serves through connect-go, which serves no Feed stream here: leave out -scenarios %s", p.name, sc.name)
+			}
+		}
+	}
 	for _, d := range []struct {
 		name string
 		v    time.Duration

@@ -74,6 +74,20 @@ func TestQuickRun(t *testing.T) {
 	}
 }
 
+// TestQuickRunConnect runs levee's preset through connect-go beside
+// grpc-go in quick mode with tiny phases: the grpc-go load reaches
+// connect-go's gRPC protocol, and each gets its row.
+func TestQuickRunConnect(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts server processes")
+	}
+	text, _, rows := runTables(t, "-quick", "-scenarios", "cpu", "-protections", "levee,levee-connect,none-connect",
+		"-normal", "200ms", "-spike", "300ms", "-recovery", "200ms", "-calibrate", "300ms", "-cgroup=false")
+	if len(rows) != 4 || !strings.HasPrefix(rows[2], "| levee preset on connect-go |") || !strings.HasPrefix(rows[3], "| none on connect-go |") {
+		t.Fatalf("run printed rows %q, want the header, levee, levee on connect-go and none on connect-go:\n%s", rows, text)
+	}
+}
+
 // TestQuickShapes runs the shapes with a server of their own (a stream
 // service, a dependency slowed by command, work per unit, two cores) or
 // a load of their own (clumps) in quick mode with tiny phases, and checks
@@ -161,6 +175,8 @@ func TestParse(t *testing.T) {
 		{name: "negative warm-up", give: []string{"-warmup", "-1s"}, want: "-warmup must be >= 0"},
 		{name: "stray argument", give: []string{"cpu"}, want: "unexpected arguments"},
 		{name: "no ceiling callers", give: []string{"-ceiling", "-ceiling-callers", "0"}, want: "-ceiling-callers must be >= 1"},
+		{name: "connect-go", give: []string{"-scenarios", "cpu,io", "-protections", "levee,levee-connect,none-connect"}, wantRun: 6},
+		{name: "connect-go stream", give: []string{"-scenarios", "stream", "-protections", "levee-connect"}, want: "serves no Feed stream here: leave out -scenarios stream"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -4,8 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/http"
 	"strings"
 
+	"connectrpc.com/connect"
 	"github.com/failsafe-go/failsafe-go"
 	"github.com/failsafe-go/failsafe-go/adaptivelimiter"
 	"github.com/failsafe-go/failsafe-go/failsafegrpc"
@@ -48,6 +50,12 @@ type protection struct {
 	short string // the summary's column
 	about string // one line for the notes under the tables
 	build func(s serverSpec) (opts []grpc.ServerOption, stop func(), err error)
+	// connect, when set, serves the inventory through connect-go instead
+	// of grpc-go (build is then unused): its middleware, its handler
+	// options and the function that stops what it started. The load
+	// reaches it through connect-go's gRPC protocol over h2c. It does not
+	// serve the Feed stream (scenario stream).
+	connect func(s serverSpec) (mw func(http.Handler) http.Handler, opts []connect.HandlerOption, stop func(), err error)
 	// extra leaves the protection out of the default run: -protections
 	// must name it.
 	extra bool
@@ -86,6 +94,22 @@ var protections = []protection{
 		name: "levee", label: "levee preset", short: "levee preset",
 		about: "levee's one-call preset, protect.New(), told no number (levee.go)",
 		build: func(serverSpec) ([]grpc.ServerOption, func(), error) { return leveeProtection() },
+	},
+	{
+		name: "levee-connect", label: "levee preset on connect-go", short: "levee connect",
+		about: "the same preset served through connect-go: connectguard's middleware (before the body) and interceptor (the turn) on protect.New()'s engine, the load through connect-go's gRPC protocol over h2c (levee.go; not the stream scenario; not in the default run)",
+		connect: func(serverSpec) (func(http.Handler) http.Handler, []connect.HandlerOption, func(), error) {
+			return leveeConnect()
+		},
+		extra: true,
+	},
+	{
+		name: "none-connect", label: "none on connect-go", short: "none connect",
+		about: "no protection, served through connect-go as levee-connect is (not the stream scenario; not in the default run)",
+		connect: func(serverSpec) (func(http.Handler) http.Handler, []connect.HandlerOption, func(), error) {
+			return func(h http.Handler) http.Handler { return h }, nil, func() {}, nil
+		},
+		extra: true,
 	},
 	{
 		name: "levee-bucket", label: fmt.Sprintf("levee token bucket %.1f× (told the capacity)", rateFraction), short: "levee bucket",

@@ -1,11 +1,13 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"net"
+	"net/http"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -15,12 +17,14 @@ import (
 	"syscall"
 	"time"
 
+	"connectrpc.com/connect"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
 	"github.com/levee-go/levee/examples/inventory"
 	inventoryv1 "github.com/levee-go/levee/examples/inventory/proto/corecart/inventory/v1"
+	"github.com/levee-go/levee/examples/inventory/proto/corecart/inventory/v1/inventoryv1connect"
 	"github.com/levee-go/levee/internal/harness/affinity"
 )
 
@@ -237,7 +241,18 @@ func serve(stdout io.Writer) error {
 		}
 		workIter = shaped.unitIter
 	}
-	opts, stop, err := p.build(s)
+	var opts []grpc.ServerOption
+	var stop func()
+	var wrap func(http.Handler) http.Handler
+	var copts []connect.HandlerOption
+	if p.connect != nil {
+		if s.Feed {
+			return fmt.Errorf("protection %s serves through connect-go, which serves no Feed stream here", p.name)
+		}
+		wrap, copts, stop, err = p.connect(s)
+	} else {
+		opts, stop, err = p.build(s)
+	}
 	if err != nil {
 		return fmt.Errorf("protection %s: %w", p.name, err)
 	}
@@ -262,6 +277,14 @@ func serve(stdout io.Writer) error {
 	if os.Getenv(traceEnv) != "" {
 		lis = tracedListener{Listener: lis, t: &reads}
 	}
+	if p.connect != nil {
+		var svc inventoryv1connect.InventoryServiceHandler = srv
+		if shaped != nil {
+			svc = shaped
+		}
+		h, _ := inventory.ConnectHandler(svc, copts...)
+		return serveConnect(stdout, lis, wrap(h), sig, p.name, workIter, srv.StockReadIterations())
+	}
 	gs := grpc.NewServer(opts...)
 	if shaped != nil {
 		register(gs, shaped, s.Feed)
@@ -270,8 +293,7 @@ func serve(stdout io.Writer) error {
 	}
 	served := make(chan error, 1)
 	go func() { served <- gs.Serve(lis) }()
-	fmt.Fprintf(stdout, "%s grpc=%s protection=%s work-iterations=%d read-iterations=%d gomaxprocs=%d\n",
-		listeningPrefix, lis.Addr(), p.name, workIter, srv.StockReadIterations(), runtime.GOMAXPROCS(0))
+	printListening(stdout, lis, p.name, workIter, srv.StockReadIterations())
 
 	select {
 	case <-sig:
@@ -287,8 +309,40 @@ func serve(stdout io.Writer) error {
 	go func() { gs.GracefulStop(); close(stopped) }()
 	select {
 	case <-stopped:
-	case <-time.After(500 * time.Millisecond):
+	case <-time.After(stopGrace):
 		gs.Stop()
+	}
+	return nil
+}
+
+// stopGrace is how long a server lets its calls finish when stopped.
+const stopGrace = 500 * time.Millisecond
+
+func printListening(stdout io.Writer, lis net.Listener, protection string, workIter, readIter int) {
+	fmt.Fprintf(stdout, "%s grpc=%s protection=%s work-iterations=%d read-iterations=%d gomaxprocs=%d\n",
+		listeningPrefix, lis.Addr(), protection, workIter, readIter, runtime.GOMAXPROCS(0))
+}
+
+// serveConnect serves h (connect-go's handlers) over cleartext HTTP/2 and
+// HTTP/1.1 on lis until sig, as serve does a grpc-go server.
+func serveConnect(stdout io.Writer, lis net.Listener, h http.Handler, sig <-chan os.Signal, protection string, workIter, readIter int) error {
+	hs := &http.Server{Handler: h, Protocols: new(http.Protocols), ReadHeaderTimeout: 10 * time.Second}
+	hs.Protocols.SetHTTP1(true)
+	hs.Protocols.SetUnencryptedHTTP2(true)
+	served := make(chan error, 1)
+	go func() { served <- hs.Serve(lis) }()
+	printListening(stdout, lis, protection, workIter, readIter)
+	select {
+	case <-sig:
+	case err := <-served:
+		if !errors.Is(err, http.ErrServerClosed) {
+			return fmt.Errorf("serving: %w", err)
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), stopGrace)
+	defer cancel()
+	if hs.Shutdown(ctx) != nil {
+		_ = hs.Close()
 	}
 	return nil
 }

@@ -13,8 +13,9 @@ import (
 	"github.com/levee-go/levee/examples/inventory/proto/corecart/inventory/v1/inventoryv1connect"
 )
 
-// ConnectHandler returns the inventory service for connect-go: one
-// http.Handler that serves the Connect, gRPC and gRPC-Web protocols, with
+// ConnectHandler returns the inventory service svc (a *Server, or one
+// that wraps it) for connect-go: one http.Handler that serves the
+// Connect, gRPC and gRPC-Web protocols, with
 // the standard health service (grpchealth, SERVING for "" and
 // ServiceName) and server reflection (grpcreflect, v1 and v1alpha), so
 // that grpcurl, ghz, buf curl and curl all reach it. Serve it over
@@ -23,10 +24,10 @@ import (
 // handlers (connect.WithInterceptors, say); the service's errors, gRPC
 // statuses, reach them as connect errors of the same code. The returned
 // checker reports NOT_SERVING after SetStatus, for a graceful shutdown.
-func ConnectHandler(srv *Server, opts ...connect.HandlerOption) (http.Handler, *grpchealth.StaticChecker) {
+func ConnectHandler(svc inventoryv1connect.InventoryServiceHandler, opts ...connect.HandlerOption) (http.Handler, *grpchealth.StaticChecker) {
 	mux := http.NewServeMux()
 	opts = append(opts[:len(opts):len(opts)], connect.WithInterceptors(statusErrors{}))
-	mux.Handle(inventoryv1connect.NewInventoryServiceHandler(srv, opts...))
+	mux.Handle(inventoryv1connect.NewInventoryServiceHandler(svc, opts...))
 	checker := grpchealth.NewStaticChecker(ServiceName)
 	mux.Handle(grpchealth.NewHandler(checker))
 	reflector := grpcreflect.NewStaticReflector(ServiceName, grpchealth.HealthV1ServiceName)
