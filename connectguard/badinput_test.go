@@ -15,6 +15,7 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
+	"github.com/levee-go/levee/admission"
 	"github.com/levee-go/levee/internal/guardtest"
 )
 
@@ -146,5 +147,33 @@ func TestClientLeavesMidUpload(t *testing.T) {
 	}
 	if outs := fg.Outcomes(); !outs[0].Skipped || runs.Load() != 0 {
 		t.Errorf("outcome %+v after %d handler runs; want skipped, none", outs[0], runs.Load())
+	}
+}
+
+// A unary upload the middleware refuses costs no body bytes: with Expect:
+// 100-continue the client never sends them.
+func TestRefusedUploadSendsNoBody(t *testing.T) {
+	fg := &guardtest.Forced{}
+	fg.Set(admission.RefuseFor(admission.CauseRunQueueFull, admission.EvidenceStanding, "too many calls waiting", time.Second), admission.Decision{})
+	g := newGuard(t, 0, fg)
+	var runs atomic.Int64
+	url := serveH2C(t, g.Middleware(echoHandlers(&runs, connect.WithInterceptors(g.Interceptor()))))
+	tr := &http.Transport{ExpectContinueTimeout: time.Minute}
+	defer tr.CloseIdleConnections()
+	body := &guardtest.CountingReader{Left: 32 << 20}
+	req, _ := http.NewRequest(http.MethodPost, url+procUnary, body)
+	req.ContentLength = 32 << 20
+	req.Header.Set("Content-Type", "application/proto")
+	req.Header.Set("Expect", "100-continue")
+	res, err := tr.RoundTrip(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res.Body.Close()
+	if res.StatusCode != http.StatusTooManyRequests || res.Header.Get("Retry-After") != "1" {
+		t.Errorf("status %d, Retry-After %q; want 429, 1", res.StatusCode, res.Header.Get("Retry-After"))
+	}
+	if n := body.Sent.Load(); n != 0 || runs.Load() != 0 {
+		t.Errorf("the client sent %d body bytes and %d handlers ran; want 0, 0", n, runs.Load())
 	}
 }

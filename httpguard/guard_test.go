@@ -213,7 +213,7 @@ func TestRefusedUploadReadsNoBody(t *testing.T) {
 			}
 			defer ts.Close()
 			defer tr.CloseIdleConnections()
-			body := &countingReader{left: 32 << 20}
+			body := &guardtest.CountingReader{Left: 32 << 20}
 			req, _ := http.NewRequest(http.MethodPut, ts.URL+"/upload", body)
 			req.ContentLength = 32 << 20
 			req.Header.Set("Expect", "100-continue")
@@ -225,7 +225,7 @@ func TestRefusedUploadReadsNoBody(t *testing.T) {
 			if res.StatusCode != http.StatusTooManyRequests || res.ProtoMajor != int(proto[5]-'0') {
 				t.Errorf("%s %d, want %s 429", res.Proto, res.StatusCode, proto)
 			}
-			if n := body.sent.Load(); n != 0 {
+			if n := body.Sent.Load(); n != 0 {
 				t.Errorf("the client sent %d body bytes of a refused upload, want 0", n)
 			}
 			if n := read.Load(); n != 0 {
@@ -233,26 +233,6 @@ func TestRefusedUploadReadsNoBody(t *testing.T) {
 			}
 		})
 	}
-}
-
-// countingReader yields left zero bytes and counts those read from it.
-type countingReader struct {
-	left int64
-	sent atomic.Int64
-}
-
-func (r *countingReader) Read(p []byte) (int, error) {
-	if r.left == 0 {
-		return 0, io.EOF
-	}
-	n := int64(len(p))
-	if n > r.left {
-		n = r.left
-	}
-	clear(p[:n])
-	r.left -= n
-	r.sent.Add(n)
-	return int(n), nil
 }
 
 // curl sees the refusal's status and Retry-After.

@@ -5,9 +5,11 @@ package guardtest
 
 import (
 	"context"
+	"io"
 	"net"
 	"net/http"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -189,3 +191,22 @@ func (w *DiscardWriter) Write(b []byte) (int, error) { return len(b), nil }
 
 // WriteHeader keeps code.
 func (w *DiscardWriter) WriteHeader(code int) { w.Status = code }
+
+// CountingReader yields Left zero bytes and counts, in Sent, those read
+// from it: an upload's body, to tell how much of it a client sent.
+type CountingReader struct {
+	Left int64
+	Sent atomic.Int64
+}
+
+// Read reads zero bytes, at most Left in all.
+func (r *CountingReader) Read(p []byte) (int, error) {
+	if r.Left == 0 {
+		return 0, io.EOF
+	}
+	n := min(int64(len(p)), r.Left)
+	clear(p[:n])
+	r.Left -= n
+	r.Sent.Add(n)
+	return int(n), nil
+}
