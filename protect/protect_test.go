@@ -3,6 +3,7 @@ package protect_test
 import (
 	"context"
 	"net"
+	"os"
 	"slices"
 	"strings"
 	"sync"
@@ -24,7 +25,12 @@ import (
 	"github.com/levee-go/levee/protect"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) {
+	if mode := os.Getenv(costServerEnv); mode != "" {
+		os.Exit(costServerMain(mode)) // a child of BenchmarkCallCost
+	}
+	goleak.VerifyTestMain(m)
+}
 
 const (
 	emptyCall = "/grpc.testing.TestService/EmptyCall"
