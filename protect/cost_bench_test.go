@@ -168,7 +168,7 @@ func benchCallCost(b *testing.B, mode string, procs int, ld costLoad) {
 	b.StopTimer()
 	c1 := selfCPU()
 	u1 := srv.use(b)
-	srv.dump(b, b.Name())
+	srv.dump(b, fmt.Sprintf("%s@%d", b.Name(), n))
 	b.ReportMetric(float64(u1.user-u0.user+u1.sys-u0.sys)/float64(n), "server-cpu-ns/op")
 	b.ReportMetric(float64(u1.sys-u0.sys)/float64(n), "server-sys-ns/op")
 	if u0.writes >= 0 {
@@ -247,7 +247,7 @@ func (s *costServer) use(b *testing.B) (u serverUse) {
 }
 
 // zero and dump bracket the measured calls under callgrind; the dump
-// names the benchmark in its trigger line.
+// names the benchmark and its calls in its trigger line (NAME@N).
 func (s *costServer) zero(b *testing.B)              { s.callgrind(b, "-z") }
 func (s *costServer) dump(b *testing.B, name string) { s.callgrind(b, "--dump="+name) }
 
