@@ -22,7 +22,7 @@ test: tidy vet build staticcheck benchmods
 	@# Full-size memory tests that the race detector makes too slow, and
 	@# tests of the scheduler's order, which the race detector randomises.
 	$(GO) test -count=1 -run 'Flood' ./ratelimit
-	$(GO) test -count=1 -run 'TestWaitedTurnYieldsFirst|TestTurnWaitsForUnreadRequest|TestOneTurnForHandlersSharingOneProcessor' ./runlimit
+	$(GO) test -count=1 -run 'TestWaitedTurnYieldsFirst|TestShortWaitedTurnDoesNotYield|TestShortCallStartsWithoutYielding|TestTurnWaitsForUnreadRequest|TestOneTurnForHandlersSharingOneProcessor' ./runlimit
 
 vet:
 	$(GO) vet ./...

@@ -163,8 +163,11 @@
 // scheduler's queue, whatever the limit; the wait for a turn there shows
 // in service times measured from the turn (a call handed its turn after
 // waiting yields once before its turn starts, and the guard once more
-// after, so that transport goroutines run between handlers), and
-// in the wait between admission and the handler's start (NoteQueued).
+// after, so that transport goroutines run between handlers; a call of a
+// flow whose service time is under 200µs does not, since the transport
+// then loses little waiting for it and would send each response on its
+// own), and in the wait between admission and the handler's start
+// (NoteQueued).
 //
 // On a saturated processor Go reads the network only when it runs out of
 // goroutines to run, or every 10ms: requests that arrive while a handler

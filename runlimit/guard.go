@@ -32,7 +32,8 @@ const (
 // for the others. When the handler is about to start
 // (admission.Starter) it waits for the call's turn, refuses the call if
 // the wait ran out (ReasonTimeout) or its deadline can no longer be met,
-// and yields the CPU once. Finish returns the turn and teaches l the
+// and yields the CPU once (unless the flow's calls are shorter than
+// 200µs). Finish returns the turn and teaches l the
 // service time of a call that succeeded, from its turn to its end
 // (Call.Now plus the outcome's Duration), or that it failed by overload.
 // A server-streaming call (admission.Call.Stream, not ClientStream)
@@ -173,8 +174,11 @@ func (g *guard) Start(c admission.Call, p admission.Permit) admission.Decision {
 	// ahead of the transport's goroutines that wait for the CPU: on a
 	// saturated CPU, requests would go unread (and unrefused) and
 	// responses unwritten for as long as handlers follow each other.
-	// Yield once so they go first.
-	runtime.Gosched()
+	// Yield once so they go first, unless the call is short enough that
+	// they lose little waiting for it (see shortCall).
+	if f.yields() {
+		runtime.Gosched()
+	}
 	return admission.Grant(admission.Permit{Ref: ln, Value: turn | uint64(max(t.start, 0))})
 }
 
@@ -281,7 +285,9 @@ func (g *guard) startStream(c admission.Call, ln *Lane, cost int64) admission.De
 	if err != nil {
 		return holding(ln.refusal(err, target, c.Now), ln)
 	}
-	runtime.Gosched() // as for a unary call, in Start
+	if f.yields() {
+		runtime.Gosched() // as for a unary call, in Start
+	}
 	return admission.Grant(admission.Permit{Ref: holdStream(t)})
 }
 

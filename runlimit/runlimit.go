@@ -789,6 +789,30 @@ func (f *Flow) ServiceTimeAt(now time.Time) time.Duration {
 	return st
 }
 
+// yields reports whether a call of the flow yields the processor when its
+// turn starts (Lane.acquire, and the guard's Start): unless the flow's
+// service time (its baseline once learned, its mean before) is known and
+// shorter than shortCall.
+func (f *Flow) yields() bool {
+	st := f.baseNs.Load()
+	if st == 0 {
+		st = f.svc.Load()
+	}
+	return st == 0 || st >= int64(shortCall)
+}
+
+// shortCall is the service time below which a call does not yield the
+// processor when its turn starts. The yield lets the transport's
+// goroutines made runnable meanwhile (grpc-go's writer, woken to send the
+// response of the call that gave the turn up) run before the handler, so
+// that they do not wait for it; but it also makes the writer send every
+// response on its own, a system call each, where without it the
+// responses of the calls that ran meanwhile go out together. A handler
+// shorter than shortCall delays them by less than that, while the
+// system call and the scheduler's round trip are a large part of what
+// such a call costs the server (docs/cost.md has the measurements).
+const shortCall = 200 * time.Microsecond
+
 // Admissible reports whether a new call of the flow, of no tenant and
 // class Critical, may be admitted to wait for a turn (see Lane.Admissible).
 func (f *Flow) Admissible() bool { return f.lanes[admission.Critical.Index()].Admissible() }
@@ -934,8 +958,10 @@ func (ln *Lane) acquire(ctx context.Context, cost int64, stream bool) (Ticket, e
 		// before it flushes. On a saturated processor those would wait
 		// for this call's whole handler (docs/runlimit-learner.md has
 		// what the two yields measured). The turn's start is taken after
-		// the yield.
-		runtime.Gosched()
+		// the yield. A short call does not yield (see shortCall).
+		if ln.f.yields() {
+			runtime.Gosched()
+		}
 		return ln.started(w), nil
 	case <-ctx.Done():
 		err = ctx.Err()

@@ -12,6 +12,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/levee-go/levee/admission"
 )
 
 // TestWaitedTurnYieldsFirst: on one processor, a call handed its turn
@@ -20,12 +22,50 @@ import (
 // of the call that gave the turn up) run before it, where the handoff
 // alone would run the call first.
 func TestWaitedTurnYieldsFirst(t *testing.T) {
+	if order := waitedTurnOrder(t, 0); len(order) != 2 || order[0] != "writer" {
+		t.Fatalf("order %v, want the writer before the call", order)
+	}
+}
+
+// TestShortWaitedTurnDoesNotYield: on one processor, a call of a flow
+// whose calls take less than shortCall, handed its turn after waiting,
+// runs before a goroutine made runnable meanwhile that yields (the
+// transport's writer), as the handoff orders them: it does not yield, so
+// that the writer sends its response with those of the calls that ran
+// meanwhile. A flow of longer calls yields, as one whose service time is
+// not known yet does (TestWaitedTurnYieldsFirst).
+func TestShortWaitedTurnDoesNotYield(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		svc  time.Duration
+		want string // who runs first
+	}{
+		{"short", shortCall / 4, "call"},
+		{"long", 4 * shortCall, "writer"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if order := waitedTurnOrder(t, tc.svc); len(order) != 2 || order[0] != tc.want {
+				t.Fatalf("service time %v: order %v, want the %s first", tc.svc, order, tc.want)
+			}
+		})
+	}
+}
+
+// waitedTurnOrder runs, on one processor, a call that waits for the only
+// turn of a flow whose calls took svc (0: none finished yet) and a
+// writer made runnable after the turn is handed to it, which yields
+// once, and returns the order in which they ran.
+func waitedTurnOrder(t *testing.T, svc time.Duration) []string {
+	t.Helper()
 	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
 	l, err := New(WithBounds(1, 1))
 	if err != nil {
 		t.Fatal(err)
 	}
 	f := l.Flow("m")
+	if svc > 0 {
+		teach(t, f, svc)
+	}
 	held, err := f.Acquire(context.Background())
 	if err != nil {
 		t.Fatal(err)
@@ -60,8 +100,77 @@ func TestWaitedTurnYieldsFirst(t *testing.T) {
 	held.Release() // the waiting call is handed the turn
 	close(flush)   // the writer is made runnable after it
 	wg.Wait()
-	if len(order) != 2 || order[0] != "writer" {
-		t.Fatalf("order %v, want the writer before the call", order)
+	return order
+}
+
+// teach gives f's calls the service time svc, as one call that ran for
+// it teaches them.
+func teach(t *testing.T, f *Flow, svc time.Duration) {
+	t.Helper()
+	tk, ok := f.TryAcquire(time.Now())
+	if !ok {
+		t.Fatal("TryAcquire: no free turn")
+	}
+	tk.Done(tk.Start().Add(svc), false)
+}
+
+// TestShortCallStartsWithoutYielding: on one processor, the guard's Start
+// of a call that takes a free turn yields to a goroutine made runnable
+// before it (the transport's) when the flow's calls take shortCall or
+// more, and not when they take less.
+func TestShortCallStartsWithoutYielding(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		svc  time.Duration
+		want string // who runs first
+	}{
+		{"short", shortCall / 4, "call"},
+		{"long", 4 * shortCall, "transport"},
+		{"unknown", 0, "transport"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
+			l, err := New(WithBounds(4, 4))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if tc.svc > 0 {
+				teach(t, l.Flow("/svc/M"), tc.svc)
+			}
+			g := NewGuard("run", l).(interface {
+				admission.Guard
+				admission.Starter
+			})
+			c := admission.Call{Ctx: context.Background(), Method: "/svc/M", Now: time.Now()}
+			d := g.Admit(c)
+			if d.Refused {
+				t.Fatalf("Admit = %+v", d)
+			}
+			var (
+				mu    sync.Mutex
+				order []string
+				wg    sync.WaitGroup
+			)
+			record := func(s string) { mu.Lock(); order = append(order, s); mu.Unlock() }
+			ready := make(chan struct{})
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				<-ready
+				record("transport")
+			}()
+			close(ready) // the transport's goroutine is runnable
+			d = g.Start(c, d.Permit)
+			record("call")
+			if d.Refused {
+				t.Fatalf("Start = %+v", d)
+			}
+			wg.Wait()
+			g.Finish(c, d.Permit, admission.Outcome{Duration: time.Microsecond})
+			if len(order) != 2 || order[0] != tc.want {
+				t.Fatalf("service time %v: order %v, want the %s first", tc.svc, order, tc.want)
+			}
+		})
 	}
 }
 
