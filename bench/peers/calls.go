@@ -169,6 +169,20 @@ func feedOnce(ctx context.Context, cc *grpc.ClientConn, req *inventoryv1.Allocat
 // same mix as a run) as soon as the previous one answered, for warmup (not
 // counted) and then d. Failed requests are not counted as work.
 func calibrate(ctx context.Context, req request, kind loadKind, workers int, warmup, d time.Duration) (calls, work float64, err error) {
+	r, err := closedLoop(ctx, req, kind, workers, warmup, d)
+	return r.calls, r.work, err
+}
+
+// closedCounts is what a closed loop measured: the requests/s and units
+// of work/s completed, and the requests that failed (refused, most often)
+// while it counted.
+type closedCounts struct {
+	calls, work float64
+	failed      int64
+}
+
+// closedLoop is calibrate, with the failures counted.
+func closedLoop(ctx context.Context, req request, kind loadKind, workers int, warmup, d time.Duration) (closedCounts, error) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	var (
@@ -177,6 +191,7 @@ func calibrate(ctx context.Context, req request, kind loadKind, workers int, war
 		completed atomic.Int64
 		units     atomic.Int64
 		failures  atomic.Int64
+		failed    atomic.Int64 // while counting
 		errMu     sync.Mutex
 		firstErr  error
 		wg        sync.WaitGroup
@@ -194,6 +209,9 @@ func calibrate(ctx context.Context, req request, kind loadKind, workers int, war
 				case ctx.Err() != nil:
 				case err != nil:
 					failures.Add(1)
+					if counting.Load() {
+						failed.Add(1)
+					}
 					errMu.Lock()
 					if firstErr == nil {
 						firstErr = err
@@ -214,7 +232,7 @@ func calibrate(ctx context.Context, req request, kind loadKind, workers int, war
 			return nil
 		}
 	}
-	err = wait(warmup)
+	err := wait(warmup)
 	counting.Store(true)
 	start := time.Now()
 	if err == nil {
@@ -225,15 +243,15 @@ func calibrate(ctx context.Context, req request, kind loadKind, workers int, war
 	cancel()
 	wg.Wait()
 	if err != nil {
-		return 0, 0, err
+		return closedCounts{}, err
 	}
 	if completed.Load() == 0 {
 		if firstErr != nil {
-			return 0, 0, fmt.Errorf("calibration: no call succeeded (%d failed): %w", failures.Load(), firstErr)
+			return closedCounts{}, fmt.Errorf("calibration: no call succeeded (%d failed): %w", failures.Load(), firstErr)
 		}
-		return 0, 0, fmt.Errorf("calibration: no call completed in %v", d)
+		return closedCounts{}, fmt.Errorf("calibration: no call completed in %v", d)
 	}
-	return float64(completed.Load()) / elapsed.Seconds(), float64(units.Load()) / elapsed.Seconds(), nil
+	return closedCounts{calls: float64(completed.Load()) / elapsed.Seconds(), work: float64(units.Load()) / elapsed.Seconds(), failed: failed.Load()}, nil
 }
 
 // tracker records the requests of a run that succeeded, with when they

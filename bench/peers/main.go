@@ -64,6 +64,12 @@ type config struct {
 	jsonOut     string
 	ceiling     bool
 	ceilingMul  int
+	peak        bool
+	peakCallers int
+	peakRate    float64
+	peakRounds  int
+	peakWindow  time.Duration
+	peakCores   int
 }
 
 // Phase lengths of the default run and of -quick. The normal and high
@@ -101,8 +107,21 @@ func parse(args []string, stderr io.Writer) (*config, error) {
 	fs.StringVar(&cfg.jsonOut, "json", "", "also write every run's full results as JSON to this `file`")
 	fs.BoolVar(&cfg.ceiling, "ceiling", false, "instead of the runs, measure for each scenario what a server keeps of its capacity, closed-loop, while grpc-go's tap refuses a flood at (spike-load - 1) times it: about the most a protection that refuses in the tap keeps in that spike (-protections is ignored)")
 	fs.IntVar(&cfg.ceilingMul, "ceiling-callers", 4, "-ceiling's closed-loop callers, as a `multiple` of the capacity measurement's: enough to keep the server busy while the load generator also sends the flood (clumps: 4), not so many that long CPU-bound calls time-share (cores2: 1)")
+	fs.BoolVar(&cfg.peak, "peak", false, "instead of the runs, measure what each protection costs a server that is not overloaded, on a near-free handler: closed loop at -peak-callers, then the server's CPU at -peak-rate, over -peak-rounds (-scenarios is ignored; -protections defaults to "+peakDefaultProtections+")")
+	fs.IntVar(&cfg.peakCallers, "peak-callers", 64, "-peak's closed-loop `callers`")
+	fs.Float64Var(&cfg.peakRate, "peak-rate", 4000, "-peak's fixed `rate` in calls/s, open-loop: well under the server's capacity")
+	fs.IntVar(&cfg.peakRounds, "peak-rounds", 3, "-peak's `rounds`: each runs every protection on a fresh server, their order rotated")
+	fs.DurationVar(&cfg.peakWindow, "peak-window", 8*time.Second, "-peak's measurement `window`, closed loop and fixed rate each, after a warm-up of a quarter of it")
+	fs.IntVar(&cfg.peakCores, "peak-cores", 1, "-peak's server `CPUs`: its GOMAXPROCS, and the CPUs it is pinned to")
 	if err := fs.Parse(args); err != nil {
 		return nil, err
+	}
+	if cfg.peak {
+		given := false
+		fs.Visit(func(f *flag.Flag) { given = given || f.Name == "protections" })
+		if !given {
+			*prot = peakDefaultProtections
+		}
 	}
 	if fs.NArg() > 0 {
 		return nil, fmt.Errorf("unexpected arguments %q", fs.Args())
@@ -152,6 +171,10 @@ func parse(args []string, stderr io.Writer) (*config, error) {
 			return nil, fmt.Errorf("-%s must be > 0, got %v", d.name, d.v)
 		}
 	}
+	if cfg.peak && (cfg.peakCallers < 1 || !(cfg.peakRate > 0) || cfg.peakRounds < 1 || cfg.peakWindow < 4*time.Millisecond || cfg.peakCores < 1) {
+		return nil, fmt.Errorf("-peak: want -peak-callers, -peak-rate, -peak-rounds and -peak-cores > 0 and -peak-window >= 4ms, got %d, %v, %d, %d and %v",
+			cfg.peakCallers, cfg.peakRate, cfg.peakRounds, cfg.peakCores, cfg.peakWindow)
+	}
 	if cfg.ceilingMul < 1 {
 		return nil, fmt.Errorf("-ceiling-callers must be >= 1, got %d", cfg.ceilingMul)
 	}
@@ -198,16 +221,19 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	defer pl.removeCgroups()
 	defer pl.restore()
 	fmt.Fprintf(stderr, "peers: %s\n", pl.note)
-	if cfg.ceiling {
-		rs, err := runCeiling(ctx, cfg, pl, stdout, stderr)
-		if err != nil || cfg.jsonOut == "" {
-			return err
-		}
-		b, err := json.MarshalIndent(rs, "", "  ")
+	if cfg.peak {
+		rs, err := runPeak(ctx, cfg, pl, stdout, stderr)
 		if err != nil {
 			return err
 		}
-		return os.WriteFile(cfg.jsonOut, b, 0o644)
+		return writeJSON(cfg.jsonOut, rs)
+	}
+	if cfg.ceiling {
+		rs, err := runCeiling(ctx, cfg, pl, stdout, stderr)
+		if err != nil {
+			return err
+		}
+		return writeJSON(cfg.jsonOut, rs)
 	}
 
 	caps := map[string]measured{}
@@ -245,16 +271,19 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		writeSummary(stdout, cfg, results)
 	}
 	writeNotes(stdout, cfg, pl, results)
-	if cfg.jsonOut != "" {
-		b, err := json.MarshalIndent(results, "", "  ")
-		if err != nil {
-			return err
-		}
-		if err := os.WriteFile(cfg.jsonOut, b, 0o644); err != nil {
-			return err
-		}
+	return writeJSON(cfg.jsonOut, results)
+}
+
+// writeJSON writes v as indented JSON to path; nothing when path is "".
+func writeJSON(path string, v any) error {
+	if path == "" {
+		return nil
 	}
-	return nil
+	b, err := json.MarshalIndent(v, "", "  ")
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(path, b, 0o644)
 }
 
 // measure starts an unprotected server of the scenario's kind and

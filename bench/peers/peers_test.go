@@ -17,6 +17,73 @@ import (
 	"github.com/levee-go/levee/internal/harness/loadgen"
 )
 
+// TestPeak runs -peak with tiny windows, two rounds of two protections,
+// and checks the table: a row per protection in the order named, every
+// cell filled, two rounds per row, the unprotected server's ratios 1,
+// and the protected one's the median of its rounds' ratios.
+func TestPeak(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts server processes")
+	}
+	out, _, rows := runTables(t, "-peak", "-protections", "none,levee", "-peak-window", "200ms", "-peak-rounds", "2", "-peak-rate", "2000", "-peak-callers", "4", "-cgroup=false")
+	if len(rows) != 3 || !strings.HasPrefix(rows[1], "| none |") || !strings.HasPrefix(rows[2], "| levee preset |") {
+		t.Fatalf("run printed table lines %q, want the header and the none and levee rows:\n%s", rows, out)
+	}
+	for _, r := range rows[1:] {
+		if got, want := strings.Count(r, "|"), strings.Count(rows[0], "|"); got != want {
+			t.Fatalf("row %q has %d separators, header %d", r, got, want)
+		}
+		cells := strings.Split(strings.Trim(r, "| "), " | ")
+		for i, c := range cells {
+			if c == "" {
+				t.Errorf("row %q: cell %d empty", r, i)
+			}
+		}
+		if n := len(strings.Split(cells[7], ", ")); n != 2 {
+			t.Errorf("row %q: %d rounds of calls/s, want 2", r, n)
+		}
+	}
+	if none := rows[1]; strings.Count(none, "(1.00)") != 2 {
+		t.Errorf("unprotected row %q: want ratios of 1.00", none)
+	}
+}
+
+// TestPeakRatios: -peak's ratios are each round's figure over the
+// unprotected server's of the same round, and the table gives their
+// median, whatever the order the protections ran in.
+func TestPeakRatios(t *testing.T) {
+	cfg := &config{peakCallers: 64, peakRate: 4000, peakRounds: 3, peakWindow: 8 * time.Second, peakCores: 1}
+	rs := []peakResult{{Protection: "levee", Label: "levee preset"}, {Protection: "none", Label: "none"}}
+	for _, round := range []map[string]peakRound{
+		{"none": {Closed: 100, CPU: 10}, "levee": {Closed: 90, CPU: 12}},
+		{"none": {Closed: 200, CPU: 20}, "levee": {Closed: 190, CPU: 21}},
+		{"none": {Closed: 100, CPU: 10}, "levee": {Closed: 80, CPU: 13}},
+	} {
+		for i := range rs {
+			rs[i].Rounds = append(rs[i].Rounds, round[rs[i].Protection])
+		}
+		addRatios(rs, round)
+	}
+	var b bytes.Buffer
+	writePeak(&b, cfg, "here", rs)
+	row := func(prefix string) []string {
+		for _, line := range strings.Split(b.String(), "\n") {
+			if strings.HasPrefix(line, prefix) {
+				return strings.Split(strings.Trim(line, "| "), " | ")
+			}
+		}
+		t.Fatalf("no row %q in:\n%s", prefix, b.String())
+		return nil
+	}
+	// Rounds' ratios: closed 0.90, 0.95, 0.80; CPU 1.20, 1.05, 1.30.
+	if c := row("| levee preset |"); c[1] != "90 (0.90)" || c[3] != "13.0 (1.20)" || c[4] != "32.5" {
+		t.Errorf("levee row %q: want closed 90 (0.90), CPU 13.0 (1.20), 32.5 µs per call", c)
+	}
+	if c := row("| none |"); c[1] != "100 (1.00)" || c[3] != "10.0 (1.00)" {
+		t.Errorf("none row %q: want closed 100 (1.00), CPU 10.0 (1.00)", c)
+	}
+}
+
 // TestMain lets the test binary serve as the benchmark's server processes,
 // as the command's own binary does.
 func TestMain(m *testing.M) {
@@ -177,6 +244,10 @@ func TestParse(t *testing.T) {
 		{name: "no ceiling callers", give: []string{"-ceiling", "-ceiling-callers", "0"}, want: "-ceiling-callers must be >= 1"},
 		{name: "connect-go", give: []string{"-scenarios", "cpu,io", "-protections", "levee,levee-connect,none-connect"}, wantRun: 6},
 		{name: "connect-go stream", give: []string{"-scenarios", "stream", "-protections", "levee-connect"}, want: "serves no Feed stream here: leave out -scenarios stream"},
+		{name: "peak defaults", give: []string{"-peak"}, wantRun: len(scenarios) * len(splitList(peakDefaultProtections))},
+		{name: "peak named", give: []string{"-peak", "-protections", "none,levee"}, wantRun: len(scenarios) * 2},
+		{name: "peak no rate", give: []string{"-peak", "-peak-rate", "0"}, want: "-peak: want"},
+		{name: "peak no rounds", give: []string{"-peak", "-peak-rounds", "0"}, want: "-peak: want"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -91,6 +91,12 @@ var protections = []protection{
 		build: rateLimitProtection,
 	},
 	{
+		name: "ratelimit-never", label: "x/time/rate bucket, never refusing", short: "x/time/rate never",
+		about: fmt.Sprintf("the ratelimit entry's interceptors and bucket at %g calls/s, a rate no server here reaches (burst as much): what a bucket costs every call while it refuses none (-peak; not in the default run)", neverRate),
+		build: func(serverSpec) ([]grpc.ServerOption, func(), error) { return selectedBucket(neverRate) },
+		extra: true,
+	},
+	{
 		name: "levee", label: "levee preset", short: "levee preset",
 		about: "levee's one-call preset, protect.New(), told no number (levee.go)",
 		build: func(serverSpec) ([]grpc.ServerOption, func(), error) { return leveeProtection() },
@@ -290,7 +296,17 @@ func rateLimitProtection(s serverSpec) ([]grpc.ServerOption, func(), error) {
 	if !(s.Capacity > 0) {
 		return nil, func() {}, fmt.Errorf("ratelimit: needs the measured capacity, got %v", s.Capacity)
 	}
-	r := rateFraction * s.Capacity
+	return selectedBucket(rateFraction * s.Capacity)
+}
+
+// neverRate is the rate of the ratelimit-never entry's bucket: far above
+// what any server here serves, so that it never refuses.
+const neverRate = 1e9
+
+// selectedBucket is go-grpc-middleware's ratelimit interceptors over an
+// x/time/rate bucket of r calls/s (burst a tenth of a second's worth),
+// on the loaded method only (Allocate, or the Feed stream).
+func selectedBucket(r float64) ([]grpc.ServerOption, func(), error) {
 	l := rateLimiter{rate.NewLimiter(rate.Limit(r), max(1, int(r/10)))}
 	loaded := selector.MatchFunc(func(_ context.Context, c interceptors.CallMeta) bool {
 		return c.FullMethod() == allocateMethod || c.FullMethod() == feedMethod
