@@ -7,8 +7,8 @@ against unprotected.
 reads the output of `go test -bench CallCost ./protect` (any -count; each
 file a column, "before" and "after" say) and prints, for each GOMAXPROCS
 and load, the medians of the server's CPU, kernel CPU and write system
-calls per call of each mode, and the preset's ratio to unprotected: the
-figures docs/cost.md gives.
+calls per call of each mode, and the preset's ratio to unprotected (the
+median of each run's ratio): the figures docs/cost.md gives.
 
     scripts/callcost.py callgrind FOLDER
 
@@ -119,7 +119,11 @@ def bench(paths):
                 continue
             med = lambda r, unit: statistics.median(r[unit]) if r.get(unit) else float("nan")
             cu, cp = med(u, "server-cpu-ns/op"), med(p, "server-cpu-ns/op")
-            print(f"| {ld} | {os.path.basename(paths[i])} | {len(p['server-cpu-ns/op'])} | {cu/1e3:.1f} | {cp/1e3:.1f} | {cp/cu:.2f} | "
+            # The ratio is the median of each run's: the two modes of a run
+            # ran one after the other, and the machine's load drifts less
+            # within a run than between runs.
+            paired = statistics.median(b / a for a, b in zip(u["server-cpu-ns/op"], p["server-cpu-ns/op"]))
+            print(f"| {ld} | {os.path.basename(paths[i])} | {len(p['server-cpu-ns/op'])} | {cu/1e3:.1f} | {cp/1e3:.1f} | {paired:.2f} | "
                   f"{med(u, 'server-sys-ns/op')/1e3:.1f} / {med(p, 'server-sys-ns/op')/1e3:.1f} | "
                   f"{med(u, 'server-writes/op'):.2f} / {med(p, 'server-writes/op'):.2f} |")
 
