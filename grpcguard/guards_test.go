@@ -269,9 +269,9 @@ func TestAbandonedBeforeHandlerReturnsPermits(t *testing.T) {
 }
 
 // TestAbandonedInTheTap: a stream whose context has ended when the tap
-// admits it is abandoned by context.AfterFunc's callback at once, on
-// another goroutine, while TapHandle is still returning; the callback
-// reads nothing TapHandle writes after registering it (run with -race).
+// admits it is abandoned by the idle sweep's timer, on another goroutine,
+// possibly while TapHandle is still returning; the sweep reads nothing
+// TapHandle writes after registering the call (run with -race).
 func TestAbandonedInTheTap(t *testing.T) {
 	bh := mustBulkhead(t, 1)
 	s := mustServer(t, []decide.Rule{{Guards: []admission.Guard{bulkhead.NewGuard("slots", bh, 0)}}})
@@ -288,6 +288,116 @@ func TestAbandonedInTheTap(t *testing.T) {
 	})
 	if status.Code(err) != codes.Canceled {
 		t.Errorf("unary() of an abandoned call = %v, want CANCELED", err)
+	}
+}
+
+// TestAbandonedSweptByTheNextCall: with calls arriving, a call whose
+// stream ended before its handler gives its slot back when the tap sweeps
+// its pending calls, before the next call is admitted: not before
+// pendingSweep has passed since the last sweep, at the first call after.
+func TestAbandonedSweptByTheNextCall(t *testing.T) {
+	bh := mustBulkhead(t, 8)
+	s := mustServer(t, []Rule{{Guards: []admission.Guard{bulkhead.NewGuard("slots", bh, 0)}}})
+	clk := clocktest.New(s.clock.Epoch().Add(time.Second))
+	s.clock.Fake = clk.Now
+	s.pending.idleEvery = time.Hour // no idle sweep in this test
+	info := &tap.Info{FullMethodName: emptyCall}
+	tapOne := func(ctx context.Context) {
+		t.Helper()
+		tctx, err := s.TapHandle(ctx, info)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if st := tctx.(*callState); st.phase.Load() != phaseAdmitted {
+			t.Fatalf("TapHandle: call in phase %d, want admitted", st.phase.Load())
+		}
+	}
+	live, stop := context.WithCancel(context.Background())
+	defer stop()
+	gone, cancel := context.WithCancel(context.Background())
+	tapOne(gone) // sweeps the empty table, then registers the call
+	cancel()     // its stream ends before its handler starts
+	clk.Advance(pendingSweep - time.Microsecond)
+	tapOne(live)
+	if n := bh.InFlight(); n != 2 {
+		t.Fatalf("Bulkhead.InFlight() = %d just before the next sweep is due, want 2: the abandoned call holds its slot until then", n)
+	}
+	clk.Advance(time.Microsecond)
+	tapOne(live)
+	if n := bh.InFlight(); n != 2 {
+		t.Fatalf("Bulkhead.InFlight() = %d after the next call swept, want 2: the abandoned call's slot back, the new call's taken", n)
+	}
+}
+
+// TestAbandonedSweptWhenIdle: with no call arriving, a call whose stream
+// ended before its handler gives its slot back when the idle sweep's
+// timer fires.
+func TestAbandonedSweptWhenIdle(t *testing.T) {
+	bh := mustBulkhead(t, 8)
+	s := mustServer(t, []Rule{{Guards: []admission.Guard{bulkhead.NewGuard("slots", bh, 0)}}})
+	s.pending.idleEvery = time.Millisecond
+	ctx, cancel := context.WithCancel(context.Background())
+	if _, err := s.TapHandle(ctx, &tap.Info{FullMethodName: emptyCall}); err != nil {
+		t.Fatal(err)
+	}
+	cancel()
+	waitFor(t, "the idle sweep gave the abandoned call's slot back", func() bool { return bh.InFlight() == 0 })
+	waitFor(t, "the idle sweep's timer disarmed once no call is pending", func() bool { return !s.pending.armed.Load() })
+}
+
+// TestPendingTableFull: a call that finds no free slot in the pending
+// calls falls back on context.AfterFunc, and is abandoned at once when its
+// stream ends.
+func TestPendingTableFull(t *testing.T) {
+	bh := mustBulkhead(t, 2*pendingSlots)
+	s := mustServer(t, []Rule{{Guards: []admission.Guard{bulkhead.NewGuard("slots", bh, 0)}}})
+	info := &tap.Info{FullMethodName: emptyCall}
+	var cancels []context.CancelFunc
+	defer func() {
+		for _, c := range cancels {
+			c()
+		}
+	}()
+	admitted := 0
+	for fellBack := false; !fellBack; {
+		if admitted == 2*pendingSlots {
+			t.Fatalf("%d calls pending: none fell back on AfterFunc, want one once the %d slots are taken", admitted, pendingSlots)
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		cancels = append(cancels, cancel)
+		tctx, err := s.TapHandle(ctx, info)
+		if err != nil {
+			t.Fatal(err)
+		}
+		admitted++
+		fellBack = tctx.(*callState).slot < 0
+	}
+	cancels[len(cancels)-1]() // the fallen-back call's stream ends
+	waitFor(t, "the fallen-back call's slot given back by its AfterFunc", func() bool { return bh.InFlight() == admitted-1 })
+}
+
+// TestTapAllocatesOneObject: the tap's admitted path allocates one
+// object, the call's state, which is the context it returns; the
+// interceptor nothing (TestAdmittedPathAllocatesNothing and the protect
+// package's tests cover it alone).
+func TestTapAllocatesOneObject(t *testing.T) {
+	s, base := chainServer(t)
+	info := &tap.Info{FullMethodName: emptyCall}
+	uinfo := &grpc.UnaryServerInfo{FullMethod: emptyCall}
+	handler := func(context.Context, any) (any, error) { return nil, nil }
+	ctx, cancel := context.WithCancel(base)
+	defer cancel()
+	n := testing.AllocsPerRun(1000, func() {
+		tctx, err := s.TapHandle(ctx, info)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := s.unary(tctx, nil, uinfo, handler); err != nil {
+			t.Fatal(err)
+		}
+	})
+	if n != 1 {
+		t.Errorf("TapHandle then the interceptor allocate %v objects per call, want 1 (the call's state)", n)
 	}
 }
 

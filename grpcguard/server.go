@@ -85,6 +85,7 @@ type Server struct {
 	clock   clock.Mono // in-package tests set clock.Fake
 	streams *streams
 	tapLeft leftovers
+	pending pending // the calls the tap admitted whose handler has not started
 }
 
 // New compiles rules into an engine (decide.New, with WithExempt's
@@ -157,7 +158,8 @@ func (s *Server) ServerOptions() []grpc.ServerOption {
 // callState is a call admitted by the tap, carried to the interceptor,
 // which finishes it. If the handler never starts (the caller gave up, the
 // method is unknown, the server stops), the end of the stream's context
-// finishes it instead.
+// finishes it instead, found by a sweep of the pending calls (see
+// pending).
 //
 // It is itself the context the tap returns: the transport's context with
 // one more value, itself under stateKey, which saves the tap a
@@ -169,10 +171,13 @@ type callState struct {
 	call    admission.Call
 	permits admission.Permits
 	phase   atomic.Uint32 // phaseAdmitted → phaseRunning | phaseDone; or phaseRefused
-	// stop unregisters abandon. It is set after context.AfterFunc returns,
-	// possibly after abandon has started (a stream whose context ended in
-	// the tap), so abandon never reads it; start and end, which run on
-	// the handler's goroutine after the tap returned, do.
+	// slot is the call's slot in the Server's pending calls, or -1 when it
+	// found none and stop unregisters abandon from context.AfterFunc
+	// instead. Both are set after the call is registered, possibly after
+	// a sweep or the callback has abandoned it (a stream whose context
+	// ended in the tap), so abandon never reads them; the handler's
+	// goroutine, which starts after the tap returned, does (release).
+	slot int32
 	stop func() bool
 
 	// A call the tap refused under sustained overload, to be refused by
@@ -202,15 +207,20 @@ func (st *callState) Value(key any) any {
 // guards of its rule before grpc-go creates the stream. Install it with
 // both interceptors, as ServerOptions does: the interceptor finishes each
 // call the tap admitted, and a call whose handler never starts holds what
-// the tap granted until its stream ends.
+// the tap granted until shortly after its stream ends (a few milliseconds
+// while calls arrive, at most a tenth of a second when none do).
 func (s *Server) TapHandle(ctx context.Context, info *tap.Info) (context.Context, error) {
 	r := s.engine.Match(info.FullMethodName)
 	if r == nil {
 		return ctx, nil
 	}
-	st := &callState{rule: r}
+	st := &callState{rule: r, slot: -1}
 	f := tapFacts(ctx, info, s.streams.isStream(info.FullMethodName))
-	r.Fill(f, s.now(), &st.call)
+	now := s.now()
+	if s.pending.due(int64(now.Sub(s.clock.Epoch()))) {
+		s.pending.sweep() // before the rule admits: what abandoned calls hold is back
+	}
+	r.Fill(f, now, &st.call)
 	if i, d := r.Admit(&st.call, &st.permits); i >= 0 {
 		rf := r.Refusal(i, d, st.call.Key)
 		if s.engine.NoteRefusal(st.call.Now, d) && s.engine.Retrying(f, st.call.Now) {
@@ -227,8 +237,21 @@ func (s *Server) TapHandle(ctx context.Context, info *tap.Info) (context.Context
 	}
 	st.call.Ctx = nil // the stream's context replaces the transport's
 	st.Context = ctx
-	st.stop = context.AfterFunc(st, st.abandon)
+	if st.slot = s.pending.add(st); st.slot < 0 {
+		st.stop = context.AfterFunc(st, st.abandon)
+	}
 	return st, nil
+}
+
+// release takes a call whose handler starts, or that is refused before
+// it, out of the pending calls (or unregisters its AfterFunc): its
+// stream's end no longer abandons it.
+func (s *Server) release(st *callState) {
+	if st.slot >= 0 {
+		s.pending.remove(st.slot, st)
+	} else if st.stop != nil {
+		st.stop()
+	}
 }
 
 // abandon finishes a call whose stream ended before its handler started.
@@ -262,9 +285,9 @@ func (s *Server) start(ctx context.Context, st *callState, kind decide.Kind) (ad
 		}
 		return c, status.FromContextError(err), ""
 	}
+	s.release(st)
 	if i, d := st.rule.Start(&c, &st.permits); i >= 0 {
 		st.phase.Store(phaseDone)
-		st.stop()
 		rf := st.rule.Refusal(i, d, c.Key)
 		if s.engine.NoteRefusal(now, d) {
 			rf = rf.Sustained()
@@ -280,7 +303,6 @@ func (s *Server) start(ctx context.Context, st *callState, kind decide.Kind) (ad
 // end finishes a tap-admitted call whose handler ran.
 func (s *Server) end(st *callState, c admission.Call, err error) {
 	st.phase.Store(phaseDone)
-	st.stop()
 	st.rule.Finish(&c, &st.permits, s.outcome(st.rule, &c, err))
 }
 
@@ -380,7 +402,7 @@ func (s *Server) stream(srv any, ss grpc.ServerStream, info *grpc.StreamServerIn
 		if tapped {
 			code = st.rule.Code()
 			if st.phase.CompareAndSwap(phaseAdmitted, phaseDone) {
-				st.stop()
+				s.release(st)
 				st.rule.Abandon(&st.call, &st.permits)
 			}
 		}

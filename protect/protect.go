@@ -494,7 +494,8 @@ func (p *Server) Interceptors() []grpc.ServerOption {
 // Call it after your own checks, and return what it returns: the context
 // (or one derived from it) carries what it admitted to the interceptors,
 // and its error is the refusal. A call it admitted holds what the guards
-// granted until the interceptor finishes it or the call's context ends,
+// granted until the interceptor finishes it or shortly after the call's
+// context ends (grpcguard.Server.TapHandle),
 // and grpc-go never cancels the context of a call a tap refused: refusing
 // a call after TapHandle admitted it holds that until the call's deadline,
 // or its connection's end.
