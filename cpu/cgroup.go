@@ -7,6 +7,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/levee-go/levee/internal/sysfile"
 )
 
 // NewCgroupV2 returns the cgroup v2 source for this process: usage_usec
@@ -43,6 +45,7 @@ func NewCgroupV1(root string) (Source, error) {
 }
 
 type cgroupV2 struct {
+	files    sysfile.Files // the files it samples, kept open (package sysfile)
 	env      sysenv
 	dir, top string
 	isRoot   bool
@@ -85,7 +88,7 @@ func newCgroupV2(root string, env sysenv) (*cgroupV2, error) {
 var v2StatKeys = []string{"usage_usec", "nr_periods", "nr_throttled", "throttled_usec"}
 
 func (s *cgroupV2) Sample() (Sample, error) {
-	quota, err := v2Quota(s.dir, s.top)
+	quota, err := v2Quota(&s.files, s.dir, s.top)
 	if err != nil {
 		return Sample{}, fmt.Errorf("cpu: cgroup v2: %w", err)
 	}
@@ -95,7 +98,7 @@ func (s *cgroupV2) Sample() (Sample, error) {
 	}
 	var vals [4]uint64
 	name := filepath.Join(s.dir, "cpu.stat")
-	found, err := readKV(name, v2StatKeys, vals[:])
+	found, err := readKV(&s.files, name, v2StatKeys, vals[:])
 	now := s.env.now()
 	if err != nil {
 		return Sample{}, fmt.Errorf("cpu: cgroup v2: %w", err)
@@ -113,7 +116,7 @@ func (s *cgroupV2) Sample() (Sample, error) {
 		smp.HasThrottling = true
 		smp.Throttling = Throttling{Periods: vals[1], Throttled: vals[2], ThrottledTime: time.Duration(vals[3]) * time.Microsecond}
 	}
-	smp.Pressure, smp.HasPressure = readPressure(filepath.Join(s.dir, "cpu.pressure"))
+	smp.Pressure, smp.HasPressure = readPressure(&s.files, filepath.Join(s.dir, "cpu.pressure"))
 	return smp, nil
 }
 
@@ -126,11 +129,11 @@ func (s *cgroupV2) String() string {
 
 // v2Quota returns the smallest cpu.max quota, in CPUs, from dir up to top;
 // 0 when none is set.
-func v2Quota(dir, top string) (float64, error) {
+func v2Quota(files *sysfile.Files, dir, top string) (float64, error) {
 	q := 0.0
 	for d := dir; ; d = filepath.Dir(d) {
 		name := filepath.Join(d, "cpu.max")
-		data, err := os.ReadFile(name)
+		data, err := files.ReadFile(name)
 		switch {
 		case notExist(err):
 		case err != nil:
@@ -158,6 +161,7 @@ func v2Quota(dir, top string) (float64, error) {
 }
 
 type cgroupV1 struct {
+	files   sysfile.Files // the files it samples, kept open (package sysfile)
 	env     sysenv
 	acctDir string // cpuacct cgroup
 	cpuDir  string // cpu cgroup ("" when the cpu controller is not mounted)
@@ -208,7 +212,7 @@ func (s *cgroupV1) Sample() (Sample, error) {
 	var quota float64
 	if s.cpuDir != "" {
 		var err error
-		if quota, err = v1Quota(s.cpuDir, s.cpuTop); err != nil {
+		if quota, err = v1Quota(&s.files, s.cpuDir, s.cpuTop); err != nil {
 			return Sample{}, fmt.Errorf("cpu: cgroup v1: %w", err)
 		}
 	}
@@ -216,7 +220,7 @@ func (s *cgroupV1) Sample() (Sample, error) {
 	if err != nil {
 		return Sample{}, err
 	}
-	usage, err := readUint(filepath.Join(s.acctDir, "cpuacct.usage"))
+	usage, err := readUint(&s.files, filepath.Join(s.acctDir, "cpuacct.usage"))
 	now := s.env.now()
 	if err != nil {
 		return Sample{}, fmt.Errorf("cpu: cgroup v1: %w", err)
@@ -224,12 +228,12 @@ func (s *cgroupV1) Sample() (Sample, error) {
 	smp := Sample{Time: now, Usage: time.Duration(usage), Allowance: allow, Quota: quota}
 	if s.cpuDir != "" {
 		var vals [3]uint64
-		if found, err := readKV(filepath.Join(s.cpuDir, "cpu.stat"), v1StatKeys, vals[:]); err == nil && found == 0b111 {
+		if found, err := readKV(&s.files, filepath.Join(s.cpuDir, "cpu.stat"), v1StatKeys, vals[:]); err == nil && found == 0b111 {
 			smp.HasThrottling = true
 			smp.Throttling = Throttling{Periods: vals[0], Throttled: vals[1], ThrottledTime: time.Duration(vals[2])}
 		}
 	}
-	smp.Pressure, smp.HasPressure = readPressure(s.psi)
+	smp.Pressure, smp.HasPressure = readPressure(&s.files, s.psi)
 	return smp, nil
 }
 
@@ -242,11 +246,11 @@ func (s *cgroupV1) String() string {
 
 // v1Quota returns the smallest cpu.cfs_quota_us / cpu.cfs_period_us, in
 // CPUs, from dir up to top; 0 when none is set (quota -1).
-func v1Quota(dir, top string) (float64, error) {
+func v1Quota(files *sysfile.Files, dir, top string) (float64, error) {
 	q := 0.0
 	for d := dir; ; d = filepath.Dir(d) {
 		qname := filepath.Join(d, "cpu.cfs_quota_us")
-		data, err := os.ReadFile(qname)
+		data, err := files.ReadFile(qname)
 		switch {
 		case notExist(err):
 		case err != nil:
@@ -257,7 +261,7 @@ func v1Quota(dir, top string) (float64, error) {
 				return 0, formatError("%q is not a number", qname, strings.TrimSpace(string(data)))
 			}
 			if quota > 0 {
-				period, err := readUint(filepath.Join(d, "cpu.cfs_period_us"))
+				period, err := readUint(files, filepath.Join(d, "cpu.cfs_period_us"))
 				if err != nil {
 					return 0, err
 				}

@@ -11,6 +11,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/levee-go/levee/internal/sysfile"
 )
 
 // The files this package reads, relative to the filesystem root given to
@@ -164,8 +166,8 @@ func findMount(mounts []mount, fstype, controller string) (mount, bool) {
 
 // readKV parses "key value" lines (cpu.stat) into the requested keys; a
 // missing key is left 0 and reported in found.
-func readKV(name string, keys []string, vals []uint64) (found int, err error) {
-	data, err := os.ReadFile(name)
+func readKV(files *sysfile.Files, name string, keys []string, vals []uint64) (found int, err error) {
+	data, err := files.ReadFile(name)
 	if err != nil {
 		return 0, err
 	}
@@ -189,8 +191,8 @@ func readKV(name string, keys []string, vals []uint64) (found int, err error) {
 }
 
 // readUint reads a file holding one unsigned integer (cpuacct.usage).
-func readUint(name string) (uint64, error) {
-	data, err := os.ReadFile(name)
+func readUint(files *sysfile.Files, name string) (uint64, error) {
+	data, err := files.ReadFile(name)
 	if err != nil {
 		return 0, err
 	}
@@ -203,8 +205,8 @@ func readUint(name string) (uint64, error) {
 
 // readPressure parses a PSI file. ok is false when it is absent or
 // disabled (reading gives EOPNOTSUPP); PSI is optional information.
-func readPressure(name string) (Pressure, bool) {
-	data, err := os.ReadFile(name)
+func readPressure(files *sysfile.Files, name string) (Pressure, bool) {
+	data, err := files.ReadFile(name)
 	if err != nil {
 		return Pressure{}, false
 	}

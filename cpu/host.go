@@ -2,11 +2,12 @@ package cpu
 
 import (
 	"fmt"
-	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/levee-go/levee/internal/sysfile"
 )
 
 // userHZ is the unit of /proc/stat (USER_HZ, 100 on every Linux ABI).
@@ -26,6 +27,7 @@ func NewHost(root string) (Source, error) {
 }
 
 type host struct {
+	files     sysfile.Files // the files it samples, kept open (package sysfile)
 	env       sysenv
 	stat, psi string
 }
@@ -43,7 +45,7 @@ func (s *host) Sample() (Sample, error) {
 	if err != nil {
 		return Sample{}, err
 	}
-	data, err := os.ReadFile(s.stat)
+	data, err := s.files.ReadFile(s.stat)
 	now := s.env.now()
 	if err != nil {
 		return Sample{}, fmt.Errorf("cpu: host: %w", err)
@@ -89,7 +91,7 @@ func (s *host) Sample() (Sample, error) {
 		Usage:     time.Duration(busy) * (time.Second / userHZ),
 		Allowance: float64(n),
 	}
-	smp.Pressure, smp.HasPressure = readPressure(s.psi)
+	smp.Pressure, smp.HasPressure = readPressure(&s.files, s.psi)
 	return smp, nil
 }
 

@@ -8,6 +8,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/levee-go/levee/internal/sysfile"
 )
 
 // NewProcess returns the source that measures this process alone: its
@@ -32,6 +34,7 @@ func NewProcess(root string) (Source, error) {
 }
 
 type process struct {
+	files  sysfile.Files // the files it samples, kept open (package sysfile)
 	env    sysenv
 	tasks  string
 	psi    string
@@ -43,7 +46,6 @@ type process struct {
 	prev   map[int]time.Duration // run delay per thread at the last sample
 	next   map[int]time.Duration
 	wait   time.Duration // cumulative run delay of all threads seen
-	buf    []byte
 }
 
 func newProcess(root string, env sysenv, reason string) (*process, error) {
@@ -51,20 +53,20 @@ func newProcess(root string, env sysenv, reason string) (*process, error) {
 		env:    env,
 		tasks:  filepath.Join(root, procTasks),
 		psi:    filepath.Join(root, procPressure),
-		quota:  ownQuota(root),
 		reason: reason,
 		prev:   map[int]time.Duration{},
 		next:   map[int]time.Duration{},
 	}
+	s.quota = ownQuota(root, &s.files)
 	if _, err := s.Sample(); err != nil {
 		return nil, err
 	}
 	return s, nil
 }
 
-// ownQuota finds the quota of the process's own cgroup (v2, else v1);
-// nil when there is none to read.
-func ownQuota(root string) func() (float64, error) {
+// ownQuota finds the quota of the process's own cgroup (v2, else v1),
+// read through files; nil when there is none to read.
+func ownQuota(root string, files *sysfile.Files) func() (float64, error) {
 	mounts, err := readMounts(root)
 	if err != nil {
 		return nil
@@ -75,13 +77,13 @@ func ownQuota(root string) func() (float64, error) {
 	}
 	if m, ok := findMount(mounts, "cgroup2", ""); ok && paths.hasV2 && v2HasCPU(root) {
 		if dir, top, isRoot, err := cgroupDir(root, m, paths.v2); err == nil && !isRoot {
-			return func() (float64, error) { return v2Quota(dir, top) }
+			return func() (float64, error) { return v2Quota(files, dir, top) }
 		}
 	}
 	if m, ok := findMount(mounts, "cgroup", "cpu"); ok {
 		if p, ok := paths.v1["cpu"]; ok {
 			if dir, top, isRoot, err := cgroupDir(root, m, p); err == nil && !isRoot {
-				return func() (float64, error) { return v1Quota(dir, top) }
+				return func() (float64, error) { return v1Quota(files, dir, top) }
 			}
 		}
 	}
@@ -111,7 +113,7 @@ func (s *process) Sample() (Sample, error) {
 		return Sample{}, err
 	}
 	smp := Sample{Time: now, Usage: usage, Wait: s.wait, Allowance: allow, Quota: quota}
-	smp.Pressure, smp.HasPressure = readPressure(s.psi)
+	smp.Pressure, smp.HasPressure = readPressure(&s.files, s.psi)
 	return smp, nil
 }
 
@@ -151,29 +153,22 @@ func (s *process) readWait() error {
 	}
 	s.prev, s.next = s.next, s.prev
 	s.primed = true
+	s.files.Forget() // the schedstat files of threads that exited
 	return nil
 }
 
 func (s *process) readSchedstat(name string) (time.Duration, error) {
-	f, err := os.Open(name)
+	data, err := s.files.ReadFile(name)
 	if err != nil {
 		return 0, err
 	}
-	if cap(s.buf) < 128 {
-		s.buf = make([]byte, 128)
-	}
-	n, err := f.Read(s.buf[:cap(s.buf)])
-	f.Close()
-	if err != nil {
-		return 0, &os.PathError{Op: "read", Path: name, Err: err}
-	}
-	fields := strings.Fields(string(s.buf[:n]))
+	fields := strings.Fields(string(data))
 	if len(fields) < 2 {
-		return 0, formatError("%q has no run-queue delay field", name, strings.TrimSpace(string(s.buf[:n])))
+		return 0, formatError("%q has no run-queue delay field", name, strings.TrimSpace(string(data)))
 	}
 	v, err := strconv.ParseUint(fields[1], 10, 64)
 	if err != nil {
-		return 0, formatError("%q has no run-queue delay field", name, strings.TrimSpace(string(s.buf[:n])))
+		return 0, formatError("%q has no run-queue delay field", name, strings.TrimSpace(string(data)))
 	}
 	return time.Duration(v), nil
 }

@@ -6,6 +6,8 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+
+	"github.com/levee-go/levee/internal/sysfile"
 )
 
 // v1Unlimited: cgroup v1 reports "no limit" as the largest page-aligned
@@ -56,6 +58,7 @@ func NewCgroupV1(root string) (Source, error) {
 }
 
 type cgroupV2 struct {
+	files    sysfile.Files // the files it samples, kept open (package sysfile)
 	env      sysenv
 	dir, top string
 	isRoot   bool
@@ -101,20 +104,20 @@ var (
 )
 
 func (s *cgroupV2) Sample() (Sample, error) {
-	maxL, highL, err := v2Limits(s.dir, s.top)
+	maxL, highL, err := v2Limits(&s.files, s.dir, s.top)
 	if err != nil {
 		return Sample{}, fmt.Errorf("memory: cgroup v2: %w", err)
 	}
-	usage, err := readUint(filepath.Join(s.dir, "memory.current"))
+	usage, err := readUint(&s.files, filepath.Join(s.dir, "memory.current"))
 	if err != nil {
 		return Sample{}, fmt.Errorf("memory: cgroup v2: %w", err)
 	}
 	var stat [1]uint64
-	if _, err := readKV(filepath.Join(s.dir, "memory.stat"), v2StatKeys, stat[:]); err != nil {
+	if _, err := readKV(&s.files, filepath.Join(s.dir, "memory.stat"), v2StatKeys, stat[:]); err != nil {
 		return Sample{}, fmt.Errorf("memory: cgroup v2: %w", err)
 	}
 	var ev [4]uint64
-	if _, err := readKV(filepath.Join(s.dir, "memory.events"), v2EventsKeys, ev[:]); err != nil && !notExist(err) {
+	if _, err := readKV(&s.files, filepath.Join(s.dir, "memory.events"), v2EventsKeys, ev[:]); err != nil && !notExist(err) {
 		return Sample{}, fmt.Errorf("memory: cgroup v2: %w", err)
 	}
 	rt := s.env.runtime()
@@ -141,13 +144,13 @@ func (s *cgroupV2) String() string {
 
 // v2Limits returns the smallest memory.max and memory.high from dir up to
 // top; 0 when none is set. The files are absent in the root cgroup.
-func v2Limits(dir, top string) (maxL, highL uint64, err error) {
+func v2Limits(files *sysfile.Files, dir, top string) (maxL, highL uint64, err error) {
 	for d := dir; ; d = filepath.Dir(d) {
 		for _, f := range [...]struct {
 			name string
 			to   *uint64
 		}{{"memory.max", &maxL}, {"memory.high", &highL}} {
-			v, err := readLimit(filepath.Join(d, f.name))
+			v, err := readLimit(files, filepath.Join(d, f.name))
 			switch {
 			case notExist(err):
 			case err != nil:
@@ -163,6 +166,7 @@ func v2Limits(dir, top string) (maxL, highL uint64, err error) {
 }
 
 type cgroupV1 struct {
+	files    sysfile.Files // the files it samples, kept open (package sysfile)
 	env      sysenv
 	dir, top string
 	isRoot   bool
@@ -199,16 +203,16 @@ func newCgroupV1(root string, env sysenv) (*cgroupV1, error) {
 var v1StatKeys = []string{"total_inactive_file", "inactive_file", "hierarchical_memory_limit"}
 
 func (s *cgroupV1) Sample() (Sample, error) {
-	limit, err := v1Limit(s.dir, s.top)
+	limit, err := v1Limit(&s.files, s.dir, s.top)
 	if err != nil {
 		return Sample{}, fmt.Errorf("memory: cgroup v1: %w", err)
 	}
-	usage, err := readUint(filepath.Join(s.dir, "memory.usage_in_bytes"))
+	usage, err := readUint(&s.files, filepath.Join(s.dir, "memory.usage_in_bytes"))
 	if err != nil {
 		return Sample{}, fmt.Errorf("memory: cgroup v1: %w", err)
 	}
 	var stat [3]uint64
-	found, err := readKV(filepath.Join(s.dir, "memory.stat"), v1StatKeys, stat[:])
+	found, err := readKV(&s.files, filepath.Join(s.dir, "memory.stat"), v1StatKeys, stat[:])
 	if err != nil {
 		return Sample{}, fmt.Errorf("memory: cgroup v1: %w", err)
 	}
@@ -220,11 +224,11 @@ func (s *cgroupV1) Sample() (Sample, error) {
 		limit = minLimit(limit, stat[2])
 	}
 	var ev Events
-	if n, err := readUint(filepath.Join(s.dir, "memory.failcnt")); err == nil {
+	if n, err := readUint(&s.files, filepath.Join(s.dir, "memory.failcnt")); err == nil {
 		ev.Max = n
 	}
 	var oom [1]uint64
-	if _, err := readKV(filepath.Join(s.dir, "memory.oom_control"), []string{"oom_kill"}, oom[:]); err == nil {
+	if _, err := readKV(&s.files, filepath.Join(s.dir, "memory.oom_control"), []string{"oom_kill"}, oom[:]); err == nil {
 		ev.OOMKill = oom[0]
 	}
 	rt := s.env.runtime()
@@ -245,11 +249,11 @@ func (s *cgroupV1) String() string {
 
 // v1Limit returns the smallest memory.limit_in_bytes from dir up to top;
 // 0 when none is set.
-func v1Limit(dir, top string) (uint64, error) {
+func v1Limit(files *sysfile.Files, dir, top string) (uint64, error) {
 	var l uint64
 	for d := dir; ; d = filepath.Dir(d) {
 		name := filepath.Join(d, "memory.limit_in_bytes")
-		data, err := os.ReadFile(name)
+		data, err := files.ReadFile(name)
 		switch {
 		case notExist(err):
 		case err != nil:

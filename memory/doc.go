@@ -2,7 +2,9 @@
 // in use, and how much CPU its garbage collector takes, and flags
 // saturation with hysteresis, for load shedding before the OOM killer
 // acts. It follows package cpu: a [Source] read off the request path by a
-// [Monitor]'s goroutine, and atomic reads for admission.
+// [Monitor]'s goroutine, and atomic reads for admission. A cgroup source
+// keeps the files it samples open (about seven descriptors) and reads
+// them again from their start, as package cpu's do.
 //
 // # What is measured
 //

@@ -10,6 +10,8 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+
+	"github.com/levee-go/levee/internal/sysfile"
 )
 
 // The files this package reads, relative to the filesystem root given to
@@ -162,8 +164,8 @@ func findMount(mounts []mount, fstype, controller string) (mount, bool) {
 
 // readKV parses "key value" lines (memory.stat, memory.events) into the
 // requested keys; a missing key is left 0 and its bit in found is clear.
-func readKV(name string, keys []string, vals []uint64) (found int, err error) {
-	data, err := os.ReadFile(name)
+func readKV(files *sysfile.Files, name string, keys []string, vals []uint64) (found int, err error) {
+	data, err := files.ReadFile(name)
 	if err != nil {
 		return 0, err
 	}
@@ -187,8 +189,8 @@ func readKV(name string, keys []string, vals []uint64) (found int, err error) {
 }
 
 // readUint reads a file holding one unsigned integer (memory.current).
-func readUint(name string) (uint64, error) {
-	data, err := os.ReadFile(name)
+func readUint(files *sysfile.Files, name string) (uint64, error) {
+	data, err := files.ReadFile(name)
 	if err != nil {
 		return 0, err
 	}
@@ -201,8 +203,8 @@ func readUint(name string) (uint64, error) {
 
 // readLimit reads a v2 limit file (memory.max, memory.high): a number of
 // bytes or "max". It returns 0 for "max" (no limit).
-func readLimit(name string) (uint64, error) {
-	data, err := os.ReadFile(name)
+func readLimit(files *sysfile.Files, name string) (uint64, error) {
+	data, err := files.ReadFile(name)
 	if err != nil {
 		return 0, err
 	}
