@@ -3,6 +3,8 @@ package runlimit
 import (
 	"context"
 	"fmt"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -86,5 +88,67 @@ func TestFairAdmissionAllocatesNothing(t *testing.T) {
 	})
 	if allocs != 0 {
 		t.Errorf("admitted path of a tenant's call: %v allocs, want 0", allocs)
+	}
+}
+
+// BenchmarkHandOff is a turn handed from call to call: a limit of one
+// turn, as a saturated one-core server learns, and several goroutines
+// each taking it, holding it for no work and giving it back, so that
+// nearly every take waits for the turn and is woken by the release that
+// hands it over.
+func BenchmarkHandOff(b *testing.B) {
+	l, err := New(WithBounds(1, 1))
+	if err != nil {
+		b.Fatal(err)
+	}
+	f := l.Flow("/svc/Call")
+	ctx := context.Background()
+	b.ReportAllocs()
+	b.SetParallelism(4)
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			t, err := f.Acquire(ctx)
+			if err != nil {
+				b.Error(err)
+				return
+			}
+			t.Release()
+		}
+	})
+}
+
+// TestHandOffWithCancellations: callers that wait for the only turn and
+// give up at random moments, some as the turn is handed to them, never
+// hold more than the one turn at once, and leave none held or waited for
+// at the end: a waiter kept for a later wait (recycle) is never woken by
+// a handoff meant for its earlier wait.
+func TestHandOffWithCancellations(t *testing.T) {
+	l := mustNew(t, WithBounds(1, 1))
+	f := l.Flow("/svc/Call")
+	var held, most atomic.Int64
+	var wg sync.WaitGroup
+	for g := range 8 {
+		wg.Go(func() {
+			for i := range 500 {
+				ctx, cancel := context.WithTimeout(context.Background(), time.Duration((g*7+i*13)%50)*time.Microsecond)
+				tk, err := f.Acquire(ctx)
+				cancel()
+				if err != nil {
+					continue // gave up waiting
+				}
+				n := held.Add(1)
+				for m := most.Load(); n > m && !most.CompareAndSwap(m, n); m = most.Load() {
+				}
+				held.Add(-1)
+				tk.Release()
+			}
+		})
+	}
+	wg.Wait()
+	if m := most.Load(); m != 1 {
+		t.Errorf("at most %d turns held at once, want 1", m)
+	}
+	if r, w := l.Running(), l.Waiting(); r != 0 || w != 0 {
+		t.Errorf("at the end Running() = %d, Waiting() = %d, want 0 and 0", r, w)
 	}
 }

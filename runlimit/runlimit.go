@@ -312,6 +312,10 @@ type Limiter struct {
 	// interval; net lets a turn wait for the network poller (release).
 	recent atomic.Uint32
 	net    netWaiter
+	// waiters keeps the waiters whose wait ended with their turn, with
+	// their channel and timer, for the next calls that wait (waiter,
+	// recycle).
+	waiters sync.Pool
 }
 
 const (
@@ -916,8 +920,9 @@ type waiter struct {
 	tag    float64 // start tag (fair queueing)
 	inc    float64 // what it added to its lane's finish tag
 	ready  chan struct{}
-	done   bool  // handed a turn, under Limiter.mu
-	handed int64 // when, ns since the Limiter's epoch
+	timer  *time.Timer // bounds the wait (acquire); made on the waiter's first wait
+	done   bool        // handed a turn, under Limiter.mu
+	handed int64       // when, ns since the Limiter's epoch
 	// stream: a stream's wait that runs out without evidence of overload
 	// ends without a turn (errNoTurn), not beyond the limit: a stream's
 	// turn is not counted against the limit's overrun (see streamTurn).
@@ -945,7 +950,13 @@ func (ln *Lane) acquire(ctx context.Context, cost int64, stream bool) (Ticket, e
 		return t, nil
 	}
 	w.stream = stream
-	timer := time.NewTimer(ln.waitLimit(ln.f.l.nanos(ln.f.l.o.now())))
+	limit := ln.waitLimit(ln.f.l.nanos(ln.f.l.o.now()))
+	if w.timer == nil {
+		w.timer = time.NewTimer(limit)
+	} else {
+		w.timer.Reset(limit)
+	}
+	timer := w.timer
 	var err error
 	select {
 	case <-w.ready:
@@ -962,7 +973,9 @@ func (ln *Lane) acquire(ctx context.Context, cost int64, stream bool) (Ticket, e
 		if ln.f.yields() {
 			runtime.Gosched()
 		}
-		return ln.started(w), nil
+		t := ln.started(w)
+		ln.f.l.recycle(w)
+		return t, nil
 	case <-ctx.Done():
 		err = ctx.Err()
 	case <-timer.C:
@@ -971,6 +984,27 @@ func (ln *Lane) acquire(ctx context.Context, cost int64, stream bool) (Ticket, e
 	timer.Stop()
 	ln.giveUp(w)
 	return Ticket{}, err
+}
+
+// waiter returns a waiter for a call of ln that holds a reservation that
+// added cost: one that waited before, or a new one.
+func (l *Limiter) waiter(ln *Lane, cost int64) *waiter {
+	w, _ := l.waiters.Get().(*waiter)
+	if w == nil {
+		return &waiter{ln: ln, cost: cost, ready: make(chan struct{}, 1)}
+	}
+	*w = waiter{ln: ln, cost: cost, ready: w.ready, timer: w.timer}
+	return w
+}
+
+// recycle keeps w, whose wait ended with its turn, for a later wait. Only
+// a waiter that received its turn is kept: its one send has arrived, its
+// timer is stopped and nothing holds it. A waiter that gave up or ran out
+// of time may be handed a turn that is still on its way (release sends
+// after it unlocks), and is left to the garbage collector.
+func (l *Limiter) recycle(w *waiter) {
+	w.ln, w.next = nil, nil
+	l.waiters.Put(w)
 }
 
 // started is the ticket of w, a waiter of ln handed its turn, whose call
@@ -1054,7 +1088,7 @@ func (ln *Lane) enqueue(cost int64) (Ticket, *waiter) {
 			break
 		}
 	}
-	w := &waiter{ln: ln, cost: cost, ready: make(chan struct{}, 1)}
+	w := l.waiter(ln, cost)
 	w.tag = max(l.vclock, ln.finish)
 	w.inc = f.cost() * weightOne / float64(ln.weight)
 	ln.finish = w.tag + w.inc
