@@ -17,7 +17,10 @@
 // refills faster than its rate; rates up to 10⁶ per second.
 //
 // Keys are "<prefix>:<name>:{<key>}": the hash tag keeps a bucket, and the
-// script that touches it, on one slot of a Redis Cluster. A rueidis client
+// script that touches it, on one slot of a Redis Cluster. A key comes from
+// what a client sent, so one that holds '{', '}' or '%', or is longer
+// than 256 bytes, is escaped or hashed inside the tag (Limiter.Key): a
+// client cannot end the tag early to put a fleet's buckets on one node. A rueidis client
 // given the cluster's nodes finds the cluster and sends each script to its
 // key's master; the tests run against a single redis-server and against a
 // cluster of three masters.

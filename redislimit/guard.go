@@ -71,14 +71,17 @@ func (g *guard) Traits() admission.Traits {
 	return admission.Traits{Cost: Cost, IgnoresDuration: true, FinishesSkippedOnly: true}
 }
 
+// key returns the name of c's bucket: its parts each as tag writes it,
+// so that the name is the bucket's Redis tag, in direct mode as with
+// leases.
 func (g *guard) key(c *admission.Call) string {
 	switch g.scope & (ByKey | ByMethod) {
 	case ByKey:
-		return c.Key
+		return tag(c.Key)
 	case ByMethod:
-		return c.Method
+		return tag(c.Method)
 	case ByKey | ByMethod:
-		return c.Method + "|" + c.Key
+		return tag(c.Method) + "|" + tag(c.Key)
 	}
 	return ""
 }
@@ -88,7 +91,7 @@ func (g *guard) Admit(c admission.Call) admission.Decision {
 	if ctx == nil {
 		ctx = context.Background()
 	}
-	r := g.l.AllowN(ctx, g.key(&c), 1)
+	r := g.l.allowName(ctx, g.key(&c), 1)
 	if r.Allowed {
 		return admission.Decision{}
 	}
@@ -103,10 +106,10 @@ type leasedGuard struct{ guard }
 func (g *leasedGuard) id(method, key string) leaseID {
 	id := leaseID{scope: g.scope & (ByKey | ByMethod)}
 	if id.scope&ByKey != 0 {
-		id.key = key
+		id.key = tag(key)
 	}
 	if id.scope&ByMethod != 0 {
-		id.method = method
+		id.method = tag(method)
 	}
 	return id
 }

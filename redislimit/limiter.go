@@ -210,8 +210,16 @@ func (l *Limiter) localBurst(share float64) int {
 
 // Key returns the Redis key of key's bucket: "<prefix>:<name>:{<key>}",
 // hash-tagged so that a cluster keeps it, and the script on it, on one
-// slot.
-func (l *Limiter) Key(key string) string { return l.base + key + "}" }
+// slot. The key is written as it is when it is at most 256 bytes without
+// '{', '}' or '%' (a tenant, an address, a method); otherwise '%', '{' and
+// '}' are written %25, %7B and %7D, and a longer key as "%H" and the hex
+// of its SHA-256, so that the tag ends where the key does (a client
+// cannot pick its slot) and distinct keys keep distinct buckets. The key
+// "replicas" is written "%replicas": "{replicas}" is the heartbeats'.
+func (l *Limiter) Key(key string) string { return l.redisKey(tag(key)) }
+
+// redisKey returns the Redis key of the bucket called name, a tag.
+func (l *Limiter) redisKey(name string) string { return l.base + name + "}" }
 
 // Allow reports whether one call of key may go ahead now; it is AllowN(ctx,
 // key, 1).
@@ -234,6 +242,11 @@ func (l *Limiter) Allow(ctx context.Context, key string) Result { return l.Allow
 // allocates nothing and waits on nothing while the lease holds tokens;
 // other n are asked of Redis directly.
 func (l *Limiter) AllowN(ctx context.Context, key string, n int) Result {
+	return l.allowName(ctx, tag(key), n)
+}
+
+// allowName is AllowN for the bucket called key, a tag.
+func (l *Limiter) allowName(ctx context.Context, key string, n int) Result {
 	if n <= 0 {
 		return Result{Allowed: true, Remaining: l.burst}
 	}
@@ -250,7 +263,7 @@ func (l *Limiter) AllowN(ctx context.Context, key string, n int) Result {
 	return l.direct(ctx, key, n)
 }
 
-// direct decides n calls of key with one round trip to Redis.
+// direct decides n calls of key (a tag) with one round trip to Redis.
 func (l *Limiter) direct(ctx context.Context, key string, n int) Result {
 	now := l.o.now()
 	if ctx.Err() != nil || l.br.StateAt(now) != breaker.StateClosed {
@@ -293,12 +306,12 @@ func (l *Limiter) shared(key string, n int) (Result, error) {
 }
 
 // run3 runs the GCRA script on the bucket of key (the name of the bucket,
-// not its Redis key) asking for n tokens, partial or not, and returns its
-// three integers.
+// a tag, not its Redis key) asking for n tokens, partial or not, and
+// returns its three integers.
 func (l *Limiter) run3(ctx context.Context, key, n, partial string) ([]int64, error) {
 	var res rueidis.RedisResult
 	var reloaded bool
-	keys := [1]string{l.Key(key)}
+	keys := [1]string{l.redisKey(key)}
 	if l.o.redisNow != nil {
 		res, reloaded = l.gcra.exec(ctx, l.client, keys[:], l.argT, l.argTau, n, partial, strconv.FormatInt(l.o.redisNow(), 10))
 	} else {
