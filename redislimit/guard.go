@@ -18,6 +18,32 @@ const ReasonFleet = "fleet rate limit exceeded"
 // otherwise spend the fleet's tokens.
 const Cost = admission.CostKeyed + 5
 
+// UnservedMethod is the method part of the bucket that a guard told which
+// methods are served (WithMethods) gives the calls to every other method
+// name.
+const UnservedMethod = "*"
+
+// GuardOption configures NewGuard. A nil GuardOption is ignored.
+type GuardOption func(*guardOptions)
+
+type guardOptions struct {
+	served func(method string) bool
+}
+
+// WithMethods tells a guard by method (ByMethod) which methods the server
+// serves: the calls to any other method name share one bucket (its
+// method part UnservedMethod), so that a client naming methods without end
+// makes one bucket in Redis, one lease and one fallback bucket, not one per
+// name. grpc-go hands the tap and the interceptors whatever name a client
+// sends, and answers Unimplemented only after them. served is called on
+// every call: it must be safe for concurrent use, cheap and must not block
+// (a lookup in a map filled from grpc.Server.GetServiceInfo before
+// serving, say). Default: every method name has a bucket of its own.
+// Without ByMethod it changes nothing.
+func WithMethods(served func(method string) bool) GuardOption {
+	return func(o *guardOptions) { o.served = served }
+}
+
 // Scope says which parts of a call name its bucket. The zero Scope puts
 // every call of the guard in one bucket (a fleet-wide limit of the rule).
 type Scope uint8
@@ -44,12 +70,20 @@ const (
 // (admission.FastAdmitter), whose refusal gives as retry delay the time
 // until Redis will have a token for the lease, or one token's interval.
 // A call whose context (Call.Ctx) is already done is decided locally; see
-// Limiter.AllowN. It panics if l is nil.
-func NewGuard(name string, l *Limiter, scope Scope) admission.Guard {
+// Limiter.AllowN. A method or a key is written in the bucket's name as
+// Limiter.Key writes a key; with WithMethods, a method the server does not
+// serve as UnservedMethod. It panics if l is nil.
+func NewGuard(name string, l *Limiter, scope Scope, opts ...GuardOption) admission.Guard {
 	if l == nil {
 		panic("redislimit: NewGuard: nil Limiter")
 	}
-	g := guard{name: name, l: l, scope: scope}
+	var o guardOptions
+	for _, opt := range opts {
+		if opt != nil {
+			opt(&o)
+		}
+	}
+	g := guard{name: name, l: l, scope: scope, served: o.served}
 	switch {
 	case l.ls == nil:
 		return &g
@@ -60,9 +94,19 @@ func NewGuard(name string, l *Limiter, scope Scope) admission.Guard {
 }
 
 type guard struct {
-	name  string
-	l     *Limiter
-	scope Scope
+	name   string
+	l      *Limiter
+	scope  Scope
+	served func(string) bool // nil: every method has a bucket
+}
+
+// method returns the method part of a bucket's name: m as tag writes it,
+// or UnservedMethod for a method the server does not serve.
+func (g *guard) method(m string) string {
+	if g.served != nil && !g.served(m) {
+		return UnservedMethod
+	}
+	return tag(m)
 }
 
 func (g *guard) Name() string { return g.name }
@@ -79,9 +123,9 @@ func (g *guard) key(c *admission.Call) string {
 	case ByKey:
 		return tag(c.Key)
 	case ByMethod:
-		return tag(c.Method)
+		return g.method(c.Method)
 	case ByKey | ByMethod:
-		return tag(c.Method) + "|" + tag(c.Key)
+		return g.method(c.Method) + "|" + tag(c.Key)
 	}
 	return ""
 }
@@ -109,7 +153,7 @@ func (g *leasedGuard) id(method, key string) leaseID {
 		id.key = tag(key)
 	}
 	if id.scope&ByMethod != 0 {
-		id.method = tag(method)
+		id.method = g.method(method)
 	}
 	return id
 }

@@ -2,6 +2,7 @@ package redislimit
 
 import (
 	"context"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -9,6 +10,7 @@ import (
 
 	"github.com/redis/rueidis"
 
+	"github.com/levee-go/levee/admission"
 	"github.com/levee-go/levee/internal/redistest"
 )
 
@@ -18,7 +20,7 @@ import (
 // that the tag ends at the key's end; a long key hashed. Distinct keys
 // keep distinct Redis keys.
 func TestKeyTag(t *testing.T) {
-	_, c := single(t)
+	s, c := single(t)
 	l := mustNew(t, c, "api", 100, 10, WithPrefix("svc"), WithHeartbeat(time.Minute, 2*time.Minute))
 	long := strings.Repeat("x", maxTagLen+1)
 	tests := []struct {
@@ -65,6 +67,18 @@ func TestKeyTag(t *testing.T) {
 			t.Errorf("Key(%q) = Key(%q) = %q", k, other, rk)
 		}
 		seen[rk] = k
+	}
+	// A guard writes a method and a key each as Key does (a token every
+	// 100 s: the bucket outlives the check).
+	slow := mustNew(t, c, "api", 0.01, 2, WithPrefix("slow"), WithHeartbeat(time.Minute, 2*time.Minute))
+	var call admission.Call
+	call.Init(context.Background(), "/pkg.S/M", time.Now())
+	call.Key = "a}x"
+	if d := NewGuard("fleet", slow, ByMethod|ByKey).Admit(call); d.Refused {
+		t.Fatalf("Admit = %+v, want admitted", d)
+	}
+	if got := s.Do("EXISTS", "slow:api:{/pkg.S/M|a%7Dx}"); got != "1" {
+		t.Fatalf("EXISTS slow:api:{/pkg.S/M|a%%7Dx} = %s, want 1; keys: %q", got, s.Do("KEYS", "*"))
 	}
 }
 
@@ -125,5 +139,55 @@ func TestClusterKeysSpread(t *testing.T) {
 		if n == "0" {
 			t.Errorf("node %d holds no key after 60 keys, want buckets on every node", i)
 		}
+	}
+}
+
+// TestGuardServedMethods checks that a guard told which methods are served
+// (WithMethods) puts the calls of every other method name in one bucket,
+// so that a client naming methods without end makes one bucket, not one
+// per name; and that served methods keep a bucket each.
+func TestGuardServedMethods(t *testing.T) {
+	s, c := single(t)
+	at := func() int64 { return 1_700_000_000_000_000 }
+	// A token every 100 s: the buckets outlive the test.
+	l := mustNew(t, c, "served", 0.01, 2, withRedisNow(at), WithHeartbeat(time.Minute, 2*time.Minute))
+	served := func(m string) bool { return m == "/pkg.S/M" }
+	for _, scope := range []Scope{ByMethod, ByMethod | ByKey} {
+		g := NewGuard("fleet", l, scope, WithMethods(served))
+		for i := range 50 {
+			var call admission.Call
+			call.Init(context.Background(), "/junk.S/M"+strconv.Itoa(i), time.Now())
+			call.Key = "acme"
+			g.Admit(call)
+		}
+		var call admission.Call
+		call.Init(context.Background(), "/pkg.S/M", time.Now())
+		call.Key = "acme"
+		if d := g.Admit(call); d.Refused {
+			t.Fatalf("scope %d: Admit(/pkg.S/M) after 50 unknown methods = %+v, want admitted: its bucket is its own", scope, d)
+		}
+	}
+	var keys []string
+	for _, k := range strings.Fields(s.Do("KEYS", "levee:served:{*")) {
+		if !strings.HasPrefix(k, "levee:served:{replicas}") { // the heartbeats'
+			keys = append(keys, k)
+		}
+	}
+	slices.Sort(keys)
+	want := []string{"levee:served:{*|acme}", "levee:served:{*}", "levee:served:{/pkg.S/M|acme}", "levee:served:{/pkg.S/M}"}
+	if !slices.Equal(keys, want) {
+		t.Fatalf("Redis keys after 100 calls to 50 unknown methods = %q, want %q: one bucket for all of them", keys, want)
+	}
+
+	// With leases: one lease for every unknown method.
+	leased := mustNew(t, c, "served-leased", 1000, 100, WithHeartbeat(time.Minute, 2*time.Minute), WithLeases(50*time.Millisecond, time.Second))
+	g := NewGuard("fleet", leased, ByMethod, WithMethods(served))
+	for i := range 50 {
+		var call admission.Call
+		call.Init(context.Background(), "/junk.S/M"+strconv.Itoa(i), time.Now())
+		g.Admit(call)
+	}
+	if st := leased.Stats(); st.Leases != 1 {
+		t.Fatalf("leased Stats after 50 unknown methods = %+v, want 1 lease", st)
 	}
 }
