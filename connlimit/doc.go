@@ -1,6 +1,7 @@
 // Package connlimit protects a server's listener: a cap on the
-// connections open at once and on the rate of new ones, with the
-// connections beyond the caps answered cheaply ([Listener]).
+// connections open at once, in all and from one client, and on the rate
+// of new ones, with the connections beyond the caps answered cheaply
+// ([Listener]).
 //
 // Connections are the first resource a flood takes: each one a file
 // descriptor, a grpc-go transport with its reader, writer and keepalive

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/netip"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -19,6 +20,7 @@ type Option func(*options)
 
 type options struct {
 	maxConns int
+	perPeer  int
 	rate     ratelimit.Limit
 	burst    int
 	hasRate  bool
@@ -65,6 +67,20 @@ func WithMaxConns(n int) Option {
 	return func(o *options) { o.maxConns = n }
 }
 
+// WithMaxConnsPerPeer caps the connections open at once from one client
+// at n, by IP address; an IPv6 client by its /64 prefix, as one host or
+// site may use every address of it. 0, the default, means no cap. A
+// connection beyond it is refused (reset at once) whatever the [Mode]:
+// holding it back would hold every other client's too. A connection whose
+// remote address is not an IP address (a Unix socket) is not capped by
+// it. n must be >= 0.
+//
+// Many clients behind one address (a NAT, a proxy, a node's SNAT) share
+// the cap: set it above what they open together.
+func WithMaxConnsPerPeer(n int) Option {
+	return func(o *options) { o.perPeer = n }
+}
+
 // WithRate limits new connections to r per second with bursts of burst
 // (a [ratelimit.Limiter]); by default there is no rate limit. r must be
 // > 0 and burst >= 1.
@@ -83,6 +99,9 @@ func (o *options) validate() error {
 	if o.maxConns < 0 {
 		errs = append(errs, fmt.Errorf("connlimit: WithMaxConns: n must be >= 0, got %d", o.maxConns))
 	}
+	if o.perPeer < 0 {
+		errs = append(errs, fmt.Errorf("connlimit: WithMaxConnsPerPeer: n must be >= 0, got %d", o.perPeer))
+	}
 	if o.hasRate {
 		if !(o.rate > 0) {
 			errs = append(errs, fmt.Errorf("connlimit: WithRate: rate must be > 0, got %v", float64(o.rate)))
@@ -97,33 +116,40 @@ func (o *options) validate() error {
 	return errors.Join(errs...)
 }
 
-// Listener is a net.Listener that caps the connections open at once and
-// the rate of new ones, and answers the connections beyond the caps
-// cheaply (see [Mode]). Use it as the listener of grpc.Server.Serve.
+// Listener is a net.Listener that caps the connections open at once, in
+// all and from one client, and the rate of new ones, and answers the
+// connections beyond the caps cheaply (see [Mode]). Use it as the listener
+// of grpc.Server.Serve.
 //
 // A connection returned by Accept is wrapped so that its Close frees its
 // place; the wrapper keeps SyscallConn (for socket options) and NetConn
-// returns the original. Without a cap on open connections, Accept returns
-// the original connection unwrapped. One consequence of the wrapper:
+// returns the original. Without a cap on open connections (in all or per
+// peer), Accept returns the original connection unwrapped. One consequence of the wrapper:
 // grpc-go sets TCP_USER_TIMEOUT (its keepalive timeout) only on a
 // *net.TCPConn, so on a capped listener a dead peer with unacknowledged
 // data is detected by keepalive pings alone.
 //
 // Create a Listener with [NewListener]; the zero value is not usable. By
-// default it caps nothing (pass [WithMaxConns] or [WithRate]). It is safe
-// for concurrent use; Accept may be called from several goroutines.
+// default it caps nothing (pass [WithMaxConns], [WithMaxConnsPerPeer] or
+// [WithRate]). It is safe for concurrent use; Accept may be called from
+// several goroutines.
 type Listener struct {
-	inner net.Listener
-	mode  Mode
-	max   atomic.Int64 // 0: no cap
-	rate  *ratelimit.Limiter
-	now   func() time.Time // the clock for the rate limit; tests replace it
+	inner   net.Listener
+	mode    Mode
+	max     atomic.Int64 // 0: no cap
+	perPeer int          // 0: no cap
+	rate    *ratelimit.Limiter
+	now     func() time.Time // the clock for the rate limit; tests replace it
 
 	open        atomic.Int64
 	accepted    atomic.Uint64
 	refusedCap  atomic.Uint64
+	refusedPeer atomic.Uint64
 	refusedRate atomic.Uint64
 	peak        atomic.Int64
+
+	peerMu sync.Mutex
+	peers  map[netip.Addr]int // open connections by client; only clients with one
 
 	freed     chan struct{} // Hold: a slot was freed (buffered, 1)
 	closed    chan struct{}
@@ -146,11 +172,15 @@ func NewListener(inner net.Listener, opts ...Option) (*Listener, error) {
 		return nil, err
 	}
 	l := &Listener{
-		inner:  inner,
-		mode:   o.mode,
-		now:    time.Now,
-		freed:  make(chan struct{}, 1),
-		closed: make(chan struct{}),
+		inner:   inner,
+		mode:    o.mode,
+		perPeer: o.perPeer,
+		now:     time.Now,
+		freed:   make(chan struct{}, 1),
+		closed:  make(chan struct{}),
+	}
+	if o.perPeer > 0 {
+		l.peers = map[netip.Addr]int{}
 	}
 	l.max.Store(int64(o.maxConns))
 	if o.hasRate {
@@ -186,8 +216,10 @@ func (l *Listener) RateLimiter() *ratelimit.Limiter { return l.rate }
 
 // Accept waits for and returns the next connection within the caps. With
 // [Refuse] it closes every connection beyond them as it arrives; with
-// [Hold] it waits, without accepting, until one fits. It returns the
-// inner listener's errors as they are, and net.ErrClosed after Close.
+// [Hold] it waits, without accepting, until one fits the cap on open
+// connections and the rate (a connection beyond its client's cap is
+// refused either way). It returns the inner listener's errors as they
+// are, and net.ErrClosed after Close.
 func (l *Listener) Accept() (net.Conn, error) {
 	for {
 		if l.mode == Hold {
@@ -204,47 +236,109 @@ func (l *Listener) Accept() (net.Conn, error) {
 			}
 			return nil, err
 		}
-		if ok := l.admit(); !ok {
+		counted, peer, ok := l.admit(c)
+		if !ok {
 			refuse(c)
 			continue
 		}
 		l.accepted.Add(1)
-		if l.max.Load() == 0 {
+		if !counted && !peer.IsValid() {
 			return c, nil
 		}
-		return &conn{Conn: c, l: l}, nil
+		return &conn{Conn: c, l: l, counted: counted, peer: peer}, nil
 	}
 }
 
-// admit takes a place under the cap and a token, or neither. In Hold
-// mode waitRoom made both likely; a concurrent Accept can still take
-// them first, and then this connection is refused rather than held open
-// above the cap.
-func (l *Listener) admit() bool {
+// admit takes a place under the cap, a place under c's client's cap and
+// a token, or none of them. It reports whether it took a place under the
+// cap, and the client whose place it took (the zero Addr: none). In Hold
+// mode waitRoom made room and a token likely; a concurrent Accept can
+// still take them first, and then this connection is refused rather than
+// held open above the cap.
+func (l *Listener) admit(c net.Conn) (counted bool, peer netip.Addr, ok bool) {
 	if max := l.max.Load(); max > 0 {
 		for {
 			n := l.open.Load()
 			if n >= max {
 				l.refusedCap.Add(1)
-				return false
+				return false, netip.Addr{}, false
 			}
 			if l.open.CompareAndSwap(n, n+1) {
 				break
 			}
 		}
-		if l.rate != nil && !l.rate.AllowN(l.now(), 1) {
-			l.release()
-			l.refusedRate.Add(1)
-			return false
+		counted = true
+	}
+	if l.perPeer > 0 {
+		if peer = peerOf(c); peer.IsValid() && !l.enterPeer(peer) {
+			l.refusedPeer.Add(1)
+			l.leave(counted, netip.Addr{})
+			return false, netip.Addr{}, false
 		}
-		l.notePeak()
-		return true
 	}
 	if l.rate != nil && !l.rate.AllowN(l.now(), 1) {
 		l.refusedRate.Add(1)
+		l.leave(counted, peer)
+		return false, netip.Addr{}, false
+	}
+	if counted {
+		l.notePeak()
+	}
+	return counted, peer, true
+}
+
+// peerOf returns the client of c as the per-peer cap counts it: its IP
+// address, an IPv6 one cut to its /64 prefix; the zero Addr when c's
+// remote address is not an IP address.
+func peerOf(c net.Conn) netip.Addr {
+	var ap netip.AddrPort
+	switch a := c.RemoteAddr().(type) {
+	case *net.TCPAddr:
+		ap = a.AddrPort()
+	default:
+		if a == nil {
+			return netip.Addr{}
+		}
+		var err error
+		if ap, err = netip.ParseAddrPort(a.String()); err != nil {
+			return netip.Addr{}
+		}
+	}
+	ip := ap.Addr().Unmap().WithZone("")
+	if ip.Is6() {
+		p, _ := ip.Prefix(64)
+		return p.Addr()
+	}
+	return ip
+}
+
+// enterPeer takes a place under peer's cap, or reports false.
+func (l *Listener) enterPeer(peer netip.Addr) bool {
+	l.peerMu.Lock()
+	defer l.peerMu.Unlock()
+	n := l.peers[peer]
+	if n >= l.perPeer {
 		return false
 	}
+	l.peers[peer] = n + 1
 	return true
+}
+
+// leave gives back a place under the cap (if counted) and under peer's
+// cap (if valid).
+func (l *Listener) leave(counted bool, peer netip.Addr) {
+	if peer.IsValid() {
+		l.peerMu.Lock()
+		if n := l.peers[peer] - 1; n > 0 {
+			l.peers[peer] = n
+		} else {
+			delete(l.peers, peer)
+		}
+		l.peerMu.Unlock()
+	}
+	if counted {
+		l.release()
+	}
 }
 
 func (l *Listener) notePeak() {
@@ -332,37 +426,51 @@ func (l *Listener) Open() int { return int(l.open.Load()) }
 // It is a plain value, safe to copy and share; the zero value counts
 // nothing.
 type Stats struct {
-	Open        int    // connections open now (under a cap)
-	Peak        int    // most connections open at once (under a cap)
-	MaxConns    int    // the cap, 0 for none
-	Accepted    uint64 // connections returned by Accept
-	RefusedCap  uint64 // connections beyond the cap on open connections, closed at once
-	RefusedRate uint64 // connections beyond the rate, closed at once
+	Open            int    // connections open now (under a cap)
+	Peak            int    // most connections open at once (under a cap)
+	MaxConns        int    // the cap, 0 for none
+	MaxConnsPerPeer int    // the cap per client, 0 for none
+	Peers           int    // clients with a connection open (under a cap per client)
+	Accepted        uint64 // connections returned by Accept
+	RefusedCap      uint64 // connections beyond the cap on open connections, closed at once
+	RefusedPeer     uint64 // connections beyond their client's cap, closed at once
+	RefusedRate     uint64 // connections beyond the rate, closed at once
 }
 
-// Stats returns the counters; it reads atomics only.
+// Stats returns the counters. It reads atomics, and takes a lock to count
+// the clients under a cap per client.
 func (l *Listener) Stats() Stats {
-	return Stats{
-		Open:        int(l.open.Load()),
-		Peak:        int(l.peak.Load()),
-		MaxConns:    int(l.max.Load()),
-		Accepted:    l.accepted.Load(),
-		RefusedCap:  l.refusedCap.Load(),
-		RefusedRate: l.refusedRate.Load(),
+	st := Stats{
+		Open:            int(l.open.Load()),
+		Peak:            int(l.peak.Load()),
+		MaxConns:        int(l.max.Load()),
+		MaxConnsPerPeer: l.perPeer,
+		Accepted:        l.accepted.Load(),
+		RefusedCap:      l.refusedCap.Load(),
+		RefusedPeer:     l.refusedPeer.Load(),
+		RefusedRate:     l.refusedRate.Load(),
 	}
+	if l.perPeer > 0 {
+		l.peerMu.Lock()
+		st.Peers = len(l.peers)
+		l.peerMu.Unlock()
+	}
+	return st
 }
 
-// conn frees its place in the listener once, at its first Close.
+// conn frees its places in the listener once, at its first Close.
 type conn struct {
 	net.Conn
-	l      *Listener
-	closed atomic.Bool
+	l       *Listener
+	counted bool       // holds a place under the cap
+	peer    netip.Addr // holds a place under this client's cap; zero: none
+	closed  atomic.Bool
 }
 
 func (c *conn) Close() error {
 	err := c.Conn.Close()
 	if c.closed.CompareAndSwap(false, true) {
-		c.l.release()
+		c.l.leave(c.counted, c.peer)
 	}
 	return err
 }

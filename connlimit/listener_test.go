@@ -68,15 +68,7 @@ func (a *acceptor) next(t *testing.T) net.Conn {
 // then returns a conn whose reads fail as the reset would have made them.
 func dial(t *testing.T, l *Listener) net.Conn {
 	t.Helper()
-	c, err := net.Dial("tcp", l.Addr().String())
-	if errors.Is(err, syscall.ECONNRESET) {
-		return resetConn{}
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { c.Close() })
-	return c
+	return dialFrom(t, l, "")
 }
 
 // resetConn stands for a connection reset while connecting.
@@ -310,6 +302,7 @@ func TestNewListenerErrors(t *testing.T) {
 		want []string
 	}{
 		{"negative cap", []Option{WithMaxConns(-1)}, []string{"connlimit: WithMaxConns: n must be >= 0, got -1"}},
+		{"negative cap per peer", []Option{WithMaxConnsPerPeer(-1)}, []string{"connlimit: WithMaxConnsPerPeer: n must be >= 0, got -1"}},
 		{"rate 0", []Option{WithRate(0, 1)}, []string{"connlimit: WithRate: rate must be > 0, got 0"}},
 		{"burst 0", []Option{WithRate(10, 0)}, []string{"connlimit: WithRate: burst must be >= 1, got 0"}},
 		{"bad mode", []Option{WithMode(7)}, []string{"connlimit: WithMode: unknown mode 7"}},
