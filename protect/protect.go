@@ -59,6 +59,15 @@
 // the Go heap grows to twice its live size before it collects, whatever
 // the container allows. WithoutMemory turns both off.
 //
+// Connections: Server.Listener wraps the server's net.Listener in a cap
+// on the connections open at once, by default where the process would run
+// out of file descriptors (DefaultMaxConns); WithConnLimits sets it and a
+// cap per client. Server.GoAway serves through grpc.Servers of which one
+// at a time is sent a graceful GOAWAY while the preset has evidence of
+// overload, so that clients behind a load balancer reconnect to other
+// replicas (package goaway). Both are opt-in by how the server is
+// served: neither refuses a call.
+//
 // Who gets the capacity: each call has a criticality class, from the
 // levee-criticality header (WithCriticality; by default every call is
 // critical, and a caller may lower its own calls): turns go to the highest
@@ -126,6 +135,9 @@ type options struct {
 	streamMax   int
 	streamPeer  int
 	streamsSet  bool
+	connMax     int
+	connPeer    int
+	connsSet    bool
 }
 
 // WithStreamLimits caps the streams open at once: max on the server and
@@ -314,6 +326,9 @@ func (o *options) validate() error {
 	if o.streamMax < 0 || o.streamPeer < 0 {
 		errs = append(errs, fmt.Errorf("protect: WithStreamLimits: want caps >= 0, got max %d, perPeer %d", o.streamMax, o.streamPeer))
 	}
+	if o.connMax < 0 || o.connPeer < 0 {
+		errs = append(errs, fmt.Errorf("protect: WithConnLimits: want caps >= 0, got max %d, perPeer %d", o.connMax, o.connPeer))
+	}
 	if o.code != decide.OK && o.code != decide.ResourceExhausted && o.code != decide.Unavailable {
 		errs = append(errs, fmt.Errorf("protect: WithCode: want RESOURCE_EXHAUSTED or UNAVAILABLE, got %v", o.code))
 	}
@@ -340,6 +355,9 @@ type Server struct {
 	orca        *grpcguard.ORCA // nil without WithORCA
 	closers     []func()        // stop the guards that New made
 	stopOnce    sync.Once
+	connMax     int  // WithConnLimits; 0: DefaultMaxConns
+	connPeer    int  // WithConnLimits; 0: no cap
+	connsSet    bool // WithConnLimits given: ServerOptions adds HandshakeTimeout
 }
 
 // New returns the protection, or an error naming every bad option.
@@ -353,7 +371,7 @@ func New(opts ...Option) (*Server, error) {
 	if err := o.validate(); err != nil {
 		return nil, err
 	}
-	p := &Server{}
+	p := &Server{connMax: o.connMax, connPeer: o.connPeer, connsSet: o.connsSet}
 	ok := false
 	defer func() {
 		if !ok {
@@ -446,14 +464,21 @@ func (procs) Limit() int { return runtime.GOMAXPROCS(0) }
 // ServerOptions returns the options that install the protection in a
 // grpc.Server: grpcguard's tap handle and interceptors (with WithORCA,
 // wrapped by the load reports' counting). They are
-// grpc.InTapHandle(p.TapHandle) and Interceptors. grpc-go allows one tap
-// handle per server: a server with a tap of its own uses TapHandle and
-// Interceptors instead.
+// grpc.InTapHandle(p.TapHandle) and Interceptors, and with
+// WithConnLimits grpc.ConnectionTimeout(HandshakeTimeout). grpc-go allows
+// one tap handle per server: a server with a tap of its own uses TapHandle
+// and Interceptors instead.
 func (p *Server) ServerOptions() []grpc.ServerOption {
+	var opts []grpc.ServerOption
 	if p.orca != nil {
-		return p.orca.ServerOptions()
+		opts = p.orca.ServerOptions()
+	} else {
+		opts = p.guard.ServerOptions()
 	}
-	return p.guard.ServerOptions()
+	if p.connsSet {
+		opts = append(opts[:len(opts):len(opts)], grpc.ConnectionTimeout(HandshakeTimeout))
+	}
+	return opts
 }
 
 // Interceptors returns the options that install the protection's unary

@@ -72,10 +72,15 @@ func run(addr, metricsAddr string, grace time.Duration) error {
 		}
 	}()
 
-	lis, err := net.Listen("tcp", addr)
+	inner, err := net.Listen("tcp", addr)
 	if err != nil {
 		return err
 	}
+	// The connection cap: by default where the process would run out of
+	// file descriptors (protect.WithConnLimits sets it, and one per
+	// client); a connection beyond it is reset at once. p.GoAway adds
+	// GOAWAY under sustained overload, for replicas behind a load balancer.
+	lis := p.Listener(inner)
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(lis) }()
 	log.Printf("serving on %s, metrics on http://%s/metrics", lis.Addr(), metricsAddr)
