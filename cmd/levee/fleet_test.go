@@ -30,13 +30,22 @@ import (
 	"github.com/levee-go/levee/grpcguard"
 	"github.com/levee-go/levee/internal/harness/target"
 	"github.com/levee-go/levee/internal/redistest"
+	"github.com/levee-go/levee/protect"
 )
 
 // startServe runs `levee serve args...` in this process until the test
 // ends, and returns its gRPC and HTTP addresses.
 func startServe(t *testing.T, args ...string) (grpcAddr, httpAddr string, stderr *scenariotest.Buffer) {
 	t.Helper()
+	return startServeWith(t, nil, args...)
+}
+
+// startServeWith is startServe with presetOpts added to the preset's
+// options (cli.presetOptions).
+func startServeWith(t *testing.T, presetOpts []protect.Option, args ...string) (grpcAddr, httpAddr string, stderr *scenariotest.Buffer) {
+	t.Helper()
 	c, out, errOut := testCLI(t)
+	c.presetOptions = presetOpts
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan int, 1)
 	go func() {

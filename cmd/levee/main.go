@@ -25,6 +25,7 @@ import (
 	"time"
 
 	"github.com/levee-go/levee/internal/harness/loadgen"
+	"github.com/levee-go/levee/protect"
 )
 
 func main() {
@@ -44,6 +45,9 @@ type cli struct {
 	help func()
 	// readyTimeout bounds the wait for a target's health check.
 	readyTimeout time.Duration
+	// presetOptions are added to the options of `levee serve`'s preset:
+	// tests force its signals through them.
+	presetOptions []protect.Option
 }
 
 func newCLI() *cli {

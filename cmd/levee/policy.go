@@ -18,6 +18,7 @@ import (
 	"github.com/levee-go/levee/internal/harness/stats"
 	"github.com/levee-go/levee/loadshed"
 	"github.com/levee-go/levee/metrics"
+	"github.com/levee-go/levee/protect"
 	"github.com/levee-go/levee/queuedelay"
 	"github.com/levee-go/levee/ratelimit"
 )
@@ -47,6 +48,9 @@ type policyParams struct {
 	// Fleet is the limit shared with the other replicas through Redis
 	// (-redis), which the preset adds to its rules; nil: none.
 	Fleet *fleet
+	// PresetOptions are added to the preset's options: tests force its
+	// signals through them.
+	PresetOptions []protect.Option
 }
 
 const allocateMethod = "/corecart.inventory.v1.InventoryService/Allocate"
@@ -186,6 +190,9 @@ type protection struct {
 	grpc   []grpc.ServerOption
 	engine *decide.Engine
 	stop   func()
+	// preset is the preset (the preset recipe), whose evidence of
+	// overload -goaway drains on; nil otherwise.
+	preset *protect.Server
 }
 
 // staticProtection returns the static recipe's protection: the policy of

@@ -48,7 +48,7 @@ func presetProtection(p policyParams) (protection, error) {
 	if p.NoMemoryGuard {
 		popts = append(popts, protect.WithoutMemory())
 	}
-	pr, err := protect.New(popts...)
+	pr, err := protect.New(append(popts, p.PresetOptions...)...)
 	if err != nil {
 		return protection{}, err
 	}
@@ -84,5 +84,5 @@ func presetProtection(p policyParams) (protection, error) {
 		}
 		p.Mux.Handle("/metrics", reg.Handler())
 	}
-	return protection{grpc: pr.ServerOptions(), engine: pr.Engine(), stop: pr.Stop}, nil
+	return protection{grpc: pr.ServerOptions(), engine: pr.Engine(), stop: pr.Stop, preset: pr}, nil
 }

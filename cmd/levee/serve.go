@@ -58,6 +58,8 @@ func (c *cli) serve(ctx context.Context, args []string) error {
 	fs.BoolVar(&ff.leases, "fleet-leases", false, "with -redis, take the fleet's tokens in leases, so that Redis sees a small fraction of the calls")
 	fs.StringVar(&ff.orcaCapacity, "orca-capacity", "", "with -redis, what the ORCA reports' application utilisation divides the calls in the server by: `cpus` (GOMAXPROCS, the preset's default), run-limit (the preset's learned run limit), or a number (e.g. -db-conns)")
 	policyFile := fs.String("policy", "", "protect the server with this policy `file` (see levee policy example), reloaded when it changes and on SIGHUP; empty: -recipe")
+	var cf connFlags
+	cf.register(fs)
 	if err := c.parse(fs, args); err != nil {
 		return err
 	}
@@ -105,6 +107,9 @@ func (c *cli) serve(ctx context.Context, args []string) error {
 	if *dbLatency < 0 {
 		return usageError("-db-latency must be >= 0, got %v", *dbLatency)
 	}
+	if err := cf.check(*unprotected, *policyFile != "" || *recipe != recipePreset, *transport); err != nil {
+		return err
+	}
 	if *pinCPU >= 0 {
 		// The CPU may lie outside this process's current affinity (the demo
 		// starts its servers from a pinned process): the kernel accepts any
@@ -143,10 +148,11 @@ func (c *cli) serve(ctx context.Context, args []string) error {
 		capHow = "estimated"
 	}
 
-	lis, err := net.Listen("tcp", *addr)
+	inner, err := net.Listen("tcp", *addr)
 	if err != nil {
 		return fmt.Errorf("listening on -addr %s: %w", *addr, err)
 	}
+	lis := cf.listener(inner, !*unprotected)
 	defer lis.Close()
 	var httpLis net.Listener
 	var mux *http.ServeMux
@@ -160,7 +166,7 @@ func (c *cli) serve(ctx context.Context, args []string) error {
 	}
 
 	g := &stats.Gauges{}
-	params := policyParams{Capacity: capValue, CPUWork: *cpuWork, Mux: mux, Gauges: g, TenantHeader: *tenantHeader, NoMemoryGuard: !*memGuard}
+	params := policyParams{Capacity: capValue, CPUWork: *cpuWork, Mux: mux, Gauges: g, TenantHeader: *tenantHeader, NoMemoryGuard: !*memGuard, PresetOptions: c.presetOptions}
 	if ff.redis != "" {
 		fl, err := newFleet(ff, *tenantHeader, c.stderr)
 		if err != nil {
@@ -184,10 +190,11 @@ func (c *cli) serve(ctx context.Context, args []string) error {
 	}
 	defer prot.stop()
 
-	rs, err := newRPCServer(*transport, srv, prot)
+	rs, err := newRPCServer(*transport, srv, prot, &cf)
 	if err != nil {
 		return fmt.Errorf("protection policy: %w", err)
 	}
+	cf.gauges(g, rs)
 	serveErr := make(chan error, 2)
 	go func() { serveErr <- rs.serve(lis) }()
 
@@ -220,8 +227,8 @@ func (c *cli) serve(ctx context.Context, args []string) error {
 	if *transport == transportHTTP {
 		addrKey = "api"
 	}
-	fmt.Fprintf(c.stdout, "%s %s=%s http=%s transport=%s mode=%s capacity=%s (%s) work-iterations=%d gomaxprocs=%d%s\n",
-		scenario.ListeningPrefix, addrKey, lis.Addr(), httpAddr, *transport, mode, strconv.FormatFloat(capValue, 'f', 1, 64), capHow, srv.WorkIterations(), runtime.GOMAXPROCS(0), fleetNote)
+	fmt.Fprintf(c.stdout, "%s %s=%s http=%s transport=%s mode=%s capacity=%s (%s) work-iterations=%d gomaxprocs=%d%s%s\n",
+		scenario.ListeningPrefix, addrKey, lis.Addr(), httpAddr, *transport, mode, strconv.FormatFloat(capValue, 'f', 1, 64), capHow, srv.WorkIterations(), runtime.GOMAXPROCS(0), fleetNote, cf.note())
 
 	select {
 	case <-ctx.Done():

@@ -45,20 +45,29 @@ type rpcServer interface {
 
 // newRPCServer returns srv served through transport, protected by prot
 // (its grpc options for grpc-go, its engine for the others; the zero
-// protection: unprotected).
-func newRPCServer(transport string, srv *inventory.Server, prot protection) (rpcServer, error) {
+// protection: unprotected), with cf's connection guards for grpc-go.
+func newRPCServer(transport string, srv *inventory.Server, prot protection, cf *connFlags) (rpcServer, error) {
 	switch transport {
 	case transportConnect:
 		return connectServer(srv, prot.engine)
 	case transportHTTP:
 		return jsonServer(srv, prot.engine)
 	}
-	gs := grpc.NewServer(prot.grpc...)
-	return &grpcServer{gs: gs, health: inventory.Register(gs, srv)}, nil
+	opts := append(prot.grpc[:len(prot.grpc):len(prot.grpc)], cf.serverOptions()...)
+	hs := inventory.NewHealth()
+	gs, err := cf.server(func() *grpc.Server {
+		s := grpc.NewServer(opts...)
+		inventory.RegisterWith(s, srv, hs)
+		return s
+	}, prot.preset)
+	if err != nil {
+		return nil, err
+	}
+	return &grpcServer{gs: gs, health: hs}, nil
 }
 
 type grpcServer struct {
-	gs     *grpc.Server
+	gs     grpcServing // a *grpc.Server, or a *goaway.Server with -goaway
 	health interface{ Shutdown() }
 }
 
