@@ -19,6 +19,7 @@ import (
 // overload (package goaway, through protect.Server.GoAway).
 type connFlags struct {
 	maxConns, perPeer int
+	fdLimit           int
 	goaway            bool
 	after, every      time.Duration
 
@@ -28,6 +29,7 @@ type connFlags struct {
 func (f *connFlags) register(fs *flag.FlagSet) {
 	fs.IntVar(&f.maxConns, "max-conns", 0, "cap on the gRPC connections open at once: one beyond it is reset as soon as it is accepted, while those open keep being served (0: protected, where the process would run out of file descriptors, protect.DefaultMaxConns; unprotected, none; -1: none)")
 	fs.IntVar(&f.perPeer, "max-conns-per-peer", 0, "cap on the connections one client (an IP address; IPv6: its /64) keeps open: beyond it a connection is reset at once (0: none; clients behind one NAT or proxy share it)")
+	fs.IntVar(&f.fdLimit, "fd-limit", 0, "set this process's limit on open files (RLIMIT_NOFILE) to `N` before serving, as a container may (Linux; 0: as inherited); the connections demo gives both its servers the same")
 	fs.BoolVar(&f.goaway, "goaway", false, "preset recipe: while the preset has evidence of overload for -goaway-after, send a graceful GOAWAY to an eighth of the connections every -goaway-every (jittered), so that clients behind a load balancer reconnect to other replicas; no call fails")
 	fs.DurationVar(&f.after, "goaway-after", goaway.DefaultSustain, "with -goaway, how long the overload must last before the first GOAWAY")
 	fs.DurationVar(&f.every, "goaway-every", goaway.DefaultEvery, "with -goaway, the mean time between GOAWAY rounds while the overload lasts")
@@ -42,6 +44,9 @@ func (f *connFlags) check(unprotected, notPreset bool, transport string) error {
 	if f.perPeer < 0 {
 		return usageError("-max-conns-per-peer must be >= 0, got %d", f.perPeer)
 	}
+	if f.fdLimit < 0 || f.fdLimit > 0 && f.fdLimit < 32 {
+		return usageError("-fd-limit must be 0 or at least 32, got %d", f.fdLimit)
+	}
 	if f.after < 0 {
 		return usageError("-goaway-after must be >= 0, got %v", f.after)
 	}
@@ -55,6 +60,15 @@ func (f *connFlags) check(unprotected, notPreset bool, transport string) error {
 		return usageError("-goaway works with -transport %s only", transportGRPC)
 	}
 	return nil
+}
+
+// limitFDs applies -fd-limit; the process must not have opened its
+// listeners yet (the default cap is read from the limit).
+func (f *connFlags) limitFDs() error {
+	if f.fdLimit == 0 {
+		return nil
+	}
+	return setFDLimit(f.fdLimit)
 }
 
 // listener wraps inner in the caps: -max-conns (by default, when

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/levee-go/levee/cmd/levee/internal/scenario"
+	"github.com/levee-go/levee/cmd/levee/internal/scenario/connections"
 	"github.com/levee-go/levee/cmd/levee/internal/scenario/dependency"
 	fleetdemo "github.com/levee-go/levee/cmd/levee/internal/scenario/fleet"
 	memdemo "github.com/levee-go/levee/cmd/levee/internal/scenario/memory"
@@ -22,7 +23,7 @@ import (
 // the first the default. Each call returns fresh ones: a scenario's flags
 // are bound to the scenario value.
 func demoScenarios() (*scenario.Registry, error) {
-	return scenario.NewRegistry(overload.New(), overload.NewIO(), overload.NewMixed(), overload.NewTenants(), dependency.New(), fleetdemo.New(), memdemo.New())
+	return scenario.NewRegistry(overload.New(), overload.NewIO(), overload.NewMixed(), overload.NewTenants(), dependency.New(), fleetdemo.New(), memdemo.New(), connections.New())
 }
 
 // demoConfig is a parsed `levee demo` command line.

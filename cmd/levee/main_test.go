@@ -73,7 +73,7 @@ func TestBadInputIsOneLineAndNonZero(t *testing.T) {
 		{name: "load extra argument", give: []string{"load", "now"}, wantCode: exitUsage, want: `unexpected argument "now"`},
 		{name: "demo negative spike", give: []string{"demo", "-spike", "-1s"}, wantCode: exitUsage, want: "-spike must be > 0, got -1s"},
 		{name: "demo zero normal", give: []string{"demo", "-normal", "0s"}, wantCode: exitUsage, want: "-normal must be > 0"},
-		{name: "demo unknown scenario", give: []string{"demo", "-scenario", "meteor"}, wantCode: exitUsage, want: `-scenario must be overload, io, mixed, tenants, dependency, fleet or memory, got "meteor"`},
+		{name: "demo unknown scenario", give: []string{"demo", "-scenario", "meteor"}, wantCode: exitUsage, want: `-scenario must be overload, io, mixed, tenants, dependency, fleet, memory or connections, got "meteor"`},
 		{name: "demo fleet rate 0", give: []string{"demo", "-scenario", "fleet", "-fleet-rate", "0"}, wantCode: exitUsage, want: "-fleet-rate must be in [1, 100000] calls/s, got 0"},
 		{name: "demo fleet window", give: []string{"demo", "-scenario", "fleet", "-fleet-window", "10ms"}, wantCode: exitUsage, want: "-fleet-window must be >= 100ms, got 10ms"},
 		{name: "serve max conns", give: []string{"serve", "-max-conns", "-2"}, wantCode: exitUsage, want: "-max-conns must be >= 0 (or -1: no cap), got -2"},
@@ -82,6 +82,8 @@ func TestBadInputIsOneLineAndNonZero(t *testing.T) {
 		{name: "serve goaway static", give: []string{"serve", "-goaway", "-recipe", "static"}, wantCode: exitUsage, want: "-goaway works with the preset recipe only"},
 		{name: "serve goaway every", give: []string{"serve", "-goaway-every", "0s"}, wantCode: exitUsage, want: "-goaway-every must be > 0, got 0s"},
 		{name: "serve goaway after", give: []string{"serve", "-goaway-after", "-1s"}, wantCode: exitUsage, want: "-goaway-after must be >= 0, got -1s"},
+		{name: "serve fd limit", give: []string{"serve", "-fd-limit", "5"}, wantCode: exitUsage, want: "-fd-limit must be 0 or at least 32, got 5"},
+		{name: "demo conn flood", give: []string{"demo", "-scenario", "connections", "-conn-flood", "0"}, wantCode: exitUsage, want: "-conn-flood must be in [1, 100000], got 0"},
 		{name: "serve bad alloc per call", give: []string{"serve", "-alloc-per-call", "8 MiBs"}, wantCode: exitUsage, want: `-alloc-per-call: want a size in bytes`},
 		{name: "demo tiny memory limit", give: []string{"demo", "-scenario", "memory", "-memory-limit", "1MiB"}, wantCode: exitUsage, want: "-memory-limit must be at least 32MiB"},
 		{name: "demo tiny alloc per call", give: []string{"demo", "-scenario", "memory", "-alloc-per-call", "10"}, wantCode: exitUsage, want: "-alloc-per-call must be at least 1KiB"},
@@ -447,6 +449,26 @@ func spikeGoodput(r report.Run) float64 {
 		}
 	}
 	return 0
+}
+
+// runShortDemo parses `levee demo args...` with c, shortens the drain and
+// the servers' stop, runs the scenario and writes its report as the
+// command does (to c's stdout and any -out file).
+func runShortDemo(t *testing.T, c *cli, args ...string) *scenario.Result {
+	t.Helper()
+	cfg, err := c.parseDemo(args)
+	if err != nil {
+		t.Fatalf("parseDemo() error = %v", err)
+	}
+	cfg.settings.Drain, cfg.settings.StopGrace = 500*time.Millisecond, time.Second
+	res, err := cfg.scenario.Run(context.Background(), c.env(), cfg.settings)
+	if err != nil {
+		t.Fatalf("Run() error = %v; stderr:\n%s", err, c.stderr)
+	}
+	if err := scenario.Write(c.stdout, res, cfg.out, cfg.jsonOut); err != nil {
+		t.Fatal(err)
+	}
+	return res
 }
 
 // buildLevee builds this command, without the race detector, into a

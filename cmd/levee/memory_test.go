@@ -1,14 +1,11 @@
 package main
 
 import (
-	"context"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
-	"github.com/levee-go/levee/cmd/levee/internal/scenario"
 	memdemo "github.com/levee-go/levee/cmd/levee/internal/scenario/memory"
 	"github.com/levee-go/levee/cmd/levee/internal/scenario/scenariotest"
 )
@@ -27,19 +24,8 @@ func TestMemoryDemoEndToEnd(t *testing.T) {
 	c, stdout, stderr := testCLI(t)
 	c.exe, c.childEnv = buildLevee(t), nil
 	out := filepath.Join(t.TempDir(), "memory.html")
-	cfg, err := c.parseDemo([]string{"-scenario", "memory", "-calibrate", "1s",
-		"-normal", "1s", "-spike", "5s", "-recovery", "1s", "-out", out})
-	if err != nil {
-		t.Fatalf("parseDemo() error = %v", err)
-	}
-	cfg.settings.Drain, cfg.settings.StopGrace = 500*time.Millisecond, time.Second
-	res, err := cfg.scenario.Run(context.Background(), c.env(), cfg.settings)
-	if err != nil {
-		t.Fatalf("Run() error = %v; stderr:\n%s", err, stderr)
-	}
-	if err := scenario.Write(c.stdout, res, cfg.out, cfg.jsonOut); err != nil {
-		t.Fatal(err)
-	}
+	res := runShortDemo(t, c, "-scenario", "memory", "-calibrate", "1s",
+		"-normal", "1s", "-spike", "5s", "-recovery", "1s", "-out", out)
 	runs := scenariotest.CheckRunsComplete(t, res.Comparison.Runs)
 	unprot, prot := spikeGoodput(runs[0]), spikeGoodput(runs[1])
 	t.Logf("capacity %.0f/s; spike goodput unprotected %.0f/s, protected %.0f/s", res.Capacity, unprot, prot)

@@ -148,6 +148,9 @@ func (c *cli) serve(ctx context.Context, args []string) error {
 		capHow = "estimated"
 	}
 
+	if err := cf.limitFDs(); err != nil {
+		return err
+	}
 	inner, err := net.Listen("tcp", *addr)
 	if err != nil {
 		return fmt.Errorf("listening on -addr %s: %w", *addr, err)

@@ -168,3 +168,13 @@ func (s *Server) RSS() uint64 {
 	}
 	return 0
 }
+
+// FDs returns how many files the server process has open (the entries of
+// /proc/PID/fd), -1 once it has exited or where /proc does not say.
+func (s *Server) FDs() int {
+	es, err := os.ReadDir("/proc/" + strconv.Itoa(s.cmd.Process.Pid) + "/fd")
+	if err != nil {
+		return -1
+	}
+	return len(es)
+}
