@@ -7,6 +7,8 @@ import (
 	"log"
 	"os"
 	"path/filepath"
+	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 
@@ -286,10 +288,11 @@ func oneLine(err error) string {
 	return err.Error()
 }
 
-// Watch starts watching the file: the directory that holds it, and the
-// directory its symlink resolves to, again after every change (a
-// Kubernetes ConfigMap is a symlink to a directory that is swapped
-// whole). Each change reloads the file as Reload does, except that a file
+// Watch starts watching the file: the directory that holds it, the
+// directory of each symlink met on the way to it, and the directory it
+// resolves to, again after every change (a Kubernetes ConfigMap is a
+// symlink through ..data, a symlink to a directory that is swapped whole;
+// a deploy may swap a "current" symlink to a release above the file). Each change reloads the file as Reload does, except that a file
 // whose content did not change is skipped silently. Close stops the
 // watch. It returns an error if the watch cannot start or is started
 // twice.
@@ -317,14 +320,10 @@ func (r *Reloader) Watch() error {
 	return nil
 }
 
-// watchDirs adds the directory of path and of the file its symlinks
-// resolve to.
+// watchDirs adds the directories a change in which may change what path
+// reads (watchedDirs).
 func watchDirs(w *fsnotify.Watcher, path string, watched map[string]bool) error {
-	dirs := []string{filepath.Dir(path)}
-	if real, err := filepath.EvalSymlinks(path); err == nil {
-		dirs = append(dirs, filepath.Dir(real))
-	}
-	for _, d := range dirs {
+	for _, d := range watchedDirs(path) {
 		if watched[d] {
 			continue
 		}
@@ -334,6 +333,61 @@ func watchDirs(w *fsnotify.Watcher, path string, watched map[string]bool) error 
 		watched[d] = true
 	}
 	return nil
+}
+
+// maxHops bounds the symlinks followed to resolve the file, as the
+// kernel's 40 does.
+const maxHops = 40
+
+// watchedDirs returns the directories a change in which may change what
+// path reads: the directory of path; the directory holding each symlink
+// met while resolving it, where a deploy renames a new symlink over it
+// (a ConfigMap's ..data beside the file, a "current" release above it);
+// and the directory of the file it resolves to, where the file itself is
+// written or renamed over.
+func watchedDirs(path string) []string {
+	if abs, err := filepath.Abs(path); err == nil {
+		path = abs
+	}
+	dirs := []string{filepath.Dir(path)}
+	add := func(d string) {
+		if !slices.Contains(dirs, d) {
+			dirs = append(dirs, d)
+		}
+	}
+	cur := filepath.Clean(path)
+	for range maxHops {
+		link, rest, ok := firstSymlink(cur)
+		if !ok {
+			add(filepath.Dir(cur))
+			return dirs
+		}
+		add(filepath.Dir(link))
+		target, err := os.Readlink(link)
+		if err != nil {
+			return dirs
+		}
+		if !filepath.IsAbs(target) {
+			target = filepath.Join(filepath.Dir(link), target)
+		}
+		cur = filepath.Join(target, rest)
+	}
+	return dirs
+}
+
+// firstSymlink returns the shortest prefix of the clean absolute path p
+// that is a symlink, and what follows it; false when none is.
+func firstSymlink(p string) (link, rest string, ok bool) {
+	for i := 1; i <= len(p); i++ {
+		if i < len(p) && p[i] != filepath.Separator {
+			continue
+		}
+		prefix := p[:i]
+		if fi, err := os.Lstat(prefix); err == nil && fi.Mode()&os.ModeSymlink != 0 {
+			return prefix, strings.TrimPrefix(p[i:], string(filepath.Separator)), true
+		}
+	}
+	return "", "", false
 }
 
 func (r *Reloader) watch(w *fsnotify.Watcher, watched map[string]bool) {

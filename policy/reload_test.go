@@ -234,13 +234,7 @@ func TestWatchKubernetesSymlinkSwap(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer r.Close()
-	reports := make(chan error, 16)
-	r.reported = func(err error) {
-		select { // never block a reload, which holds the Reloader's lock
-		case reports <- err:
-		default:
-		}
-	}
+	reports := reportTo(r)
 	if err := r.Watch(); err != nil {
 		t.Fatal(err)
 	}
