@@ -2,7 +2,6 @@ package grpcguard
 
 import (
 	"context"
-	"net"
 	"net/netip"
 	"sync"
 	"testing"
@@ -187,18 +186,5 @@ func startRelay(t *testing.T, r *relay, sopts []grpc.ServerOption) testgrpc.Test
 	t.Helper()
 	gs := grpc.NewServer(sopts...)
 	testgrpc.RegisterTestServiceServer(gs, r)
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	go gs.Serve(lis)
-	conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		conn.Close()
-		gs.Stop()
-	})
-	return testgrpc.NewTestServiceClient(conn)
+	return serveOn(t, gs)
 }

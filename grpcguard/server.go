@@ -321,6 +321,11 @@ func (s *Server) outcome(r *decide.Compiled, c *admission.Call, err error) admis
 	return o
 }
 
+// errPanicked is the outcome of a call whose handler panicked: the
+// interceptors finish it as they unwind, so that a recovery interceptor
+// outside them leaves no permit behind.
+var errPanicked = errors.New("grpcguard: the handler panicked")
+
 // IsOverload reports whether err says that a server was overloaded — it
 // ran out of time (DEADLINE_EXCEEDED, context.DeadlineExceeded) or refused
 // for lack of capacity (RESOURCE_EXHAUSTED, UNAVAILABLE) — rather than an
@@ -348,8 +353,12 @@ func (s *Server) unary(ctx context.Context, req any, info *grpc.UnaryServerInfo,
 			setPushback(ctx, nil, pb)
 			return nil, refused.Err()
 		}
-		resp, err := handler(ctx, req)
-		s.end(st, c, err)
+		// Deferred, so that a handler that panics behind a recovery
+		// interceptor still gives back what the guards granted.
+		err := errPanicked
+		defer func() { s.end(st, c, err) }()
+		var resp any
+		resp, err = handler(ctx, req)
 		return resp, err
 	}
 	r := s.engine.Match(info.FullMethod)
@@ -369,8 +378,10 @@ func (s *Server) unary(ctx context.Context, req any, info *grpc.UnaryServerInfo,
 	if r.HasStarters() {
 		c.Now = s.now() // the handler starts after its turn: see outcome
 	}
-	resp, err := handler(ctx, req)
-	r.Finish(&c, &permits, s.outcome(r, &c, err))
+	err := errPanicked
+	defer func() { r.Finish(&c, &permits, s.outcome(r, &c, err)) }()
+	var resp any
+	resp, err = handler(ctx, req)
 	return resp, err
 }
 
@@ -418,8 +429,9 @@ func (s *Server) stream(srv any, ss grpc.ServerStream, info *grpc.StreamServerIn
 			setPushback(ctx, ss, pb)
 			return refused.Err()
 		}
-		err := handler(srv, ss)
-		s.end(st, c, err)
+		err := errPanicked
+		defer func() { s.end(st, c, err) }()
+		err = handler(srv, ss)
 		return err
 	}
 	r := s.engine.Match(info.FullMethod)
@@ -433,8 +445,9 @@ func (s *Server) stream(srv any, ss grpc.ServerStream, info *grpc.StreamServerIn
 		setPushback(ctx, ss, pushback(rf))
 		return refusalStatus(ctx, rf).Err()
 	}
-	err := handler(srv, ss)
-	r.Finish(&c, &permits, s.outcome(r, &c, err))
+	err := errPanicked
+	defer func() { r.Finish(&c, &permits, s.outcome(r, &c, err)) }()
+	err = handler(srv, ss)
 	return err
 }
 
