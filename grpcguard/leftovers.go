@@ -21,8 +21,10 @@ import (
 //
 // Under sustained overload (see SustainedAfter) the tap lets the calls
 // it would refuse through to the interceptor, which ends the stream and
-// its timer, so leftovers accrue for the first SustainedAfter of each
-// overload and from refusals of deadlines that cannot be met.
+// its timer, and so it does at all times with a call whose deadline is
+// beyond TapRefusalHorizon; so leftovers accrue for the first
+// SustainedAfter of each overload and from refusals of deadlines that
+// cannot be met, each for at most TapRefusalHorizon.
 
 // leftoverSlots is the span, in seconds, over which deadlines are told
 // apart; a later deadline is counted as pending until the last slot.

@@ -223,12 +223,17 @@ func (s *Server) TapHandle(ctx context.Context, info *tap.Info) (context.Context
 	r.Fill(f, now, &st.call)
 	if i, d := r.Admit(&st.call, &st.permits); i >= 0 {
 		rf := r.Refusal(i, d, st.call.Key)
-		if s.engine.NoteRefusal(st.call.Now, d) && s.engine.Retrying(f, st.call.Now) {
-			// Sustained overload: let the interceptor refuse it, with a
-			// trailer that tells the client not to retry.
+		sustained := s.engine.NoteRefusal(st.call.Now, d) && s.engine.Retrying(f, st.call.Now)
+		if sustained || farDeadline(st.call.Now, st.call.Deadline) {
+			// Let the interceptor refuse it: under sustained overload,
+			// with a trailer that tells the client not to retry; with a
+			// far deadline, so that its stream ends (see leftovers).
 			st.call.Ctx = nil
 			st.Context = ctx
-			st.refused = rf.Sustained()
+			st.refused = rf
+			if sustained {
+				st.refused = rf.Sustained()
+			}
 			st.phase.Store(phaseRefused)
 			return st, nil
 		}
@@ -252,6 +257,21 @@ func (s *Server) release(st *callState) {
 	} else if st.stop != nil {
 		st.stop()
 	}
+}
+
+// TapRefusalHorizon is the farthest deadline of a call the tap refuses
+// itself. grpc-go keeps a tap-refused stream's deadline timer and context
+// until the deadline (see TapLeftovers), so a call the tap would refuse
+// whose deadline is farther (a client may send one of years) is let
+// through to the interceptor instead, which refuses it with the same
+// status and ends its stream: it costs a stream and a goroutine for a
+// moment rather than memory until its deadline or its connection's end.
+const TapRefusalHorizon = 2 * time.Minute
+
+// farDeadline reports whether deadline is beyond TapRefusalHorizon from
+// now; a call without one leaves nothing behind.
+func farDeadline(now, deadline time.Time) bool {
+	return !deadline.IsZero() && deadline.Sub(now) > TapRefusalHorizon
 }
 
 // abandon finishes a call whose stream ended before its handler started.
