@@ -3,6 +3,7 @@ package grpcguard
 import (
 	"context"
 	"fmt"
+	"net"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -43,7 +44,8 @@ const (
 const streamRetryAfter = time.Second
 
 // WithStreamLimits caps the streams open at once: max on the Server and
-// perPeer for one client, by IP address (0: no cap). Default
+// perPeer for one client, by IP address, an IPv6 client by its /64 (0: no
+// cap). Default
 // DefaultMaxStreams and DefaultMaxStreamsPerPeer. Streams of exempt
 // methods count too. New fails on a negative number.
 func WithStreamLimits(max, perPeer int) Option {
@@ -160,8 +162,20 @@ func (s *streams) stats() StreamStats {
 	return StreamStats{Open: s.open.Load(), Peers: peers, Refused: s.refused.Load()}
 }
 
-// peerIP is the IP address of the call's client, or "" when unknown.
-func peerIP(ctx context.Context) string { return decide.PeerHost(peerAddr(ctx)) }
+// peerIP is the client a stream counts against for the cap per client:
+// its IP address, an IPv6 one by its /64 prefix (one host or site owns
+// the whole prefix and may open each stream from another address of it),
+// or "" when unknown.
+func peerIP(ctx context.Context) string {
+	a := peerAddr(ctx)
+	if t, ok := a.(*net.TCPAddr); ok && t != nil {
+		if ip := t.AddrPort().Addr(); ip.Is6() && !ip.Is4In6() {
+			p, _ := ip.WithZone("").Prefix(64)
+			return p.String()
+		}
+	}
+	return decide.PeerHost(a)
+}
 
 // streamRefusal is the decision that refuses a stream beyond the caps.
 var streamRefusal = admission.RefuseFor(admission.CauseTooManyStreams, admission.EvidenceLimit, ReasonTooManyStreams, streamRetryAfter)

@@ -141,7 +141,8 @@ type options struct {
 }
 
 // WithStreamLimits caps the streams open at once: max on the server and
-// perPeer for one client, by IP address (0: no cap). An open stream holds
+// perPeer for one client, by IP address, an IPv6 client by its /64 (0:
+// no cap). An open stream holds
 // no turn of the run limit and its lifetime is never learned as a service
 // time; this cap is what keeps a client that opens streams without end
 // from exhausting the server's memory. A stream beyond it is refused with
