@@ -164,8 +164,9 @@ func (e *Engine) Passed() uint64 {
 // NoteRefusal notes a refusal decided at now and reports whether
 // refusals have been sustained (SustainedAfter), so that this one should
 // tell its client not to retry (Refusal.NoRetry). A refusal for a
-// deadline is noted but never reported. It is lock-free and allocates
-// nothing.
+// deadline is noted but never reported; a refusal of one key
+// (Decision.PerKey) is neither, as it says nothing of the server's load.
+// It is lock-free and allocates nothing.
 func (e *Engine) NoteRefusal(now time.Time, d admission.Decision) bool {
 	return e.overload.refused(now, d)
 }

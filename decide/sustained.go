@@ -43,8 +43,14 @@ type sustained struct {
 
 // refused notes a refusal decided at now and reports whether refusals
 // have been sustained, so that this one should tell its client not to
-// retry. A refusal for a deadline is noted but never reported.
+// retry. A refusal for a deadline is noted but never reported. A refusal
+// of one key (Decision.PerKey: a client beyond its own limit) is neither:
+// it says nothing of the server's load, and its retry delay is when the
+// key's limit lets it in.
 func (s *sustained) refused(now time.Time, d admission.Decision) bool {
+	if d.PerKey {
+		return false
+	}
 	t := now.UnixNano()
 	last := s.last.Swap(t)
 	if last == 0 || t-last > int64(SustainedGap) {

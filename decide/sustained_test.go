@@ -39,6 +39,28 @@ func TestSustainedRefusals(t *testing.T) {
 	}
 }
 
+// TestPerKeyRefusalsAreNoOverload: refusals of one key (a client beyond
+// its own rate) say nothing of the server's load. Before, a client kept
+// beyond its per-client limit made refusals sustained for the whole
+// server, so that another client refused for a moment was told not to
+// retry (a pushback of -1) though nothing was overloaded.
+func TestPerKeyRefusalsAreNoOverload(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	perKey := admission.Refuse("client rate", time.Second)
+	perKey.PerKey = true
+	var s sustained
+	step := SustainedGap / 2
+	for at := time.Duration(0); at <= 4*SustainedAfter; at += step {
+		if s.refused(t0.Add(at), perKey) {
+			t.Fatalf("per-key refusal at t0+%v: sustained, want not", at)
+		}
+	}
+	plain := admission.Refuse("full", time.Second)
+	if s.refused(t0.Add(4*SustainedAfter+step), plain) {
+		t.Fatal("the first refusal of the server after 2 s of per-key refusals: sustained, want a new run")
+	}
+}
+
 func TestRetryingIsBounded(t *testing.T) {
 	var r retrying
 	t0 := time.Unix(1000, 0)
