@@ -80,6 +80,7 @@ func TestBadInputIsOneLineAndNonZero(t *testing.T) {
 		{name: "serve max conns per peer", give: []string{"serve", "-max-conns-per-peer", "-1"}, wantCode: exitUsage, want: "-max-conns-per-peer must be >= 0, got -1"},
 		{name: "serve goaway unprotected", give: []string{"serve", "-goaway", "-unprotected"}, wantCode: exitUsage, want: "-goaway works with the preset recipe only"},
 		{name: "serve goaway static", give: []string{"serve", "-goaway", "-recipe", "static"}, wantCode: exitUsage, want: "-goaway works with the preset recipe only"},
+		{name: "serve goaway connect", give: []string{"serve", "-goaway", "-transport", "connect"}, wantCode: exitUsage, want: "-goaway works with -transport grpc only"},
 		{name: "serve goaway every", give: []string{"serve", "-goaway-every", "0s"}, wantCode: exitUsage, want: "-goaway-every must be > 0, got 0s"},
 		{name: "serve goaway after", give: []string{"serve", "-goaway-after", "-1s"}, wantCode: exitUsage, want: "-goaway-after must be >= 0, got -1s"},
 		{name: "serve fd limit", give: []string{"serve", "-fd-limit", "5"}, wantCode: exitUsage, want: "-fd-limit must be 0 or at least 32, got 5"},
