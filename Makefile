@@ -19,9 +19,11 @@ BENCH_MODULES := bench/peers bench/redis
 ## goodput, which other packages' tests would steal from.
 test: tidy vet build staticcheck benchmods
 	$(GO) test -race -count=1 -p 1 ./...
-	@# Full-size memory tests that the race detector makes too slow, and
+	@# Full-size memory tests that the race detector makes too slow,
+	@# allocation counts that its sync.Pool randomises, and
 	@# tests of the scheduler's order, which the race detector randomises.
 	$(GO) test -count=1 -run 'Flood' ./ratelimit
+	$(GO) test -count=1 -run 'TestAdmittedPathAllocations' ./connectguard
 	$(GO) test -count=1 -run 'TestWaitedTurnYieldsFirst|TestShortWaitedTurnDoesNotYield|TestShortCallStartsWithoutYielding|TestTurnWaitsForUnreadRequest|TestOneTurnForHandlersSharingOneProcessor' ./runlimit
 
 vet:
