@@ -35,8 +35,26 @@ const StaleAfter = time.Second
 type Option func(*options)
 
 type options struct {
-	fixed  map[string]time.Duration
-	margin float64
+	fixed     map[string]time.Duration
+	margin    float64
+	baselines Baselines
+}
+
+// Baselines tells a Guard each method's service time without contention:
+// what a call takes when it runs alone, as a limiter of the calls run at
+// once measures it (*runlimit.Limiter does).
+type Baselines interface {
+	// Baseline returns the service time without contention of calls of
+	// method, or 0 if none is known. It must be safe for concurrent use.
+	Baseline(method string) time.Duration
+}
+
+// WithBaselines makes the Guard judge a call against its method's service
+// time without contention, as b reports it, where that is shorter than
+// the mean the Guard learned (see Guard). Default none: the mean alone. A
+// nil b is ignored.
+func WithBaselines(b Baselines) Option {
+	return func(o *options) { o.baselines = b }
 }
 
 // WithServiceTime fixes the service time of a method (a full method name)
@@ -59,7 +77,13 @@ func WithMargin(f float64) Option {
 //
 // The service time of a method is fixed (WithServiceTime) or learned: an
 // exponentially weighted mean (weight 1/8) of its successful calls'
-// durations. A method with no sample yet is judged by its deadline alone.
+// durations, or the method's service time without contention
+// (WithBaselines) where that is known and shorter. The mean stretches
+// with the calls that run beside the method's: calls run beyond a run
+// limit at a spike's start, fifty at once on one processor, take fifty
+// times as long each, and a mean raised so would refuse, as too short,
+// deadlines that a call run on its turn meets with room to spare. A
+// method with no sample yet is judged by its deadline alone.
 // So is a method whose learned time has gone stale (no successful call
 // for twice its service time, at least StaleAfter): a learned time that
 // rose above the callers' deadlines in a stall would otherwise refuse
@@ -68,8 +92,9 @@ func WithMargin(f float64) Option {
 // Create one with New; the zero value is not usable. A Guard is safe for
 // concurrent use.
 type Guard struct {
-	fixed  map[string]time.Duration
-	margin float64
+	fixed     map[string]time.Duration
+	margin    float64
+	baselines Baselines
 
 	mu      sync.Mutex                         // serialises new methods
 	learned atomic.Pointer[map[string]*method] // copy on write
@@ -102,7 +127,7 @@ func New(opts ...Option) (*Guard, error) {
 	if len(errs) > 0 {
 		return nil, errors.Join(errs...)
 	}
-	g := &Guard{fixed: o.fixed, margin: o.margin, epoch: time.Now()}
+	g := &Guard{fixed: o.fixed, margin: o.margin, baselines: o.baselines, epoch: time.Now()}
 	g.learned.Store(&map[string]*method{})
 	return g, nil
 }
@@ -127,7 +152,8 @@ func (g *Guard) ServiceTime(name string) time.Duration {
 }
 
 // serviceTimeAt is the service time used for a call of name at now: 0
-// when there is none, or the learned one is stale.
+// when there is none, or the learned one is stale; the baseline
+// (WithBaselines) where it is known and shorter than the learned mean.
 func (g *Guard) serviceTimeAt(name string, now time.Time) time.Duration {
 	if d, ok := g.fixed[name]; ok {
 		return d
@@ -139,6 +165,11 @@ func (g *Guard) serviceTimeAt(name string, now time.Time) time.Duration {
 	st := time.Duration(v.svc.Load())
 	if now.Sub(g.epoch)-time.Duration(v.last.Load()) > max(StaleAfter, 2*st) {
 		return 0
+	}
+	if g.baselines != nil {
+		if b := g.baselines.Baseline(name); b > 0 && b < st {
+			return b
+		}
 	}
 	return st
 }

@@ -121,3 +121,46 @@ func TestStaleServiceTimeDoesNotLockOut(t *testing.T) {
 		t.Errorf("after recovery, a 1µs deadline: %+v, want refused (the fresh estimate is used again)", d)
 	}
 }
+
+// baselines is a deadline.Baselines of fixed values.
+type baselines map[string]time.Duration
+
+func (b baselines) Baseline(m string) time.Duration { return b[m] }
+
+// A call is judged against its method's service time without contention
+// (WithBaselines) where that is shorter than the learned mean: the mean
+// stretches with the calls run beside the method's, the baseline does
+// not. A baseline longer than the mean, or none, leaves the mean.
+func TestJudgedAgainstTheBaseline(t *testing.T) {
+	t0 := time.Unix(1_700_000_000, 0)
+	g, err := deadline.New(deadline.WithBaselines(baselines{method: 10 * time.Millisecond, "/pkg.Svc/Slow": time.Second}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	call := func(m string, left time.Duration) admission.Call {
+		return admission.Call{Method: m, Now: t0, Deadline: t0.Add(left)}
+	}
+	for _, m := range []string{method, "/pkg.Svc/Slow", "/pkg.Svc/None"} {
+		g.Finish(call(m, time.Second), admission.Permit{}, admission.Outcome{Duration: 500 * time.Millisecond})
+	}
+	tests := []struct {
+		name    string
+		method  string
+		left    time.Duration
+		refused bool
+	}{
+		{"stretched mean, short baseline", method, 300 * time.Millisecond, false},
+		{"shorter than the baseline", method, 5 * time.Millisecond, true},
+		{"baseline above the mean", "/pkg.Svc/Slow", 300 * time.Millisecond, true},
+		{"no baseline", "/pkg.Svc/None", 300 * time.Millisecond, true},
+		{"no baseline, time enough", "/pkg.Svc/None", 600 * time.Millisecond, false},
+	}
+	for _, tt := range tests {
+		if d := g.Admit(call(tt.method, tt.left)); d.Refused != tt.refused || d.DeadlineTooShort != tt.refused {
+			t.Errorf("%s: Admit(%s, %v left) = %+v, want refused %t", tt.name, tt.method, tt.left, d, tt.refused)
+		}
+	}
+	if d := g.Admit(admission.Call{Method: "/pkg.Svc/Unseen", Now: t0, Deadline: t0.Add(time.Microsecond)}); d.Refused {
+		t.Errorf("a method never finished, with a baseline source: Admit = %+v, want admitted (judged by its deadline alone)", d)
+	}
+}

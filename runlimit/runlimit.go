@@ -598,6 +598,17 @@ func idlest(m map[string]*Flow, opened int64) *Flow {
 	return best
 }
 
+// Baseline returns the service time without contention of the flow named
+// name (Flow.Baseline), or 0 if it has none yet or there is no such flow:
+// it creates no flow. Through NewGuard a flow is a method, so that a
+// deadline.Guard may judge calls against it (deadline.WithBaselines).
+func (l *Limiter) Baseline(name string) time.Duration {
+	if f, ok := (*l.flows.Load())[name]; ok {
+		return f.Baseline()
+	}
+	return 0
+}
+
 func newFlow(l *Limiter, name string) *Flow {
 	f := &Flow{l: l, name: name}
 	for i := range f.lanes {

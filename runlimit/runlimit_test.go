@@ -661,3 +661,21 @@ func TestDeadlineJudgedAgainstTheBaseline(t *testing.T) {
 	}
 	g.Finish(c, d.Permit, admission.Outcome{Skipped: true})
 }
+
+// Limiter.Baseline reads a flow's baseline by name and creates no flow.
+func TestLimiterBaselineCreatesNoFlow(t *testing.T) {
+	l := mustNew(t)
+	if got := l.Baseline("/svc/None"); got != 0 {
+		t.Errorf("Baseline of a flow never used = %v, want 0", got)
+	}
+	if n := len(l.allFlows()); n != 0 {
+		t.Errorf("%d flows after Baseline of an unknown name, want 0", n)
+	}
+	f := l.Flow("/svc/Call")
+	l.upd.Lock()
+	f.setBase(float64(7 * time.Millisecond))
+	l.upd.Unlock()
+	if got := l.Baseline("/svc/Call"); got != 7*time.Millisecond {
+		t.Errorf("Baseline(/svc/Call) = %v, want 7ms", got)
+	}
+}

@@ -195,15 +195,6 @@ type Built struct {
 // from; the caller stops what src made.
 func Build(s Spec, src Source) (Built, error) {
 	b := Built{Methods: map[string]*ratelimit.Limiter{}}
-	dl, err := src("deadline", func() (Instance, error) {
-		g, err := deadline.New()
-		return Instance{Guard: g, Value: g}, err
-	})
-	if err != nil {
-		return Built{}, fmt.Errorf("deadline: %w", err)
-	}
-	b.Deadline = dl.Value.(*deadline.Guard)
-
 	run, err := src(runID(s), func() (Instance, error) {
 		var opts []runlimit.Option
 		if s.CPU != nil {
@@ -230,6 +221,19 @@ func Build(s Spec, src Source) (Built, error) {
 		return Built{}, fmt.Errorf("max_concurrency: %w", err)
 	}
 	b.Run = run.Value.(*runlimit.Limiter)
+
+	// The deadline guard judges a call against its method's service time
+	// without contention, as the run limit measures it, not a mean that
+	// calls run beyond the limit stretched; its identity is the run
+	// limit's, whose baselines it reads.
+	dl, err := src("deadline\x00"+runID(s), func() (Instance, error) {
+		g, err := deadline.New(deadline.WithBaselines(b.Run))
+		return Instance{Guard: g, Value: g}, err
+	})
+	if err != nil {
+		return Built{}, fmt.Errorf("deadline: %w", err)
+	}
+	b.Deadline = dl.Value.(*deadline.Guard)
 
 	shared := []admission.Guard{dl.Guard, run.Guard}
 	if s.MaxRate > 0 {
