@@ -25,6 +25,8 @@ test: tidy vet build staticcheck benchmods
 	$(GO) test -count=1 -run 'Flood' ./ratelimit
 	$(GO) test -count=1 -run 'TestAdmittedPathAllocations' ./connectguard
 	$(GO) test -count=1 -run 'TestWaitedTurnYieldsFirst|TestShortWaitedTurnDoesNotYield|TestShortCallStartsWithoutYielding|TestTurnWaitsForUnreadRequest|TestOneTurnForHandlersSharingOneProcessor' ./runlimit
+	@# The simulated table at full size (a few rows under the race detector).
+	$(GO) test -count=1 -run 'TestSimShapes|TestSimAblation' ./runlimit
 
 vet:
 	$(GO) vet ./...

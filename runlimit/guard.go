@@ -128,7 +128,7 @@ func (ln *Lane) admit(now time.Time) (cost int64, ok bool) {
 	l := ln.f.l
 	if !ln.Admissible() {
 		if e := ln.evidenceAt(l.nanos(now)); e != evidenceNone {
-			if s := l.slack.Load(); s == 0 || !ln.admissible(float64(s)) {
+			if s := l.slack.Load(); s == 0 || !l.on(ruleSlack) || !ln.admissible(float64(s)) {
 				l.refuseOn(e)
 				l.offered.Add(1)
 				return 0, false
@@ -142,42 +142,63 @@ func (ln *Lane) admit(now time.Time) (cost int64, ok bool) {
 }
 
 func (g *guard) Start(c admission.Call, p admission.Permit) admission.Decision {
-	ln, _ := p.Ref.(*Lane)
-	if ln == nil || p.Value&reserved == 0 {
-		return admission.Grant(p) // not this guard's reservation: nothing to do
+	ln, cost, d, decided := g.beforeTurn(c, p)
+	if decided {
+		return d
 	}
-	cost := int64(p.Value & valueOf)
-	if c.Stream {
-		return g.startStream(c, ln, cost)
-	}
-	f := ln.f
-	target := f.QueueTarget()
-	f.NoteQueued(c.Queued)
-	if f.light.Load() {
-		// A cheap flow that uses little of the server runs without a
-		// turn (see markLight).
-		ln.unreserve(cost)
-		return admission.Grant(admission.Permit{Ref: ln, Value: bypass})
-	}
+	target := ln.f.QueueTarget()
 	t, err := ln.take(c.Ctx, c.Now, cost, false)
 	if err != nil {
 		return holding(ln.refusal(err, target, c.Now), ln)
 	}
+	if d = g.turned(c, ln, t); !d.Refused && ln.f.yields() {
+		// A handler that starts as soon as the one before it finishes
+		// runs ahead of the transport's goroutines that wait for the
+		// CPU: on a saturated CPU, requests would go unread (and
+		// unrefused) and responses unwritten for as long as handlers
+		// follow each other. Yield once so they go first, unless the
+		// call is short enough that they lose little waiting for it
+		// (see shortCall).
+		runtime.Gosched()
+	}
+	return d
+}
+
+// beforeTurn is Start up to a unary call's wait for its turn: decided
+// is true, with the decision d, for a permit not of this guard's, a
+// stream, and a light flow's call; otherwise the call, of lane ln,
+// holds a reservation that added cost, and asks for its turn.
+func (g *guard) beforeTurn(c admission.Call, p admission.Permit) (ln *Lane, cost int64, d admission.Decision, decided bool) {
+	ln, _ = p.Ref.(*Lane)
+	if ln == nil || p.Value&reserved == 0 {
+		return nil, 0, admission.Grant(p), true // not this guard's reservation: nothing to do
+	}
+	cost = int64(p.Value & valueOf)
+	if c.Stream {
+		return nil, 0, g.startStream(c, ln, cost), true
+	}
+	f := ln.f
+	f.NoteQueued(c.Queued)
+	if f.light.Load() && f.l.on(ruleLight) {
+		// A cheap flow that uses little of the server runs without a
+		// turn (see markLight).
+		ln.unreserve(cost)
+		return nil, 0, admission.Grant(admission.Permit{Ref: ln, Value: bypass}), true
+	}
+	return ln, cost, admission.Decision{}, false
+}
+
+// turned is the decision for a unary call c of ln that got its turn t:
+// it is refused, its turn given back, if its deadline can no longer be
+// met (judged on the Limiter's clock).
+func (g *guard) turned(c admission.Call, ln *Lane, t Ticket) admission.Decision {
+	f := ln.f
 	if !c.Deadline.IsZero() {
-		if left := time.Until(c.Deadline); left < f.ServiceTimeAt(c.Now) {
+		if left := c.Deadline.Sub(g.l.o.now()); left < f.ServiceTimeAt(c.Now) {
 			t.Release()
 			return holding(admission.Decision{Refused: true, Reason: ReasonTooLate, DeadlineTooShort: true, Cause: admission.CauseDeadlineTooShort,
 				Evidence: admission.EvidenceServiceTime, Threshold: float32(f.ServiceTimeAt(c.Now).Seconds() * 1e3)}, ln)
 		}
-	}
-	// A handler that starts as soon as the one before it finishes runs
-	// ahead of the transport's goroutines that wait for the CPU: on a
-	// saturated CPU, requests would go unread (and unrefused) and
-	// responses unwritten for as long as handlers follow each other.
-	// Yield once so they go first, unless the call is short enough that
-	// they lose little waiting for it (see shortCall).
-	if f.yields() {
-		runtime.Gosched()
 	}
 	return admission.Grant(admission.Permit{Ref: ln, Value: turn | uint64(max(t.start, 0))})
 }
@@ -187,6 +208,19 @@ func (g *guard) Start(c admission.Call, p admission.Permit) admission.Decision {
 // the reservation. A stream's wait that runs out without evidence of
 // overload ends with errNoTurn.
 func (ln *Lane) take(ctx context.Context, now time.Time, cost int64, stream bool) (Ticket, error) {
+	t, w := ln.takeNow(now, cost, stream)
+	if w == nil {
+		return t, nil
+	}
+	if ctx == nil {
+		ctx = context.Background()
+	}
+	return ln.wait(ctx, w)
+}
+
+// takeNow is take without the wait: the call's turn, or else its waiter,
+// queued (see enqueue).
+func (ln *Lane) takeNow(now time.Time, cost int64, stream bool) (Ticket, *waiter) {
 	if !stream {
 		ln.f.l.offered.Add(1)
 	}
@@ -195,10 +229,11 @@ func (ln *Lane) take(ctx context.Context, now time.Time, cost int64, stream bool
 		t.ln = ln
 		return t, nil
 	}
-	if ctx == nil {
-		ctx = context.Background()
+	t, w := ln.enqueue(cost)
+	if w != nil {
+		w.stream = stream
 	}
-	return ln.acquire(ctx, cost, stream)
+	return t, w
 }
 
 // refusal is the decision for a call of ln whose wait for a turn ended
@@ -267,28 +302,48 @@ func (ln *Lane) measure(e evidence) (value, threshold float32) {
 // startStream gives a stream of ln admitted with a reservation that
 // added cost its turn, if it takes one (see NewGuard).
 func (g *guard) startStream(c admission.Call, ln *Lane, cost int64) admission.Decision {
-	f := ln.f
-	if c.ClientStream {
-		ln.unreserve(cost)
-		return holding(admission.Decision{}, ln) // its handler waits for the client
+	if d, decided := g.beforeStreamTurn(c, ln, cost); decided {
+		return d
 	}
-	unturned := admission.Grant(admission.Permit{Ref: ln, Value: unturned | uint64(max(g.l.nanos(c.Now), 0))})
-	if f.streamsStayOpen() {
-		ln.unreserve(cost)
-		return unturned
-	}
-	target := f.QueueTarget()
+	target := ln.f.QueueTarget()
 	t, err := ln.take(c.Ctx, c.Now, cost, true)
-	if errors.Is(err, errNoTurn) {
-		return unturned
-	}
-	if err != nil {
-		return holding(ln.refusal(err, target, c.Now), ln)
-	}
-	if f.yields() {
+	d, turned := g.streamTurned(c, ln, t, err, target)
+	if turned && ln.f.yields() {
 		runtime.Gosched() // as for a unary call, in Start
 	}
-	return admission.Grant(admission.Permit{Ref: holdStream(t)})
+	return d
+}
+
+// beforeStreamTurn is startStream up to the stream's wait for its turn:
+// decided is true, with the decision d, for a stream that takes no turn.
+func (g *guard) beforeStreamTurn(c admission.Call, ln *Lane, cost int64) (d admission.Decision, decided bool) {
+	if c.ClientStream {
+		ln.unreserve(cost)
+		return holding(admission.Decision{}, ln), true // its handler waits for the client
+	}
+	if ln.f.streamsStayOpen() {
+		ln.unreserve(cost)
+		return g.unturned(c, ln), true
+	}
+	return admission.Decision{}, false
+}
+
+// unturned is the decision for a stream c of ln that runs without a turn.
+func (g *guard) unturned(c admission.Call, ln *Lane) admission.Decision {
+	return admission.Grant(admission.Permit{Ref: ln, Value: unturned | uint64(max(g.l.nanos(c.Now), 0))})
+}
+
+// streamTurned is the decision for a stream c of ln whose wait for a turn
+// ended with t and err, its flow's queue target being target; turned
+// reports whether it holds a turn.
+func (g *guard) streamTurned(c admission.Call, ln *Lane, t Ticket, err error, target time.Duration) (d admission.Decision, turned bool) {
+	if errors.Is(err, errNoTurn) {
+		return g.unturned(c, ln), false
+	}
+	if err != nil {
+		return holding(ln.refusal(err, target, c.Now), ln), false
+	}
+	return admission.Grant(admission.Permit{Ref: holdStream(t)}), true
 }
 
 func (g *guard) Finish(c admission.Call, p admission.Permit, o admission.Outcome) {

@@ -130,7 +130,7 @@ func (ln *Lane) admissible(extra float64) bool {
 	f := ln.f
 	l := f.l
 	ci := ln.class.Index()
-	roomy := l.roomy[ci].Load()
+	roomy := l.roomy[ci].Load() && l.on(ruleRoomy)
 	horizon := f.QueueTarget() / 2
 	if roomy {
 		horizon *= 2
@@ -166,7 +166,7 @@ func (ln *Lane) admissible(extra float64) bool {
 // lower classes get turns, so a long wait is a burst that passes, and a
 // call refused after it would have waited for nothing.
 func (ln *Lane) patience() time.Duration {
-	if ln.f.l.roomy[ln.class.Index()].Load() {
+	if ln.f.l.roomy[ln.class.Index()].Load() && ln.f.l.on(ruleRoomy) {
 		return roomyPatience * ln.f.QueueTarget()
 	}
 	return 2 * ln.f.QueueTarget()

@@ -273,36 +273,36 @@ func (l *Limiter) measure(flows []*Flow, end int64) sample {
 // decide moves the learner on from the interval m measured: it starts a
 // probe, or sets the limit. Needs upd and no probe running.
 func (l *Limiter) decide(m *sample) {
-	if l.baselineProbeDue() {
+	if l.baselineProbeDue() && l.on(ruleProbeBaseline) {
 		l.startBaselineProbe(m.end)
 		return
 	}
-	if m.overran {
+	if m.overran && l.on(ruleOverranSkip) {
 		// Calls ran beyond the limit, for want of evidence of overload:
 		// the interval's service times are those of more calls at once
 		// than the limit, and would cut it for what it did not do.
 		l.learned.overran.Add(1)
 		return
 	}
-	m.cpuSat = l.o.cpu != nil && l.o.cpu.Saturated()
+	m.cpuSat = l.o.cpu != nil && l.o.cpu.Saturated() && l.on(ruleCPUHoldsGrowth)
 	if !m.cpuSat {
 		l.cpuElsewhere = false // the gate opens
 	}
 	l.endHold(m.end)
 	est, r := l.est, m.stretch()
 	switch {
-	case m.overloads > 0:
+	case m.overloads > 0 && l.on(ruleBackoff):
 		l.learned.backoffs.Add(1)
 		est *= overloadBackoff
-	case queuedBeforeTurn(m, est):
+	case queuedBeforeTurn(m, est) && l.on(ruleLimitToRan):
 		est = l.limitToWhatRan(m)
-	case l.lagProbeDue(m, est):
+	case l.lagProbeDue(m, est) && l.on(ruleProbeLag):
 		l.startLagProbe(m, est)
 		return
-	case l.cpuProbeDue(m, est, r):
+	case l.cpuProbeDue(m, est, r) && l.on(ruleProbeCPU):
 		l.startCPUProbe(m, est, r)
 		return
-	case l.stretchProbeDue(m, est, r):
+	case l.stretchProbeDue(m, est, r) && l.on(ruleProbeStretch):
 		l.startStretchProbe(m, est, r)
 		return
 	default:
@@ -344,7 +344,7 @@ func (l *Limiter) vegas(m *sample, est, r float64) float64 {
 		est -= max(1, (queue-hi)*shrinkGain)
 	case queue <= lo && m.peak >= int64(l.est) && !m.cpuSat && l.phase != phaseHolding:
 		l.learned.grows.Add(1)
-		if l.phase == phaseSlowStart {
+		if l.phase == phaseSlowStart && l.on(ruleSlowStart) {
 			est *= slowStartGrowth // no stretch seen yet
 		} else {
 			est += max(1, math.Sqrt(est))

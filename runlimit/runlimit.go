@@ -90,6 +90,11 @@ type options struct {
 	defaultWeight  float64
 	now            func() time.Time // in-package tests
 	procs          int              // processors (GOMAXPROCS); in-package tests set it
+	noPoll         bool             // no wait for the network poller (release); in-package tests
+	off            uint32           // rules switched off, by bit (ablation.go); in-package tests
+	// after runs f after d, and returns what stops it (time.AfterFunc's
+	// Stop); in-package tests replace it with a simulated timer.
+	after func(d time.Duration, f func()) (stop func() bool)
 }
 
 // WithBounds keeps the limit within [floor, ceiling]. Default [1,
@@ -371,6 +376,15 @@ func New(opts ...Option) (*Limiter, error) {
 }
 
 func (l *Limiter) nanos(t time.Time) int64 { return int64(t.Sub(l.epoch)) }
+
+// afterFunc runs f after d (time.AfterFunc, unless in-package tests
+// simulate it), and returns what stops it.
+func (l *Limiter) afterFunc(d time.Duration, f func()) (stop func() bool) {
+	if l.o.after != nil {
+		return l.o.after(d, f)
+	}
+	return time.AfterFunc(d, f).Stop
+}
 
 // Limit returns the current limit.
 func (l *Limiter) Limit() int { return int(l.limit.Load()) }
@@ -961,6 +975,12 @@ func (ln *Lane) acquire(ctx context.Context, cost int64, stream bool) (Ticket, e
 		return t, nil
 	}
 	w.stream = stream
+	return ln.wait(ctx, w)
+}
+
+// wait waits for the turn of w, a waiter of ln just queued, until ctx
+// ends or its wait runs out (waitLimit, expired).
+func (ln *Lane) wait(ctx context.Context, w *waiter) (Ticket, error) {
 	limit := ln.waitLimit(ln.f.l.nanos(ln.f.l.o.now()))
 	if w.timer == nil {
 		w.timer = time.NewTimer(limit)
@@ -1042,7 +1062,7 @@ func (ln *Lane) waitLimit(now int64) time.Duration { return ln.patience() + ln.g
 func (ln *Lane) grace(now int64) time.Duration {
 	l := ln.f.l
 	s := l.slack.Load()
-	if s <= 0 || ln.evidenceAt(now) == evidenceNone {
+	if s <= 0 || !l.on(ruleSlack) || ln.evidenceAt(now) == evidenceNone {
 		return 0
 	}
 	return time.Duration(s)
@@ -1227,7 +1247,7 @@ func (l *Limiter) release(poll bool, end int64) {
 			l.mu.Unlock()
 			return
 		}
-		if poll && l.passesOver() {
+		if poll && !l.o.noPoll && l.passesOver() {
 			poll = false
 			l.mu.Unlock()
 			if l.net.wait(pollWait) {
@@ -1410,7 +1430,7 @@ func (l *Limiter) Overloaded(now time.Time) bool { return l.overloadedAt(l.nanos
 // wait.
 func (ln *Lane) evidenceAt(now int64) evidence {
 	l := ln.f.l
-	if float64(ln.count.Load())*ln.f.work() >= float64(l.limit.Load())*float64(l.o.interval) {
+	if l.on(ruleEvidenceLane) && float64(ln.count.Load())*ln.f.work() >= float64(l.limit.Load())*float64(l.o.interval) {
 		return evidenceLane
 	}
 	return l.evidenceAt(now)
@@ -1437,19 +1457,19 @@ const (
 // evidenceAt is the Limiter's evidence of overload at now, evidenceNone
 // without any.
 func (l *Limiter) evidenceAt(now int64) evidence {
-	if l.cpuBusy(now) {
+	if l.cpuBusy(now) && l.on(ruleEvidenceCPU) {
 		return evidenceCPU
 	}
 	s := l.state.Load()
 	if waiting(s) > 0 {
-		if lim := l.limit.Load(); running(s) >= lim+max(lim, l.intervalWork.Load()) {
+		if lim := l.limit.Load(); running(s) >= lim+max(lim, l.intervalWork.Load()) && l.on(ruleEvidenceOverrun) {
 			return evidenceOverrun
 		}
-		if l.stoodSince(now - l.sustained()) {
+		if l.stoodSince(now-l.sustained()) && l.on(ruleEvidenceStanding) {
 			return evidenceStanding
 		}
 	}
-	if l.spiking() {
+	if l.spiking() && l.on(ruleEvidenceSpike) {
 		return evidenceSpike
 	}
 	return evidenceNone

@@ -598,7 +598,7 @@ func TestStaleServiceTimeDoesNotLockOut(t *testing.T) {
 		admission.Starter
 	})
 	now = end.Add(3100 * time.Millisecond)
-	c := admission.Call{Ctx: context.Background(), Method: "/svc/Call", Now: now, Deadline: time.Now().Add(time.Second)}
+	c := admission.Call{Ctx: context.Background(), Method: "/svc/Call", Now: now, Deadline: now.Add(time.Second)}
 	d := g.Admit(c)
 	if d.Refused {
 		t.Fatalf("Admit = %+v", d)
@@ -642,7 +642,7 @@ func TestDeadlineJudgedAgainstTheBaseline(t *testing.T) {
 		admission.Guard
 		admission.Starter
 	})
-	c := admission.Call{Ctx: context.Background(), Method: "/svc/Call", Now: now, Deadline: time.Now().Add(300 * time.Millisecond)}
+	c := admission.Call{Ctx: context.Background(), Method: "/svc/Call", Now: now, Deadline: now.Add(300 * time.Millisecond)}
 	d := g.Admit(c)
 	if d.Refused {
 		t.Fatalf("Admit = %+v", d)
@@ -652,7 +652,7 @@ func TestDeadlineJudgedAgainstTheBaseline(t *testing.T) {
 	}
 	g.Finish(c, d.Permit, admission.Outcome{Duration: 10 * time.Millisecond})
 	// A deadline shorter than the baseline itself cannot be met.
-	c.Deadline = time.Now().Add(b / 2)
+	c.Deadline = now.Add(b / 2)
 	if d = g.Admit(c); d.Refused {
 		t.Fatalf("Admit = %+v", d)
 	}

@@ -12,6 +12,10 @@ func withClock(now func() time.Time) Option { return func(o *options) { o.now = 
 // default), as many as a simulation simulates.
 func withProcs(n int) Option { return func(o *options) { o.procs = n } }
 
+// withNoPoll keeps a turn from waiting for the network poller before it
+// passes to a lower class (release): a simulation has no poller.
+func withNoPoll() Option { return func(o *options) { o.noPoll = true } }
+
 // fakeCPU is a CPU signal the simulation sets.
 type fakeCPU struct{ saturated bool }
 
@@ -99,7 +103,7 @@ func (s *ioBound) done(c any) bool    { return c.(*ioCall).ended }
 func (s *ioBound) cpuSaturated() bool { return s.flood }
 
 // sim drives a Limiter against a service with injected time.
-type sim struct {
+type satSim struct {
 	t     *testing.T
 	l     *Limiter
 	f     *Flow
@@ -115,8 +119,8 @@ type sim struct {
 	demand int
 }
 
-func newSim(t *testing.T, svc service, opts ...Option) *sim {
-	s := &sim{t: t, svc: svc, cpu: &fakeCPU{}, t0: time.Unix(1_700_000_000, 0)}
+func newSim(t *testing.T, svc service, opts ...Option) *satSim {
+	s := &satSim{t: t, svc: svc, cpu: &fakeCPU{}, t0: time.Unix(1_700_000_000, 0)}
 	opts = append([]Option{WithCPU(s.cpu), withClock(func() time.Time { return s.t0.Add(s.now) }), WithInitialLimit(2), withProcs(1)}, opts...)
 	l, err := New(opts...)
 	if err != nil {
@@ -130,7 +134,7 @@ const dt = 100 * time.Microsecond
 
 // run simulates d of saturating demand; each is called after every
 // simulated millisecond.
-func (s *sim) run(d time.Duration, each func()) {
+func (s *satSim) run(d time.Duration, each func()) {
 	end := s.now + d
 	for s.now < end {
 		s.now += dt
@@ -166,7 +170,7 @@ func (s *sim) run(d time.Duration, each func()) {
 }
 
 // limits runs d and returns the share of milliseconds at each limit.
-func (s *sim) limits(d time.Duration) map[int]float64 {
+func (s *satSim) limits(d time.Duration) map[int]float64 {
 	seen := map[int]float64{}
 	var n float64
 	s.run(d, func() { seen[s.l.Limit()]++; n++ })
@@ -411,5 +415,14 @@ func TestNoCPUCutBelowOneCallPerProcessor(t *testing.T) {
 	}
 	if st.ProbeCPU.Kept != 0 || st.ProbeLag.Kept != 0 {
 		t.Errorf("stats %+v: want no cut kept below one call per processor", st)
+	}
+}
+
+// withOff switches rules off (ablation.go).
+func withOff(rs ...rule) Option {
+	return func(o *options) {
+		for _, r := range rs {
+			o.off |= 1 << r
+		}
 	}
 }

@@ -63,7 +63,7 @@ func (f *Flow) noteStream(long bool) {
 // comes first.
 type streamTurn struct {
 	t     Ticket
-	timer *time.Timer // set after AfterFunc returns: read only by finish
+	stop  func() bool // stops the hold's timer; set after it is armed: read only by finish
 	state atomic.Bool // the turn was given back
 }
 
@@ -72,7 +72,7 @@ type streamTurn struct {
 func holdStream(t Ticket) *streamTurn {
 	t.stream = true
 	st := &streamTurn{t: t}
-	st.timer = time.AfterFunc(t.f.streamHold(), st.expire)
+	st.stop = t.f.l.afterFunc(t.f.streamHold(), st.expire)
 	return st
 }
 
@@ -99,7 +99,7 @@ func (st *streamTurn) finish(nf *Flow, learn, overload bool) {
 	if !st.state.CompareAndSwap(false, true) {
 		return
 	}
-	st.timer.Stop()
+	st.stop()
 	if nf != nil {
 		st.t.f = nf // expire, which lost the race, reads no more of st
 	}

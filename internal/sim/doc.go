@@ -1,0 +1,49 @@
+// Package sim is a deterministic discrete-event simulator of a server
+// under open-loop load, in virtual time, for testing admission control
+// (runlimit, deadline, token buckets, the CPU signal) against the shapes
+// of bench/peers in seconds and without noise.
+//
+// # The model
+//
+// A Server has Procs processors scheduled as Go schedules goroutines:
+//
+//   - a processor runs one goroutine at a time; a goroutine runs until it
+//     blocks, yields (runtime.Gosched), ends, or has run for Quantum
+//     (10ms: sysmon's preemption), when it goes to the back of the global
+//     run queue;
+//   - a goroutine made ready by a running one (a channel send, a go
+//     statement) runs next on that processor (runnext), ahead of the
+//     queue; one made ready by a timer or the network poller joins the
+//     back of the global queue;
+//   - a processor with nothing to run polls the network; while every
+//     processor is busy, the network is polled only every PollEvery
+//     (10ms, sysmon), so requests that arrive while handlers run back to
+//     back stay unread until then.
+//
+// Requests arrive on one connection, read by one transport goroutine: it
+// reads every request waiting, each costing ReadCPU, asks the
+// Protection's Admit (the transport's tap), and writes a refusal
+// (RefuseCPU) or starts the call's handler goroutine. A handler asks the
+// Protection's Start (the interceptor: a turn to run), which may make it
+// wait; then it does its call's work: CPU, then a query on one of the
+// connections of a Pool (held for the query's time, a FIFO queue for
+// one), then it ends: Finish, and the response (WriteCPU). A call whose
+// deadline passes while it waits for a turn or a connection, or during
+// its query, ends at once as failed by overload; CPU work runs to its
+// end, as a handler that does not look at its context does.
+//
+// A Shape is a workload of bench/peers: its service (Work), its load
+// (Poisson arrivals at a multiple of the capacity per phase, maybe in
+// clumps; a second steady method), and its phases. Run simulates it
+// against a Protection and returns a Result: per phase the calls offered,
+// served, refused and timed out, with latency percentiles.
+//
+// Everything is driven by one seeded source of randomness and one event
+// queue ordered by time and then by the order events were scheduled: a
+// Shape, a seed and a deterministic Protection give a bit-identical
+// Result.
+//
+// What it leaves out: the client's side of the network (a response is
+// received when its write ends), the garbage collector beyond a cold
+// start's slower calls (Work.ColdFactor), the kernel, and memory.
+package sim

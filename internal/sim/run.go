@@ -1,0 +1,174 @@
+package sim
+
+import (
+	"math/rand/v2"
+	"time"
+
+	"github.com/levee-go/levee/admission"
+)
+
+// Origin is the instant a run's virtual time 0 stands for.
+var Origin = time.Unix(1_700_000_000, 0)
+
+// Run simulates sh against p, with the arrivals and draws of seed, and
+// returns what the callers saw. It runs until the last phase's end and a
+// deadline (at most 10s) and a second more: a call unanswered by then
+// counts as neither served, refused nor timed out. p must be fresh (made for this run), and
+// read its clock through Clock, which reads the run's virtual time.
+func Run(sh Shape, p Protection, seed uint64, clk *Clock) *Result {
+	c := &clock{origin: Origin}
+	if clk != nil {
+		clk.c = c
+	}
+	s := newSched(c, sh.Procs)
+	rng := rand.New(rand.NewPCG(seed, 0x73696d))
+	phases := sh.phases()
+	rec := newRecorder(&sh, phases)
+	sv := &server{c: c, s: s, prot: p, costs: sh.costs(), rec: rec}
+	sv.reader = &g{state: gBlocked}
+	s.step(sv.reader, 0, sv.read)
+	var pool *Pool
+	if sh.Conns > 0 {
+		pool = &Pool{Conns: sh.Conns, Query: sh.Query, SlowBy: sh.SlowBy}
+	}
+	if sh.Cold > 1 && sh.ColdFor > 0 {
+		sv.slower = func(now time.Duration) float64 {
+			if now >= sh.ColdFor {
+				return 1
+			}
+			return 1 + (sh.Cold-1)*float64(sh.ColdFor-now)/float64(sh.ColdFor)
+		}
+	}
+	var end time.Duration
+	starts := make([]time.Duration, len(phases))
+	for i, ph := range phases {
+		starts[i] = end
+		if ph.Name == Spike && pool != nil && sh.SlowBy > 1 {
+			c.at(end, func() { pool.Slow = true })
+			c.at(end+ph.Duration, func() { pool.Slow = false })
+		}
+		end += ph.Duration
+	}
+	capacity := sh.Capacity(false)
+	a := &arrivals{sh: &sh, sv: sv, rng: rng, phases: phases, starts: starts, pool: pool}
+	a.start(source{method: sh.Method, class: admission.Critical}, func(i int) float64 { return phases[i].Load * capacity })
+	if sh.SteadyRate > 0 {
+		a.start(source{method: sh.Steady, class: admission.Critical, steady: sh.SteadyRate}, func(int) float64 { return sh.SteadyRate })
+	}
+	var lastBusy time.Duration
+	var observe func()
+	observe = func() {
+		b := s.busy()
+		util := float64(b-lastBusy) / float64(time.Duration(sh.Procs)*ObserveEvery)
+		lastBusy = b
+		p.Observe(c.Time(c.now), min(util, 1))
+		rec.cpu(util)
+		if c.now < end {
+			c.after(ObserveEvery, observe)
+		}
+	}
+	c.after(ObserveEvery, observe)
+	c.runUntil(end + min(sh.deadline(), 10*time.Second) + time.Second)
+	res := rec.result(capacity, sh.Capacity(true))
+	res.MeanWork = sh.meanCPU()
+	for _, ph := range phases {
+		if ph.Name == Spike {
+			res.Ceiling = sh.Ceiling(ph.Load)
+		}
+	}
+	return res
+}
+
+// arrivals makes the open-loop arrivals of the run's sources.
+type arrivals struct {
+	sh     *Shape
+	sv     *server
+	rng    *rand.Rand
+	phases []Phase
+	starts []time.Duration
+	pool   *Pool
+	id     int
+}
+
+// start begins src's arrivals, at rate(i) calls/s in phase i: Poisson,
+// restarted at each phase's start, as internal/harness/loadgen makes
+// them.
+func (a *arrivals) start(src source, rate func(i int) float64) {
+	var phase func(i int)
+	phase = func(i int) {
+		if i >= len(a.phases) {
+			return
+		}
+		r := rate(i)
+		if r <= 0 {
+			phase(i + 1)
+			return
+		}
+		mean := float64(time.Second) / r
+		start, end := a.starts[i], a.starts[i]+a.phases[i].Duration
+		next := start + time.Duration(a.rng.ExpFloat64()*mean)
+		var fire func()
+		fire = func() {
+			for next < end {
+				at := next
+				if c := a.sh.Clumps; c > 0 && src.steady == 0 {
+					at = max(start, next/c*c)
+				}
+				if at > a.sv.c.now {
+					a.sv.c.at(at, fire)
+					return
+				}
+				a.arrive(src, i, at)
+				next += time.Duration(a.rng.ExpFloat64() * mean)
+			}
+			phase(i + 1)
+		}
+		a.sv.c.at(start, fire)
+	}
+	phase(0)
+}
+
+// arrive delivers one call of src scheduled at at, in phase i.
+func (a *arrivals) arrive(src source, i int, at time.Duration) {
+	a.id++
+	c := &Call{ID: a.id, Method: src.method, Class: src.class, Arrived: at, Deadline: at + a.sh.deadline(), phase: i}
+	if src.steady > 0 {
+		c.work = Work{CPU: a.sh.SteadyCPU}
+	} else {
+		cpu := a.sh.CPU
+		if a.sh.Draw != nil {
+			cpu = a.sh.Draw(a.rng)
+		}
+		c.work = Work{CPU: cpu, Pool: a.pool}
+		if a.sh.Stream {
+			c.Stream = true
+			c.work.Messages = a.sh.Messages
+		}
+	}
+	a.sv.rec.offer(c)
+	a.sv.arrive(c)
+}
+
+// Clock reads a run's virtual time: give one to Run, and read it from the
+// Protection (a limiter's injected clock). Before Run it reads Origin.
+type Clock struct{ c *clock }
+
+// Now returns the run's virtual time as an instant.
+func (k *Clock) Now() time.Time {
+	if k.c == nil {
+		return Origin
+	}
+	return k.c.Time(k.c.now)
+}
+
+// Since returns the virtual time since the run's start.
+func (k *Clock) Since() time.Duration {
+	if k.c == nil {
+		return 0
+	}
+	return k.c.now
+}
+
+// After schedules fn at d from now in the run's virtual time (a timer of
+// the Protection's, such as a stream's hold on a turn).
+func (k *Clock) After(d time.Duration, fn func()) { k.c.after(d, fn) }

@@ -1,0 +1,246 @@
+package sim
+
+import (
+	"math"
+	"math/rand/v2"
+	"time"
+
+	"github.com/levee-go/levee/admission"
+)
+
+// Phase is one phase of a run: arrivals at Load times the capacity for
+// Duration.
+type Phase struct {
+	Name     string
+	Duration time.Duration
+	Load     float64
+}
+
+// Phase names, as bench/peers scores them.
+const (
+	Normal        = "normal"
+	High          = "high"
+	Spike         = "spike"
+	RecoveryFirst = "recovery-1s"
+	RecoveryRest  = "recovery-rest"
+)
+
+// Phases are bench/peers' phases at their default lengths: 0.5× the
+// capacity for normal, 0.7× high, 10× the spike, 0.5× the recovery (its
+// first second scored on its own), normal and high longer times longer.
+func Phases(longer int) []Phase {
+	l := time.Duration(max(longer, 1))
+	return []Phase{
+		{Normal, 8 * time.Second * l, 0.5},
+		{High, 8 * time.Second * l, 0.7},
+		{Spike, 6 * time.Second, 10},
+		{RecoveryFirst, time.Second, 0.5},
+		{RecoveryRest, 3 * time.Second, 0.5},
+	}
+}
+
+// Shape is a server and its load: one of bench/peers' shapes, or another.
+type Shape struct {
+	Name  string
+	About string
+	// Procs is the processors (GOMAXPROCS), >= 1.
+	Procs int
+	// Costs of the transport (zero: DefaultCosts).
+	Costs Costs
+
+	// Method is the loaded method's name.
+	Method string
+	// CPU is each call's CPU work, unless Draw draws it per call (in
+	// Units of work: heavytail, twokinds).
+	CPU  time.Duration
+	Draw func(r *rand.Rand) time.Duration
+	// MeanCPU is Draw's mean (for the capacity).
+	MeanCPU time.Duration
+	// Conns and Query: after its CPU each call queries a pool of Conns
+	// connections for Query (none if Conns is 0); SlowBy, if > 1, makes
+	// the query that many times slower from the spike's start to its end.
+	Conns  int
+	Query  time.Duration
+	SlowBy float64
+	// Stream: the method is server-streaming, sending Messages, each
+	// after CPU.
+	Stream   bool
+	Messages int
+	// Cold, if > 1: calls' CPU work is Cold times longer at the run's
+	// start, falling linearly to 1 over ColdFor (a heap to build,
+	// caches to fill).
+	Cold    float64
+	ColdFor time.Duration
+	// Clumps, if > 0: the calls of each window this long arrive together
+	// at its start.
+	Clumps time.Duration
+
+	// Steady is a second method, called at SteadyRate throughout, each
+	// call SteadyCPU of CPU (0 rate: none).
+	Steady     string
+	SteadyRate float64
+	SteadyCPU  time.Duration
+
+	// Deadline of every call (0: 1s, bench/peers').
+	Deadline time.Duration
+	// Phases (nil: Phases(1)).
+	Phases []Phase
+}
+
+func (sh Shape) costs() Costs {
+	if sh.Costs == (Costs{}) {
+		return DefaultCosts
+	}
+	return sh.Costs
+}
+
+func (sh Shape) phases() []Phase {
+	if sh.Phases == nil {
+		return Phases(1)
+	}
+	return sh.Phases
+}
+
+func (sh Shape) deadline() time.Duration {
+	if sh.Deadline == 0 {
+		return time.Second
+	}
+	return sh.Deadline
+}
+
+// meanCPU is the loaded method's mean CPU work per call.
+func (sh Shape) meanCPU() time.Duration {
+	if sh.Draw != nil {
+		return sh.MeanCPU
+	}
+	return sh.CPU
+}
+
+// CPUPerCall is the CPU one admitted call of the loaded method costs the
+// server, transport included.
+func (sh Shape) CPUPerCall() time.Duration {
+	k := sh.costs()
+	cpu := k.Read + k.Start + k.Write + sh.meanCPU()
+	if sh.Stream && sh.Messages > 1 {
+		cpu += time.Duration(sh.Messages-1) * (k.Write + sh.CPU)
+	}
+	return cpu
+}
+
+// Capacity is the loaded method's calls per second the server serves at
+// most, with the query at its normal speed (slow: slowed by SlowBy): the
+// processors' share left by the steady method over CPUPerCall, or the
+// pool's connections over the query, whichever is less.
+func (sh Shape) Capacity(slow bool) float64 {
+	k := sh.costs()
+	left := float64(sh.Procs)
+	if sh.SteadyRate > 0 {
+		left -= sh.SteadyRate * (k.Read + k.Start + k.Write + sh.SteadyCPU).Seconds()
+	}
+	c := left / sh.CPUPerCall().Seconds()
+	if sh.Conns > 0 {
+		q := sh.Query
+		if slow && sh.SlowBy > 1 {
+			q = time.Duration(float64(q) * sh.SlowBy)
+		}
+		c = min(c, float64(sh.Conns)/q.Seconds())
+	}
+	return c
+}
+
+// Ceiling is the share of the capacity (slowed, for a dependency that
+// slows in the spike) that a protection can serve at most in a spike of
+// load times the capacity, if it refuses the excess at the cheapest,
+// in the transport's tap (Costs.Read and Costs.Refuse a call): the
+// processors' time left by the refusals over CPUPerCall, or the pool's
+// connections over its query, whichever is less.
+func (sh Shape) Ceiling(load float64) float64 {
+	k := sh.costs()
+	capacity, slow := sh.Capacity(false), sh.Capacity(true)
+	refuse := (k.Read + k.Refuse).Seconds()
+	left := float64(sh.Procs) - load*capacity*refuse
+	if sh.SteadyRate > 0 {
+		left -= sh.SteadyRate * (k.Read + k.Start + k.Write + sh.SteadyCPU).Seconds()
+	}
+	x := max(left, 0) / (sh.CPUPerCall().Seconds() - refuse)
+	if sh.Conns > 0 {
+		q := sh.Query
+		if sh.SlowBy > 1 {
+			q = time.Duration(float64(q) * sh.SlowBy)
+		}
+		x = min(x, float64(sh.Conns)/q.Seconds())
+	}
+	return min(x/slow, 1)
+}
+
+// lognormal returns a draw of work in units of unit, lognormal of mean
+// mean and shape sigma, at most hi (bench/peers' heavytail).
+func lognormal(r *rand.Rand, mean, unit, hi time.Duration, sigma float64) time.Duration {
+	mu := math.Log(float64(mean)/float64(unit)) - sigma*sigma/2
+	u := math.Round(math.Exp(mu + sigma*r.NormFloat64()))
+	return min(time.Duration(max(u, 1))*unit, hi)
+}
+
+// The shapes of bench/peers (its README and scenario.go), on one
+// processor but cores2.
+var (
+	CPU = Shape{Name: "cpu", About: "each call burns 5ms of CPU",
+		Procs: 1, Method: "/inventory/Allocate", CPU: 5 * time.Millisecond}
+	IO = Shape{Name: "io", About: "300µs of CPU, then one of 8 connections for 10ms",
+		Procs: 1, Method: "/inventory/Allocate", CPU: 300 * time.Microsecond, Conns: 8, Query: 10 * time.Millisecond}
+	Mixed = Shape{Name: "mixed", About: "the cpu shape, with GetStock (0.1ms of CPU) steady at 100/s",
+		Procs: 1, Method: "/inventory/Allocate", CPU: 5 * time.Millisecond,
+		Steady: "/inventory/GetStock", SteadyRate: 100, SteadyCPU: 100 * time.Microsecond}
+	HeavyTail = Shape{Name: "heavytail", About: "CPU work lognormal, σ 1.25, mean 2ms, at most 250ms",
+		Procs: 1, Method: "/inventory/Allocate", MeanCPU: heavyTailMean(),
+		Draw: func(r *rand.Rand) time.Duration {
+			return lognormal(r, 2*time.Millisecond, 10*time.Microsecond, 250*time.Millisecond, 1.25)
+		}}
+	TwoKinds = Shape{Name: "twokinds", About: "0.5ms of CPU, or 15ms for one call in ten",
+		Procs: 1, Method: "/inventory/Allocate", MeanCPU: 1950 * time.Microsecond,
+		Draw: func(r *rand.Rand) time.Duration {
+			if r.Float64() < 0.1 {
+				return 15 * time.Millisecond
+			}
+			return 500 * time.Microsecond
+		}}
+	SlowDep = Shape{Name: "slowdep", About: "the io shape, its queries 3x slower (30ms) through the spike",
+		Procs: 1, Method: "/inventory/Allocate", CPU: 300 * time.Microsecond, Conns: 8, Query: 10 * time.Millisecond, SlowBy: 3}
+	Streams = Shape{Name: "stream", About: "server streams of 5 messages, each after 0.4ms of CPU",
+		Procs: 1, Method: "/feed/Allocations", CPU: 400 * time.Microsecond, Stream: true, Messages: 5}
+	Alloc = Shape{Name: "alloc", About: "about 1ms of CPU a call, 12x slower at a cold start, falling over 0.75s",
+		Procs: 1, Method: "/inventory/Allocate", CPU: 900 * time.Microsecond, Cold: 12, ColdFor: 750 * time.Millisecond}
+	Clumps = Shape{Name: "clumps", About: "1ms of CPU a call, the calls of each 50ms arriving together",
+		Procs: 1, Method: "/inventory/Allocate", CPU: time.Millisecond, Clumps: 50 * time.Millisecond}
+	Cores2 = Shape{Name: "cores2", About: "2 processors, 40ms of CPU a call",
+		Procs: 2, Method: "/inventory/Allocate", CPU: 40 * time.Millisecond, Phases: Phases(3)}
+)
+
+// heavyTailMean is the mean of heavytail's draws, capped at 250ms: the
+// lognormal's 2ms less what the cap takes off its tail (about 0.01%).
+func heavyTailMean() time.Duration {
+	r := rand.New(rand.NewPCG(1, 2))
+	var sum time.Duration
+	const n = 200000
+	for range n {
+		sum += lognormal(r, 2*time.Millisecond, 10*time.Microsecond, 250*time.Millisecond, 1.25)
+	}
+	return sum / n
+}
+
+// IOPool is the io shape with a pool of conns connections and queries of
+// query: what a small pool does to a limit learned above it.
+func IOPool(conns int, query time.Duration) Shape {
+	sh := IO
+	sh.Name = "io-pool"
+	sh.About = "300µs of CPU, then one of a few connections"
+	sh.Conns, sh.Query = conns, query
+	return sh
+}
+
+// source is one method's open-loop arrivals.
+type source struct {
+	method string
+	class  admission.Criticality
+	steady float64 // calls/s throughout; 0: the phases' loads × capacity
+}

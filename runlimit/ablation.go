@@ -1,0 +1,41 @@
+package runlimit
+
+// The rules of evidence and the learner's branches, by name, so that a
+// test can switch one off and see what it buys (docs/ablation.md). A
+// Limiter made by New has every rule on: only in-package tests switch
+// one off (withOff), and nothing exported can.
+
+// rule names one rule of evidence or branch of the learner.
+type rule uint8
+
+const (
+	ruleEvidenceCPU      rule = iota // evidenceCPU: the CPU busy for ten intervals
+	ruleEvidenceOverrun              // evidenceOverrun: the limit overrun by its own size
+	ruleEvidenceStanding             // evidenceStanding: a queue that stood ten intervals
+	ruleEvidenceLane                 // evidenceLane: a lane's queue holds an interval's work
+	ruleEvidenceSpike                // evidenceSpike: calls ask twice as fast as turns end
+	ruleOverranSkip                  // decide leaves the limit after an interval with overruns
+	ruleBackoff                      // a call failed by overload cuts the limit by a tenth
+	ruleLimitToRan                   // calls queued before their turn: the limit falls to what ran
+	ruleProbeBaseline                // the first baseline measured at half the limit
+	ruleProbeStretch                 // a large stretch probes at half the limit
+	ruleProbeCPU                     // a stretch as under time-sharing probes fewer calls
+	ruleProbeLag                     // a lag to run once handed a turn probes fewer turns
+	ruleCPUHoldsGrowth               // a saturated CPU signal holds the limit's growth off
+	ruleSlowStart                    // before a stretch the limit doubles, not √limit
+	ruleSlack                        // lanes queue the slack of the server's idle time
+	ruleRoomy                        // a class that leaves room queues bursts longer
+	ruleLight                        // a cheap flow that uses little runs without a turn
+	rules
+)
+
+// ruleNames are the rules' names, for tables.
+var ruleNames = [rules]string{
+	"evidence: CPU", "evidence: overrun", "evidence: standing queue", "evidence: lane", "evidence: spike",
+	"learner: no decision after overruns", "learner: backoff on overload", "learner: limit to what ran",
+	"probe: first baseline", "probe: stretch", "probe: CPU", "probe: lag", "learner: CPU holds growth",
+	"learner: slow start", "slack", "roomy classes", "light flows",
+}
+
+// on reports whether rule r is on (it is, but in ablation tests).
+func (l *Limiter) on(r rule) bool { return l.o.off&(1<<r) == 0 }

@@ -1,0 +1,170 @@
+package runlimit
+
+import (
+	"flag"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/levee-go/levee/internal/sim"
+)
+
+// The shapes of bench/peers, and what they cannot show, simulated
+// against the preset's chain (simPreset): one table, each row asserted.
+//
+//	go test ./runlimit -run TestSimShapes -v                 # the table
+//	go test ./runlimit -run TestSimShapes -v -simtrace io    # and io's learner, interval by interval
+
+var simTrace = flag.String("simtrace", "", "print, every 100ms of the simulated run of the rows whose name has this prefix, the run limit's state")
+
+// simSeed is the seed of every simulated row: a fixed seed gives a
+// bit-identical table.
+const simSeed = 1
+
+// simRow is one row of the simulated table.
+type simRow struct {
+	name  string
+	shape sim.Shape
+	// told is the capacity the preset is told (protect.WithMaxRate), in
+	// multiples of the real one; 0: none.
+	told float64
+	// cold: calls are slower at the run's start (a heap to build): the
+	// server is overloaded then, and may refuse in the first second.
+	cold bool
+	// startup: a known defect, refusals in the first second at 0.5x of
+	// a server whose pool runs more calls at once than the learner's
+	// first limit: it starts at 8, halves it for its first baseline,
+	// and a lane's queue of an interval's work at that limit is
+	// evidence of overload.
+	startup bool
+}
+
+// simRows are bench/peers' shapes, the cpu and twokinds shapes told twice
+// their capacity, and an I/O-bound server with pools of 2 to 32
+// connections and queries of 1 to 50ms. Under the race detector, which
+// makes them ten times slower, a few of them.
+func simRows() []simRow {
+	rows := []simRow{
+		{name: "cpu", shape: sim.CPU},
+		{name: "io", shape: sim.IO},
+		{name: "mixed", shape: sim.Mixed},
+		{name: "heavytail", shape: sim.HeavyTail},
+		{name: "slowdep", shape: sim.SlowDep},
+		{name: "alloc", shape: sim.Alloc, cold: true},
+		{name: "clumps", shape: sim.Clumps},
+		{name: "cores2", shape: sim.Cores2},
+		{name: "stream", shape: sim.Streams},
+		{name: "cpu told 2x", shape: sim.CPU, told: 2},
+	}
+	for _, conns := range []int{2, 4, 8, 16, 32} {
+		for _, q := range []time.Duration{5 * time.Millisecond, 20 * time.Millisecond} {
+			sh := sim.IOPool(conns, q)
+			inUse := 0.5 * sh.Capacity(false) * q.Seconds() // connections in use at 0.5x
+			rows = append(rows, simRow{name: fmt.Sprintf("io pool %d, %v", conns, q), shape: sh, startup: inUse > 8})
+		}
+	}
+	if raceEnabled {
+		return []simRow{rows[0], rows[1], rows[9], rows[10]}
+	}
+	return rows
+}
+
+// run simulates row against a fresh simPreset made with opts.
+func (row simRow) run(t testing.TB, opts ...Option) (*sim.Result, *simPreset) {
+	sh := row.shape
+	po := presetOpts{opts: opts}
+	if row.told > 0 {
+		po.maxRate = row.told * sh.Capacity(false)
+	}
+	p, clk := newSimPreset(t, &sh, po)
+	if *simTrace != "" && strings.HasPrefix(row.name, *simTrace) {
+		p.trace = tracer(t, row.name, p, clk, sh.Method)
+	}
+	return sim.Run(sh, p, simSeed, clk), p
+}
+
+// tracer prints the run limit's state every 100ms: what it learned, and
+// what it refused on, since the last line.
+func tracer(t testing.TB, name string, p *simPreset, clk *sim.Clock, method string) func(time.Duration, float64) {
+	var last Stats
+	return func(now time.Duration, util float64) {
+		st := p.l.Stats()
+		f := p.l.Flow(method)
+		r, lr := st.RefusedOn, last.RefusedOn
+		t.Logf("%s %6.1fs cpu %.2f (monitor %.2f saturated %t) limit %d running %d waiting %d baseline %v mean %v | overruns %d unrefused %d | refused on cpu %d overrun %d standing %d lane %d spike %d | probes cpu %d/%d lag %d/%d stretch %d/%d | grows %d shrinks %d",
+			name, now.Seconds(), util, p.mon.Utilization(), p.mon.Saturated(), st.Limit, st.Running, st.Waiting,
+			f.Baseline().Round(time.Microsecond), f.ServiceTime().Round(time.Microsecond),
+			st.Overruns-last.Overruns, st.Unrefused-last.Unrefused,
+			r.CPU-lr.CPU, r.Overrun-lr.Overrun, r.Standing-lr.Standing, r.Lane-lr.Lane, r.Spike-lr.Spike,
+			st.ProbeCPU.Started, st.ProbeCPU.Kept, st.ProbeLag.Started, st.ProbeLag.Kept, st.ProbeStretch.Started, st.ProbeStretch.Kept,
+			st.Grows-last.Grows, st.Shrinks-last.Shrinks)
+		last = st
+	}
+}
+
+// Bounds of every row, from the model rather than from a run.
+const (
+	// simKept: the spike's goodput is at least this share of what a
+	// protection can serve at most (sim.Shape.Ceiling: the capacity less
+	// what refusing the excess in the tap costs).
+	simKept = 0.9
+	// simRefusalP99: a refusal in a 10x spike on a saturated processor
+	// waits for a network poll (10ms) and the goroutines ahead of its
+	// reader; the bound.
+	simRefusalP99 = 25 * time.Millisecond
+	// simRecovered: the recovery's first second at 0.5x serves this
+	// share of its calls: the evidence of the spike holds over the
+	// spike's last interval and the next (0.2s), when the calls that
+	// find their lane full are refused; then none is.
+	simRecovered = 0.8
+)
+
+// simSuccessP99 bounds the spike's success p99 of sh: a call waits at
+// most its patience (two queue targets of three service times) and a
+// slack of an interval's work, then runs, on a processor it may wait a
+// poll for: ten service times (slowed, for a dependency that slows) and
+// 100ms.
+func simSuccessP99(sh sim.Shape) time.Duration {
+	svc := sh.CPUPerCall()
+	if sh.Draw != nil {
+		svc = 15 * time.Millisecond // twokinds' costly calls; heavytail's p99
+	}
+	if sh.Conns > 0 {
+		q := sh.Query
+		if sh.SlowBy > 1 {
+			q = time.Duration(float64(q) * sh.SlowBy)
+		}
+		svc += q
+	}
+	return 10*svc + 100*time.Millisecond
+}
+
+func TestSimShapes(t *testing.T) {
+	rows := simRows()
+	names := make([]string, len(rows))
+	figs := make([]sim.Figures, len(rows))
+	for i, row := range rows {
+		r, p := row.run(t)
+		f := r.Figures()
+		names[i], figs[i] = row.name, f
+		st := p.l.Stats()
+		check := func(ok bool, format string, args ...any) {
+			if !ok {
+				t.Errorf("%s: %s (limit %d, refused on %+v)", row.name, fmt.Sprintf(format, args...), st.Limit, st.RefusedOn)
+			}
+		}
+		check(f.Goodput >= simKept*f.Ceiling, "spike goodput %.1f%% of capacity, want >= %.0f%% of the ceiling %.1f%%", 100*f.Goodput, 100*simKept, 100*f.Ceiling)
+		normal, high := r.Phase(sim.Normal), r.Phase(sim.High)
+		refusedLater := normal.Refused + normal.TooShort - normal.RefusedFirst
+		check(refusedLater == 0 && (row.cold || row.startup || normal.RefusedFirst == 0), "refused at 0.5x %d calls (%d in the first second), want none (but in a cold start's first second)", normal.Refused+normal.TooShort, normal.RefusedFirst)
+		check(high.Refused+high.TooShort == 0, "refused at 0.7x %d calls, want none", high.Refused+high.TooShort)
+		check(f.Recovery >= simRecovered, "recovery's first second served %.1f%%, want >= %.0f%%", 100*f.Recovery, 100*simRecovered)
+		check(f.RefusalP99 <= simRefusalP99, "refusal p99 %v, want <= %v", f.RefusalP99, simRefusalP99)
+		check(f.SuccessP99Spike <= simSuccessP99(row.shape), "success p99 in the spike %v, want <= %v", f.SuccessP99Spike, simSuccessP99(row.shape))
+		check(f.TimedOutSpike == 0, "%.1f%% of the spike's calls timed out, want none", 100*f.TimedOutSpike)
+	}
+	var b strings.Builder
+	sim.WriteTable(&b, names, figs)
+	t.Logf("simulated, seed %d:\n%s", simSeed, b.String())
+}
