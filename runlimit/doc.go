@@ -68,9 +68,9 @@
 //     limit without bound for the second a standing queue takes to
 //     show, and slow every call it runs beside: over the last interval
 //     and the current one, unary calls asked for a turn at least twice
-//     as often as turns ended, and more than an interval's work besides
-//     (what the limit runs in an interval at the baseline service
-//     times, at least 20); or a lane's queue holds more work (its flow's
+//     as often as turns ended, and 20 more (soon enough that no call of
+//     the spike has waited its patience out and run beyond the limit);
+//     or a lane's queue holds more work (its flow's
 //     baseline service time per call) than the limit runs in an
 //     interval, for that lane; or calls wait for a turn while as many
 //     run beyond the limit (below) as the limit itself, and at least an

@@ -478,17 +478,18 @@ func TestCPUEvidenceIsAUtilisationThatLasts(t *testing.T) {
 	hold.Release()
 }
 
-// TestASpikeIsMoreThanAnIntervalsWork: a spike needs more calls, beyond
-// twice the turns that ended, than the limit runs in an interval at the
-// last interval's baseline service times (20 at least), as a lane's
-// evidence counts an interval's work.
-func TestASpikeIsMoreThanAnIntervalsWork(t *testing.T) {
+// TestASpikeIsTwentyMoreThanTwiceTheTurns: a spike needs minOverruns
+// calls beyond twice the turns that ended, whatever the interval's work
+// (what the limit runs in an interval at the last interval's baseline
+// service times, which the overrun evidence counts): it must show before
+// a spike's first calls wait their patience out (see spiking).
+func TestASpikeIsTwentyMoreThanTwiceTheTurns(t *testing.T) {
 	l := mustNew(t, WithBounds(8, 8), WithInterval(100*time.Millisecond))
 	l.upd.Lock()
-	l.markRates(&sample{weight: 10, bases: 10 * float64(10*time.Millisecond)})
+	l.markRates(&sample{weight: 10, bases: 10 * float64(time.Millisecond)})
 	l.upd.Unlock()
-	if got := l.intervalWork.Load(); got != 80 {
-		t.Errorf("intervalWork at a limit of 8 and 10ms baselines over 100ms intervals = %d, want 80", got)
+	if got := l.intervalWork.Load(); got != 800 {
+		t.Errorf("intervalWork at a limit of 8 and 1ms baselines over 100ms intervals = %d, want 800", got)
 	}
 	f := l.Flow("m")
 	ln := crit(f)
@@ -499,18 +500,28 @@ func TestASpikeIsMoreThanAnIntervalsWork(t *testing.T) {
 		tk, _ := f.TryAcquire(time.Now())
 		held = append(held, tk)
 	}
-	for i := range 71 {
+	for i := range minOverruns - 9 {
 		ln.Acquire(gone)
 		if l.spiking() {
-			t.Fatalf("spiking() after %d calls asked for a turn = true, want false below 80", 8+i+1)
+			t.Fatalf("spiking() after %d calls asked for a turn = true, want false below %d", 8+i+1, minOverruns)
 		}
 	}
 	ln.Acquire(gone)
 	if !l.spiking() {
-		t.Error("spiking() after 80 calls asked for a turn and none ended = false, want true")
+		t.Errorf("spiking() after %d calls asked for a turn and none ended = false, want true (an interval's work is %d)", minOverruns, l.intervalWork.Load())
 	}
 	for _, tk := range held {
 		tk.Release()
+	}
+	// Twice the turns that ended, and minOverruns more.
+	if l.spiking() {
+		t.Errorf("spiking() with %d asked, 8 ended = true, want false below %d", minOverruns, 2*8+minOverruns)
+	}
+	for range 2 * 8 {
+		ln.Acquire(gone)
+	}
+	if !l.spiking() {
+		t.Errorf("spiking() with %d asked, 8 ended = false, want true", 2*8+minOverruns)
 	}
 	l.upd.Lock()
 	l.markRates(&sample{weight: 10, bases: 10 * float64(time.Second)})

@@ -291,9 +291,8 @@ type Limiter struct {
 	offered, finished         paddedInt
 	offeredMark, finishedMark [2]atomic.Int64
 	// intervalWork is the calls the limit runs in an interval at the last
-	// interval's baseline service times, at least minOverruns: the excess
-	// of calls asked over twice the turns ended that spiking needs, and
-	// the calls run beyond the limit that are evidence of overload.
+	// interval's baseline service times, at least minOverruns: the calls
+	// run beyond the limit that are evidence of overload.
 	intervalWork atomic.Int64
 	refusedOn    [evidenceKinds]atomic.Uint64 // refusals by the evidence they were made on
 	unrefused    atomic.Uint64
@@ -1416,7 +1415,7 @@ func (l *Limiter) noteLeft(s uint64) {
 // turn is taken, calls wait while as many run beyond the limit as the
 // limit itself (at least an interval's work, and 20), or calls have
 // asked for turns at least twice as fast as turns ended over the last
-// interval and the current one, and an interval's work more (a spike).
+// interval and the current one, and 20 more (a spike).
 // A lane whose queue holds an interval's work is evidence too, for that
 // lane (see the package doc). Without that evidence it refuses nothing
 // (see the package doc).
@@ -1574,19 +1573,32 @@ const minOverruns = 20
 // spiking reports whether calls ask for turns much faster than turns end:
 // over the last interval and the current one, unary calls asked for a turn
 // (or were refused one at admission) at least twice as often as their
-// turns ended, and more than an interval's work besides — what the limit
-// runs in an interval at the last interval's baseline service times, as a
-// lane's evidence counts it, and at least minOverruns. A server below its
-// capacity ends about as many turns as calls arrive, give or take the
-// calls present, which the geometric law above bounds; from the first
-// milliseconds of a 10x spike, and for as long as it lasts, calls arrive
-// ten times as fast as turns end. Streams are left out: a stream opens for
-// work of unknown length, and a thousand watches opened at once are no
-// overload.
+// turns ended, and minOverruns more. A server below its capacity ends
+// about as many turns as calls arrive, give or take the calls present,
+// which the geometric law above bounds; from the first milliseconds of a
+// 10x spike, and for as long as it lasts, calls arrive ten times as fast
+// as turns end. Streams are left out: a stream opens for work of unknown
+// length, and a thousand watches opened at once are no overload.
+//
+// The excess is minOverruns, not an interval's work (intervalWork): the
+// evidence must show before the first calls of a spike have waited their
+// patience (Lane.patience: two queue targets of three baselines, at
+// least 10ms), or they run beyond the limit (overrun). An interval's
+// work of short calls is hundreds of them (200 of 0.5ms at a limit of
+// 1), which a 10x spike asks for in about 12ms more than twice its
+// turns, and a lane admits every call meanwhile, for want of evidence.
+// In the simulation (TestSimShapes) twokinds' spike ran 50 calls at once
+// beyond a limit of 1: each took 120ms, the refusals of the calls
+// waiting behind them waited as long (refusal p99 110ms), and on a
+// server whose small pool runs 1ms queries, the calls run so at a
+// spike's start stretched the service time fiftyfold, a probe cut the
+// limit to a quarter of what the pool runs and kept the cut, and the
+// saturated CPU held the limit there for the whole spike (30% of the
+// capacity served).
 func (l *Limiter) spiking() bool {
 	offered := l.offered.Load() - l.offeredMark[0].Load()
 	finished := l.finished.Load() - l.finishedMark[0].Load()
-	return offered >= 2*finished+l.intervalWork.Load()
+	return offered >= 2*finished+minOverruns
 }
 
 // stoodSince reports whether calls have waited without a pause since at

@@ -50,22 +50,24 @@ func simRows() []simRow {
 		{name: "io", shape: sim.IO},
 		{name: "mixed", shape: sim.Mixed},
 		{name: "heavytail", shape: sim.HeavyTail},
+		{name: "twokinds", shape: sim.TwoKinds},
 		{name: "slowdep", shape: sim.SlowDep},
 		{name: "alloc", shape: sim.Alloc, cold: true},
 		{name: "clumps", shape: sim.Clumps},
 		{name: "cores2", shape: sim.Cores2},
 		{name: "stream", shape: sim.Streams},
 		{name: "cpu told 2x", shape: sim.CPU, told: 2},
+		{name: "twokinds told 2x", shape: sim.TwoKinds, told: 2},
 	}
 	for _, conns := range []int{2, 4, 8, 16, 32} {
-		for _, q := range []time.Duration{5 * time.Millisecond, 20 * time.Millisecond} {
+		for _, q := range []time.Duration{time.Millisecond, 5 * time.Millisecond, 20 * time.Millisecond, 50 * time.Millisecond} {
 			sh := sim.IOPool(conns, q)
 			inUse := 0.5 * sh.Capacity(false) * q.Seconds() // connections in use at 0.5x
-			rows = append(rows, simRow{name: fmt.Sprintf("io pool %d, %v", conns, q), shape: sh, startup: inUse > 8})
+			rows = append(rows, simRow{name: fmt.Sprintf("io pool %d, %v", conns, q), shape: sh, startup: inUse >= 8})
 		}
 	}
 	if raceEnabled {
-		return []simRow{rows[0], rows[1], rows[9], rows[10]}
+		return []simRow{rows[0], rows[1], rows[4], rows[len(rows)-17]} // cpu, io, twokinds, a pool of 8 for 1ms queries
 	}
 	return rows
 }
