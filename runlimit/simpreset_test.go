@@ -118,6 +118,14 @@ func (p *simPreset) Admit(c *sim.Call) bool {
 	return true
 }
 
+// refusedAtStart finishes a call the run guard refused when its handler
+// was about to start, holding permit, at every guard, as a chain's
+// rollback does.
+func (p *simPreset) refusedAtStart(sc *simCall, permit admission.Permit) {
+	p.run.Finish(sc.c, permit, admission.Outcome{Skipped: true})
+	p.skipped(sc)
+}
+
 // skipped finishes the deadline guard and the bucket of a call that was
 // refused after them, as a chain's rollback does.
 func (p *simPreset) skipped(sc *simCall) {
@@ -177,7 +185,7 @@ func (p *simPreset) wait(c *sim.Call, sc *simCall, ln *Lane, w *waiter) sim.Deci
 // took a turn, and yields before its handler).
 func (p *simPreset) after(c *sim.Call, sc *simCall, d admission.Decision, yield bool) sim.Decision {
 	if d.Refused {
-		p.skipped(sc)
+		p.refusedAtStart(sc, d.Permit)
 		return sim.Decision{Verdict: sim.Refuse, TooShort: d.DeadlineTooShort}
 	}
 	sc.run = d.Permit
@@ -199,8 +207,7 @@ func (p *simPreset) turned(c *sim.Call, sc *simCall, t Ticket, err error) sim.De
 		return p.after(c, sc, d, turned)
 	}
 	if err != nil {
-		p.skipped(sc)
-		return sim.Decision{Verdict: sim.Refuse}
+		return p.after(c, sc, holding(sc.ln.refusal(err, sc.ln.f.QueueTarget(), c.Now), sc.ln), false)
 	}
 	return p.after(c, sc, p.run.turned(sc.c, sc.ln, t), true)
 }
@@ -219,7 +226,7 @@ func (p *simPreset) GiveUp(c *sim.Call) {
 	p.unwait(c)
 	sc.ln.giveUp(sc.w)
 	sc.w = nil
-	p.skipped(sc)
+	p.refusedAtStart(sc, admission.Permit{Ref: sc.ln})
 	p.wake()
 }
 
