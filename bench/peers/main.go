@@ -106,6 +106,8 @@ func parse(args []string, stderr io.Writer) (*config, error) {
 	fs.BoolVar(&cfg.progress, "progress", false, "print the load generator's progress every second on stderr")
 	fs.StringVar(&cfg.jsonOut, "json", "", "also write every run's full results as JSON to this `file`")
 	fs.BoolVar(&cfg.ceiling, "ceiling", false, "instead of the runs, measure for each scenario what a server keeps of its capacity, closed-loop, while grpc-go's tap refuses a flood at (spike-load - 1) times it: about the most a protection that refuses in the tap keeps in that spike (-protections is ignored)")
+	dbConns := fs.Int("db-conns", 0, "the io scenario's database `connections` (0: its 8): with -db-latency, an I/O-bound server with a pool of another size")
+	dbLatency := fs.Duration("db-latency", 0, "the io scenario's query `time` (0: its 10ms)")
 	fs.IntVar(&cfg.ceilingMul, "ceiling-callers", 4, "-ceiling's closed-loop callers, as a `multiple` of the capacity measurement's: enough to keep the server busy while the load generator also sends the flood (clumps: 4), not so many that long CPU-bound calls time-share (cores2: 1)")
 	fs.BoolVar(&cfg.peak, "peak", false, "instead of the runs, measure what each protection costs a server that is not overloaded, on a near-free handler: closed loop at -peak-callers, then the server's CPU at -peak-rate, over -peak-rounds (-scenarios is ignored; -protections defaults to "+peakDefaultProtections+")")
 	fs.IntVar(&cfg.peakCallers, "peak-callers", 64, "-peak's closed-loop `callers`")
@@ -139,10 +141,16 @@ func parse(args []string, stderr io.Writer) (*config, error) {
 			}
 		}
 	}
+	if *dbConns < 0 || *dbLatency < 0 {
+		return nil, fmt.Errorf("-db-conns and -db-latency must be >= 0, got %d and %v", *dbConns, *dbLatency)
+	}
 	for _, name := range splitList(*scen) {
 		s, ok := scenarioNamed(name)
 		if !ok {
 			return nil, fmt.Errorf("-scenarios: unknown scenario %q (want some of %s)", name, scenarioNames())
+		}
+		if s.name == "io" {
+			s = withPool(s, *dbConns, *dbLatency)
 		}
 		cfg.scenarios = append(cfg.scenarios, s)
 	}

@@ -243,6 +243,8 @@ func TestParse(t *testing.T) {
 		{name: "stray argument", give: []string{"cpu"}, want: "unexpected arguments"},
 		{name: "no ceiling callers", give: []string{"-ceiling", "-ceiling-callers", "0"}, want: "-ceiling-callers must be >= 1"},
 		{name: "connect-go", give: []string{"-scenarios", "cpu,io", "-protections", "levee,levee-connect,none-connect"}, wantRun: 6},
+		{name: "a pool", give: []string{"-scenarios", "io,cpu", "-protections", "levee", "-db-conns", "2", "-db-latency", "20ms"}, wantRun: 2},
+		{name: "negative pool", give: []string{"-db-conns", "-1"}, want: "-db-conns and -db-latency must be >= 0"},
 		{name: "connect-go stream", give: []string{"-scenarios", "stream", "-protections", "levee-connect"}, want: "serves no Feed stream here: leave out -scenarios stream"},
 		{name: "peak defaults", give: []string{"-peak"}, wantRun: len(scenarios) * len(splitList(peakDefaultProtections))},
 		{name: "peak named", give: []string{"-peak", "-protections", "none,levee"}, wantRun: len(scenarios) * 2},
@@ -517,5 +519,21 @@ func TestUnitsCompletedIn(t *testing.T) {
 	}
 	if got := unitsCompletedIn(ok, at(0), at(10_000), loadTwoKinds); got < 40+costlyUnits-1 {
 		t.Errorf("all: got %d units, want at least %d (one costly request)", got, 40+costlyUnits-1)
+	}
+}
+
+// -db-conns and -db-latency resize the io scenario's database, and no
+// other scenario's.
+func TestPoolFlags(t *testing.T) {
+	cfg, err := parse([]string{"-scenarios", "io,slowdep", "-db-conns", "2", "-db-latency", "20ms"}, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pool, slow := cfg.scenarios[0].server, cfg.scenarios[1].server
+	if pool.DBConns != 2 || pool.DBLatency != 20*time.Millisecond {
+		t.Errorf("io's database = %d connections, %v; want 2, 20ms", pool.DBConns, pool.DBLatency)
+	}
+	if slow.DepConns != 8 || slow.DepLatency != 10*time.Millisecond {
+		t.Errorf("slowdep's dependency = %d connections, %v; want its own 8, 10ms", slow.DepConns, slow.DepLatency)
 	}
 }

@@ -126,6 +126,20 @@ var scenarios = []scenario{
 	},
 }
 
+// withPool is the io scenario sc with a database of conns connections
+// and queries of latency (0: sc's own).
+func withPool(sc scenario, conns int, latency time.Duration) scenario {
+	if conns > 0 {
+		sc.server.DBConns = conns
+	}
+	if latency > 0 {
+		sc.server.DBLatency = latency
+	}
+	sc.about = fmt.Sprintf("I/O-bound: each Allocate burns 300 µs of CPU, then holds one of %d database connections for %v", sc.server.DBConns, sc.server.DBLatency)
+	sc.calWorkers = max(sc.calWorkers, 4*sc.server.DBConns)
+	return sc
+}
+
 func scenarioNamed(name string) (scenario, bool) {
 	for _, s := range scenarios {
 		if s.name == name {
