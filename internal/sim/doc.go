@@ -33,8 +33,9 @@
 // end, as a handler that does not look at its context does.
 //
 // A Shape is a workload of bench/peers: its service (Work), its load
-// (Poisson arrivals at a multiple of the capacity per phase, maybe in
-// clumps; a second steady method), and its phases. Run simulates it
+// (Poisson or evenly spaced arrivals at a multiple of the capacity per
+// phase, maybe in clumps; a second steady method; sources of other
+// classes or tenants), and its phases. Run simulates it
 // against a Protection and returns a Result: per phase the calls offered,
 // served, refused and timed out, with latency percentiles.
 //

@@ -60,6 +60,8 @@ type Result struct {
 	MeanWork time.Duration
 	// Phases of the loaded method, and of the steady one (nil without).
 	Phases, Steady []PhaseResult
+	// Sources are the phases of each of Shape.Sources.
+	Sources [][]PhaseResult
 	// CPU is the processors' utilisation in each ObserveEvery.
 	CPU []float64
 	// Served is the loaded method's calls that succeeded in each second
@@ -174,20 +176,24 @@ type recorder struct {
 	starts  []time.Duration // each phase's start
 	phases  []PhaseResult
 	steady  []PhaseResult
-	main    string
+	sources [][]PhaseResult
 	cpuUtil []float64
 	served  []int
 }
 
 func newRecorder(sh *Shape, phases []Phase) *recorder {
-	r := &recorder{main: sh.Method}
+	r := &recorder{sources: make([][]PhaseResult, len(sh.Sources))}
 	var at time.Duration
 	for _, ph := range phases {
 		r.starts = append(r.starts, at)
 		at += ph.Duration
-		r.phases = append(r.phases, PhaseResult{Name: ph.Name, Duration: ph.Duration})
+		pr := PhaseResult{Name: ph.Name, Duration: ph.Duration}
+		r.phases = append(r.phases, pr)
 		if sh.SteadyRate > 0 {
-			r.steady = append(r.steady, PhaseResult{Name: ph.Name, Duration: ph.Duration})
+			r.steady = append(r.steady, pr)
+		}
+		for k := range r.sources {
+			r.sources[k] = append(r.sources[k], pr)
 		}
 	}
 	return r
@@ -196,16 +202,13 @@ func newRecorder(sh *Shape, phases []Phase) *recorder {
 // done records c's result o at now.
 func (r *recorder) done(c *Call, o outcome, now time.Duration) {
 	c.result, c.latency = o, now-c.Arrived
-	p := &r.phases[c.phase]
-	if c.Method != r.main {
-		p = &r.steady[c.phase]
-	}
+	p := r.phase(c)
 	if (o == refused || o == late || o == tooShort) && c.Arrived < r.starts[c.phase]+time.Second {
 		p.RefusedFirst++
 	}
 	switch o {
 	case succeeded:
-		if c.Method == r.main {
+		if c.source == 0 {
 			sec := int(now / time.Second)
 			for len(r.served) <= sec {
 				r.served = append(r.served, 0)
@@ -232,18 +235,23 @@ func (r *recorder) done(c *Call, o outcome, now time.Duration) {
 
 func (r *recorder) cpu(util float64) { r.cpuUtil = append(r.cpuUtil, util) }
 
-// offered counts an arrival.
-func (r *recorder) offer(c *Call) {
-	if c.Method != r.main {
-		r.steady[c.phase].Offered++
-		return
+// phase is the results of c's source in c's phase.
+func (r *recorder) phase(c *Call) *PhaseResult {
+	switch c.source {
+	case 0:
+		return &r.phases[c.phase]
+	case 1:
+		return &r.steady[c.phase]
 	}
-	r.phases[c.phase].Offered++
+	return &r.sources[c.source-2][c.phase]
 }
 
+// offered counts an arrival.
+func (r *recorder) offer(c *Call) { r.phase(c).Offered++ }
+
 func (r *recorder) result(capacity, slow float64) *Result {
-	res := &Result{Capacity: capacity, SlowCapacity: slow, Phases: r.phases, Steady: r.steady, CPU: r.cpuUtil, Served: r.served}
-	for _, ps := range [][]PhaseResult{r.phases, r.steady} {
+	res := &Result{Capacity: capacity, SlowCapacity: slow, Phases: r.phases, Steady: r.steady, Sources: r.sources, CPU: r.cpuUtil, Served: r.served}
+	for _, ps := range append([][]PhaseResult{r.phases, r.steady}, r.sources...) {
 		for i := range ps {
 			slices.Sort(ps[i].Success)
 			slices.Sort(ps[i].Refusal)

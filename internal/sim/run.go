@@ -51,9 +51,17 @@ func Run(sh Shape, p Protection, seed uint64, clk *Clock) *Result {
 	}
 	capacity := sh.Capacity(false)
 	a := &arrivals{sh: &sh, sv: sv, rng: rng, phases: phases, starts: starts, pool: pool}
-	a.start(source{method: sh.Method, class: admission.Critical}, func(i int) float64 { return phases[i].Load * capacity })
+	a.start(source{method: sh.Method, class: sh.Class}, func(i int) float64 { return phases[i].Load * capacity })
 	if sh.SteadyRate > 0 {
-		a.start(source{method: sh.Steady, class: admission.Critical, steady: sh.SteadyRate}, func(int) float64 { return sh.SteadyRate })
+		a.start(source{index: 1, method: sh.Steady, class: admission.Critical, steady: sh.SteadyRate}, func(int) float64 { return sh.SteadyRate })
+	}
+	for k, src := range sh.Sources {
+		a.start(source{index: 2 + k, method: sh.Method, class: src.Class, tenant: src.Tenant}, func(i int) float64 {
+			if starts[i]+phases[i].Duration <= src.From {
+				return 0
+			}
+			return src.Load * capacity
+		})
 	}
 	var lastBusy time.Duration
 	var observe func()
@@ -104,9 +112,16 @@ func (a *arrivals) start(src source, rate func(i int) float64) {
 			phase(i + 1)
 			return
 		}
-		mean := float64(time.Second) / r
+		clump := max(a.sh.Clump, 1)
+		mean := float64(time.Second) * float64(clump) / r
 		start, end := a.starts[i], a.starts[i]+a.phases[i].Duration
-		next := start + time.Duration(a.rng.ExpFloat64()*mean)
+		gap := func() time.Duration {
+			if a.sh.Periodic {
+				return time.Duration(mean)
+			}
+			return time.Duration(a.rng.ExpFloat64() * mean)
+		}
+		next := start + gap()
 		var fire func()
 		fire = func() {
 			for next < end {
@@ -118,8 +133,10 @@ func (a *arrivals) start(src source, rate func(i int) float64) {
 					a.sv.c.at(at, fire)
 					return
 				}
-				a.arrive(src, i, at)
-				next += time.Duration(a.rng.ExpFloat64() * mean)
+				for range clump {
+					a.arrive(src, i, at)
+				}
+				next += gap()
 			}
 			phase(i + 1)
 		}
@@ -131,7 +148,7 @@ func (a *arrivals) start(src source, rate func(i int) float64) {
 // arrive delivers one call of src scheduled at at, in phase i.
 func (a *arrivals) arrive(src source, i int, at time.Duration) {
 	a.id++
-	c := &Call{ID: a.id, Method: src.method, Class: src.class, Arrived: at, Deadline: at + a.sh.deadline(), phase: i}
+	c := &Call{ID: a.id, Method: src.method, Class: src.class, Tenant: src.tenant, Arrived: at, Deadline: at + a.sh.deadline(), phase: i, source: src.index}
 	if src.steady > 0 {
 		c.work = Work{CPU: a.sh.SteadyCPU}
 	} else {

@@ -121,6 +121,7 @@ type Call struct {
 
 	work    Work
 	phase   int
+	source  int // its source (see source.index)
 	g       *g
 	state   callState
 	result  outcome

@@ -81,6 +81,19 @@ type Shape struct {
 	SteadyRate float64
 	SteadyCPU  time.Duration
 
+	// Class is the loaded method's calls' criticality class (the zero
+	// value: Critical).
+	Class admission.Criticality
+	// Sources are more sources of calls of the loaded method, of other
+	// classes or tenants, each at its own multiple of the capacity in
+	// every phase (Result.Sources has their results).
+	Sources []Source
+	// Periodic: arrivals come evenly spaced at their rate, not as a
+	// Poisson process; Clump, if > 1, is how many calls arrive at once
+	// (at the rate over Clump).
+	Periodic bool
+	Clump    int
+
 	// Deadline of every call (0: 1s, bench/peers').
 	Deadline time.Duration
 	// Phases (nil: Phases(1)).
@@ -238,9 +251,22 @@ func IOPool(conns int, query time.Duration) Shape {
 	return sh
 }
 
+// Source is a further source of calls of a shape's loaded method
+// (Shape.Sources).
+type Source struct {
+	Class  admission.Criticality
+	Tenant string
+	// Load is its calls per second, in multiples of the capacity, in
+	// every phase; From, if > 0, is when it begins.
+	Load float64
+	From time.Duration
+}
+
 // source is one method's open-loop arrivals.
 type source struct {
+	index  int // 0: the loaded method's; 1: the steady one's; 2 on: Shape.Sources'
 	method string
 	class  admission.Criticality
+	tenant string
 	steady float64 // calls/s throughout; 0: the phases' loads × capacity
 }

@@ -134,3 +134,30 @@ func TestCeiling(t *testing.T) {
 		t.Errorf("a pool of 2 that binds far below the processor: Ceiling(10) = %v, want 1", got)
 	}
 }
+
+// Periodic arrivals come evenly spaced, in clumps of Clump; each of
+// Shape.Sources adds its own class's calls at its own load from its From.
+func TestSourcesPeriodicClumps(t *testing.T) {
+	sh := CPU
+	sh.Periodic, sh.Clump = true, 5
+	sh.Phases = []Phase{{Name: "a", Duration: time.Second, Load: 0.5}, {Name: "b", Duration: time.Second, Load: 0.5}}
+	sh.Sources = []Source{{Class: -2, Load: 0.1, From: time.Second}}
+	r := Run(sh, Unprotected{}, 1, nil)
+	capacity := sh.Capacity(false)
+	clumps := int(0.5 * capacity / 5) // whole clumps in a second
+	for _, p := range r.Phases {
+		if p.Offered != 5*clumps && p.Offered != 5*(clumps+1) {
+			t.Errorf("phase %s: %d calls at 0.5x in clumps of 5, want %d or %d", p.Name, p.Offered, 5*clumps, 5*(clumps+1))
+		}
+	}
+	src := r.Sources[0]
+	if src[0].Offered != 0 {
+		t.Errorf("the source before its From: %d calls, want none", src[0].Offered)
+	}
+	if want := int(0.1 * capacity / 5); src[1].Offered < 5*want || src[1].Offered > 5*(want+1) {
+		t.Errorf("the source after its From: %d calls, want about %d", src[1].Offered, 5*want)
+	}
+	if src[1].Succeeded != src[1].Offered {
+		t.Errorf("the source's calls: %d of %d served, want all", src[1].Succeeded, src[1].Offered)
+	}
+}
