@@ -153,7 +153,7 @@ func (p *simPreset) Start(c *sim.Call) sim.Decision {
 	}
 	t, w := ln.takeNow(c.Now, cost, false)
 	if w == nil {
-		return p.after(c, sc, p.run.turned(sc.c, ln, t), true)
+		return p.after(c, sc, p.run.turned(sc.c, ln, t), ln.f.yields())
 	}
 	return p.wait(c, sc, ln, w)
 }
@@ -168,7 +168,7 @@ func (p *simPreset) startStream(c *sim.Call, sc *simCall, ln *Lane, cost int64) 
 	t, w := ln.takeNow(c.Now, cost, true)
 	if w == nil {
 		d, turned := p.run.streamTurned(sc.c, ln, t, nil, sc.target)
-		return p.after(c, sc, d, turned)
+		return p.after(c, sc, d, turned && ln.f.yields())
 	}
 	return p.wait(c, sc, ln, w)
 }
@@ -178,11 +178,12 @@ func (p *simPreset) wait(c *sim.Call, sc *simCall, ln *Lane, w *waiter) sim.Deci
 	sc.ln, sc.w = ln, w
 	p.waiting = append(p.waiting, c)
 	until := p.clk.Since() + ln.waitLimit(p.l.nanos(c.Now))
-	return sim.Decision{Verdict: sim.Wait, Until: until, YieldBefore: true}
+	return sim.Decision{Verdict: sim.Wait, Until: until, YieldBefore: ln.f.yields()}
 }
 
 // after is the decision for a call whose run guard decided d (yield: it
-// took a turn, and yields before its handler).
+// took a turn, and yields before its handler, as the guard does unless
+// the call is short: Flow.yields).
 func (p *simPreset) after(c *sim.Call, sc *simCall, d admission.Decision, yield bool) sim.Decision {
 	if d.Refused {
 		p.refusedAtStart(sc, d.Permit)
@@ -194,7 +195,9 @@ func (p *simPreset) after(c *sim.Call, sc *simCall, d admission.Decision, yield 
 
 func (p *simPreset) Resume(c *sim.Call) sim.Decision {
 	sc := p.call(c)
+	<-sc.w.ready // the turn handed over (wake saw it)
 	t := sc.ln.started(sc.w)
+	p.l.recycle(sc.w) // as the guard's wait does
 	sc.w = nil
 	return p.turned(c, sc, t, nil)
 }
@@ -204,12 +207,12 @@ func (p *simPreset) Resume(c *sim.Call) sim.Decision {
 func (p *simPreset) turned(c *sim.Call, sc *simCall, t Ticket, err error) sim.Decision {
 	if c.Stream {
 		d, turned := p.run.streamTurned(sc.c, sc.ln, t, err, sc.target)
-		return p.after(c, sc, d, turned)
+		return p.after(c, sc, d, turned && sc.ln.f.yields())
 	}
 	if err != nil {
 		return p.after(c, sc, holding(sc.ln.refusal(err, sc.ln.f.QueueTarget(), c.Now), sc.ln), false)
 	}
-	return p.after(c, sc, p.run.turned(sc.c, sc.ln, t), true)
+	return p.after(c, sc, p.run.turned(sc.c, sc.ln, t), sc.ln.f.yields())
 }
 
 func (p *simPreset) Expire(c *sim.Call) sim.Decision {
