@@ -271,7 +271,7 @@ func (i interceptor) WrapUnary(next connect.UnaryFunc) connect.UnaryFunc {
 				return nil, err
 			}
 			res, err := next(ctx, req)
-			g.end(st, &c, err)
+			g.end(ctx, st, &c, err)
 			return res, err
 		}
 		rule := g.engine.Match(spec.Procedure)
@@ -293,7 +293,7 @@ func (i interceptor) WrapUnary(next connect.UnaryFunc) connect.UnaryFunc {
 		}()
 		res, err := next(ctx, req)
 		ok = true
-		rule.Finish(&c, &permits, g.outcome(rule, &c, err))
+		rule.Finish(&c, &permits, g.outcome(ctx, rule, &c, err))
 		return res, err
 	}
 }
@@ -314,7 +314,7 @@ func (i interceptor) WrapStreamingHandler(next connect.StreamingHandlerFunc) con
 				return err
 			}
 			err = next(ctx, conn)
-			g.end(st, &c, err)
+			g.end(ctx, st, &c, err)
 			return err
 		}
 		rule := g.engine.Match(spec.Procedure)
@@ -336,7 +336,7 @@ func (i interceptor) WrapStreamingHandler(next connect.StreamingHandlerFunc) con
 		}()
 		err := next(ctx, conn)
 		ok = true
-		rule.Finish(&c, &permits, g.outcome(rule, &c, err))
+		rule.Finish(&c, &permits, g.outcome(ctx, rule, &c, err))
 		return err
 	}
 }
@@ -368,9 +368,9 @@ func (g *Guard) start(ctx context.Context, st *callState, kind decide.Kind) (adm
 }
 
 // end finishes a call the middleware admitted and whose handler ran.
-func (g *Guard) end(st *callState, c *admission.Call, err error) {
+func (g *Guard) end(ctx context.Context, st *callState, c *admission.Call, err error) {
 	st.phase = phaseDone
-	st.rule.Finish(c, &st.permits, g.outcome(st.rule, c, err))
+	st.rule.Finish(c, &st.permits, g.outcome(ctx, st.rule, c, err))
 }
 
 // enter admits a call the middleware did not see, with the whole rule.
@@ -390,17 +390,36 @@ func (g *Guard) enter(rule *decide.Compiled, f decide.Facts, c *admission.Call, 
 	return nil
 }
 
-// outcome is the outcome of a call that ran: an overload when its error's
-// code says the server ran out of time or capacity; its duration,
-// measured from the start of its handler (after its turn), only when a
-// guard of the rule reads it and the call is not a stream.
-func (g *Guard) outcome(r *decide.Compiled, c *admission.Call, err error) admission.Outcome {
+// outcome is the outcome of a call that ran in ctx, its handler's
+// context: context.DeadlineExceeded, an overload, when the handler
+// returned at or after the call's deadline (its client saw
+// DEADLINE_EXCEEDED, whatever the handler returned); otherwise the
+// handler's error, an overload when its code says the server ran out of
+// time or capacity. Its duration is measured from the start of its
+// handler (after its turn), only when a guard of the rule reads it and
+// the call is not a stream.
+//
+// A handler that ignores its context and returns a success after its
+// deadline must not be learned as a success: the deadline guard would
+// take its overrun for the method's service time and refuse every later
+// call with a shorter deadline, those the handler serves fast too.
+func (g *Guard) outcome(ctx context.Context, r *decide.Compiled, c *admission.Call, err error) admission.Outcome {
 	o := admission.Outcome{Err: err}
-	if err != nil {
-		o.Overload = isOverload(err)
+	var now time.Time
+	if ctx.Err() != nil { // its deadline passed, or its client left
+		now = g.clock.Now()
+		if d, ok := ctx.Deadline(); ok && !now.Before(d) {
+			o.Err = context.DeadlineExceeded
+		}
+	}
+	if o.Err != nil {
+		o.Overload = isOverload(o.Err)
 	}
 	if r.Timed() && !c.Stream {
-		o.Duration = g.clock.Now().Sub(c.Now)
+		if now.IsZero() {
+			now = g.clock.Now()
+		}
+		o.Duration = now.Sub(c.Now)
 	}
 	return o
 }
