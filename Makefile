@@ -12,6 +12,9 @@ STATICCHECK ?= $(GO) run honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSIO
 # The modules of their own under bench/ (the peer and Redis comparisons the
 # docs cite); each replaces levee with this tree.
 BENCH_MODULES := bench/peers bench/redis
+# Modules of their own whose tests make test runs: connectrpc/conformance's
+# server suite through connectguard, whose runner stays out of levee's go.mod.
+TEST_MODULES := conformance/connectsuite
 
 ## test: check the modules, vet, build and lint, then run every test with
 ## the race detector. Packages run one at a time (-p 1): the demo's
@@ -19,6 +22,7 @@ BENCH_MODULES := bench/peers bench/redis
 ## goodput, which other packages' tests would steal from.
 test: tidy vet build staticcheck benchmods
 	$(GO) test -race -count=1 -p 1 ./...
+	@for m in $(TEST_MODULES); do echo "cd $$m && $(GO) test -race -count=1 ./..."; (cd $$m && $(GO) test -race -count=1 ./...) || exit 1; done
 	@# Full-size memory tests that the race detector makes too slow,
 	@# allocation counts that its sync.Pool randomises, and
 	@# tests of the scheduler's order, which the race detector randomises.
@@ -35,7 +39,7 @@ vet:
 ## what `go mod tidy` would write.
 tidy:
 	$(GO) mod tidy -diff
-	@for m in $(BENCH_MODULES); do echo "cd $$m && $(GO) mod tidy -diff"; (cd $$m && $(GO) mod tidy -diff) || exit 1; done
+	@for m in $(BENCH_MODULES) $(TEST_MODULES); do echo "cd $$m && $(GO) mod tidy -diff"; (cd $$m && $(GO) mod tidy -diff) || exit 1; done
 
 ## build: build every package and command, examples/ and cmd/ included
 ## (to /dev/null: a lone main package would otherwise leave its binary).
@@ -49,9 +53,10 @@ staticcheck:
 	$(STATICCHECK) ./...
 
 ## benchmods: vet, build and lint the bench modules (their tests need
-## running peers or Redis and are run by hand; see their READMEs).
+## running peers or Redis and are run by hand; see their READMEs) and the
+## test modules (whose tests `test` runs).
 benchmods:
-	@for m in $(BENCH_MODULES); do \
+	@for m in $(BENCH_MODULES) $(TEST_MODULES); do \
 		echo "== $$m"; \
 		(cd $$m && $(GO) vet ./... && $(GO) build -o /dev/null ./... && $(STATICCHECK) ./...) || exit 1; \
 	done

@@ -41,4 +41,7 @@
 //	go test -race -count=1 ./conformance
 //
 // It is part of make test. Each case has its own timeout.
+//
+// connectrpc/conformance's server suite, through connectguard on the same
+// preset, is in conformance/connectsuite, a module of its own.
 package conformance
