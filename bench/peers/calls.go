@@ -96,15 +96,16 @@ type request func(ctx context.Context, id uint64) error
 type requester struct {
 	kind  loadKind
 	alloc *target.Target
+	web   *webTarget       // in place of alloc, for a server of JSON routes
 	feed  *grpc.ClientConn // loadStream only
 	runID string
 }
 
 // dialRequester returns the requester of kind for the server at addr,
-// reached through t (and, for streams, a connection of its own, which the
+// reached through e (and, for streams, a connection of its own, which the
 // returned function closes).
-func dialRequester(kind loadKind, t *target.Target, addr, runID string) (requester, func(), error) {
-	r := requester{kind: kind, alloc: t, runID: runID}
+func dialRequester(kind loadKind, e endpoint, addr, runID string) (requester, func(), error) {
+	r := requester{kind: kind, alloc: e.grpc, web: e.web, runID: runID}
 	if kind != loadStream {
 		return r, func() {}, nil
 	}
@@ -125,13 +126,19 @@ func (r requester) request() request {
 				OrderId: r.runID + "-" + strconv.FormatUint(id, 10)})
 		}
 	}
-	return func(ctx context.Context, id uint64) error {
-		var trailer metadata.MD
-		_, err := r.alloc.Client().Allocate(ctx, &inventoryv1.AllocateRequest{
+	allocation := func(id uint64) *inventoryv1.AllocateRequest {
+		return &inventoryv1.AllocateRequest{
 			Sku:      skus[id%uint64(len(skus))],
 			Quantity: r.kind.units(id),
 			OrderId:  r.runID + "-" + strconv.FormatUint(id, 10),
-		}, grpc.Trailer(&trailer))
+		}
+	}
+	if r.web != nil {
+		return func(ctx context.Context, id uint64) error { return r.web.allocate(ctx, allocation(id)) }
+	}
+	return func(ctx context.Context, id uint64) error {
+		var trailer metadata.MD
+		_, err := r.alloc.Client().Allocate(ctx, allocation(id), grpc.Trailer(&trailer))
 		return loadgen.PushbackFromTrailer(err, trailer)
 	}
 }

@@ -231,6 +231,9 @@ func startServer(ctx context.Context, p *placement, spec serverSpec, stderr io.W
 			if v, ok := strings.CutPrefix(f, "grpc="); ok {
 				s.addr = v
 			}
+			if v, ok := strings.CutPrefix(f, "http="); ok {
+				s.addr = v
+			}
 			if v, ok := strings.CutPrefix(f, "work-iterations="); ok {
 				s.workIter, _ = strconv.Atoi(v)
 			}

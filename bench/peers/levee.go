@@ -17,7 +17,9 @@ import (
 	"github.com/levee-go/levee/cpu"
 	"github.com/levee-go/levee/deadline"
 	"github.com/levee-go/levee/decide"
+	"github.com/levee-go/levee/examples/inventory"
 	"github.com/levee-go/levee/grpcguard"
+	"github.com/levee-go/levee/httpguard"
 	"github.com/levee-go/levee/loadshed"
 	"github.com/levee-go/levee/protect"
 	"github.com/levee-go/levee/queuedelay"
@@ -48,6 +50,29 @@ func leveeConnect() (mw func(http.Handler) http.Handler, opts []connect.HandlerO
 		return nil, nil, func() {}, err
 	}
 	return g.Middleware, []connect.HandlerOption{connect.WithInterceptors(g.Interceptor())}, stop, nil
+}
+
+// leveeHTTP is the same preset in front of plain net/http handlers:
+// httpguard's middleware on the preset's engine, each JSON route's flow
+// named after the gRPC method it serves (as `levee serve -transport
+// http` names them), so that the preset learns Allocate and GetStock as
+// it does on grpc-go.
+func leveeHTTP() (mw func(http.Handler) http.Handler, stop func(), err error) {
+	p, stop, err := leveePreset()
+	if err != nil {
+		return nil, stop, err
+	}
+	g, err := httpguard.New(p.Engine(), httpguard.WithFlow(func(r *http.Request) string {
+		if m, ok := inventory.HTTPMethods[r.Pattern]; ok {
+			return m
+		}
+		return r.Pattern
+	}))
+	if err != nil {
+		stop()
+		return nil, func() {}, err
+	}
+	return g.Middleware, stop, nil
 }
 
 // leveePreset returns protect.New() and the function that stops it (and

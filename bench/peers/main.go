@@ -166,8 +166,14 @@ func parse(args []string, stderr io.Writer) (*config, error) {
 	}
 	for _, p := range cfg.protections {
 		for _, sc := range cfg.scenarios {
+			if cfg.peak || cfg.ceiling {
+				break // their own scenario: a near-free handler; and no protection
+			}
 			if p.connect != nil && sc.server.Feed {
 				return nil, fmt.Errorf("-protections %s serves through connect-go, which serves no Feed stream here: leave out -scenarios %s", p.name, sc.name)
+			}
+			if p.http != nil && sc.server.shaped() {
+				return nil, fmt.Errorf("-protections %s serves the inventory's JSON routes, which serve no shaped server: leave out -scenarios %s", p.name, sc.name)
 			}
 		}
 	}
@@ -323,7 +329,7 @@ func measureOne(ctx context.Context, cfg *config, pl *placement, sc scenario, sp
 		return measured{}, err
 	}
 	defer c.Close()
-	r, closeR, err := dialRequester(sc.load, c, srv.addr, fmt.Sprintf("calibrate-%d", time.Now().UnixNano()))
+	r, closeR, err := dialRequester(sc.load, endpoint{grpc: c}, srv.addr, fmt.Sprintf("calibrate-%d", time.Now().UnixNano()))
 	if err != nil {
 		return measured{}, err
 	}
@@ -354,7 +360,7 @@ func measureOne(ctx context.Context, cfg *config, pl *placement, sc scenario, sp
 // startProtected starts a server of the scenario's kind protected by p,
 // sized from m, and dials it; stop closes the connection and stops the
 // server.
-func startProtected(ctx context.Context, pl *placement, sc scenario, m measured, p protection, stderr io.Writer) (srv *server, alloc *target.Target, stop func(), err error) {
+func startProtected(ctx context.Context, pl *placement, sc scenario, m measured, p protection, stderr io.Writer) (srv *server, alloc endpoint, stop func(), err error) {
 	spec := sc.server
 	spec.Protection, spec.Capacity, spec.WorkIterations = p.name, m.capacity, m.workIterations
 	if spec.CPUWork == 0 {
@@ -363,11 +369,11 @@ func startProtected(ctx context.Context, pl *placement, sc scenario, m measured,
 		spec.CPUWork = time.Duration(float64(time.Second) / m.capacity)
 	}
 	if srv, err = startServer(ctx, pl, spec, prefixed(stderr, p.name+" server: ")); err != nil {
-		return nil, nil, nil, err
+		return nil, endpoint{}, nil, err
 	}
-	if alloc, err = target.Dial(ctx, srv.addr, 1, serverStartTimeout); err != nil {
+	if alloc, err = dialEndpoint(ctx, srv, p); err != nil {
 		srv.stop()
-		return nil, nil, nil, err
+		return nil, endpoint{}, nil, err
 	}
 	return srv, alloc, func() { alloc.Close(); srv.stop() }, nil
 }
@@ -397,10 +403,10 @@ func runOne(ctx context.Context, cfg *config, pl *placement, sc scenario, m meas
 	}
 	fmt.Fprintf(stderr, "peers: %s/%s: running %v\n", sc.name, p.name, cfg.warmup+cfg.normal+cfg.high+cfg.spike+cfg.recovery)
 
-	var reads *target.Target
+	var reads endpoint
 	if sc.mixed {
 		// The readers are other clients: a connection of their own.
-		if reads, err = target.Dial(ctx, srv.addr, 1, serverStartTimeout); err != nil {
+		if reads, err = dialEndpoint(ctx, srv, p); err != nil {
 			return runResult{}, err
 		}
 		defer reads.Close()
@@ -483,8 +489,8 @@ func runInBackground(ctx context.Context, g *loadgen.Generator) <-chan genOut {
 }
 
 // runMixed runs genA and, beside it on reads, the steady GetStock load.
-func runMixed(ctx context.Context, reads *target.Target, genA *loadgen.Generator, cfg *config) (alloc, stock *loadgen.Result, err error) {
-	genS, err := loadgen.New(reads.GetStockCall(), cfg.stockPhases(), loadgen.WithArrivals(loadgen.Poisson), loadgen.WithDeadline(cfg.deadline), loadgen.WithSeed(2))
+func runMixed(ctx context.Context, reads endpoint, genA *loadgen.Generator, cfg *config) (alloc, stock *loadgen.Result, err error) {
+	genS, err := loadgen.New(reads.getStockCall(), cfg.stockPhases(), loadgen.WithArrivals(loadgen.Poisson), loadgen.WithDeadline(cfg.deadline), loadgen.WithSeed(2))
 	if err != nil {
 		return nil, nil, err
 	}

@@ -125,7 +125,7 @@ func peakOne(ctx context.Context, cfg *config, pl *placement, sc scenario, m mea
 		return peakRound{}, err
 	}
 	out := peakRound{Closed: cl.calls, ClosedFailed: cl.failed}
-	gen, err := loadgen.New(alloc.AllocateCall(fmt.Sprintf("peak-open-%s-%d", p.name, time.Now().UnixNano())),
+	gen, err := loadgen.New(alloc.allocateCall(fmt.Sprintf("peak-open-%s-%d", p.name, time.Now().UnixNano())),
 		[]loadgen.Phase{{Name: "fixed", Duration: warm + cfg.peakWindow + 100*time.Millisecond, Rate: cfg.peakRate}},
 		loadgen.WithArrivals(loadgen.Poisson), loadgen.WithDeadline(cfg.deadline), loadgen.WithSeed(5))
 	if err != nil {

@@ -155,6 +155,22 @@ func TestQuickRunConnect(t *testing.T) {
 	}
 }
 
+// TestQuickRunHTTP runs the mixed scenario on the inventory's JSON
+// routes, protected by levee, by failsafe-go and by nothing, in quick
+// mode with tiny phases: the load (Allocate and the steady GetStock)
+// reaches them as JSON over h2c, and each gets its row.
+func TestQuickRunHTTP(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts server processes")
+	}
+	text, _, rows := runTables(t, "-quick", "-scenarios", "mixed", "-protections", "levee-http,failsafehttp,none-http",
+		"-normal", "200ms", "-spike", "300ms", "-recovery", "200ms", "-calibrate", "300ms", "-cgroup=false")
+	if len(rows) != 4 || !strings.HasPrefix(rows[1], "| levee preset on net/http |") ||
+		!strings.HasPrefix(rows[2], "| failsafe-go adaptive limiter on net/http |") || !strings.HasPrefix(rows[3], "| none on net/http |") {
+		t.Fatalf("run printed rows %q, want the header, levee, failsafe-go and none on net/http:\n%s", rows, text)
+	}
+}
+
 // TestQuickShapes runs the shapes with a server of their own (a stream
 // service, a dependency slowed by command, work per unit, two cores) or
 // a load of their own (clumps) in quick mode with tiny phases, and checks
@@ -250,6 +266,10 @@ func TestParse(t *testing.T) {
 		{name: "peak named", give: []string{"-peak", "-protections", "none,levee"}, wantRun: len(scenarios) * 2},
 		{name: "peak no rate", give: []string{"-peak", "-peak-rate", "0"}, want: "-peak: want"},
 		{name: "peak no rounds", give: []string{"-peak", "-peak-rounds", "0"}, want: "-peak: want"},
+		{name: "net/http", give: []string{"-scenarios", "cpu,io,mixed", "-protections", "none-http,levee-http,failsafehttp"}, wantRun: 9},
+		{name: "net/http shaped", give: []string{"-scenarios", "cpu,heavytail", "-protections", "levee-http"}, want: "serve no shaped server: leave out -scenarios heavytail"},
+		{name: "net/http stream", give: []string{"-scenarios", "stream", "-protections", "failsafehttp"}, want: "serve no shaped server: leave out -scenarios stream"},
+		{name: "peak net/http", give: []string{"-peak", "-protections", "none-http,levee-http,failsafehttp"}, wantRun: len(scenarios) * 3},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

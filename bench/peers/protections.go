@@ -11,6 +11,7 @@ import (
 	"github.com/failsafe-go/failsafe-go"
 	"github.com/failsafe-go/failsafe-go/adaptivelimiter"
 	"github.com/failsafe-go/failsafe-go/failsafegrpc"
+	"github.com/failsafe-go/failsafe-go/failsafehttp"
 	aegisrl "github.com/go-kratos/aegis/ratelimit"
 	"github.com/go-kratos/aegis/ratelimit/bbr"
 	"github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors"
@@ -56,6 +57,14 @@ type protection struct {
 	// reaches it through connect-go's gRPC protocol over h2c. It does not
 	// serve the Feed stream (scenario stream).
 	connect func(s serverSpec) (mw func(http.Handler) http.Handler, opts []connect.HandlerOption, stop func(), err error)
+	// http, when set, serves the inventory as JSON over plain net/http
+	// instead (inventory.HTTPHandler, a route per method, as `levee serve
+	// -transport http` does; build is then unused): the middleware each
+	// route is wrapped in and the function that stops what it started.
+	// The load reaches it as JSON requests over h2c (webTarget). It
+	// serves neither the Feed stream nor a shaped server (a scenario
+	// whose work is not the inventory's own).
+	http func(s serverSpec) (mw func(http.Handler) http.Handler, stop func(), err error)
 	// extra leaves the protection out of the default run: -protections
 	// must name it.
 	extra bool
@@ -114,6 +123,26 @@ var protections = []protection{
 		about: "no protection, served through connect-go as levee-connect is (not the stream scenario; not in the default run)",
 		connect: func(serverSpec) (func(http.Handler) http.Handler, []connect.HandlerOption, func(), error) {
 			return func(h http.Handler) http.Handler { return h }, nil, func() {}, nil
+		},
+		extra: true,
+	},
+	{
+		name: "levee-http", label: "levee preset on net/http", short: "levee http",
+		about: "the same preset in front of the inventory's JSON routes on plain net/http: httpguard's middleware on protect.New()'s engine, each route's flow named after the gRPC method it serves, the load as JSON requests over h2c (levee.go; cpu, io, mixed, clumps and cores2 only; not in the default run)",
+		http:  func(serverSpec) (func(http.Handler) http.Handler, func(), error) { return leveeHTTP() },
+		extra: true,
+	},
+	{
+		name: "failsafehttp", label: "failsafe-go adaptive limiter on net/http", short: "failsafehttp",
+		about: "github.com/failsafe-go/failsafe-go/adaptivelimiter with its defaults, one limiter for every route, through its failsafehttp handler (429 when the limiter is full) in front of the same JSON routes (as levee-http; not in the default run)",
+		http:  failsafeHTTPProtection,
+		extra: true,
+	},
+	{
+		name: "none-http", label: "none on net/http", short: "none http",
+		about: "no protection, the same JSON routes on plain net/http (as levee-http; not in the default run)",
+		http: func(serverSpec) (func(http.Handler) http.Handler, func(), error) {
+			return func(h http.Handler) http.Handler { return h }, func() {}, nil
 		},
 		extra: true,
 	},
@@ -276,6 +305,15 @@ func failsafeProtection(serverSpec) ([]grpc.ServerOption, func(), error) {
 		return err
 	}
 	return []grpc.ServerOption{grpc.InTapHandle(tapFn), grpc.ChainUnaryInterceptor(intercept), grpc.ChainStreamInterceptor(stream)}, func() {}, nil
+}
+
+// failsafeHTTPProtection is failsafe-go's HTTP middleware
+// (failsafehttp.NewHandler) around one adaptive limiter with its
+// defaults, shared by every route as failsafeProtection's is by every
+// method: the limiter is full, failsafehttp answers 429.
+func failsafeHTTPProtection(serverSpec) (func(http.Handler) http.Handler, func(), error) {
+	lim := adaptivelimiter.NewWithDefaults[*http.Response]()
+	return func(h http.Handler) http.Handler { return failsafehttp.NewHandler(h, lim) }, func() {}, nil
 }
 
 // rateLimiter adapts an x/time/rate limiter to go-grpc-middleware's

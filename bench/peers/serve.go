@@ -245,12 +245,18 @@ func serve(stdout io.Writer) error {
 	var stop func()
 	var wrap func(http.Handler) http.Handler
 	var copts []connect.HandlerOption
-	if p.connect != nil {
+	switch {
+	case p.connect != nil:
 		if s.Feed {
 			return fmt.Errorf("protection %s serves through connect-go, which serves no Feed stream here", p.name)
 		}
 		wrap, copts, stop, err = p.connect(s)
-	} else {
+	case p.http != nil:
+		if shaped != nil {
+			return fmt.Errorf("protection %s serves the inventory's JSON routes, which serve no shaped server (Feed, work per unit, a dependency, allocations)", p.name)
+		}
+		wrap, stop, err = p.http(s)
+	default:
 		opts, stop, err = p.build(s)
 	}
 	if err != nil {
@@ -283,7 +289,11 @@ func serve(stdout io.Writer) error {
 			svc = shaped
 		}
 		h, _ := inventory.ConnectHandler(svc, copts...)
-		return serveConnect(stdout, lis, wrap(h), sig, p.name, workIter, srv.StockReadIterations())
+		return serveHTTP(stdout, lis, wrap(h), sig, "grpc", p.name, workIter, srv.StockReadIterations())
+	}
+	if p.http != nil {
+		h := inventory.HTTPHandler(srv, wrap)
+		return serveHTTP(stdout, lis, h, sig, "http", p.name, workIter, srv.StockReadIterations())
 	}
 	gs := grpc.NewServer(opts...)
 	if shaped != nil {
@@ -293,7 +303,7 @@ func serve(stdout io.Writer) error {
 	}
 	served := make(chan error, 1)
 	go func() { served <- gs.Serve(lis) }()
-	printListening(stdout, lis, p.name, workIter, srv.StockReadIterations())
+	printListening(stdout, lis, "grpc", p.name, workIter, srv.StockReadIterations())
 
 	select {
 	case <-sig:
@@ -318,20 +328,24 @@ func serve(stdout io.Writer) error {
 // stopGrace is how long a server lets its calls finish when stopped.
 const stopGrace = 500 * time.Millisecond
 
-func printListening(stdout io.Writer, lis net.Listener, protection string, workIter, readIter int) {
-	fmt.Fprintf(stdout, "%s grpc=%s protection=%s work-iterations=%d read-iterations=%d gomaxprocs=%d\n",
-		listeningPrefix, lis.Addr(), protection, workIter, readIter, runtime.GOMAXPROCS(0))
+// printListening prints the line that says the server listens: its
+// address after what speaks there, grpc= (gRPC: grpc-go's server, or
+// connect-go's) or http= (the inventory's JSON routes).
+func printListening(stdout io.Writer, lis net.Listener, speaks, protection string, workIter, readIter int) {
+	fmt.Fprintf(stdout, "%s %s=%s protection=%s work-iterations=%d read-iterations=%d gomaxprocs=%d\n",
+		listeningPrefix, speaks, lis.Addr(), protection, workIter, readIter, runtime.GOMAXPROCS(0))
 }
 
-// serveConnect serves h (connect-go's handlers) over cleartext HTTP/2 and
-// HTTP/1.1 on lis until sig, as serve does a grpc-go server.
-func serveConnect(stdout io.Writer, lis net.Listener, h http.Handler, sig <-chan os.Signal, protection string, workIter, readIter int) error {
+// serveHTTP serves h (connect-go's handlers, or the inventory's JSON
+// routes) over cleartext HTTP/2 and HTTP/1.1 on lis until sig, as serve
+// does a grpc-go server; speaks is what printListening says of it.
+func serveHTTP(stdout io.Writer, lis net.Listener, h http.Handler, sig <-chan os.Signal, speaks, protection string, workIter, readIter int) error {
 	hs := &http.Server{Handler: h, Protocols: new(http.Protocols), ReadHeaderTimeout: 10 * time.Second}
 	hs.Protocols.SetHTTP1(true)
 	hs.Protocols.SetUnencryptedHTTP2(true)
 	served := make(chan error, 1)
 	go func() { served <- hs.Serve(lis) }()
-	printListening(stdout, lis, protection, workIter, readIter)
+	printListening(stdout, lis, speaks, protection, workIter, readIter)
 	select {
 	case <-sig:
 	case err := <-served:
