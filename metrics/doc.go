@@ -21,9 +21,9 @@
 // metrics. The benchmarks of this package measure an admission with a
 // Registry attached against one without, and against the usual alternative
 // of incrementing a Prometheus CounterVec on every call. The cost moves to
-// the scrape: building the series of one guard of every kind (58 series)
-// takes 70–90 µs and 760 allocations on a 2-core machine, 1.4–1.8 times a
-// registry holding as many stored gauges — negligible at scrape intervals.
+// the scrape, which builds each series from its guard's counters: more
+// than reading as many stored gauges, but once a scrape rather than once a
+// call (BenchmarkScrape; docs/benchmarks.md has its figures).
 // A fixed bulkhead's counters are spread over its slots, so its scrape costs
 // in proportion to the largest limit it ever had.
 //

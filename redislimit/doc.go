@@ -72,17 +72,14 @@
 // The limiter takes a github.com/redis/rueidis client, chosen over
 // go-redis v9 by the benchmark in bench/redis (BenchmarkClient: EVALSHA
 // of this package's script, serial and from 16 goroutines, both clients
-// in one run, on a shared 2-core machine). From 16 goroutines rueidis's
-// automatic pipelining did a round trip in 23 µs where go-redis took 31 µs
-// (medians of 5), with 1 allocation per call instead of 11. From one
-// goroutine the order changed from run to run on the busy machine
-// (rueidis 24 µs against 75 µs in the last; 55–156 µs against 31–43 µs in
-// an earlier one: rueidis hands each command to its writer and reader
-// goroutines, which a busy machine may schedule late). A fleet limiter is
-// called from many concurrent handlers, and its leases take Redis off the
-// request path altogether, so the concurrent figure and the allocations
-// decide. A rueidis client serves a single Redis and a Redis Cluster
-// alike.
+// in one run; docs/benchmarks.md has its figures). From many goroutines
+// rueidis's automatic pipelining makes a round trip faster and allocates
+// less per call. From one goroutine neither is reliably faster: rueidis
+// hands each command to its writer and reader goroutines, which a busy
+// machine may schedule late. A fleet limiter is called from many
+// concurrent handlers, and its leases take Redis off the request path
+// altogether, so the concurrent figure and the allocations decide. A
+// rueidis client serves a single Redis and a Redis Cluster alike.
 //
 // # Admission
 //

@@ -84,14 +84,10 @@
 // while it is cold if calls arrive faster than it then serves them, and
 // the evidence says so: its queue holds an interval's work, or calls ask
 // for turns twice as fast as they end. The Limiter refuses then as in a
-// spike, since it cannot know that the server will soon be faster. On
-// bench/peers' alloc shape (calls of about a millisecond once warm, a
-// 64 MiB heap to build, half the warm capacity offered from the server's
-// first moment), calls took 9-17ms for the first 0.5-0.75s, with the CPU
-// 94-100% busy and 21-46 calls waiting, and 0.1-3.7% of the first 8s's
-// calls were refused, all in that first second (seven runs); with a 2s
-// warm-up before them, none (three runs). A server without a limit
-// queues them instead (its p99 250-360ms in that phase).
+// spike, since it cannot know that the server will soon be faster: a
+// cold server may refuse some of its first calls, which a server without
+// a limit would queue and answer late. A warm-up before traffic avoids
+// both. docs/runlimit.md gives what a cold start was measured to cost.
 //
 // Without any of these, a call admitted to a full lane is admitted anyway
 // (Stats.Unrefused), and a call whose wait for a turn runs out runs beyond
@@ -153,8 +149,9 @@
 // calls, or wake on a common tick) leave the server idle between them,
 // and a bound of half a target would admit a handful of each clump (in a
 // simulation of 1ms calls at ten times the capacity, in clumps every
-// 20ms, 30% of the capacity served, 99% with the slack); arrivals that
-// are not clumped leave no turn free long enough to count, and a queue
+// 20ms, 30% of the capacity served, 95% or more with the slack:
+// TestSimClumpedArrivalsKeepTheServerBusy); arrivals that are not
+// clumped leave no turn free long enough to count, and a queue
 // that stands through a flood of them gives a slack back within a few
 // intervals (on one core, where the transport reads requests in batches,
 // the queue may empty now and then, and part of the slack stays).

@@ -800,12 +800,12 @@ const staleAfter = time.Second
 //
 // Not the mean alone: it stretches with the calls run beside the flow's,
 // and calls run beyond the limit (a spike's first moments, before its
-// evidence shows) share the processor with as many others. On `levee
-// demo`'s end-to-end test (10ms calls, one core, deadlines of 300ms), 50
-// calls ran at once at a spike's start, took 0.5-1s each, and raised the
-// mean past 300ms: every call after them was refused as one whose
-// deadline could not be met, though each needed 10ms on its turn, for
-// the rest of the spike and into the recovery (about one run in thirty).
+// evidence shows) share the processor with as many others: fifty 10ms
+// calls run at once on one core take half a second each. Judged against
+// that mean, every call after them would be refused as one whose
+// deadline (300ms, say) cannot be met, though each needs 10ms on its
+// turn, for as long as the mean stays stretched: the rest of a spike and
+// into the recovery.
 func (f *Flow) ServiceTimeAt(now time.Time) time.Duration {
 	st := f.ServiceTime()
 	if st == 0 || f.l.nanos(now)-f.lastOK.Load() > int64(max(staleAfter, 2*st)) {
@@ -1511,23 +1511,14 @@ func (l *Limiter) noteCPU(now int64) { l.cpuBusy(now) }
 // has busy periods whose length has an exponential tail, of time
 // constant 1/(sqrt(mu)-sqrt(lambda))^2 at an arrival rate lambda and a
 // service rate mu: 350ms for 6ms calls at 0.76 of capacity, 490ms at
-// 0.8. In a simulation of such calls (fixed service times; exponential
-// ones in brackets), a queue had stood for 100ms when 5.1% (13%) of the
-// calls arrived at 0.7 of capacity, and 18% (29%) at 0.8; for a second,
-// when 0% (0.02%) and 0.04% (1.2%) did. The preset's CPU monitor
-// (sampled every 100ms, smoothed over 200ms) read 0.95 or more 0.2%
-// (2.1%) of the time at 0.7, 5.3% (13%) at 0.8, and for a second at a
-// time 0% (0.03%) and 0.09% (1.0%). At capacity or above the CPU reads
-// so 96-100% of the time, and the queue stands for good.
-//
-// `levee demo -scenario tenants` (one core; 0.7 of the capacity in its
-// normal phase, a CPU 76-83% busy) refused 13-36 of its ~1,100 calls in
-// the normal phase, each run, when the evidence was an interval's
-// standing queue and a CPU busy now (six runs); with five intervals,
-// 7-23 (three runs); with ten, 0 in four runs of five, and 25 in one (a
-// queue that stood a second at the end of its normal phase). A spike
-// does not wait that long: it is told by its rate (spiking), and by the
-// calls run beyond the limit (intervalWork, minOverruns).
+// 0.8. Below capacity a queue that stands, or a CPU that reads busy,
+// for an interval (a tenth of a second) is therefore common, and for ten
+// rare: evidence of one interval would refuse calls that a server
+// without a limit serves. At capacity or above both last for good.
+// docs/runlimit.md gives the shares simulated, and what one, five and
+// ten intervals were measured to refuse. A spike does not
+// wait that long: it is told by its rate (spiking), and by the calls run
+// beyond the limit (intervalWork, minOverruns).
 const sustainIntervals = 10
 
 // sustained is how long, ns, evidence a burst can also give must last
@@ -1547,27 +1538,21 @@ func (l *Limiter) sustained() int64 { return sustainIntervals * int64(l.o.interv
 // Calls run beyond the limit share the server as in processor sharing,
 // where the number of calls present at a load ρ below capacity is
 // geometric whatever their service times: at least n of them a share ρ^n
-// of the time, 0.08% for 20 at 0.7 of capacity. With a bound of 8 (5.8%
-// of the time), bench/peers' heavytail and twokinds shapes (one core, a
-// limit of 1) refused 0.4-1.3% of their calls at 0.7x on this evidence.
-// A spike is told by its rate instead (spiking), before it runs that many
-// calls at once: with a bound of 20 and no other evidence, `levee demo`'s
-// end-to-end test (10 ms calls, one core, a -race build) kept 87% of its
-// capacity on average over 11 runs (77-101%), against 94% with 8 (15
-// runs, 76-104%).
+// of the time, at 0.7 of capacity 5.8% for 8 and 0.08% for 20. A bound
+// of 8 is crossed below capacity often enough to refuse calls that would
+// run at once on a server without a limit; 20 hardly ever is. A bound
+// that high lets a spike run that many calls at once before it shows, so
+// a spike is told by its rate instead (spiking).
 //
 // The bound is an interval's work, not 20 alone, for calls much shorter
-// than an interval: on bench/peers' alloc shape (one core, a limit of 1,
-// calls of about 0.9 ms, so an interval's work of about 110 calls), the
-// garbage collector's cycles slow every call now and then, and at 0.7x
-// (the server's CPU 76-85% busy) 20 calls ran beyond the limit often
-// enough that 0-2.75% of the calls were refused on it, 0.62% on average
-// over nine runs; with an interval's work, none were refused on it in
-// seven (one refused 0.58%, on the CPU busy for a second, the server's
-// CPU 85% busy through the phase). A sustained overload of 1.2x there
-// piles calls beyond the limit at a fifth of the capacity, about 230 a
-// second, so it shows in about half a second (arithmetic, not measured);
-// a spike shows by its rate at once.
+// than an interval: an interval's work of 1ms calls at a limit of 1 is
+// about a hundred calls, and a garbage-collector cycle, which slows every
+// call it runs beside, piles 20 of them beyond the limit now and then at
+// 0.7 of capacity. A sustained overload of 1.2x piles calls beyond the
+// limit at a fifth of the capacity, so an interval's work of them (a
+// tenth of a second of the capacity) shows in about half a second; a
+// spike shows by its rate at once. docs/runlimit.md gives what each bound
+// was measured to refuse.
 const minOverruns = 20
 
 // spiking reports whether calls ask for turns much faster than turns end:
@@ -1587,14 +1572,11 @@ const minOverruns = 20
 // work of short calls is hundreds of them (200 of 0.5ms at a limit of
 // 1), which a 10x spike asks for in about 12ms more than twice its
 // turns, and a lane admits every call meanwhile, for want of evidence.
-// In the simulation (TestSimShapes) twokinds' spike ran 50 calls at once
-// beyond a limit of 1: each took 120ms, the refusals of the calls
-// waiting behind them waited as long (refusal p99 110ms), and on a
-// server whose small pool runs 1ms queries, the calls run so at a
-// spike's start stretched the service time fiftyfold, a probe cut the
-// limit to a quarter of what the pool runs and kept the cut, and the
-// saturated CPU held the limit there for the whole spike (30% of the
-// capacity served).
+// The calls run beyond the limit so share the server: each takes as many
+// times its service time as calls run, the refusals of the calls queued
+// behind them wait as long, and the learner reads their service times
+// as contention and may cut the limit below what a small pool runs (see
+// docs/ablation.md, "The fix the simulator found").
 func (l *Limiter) spiking() bool {
 	offered := l.offered.Load() - l.offeredMark[0].Load()
 	finished := l.finished.Load() - l.finishedMark[0].Load()
@@ -1624,11 +1606,11 @@ func (l *Limiter) markRates(m *sample) {
 // cpuEvidence is the least utilisation that is evidence of overload,
 // whatever the CPU signal's own threshold below it: a CPU a fifth idle is
 // not overloaded. A cpu.Monitor's default threshold, 0.8, is where the
-// limit stops growing; as evidence, a CPU-bound server at 0.7x capacity
-// with Poisson arrivals crossed it now and then (its smoothed
-// utilisation reached 0.81-0.85 over half a second), and calls that
-// waited behind one slow call were refused: 39 of 2,347 in one run of
-// bench/peers' heavytail shape. In a 10x spike it reads 0.99-1.00.
+// limit stops growing, not evidence: the smoothed utilisation of a
+// CPU-bound server at 0.7 of its capacity with Poisson arrivals crosses
+// it now and then (a burst of arrivals is a busy period), and calls
+// that waited behind one slow call would be refused on it (see
+// docs/runlimit.md). A server at or above its capacity reads close to 1.
 const cpuEvidence = 0.95
 
 // overrun gives w's call, whose wait for a turn ran out while the server

@@ -32,24 +32,20 @@ import (
 // first clump, before an interval of overload has shown the idle time.
 // The first whole interval of overload without idle time takes such a
 // slack back: that queue came from service times or arrivals that vary,
-// and would only lengthen every wait (bench/peers' twokinds: success
-// p99 in the spike 176-460ms with it kept, 103-211ms without).
+// and would only lengthen every wait.
 // A controller that keeps adding while the server idles between clumps
 // of arrivals, and gives back what stands in the queue once the clumps'
 // gaps are filled.
 //
-// Two earlier ones fell short. The first set the slack to three times the
-// last interval's idle time, or half the slack before it: each interval
-// the queue filled, the next had half the slack and idled again, and
-// bench/peers' clumps shape (1 ms calls in clumps every 50 ms, a 10x
-// spike) served 75-78% of the capacity. The second lost a tenth in every
-// interval without idle time, whether the queue stood or not: the slack
-// fell until the server idled again, and clumps served 83-86% in runs of
-// every shape (the told-capacity bucket 93-94% in them); and in one
-// twokinds run of ten (docs/benchmarks.md, run K), a slack grown in the
-// interval after a spike began with the server stalled lingered for
-// about five seconds of a standing queue at a saturated CPU, and the
-// spike kept 87% of the capacity against 91-96% in the other nine.
+// Two simpler ones fall short. One that sets the slack to a multiple of
+// the last interval's idle time, or half the slack before it, swings:
+// each interval the queue fills, the next has half the slack and idles
+// again. One that loses a tenth in every interval without idle time,
+// whether the queue stood or not, lets the slack fall until the server
+// idles again between clumps; and a slack grown while a spike's first
+// interval stalled the server then lingers for seconds over a standing
+// queue at a saturated CPU, lengthening every wait. docs/ablation.md
+// gives what each cost when measured.
 //
 // The idle time is the interval less the service time of the calls that
 // finished in it (none once more than one call runs at a time on
@@ -59,24 +55,20 @@ import (
 //     in the next left none, whatever the finished calls' sum says;
 //   - what the CPU signal, if it tells its utilisation, left idle, and
 //     none from cpuEvidence on: the turns were free while the CPU refused
-//     calls and wrote responses. In a 10x spike of Poisson arrivals it
-//     reads 0.98-1.00, and no turn is held for 1-3% of the time (bench/
-//     peers' heavytail shape, one core), the transport's work between two
-//     turns; in clumps every 50 ms it reads 0.60-0.96, no turn held for
-//     up to half of it;
+//     calls and wrote responses. In a spike of Poisson arrivals the CPU
+//     is saturated, yet no turn is held for a few percent of the time,
+//     the transport's work between two turns; arrivals in clumps leave
+//     the CPU idle between clumps, and the turns free as long;
 //   - nothing under minIdle of the interval (the gaps between turns of a
 //     saturated server again), nor without evidence of overload at the
 //     interval's start and end: a spike that begins in the interval would
 //     queue it all at once, and the first tenth of a second of every
-//     spike would wait that long (bench/peers' cpu and mixed shapes:
-//     success p99 in the spike 117-128ms, against 45-48ms without the
-//     slack).
+//     spike would wait that long.
 //
 // In a simulation of 1ms calls on one processor at ten times its
 // capacity, in clumps of 200 every 20ms (500 every 50ms), the lanes
-// served 30% (12%) of the capacity without the slack, 93% (87%) with the
-// first controller, 99% (98%) with the second, 99.5% (99%) now
-// (TestSimClumpedArrivalsKeepTheServerBusy).
+// serve a handful of each clump without the slack, and at least 95% of
+// the capacity with it (TestSimClumpedArrivalsKeepTheServerBusy).
 const (
 	slackGain    = 3
 	slackKeep    = 0.9

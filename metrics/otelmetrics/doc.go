@@ -24,11 +24,10 @@
 // asynchronous counter, up-down counter or gauge) and its callback, one per
 // registered guard, reads the counters the guard keeps anyway (Stats,
 // Snapshot, HandlerStarts) when the MeterProvider's reader collects. The
-// cost moves to the collection: BenchmarkCollect reads one guard of every
-// kind through the SDK's manual reader in 470 allocations (25 kB), about
-// half of what a Prometheus Gather of the same guards by package metrics
-// takes (977, 80 kB), in 0.8 times its time (fastest of three runs each, on
-// a shared 2-core machine).
+// cost moves to the collection, once a reader's interval rather than once
+// a call. BenchmarkCollect reads one guard of every kind through the SDK's
+// manual reader, to set beside a Prometheus Gather of the same guards by
+// package metrics; docs/benchmarks.md has its figures.
 //
 // # Instruments
 //

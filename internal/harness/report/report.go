@@ -27,7 +27,7 @@
 //	    --user-data-dir=$(mktemp -d) --window-size=1280,2000 \
 //	    --screenshot=/tmp/report.png file:///tmp/demo.html
 //
-// What the screenshots showed (Chromium 156, November 2026): the title, then
+// What the screenshots should show: the title, then
 // the headline table with one column per run (unprotected, protected),
 // figures in large type with "of capacity", "of offered" or the refusal
 // count in small grey beside them, and under it a one-line caption of the
