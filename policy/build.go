@@ -137,18 +137,16 @@ func build(p *Policy, hash uint64, prev *built, sig CPUSignal, mem MemorySignal)
 	return b.next, nil
 }
 
-// get returns the guard of identity id: the previous build's if it has
-// one, else a new one from newGuard (nil on error, recorded).
-func (b *builder) get(id string, newGuard func() (admission.Guard, func(), error)) admission.Guard {
-	in, err := b.instance(id, func() (preset.Instance, error) {
-		g, closer, err := newGuard()
-		return preset.Instance{Guard: g, Close: closer}, err
-	})
+// get returns the instance of identity id: the previous build's if it
+// has one, else a new one from make (the zero Instance on error,
+// recorded).
+func (b *builder) get(id string, make func() (preset.Instance, error)) preset.Instance {
+	in, err := b.instance(id, make)
 	if err != nil {
 		b.errs = append(b.errs, err)
-		return nil
+		return preset.Instance{}
 	}
-	return in.Guard
+	return in
 }
 
 // instance returns the instance of identity id: the one this build or
@@ -222,20 +220,26 @@ func (b *builder) rule(i int, r Rule) {
 		key = decide.HeaderKey(r.Key.Header)
 	}
 	gr := decide.Rule{Name: r.Name, Methods: append([]string(nil), r.Methods...), Key: key, Tenant: b.tenant, Criticality: b.crit, Code: r.Code, Shadow: r.Shadow}
+	runAt, run, runID := b.ruleRun(i, r)
+	runL, _ := run.Value.(*runlimit.Limiter)
 	for j, g := range r.Guards {
 		path := fmt.Sprintf("rules[%d].guards[%d]", i, j)
-		plain := g
-		plain.Shadow = false
-		id := "rule\x00" + r.Name + "\x00" + identity(plain)
-		if g.Type == TypeRunLimit {
-			id += b.tenantID // its tenants' weights are part of it
+		id := b.guardID(r.Name, g)
+		if g.Type == TypeDeadline {
+			// It reads the rule's run limit: a new run limit, a new
+			// deadline guard.
+			id += "\x00" + runID
 		}
-		inner := b.get(id, func() (admission.Guard, func(), error) { return b.guard(path, g) })
+		in := run
+		if j != runAt {
+			in = b.get(id, func() (preset.Instance, error) { return b.guard(path, g, runL) })
+		}
+		inner := in.Guard
 		if inner == nil {
 			continue
 		}
 		if g.Shadow {
-			inner = b.get(id+"\x00shadow", func() (admission.Guard, func(), error) { return newShadow(inner), nil, nil })
+			inner = b.get(id+"\x00shadow", func() (preset.Instance, error) { return preset.Instance{Guard: newShadow(inner)}, nil }).Guard
 			if sc, ok := inner.(interface{ shadowed() uint64 }); ok {
 				b.next.shadows[[2]string{r.Name, g.Name}] = sc
 			}
@@ -245,43 +249,74 @@ func (b *builder) rule(i int, r Rule) {
 	b.next.rules = append(b.next.rules, gr)
 }
 
+// ruleRun builds the run limit of rule i, r: its first runlimit guard,
+// whose baselines (service times without contention) the rule's deadline
+// guards read, wherever they are listed. It returns the guard's index in
+// r.Guards, its instance (the zero Instance on error, recorded) and its
+// identity; -1, the zero Instance and "" if r has no runlimit guard.
+func (b *builder) ruleRun(i int, r Rule) (int, preset.Instance, string) {
+	for j, g := range r.Guards {
+		if g.Type != TypeRunLimit {
+			continue
+		}
+		path := fmt.Sprintf("rules[%d].guards[%d]", i, j)
+		id := b.guardID(r.Name, g)
+		return j, b.get(id, func() (preset.Instance, error) { return b.guard(path, g, nil) }), id
+	}
+	return -1, preset.Instance{}, ""
+}
+
+// guardID is the identity of guard g of rule name: its rule and its
+// identity (shadow mode aside: a shadow wraps the same instance), and a
+// run limit's tenants' weights.
+func (b *builder) guardID(rule string, g Guard) string {
+	plain := g
+	plain.Shadow = false
+	id := "rule\x00" + rule + "\x00" + identity(plain)
+	if g.Type == TypeRunLimit {
+		id += b.tenantID // its tenants' weights are part of it
+	}
+	return id
+}
+
 // identity is a guard's type, name and parameters: every field of the
 // decoded Guard, whose defaults are filled in.
 func identity(g Guard) string { return fmt.Sprintf("%#v", g) }
 
-// guard builds one guard of a rule.
-func (b *builder) guard(path string, g Guard) (admission.Guard, func(), error) {
+// guard builds one guard of a rule; a deadline guard reads the baselines
+// of run, the rule's run limit (nil: none).
+func (b *builder) guard(path string, g Guard, run *runlimit.Limiter) (preset.Instance, error) {
 	wrap := func(err error) error { return fmt.Errorf("policy: %s (%s %q): %w", path, g.Type, g.Name, err) }
 	switch g.Type {
 	case TypeRateLimit:
 		l, err := ratelimit.NewLimiter(ratelimit.Limit(g.Rate), g.Burst)
 		if err != nil {
-			return nil, nil, wrap(err)
+			return preset.Instance{}, wrap(err)
 		}
-		return ratelimit.NewGuard(g.Name, l), nil, nil
+		return preset.Instance{Guard: ratelimit.NewGuard(g.Name, l), Value: l}, nil
 	case TypeKeyedRateLimit:
 		k, err := ratelimit.NewKeyed(ratelimit.Limit(g.Rate), g.Burst, ratelimit.WithMaxKeys(g.MaxKeys), ratelimit.WithIdleTimeout(g.IdleTimeout))
 		if err != nil {
-			return nil, nil, wrap(err)
+			return preset.Instance{}, wrap(err)
 		}
-		return ratelimit.NewKeyedGuard(g.Name, k), func() { _ = k.Close() }, nil
+		return preset.Instance{Guard: ratelimit.NewKeyedGuard(g.Name, k), Value: k, Close: func() { _ = k.Close() }}, nil
 	case TypeBulkhead:
 		bh, err := bulkhead.New(g.Limit, bulkhead.WithQueue(g.Queue), bulkhead.WithMaxWait(g.MaxWait))
 		if err != nil {
-			return nil, nil, wrap(err)
+			return preset.Instance{}, wrap(err)
 		}
-		return bulkhead.NewGuard(g.Name, bh, g.RetryAfter), nil, nil
+		return preset.Instance{Guard: bulkhead.NewGuard(g.Name, bh, g.RetryAfter), Value: bh}, nil
 	case TypeAdaptiveBulkhead:
 		a, err := bulkhead.NewAdaptive(bulkhead.WithLimitBounds(g.MinLimit, g.MaxLimit), bulkhead.WithInitialLimit(g.InitialLimit),
 			bulkhead.WithLatencyCeiling(g.LatencyCeiling), bulkhead.WithProbeInterval(g.ProbeInterval),
 			bulkhead.WithQueue(g.Queue), bulkhead.WithMaxWait(g.MaxWait))
 		if err != nil {
-			return nil, nil, wrap(err)
+			return preset.Instance{}, wrap(err)
 		}
-		return bulkhead.NewAdaptiveGuard(g.Name, a, g.RetryAfter), nil, nil
+		return preset.Instance{Guard: bulkhead.NewAdaptiveGuard(g.Name, a, g.RetryAfter), Value: a}, nil
 	case TypeLoadShed:
 		if b.cpu == nil {
-			return nil, nil, wrap(errors.New("a loadshed guard follows the CPU signal, and this process has none"))
+			return preset.Instance{}, wrap(errors.New("a loadshed guard follows the CPU signal, and this process has none"))
 		}
 		var pol loadshed.Policy = loadshed.AIMD{Threshold: g.Threshold}
 		if g.ShedPolicy == "step" {
@@ -289,25 +324,25 @@ func (b *builder) guard(path string, g Guard) (admission.Guard, func(), error) {
 		}
 		c, err := loadshed.New(pol, nil)
 		if err != nil {
-			return nil, nil, wrap(err)
+			return preset.Instance{}, wrap(err)
 		}
 		if err := c.Follow(b.cpu, cpu.DefaultInterval); err != nil {
 			c.Close()
-			return nil, nil, wrap(err)
+			return preset.Instance{}, wrap(err)
 		}
-		return loadshed.NewGuard(g.Name, c, g.RetryAfter), c.Close, nil
+		return preset.Instance{Guard: loadshed.NewGuard(g.Name, c, g.RetryAfter), Value: c, Close: c.Close}, nil
 	case TypeDeadline:
-		dl, err := deadline.New(deadline.WithMargin(g.Margin))
+		dl, err := preset.NewDeadline(run, deadline.WithMargin(g.Margin))
 		if err != nil {
-			return nil, nil, wrap(err)
+			return preset.Instance{}, wrap(err)
 		}
-		return namedDeadline{dl, g.Name}, nil, nil
+		return preset.Instance{Guard: namedDeadline{dl, g.Name}, Value: dl}, nil
 	case TypeQueueDelay:
 		q, err := queuedelay.New(g.Target, g.Interval)
 		if err != nil {
-			return nil, nil, wrap(err)
+			return preset.Instance{}, wrap(err)
 		}
-		return namedQueue{q, g.Name}, nil, nil
+		return preset.Instance{Guard: namedQueue{q, g.Name}, Value: q}, nil
 	case TypeRunLimit:
 		opts := append([]runlimit.Option{runlimit.WithBounds(g.MinLimit, g.MaxLimit), runlimit.WithQueueTarget(g.QueueTarget), runlimit.WithInterval(g.Interval)}, b.tenantOp...)
 		if g.InitialLimit > 0 {
@@ -318,11 +353,11 @@ func (b *builder) guard(path string, g Guard) (admission.Guard, func(), error) {
 		}
 		l, err := runlimit.New(opts...)
 		if err != nil {
-			return nil, nil, wrap(err)
+			return preset.Instance{}, wrap(err)
 		}
-		return runlimit.NewGuard(g.Name, l), nil, nil
+		return preset.Instance{Guard: runlimit.NewGuard(g.Name, l), Value: l}, nil
 	}
-	return nil, nil, wrap(fmt.Errorf("unknown guard type %q", g.Type))
+	return preset.Instance{}, wrap(fmt.Errorf("unknown guard type %q", g.Type))
 }
 
 // stats are the engine's decision counts, with each shadow

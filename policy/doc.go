@@ -48,6 +48,21 @@
 // its guards. A runlimit cannot be shadowed alone (its turns are not a
 // yes or no): shadow its rule.
 //
+// A deadline guard refuses a call whose time left is below margin times
+// its method's service time. Beside a runlimit in its rule (the first, if
+// there are several) it takes, as the preset's does, the service time
+// without contention that the run limit measures where that is shorter
+// than the mean of the method's successful calls it learned itself: calls
+// run beside each other stretch that mean, and a mean stretched past the
+// callers' deadlines would refuse calls that a turn serves in time. A new
+// run limit (its parameters or the tenants' weights changed) makes a new
+// deadline guard, which learns afresh. In a rule without a runlimit it
+// has only that mean: while calls contend (a spike, a slow dependency) it
+// may refuse as too short calls that would have met their deadlines,
+// until the mean falls back or goes stale (no successful call for twice
+// it, at least deadline.StaleAfter). Put it beside a runlimit there, or
+// lower its margin.
+//
 // # Strict decoding
 //
 // Decode reports every problem of a file at once, as Errors, each with

@@ -1,6 +1,7 @@
 // Package guardtest holds the test doubles of levee's front-end tests: a
 // guard whose decisions a test sets, one that admits everything, a
-// cleartext HTTP/2 server and client, a response writer that discards.
+// cleartext HTTP/2 server and client, a response writer that discards;
+// and a run limit taught a baseline (LearnBaseline).
 package guardtest
 
 import (
@@ -14,7 +15,30 @@ import (
 	"time"
 
 	"github.com/levee-go/levee/admission"
+	"github.com/levee-go/levee/runlimit"
 )
+
+// LearnBaseline runs n calls of method on l one at a time, each taking d,
+// at explicit instants from now, so that l learns a baseline of d for
+// method; it returns the instant after the last. It fails t if a call
+// alone finds no turn free, or if the baseline learned is not within a
+// tenth of d.
+func LearnBaseline(t testing.TB, l *runlimit.Limiter, method string, now time.Time, d time.Duration, n int) time.Time {
+	t.Helper()
+	f := l.Flow(method)
+	for range n {
+		tk, ok := f.TryAcquire(now)
+		if !ok {
+			t.Fatal("no turn free for a call alone")
+		}
+		now = now.Add(d)
+		tk.Done(now, false)
+	}
+	if base := l.Baseline(method); base < d-d/10 || base > d+d/10 {
+		t.Fatalf("run limit's baseline of %q = %v after %d calls of %v alone, want about %v", method, base, n, d, d)
+	}
+	return now
+}
 
 // Forced is a guard whose decisions a test sets (Set): at admission, and
 // at the handler's start (it is an admission.Starter). It records what

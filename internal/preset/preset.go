@@ -227,7 +227,7 @@ func Build(s Spec, src Source) (Built, error) {
 	// calls run beyond the limit stretched; its identity is the run
 	// limit's, whose baselines it reads.
 	dl, err := src("deadline\x00"+runID(s), func() (Instance, error) {
-		g, err := deadline.New(deadline.WithBaselines(b.Run))
+		g, err := NewDeadline(b.Run)
 		return Instance{Guard: g, Value: g}, err
 	})
 	if err != nil {
@@ -302,6 +302,21 @@ func Build(s Spec, src Source) (Built, error) {
 		}
 	}
 	return b, nil
+}
+
+// NewDeadline makes the deadline guard that goes beside the run limit
+// run, with opts: it judges a call against its method's service time
+// without contention as run measures it (deadline.WithBaselines), where
+// that is shorter than the mean the guard learned, since calls run
+// beyond the limit stretch that mean. run nil: the mean alone. The
+// preset's deadline guard and a policy rule's, beside the rule's run
+// limit, are made here. A deadline guard that reads run's baselines
+// must be made anew with a new run limit (its identity includes run's).
+func NewDeadline(run *runlimit.Limiter, opts ...deadline.Option) (*deadline.Guard, error) {
+	if run != nil {
+		opts = append(opts[:len(opts):len(opts)], deadline.WithBaselines(run))
+	}
+	return deadline.New(opts...)
 }
 
 // runID is the run limit's identity: its ceiling, whether it follows a

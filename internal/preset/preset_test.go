@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/levee-go/levee/admission"
+	"github.com/levee-go/levee/internal/guardtest"
 	"github.com/levee-go/levee/internal/preset"
 )
 
@@ -21,20 +22,8 @@ func TestDeadlineJudgedAgainstTheRunLimitsBaseline(t *testing.T) {
 	}
 	// Calls of 10ms, one at a time, at explicit instants: the run limit
 	// learns their baseline.
-	now := time.Now()
-	f := b.Run.Flow(method)
-	for range 300 {
-		tk, ok := f.TryAcquire(now)
-		if !ok {
-			t.Fatal("no turn free for a call alone")
-		}
-		now = now.Add(10 * time.Millisecond)
-		tk.Done(now, false)
-	}
-	base := f.Baseline()
-	if base < 9*time.Millisecond || base > 11*time.Millisecond {
-		t.Fatalf("run limit's baseline of %q = %v after 3s of 10ms calls alone, want about 10ms", method, base)
-	}
+	now := guardtest.LearnBaseline(t, b.Run, method, time.Now(), 10*time.Millisecond, 300)
+	base := b.Run.Baseline(method)
 	// Fifty calls ran at once beyond the limit, 500ms each.
 	call := admission.Call{Method: method, Now: now}
 	for range 50 {
