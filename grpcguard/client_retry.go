@@ -64,7 +64,7 @@ func (c *Client) retrying(ctx context.Context, e *clientEntry, target, method st
 		}
 		now := c.now()
 		d = max(d, t.hold.Left(now))
-		if dl, has := ctx.Deadline(); has && time.Until(dl) <= d {
+		if dl, has := ctx.Deadline(); has && dl.Sub(now) <= d {
 			return err // the retry could not finish in time
 		}
 		if t.budget != nil && !t.budget.TryRetryAt(now) {

@@ -164,6 +164,24 @@ func TestClientRetryGuarded(t *testing.T) {
 			t.Fatalf("waits %v and %d attempts, want [30ms] and 2", w.got, inv.calls)
 		}
 	})
+	t.Run("a deadline too near on the client's clock", func(t *testing.T) {
+		// The client's clock is an hour ahead of the wall's: the call's
+		// deadline, 10ms after the client's now, leaves no room for a
+		// 30ms pushback. (time.Until read the wall clock, saw an hour
+		// left, and retried.)
+		c, w := retryClient(t, WithRetries(2), WithRetryBudget(nil), WithBreaker(nil), WithThrottle(nil))
+		clk := clocktest.New(time.Now().Add(time.Hour))
+		c.clock.Fake = clk.Now
+		ctx, cancel := context.WithDeadline(context.Background(), clk.Now().Add(10*time.Millisecond))
+		defer cancel()
+		inv := &scriptInvoker{errs: []error{withRetryInfo(codes.Unavailable, 5*time.Millisecond)}, trailers: []string{"30"}}
+		if err := c.UnaryClientInterceptor()(ctx, cliMethod, nil, nil, cliConn(t, "passthrough:///inventory"), inv.invoke); status.Code(err) != codes.Unavailable {
+			t.Fatalf("call = %v, want the server's UNAVAILABLE, not retried", err)
+		}
+		if len(w.got) != 0 || inv.calls != 1 {
+			t.Fatalf("waits %v and %d attempts, want none and 1", w.got, inv.calls)
+		}
+	})
 	t.Run("a breaker refuses the retry", func(t *testing.T) {
 		c, _ := retryClient(t, WithRetries(3), WithRetryBudget(nil), WithThrottle(nil), WithMaxHoldOff(0),
 			WithBreaker(func(string, string) []breaker.Option {

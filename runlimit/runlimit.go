@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/levee-go/levee/admission"
+	"github.com/levee-go/levee/internal/clock"
 )
 
 // Defaults of a Limiter.
@@ -89,6 +90,7 @@ type options struct {
 	weights        map[string]float64
 	defaultWeight  float64
 	now            func() time.Time // in-package tests
+	clock          clock.Clock      // the timers of waits; in-package tests
 	procs          int              // processors (GOMAXPROCS); in-package tests set it
 	noPoll         bool             // no wait for the network poller (release); in-package tests
 	off            uint32           // rules switched off, by bit (ablation.go); in-package tests
@@ -348,8 +350,11 @@ func New(opts ...Option) (*Limiter, error) {
 	if err := o.validate(); err != nil {
 		return nil, err
 	}
+	if o.clock == nil {
+		o.clock = clock.Real()
+	}
 	if o.now == nil {
-		o.now = time.Now
+		o.now = o.clock.Now
 	}
 	l := &Limiter{o: o, epoch: o.now()}
 	l.cpuNow, _ = o.cpu.(CPUNow)
@@ -376,13 +381,13 @@ func New(opts ...Option) (*Limiter, error) {
 
 func (l *Limiter) nanos(t time.Time) int64 { return int64(t.Sub(l.epoch)) }
 
-// afterFunc runs f after d (time.AfterFunc, unless in-package tests
-// simulate it), and returns what stops it.
+// afterFunc runs f after d on the Limiter's clock (unless in-package
+// tests simulate it), and returns what stops it.
 func (l *Limiter) afterFunc(d time.Duration, f func()) (stop func() bool) {
 	if l.o.after != nil {
 		return l.o.after(d, f)
 	}
-	return time.AfterFunc(d, f).Stop
+	return l.o.clock.AfterFunc(d, f).Stop
 }
 
 // Limit returns the current limit.
@@ -944,7 +949,7 @@ type waiter struct {
 	tag    float64 // start tag (fair queueing)
 	inc    float64 // what it added to its lane's finish tag
 	ready  chan struct{}
-	timer  *time.Timer // bounds the wait (acquire); made on the waiter's first wait
+	timer  clock.Timer // bounds the wait (acquire); made on the waiter's first wait
 	done   bool        // handed a turn, under Limiter.mu
 	handed int64       // when, ns since the Limiter's epoch
 	// stream: a stream's wait that runs out without evidence of overload
@@ -982,7 +987,7 @@ func (ln *Lane) acquire(ctx context.Context, cost int64, stream bool) (Ticket, e
 func (ln *Lane) wait(ctx context.Context, w *waiter) (Ticket, error) {
 	limit := ln.waitLimit(ln.f.l.nanos(ln.f.l.o.now()))
 	if w.timer == nil {
-		w.timer = time.NewTimer(limit)
+		w.timer = ln.f.l.o.clock.NewTimer(limit)
 	} else {
 		w.timer.Reset(limit)
 	}
@@ -1008,7 +1013,7 @@ func (ln *Lane) wait(ctx context.Context, w *waiter) (Ticket, error) {
 		return t, nil
 	case <-ctx.Done():
 		err = ctx.Err()
-	case <-timer.C:
+	case <-timer.C():
 		return ln.expired(w)
 	}
 	timer.Stop()

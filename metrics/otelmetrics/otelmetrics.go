@@ -129,7 +129,7 @@ func (r *Registry) AddServer(s ServerSource) error {
 		totalI := b.counter("levee.tap.refusals", "{call}", "Calls with a deadline refused in the transport's tap.")
 		return func(o metric.Observer) {
 			cb(o)
-			pending, total := l.TapLeftovers(time.Now())
+			pending, total := l.TapLeftovers(r.clock())
 			o.ObserveInt64(pendingI, pending)
 			o.ObserveInt64(totalI, count(total))
 		}

@@ -1,0 +1,123 @@
+package runlimit
+
+import (
+	"context"
+	"errors"
+	"runtime"
+	"testing"
+	"time"
+
+	"github.com/levee-go/levee/admission"
+	"github.com/levee-go/levee/internal/clock/clocktest"
+)
+
+// withTimers gives a Limiter c for its instants and the timers of its
+// waits, so that a test replays a decision without sleeping.
+func withTimers(c *clocktest.Manual) Option {
+	return func(o *options) { o.clock, o.now = c, c.Now }
+}
+
+// pollUntil polls cond, yielding, until it holds; it fails the test if
+// it still does not after 10s of wall time (a goroutine that never gets
+// there).
+func pollUntil(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	give := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(give) {
+			t.Fatalf("still not %s after 10s", what)
+		}
+		runtime.Gosched()
+	}
+}
+
+// TestWaitRunsOutOnTheInjectedClock: a call's wait for a turn runs out
+// when the Limiter's clock passes its limit, not the wall clock's (it
+// used a real timer before: the wait outlived the advanced clock and the
+// test failed after 10s).
+func TestWaitRunsOutOnTheInjectedClock(t *testing.T) {
+	clk := clocktest.New(time.Unix(1000, 0))
+	l := mustNew(t, WithBounds(1, 1), WithQueueTarget(time.Hour), WithCPU(&fakeCPU{saturated: true}), withTimers(clk))
+	f := l.Flow("m")
+	hold, ok := f.TryAcquire(clk.Now())
+	if !ok {
+		t.Fatal("TryAcquire of the only turn = false")
+	}
+	done := make(chan error, 1)
+	go func() {
+		_, err := f.Acquire(context.Background())
+		done <- err
+	}()
+	pollUntil(t, "waiting with a timer armed", func() bool { return clk.Timers() == 1 })
+	select {
+	case err := <-done:
+		t.Fatalf("Acquire returned %v before the clock moved", err)
+	default:
+	}
+	clk.Advance(3 * time.Hour) // past twice the queue target (eight times while the class has room)
+	select {
+	case err := <-done:
+		if !errors.Is(err, ErrTimeout) {
+			t.Fatalf("Acquire after the clock passed its wait, with the CPU saturated = %v, want ErrTimeout", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Acquire still waits 10s after the injected clock passed its limit")
+	}
+	hold.Release()
+}
+
+// TestDeadlineJudgedOnTheInjectedClock: after its wait, a call's time
+// left is its deadline less the Limiter's clock (it was the wall clock's
+// time.Until: a call on a clock ahead of the wall's was let run with
+// 0.5ms left for a 1ms method).
+func TestDeadlineJudgedOnTheInjectedClock(t *testing.T) {
+	clk := clocktest.New(time.Date(3000, 1, 1, 0, 0, 0, 0, time.UTC))
+	l := mustNew(t, WithBounds(4, 4), withTimers(clk))
+	g := NewGuard("run", l)
+	tk, _ := l.Flow("/s/M").TryAcquire(clk.Now())
+	tk.Done(clk.Now().Add(time.Millisecond), false) // a 1ms service time
+	ch, err := admission.NewChain("r", []admission.Guard{g})
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := clk.Now()
+	c := admission.Call{Ctx: context.Background(), Method: "/s/M", Now: now, Deadline: now.Add(500 * time.Microsecond)}
+	if i, d := ch.Enter(&c, new(admission.Permits)); i != 0 || !d.DeadlineTooShort {
+		t.Fatalf("a call with 0.5ms left on the Limiter's clock for a 1ms method = %d %+v, want a DeadlineTooShort refusal", i, d)
+	}
+	c = admission.Call{Ctx: context.Background(), Method: "/s/M", Now: now, Deadline: now.Add(time.Second)}
+	ps := new(admission.Permits)
+	if i, d := ch.Enter(&c, ps); i >= 0 {
+		t.Fatalf("a call with 1s left for a 1ms method = %d %+v, want admitted", i, d)
+	}
+	ch.Finish(&c, ps, admission.Outcome{Duration: time.Millisecond})
+}
+
+// TestStreamHoldOnTheInjectedClock: a server stream gives its turn back
+// when the Limiter's clock passes its hold.
+func TestStreamHoldOnTheInjectedClock(t *testing.T) {
+	clk := clocktest.New(time.Unix(1000, 0))
+	l := mustNew(t, WithBounds(1, 1), WithQueueTarget(time.Second), withTimers(clk))
+	g := NewGuard("run", l)
+	ch, err := admission.NewChain("r", []admission.Guard{g})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := admission.Call{Ctx: context.Background(), Method: "/s/Watch", Now: clk.Now(), Stream: true}
+	ps := new(admission.Permits)
+	if i, d := ch.Enter(&c, ps); i >= 0 {
+		t.Fatalf("stream refused: %+v", d)
+	}
+	if l.Running() != 1 {
+		t.Fatalf("Running() = %d with a stream that took its turn, want 1", l.Running())
+	}
+	clk.Advance(time.Second)
+	if l.Running() != 1 {
+		t.Fatalf("Running() = %d one target into the stream's hold of two, want 1", l.Running())
+	}
+	clk.Advance(time.Second)
+	if l.Running() != 0 {
+		t.Fatalf("Running() = %d once the clock passed the stream's hold, want 0", l.Running())
+	}
+	ch.Finish(&c, ps, admission.Outcome{})
+}
