@@ -22,4 +22,10 @@
 // numbers them), the refusing guard, a stable machine-readable reason
 // (see Reason for the list), the evidence of overload it was made on, a
 // retry delay, and whether the client should retry at all.
+//
+// A front-end records each refusal it makes (Engine.Refused): the
+// Engine counts refusals by guard, reason and evidence
+// (Engine.RefusalCounts, the levee_refusals_total metric) and tells an
+// Observer of them, sampled (Engine.SetObserver), and of the moves of
+// learned limits (Observer.OnLimitChange).
 package decide

@@ -1,6 +1,7 @@
 package decide
 
 import (
+	"hash/maphash"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -49,6 +50,8 @@ type Engine struct {
 	swap     sync.Mutex // serialises Swap
 	overload sustained
 	retrying retrying
+	observer atomic.Pointer[observing] // nil: none (SetObserver)
+	counts   refusalCounts
 }
 
 // New compiles rules into an Engine. It returns an error naming the rule
@@ -62,6 +65,7 @@ func New(rules []Rule, opts ...Option) (*Engine, error) {
 		return nil, err
 	}
 	e := &Engine{}
+	e.counts.seed = maphash.MakeSeed()
 	e.set.Store(set)
 	return e, nil
 }
