@@ -3,6 +3,7 @@ package grpcguard
 import (
 	"context"
 	"io"
+	"sync"
 	"testing"
 	"time"
 
@@ -149,8 +150,15 @@ func TestEveryReasonOnTheWire(t *testing.T) {
 	}
 	for _, mode := range []string{"tap", "interceptors"} {
 		for _, tt := range tests {
-			s := mustServer(t, []decide.Rule{{Key: tt.key, Guards: []admission.Guard{tt.guard(t)}}})
+			s := mustServer(t, []decide.Rule{{Key: tt.key, Tenant: decide.HeaderKey("x-tenant-id"), Guards: []admission.Guard{tt.guard(t)}}})
 			s.clock.Fake = clocktest.New(time.Now()).Now // buckets refill not at all
+			var seen []decide.RefusalEvent
+			var seenMu sync.Mutex
+			s.Engine().SetObserver(decide.Observer{RefusalsPerSecond: -1, OnRefusal: func(ev decide.RefusalEvent) {
+				seenMu.Lock()
+				seen = append(seen, ev)
+				seenMu.Unlock()
+			}})
 			opts := s.ServerOptions()
 			if mode == "interceptors" {
 				opts = interceptorsOnly(s)
@@ -206,6 +214,19 @@ func TestEveryReasonOnTheWire(t *testing.T) {
 			if len(got.pushback) != len(wantPB) || len(wantPB) == 1 && got.pushback[0] != wantPB[0] {
 				t.Errorf("%s, %s: pushback %q, want %q", mode, tt.name, got.pushback, wantPB)
 			}
+			// The operator's side: one refusal counted by guard, reason
+			// and evidence, and the Observer told of it.
+			counts := s.Engine().RefusalCounts()
+			if len(counts) != 1 || counts[0].Guard != tt.md["guard"] || counts[0].Reason != tt.reason ||
+				counts[0].Evidence.String() != tt.md["evidence"] || counts[0].Count != 1 {
+				t.Errorf("%s, %s: RefusalCounts() = %+v, want one refusal by %s, %s on %s", mode, tt.name, counts, tt.md["guard"], tt.reason, tt.md["evidence"])
+			}
+			seenMu.Lock()
+			if len(seen) != 1 || seen[0].Method != emptyCall || seen[0].Tenant != "acme" || seen[0].Class != admission.Critical ||
+				seen[0].Reason != tt.reason || seen[0].Guard != tt.md["guard"] {
+				t.Errorf("%s, %s: Observer told %+v, want one refusal of %s for tenant acme by %s (%s)", mode, tt.name, seen, emptyCall, tt.md["guard"], tt.reason)
+			}
+			seenMu.Unlock()
 		}
 	}
 }
@@ -243,6 +264,10 @@ func TestStreamCapReasonOnTheWire(t *testing.T) {
 	if got.retry != streamRetryAfter || len(got.pushback) != 1 || got.pushback[0] != "1000" {
 		t.Errorf("second stream: RetryInfo %v, pushback %q; want %v and [1000]", got.retry, got.pushback, streamRetryAfter)
 	}
+	want := []decide.RefusalCount{{Guard: StreamGuardName, Reason: decide.ReasonTooManyStreams, Evidence: admission.EvidenceLimit, Count: 1}}
+	if counts := s.Engine().RefusalCounts(); len(counts) != 1 || counts[0] != want[0] {
+		t.Errorf("RefusalCounts() = %+v, want %+v", counts, want)
+	}
 }
 
 // TestSustainedReasonOnTheWire: once refusals are sustained, a refusal
@@ -268,5 +293,18 @@ func TestSustainedReasonOnTheWire(t *testing.T) {
 	}
 	if !got.hasRetry || got.retry != 20*time.Millisecond || len(got.pushback) != 1 || got.pushback[0] != "-1" {
 		t.Errorf("sustained refusal: RetryInfo %v, pushback %q; want 20ms and [-1]", got.retry, got.pushback)
+	}
+	// Each refusal counted once, by the reason the client read: the
+	// first half second's as RUN_QUEUE_FULL, the rest as
+	// SUSTAINED_OVERLOAD.
+	var total, sustained uint64
+	for _, c := range s.Engine().RefusalCounts() {
+		total += c.Count
+		if c.Reason == decide.ReasonSustainedOverload {
+			sustained += c.Count
+		}
+	}
+	if total != 12 || sustained == 0 || sustained == 12 {
+		t.Errorf("RefusalCounts() = %+v, want 12 refusals, some of them SUSTAINED_OVERLOAD", s.Engine().RefusalCounts())
 	}
 }

@@ -71,7 +71,9 @@ func engineOptions(opts []Option) []decide.Option {
 // a google.rpc.RetryInfo detail, a google.rpc.QuotaFailure detail for a
 // per-key refusal and, from the interceptors, the grpc-retry-pushback-ms
 // trailer. (grpc-go's tap API can set no trailer: a refusal in the tap
-// carries its delay in RetryInfo only.)
+// carries its delay in RetryInfo only.) Every refusal is recorded with
+// the engine once (decide.Engine.Refused): counted by guard, reason and
+// evidence, and told to its Observer, sampled.
 //
 // Streams are admitted once, when they open, and hold their permits for
 // their life, except a run limit's turn, which a server stream holds for
@@ -235,8 +237,10 @@ func (s *Server) TapHandle(ctx context.Context, info *tap.Info) (context.Context
 				st.refused = rf.Sustained()
 			}
 			st.phase.Store(phaseRefused)
+			s.record(&st.call, st.refused)
 			return st, nil
 		}
+		s.record(&st.call, rf)
 		s.tapLeft.note(st.call.Now, st.call.Deadline)
 		return nil, refusalStatus(ctx, rf).Err()
 	}
@@ -272,6 +276,13 @@ const TapRefusalHorizon = 2 * time.Minute
 // now; a call without one leaves nothing behind.
 func farDeadline(now, deadline time.Time) bool {
 	return !deadline.IsZero() && deadline.Sub(now) > TapRefusalHorizon
+}
+
+// record tells the engine of the refusal rf of call c, decided at c.Now
+// (decide.Engine.Refused): its counts and its Observer. It allocates
+// nothing.
+func (s *Server) record(c *admission.Call, rf decide.Refusal) {
+	s.engine.Refused(decide.RefusalEvent{Time: c.Now, Method: c.Method, Class: c.Class, Tenant: c.Tenant, Refusal: rf})
 }
 
 // abandon finishes a call whose stream ended before its handler started.
@@ -312,6 +323,7 @@ func (s *Server) start(ctx context.Context, st *callState, kind decide.Kind) (ad
 		if s.engine.NoteRefusal(now, d) {
 			rf = rf.Sustained()
 		}
+		s.record(&c, rf)
 		return c, refusalStatus(ctx, rf), pushback(rf)
 	}
 	if st.rule.HasStarters() {
@@ -392,6 +404,7 @@ func (s *Server) unary(ctx context.Context, req any, info *grpc.UnaryServerInfo,
 	var permits admission.Permits
 	if i, d := r.Enter(&c, &permits); i >= 0 {
 		rf := r.Refusal(i, d, c.Key)
+		s.record(&c, rf)
 		setPushback(ctx, nil, pushback(rf))
 		return nil, refusalStatus(ctx, rf).Err()
 	}
@@ -438,6 +451,11 @@ func (s *Server) stream(srv any, ss grpc.ServerStream, info *grpc.StreamServerIn
 			}
 		}
 		rf := decide.NewRefusal(code, StreamGuardName, streamRefusal, "")
+		c := admission.Call{Method: info.FullMethod, Now: s.now(), Class: admission.Critical}
+		if tapped {
+			c.Class, c.Tenant = st.call.Class, st.call.Tenant
+		}
+		s.record(&c, rf)
 		setPushback(ctx, ss, pushback(rf))
 		return refusalStatus(ctx, rf).Err()
 	}
@@ -462,6 +480,7 @@ func (s *Server) stream(srv any, ss grpc.ServerStream, info *grpc.StreamServerIn
 	var permits admission.Permits
 	if i, d := s.enter(ctx, r, info.FullMethod, kind, &c, &permits); i >= 0 {
 		rf := r.Refusal(i, d, c.Key)
+		s.record(&c, rf)
 		setPushback(ctx, ss, pushback(rf))
 		return refusalStatus(ctx, rf).Err()
 	}
