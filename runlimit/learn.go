@@ -391,7 +391,9 @@ func (l *Limiter) closeCPUGate() {
 func (l *Limiter) apply(est float64) {
 	l.est = min(max(est, float64(l.o.floor)), float64(l.o.ceiling))
 	n := int64(l.est)
-	if old := l.limit.Swap(n); n > old {
+	old := l.limit.Swap(n)
+	l.noteMove(old, n, probeNone)
+	if n > old {
 		l.mu.Lock()
 		l.dispatch()
 		l.mu.Unlock()

@@ -49,7 +49,7 @@ func (l *Limiter) startProbe(now int64, kind probeKind, est float64, limit int, 
 	l.plagSum.Store(0)
 	l.drained.Store(0)
 	l.probing.Store(true)
-	l.limit.Store(int64(l.probe.limit))
+	l.noteMove(l.limit.Swap(int64(l.probe.limit)), int64(l.probe.limit), kind)
 }
 
 // noteProbe records, during a probe, a call that ended at end.

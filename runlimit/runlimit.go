@@ -322,6 +322,8 @@ type Limiter struct {
 	// their channel and timer, for the next calls that wait (waiter,
 	// recycle).
 	waiters sync.Pool
+
+	moves moves // the last moves of the limit (Moves, OnMove)
 }
 
 const (
@@ -1711,5 +1713,8 @@ func (t Ticket) doneAt(end int64, overload bool) {
 			l.update(end)
 		}
 		l.upd.Unlock()
+		if l.moves.told.Load() != l.moves.seq.Load() {
+			l.tellMoves()
+		}
 	}
 }

@@ -1,0 +1,220 @@
+package runlimit
+
+import (
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// MoveCause says why the learner moved the limit (docs/runlimit-learner.md
+// describes each move).
+type MoveCause string
+
+// The causes of the limit's moves.
+const (
+	// MoveGrow: the limit was reached with no queue inside the server
+	// (TCP Vegas): doubled in slow start, then grown by √limit.
+	MoveGrow MoveCause = "grow"
+	// MoveShrink: service times stretched as by a queue above the Vegas
+	// band: the limit shrank by half the queue above it.
+	MoveShrink MoveCause = "shrink"
+	// MoveBackoff: calls failed by overload (a deadline exceeded, a
+	// dependency out of capacity): the limit was cut by a tenth.
+	MoveBackoff MoveCause = "backoff"
+	// MoveQueuedToStart: calls waited to start (Flow.NoteQueued) while
+	// fewer ran than the limit allowed: the limit fell to what ran.
+	MoveQueuedToStart MoveCause = "queued_to_start"
+	// MoveProbeStart: a probe lowered the limit to measure service times
+	// with less contention (Move.Probe names its kind).
+	MoveProbeStart MoveCause = "probe_start"
+	// MoveProbeKept: a probe ended keeping its cut, or a cut of its own
+	// (a stretch probe whose baselines held).
+	MoveProbeKept MoveCause = "probe_kept"
+	// MoveProbeUndone: a probe ended with the limit back where it was.
+	MoveProbeUndone MoveCause = "probe_undone"
+	// MoveProbeAbandoned: a probe measured too few calls in its time:
+	// the limit ended a tenth lower than before it.
+	MoveProbeAbandoned MoveCause = "probe_abandoned"
+	// MoveProbeEmpty: a probe measured no call of a flow with a baseline:
+	// the limit went back.
+	MoveProbeEmpty MoveCause = "probe_empty"
+	// MoveOther: a move the learner names no cause for.
+	MoveOther MoveCause = "other"
+)
+
+// Move is one move of the limit.
+type Move struct {
+	// At is when the limit moved, on the Limiter's clock.
+	At time.Time
+	// From and To are the limit before and after the move.
+	From, To int
+	// Cause is why it moved.
+	Cause MoveCause
+	// Probe names the probe of a probe's move ("baseline", "stretch",
+	// "cpu" or "lag"); "" for another move.
+	Probe string
+}
+
+// MaxMoves is how many of its last moves a Limiter remembers (Moves).
+const MaxMoves = 64
+
+// moves are the Limiter's last moves, in a ring, and the function told of
+// each (OnMove). Moves are written where the limit is set (under upd) and
+// told once upd is unlocked, so that no lock of the Limiter is held while
+// the function runs.
+type moves struct {
+	mu   sync.Mutex
+	ring [MaxMoves]moveRec
+	seq  atomic.Uint64 // moves recorded since New; the next goes to ring[seq%MaxMoves]
+	told atomic.Uint64 // moves told to fn (or skipped, without one)
+	fn   atomic.Pointer[func(Move)]
+	// marks are the learner's counters at the last setting of the limit,
+	// by which the cause of the next move is told (causeSince). Under upd.
+	marks moveMarks
+}
+
+type moveRec struct {
+	at       int64 // ns since the Limiter's epoch
+	from, to int64
+	cause    MoveCause
+	probe    probeKind
+}
+
+// moveMarks are the learner's counters that say why it set the limit.
+type moveMarks struct {
+	backoffs, limitedToRan, grows, shrinks uint64
+	kept, undone, abandoned, empty         [probeKinds]uint64
+}
+
+// probeNames name the probes as Move.Probe does.
+var probeNames = [probeKinds]string{probeBaseline: "baseline", probeStretch: "stretch", probeCPU: "cpu", probeLag: "lag"}
+
+func (l *Limiter) moveMarks() moveMarks {
+	c := &l.learned
+	m := moveMarks{backoffs: c.backoffs.Load(), limitedToRan: c.limitedToRan.Load(), grows: c.grows.Load(), shrinks: c.shrinks.Load()}
+	for k := range c.probe {
+		p := &c.probe[k]
+		m.kept[k], m.undone[k], m.abandoned[k], m.empty[k] = p.kept.Load(), p.undone.Load(), p.abandoned.Load(), p.empty.Load()
+	}
+	return m
+}
+
+// causeSince is the cause of a move made now, by the learner's counter
+// that moved since before: each of the learner's moves counts itself
+// (Stats) just before it sets the limit.
+func (m moveMarks) causeSince(before moveMarks) (MoveCause, probeKind) {
+	for k := range probeKinds {
+		switch {
+		case m.kept[k] != before.kept[k]:
+			return MoveProbeKept, k
+		case m.undone[k] != before.undone[k]:
+			return MoveProbeUndone, k
+		case m.abandoned[k] != before.abandoned[k]:
+			return MoveProbeAbandoned, k
+		case m.empty[k] != before.empty[k]:
+			return MoveProbeEmpty, k
+		}
+	}
+	switch {
+	case m.backoffs != before.backoffs:
+		return MoveBackoff, probeNone
+	case m.limitedToRan != before.limitedToRan:
+		return MoveQueuedToStart, probeNone
+	case m.shrinks != before.shrinks:
+		return MoveShrink, probeNone
+	case m.grows != before.grows:
+		return MoveGrow, probeNone
+	}
+	return MoveOther, probeNone
+}
+
+// noteMove records that the limit was set from old to n, by the move the
+// learner's counters tell (probe: a probe of that kind started). A
+// setting that leaves the limit as it was is no move, but the counters
+// are marked. Needs upd.
+func (l *Limiter) noteMove(old, n int64, start probeKind) {
+	ms := &l.moves
+	now := l.moveMarks()
+	cause, probe := now.causeSince(ms.marks)
+	ms.marks = now
+	if start != probeNone {
+		cause, probe = MoveProbeStart, start
+	}
+	if old == n {
+		return
+	}
+	ms.mu.Lock()
+	seq := ms.seq.Load()
+	ms.ring[seq%MaxMoves] = moveRec{at: l.nanos(l.o.now()), from: old, to: n, cause: cause, probe: probe}
+	ms.seq.Store(seq + 1)
+	ms.mu.Unlock()
+}
+
+// tellMoves tells the function set by OnMove of the moves not told yet
+// (those still remembered). It runs with no lock of the Limiter held.
+func (l *Limiter) tellMoves() {
+	ms := &l.moves
+	for {
+		told, seq := ms.told.Load(), ms.seq.Load()
+		if told >= seq {
+			return
+		}
+		if !ms.told.CompareAndSwap(told, seq) {
+			continue
+		}
+		fn := ms.fn.Load()
+		if fn == nil {
+			return
+		}
+		for i := max(told, seq-min(seq, MaxMoves)); i < seq; i++ {
+			if m, ok := l.moveAt(i); ok {
+				(*fn)(m)
+			}
+		}
+		return
+	}
+}
+
+// moveAt returns the move numbered i, if it is still remembered.
+func (l *Limiter) moveAt(i uint64) (Move, bool) {
+	ms := &l.moves
+	ms.mu.Lock()
+	defer ms.mu.Unlock()
+	if seq := ms.seq.Load(); i >= seq || seq-i > MaxMoves {
+		return Move{}, false
+	}
+	r := ms.ring[i%MaxMoves]
+	m := Move{At: l.epoch.Add(time.Duration(r.at)), From: int(r.from), To: int(r.to), Cause: r.cause}
+	if r.probe != probeNone {
+		m.Probe = probeNames[r.probe]
+	}
+	return m, true
+}
+
+// Moves returns the Limiter's last moves of the limit, oldest first, at
+// most MaxMoves. It allocates; call it from a debug page or a test, not
+// per call.
+func (l *Limiter) Moves() []Move {
+	seq := l.moves.seq.Load()
+	out := make([]Move, 0, min(seq, MaxMoves))
+	for i := seq - min(seq, MaxMoves); i < seq; i++ {
+		if m, ok := l.moveAt(i); ok {
+			out = append(out, m)
+		}
+	}
+	return out
+}
+
+// OnMove sets fn to be told of each move of the limit from now on,
+// replacing the function set before (nil: none). fn runs on the
+// goroutine of the call whose end closed the learner's interval, after
+// the learner let go of its lock, so it must return quickly; moves come
+// at most one per interval (WithInterval), a probe's start and end
+// apart. It is safe for concurrent use.
+func (l *Limiter) OnMove(fn func(Move)) {
+	if fn == nil {
+		l.moves.fn.Store(nil)
+		return
+	}
+	l.moves.fn.Store(&fn)
+}
