@@ -498,6 +498,11 @@ func (s *Server) StreamStats() StreamStats { return s.streams.stats() }
 // time, not per call.
 func (s *Server) Stats() []admission.GuardStats { return s.engine.Stats() }
 
+// RefusalCounts returns the refusals of the Server's engine by guard,
+// reason and evidence (decide.Engine.RefusalCounts), for
+// levee_refusals_total. It allocates; call it at scrape time.
+func (s *Server) RefusalCounts() []decide.RefusalCount { return s.engine.RefusalCounts() }
+
 // Rules returns the rules in force and the exempt method patterns
 // (decide.Engine.Rules).
 func (s *Server) Rules() (rules []decide.Rule, exempt []string) { return s.engine.Rules() }

@@ -86,6 +86,8 @@ type decisionsCollector struct {
 	now       func() time.Time
 	leftD     *prometheus.Desc
 	leftTotal *prometheus.Desc
+	refusals  RefusalSource // nil unless the server counts them
+	refusalsD *prometheus.Desc
 }
 
 func newServerCollector(s ServerSource) *decisionsCollector {
@@ -112,6 +114,18 @@ func (c *decisionsCollector) withLeftovers(s any, now func() time.Time) *decisio
 	return c
 }
 
+// withRefusals adds the refusals by guard, reason and evidence when s
+// counts them.
+func (c *decisionsCollector) withRefusals(s any) *decisionsCollector {
+	if r, ok := s.(RefusalSource); ok {
+		c.refusals = r
+		c.refusalsD = newDesc("levee_refusals_total",
+			"Calls refused, by the refusing guard, the reason their google.rpc.ErrorInfo carries (RUN_QUEUE_FULL, CPU_OVERLOADED, SUSTAINED_OVERLOAD, ...) and the evidence of overload they were refused on (cpu, overrun, standing, lane, spike, memory, limit, none, ...).",
+			"", "guard", "reason", "evidence")
+	}
+	return c
+}
+
 func newClientCollector(c StatsSource) *decisionsCollector {
 	return &decisionsCollector{
 		stats: c.Stats,
@@ -128,6 +142,9 @@ func (c *decisionsCollector) Describe(ch chan<- *prometheus.Desc) {
 	}
 	if c.left != nil {
 		describe(ch, c.leftD, c.leftTotal)
+	}
+	if c.refusals != nil {
+		describe(ch, c.refusalsD)
 	}
 }
 
@@ -163,6 +180,11 @@ func (c *decisionsCollector) Collect(ch chan<- prometheus.Metric) {
 		pending, total := c.left.TapLeftovers(c.now())
 		gauge(ch, c.leftD, float64(pending))
 		counter(ch, c.leftTotal, total)
+	}
+	if c.refusals != nil {
+		for _, r := range c.refusals.RefusalCounts() {
+			counter(ch, c.refusalsD, r.Count, r.Guard, string(r.Reason), r.Evidence.String())
+		}
 	}
 }
 
@@ -527,10 +549,11 @@ func (c *retryBudgetCollector) Collect(ch chan<- prometheus.Metric) {
 // ---- runlimit.Limiter
 
 type runLimitCollector struct {
-	l                        *runlimit.Limiter
-	limit, running, waiting  *prometheus.Desc
-	updates, probes, rebases *prometheus.Desc
-	refusals                 *prometheus.Desc
+	l                         *runlimit.Limiter
+	limit, running, waiting   *prometheus.Desc
+	updates, probes, rebases  *prometheus.Desc
+	refusals                  *prometheus.Desc
+	flows, forgotten, tenants *prometheus.Desc
 }
 
 func newRunLimitCollector(name string, l *runlimit.Limiter) *runLimitCollector {
@@ -544,11 +567,15 @@ func newRunLimitCollector(name string, l *runlimit.Limiter) *runLimitCollector {
 		rebases: newDesc("levee_runlimit_rebases_total", "Probes that found the service itself slower or faster and moved the baseline.", name),
 		refusals: newDesc("levee_runlimit_refusals_total",
 			"Calls the run limit refused for want of a turn, by the evidence of overload they were refused on: cpu, overrun, standing, lane or spike.", name, "evidence"),
+		flows: newDesc("levee_runlimit_flows", "Flows (methods) the run limit tracks apart, each with its own learned service time and lanes; at most its cap.", name),
+		forgotten: newDesc("levee_runlimit_flows_forgotten_total",
+			"Flows the run limit forgot, the least recently used idle one each time, to make room for a new name at its cap.", name),
+		tenants: newDesc("levee_runlimit_tenants", "Tenants the run limit tracks apart, over all flows; at most its cap.", name),
 	}
 }
 
 func (c *runLimitCollector) Describe(ch chan<- *prometheus.Desc) {
-	describe(ch, c.limit, c.running, c.waiting, c.updates, c.probes, c.rebases, c.refusals)
+	describe(ch, c.limit, c.running, c.waiting, c.updates, c.probes, c.rebases, c.refusals, c.flows, c.forgotten, c.tenants)
 }
 
 func (c *runLimitCollector) Collect(ch chan<- prometheus.Metric) {
@@ -564,4 +591,25 @@ func (c *runLimitCollector) Collect(ch chan<- prometheus.Metric) {
 	counter(ch, c.refusals, s.RefusedOn.Standing, "standing")
 	counter(ch, c.refusals, s.RefusedOn.Lane, "lane")
 	counter(ch, c.refusals, s.RefusedOn.Spike, "spike")
+	gauge(ch, c.flows, float64(s.Flows))
+	counter(ch, c.forgotten, s.Forgotten)
+	gauge(ch, c.tenants, float64(c.l.Tenants()))
+}
+
+// ---- ORCA load reports
+
+type orcaCollector struct {
+	o          ORCASource
+	misordered *prometheus.Desc
+}
+
+func newORCACollector(o ORCASource) *orcaCollector {
+	return &orcaCollector{o: o, misordered: newDesc("levee_orca_misordered_total",
+		"Calls whose per-call ORCA report the application made alone, since grpc-go's orca.CallMetricsServerOption was installed after levee's options (grpcguard.ORCA.Misordered).", "")}
+}
+
+func (c *orcaCollector) Describe(ch chan<- *prometheus.Desc) { describe(ch, c.misordered) }
+
+func (c *orcaCollector) Collect(ch chan<- prometheus.Metric) {
+	counter(ch, c.misordered, c.o.Misordered())
 }

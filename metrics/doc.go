@@ -40,6 +40,7 @@
 //
 //	AddServer    levee_decisions_total{rule,guard,result}   result: admitted, refused, shadow_refused
 //	             levee_handler_starts_total
+//	             levee_refusals_total{guard,reason,evidence}   reason: decide.Reason; evidence: admission.Evidence
 //	AddClient    levee_client_decisions_total{rule,guard,result}   rule: "target method"
 //	AddCPU       levee_cpu_utilization, levee_cpu_utilization_raw, levee_cpu_saturated (0/1),
 //	             levee_cpu_threshold, levee_cpu_info{source},
@@ -63,6 +64,11 @@
 //	             levee_throttle_window_accepts{name}, levee_throttle_decisions_total{name,result}
 //	AddRetryBudget  levee_retry_budget_window_requests{name}, levee_retry_budget_window_retries{name},
 //	                levee_retry_budget_decisions_total{name,result}   result: granted, refused
+//	AddRunLimit  levee_runlimit_limit{name}, levee_runlimit_running{name}, levee_runlimit_waiting{name},
+//	             levee_runlimit_updates_total{name}, levee_runlimit_probes_total{name},
+//	             levee_runlimit_rebases_total{name}, levee_runlimit_refusals_total{name,evidence},
+//	             levee_runlimit_flows{name}, levee_runlimit_flows_forgotten_total{name}, levee_runlimit_tenants{name}
+//	AddORCA      levee_orca_misordered_total
 //
 // Register adds collectors of the caller's own beside them, and
 // WithRuntimeMetrics the Prometheus client's Go and process collectors.

@@ -18,6 +18,7 @@ import (
 	"github.com/levee-go/levee/breaker"
 	"github.com/levee-go/levee/bulkhead"
 	"github.com/levee-go/levee/cpu"
+	"github.com/levee-go/levee/decide"
 	"github.com/levee-go/levee/ratelimit"
 	"github.com/levee-go/levee/retrybudget"
 	"github.com/levee-go/levee/runlimit"
@@ -47,6 +48,17 @@ type ServerSource interface {
 	StatsSource
 	HandlerStarts() uint64
 }
+
+// RefusalSource counts refusals by guard, reason and evidence, such as
+// a *grpcguard.Server or a *decide.Engine; AddServer exports them for a
+// ServerSource that is one too.
+type RefusalSource interface {
+	RefusalCounts() []decide.RefusalCount
+}
+
+// ORCASource counts the calls whose per-call ORCA report levee could not
+// add to (a *grpcguard.ORCA); AddORCA exports it.
+type ORCASource interface{ Misordered() uint64 }
 
 // Scaler is anything with a current scale factor, such as a
 // *loadshed.Controller; AddScale exports it.
@@ -95,6 +107,7 @@ type Registry struct {
 	cpu    bool
 	memory bool
 	policy bool
+	orca   bool
 }
 
 // New returns an empty Registry: it exports nothing until guards are added
@@ -145,14 +158,27 @@ func (r *Registry) Register(c prometheus.Collector) error {
 
 // AddServer exports the decision counts of every guard of every rule of s
 // (levee_decisions_total) and how many handlers started on guarded calls
-// (levee_handler_starts_total) and, for a grpcguard.Server, the calls
+// (levee_handler_starts_total); for a RefusalSource (a grpcguard.Server,
+// a policy.Reloader), its refusals by guard, reason and evidence
+// (levee_refusals_total); and, for a grpcguard.Server, the calls
 // refused in its tap whose grpc-go deadline timers are still armed
 // (levee_tap_refusals_pending). A Registry takes one Server.
 func (r *Registry) AddServer(s ServerSource) error {
 	if isNil(s) {
 		return fmt.Errorf("%w: AddServer: nil ServerSource", ErrInvalid)
 	}
-	return r.addSingle(&r.server, "AddServer: a server", newServerCollector(s).withLeftovers(s, r.clock))
+	return r.addSingle(&r.server, "AddServer: a server", newServerCollector(s).withLeftovers(s, r.clock).withRefusals(s))
+}
+
+// AddORCA exports how many calls carried the application's per-call ORCA
+// report alone, levee's figures left out for want of the application's
+// recorder (levee_orca_misordered_total; see grpcguard.ORCA.Misordered).
+// A Registry takes one.
+func (r *Registry) AddORCA(o ORCASource) error {
+	if isNil(o) {
+		return fmt.Errorf("%w: AddORCA: nil ORCASource", ErrInvalid)
+	}
+	return r.addSingle(&r.orca, "AddORCA: an ORCA", newORCACollector(o))
 }
 
 // AddClient exports the decision counts of every guard of a grpcguard
@@ -310,8 +336,8 @@ func isNil(v any) bool {
 }
 
 // AddRunLimit exports a learned run limit: the limit, the calls running
-// and waiting, and its update, probe and rebase counters
-// (levee_runlimit_*).
+// and waiting, its update, probe and rebase counters, its refusals by
+// evidence, and its table of flows and tenants (levee_runlimit_*).
 func (r *Registry) AddRunLimit(name string, l *runlimit.Limiter) error {
 	if l == nil {
 		return fmt.Errorf("%w: AddRunLimit(%q): nil *runlimit.Limiter", ErrInvalid, name)

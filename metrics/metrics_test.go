@@ -91,6 +91,9 @@ func TestServerDecisions(t *testing.T) {
 		// Called through the interceptors: no tap refusal.
 		`levee_tap_refusals_pending`: "0",
 		`levee_tap_refusals_total`:   "0",
+		// The refusal by guard, reason and evidence; shadow refusals
+		// refuse nothing.
+		`levee_refusals_total{evidence="limit",guard="global",reason="RATE_LIMITED"}`: "1",
 	}, "levee_")
 }
 
@@ -115,6 +118,9 @@ levee_decisions_total{guard="global",result="shadow_refused",rule="alloc"} 0
 levee_decisions_total{guard="tight",result="admitted",rule="get"} 0
 levee_decisions_total{guard="tight",result="refused",rule="get"} 0
 levee_decisions_total{guard="tight",result="shadow_refused",rule="get"} 0
+# HELP levee_refusals_total Calls refused, by the refusing guard, the reason their google.rpc.ErrorInfo carries (RUN_QUEUE_FULL, CPU_OVERLOADED, SUSTAINED_OVERLOAD, ...) and the evidence of overload they were refused on (cpu, overrun, standing, lane, spike, memory, limit, none, ...).
+# TYPE levee_refusals_total counter
+levee_refusals_total{evidence="limit",guard="global",reason="RATE_LIMITED"} 1
 # HELP levee_tap_refusals_pending Calls refused in the transport's tap whose deadline has not passed: grpc-go keeps each one's deadline timer and context (about 300 B) until then (docs/memory.md).
 # TYPE levee_tap_refusals_pending gauge
 levee_tap_refusals_pending 0

@@ -219,6 +219,12 @@ func (r *Reloader) Stats() []admission.GuardStats {
 // HandlerStarts returns how many handlers started on guarded calls.
 func (r *Reloader) HandlerStarts() uint64 { return r.server.HandlerStarts() }
 
+// RefusalCounts returns the refusals of the Reloader's engine by guard,
+// reason and evidence since NewReloader, over every policy it put in
+// force (decide.Engine.RefusalCounts); with it the Reloader's
+// levee_refusals_total is exported by metrics.Registry.AddServer.
+func (r *Reloader) RefusalCounts() []decide.RefusalCount { return r.engine.RefusalCounts() }
+
 // Reload reads the file again and puts its policy in force. On error the
 // policy in force stays, and the error says why (an Errors for a bad
 // file). Reloading an unchanged file succeeds and changes nothing.

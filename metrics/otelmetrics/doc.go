@@ -37,13 +37,15 @@
 // annotations in braces for counts: {call}). Each attribute is the
 // Prometheus label of the same measure prefixed with "levee.": levee.rule,
 // levee.guard, levee.result, levee.name (the name a guard was added under),
-// levee.source, levee.kind, levee.state, levee.outcome. The values are those
+// levee.source, levee.kind, levee.state, levee.outcome, levee.reason,
+// levee.evidence. The values are those
 // of the Prometheus series, point for point (the package's tests check it
 // against this table).
 //
 //	OTel instrument                     instrument      unit        Prometheus series
 //	levee.decisions                     counter         {call}      levee_decisions_total
 //	levee.handler.starts                counter         {call}      levee_handler_starts_total
+//	levee.refusals                      counter         {call}      levee_refusals_total
 //	levee.tap.refusals.pending          gauge           {call}      levee_tap_refusals_pending
 //	levee.tap.refusals                  counter         {call}      levee_tap_refusals_total
 //	levee.client.decisions              counter         {call}      levee_client_decisions_total
@@ -97,6 +99,10 @@
 //	levee.runlimit.probes               counter         {probe}     levee_runlimit_probes_total
 //	levee.runlimit.rebases              counter         {rebase}    levee_runlimit_rebases_total
 //	levee.runlimit.refusals             counter         {call}      levee_runlimit_refusals_total
+//	levee.runlimit.flows                gauge           {flow}      levee_runlimit_flows
+//	levee.runlimit.flows.forgotten      counter         {flow}      levee_runlimit_flows_forgotten_total
+//	levee.runlimit.tenants              gauge           {tenant}    levee_runlimit_tenants
+//	levee.orca.misordered               counter         {call}      levee_orca_misordered_total
 //
 // Counters are cumulative and monotonic (the guard's count since it was
 // created); up-down counters hold counts of things present now, which add

@@ -33,6 +33,7 @@ const (
 	keyState    = attribute.Key("levee.state")
 	keyOutcome  = attribute.Key("levee.outcome")
 	keyEvidence = attribute.Key("levee.evidence")
+	keyReason   = attribute.Key("levee.reason")
 )
 
 // callback observes one guard's instruments.
@@ -385,6 +386,9 @@ func newRunLimit(b *builder, name string, l *runlimit.Limiter) callback {
 	probes := b.counter("levee.runlimit.probes", "{probe}", "Service-time probes at a lower limit that ended.")
 	rebases := b.counter("levee.runlimit.rebases", "{rebase}", "Probes that found the service itself slower or faster and moved the baseline.")
 	refusals := b.counter("levee.runlimit.refusals", "{call}", "Calls the run limit refused for want of a turn, by levee.evidence: cpu, overrun, standing, lane or spike.")
+	flows := b.intGauge("levee.runlimit.flows", "{flow}", "Flows (methods) the run limit tracks apart, each with its own learned service time and lanes; at most its cap.")
+	forgotten := b.counter("levee.runlimit.flows.forgotten", "{flow}", "Flows the run limit forgot, the least recently used idle one each time, to make room for a new name at its cap.")
+	tenants := b.intGauge("levee.runlimit.tenants", "{tenant}", "Tenants the run limit tracks apart, over all flows; at most its cap.")
 	nv := keyName.String(name)
 	n := attrs(nv)
 	onCPU := attrs(nv, keyEvidence.String("cpu"))
@@ -405,5 +409,26 @@ func newRunLimit(b *builder, name string, l *runlimit.Limiter) callback {
 		o.ObserveInt64(refusals, count(s.RefusedOn.Standing), onStanding)
 		o.ObserveInt64(refusals, count(s.RefusedOn.Lane), onLane)
 		o.ObserveInt64(refusals, count(s.RefusedOn.Spike), onSpike)
+		o.ObserveInt64(flows, int64(s.Flows), n)
+		o.ObserveInt64(forgotten, count(s.Forgotten), n)
+		o.ObserveInt64(tenants, int64(l.Tenants()), n)
 	}
+}
+
+// ---- refusals by guard, reason and evidence
+
+func newRefusals(b *builder, src RefusalSource) callback {
+	refusals := b.counter("levee.refusals", "{call}", "Calls refused, by the refusing guard (levee.guard), the reason their google.rpc.ErrorInfo carries (levee.reason: RUN_QUEUE_FULL, CPU_OVERLOADED, SUSTAINED_OVERLOAD, ...) and the evidence of overload they were refused on (levee.evidence: cpu, overrun, standing, lane, spike, memory, limit, none, ...).")
+	return func(o metric.Observer) {
+		for _, r := range src.RefusalCounts() {
+			o.ObserveInt64(refusals, count(r.Count), attrs(keyGuard.String(r.Guard), keyReason.String(string(r.Reason)), keyEvidence.String(r.Evidence.String())))
+		}
+	}
+}
+
+// ---- ORCA load reports
+
+func newORCA(b *builder, src ORCASource) callback {
+	misordered := b.counter("levee.orca.misordered", "{call}", "Calls whose per-call ORCA report the application made alone, since grpc-go's orca.CallMetricsServerOption was installed after levee's options (grpcguard.ORCA.Misordered).")
+	return func(o metric.Observer) { o.ObserveInt64(misordered, count(src.Misordered())) }
 }

@@ -15,6 +15,7 @@ import (
 	"github.com/levee-go/levee/breaker"
 	"github.com/levee-go/levee/bulkhead"
 	"github.com/levee-go/levee/cpu"
+	"github.com/levee-go/levee/decide"
 	"github.com/levee-go/levee/ratelimit"
 	"github.com/levee-go/levee/retrybudget"
 	"github.com/levee-go/levee/runlimit"
@@ -52,6 +53,17 @@ type ServerSource interface {
 	StatsSource
 	HandlerStarts() uint64
 }
+
+// RefusalSource counts refusals by guard, reason and evidence, such as
+// a *grpcguard.Server; AddServer exports them for a ServerSource that is
+// one too. It is the same method set as metrics.RefusalSource.
+type RefusalSource interface {
+	RefusalCounts() []decide.RefusalCount
+}
+
+// ORCASource counts the calls whose per-call ORCA report levee could not
+// add to (a *grpcguard.ORCA); AddORCA exports it.
+type ORCASource interface{ Misordered() uint64 }
 
 // Scaler is anything with a current scale factor, such as a
 // *loadshed.Controller; AddScale exports it.
@@ -114,13 +126,21 @@ func (r *Registry) Close() error {
 
 // AddServer exports the decision counts of every guard of every rule of s
 // (levee.decisions) and how many handlers started on guarded calls
-// (levee.handler.starts). A Registry takes one Server.
+// (levee.handler.starts), and for a RefusalSource its refusals by guard,
+// reason and evidence (levee.refusals). A Registry takes one Server.
 func (r *Registry) AddServer(s ServerSource) error {
 	if isNil(s) {
 		return fmt.Errorf("%w: AddServer: nil ServerSource", ErrInvalid)
 	}
 	return r.add("server", "AddServer", "", func(b *builder) callback {
 		cb := newDecisions(b, "levee.decisions", s.Stats, s.HandlerStarts)
+		if rs, ok := s.(RefusalSource); ok {
+			decisions, refusals := cb, newRefusals(b, rs)
+			cb = func(o metric.Observer) {
+				decisions(o)
+				refusals(o)
+			}
+		}
 		l, ok := s.(tapLeftovers)
 		if !ok {
 			return cb
@@ -140,6 +160,16 @@ func (r *Registry) AddServer(s ServerSource) error {
 // refused whose grpc-go deadline timer is still armed.
 type tapLeftovers interface {
 	TapLeftovers(now time.Time) (pending int64, total uint64)
+}
+
+// AddORCA exports how many calls carried the application's per-call ORCA
+// report alone (levee.orca.misordered; see grpcguard.ORCA.Misordered).
+// A Registry takes one.
+func (r *Registry) AddORCA(o ORCASource) error {
+	if isNil(o) {
+		return fmt.Errorf("%w: AddORCA: nil ORCASource", ErrInvalid)
+	}
+	return r.add("orca", "AddORCA", "", func(b *builder) callback { return newORCA(b, o) })
 }
 
 // AddClient exports the decision counts of every guard of a grpcguard
@@ -255,7 +285,7 @@ func (r *Registry) clock() time.Time { return r.now() }
 // unless the Registry is closed or kind and name are taken. A singleton
 // kind (server, client, cpu) has the empty name.
 func (r *Registry) add(kind, method, name string, build func(*builder) callback) error {
-	singleton := kind == "server" || kind == "client" || kind == "cpu"
+	singleton := kind == "server" || kind == "client" || kind == "cpu" || kind == "orca"
 	if !singleton {
 		if name == "" {
 			return fmt.Errorf("%w: %s: empty name", ErrInvalid, method)

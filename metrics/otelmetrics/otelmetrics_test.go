@@ -82,6 +82,10 @@ type fakeClient []admission.GuardStats
 
 func (f fakeClient) Stats() []admission.GuardStats { return slices.Clone(f) }
 
+type fixedMisordered uint64
+
+func (f fixedMisordered) Misordered() uint64 { return uint64(f) }
+
 type fixedScale float64
 
 func (f fixedScale) Scale() float64 { return float64(f) }
@@ -243,6 +247,7 @@ func (g *guards) register(t testing.TB, reg any) {
 		{"AddThrottle", []any{"inventory", g.throttle}},
 		{"AddRetryBudget", []any{"inventory", g.budget}},
 		{"AddRunLimit", []any{"run", g.run}},
+		{"AddORCA", []any{fixedMisordered(3)}},
 	} {
 		in := make([]reflect.Value, len(c.args))
 		for i, a := range c.args {
