@@ -725,6 +725,14 @@ type Stats struct {
 	// Background is the bytes per second allocated with no call
 	// running, as the fit learned it.
 	Background float64
+	// The signals the last tick weighed (Pressure), read again now:
+	// Projected is the memory signal's projected share of the limit,
+	// against Threshold (WithThreshold); GC the GC's share of CPU,
+	// smoothed, against GCThreshold (WithGCThreshold); Hard the share of
+	// the hard limit in use, against EmergencyAt.
+	Projected, Threshold float64
+	GC, GCThreshold      float64
+	Hard                 float64
 	// Methods are the methods' costs, in the order first seen; the
 	// shared entry of methods beyond MaxMethods and of those not served
 	// yet (see MaxMethods) has an empty name.
@@ -744,7 +752,8 @@ func (s *Shedder) Stats() Stats {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	st := Stats{InFlight: s.inflight.Load(), Running: s.running.Load(), Refused: s.refused.Load(), Pressure: s.hot,
-		Engaged: s.engaged, Cuts: s.cuts, Shrinks: s.shrinks, Brakes: s.brakes.Load(), BrakeGCs: s.brakeGCs, Background: s.fit.background}
+		Engaged: s.engaged, Cuts: s.cuts, Shrinks: s.shrinks, Brakes: s.brakes.Load(), BrakeGCs: s.brakeGCs, Background: s.fit.background,
+		Projected: s.sig.Projected(), Threshold: s.o.threshold, GC: s.gcAvg, GCThreshold: s.o.gcThreshold, Hard: s.sig.HardUtilization()}
 	if s.budget != off {
 		st.Budget = s.budget
 	}

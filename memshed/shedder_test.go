@@ -379,8 +379,8 @@ func TestEmergencyAndShrink(t *testing.T) {
 			t.Errorf("t0+%v projected %v utilization %v: budget %t, %d shrinks; want %t, %d", st.at, st.proj, st.util, got, shrinks, st.wantBudget, st.wantShrinks)
 		}
 	}
-	if !s.Stats().Pressure {
-		t.Error("utilization at EmergencyAt: Stats().Pressure = false")
+	if st := s.Stats(); !st.Pressure || st.Hard != 0.97 || st.Projected != 0.5 || st.Threshold != DefaultThreshold || st.GCThreshold != DefaultGCThreshold {
+		t.Errorf("utilization at EmergencyAt: Stats() = %+v, want Pressure with Hard 0.97, Projected 0.5 against the default thresholds", st)
 	}
 }
 

@@ -30,6 +30,7 @@ var below = map[string][]string{
 	"holdoff":     nil,
 	"retrybudget": nil,
 	"runlimit":    {"golang.org/x/sys/"}, // the timerfd of its network-poll wait (Linux)
+	"statuspage":  {"golang.org/x/sys/"}, // the debug page: reads the engine and the policies (runlimit's x/sys)
 	"metrics":     {"github.com/prometheus/", "github.com/beorn7/perks", "github.com/cespare/xxhash", "github.com/munnerz/goautoneg", "go.yaml.in/yaml", "google.golang.org/protobuf/", "golang.org/x/sys/"},
 	// The only package that imports a Redis client.
 	"redislimit": {"github.com/redis/rueidis", "golang.org/x/sys/"},
