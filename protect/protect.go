@@ -79,6 +79,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/http"
 	"reflect"
 	"runtime"
 	"strings"
@@ -98,6 +99,7 @@ import (
 	"github.com/levee-go/levee/metrics"
 	"github.com/levee-go/levee/ratelimit"
 	"github.com/levee-go/levee/runlimit"
+	"github.com/levee-go/levee/statuspage"
 )
 
 // Method overrides the protection of one method (WithMethod). Its zero
@@ -138,7 +140,17 @@ type options struct {
 	connMax     int
 	connPeer    int
 	connsSet    bool
+	observer    decide.Observer
 }
+
+// WithObserver tells o of the protection's decisions: its refusals,
+// sampled (o.OnRefusal, at most o.RefusalsPerSecond a second), and each
+// move of the learned run limit with its cause (o.OnLimitChange, Guard
+// "run"). The callbacks run on the goroutines of the calls, never under a
+// guard's lock, and must return quickly (see decide.Observer). It is the
+// engine's Observer (Server.Engine().SetObserver); DebugHandler keeps it.
+// Default: none, which costs a refusal a nil check.
+func WithObserver(o decide.Observer) Option { return func(opts *options) { opts.observer = o } }
 
 // WithStreamLimits caps the streams open at once: max on the server and
 // perPeer for one client, by IP address, an IPv6 client by its /64 (0:
@@ -359,6 +371,12 @@ type Server struct {
 	connMax     int  // WithConnLimits; 0: DefaultMaxConns
 	connPeer    int  // WithConnLimits; 0: no cap
 	connsSet    bool // WithConnLimits given: ServerOptions adds HandshakeTimeout
+
+	cpuSignal runlimit.CPU     // the CPU signal the run limit follows, if any
+	memSignal MemorySignal     // the memory signal, if any
+	observer  decide.Observer  // WithObserver's
+	pageOnce  sync.Once        // DebugHandler's page, made once
+	page      *statuspage.Page // nil until DebugHandler
 }
 
 // New returns the protection, or an error naming every bad option.
@@ -434,6 +452,16 @@ func New(opts ...Option) (*Server, error) {
 	if p.guard, err = grpcguard.ForEngine(p.engine, gopts...); err != nil {
 		return nil, fmt.Errorf("protect: %w", err)
 	}
+	p.cpuSignal, p.memSignal, p.observer = signal, mem, o.observer
+	p.engine.SetObserver(o.observer)
+	engine := p.engine
+	p.run.OnMove(func(m runlimit.Move) {
+		cause := string(m.Cause)
+		if m.Probe != "" {
+			cause += "/" + m.Probe
+		}
+		engine.LimitChanged(decide.LimitChange{Time: m.At, Guard: preset.NameRun, From: m.From, To: m.To, Cause: cause})
+	})
 	if o.orca {
 		oopts := []grpcguard.ORCAOption{grpcguard.WithORCACapacity(procs{})}
 		if u, ok := signal.(grpcguard.Utilizer); ok {
@@ -448,13 +476,7 @@ func New(opts ...Option) (*Server, error) {
 }
 
 // isNilGuard reports whether g is nil or holds a nil pointer.
-func isNilGuard(g admission.Guard) bool {
-	if g == nil {
-		return true
-	}
-	v := reflect.ValueOf(g)
-	return v.Kind() == reflect.Pointer && v.IsNil()
-}
+func isNilGuard(g admission.Guard) bool { return g == nil || isNilPointer(g) }
 
 // procs is the CPUs the Go scheduler runs goroutines on, read when a load
 // report is made (GOMAXPROCS follows the container's CPU limit).
@@ -573,11 +595,48 @@ func (p *Server) Memory() *memory.Monitor { return p.memMon }
 // memory limit when New ran (or WithoutMemory).
 func (p *Server) MemoryGuard() *memshed.Shedder { return p.memShed }
 
+// DebugHandler returns the protection's debug page (package
+// statuspage): what the run limit learned per method and what waits in
+// each lane, each signal of overload against its threshold, the
+// refusals by guard, reason and evidence, the last refusals with their
+// method, class and tenant, and the learner's last moves. Text, or JSON
+// with ?format=json. Mount it where operators look, beside /metrics
+// (`levee serve` serves it at /debug/levee; `levee status ADDR` prints
+// it), and not where callers reach it: it names methods and tenants.
+//
+// The first call makes the page and starts keeping the last refusals,
+// through the engine's Observer (WithObserver's callbacks are still
+// told); later calls return the same page.
+func (p *Server) DebugHandler() http.Handler {
+	p.pageOnce.Do(func() {
+		src := statuspage.Sources{Engine: p.engine}
+		if c, ok := p.cpuSignal.(statuspage.CPUSignal); ok && !isNilPointer(c) {
+			src.CPU = c
+		}
+		if m, ok := p.memSignal.(statuspage.MemorySignal); ok && !isNilPointer(m) {
+			src.Memory = m
+		}
+		p.page = statuspage.New(src)
+		p.engine.SetObserver(p.page.Observer(p.observer))
+	})
+	return p.page
+}
+
+// isNilPointer reports whether v holds a nil pointer.
+func isNilPointer(v any) bool {
+	rv := reflect.ValueOf(v)
+	return rv.Kind() == reflect.Pointer && rv.IsNil()
+}
+
 // Register adds the protection's metrics to reg: decisions by rule, guard
-// and result, the run limit, the CPU and memory signals, the memory guard,
-// and any rate limits.
+// and result, refusals by guard, reason and evidence, the run limit, the
+// CPU and memory signals, the memory guard, any rate limits, and with
+// WithORCA the reports levee could not add to.
 func (p *Server) Register(reg *metrics.Registry) error {
 	errs := []error{reg.AddServer(p.guard), reg.AddRunLimit("run", p.run)}
+	if p.orca != nil {
+		errs = append(errs, reg.AddORCA(p.orca))
+	}
 	if p.monitor != nil {
 		errs = append(errs, reg.AddCPU(p.monitor))
 	}
