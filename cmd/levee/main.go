@@ -6,6 +6,7 @@
 //	levee demo  [flags]   unprotected vs protected server under a 10× spike
 //	levee serve [flags]   the inventory service, protected unless -unprotected
 //	levee load  [flags]   open-loop load against a running server
+//	levee status [flags] ADDR   what a running server is doing, from its debug page
 //	levee policy check|print|example   validate, show or write a policy file
 //
 // Run `levee <command> -h` for a command's flags. A bad flag or argument
@@ -65,6 +66,9 @@ Usage:
                         unprotected and the protected inventory service
   levee serve [flags]   serve the CoreCart inventory service
   levee load  [flags]   drive open-loop load against a running server
+  levee status [flags] ADDR
+                        print a running server's debug page: its limits,
+                        its signals of overload, its last refusals and why
   levee policy check|print|example
                         validate a policy file, print its effective form,
                         or print a commented example
@@ -100,13 +104,15 @@ func (c *cli) run(ctx context.Context, args []string) int {
 		err = c.serve(ctx, args[1:])
 	case "load":
 		err = c.load(ctx, args[1:])
+	case "status":
+		err = c.status(ctx, args[1:])
 	case "policy":
 		err = c.policy(args[1:])
 	case "help", "-h", "-help", "--help":
 		fmt.Fprint(c.stdout, usage)
 		return exitOK
 	default:
-		fmt.Fprintf(c.stderr, "levee: unknown command %q (want demo, serve, load or policy; see levee -h)\n", args[0])
+		fmt.Fprintf(c.stderr, "levee: unknown command %q (want demo, serve, load, status or policy; see levee -h)\n", args[0])
 		return exitUsage
 	}
 	switch {

@@ -212,6 +212,7 @@ func staticProtection(p policyParams) (protection, error) {
 			return protection{}, err
 		}
 		p.Mux.Handle("/metrics", reg.Handler())
+		mountPage(p.Mux, pol.guard.Engine(), pol.monitor, nil)
 	}
 	return protection{grpc: pol.guard.ServerOptions(), engine: pol.guard.Engine(), stop: pol.Close}, nil
 }

@@ -137,6 +137,7 @@ func (c *cli) fileProtection(path string, p policyParams) (protection, error) {
 			return protection{}, err
 		}
 		p.Mux.Handle("/metrics", reg.Handler())
+		mountPage(p.Mux, r.Engine(), r.CPU(), r.Memory())
 	}
 	fmt.Fprintf(c.stdout, "policy %s: policy %s in force, reloaded on change and on SIGHUP\n", path, policyfile.HashString(r.Hash()))
 	return protection{grpc: r.ServerOptions(), engine: r.Engine(), stop: stop}, nil

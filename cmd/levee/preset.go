@@ -83,6 +83,7 @@ func presetProtection(p policyParams) (protection, error) {
 			return protection{}, err
 		}
 		p.Mux.Handle("/metrics", reg.Handler())
+		p.Mux.Handle(debugPath, pr.DebugHandler())
 	}
 	return protection{grpc: pr.ServerOptions(), engine: pr.Engine(), stop: pr.Stop, preset: pr}, nil
 }

@@ -36,7 +36,7 @@ func (c *cli) serve(ctx context.Context, args []string) error {
 	fs := c.newFlagSet("serve", "Serve the CoreCart inventory service (gRPC, with health and reflection; or over connect-go,\nor as JSON over HTTP), protected by levee unless -unprotected.")
 	addr := fs.String("addr", "127.0.0.1:50051", "listen `address` of the service")
 	transport := fs.String("transport", transportGRPC, "serve through this `transport`: grpc (grpc-go), connect (connect-go: the Connect, gRPC and gRPC-Web protocols on one port, HTTP/1.1 and cleartext HTTP/2, with health and reflection) or http (JSON, a route per method: POST /v1/allocate, POST /v1/release, GET /v1/stock/{sku})")
-	metricsAddr := fs.String("metrics-addr", "", "HTTP listen `address` for /metrics and /stats (empty: off)")
+	metricsAddr := fs.String("metrics-addr", "", "HTTP listen `address` for /metrics, /stats and the debug page /debug/levee (empty: off)")
 	capFlag := &capacityFlag{auto: true}
 	fs.Var(capFlag, "capacity", "an upper bound on the `calls/s` the protection admits (auto: none, the preset learns what the server can run; the static recipe estimates it by timing the handler)")
 	recipe := fs.String("recipe", recipePreset, "protection `recipe`: preset (the library's protect.New, learned) or static (a fixed chain sized from -capacity, for comparison; firstwave: its deprecated name)")
