@@ -233,3 +233,58 @@ func FuzzRefusalRetryInfo(f *testing.F) {
 func durpb(seconds int64, nanos int32) *durationpb.Duration {
 	return &durationpb.Duration{Seconds: seconds, Nanos: nanos}
 }
+
+// FuzzFactsOfMetadata runs any metadata a client can send — a -bin
+// header's raw bytes, values that are not UTF-8, many values of one key,
+// a criticality claim and a retry count of any value — with any method
+// name and no peer, through the tap's facts and the interceptors', and
+// an engine's rules: both paths give the same key, tenant and class,
+// never a panic, and the refusal of the key renders a status that
+// marshals.
+func FuzzFactsOfMetadata(f *testing.F) {
+	// More seeds, the edge cases, are in testdata/fuzz/FuzzFactsOfMetadata.
+	f.Add("/s.S/M", "acme", []byte("\x00\xff"), "critical_plus", "1")
+	f.Add("", "", []byte{}, "", "")
+	f.Fuzz(func(t *testing.T, method, tenant string, bin []byte, class, attempts string) {
+		e, err := decide.New([]decide.Rule{{Key: decide.HeaderKey("x-key-bin"), Tenant: decide.HeaderKey("x-tenant-id"),
+			Guards: []admission.Guard{&recorder{}}, Criticality: &decide.Criticality{Default: admission.SheddablePlus}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		md := metadata.MD{
+			"x-tenant-id":                 {tenant, "second"},
+			"x-key-bin":                   {string(bin)},
+			decide.CriticalityHeader:      {class},
+			decide.PreviousAttemptsHeader: {attempts},
+		}
+		ctx := metadata.NewIncomingContext(context.Background(), md)
+		var seen [2]admission.Call
+		for i, fa := range []decide.Facts{
+			tapFacts(context.Background(), &tap.Info{FullMethodName: method, Header: md}, false),
+			callFacts(ctx, method, decide.Unary),
+		} {
+			r := e.Match(fa.Method)
+			if r == nil {
+				t.Fatalf("Match(%q) = nil, want the default rule", method)
+			}
+			r.Fill(fa, time.Unix(1000, 0), &seen[i])
+			if n := fa.PreviousAttempts(); n < 0 {
+				t.Fatalf("PreviousAttempts() = %d for %q", n, attempts)
+			}
+			e.Retrying(fa, time.Unix(1000, 0)) // no peer
+		}
+		if seen[0].Key != seen[1].Key || seen[0].Tenant != seen[1].Tenant || seen[0].Class != seen[1].Class {
+			t.Fatalf("tap facts give key %q, tenant %q, class %v; the interceptors' %q, %q, %v",
+				seen[0].Key, seen[0].Tenant, seen[0].Class, seen[1].Key, seen[1].Tenant, seen[1].Class)
+		}
+		if c := seen[0]; len(c.Key) > decide.MaxKeyLen || len(c.Tenant) > decide.MaxKeyLen || c.Class > admission.SheddablePlus {
+			t.Fatalf("key of %d bytes, tenant of %d, class %v; want at most MaxKeyLen and no class above the default", len(c.Key), len(c.Tenant), c.Class)
+		}
+		d := admission.RefuseFor(admission.CausePerKeyLimited, admission.EvidenceLimit, "key", time.Second)
+		d.PerKey = true
+		st := refusalStatus(context.Background(), decide.NewRefusal(0, "key", d, seen[0].Key))
+		if _, err := proto.Marshal(st.Proto()); err != nil {
+			t.Fatalf("refusal of key %q does not marshal: %v", seen[0].Key, err)
+		}
+	})
+}
