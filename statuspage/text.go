@@ -3,6 +3,7 @@ package statuspage
 import (
 	"fmt"
 	"io"
+	"math"
 	"strconv"
 	"text/tabwriter"
 	"time"
@@ -92,8 +93,14 @@ func quote(s string) string {
 	return s
 }
 
-// num formats v in few digits.
-func num(v float64) string { return strconv.FormatFloat(v, 'g', 4, 64) }
+// num formats v in few digits: four significant ones, or whole units
+// from a thousand on.
+func num(v float64) string {
+	if math.Abs(v) >= 1000 && !math.IsInf(v, 0) {
+		return strconv.FormatFloat(v, 'f', 0, 64)
+	}
+	return strconv.FormatFloat(v, 'g', 4, 64)
+}
 
 func yes(b bool) string {
 	if b {
