@@ -171,6 +171,7 @@ func (g *Guard) Middleware(next http.Handler) http.Handler {
 			if g.engine.NoteRefusal(now, d) {
 				rf = rf.Sustained()
 			}
+			g.engine.RefusedCall(&st.call, rf)
 			_ = g.errw.Write(w, r, refusalError(rf))
 			return
 		}
@@ -357,6 +358,7 @@ func (g *Guard) start(ctx context.Context, st *callState, kind decide.Kind) (adm
 		if g.engine.NoteRefusal(now, d) {
 			rf = rf.Sustained()
 		}
+		g.engine.RefusedCall(&c, rf)
 		return c, refusalError(rf)
 	}
 	st.phase = phaseRunning
@@ -382,6 +384,7 @@ func (g *Guard) enter(rule *decide.Compiled, f decide.Facts, c *admission.Call, 
 		if g.engine.NoteRefusal(now, d) {
 			rf = rf.Sustained()
 		}
+		g.engine.RefusedCall(c, rf)
 		return refusalError(rf)
 	}
 	if rule.HasStarters() {

@@ -173,6 +173,11 @@ func TestRefusalsInEveryProtocol(t *testing.T) {
 				if admits != 12 || starts != wantStarts || finishes != wantStarts {
 					t.Errorf("guard saw %d admits, %d starts, %d finishes; want 12, %[4]d, %[4]d", admits, starts, finishes, wantStarts)
 				}
+				// Each refusal recorded with the engine once.
+				if c := g.engine.RefusalCounts(); len(c) != 1 || c[0].Guard != "forced" || string(c[0].Reason) != rc.wantReason ||
+					c[0].Evidence.String() != rc.wantEvid || c[0].Count != 12 {
+					t.Errorf("engine's RefusalCounts() = %+v, want 12 %s refusals by forced on %s", c, rc.wantReason, rc.wantEvid)
+				}
 			})
 		}
 	}

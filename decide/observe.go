@@ -119,6 +119,14 @@ func (e *Engine) Refused(ev RefusalEvent) {
 	}
 }
 
+// RefusedCall is Refused for the refusal rf of the call c, as its rule
+// read it (Compiled.Fill): the event's time is c.Now, and its method,
+// class and tenant are c's. It allocates nothing once the refusal's
+// series exists.
+func (e *Engine) RefusedCall(c *admission.Call, rf Refusal) {
+	e.Refused(RefusalEvent{Time: c.Now, Method: c.Method, Class: c.Class, Tenant: c.Tenant, Refusal: rf})
+}
+
 // LimitChanged tells the Observer's OnLimitChange, if one is set, that a
 // learned limit moved. protect.New calls it for its run limit's moves;
 // call it for the moves of an adaptive guard of your own.

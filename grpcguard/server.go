@@ -281,9 +281,7 @@ func farDeadline(now, deadline time.Time) bool {
 // record tells the engine of the refusal rf of call c, decided at c.Now
 // (decide.Engine.Refused): its counts and its Observer. It allocates
 // nothing.
-func (s *Server) record(c *admission.Call, rf decide.Refusal) {
-	s.engine.Refused(decide.RefusalEvent{Time: c.Now, Method: c.Method, Class: c.Class, Tenant: c.Tenant, Refusal: rf})
-}
+func (s *Server) record(c *admission.Call, rf decide.Refusal) { s.engine.RefusedCall(c, rf) }
 
 // abandon finishes a call whose stream ended before its handler started.
 func (st *callState) abandon() {

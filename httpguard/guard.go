@@ -122,6 +122,7 @@ func (g *Guard) Middleware(next http.Handler) http.Handler {
 			if g.engine.NoteRefusal(now, d) {
 				rf = rf.Sustained()
 			}
+			g.engine.RefusedCall(&c, rf)
 			WriteRefusal(w, rf)
 			return
 		}

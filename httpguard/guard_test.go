@@ -75,7 +75,8 @@ func TestRefusals(t *testing.T) {
 			fg.Set(tt.d, admission.Decision{})
 			var runs atomic.Int64
 			mux := http.NewServeMux()
-			mux.Handle("POST /v1/items", newGuard(t, tt.code, fg).Middleware(http.HandlerFunc(func(http.ResponseWriter, *http.Request) { runs.Add(1) })))
+			hg := newGuard(t, tt.code, fg)
+			mux.Handle("POST /v1/items", hg.Middleware(http.HandlerFunc(func(http.ResponseWriter, *http.Request) { runs.Add(1) })))
 			ts := httptest.NewServer(mux)
 			defer ts.Close()
 			req, _ := http.NewRequest(http.MethodPost, ts.URL+"/v1/items", strings.NewReader("{}"))
@@ -125,6 +126,11 @@ func TestRefusals(t *testing.T) {
 			}
 			if runs.Load() != 0 {
 				t.Error("the handler ran on a refused request")
+			}
+			// Recorded with the engine: counted by guard, reason and
+			// evidence (levee_refusals_total, the debug page).
+			if c := hg.engine.RefusalCounts(); len(c) != 1 || c[0].Guard != "forced" || string(c[0].Reason) != tt.wantReason || c[0].Count != 1 {
+				t.Errorf("engine's RefusalCounts() = %+v, want one %s refusal by forced", c, tt.wantReason)
 			}
 		})
 	}
