@@ -23,7 +23,7 @@
 // (see Reason for the list), the evidence of overload it was made on, a
 // retry delay, and whether the client should retry at all.
 //
-// A front-end records each refusal it makes (Engine.Refused): the
+// A front-end records each refusal it makes (Engine.RefusedCall): the
 // Engine counts refusals by guard, reason and evidence
 // (Engine.RefusalCounts, the levee_refusals_total metric) and tells an
 // Observer of them, sampled (Engine.SetObserver), and of the moves of

@@ -38,7 +38,9 @@ func WithExempt(patterns ...string) Option {
 // call's method to its rule (Match), which reads the call's key, tenant
 // and class from its Facts (Compiled.Fill) and runs its chain of guards;
 // it tracks sustained overload (NoteRefusal) and the connections that
-// retry (Retrying); and it builds refusals (Compiled.Refusal).
+// retry (Retrying); it builds refusals (Compiled.Refusal) and records
+// those a front-end makes (Refused, RefusedCall: RefusalCounts and the
+// Observer of SetObserver).
 //
 // Create one with New; the zero value is not usable. An Engine is safe
 // for concurrent use.
