@@ -331,26 +331,19 @@ func (s *Server) start(ctx context.Context, st *callState, kind decide.Kind) (ad
 }
 
 // end finishes a tap-admitted call whose handler ran.
-func (s *Server) end(ctx context.Context, st *callState, c admission.Call, err error) {
+func (s *Server) end(st *callState, c admission.Call, err error) {
 	st.phase.Store(phaseDone)
-	st.rule.Finish(&c, &st.permits, s.outcome(ctx, st.rule, &c, err))
+	st.rule.Finish(&c, &st.permits, s.outcome(st.rule, &c, err))
 }
 
 // outcome is the outcome of a call that ran; its duration is measured only
 // if a guard of the rule uses it, from the start of its handler: after any
 // wait for a turn that a Starter guard imposed, so that what guards learn
 // of a method's service time never includes levee's own queueing.
-func (s *Server) outcome(ctx context.Context, r *decide.Compiled, c *admission.Call, err error) admission.Outcome {
+func (s *Server) outcome(r *decide.Compiled, c *admission.Call, err error) admission.Outcome {
 	o := admission.Outcome{Err: err}
-	if errors.Is(ctx.Err(), context.DeadlineExceeded) {
-		// Its client saw DEADLINE_EXCEEDED whatever the handler returned:
-		// a success after the deadline is an overrun, never a service
-		// time to learn (a deadline guard would take it for the method's
-		// and refuse later calls with shorter deadlines).
-		o.Err = context.DeadlineExceeded
-	}
-	if o.Err != nil {
-		o.Overload = IsOverload(o.Err)
+	if err != nil {
+		o.Overload = IsOverload(err)
 	}
 	if r.Timed() && !c.Stream {
 		o.Duration = s.now().Sub(c.Now)
@@ -393,7 +386,7 @@ func (s *Server) unary(ctx context.Context, req any, info *grpc.UnaryServerInfo,
 		// Deferred, so that a handler that panics behind a recovery
 		// interceptor still gives back what the guards granted.
 		err := errPanicked
-		defer func() { s.end(ctx, st, c, err) }()
+		defer func() { s.end(st, c, err) }()
 		var resp any
 		resp, err = handler(ctx, req)
 		return resp, err
@@ -417,7 +410,7 @@ func (s *Server) unary(ctx context.Context, req any, info *grpc.UnaryServerInfo,
 		c.Now = s.now() // the handler starts after its turn: see outcome
 	}
 	err := errPanicked
-	defer func() { r.Finish(&c, &permits, s.outcome(ctx, r, &c, err)) }()
+	defer func() { r.Finish(&c, &permits, s.outcome(r, &c, err)) }()
 	var resp any
 	resp, err = handler(ctx, req)
 	return resp, err
@@ -473,7 +466,7 @@ func (s *Server) stream(srv any, ss grpc.ServerStream, info *grpc.StreamServerIn
 			return refused.Err()
 		}
 		err := errPanicked
-		defer func() { s.end(ctx, st, c, err) }()
+		defer func() { s.end(st, c, err) }()
 		err = handler(srv, ss)
 		return err
 	}
@@ -490,7 +483,7 @@ func (s *Server) stream(srv any, ss grpc.ServerStream, info *grpc.StreamServerIn
 		return refusalStatus(ctx, rf).Err()
 	}
 	err := errPanicked
-	defer func() { r.Finish(&c, &permits, s.outcome(ctx, r, &c, err)) }()
+	defer func() { r.Finish(&c, &permits, s.outcome(r, &c, err)) }()
 	err = handler(srv, ss)
 	return err
 }
