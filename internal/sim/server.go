@@ -21,13 +21,17 @@ type Costs struct {
 }
 
 // DefaultCosts are the transport's costs per call on a busy server that
-// reads requests in batches: grpc-go's reading, HPACK and framing, a tap
-// that decides in a microsecond or two, a refusal's status.
+// reads requests in batches, through the preset: grpc-go's reading, HPACK
+// and framing, the tap, a refusal's status, the stream and its goroutine,
+// the response. BenchmarkTransportCosts measures them (Read+Refuse: a
+// call refused in the tap; Read+Start+Write: one admitted with a
+// near-free handler); docs/ablation.md gives the figures and how each is
+// split.
 var DefaultCosts = Costs{
-	Read:   8 * time.Microsecond,
-	Refuse: 6 * time.Microsecond,
-	Start:  12 * time.Microsecond,
-	Write:  15 * time.Microsecond,
+	Read:   5 * time.Microsecond,
+	Refuse: 3 * time.Microsecond,
+	Start:  6 * time.Microsecond,
+	Write:  7 * time.Microsecond,
 }
 
 // Pool is a pool of connections to a dependency (a database): a query
