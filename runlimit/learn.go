@@ -105,6 +105,11 @@ const (
 	// in log2(ceiling/initial) intervals; afterwards it adds √limit (at
 	// least 1), so that a step's stretch, (n+√n)/n, stays small.
 	slowStartGrowth = 2
+	// carriedGain: a flow's rate of completions (Limiter.low) is
+	// smoothed with this gain per interval, so that a probe's own dip in
+	// completions moves it little while a load that fell lets it follow
+	// within a few intervals.
+	carriedGain = 0.25
 )
 
 // Thresholds of the probes. Each keeps the invariant stated beside it.
@@ -255,6 +260,9 @@ func (l *Limiter) measure(flows []*Flow, end int64) sample {
 		m.queuedSum += float64(f.qsum.Swap(0))
 		n, sum := f.n.Swap(0), f.sum.Swap(0)
 		f.lastN = n + f.bypassed.Swap(0)
+		if d := end - l.opened; d > 0 {
+			f.rate += carriedGain * (float64(n)/float64(d) - f.rate)
+		}
 		if n == 0 {
 			continue
 		}
@@ -389,7 +397,7 @@ func (l *Limiter) closeCPUGate() {
 // apply sets the limit to est, within the bounds, and hands turns that a
 // larger limit frees to waiting calls. Needs upd.
 func (l *Limiter) apply(est float64) {
-	l.est = min(max(est, float64(l.o.floor)), float64(l.o.ceiling))
+	l.est = min(max(est, float64(l.low())), float64(l.o.ceiling))
 	n := int64(l.est)
 	old := l.limit.Swap(n)
 	l.noteMove(old, n, probeNone)
@@ -398,4 +406,28 @@ func (l *Limiter) apply(est float64) {
 		l.dispatch()
 		l.mu.Unlock()
 	}
+}
+
+// low is the lowest limit the learner sets: the floor, and the calls that
+// the completions of the last intervals kept running at once at their
+// flows' baselines (Flow.rate × Flow.base, Little's law), rounded up. A
+// lower limit serves less than the server just served without
+// contention: it would refuse a load the server carries, and its
+// refusals would look like evidence of overload (calls asking for turns
+// faster than turns end). The completions of a CPU-bound server keep at
+// most its processors busy at their baselines, so this holds no cut for
+// the CPU above a call per processor; a server waiting on a pool keeps
+// what the pool runs at once. A probe measures below it (startProbe): the
+// baselines it lowers lower it too. Needs upd.
+func (l *Limiter) low() int {
+	carried := l.unserved.rate * l.unserved.base
+	for _, f := range *l.flows.Load() {
+		carried += f.rate * f.base
+	}
+	l.flowsMu.Lock()
+	if l.overflow != nil {
+		carried += l.overflow.rate * l.overflow.base
+	}
+	l.flowsMu.Unlock()
+	return max(l.o.floor, int(math.Ceil(carried)))
 }

@@ -740,7 +740,10 @@ type Flow struct {
 	overflow atomic.Pointer[tenantLanes]
 
 	// under Limiter.upd
-	lastN  int64        // calls finished in the last interval
+	lastN int64 // calls finished in the last interval
+	// rate is the calls that finished per ns, smoothed over intervals
+	// (carriedGain; Limiter.low).
+	rate   float64
 	base   float64      // baseline service time, ns; 0 until the first interval
 	baseNs atomic.Int64 // base, for readers outside upd
 }

@@ -249,3 +249,19 @@ func TestSimDeterministic(t *testing.T) {
 		t.Errorf("two runs of seed %d differ: %+v and %+v", simSeed, a.Figures(), b.Figures())
 	}
 }
+
+// TestSimSustainedOverloadOnAPool: an I/O-bound server in a sustained
+// overload of 1.5x its capacity keeps its capacity. Calls arrive faster
+// than they end but not twice as fast, so for a second calls run beyond
+// the limit and stretch; probes for the CPU then cut the limit, and
+// without a floor at the calls its completions keep running
+// (Limiter.low, Little's law) they cut it below the pool, a quarter of
+// it: 69% of the capacity kept.
+func TestSimSustainedOverloadOnAPool(t *testing.T) {
+	row := simRow{name: "io at 1.5x", shape: overloadOf(sim.IO, 1.5)}
+	r, p := row.run(t)
+	if f := r.Figures(); f.Goodput < simKept*f.Ceiling {
+		t.Errorf("io at 1.5x: goodput %.1f%% of capacity, want >= %.0f%% of the ceiling %.1f%% (limit %d, %+v)",
+			100*f.Goodput, 100*simKept, 100*f.Ceiling, p.l.Limit(), p.l.Stats().RefusedOn)
+	}
+}

@@ -1,6 +1,8 @@
 package main
 
 import (
+	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -10,6 +12,7 @@ import (
 
 	"connectrpc.com/connect"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/tap"
 
 	"github.com/levee-go/levee/admission"
 	"github.com/levee-go/levee/bulkhead"
@@ -188,15 +191,23 @@ func learnerMoves(a, b runlimit.Stats) string {
 // fraction of the measured capacity, in the transport's tap, on the
 // loaded method (Allocate, or the Feed stream) as x/time/rate's entry is.
 func leveeBucket(fraction float64) (opts []grpc.ServerOption, stop func(), err error) {
-	s, err := serverSpecFromEnv()
+	rate, err := capacityShare(fraction)
 	if err != nil {
 		return nil, func() {}, err
 	}
-	if !(s.Capacity > 0) {
-		return nil, func() {}, fmt.Errorf("levee bucket: capacity must be > 0, got %v", s.Capacity)
-	}
-	rate := fraction * s.Capacity
 	return tapBucket(rate, max(1, int(rate/10)), allocateMethod, feedMethod)
+}
+
+// capacityShare is fraction of the capacity this server was measured at.
+func capacityShare(fraction float64) (float64, error) {
+	s, err := serverSpecFromEnv()
+	if err != nil {
+		return 0, err
+	}
+	if !(s.Capacity > 0) {
+		return 0, fmt.Errorf("bucket: capacity must be > 0, got %v", s.Capacity)
+	}
+	return fraction * s.Capacity, nil
 }
 
 // leveeRefuse refuses every call of method in grpc-go's transport tap, with
@@ -324,3 +335,27 @@ type queuedCPU struct {
 
 func (s queuedCPU) Utilization() float64 { return s.mon.Utilization() }
 func (s queuedCPU) Saturated() bool      { return s.mon.Saturated() && s.queue.Overloaded() }
+
+// plainBucket is leveeBucket's bucket in a tap of its own that refuses
+// with a bare status (refused), as failsafe-go's tap does: no RetryInfo,
+// no ErrorInfo.
+func plainBucket(fraction float64) (opts []grpc.ServerOption, stop func(), err error) {
+	rate, err := capacityShare(fraction)
+	if err != nil {
+		return nil, func() {}, err
+	}
+	bucket, err := ratelimit.NewLimiter(ratelimit.Limit(rate), max(1, int(rate/10)))
+	if err != nil {
+		return nil, func() {}, err
+	}
+	tapFn := func(ctx context.Context, info *tap.Info) (context.Context, error) {
+		if info.FullMethodName != allocateMethod && info.FullMethodName != feedMethod {
+			return ctx, nil
+		}
+		if !bucket.Allow() {
+			return ctx, refused("bucket", errors.New("rate limited"))
+		}
+		return ctx, nil
+	}
+	return []grpc.ServerOption{grpc.InTapHandle(tapFn)}, func() {}, nil
+}

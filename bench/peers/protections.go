@@ -152,6 +152,12 @@ var protections = []protection{
 		build: func(serverSpec) ([]grpc.ServerOption, func(), error) { return leveeBucket(rateFraction) },
 	},
 	{
+		name: "bucket-plain", label: fmt.Sprintf("token bucket %.1f×, bare status", rateFraction), short: "bucket plain",
+		about: fmt.Sprintf("levee-bucket's bucket (%.1f× the measured capacity, burst 100 ms of it, in grpc-go's tap, on the loaded method only) refusing with a bare RESOURCE_EXHAUSTED status, no details (not in the default run): against levee-bucket, what the refusal's details (RetryInfo, ErrorInfo) cost the server and its client", rateFraction),
+		build: func(serverSpec) ([]grpc.ServerOption, func(), error) { return plainBucket(rateFraction) },
+		extra: true,
+	},
+	{
 		name: "levee-bucket-full", label: "levee token bucket 1.0× (told the capacity)", short: "levee bucket 1.0×",
 		about: "the same bucket at the whole measured capacity (not in the default run): on the one-core CPU-bound shapes, about what refusing in grpc-go's tap leaves of the CPU in the spike; not a bound elsewhere (on io, calls admitted at the capacity queue for the database past their deadline)",
 		build: func(serverSpec) ([]grpc.ServerOption, func(), error) { return leveeBucket(1) },
