@@ -330,23 +330,23 @@ func TestSpikingFollowsTheLastTwoIntervals(t *testing.T) {
 			t.Fatalf("a stream's take with a canceled context = %v, want context.Canceled", err)
 		}
 	}
-	if l.spiking() {
+	if l.spiking(l.nanos(time.Now())) {
 		t.Error("spiking() after 100 streams asked for a turn = true, want false: streams are left out")
 	}
 	for i := 0; i < minOverruns; i++ {
 		ln.Acquire(gone)
 	}
-	if !l.spiking() {
+	if !l.spiking(l.nanos(time.Now())) {
 		t.Fatalf("spiking() after %d calls asked for a turn and none ended = false, want true", minOverruns)
 	}
 	l.upd.Lock()
 	l.markRates(&sample{})
-	if !l.spiking() {
+	if !l.spiking(l.nanos(time.Now())) {
 		t.Error("spiking() one interval after the calls = false, want true")
 	}
 	l.markRates(&sample{})
 	l.upd.Unlock()
-	if l.spiking() {
+	if l.spiking(l.nanos(time.Now())) {
 		t.Error("spiking() two intervals after the calls = true, want false")
 	}
 	hold.Release()
@@ -502,25 +502,25 @@ func TestASpikeIsTwentyMoreThanTwiceTheTurns(t *testing.T) {
 	}
 	for i := range minOverruns - 9 {
 		ln.Acquire(gone)
-		if l.spiking() {
+		if l.spiking(l.nanos(time.Now())) {
 			t.Fatalf("spiking() after %d calls asked for a turn = true, want false below %d", 8+i+1, minOverruns)
 		}
 	}
 	ln.Acquire(gone)
-	if !l.spiking() {
+	if !l.spiking(l.nanos(time.Now())) {
 		t.Errorf("spiking() after %d calls asked for a turn and none ended = false, want true (an interval's work is %d)", minOverruns, l.intervalWork.Load())
 	}
 	for _, tk := range held {
 		tk.Release()
 	}
 	// Twice the turns that ended, and minOverruns more.
-	if l.spiking() {
+	if l.spiking(l.nanos(time.Now())) {
 		t.Errorf("spiking() with %d asked, 8 ended = true, want false below %d", minOverruns, 2*8+minOverruns)
 	}
 	for range 2 * 8 {
 		ln.Acquire(gone)
 	}
-	if !l.spiking() {
+	if !l.spiking(l.nanos(time.Now())) {
 		t.Errorf("spiking() with %d asked, 8 ended = false, want true", 2*8+minOverruns)
 	}
 	l.upd.Lock()
@@ -545,5 +545,40 @@ func checkSustained(t *testing.T, l *Limiter, clk func() time.Time, advance func
 		if got := l.Overloaded(clk()); got != st.want {
 			t.Errorf("step %d: Overloaded(t0+...) %s = %t, want %t", i, what, got, st.want)
 		}
+	}
+}
+
+// TestAStallIsNoSpike: turns that end slower for a while (a
+// garbage-collector cycle, a dependency that stalls) at a steady load are
+// no spike of arrivals: the turns spiking counts are at least what their
+// smoothed rate gives. A surge of arrivals is one at once. Before the
+// rate, two intervals in which a third as many turns ended as calls
+// arrived were a spike at 0.7 of the capacity.
+func TestAStallIsNoSpike(t *testing.T) {
+	l := mustNew(t, WithInterval(100*time.Millisecond))
+	const interval = int64(100 * time.Millisecond)
+	step := func(k int64, offered, finished int64) {
+		l.offered.Add(offered)
+		l.finished.Add(finished)
+		l.upd.Lock()
+		l.markRates(&sample{end: k * interval})
+		l.upd.Unlock()
+	}
+	for k := int64(1); k <= 5; k++ {
+		step(k, 85, 85) // 850 calls/s, every one served
+	}
+	step(6, 85, 30) // the stall's first interval
+	l.offered.Add(85)
+	l.finished.Add(20) // and the current one, as it closes
+	if now := 7 * interval; l.spiking(now) {
+		offered, threshold := l.spike(now)
+		t.Errorf("spiking after two intervals of turns ending at a third of the arrivals = true (%v asked, threshold %v), want false", offered, threshold)
+	}
+	step(7, 0, 0)
+	l.offered.Add(850) // ten times the rate, in half an interval
+	l.finished.Add(40)
+	if now := 7*interval + interval/2; !l.spiking(now) {
+		offered, threshold := l.spike(now)
+		t.Errorf("spiking after ten times the calls in half an interval = false (%v asked, threshold %v), want true", offered, threshold)
 	}
 }

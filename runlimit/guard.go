@@ -254,9 +254,10 @@ func (ln *Lane) refusal(err error, target time.Duration, now time.Time) admissio
 // again: the refusal path only) and its measure.
 func (ln *Lane) refusalOn(cause admission.Cause, reason string, retry time.Duration, now time.Time) admission.Decision {
 	l := ln.f.l
-	e := ln.evidenceAt(l.nanos(now))
+	t := l.nanos(now)
+	e := ln.evidenceAt(t)
 	d := admission.RefuseFor(cause, e.kind(), reason, retry)
-	d.Value, d.Threshold = ln.measure(e)
+	d.Value, d.Threshold = ln.measure(e, t)
 	return d
 }
 
@@ -277,10 +278,10 @@ func (e evidence) kind() admission.Evidence {
 	return admission.EvidenceNone
 }
 
-// measure is the value of evidence e for a call of ln, and the level it
-// is judged against, in the unit admission.Evidence names; 0, 0 where
-// there is none to tell.
-func (ln *Lane) measure(e evidence) (value, threshold float32) {
+// measure is the value of evidence e for a call of ln at now (ns since
+// the epoch), and the level it is judged against, in the unit
+// admission.Evidence names; 0, 0 where there is none to tell.
+func (ln *Lane) measure(e evidence, now int64) (value, threshold float32) {
 	l := ln.f.l
 	const ms = float64(time.Millisecond)
 	switch e {
@@ -292,7 +293,14 @@ func (ln *Lane) measure(e evidence) (value, threshold float32) {
 		lim := l.limit.Load()
 		return float32(running(l.state.Load())), float32(lim + max(lim, l.intervalWork.Load()))
 	case evidenceStanding:
-		return 0, float32(float64(l.sustained()) / ms)
+		var stood int64
+		if q := l.queuedSince.Load(); q != 0 {
+			stood = max(now-(q-1), 0)
+		}
+		return float32(float64(stood) / ms), float32(float64(l.sustained()) / ms)
+	case evidenceSpike:
+		offered, threshold := l.spike(now)
+		return float32(offered), float32(threshold)
 	case evidenceLane:
 		return float32(float64(ln.count.Load()) * ln.f.work() / ms), float32(float64(l.limit.Load()) * float64(l.o.interval) / ms)
 	}

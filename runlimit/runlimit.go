@@ -292,6 +292,11 @@ type Limiter struct {
 	// (marks[1]), for spiking; the marks are written under upd.
 	offered, finished         paddedInt
 	offeredMark, finishedMark [2]atomic.Int64
+	// markedAt is when each mark was taken, ns since epoch; doneRate the
+	// turns that ended per ns, smoothed over intervals (carriedGain), as
+	// float64 bits: what spike expects to end when fewer did.
+	markedAt [2]atomic.Int64
+	doneRate atomic.Uint64
 	// intervalWork is the calls the limit runs in an interval at the last
 	// interval's baseline service times, at least minOverruns: the calls
 	// run beyond the limit that are evidence of overload.
@@ -1478,7 +1483,7 @@ func (l *Limiter) evidenceAt(now int64) evidence {
 			return evidenceStanding
 		}
 	}
-	if l.spiking() && l.on(ruleEvidenceSpike) {
+	if l.spiking(now) && l.on(ruleEvidenceSpike) {
 		return evidenceSpike
 	}
 	return evidenceNone
@@ -1587,10 +1592,25 @@ const minOverruns = 20
 // behind them wait as long, and the learner reads their service times
 // as contention and may cut the limit below what a small pool runs (see
 // docs/ablation.md, "The fix the simulator found").
-func (l *Limiter) spiking() bool {
-	offered := l.offered.Load() - l.offeredMark[0].Load()
-	finished := l.finished.Load() - l.finishedMark[0].Load()
-	return offered >= 2*finished+minOverruns
+func (l *Limiter) spiking(now int64) bool {
+	offered, threshold := l.spike(now)
+	return offered >= threshold
+}
+
+// spike is what spiking compares at now: the calls that asked for a turn
+// over the last interval and the current one, and twice the turns that
+// ended meanwhile, and minOverruns more. The turns counted are at least
+// what the smoothed rate of turns ending (doneRate) gives over that
+// time: a garbage-collector cycle or a stall of the dependency that ends
+// fewer turns for a while at 0.7 of the capacity is no spike of arrivals,
+// and a spike's calls arrive ten times as fast as turns ever end.
+func (l *Limiter) spike(now int64) (offered, threshold float64) {
+	offered = float64(l.offered.Load() - l.offeredMark[0].Load())
+	finished := float64(l.finished.Load() - l.finishedMark[0].Load())
+	if at := l.markedAt[0].Load(); now > at {
+		finished = max(finished, math.Float64frombits(l.doneRate.Load())*float64(now-at))
+	}
+	return offered, 2*finished + minOverruns
 }
 
 // stoodSince reports whether calls have waited without a pause since at
@@ -1603,10 +1623,18 @@ func (l *Limiter) stoodSince(t int64) bool {
 // markRates starts a new interval for spiking, m being the interval that
 // ended. Needs upd.
 func (l *Limiter) markRates(m *sample) {
+	finished := l.finished.Load()
+	if at := l.markedAt[1].Load(); m.end > at {
+		rate := float64(finished-l.finishedMark[1].Load()) / float64(m.end-at)
+		old := math.Float64frombits(l.doneRate.Load())
+		l.doneRate.Store(math.Float64bits(old + carriedGain*(rate-old)))
+	}
 	l.offeredMark[0].Store(l.offeredMark[1].Load())
 	l.finishedMark[0].Store(l.finishedMark[1].Load())
+	l.markedAt[0].Store(l.markedAt[1].Load())
 	l.offeredMark[1].Store(l.offered.Load())
-	l.finishedMark[1].Store(l.finished.Load())
+	l.finishedMark[1].Store(finished)
+	l.markedAt[1].Store(m.end)
 	if m.weight > 0 && m.base() > 0 {
 		work := float64(l.limit.Load()) * float64(l.o.interval) / m.base()
 		l.intervalWork.Store(int64(min(max(work, minOverruns), 1<<40)))

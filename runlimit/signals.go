@@ -24,7 +24,7 @@ type Signal struct {
 	//	overrun   calls running, against the limit plus max(the limit, an interval's work), with calls waiting
 	//	standing  milliseconds calls have waited for a turn without a pause, against ten intervals
 	//	spike     calls that asked for a turn over the last interval and this one, against twice the turns
-	//	          that ended and an interval's work
+	//	          that ended (at least what their smoothed rate gives) and minOverruns more
 	Value, Threshold float64
 	// Holds is whether the signal is evidence of overload now: for
 	// cpu and standing, its value must have held for ten intervals, not
@@ -64,10 +64,8 @@ func (l *Limiter) Signals(now time.Time) []Signal {
 		standing.Holds = standing.Value >= standing.Threshold
 	}
 	out = append(out, standing)
-	offered := l.offered.Load() - l.offeredMark[0].Load()
-	finished := l.finished.Load() - l.finishedMark[0].Load()
-	spike := float64(2*finished + l.intervalWork.Load())
-	out = append(out, Signal{Evidence: admission.EvidenceSpike, Value: float64(offered), Threshold: spike, Holds: float64(offered) >= spike})
+	offered, spike := l.spike(t)
+	out = append(out, Signal{Evidence: admission.EvidenceSpike, Value: offered, Threshold: spike, Holds: offered >= spike})
 	return out
 }
 
