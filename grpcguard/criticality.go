@@ -27,8 +27,8 @@ func propagateCriticality(ctx context.Context) context.Context {
 	if v := metadata.ValueFromOutgoingContext(ctx, decide.CriticalityHeader); len(v) > 0 {
 		return ctx
 	}
-	if st, ok := ctx.Value(stateKey{}).(*callState); ok && st.rule.Classifies() {
-		return metadata.AppendToOutgoingContext(ctx, decide.CriticalityHeader, st.call.Class.String())
+	if tc, ok := ctx.Value(stateKey{}).(*tapCtx); ok && tc.classifies {
+		return metadata.AppendToOutgoingContext(ctx, decide.CriticalityHeader, tc.class.String())
 	}
 	v := metadata.ValueFromIncomingContext(ctx, decide.CriticalityHeader)
 	if len(v) == 0 {

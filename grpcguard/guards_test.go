@@ -308,8 +308,8 @@ func TestAbandonedSweptByTheNextCall(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if st := tctx.(*callState); st.phase.Load() != phaseAdmitted {
-			t.Fatalf("TapHandle: call in phase %d, want admitted", st.phase.Load())
+		if tc := tctx.(*tapCtx); tc.st.phase.Load()&phaseMask != phaseAdmitted {
+			t.Fatalf("TapHandle: call in phase %d, want admitted", tc.st.phase.Load()&phaseMask)
 		}
 	}
 	live, stop := context.WithCancel(context.Background())
@@ -370,15 +370,74 @@ func TestPendingTableFull(t *testing.T) {
 			t.Fatal(err)
 		}
 		admitted++
-		fellBack = tctx.(*callState).slot < 0
+		fellBack = tctx.(*tapCtx).slot < 0
 	}
 	cancels[len(cancels)-1]() // the fallen-back call's stream ends
 	waitFor(t, "the fallen-back call's slot given back by its AfterFunc", func() bool { return bh.InFlight() == admitted-1 })
 }
 
+// TestStaleTapContextLeavesReusedStateAlone: the tap's call states go
+// back to a pool when their call is finished; a context of a finished
+// call (kept by a handler's goroutine, or read by a sweep just before the
+// call started) whose state now serves another call neither abandons
+// that call nor runs its interceptor on it. Without the generation in
+// callState.phase, the stale abandon gives the new call's bulkhead slot
+// back and the stale interceptor takes over its state.
+func TestStaleTapContextLeavesReusedStateAlone(t *testing.T) {
+	bh := mustBulkhead(t, 8)
+	s := mustServer(t, []decide.Rule{{Guards: []admission.Guard{bulkhead.NewGuard("slots", bh, 0)}}})
+	s.pending.idleEvery = time.Hour // no idle sweep in this test
+	info := &tap.Info{FullMethodName: emptyCall}
+	uinfo := &grpc.UnaryServerInfo{FullMethod: emptyCall}
+	ran := 0
+	handler := func(context.Context, any) (any, error) { ran++; return nil, nil }
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	tap := func() *tapCtx {
+		t.Helper()
+		tctx, err := s.TapHandle(ctx, info)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return tctx.(*tapCtx)
+	}
+	// The pool gives a state back to the next call on the same processor,
+	// except now and then under the race detector: try until it does.
+	var old, next *tapCtx
+	for range 1000 {
+		old = tap()
+		if _, err := s.unary(old, nil, uinfo, handler); err != nil {
+			t.Fatal(err)
+		}
+		if next = tap(); next.st == old.st {
+			break
+		}
+		if _, err := s.unary(next, nil, uinfo, handler); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if next.st != old.st {
+		t.Fatal("no call state was used again in 1000 calls")
+	}
+	ran = 0
+	old.abandon()
+	if n := bh.InFlight(); n != 1 {
+		t.Fatalf("after a stale abandon, Bulkhead.InFlight() = %d, want 1: the new call's slot", n)
+	}
+	if _, err := s.unary(old, nil, uinfo, handler); status.Code(err) != codes.Canceled || ran != 0 {
+		t.Fatalf("stale interceptor = %v, handler ran %d times; want CANCELED, 0", err, ran)
+	}
+	if _, err := s.unary(next, nil, uinfo, handler); err != nil || ran != 1 {
+		t.Fatalf("new call's interceptor = %v, handler ran %d times; want nil, 1", err, ran)
+	}
+	if n := bh.InFlight(); n != 0 {
+		t.Fatalf("after the new call, Bulkhead.InFlight() = %d, want 0", n)
+	}
+}
+
 // TestTapAllocatesOneObject: the tap's admitted path allocates one
-// object, the call's state, which is the context it returns; the
-// interceptor nothing (TestAdmittedPathAllocatesNothing and the protect
+// object, the context it returns (the call's state comes from a pool);
+// the interceptor nothing (TestAdmittedPathAllocatesNothing and the protect
 // package's tests cover it alone).
 func TestTapAllocatesOneObject(t *testing.T) {
 	s, base := chainServer(t)
@@ -397,7 +456,7 @@ func TestTapAllocatesOneObject(t *testing.T) {
 		}
 	})
 	if n != 1 {
-		t.Errorf("TapHandle then the interceptor allocate %v objects per call, want 1 (the call's state)", n)
+		t.Errorf("TapHandle then the interceptor allocate %v objects per call, want 1 (the call's context)", n)
 	}
 }
 

@@ -35,7 +35,7 @@ type pending struct {
 	// idleEvery is the idle sweep's period: pendingIdle when 0 (in-package
 	// tests set it).
 	idleEvery time.Duration
-	slots     [pendingSlots]atomic.Pointer[callState]
+	slots     [pendingSlots]atomic.Pointer[tapCtx]
 }
 
 const (
@@ -52,11 +52,11 @@ const (
 // add registers st and returns its slot, or -1 if it found none free.
 // Consecutive calls get slots far apart, so that they do not share a
 // cache line.
-func (p *pending) add(st *callState) int32 {
+func (p *pending) add(tc *tapCtx) int32 {
 	h := (p.seq.Add(1) * 0x9E3779B1) >> (32 - pendingBits)
 	for i := range uint32(pendingProbes) {
 		k := (h + i) & (pendingSlots - 1)
-		if p.slots[k].CompareAndSwap(nil, st) {
+		if p.slots[k].CompareAndSwap(nil, tc) {
 			if !p.armed.Load() && p.armed.CompareAndSwap(false, true) {
 				time.AfterFunc(p.idlePeriod(), p.idle)
 			}
@@ -66,9 +66,9 @@ func (p *pending) add(st *callState) int32 {
 	return -1
 }
 
-// remove takes st out of slot k, if it is still there (a sweep may have
+// remove takes tc out of slot k, if it is still there (a sweep may have
 // taken it).
-func (p *pending) remove(k int32, st *callState) { p.slots[k].CompareAndSwap(st, nil) }
+func (p *pending) remove(k int32, tc *tapCtx) { p.slots[k].CompareAndSwap(tc, nil) }
 
 // due reports whether the tap should sweep at now (ns since the clock's
 // epoch), and if so claims the sweep.
@@ -81,16 +81,16 @@ func (p *pending) due(now int64) bool {
 // whether calls are still registered.
 func (p *pending) sweep() (left bool) {
 	for k := range p.slots {
-		st := p.slots[k].Load()
-		if st == nil {
+		tc := p.slots[k].Load()
+		if tc == nil {
 			continue
 		}
-		if st.Context.Err() == nil {
+		if tc.Context.Err() == nil {
 			left = true
 			continue
 		}
-		if p.slots[k].CompareAndSwap(st, nil) {
-			st.abandon()
+		if p.slots[k].CompareAndSwap(tc, nil) {
+			tc.abandon()
 		}
 	}
 	return left

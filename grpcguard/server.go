@@ -3,6 +3,7 @@ package grpcguard
 import (
 	"context"
 	"errors"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -159,31 +160,29 @@ func (s *Server) ServerOptions() []grpc.ServerOption {
 
 // callState is a call admitted by the tap, carried to the interceptor,
 // which finishes it. If the handler never starts (the caller gave up, the
-// method is unknown, the server stops), the end of the stream's context
+// method is unknown, the server stops), the end of its stream's context
 // finishes it instead, found by a sweep of the pending calls (see
 // pending).
 //
-// It is itself the context the tap returns: the transport's context with
-// one more value, itself under stateKey, which saves the tap a
-// context.WithValue allocation per call.
+// The states are kept in a pool (states) and used again once their call
+// is finished: the state of a cheap call is a good part of what the tap
+// would allocate. What the tap returns is a tapCtx, which carries the
+// state and its generation; a stale tapCtx (a context kept after its
+// call, or a sweep that read a pending slot just before the call
+// started) finds a later generation in phase, and leaves the state alone.
 type callState struct {
-	context.Context // the transport's context
-
 	rule    *decide.Compiled
 	call    admission.Call
 	permits admission.Permits
-	phase   atomic.Uint32 // phaseAdmitted → phaseRunning | phaseDone; or phaseRefused
-	// slot is the call's slot in the Server's pending calls, or -1 when it
-	// found none and stop unregisters abandon from context.AfterFunc
-	// instead. Both are set after the call is registered, possibly after
-	// a sweep or the callback has abandoned it (a stream whose context
-	// ended in the tap), so abandon never reads them; the handler's
-	// goroutine, which starts after the tap returned, does (release).
-	slot int32
-	stop func() bool
+	// phase is the call's generation (gen, shifted left by phaseBits) and
+	// its phase: phaseAdmitted → phaseRunning | phaseDone; or
+	// phaseRefused. Whoever moves it out of phaseAdmitted owns the state
+	// (the interceptor, or abandon) and gives it back to the pool.
+	phase atomic.Uint64
 
 	// A call the tap refused under sustained overload, to be refused by
 	// the interceptor with a pushback trailer (see decide.SustainedAfter).
+	// Its state is never given back to the pool.
 	refused decide.Refusal
 }
 
@@ -192,17 +191,67 @@ const (
 	phaseRunning
 	phaseDone
 	phaseRefused // refused in the tap; the interceptor answers
+
+	phaseBits = 2
+	phaseMask = 1<<phaseBits - 1
 )
+
+// states are the callStates not in use.
+var states = sync.Pool{New: func() any { return new(callState) }}
+
+// newState returns a callState of rule r, in phaseAdmitted, and its
+// generation.
+func newState(r *decide.Compiled) (*callState, uint64) {
+	st := states.Get().(*callState)
+	gen := st.phase.Load() >> phaseBits
+	st.rule = r
+	return st, gen
+}
+
+// free gives st, of generation gen, whose call is finished, back to the
+// pool, at the next generation.
+func (st *callState) free(gen uint64) {
+	// Field by field: a stale tapCtx may read phase meanwhile (see
+	// callState). refused is only ever set in states never given back.
+	st.rule, st.call, st.permits = nil, admission.Call{}, admission.Permits{}
+	st.phase.Store(in(gen+1, phaseAdmitted))
+	states.Put(st)
+}
+
+// in returns the phase word of phase p in generation gen.
+func in(gen uint64, p uint64) uint64 { return gen<<phaseBits | p }
+
+// tapCtx is the context the tap returns for a call it admitted (or
+// refused, for the interceptor to answer): the transport's context with
+// one more value, itself under stateKey, which saves the tap a
+// context.WithValue allocation per call. It holds what may be read of the
+// call after it ended (its class, for propagateCriticality).
+type tapCtx struct {
+	context.Context // the transport's context
+	st              *callState
+	gen             uint64
+	// slot is the call's slot in the Server's pending calls, or -1 when it
+	// found none and stop unregisters abandon from context.AfterFunc
+	// instead. Both are set after the call is registered, possibly after
+	// a sweep or the callback has abandoned it (a stream whose context
+	// ended in the tap) and its state went back to the pool, which is why
+	// they are here; the handler's goroutine, which starts after the tap
+	// returned, reads them (release).
+	stop       func() bool
+	slot       int32
+	class      admission.Criticality
+	classifies bool // the rule classifies the call (decide.Compiled.Classifies)
+}
 
 type stateKey struct{}
 
-// Value returns the callState for stateKey, and the transport context's
+// Value returns the tapCtx for stateKey, and the transport context's
 // values otherwise.
-func (st *callState) Value(key any) any {
+func (tc *tapCtx) Value(key any) any {
 	if key == (stateKey{}) {
-		return st
+		return tc
 	}
-	return st.Context.Value(key)
+	return tc.Context.Value(key)
 }
 
 // TapHandle is the tap.ServerInHandle: it decides on every call with the
@@ -216,7 +265,7 @@ func (s *Server) TapHandle(ctx context.Context, info *tap.Info) (context.Context
 	if r == nil {
 		return ctx, nil
 	}
-	st := &callState{rule: r, slot: -1}
+	st, gen := newState(r)
 	f := tapFacts(ctx, info, s.streams.isStream(info.FullMethodName))
 	now := s.now()
 	if s.pending.due(int64(now.Sub(s.clock.Epoch()))) {
@@ -231,35 +280,35 @@ func (s *Server) TapHandle(ctx context.Context, info *tap.Info) (context.Context
 			// with a trailer that tells the client not to retry; with a
 			// far deadline, so that its stream ends (see leftovers).
 			st.call.Ctx = nil
-			st.Context = ctx
 			st.refused = rf
 			if sustained {
 				st.refused = rf.Sustained()
 			}
-			st.phase.Store(phaseRefused)
+			st.phase.Store(in(gen, phaseRefused))
 			s.record(&st.call, st.refused)
-			return st, nil
+			return &tapCtx{Context: ctx, st: st, gen: gen, slot: -1, class: st.call.Class, classifies: r.Classifies()}, nil
 		}
 		s.record(&st.call, rf)
 		s.tapLeft.note(st.call.Now, st.call.Deadline)
+		st.free(gen)
 		return nil, refusalStatus(ctx, rf).Err()
 	}
 	st.call.Ctx = nil // the stream's context replaces the transport's
-	st.Context = ctx
-	if st.slot = s.pending.add(st); st.slot < 0 {
-		st.stop = context.AfterFunc(st, st.abandon)
+	tc := &tapCtx{Context: ctx, st: st, gen: gen, class: st.call.Class, classifies: r.Classifies()}
+	if tc.slot = s.pending.add(tc); tc.slot < 0 {
+		tc.stop = context.AfterFunc(tc, tc.abandon)
 	}
-	return st, nil
+	return tc, nil
 }
 
 // release takes a call whose handler starts, or that is refused before
 // it, out of the pending calls (or unregisters its AfterFunc): its
-// stream's end no longer abandons it.
-func (s *Server) release(st *callState) {
-	if st.slot >= 0 {
-		s.pending.remove(st.slot, st)
-	} else if st.stop != nil {
-		st.stop()
+// stream's end no longer abandons it. The caller owns tc's state.
+func (s *Server) release(tc *tapCtx) {
+	if tc.slot >= 0 {
+		s.pending.remove(tc.slot, tc)
+	} else if tc.stop != nil {
+		tc.stop()
 	}
 }
 
@@ -283,45 +332,51 @@ func farDeadline(now, deadline time.Time) bool {
 // nothing.
 func (s *Server) record(c *admission.Call, rf decide.Refusal) { s.engine.RefusedCall(c, rf) }
 
-// abandon finishes a call whose stream ended before its handler started.
-func (st *callState) abandon() {
-	if st.phase.CompareAndSwap(phaseAdmitted, phaseDone) {
+// abandon finishes a call whose stream ended before its handler started,
+// unless its handler started (or its call was abandoned) first.
+func (tc *tapCtx) abandon() {
+	if st := tc.st; st.phase.CompareAndSwap(in(tc.gen, phaseAdmitted), in(tc.gen, phaseDone)) {
 		st.rule.Abandon(&st.call, &st.permits)
+		st.free(tc.gen)
 	}
 }
 
 // start moves a tap-admitted call to its handler: it runs the rule's
 // rechecks and reports the refusal, if any, with the call finished, and
-// the pushback trailer's value ("" for none).
-func (s *Server) start(ctx context.Context, st *callState, kind decide.Kind) (admission.Call, *status.Status, string) {
-	c := st.call
-	c.Ctx = ctx
-	c.Stream, c.ClientStream = kind.Stream(), kind.ClientSends()
-	if st.phase.Load() == phaseRefused {
-		return c, refusalStatus(ctx, st.refused), pushback(st.refused)
-	}
+// the pushback trailer's value ("" for none). Unless it refuses, the
+// handler's goroutine owns tc's state from then on, and gives it back
+// with end.
+func (s *Server) start(ctx context.Context, tc *tapCtx, kind decide.Kind) (admission.Call, *status.Status, string) {
+	st := tc.st
 	now := s.now()
-	c.Queued = now.Sub(c.Now)
-	c.Now = now
-	if !st.phase.CompareAndSwap(phaseAdmitted, phaseRunning) {
+	if !st.phase.CompareAndSwap(in(tc.gen, phaseAdmitted), in(tc.gen, phaseRunning)) {
+		if st.phase.Load() == in(tc.gen, phaseRefused) {
+			// A state refused in the tap is never used again.
+			return admission.Call{}, refusalStatus(ctx, st.refused), pushback(st.refused)
+		}
 		// The stream's context ended first and abandon finished the call.
 		// Its stream's context has ended, whatever ctx says: an earlier
 		// interceptor may have detached ctx (WithoutCancel) or derived
 		// one whose cancellation has not arrived yet.
-		err := st.Context.Err()
+		err := tc.Context.Err()
 		if err == nil {
 			err = context.Canceled
 		}
-		return c, status.FromContextError(err), ""
+		return admission.Call{}, status.FromContextError(err), ""
 	}
-	s.release(st)
+	s.release(tc)
+	c := st.call
+	c.Ctx = ctx
+	c.Stream, c.ClientStream = kind.Stream(), kind.ClientSends()
+	c.Queued = now.Sub(c.Now)
+	c.Now = now
 	if i, d := st.rule.Start(&c, &st.permits); i >= 0 {
-		st.phase.Store(phaseDone)
 		rf := st.rule.Refusal(i, d, c.Key)
 		if s.engine.NoteRefusal(now, d) {
 			rf = rf.Sustained()
 		}
 		s.record(&c, rf)
+		st.free(tc.gen)
 		return c, refusalStatus(ctx, rf), pushback(rf)
 	}
 	if st.rule.HasStarters() {
@@ -330,10 +385,13 @@ func (s *Server) start(ctx context.Context, st *callState, kind decide.Kind) (ad
 	return c, nil, ""
 }
 
-// end finishes a tap-admitted call whose handler ran.
-func (s *Server) end(st *callState, c admission.Call, err error) {
-	st.phase.Store(phaseDone)
-	st.rule.Finish(&c, &st.permits, s.outcome(st.rule, &c, err))
+// end finishes a tap-admitted call whose handler ran, and gives its state
+// back.
+func (s *Server) end(tc *tapCtx, c admission.Call, err error) {
+	st := tc.st
+	r := st.rule
+	r.Finish(&c, &st.permits, s.outcome(r, &c, err))
+	st.free(tc.gen)
 }
 
 // outcome is the outcome of a call that ran; its duration is measured only
@@ -377,8 +435,8 @@ func (s *Server) UnaryServerInterceptor() grpc.UnaryServerInterceptor {
 }
 
 func (s *Server) unary(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
-	if st, ok := ctx.Value(stateKey{}).(*callState); ok {
-		c, refused, pb := s.start(ctx, st, decide.Unary)
+	if tc, ok := ctx.Value(stateKey{}).(*tapCtx); ok {
+		c, refused, pb := s.start(ctx, tc, decide.Unary)
 		if refused != nil {
 			setPushback(ctx, nil, pb)
 			return nil, refused.Err()
@@ -386,7 +444,7 @@ func (s *Server) unary(ctx context.Context, req any, info *grpc.UnaryServerInfo,
 		// Deferred, so that a handler that panics behind a recovery
 		// interceptor still gives back what the guards granted.
 		err := errPanicked
-		defer func() { s.end(st, c, err) }()
+		defer func() { s.end(tc, c, err) }()
 		var resp any
 		resp, err = handler(ctx, req)
 		return resp, err
@@ -437,22 +495,23 @@ func (s *Server) StreamServerInterceptor() grpc.StreamServerInterceptor {
 func (s *Server) stream(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
 	ctx := ss.Context()
 	s.streams.noteStream(info.FullMethod)
-	st, tapped := ctx.Value(stateKey{}).(*callState)
+	tc, tapped := ctx.Value(stateKey{}).(*tapCtx)
 	ip, ok := s.streams.enter(ctx)
 	if !ok {
 		code := decide.ResourceExhausted
+		c := admission.Call{Method: info.FullMethod, Now: s.now(), Class: admission.Critical}
 		if tapped {
-			code = st.rule.Code()
-			if st.phase.CompareAndSwap(phaseAdmitted, phaseDone) {
-				s.release(st)
+			c.Class = tc.class
+			if st := tc.st; st.phase.CompareAndSwap(in(tc.gen, phaseAdmitted), in(tc.gen, phaseDone)) {
+				s.release(tc)
+				code, c.Tenant = st.rule.Code(), st.call.Tenant
 				st.rule.Abandon(&st.call, &st.permits)
+				st.free(tc.gen)
+			} else if st.phase.Load() == in(tc.gen, phaseRefused) {
+				code, c.Tenant = st.rule.Code(), st.call.Tenant
 			}
 		}
 		rf := decide.NewRefusal(code, StreamGuardName, streamRefusal, "")
-		c := admission.Call{Method: info.FullMethod, Now: s.now(), Class: admission.Critical}
-		if tapped {
-			c.Class, c.Tenant = st.call.Class, st.call.Tenant
-		}
 		s.record(&c, rf)
 		setPushback(ctx, ss, pushback(rf))
 		return refusalStatus(ctx, rf).Err()
@@ -460,13 +519,13 @@ func (s *Server) stream(srv any, ss grpc.ServerStream, info *grpc.StreamServerIn
 	defer s.streams.leave(ip)
 	kind := streamKind(info)
 	if tapped {
-		c, refused, pb := s.start(ctx, st, kind)
+		c, refused, pb := s.start(ctx, tc, kind)
 		if refused != nil {
 			setPushback(ctx, ss, pb)
 			return refused.Err()
 		}
 		err := errPanicked
-		defer func() { s.end(st, c, err) }()
+		defer func() { s.end(tc, c, err) }()
 		err = handler(srv, ss)
 		return err
 	}
