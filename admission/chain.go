@@ -58,8 +58,8 @@ func WithShadow(shadow bool) ChainOption {
 type Chain struct {
 	name     string
 	guards   []Guard
-	recheck  []int // indexes of guards that are Recheckers
-	starters []int // indexes of guards that are Starters
+	recheck  []rechecker // the guards that are Recheckers, in order
+	starters []starter   // the guards that are Starters, in order
 	shadow   bool
 	timed    bool   // some guard's Finish reads the duration
 	quiet    uint32 // guards whose Finish matters only for skipped calls
@@ -79,6 +79,19 @@ type Chain struct {
 	abandoned atomic.Uint64
 	_         [48]byte
 }
+
+// rechecker and starter are a guard of a Chain, by its index, as the
+// interface it implements: asserted once in NewChain, not per call.
+type (
+	rechecker struct {
+		i int
+		g Rechecker
+	}
+	starter struct {
+		i int
+		g Starter
+	}
+)
 
 // counters are the refusals of one guard within one chain, kept as atomics
 // on the refusal path and read by Stats. Admissions are derived from the
@@ -128,11 +141,11 @@ func NewChain(name string, guards []Guard, opts ...ChainOption) (*Chain, error) 
 	for i, e := range entries {
 		g, t := e.g, e.t
 		ch.guards[i] = g
-		if _, ok := g.(Rechecker); ok {
-			ch.recheck = append(ch.recheck, i)
+		if r, ok := g.(Rechecker); ok {
+			ch.recheck = append(ch.recheck, rechecker{i, r})
 		}
-		if _, ok := g.(Starter); ok {
-			ch.starters = append(ch.starters, i)
+		if st, ok := g.(Starter); ok {
+			ch.starters = append(ch.starters, starter{i, st})
 		}
 		ch.timed = ch.timed || !t.IgnoresDuration
 		if t.FinishesSkippedOnly {
@@ -218,7 +231,7 @@ func (ch *Chain) Admit(c *Call, ps *Permits) (refused int, d Decision) {
 func (ch *Chain) Enter(c *Call, ps *Permits) (refused int, d Decision) {
 	i, d := ch.Admit(c, ps)
 	if i < 0 && len(ch.starters) > 0 {
-		i, d = ch.atStart(c, ps, ch.starters, true)
+		i, d = ch.start(c, ps)
 	}
 	if i < 0 {
 		ch.passed.Add(1)
@@ -231,9 +244,9 @@ func (ch *Chain) Enter(c *Call, ps *Permits) (refused int, d Decision) {
 // and c.Queued should say when that is and how long the call waited. When
 // it returns -1 the call has passed and must be finished with Finish.
 func (ch *Chain) Start(c *Call, ps *Permits) (refused int, d Decision) {
-	i, d := ch.atStart(c, ps, ch.recheck, false)
+	i, d := ch.recheckAt(c, ps)
 	if i < 0 {
-		i, d = ch.atStart(c, ps, ch.starters, true)
+		i, d = ch.start(c, ps)
 	}
 	if i < 0 {
 		ch.passed.Add(1)
@@ -241,24 +254,36 @@ func (ch *Chain) Start(c *Call, ps *Permits) (refused int, d Decision) {
 	return i, d
 }
 
-// atStart runs the guards at indexes idx that admitted the call: their
-// Start (keeping the permits they give) if starters, else their Recheck.
-func (ch *Chain) atStart(c *Call, ps *Permits, idx []int, starters bool) (refused int, d Decision) {
-	for _, i := range idx {
-		if ps.mask&(1<<i) == 0 {
+// recheckAt runs the Recheck of the Rechecker guards that admitted the
+// call.
+func (ch *Chain) recheckAt(c *Call, ps *Permits) (refused int, d Decision) {
+	for _, r := range ch.recheck {
+		if ps.mask&(1<<r.i) == 0 {
 			continue // refused in shadow mode at admission: counted once
 		}
-		if starters {
-			d = ch.guards[i].(Starter).Start(*c, ps.p[i])
-			ps.p[i] = d.Permit // what the guard holds now, granted or not
-		} else {
-			d = ch.guards[i].(Rechecker).Recheck(*c)
-		}
-		if !d.Refused || ch.shadowed(i) {
+		if d = r.g.Recheck(*c); !d.Refused || ch.shadowed(r.i) {
 			continue
 		}
-		ch.rollback(i, c, ps)
-		return i, d
+		ch.rollback(r.i, c, ps)
+		return r.i, d
+	}
+	return -1, Decision{}
+}
+
+// start runs the Start of the Starter guards that admitted the call,
+// keeping the permits they give.
+func (ch *Chain) start(c *Call, ps *Permits) (refused int, d Decision) {
+	for _, s := range ch.starters {
+		if ps.mask&(1<<s.i) == 0 {
+			continue // refused in shadow mode at admission: counted once
+		}
+		d = s.g.Start(*c, ps.p[s.i])
+		ps.p[s.i] = d.Permit // what the guard holds now, granted or not
+		if !d.Refused || ch.shadowed(s.i) {
+			continue
+		}
+		ch.rollback(s.i, c, ps)
+		return s.i, d
 	}
 	return -1, Decision{}
 }
