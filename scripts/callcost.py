@@ -110,8 +110,8 @@ def bench(paths):
                 runs[key][unit].append(float(v))
         cols.append(runs)
     keys = sorted({k[0] for runs in cols for k in runs})
-    print("| GOMAXPROCS, load | file | runs | server CPU/call, unprotected (µs) | preset (µs) | ratio | kernel part, unprotected / preset (µs) | writes/call, unprotected / preset |")
-    print("|---|---|---:|---:|---:|---:|---:|---:|")
+    print("| GOMAXPROCS, load | file | runs | server CPU/call, unprotected (µs) | preset (µs) | ratio | calls/s ratio | kernel part, unprotected / preset (µs) | writes/call, unprotected / preset |")
+    print("|---|---|---:|---:|---:|---:|---:|---:|---:|")
     for ld in keys:
         for i, runs in enumerate(cols):
             u, p = runs.get((ld, "unprotected")), runs.get((ld, "preset"))
@@ -123,7 +123,13 @@ def bench(paths):
             # ran one after the other, and the machine's load drifts less
             # within a run than between runs.
             paired = statistics.median(b / a for a, b in zip(u["server-cpu-ns/op"], p["server-cpu-ns/op"]))
-            print(f"| {ld} | {os.path.basename(paths[i])} | {len(p['server-cpu-ns/op'])} | {cu/1e3:.1f} | {cp/1e3:.1f} | {paired:.2f} | "
+            # Closed loop: the preset's calls per second against
+            # unprotected's (ns/op is the time per call at that
+            # concurrency); "-" at a fixed rate, where it is the rate.
+            rate = "-"
+            if "rate=" not in ld:
+                rate = f"{statistics.median(a / b for a, b in zip(u['ns/op'], p['ns/op'])):.2f}"
+            print(f"| {ld} | {os.path.basename(paths[i])} | {len(p['server-cpu-ns/op'])} | {cu/1e3:.1f} | {cp/1e3:.1f} | {paired:.2f} | {rate} | "
                   f"{med(u, 'server-sys-ns/op')/1e3:.1f} / {med(p, 'server-sys-ns/op')/1e3:.1f} | "
                   f"{med(u, 'server-writes/op'):.2f} / {med(p, 'server-writes/op'):.2f} |")
 
