@@ -77,10 +77,11 @@ func WithHandlerOptions(opts ...connect.HandlerOption) Option {
 // Create one with New; the zero value is not usable. A Guard is safe for
 // concurrent use.
 type Guard struct {
-	engine *decide.Engine
-	clock  clock.Mono // in-package tests set clock.Fake
-	errw   *connect.ErrorWriter
-	kinds  kinds
+	engine   *decide.Engine
+	clock    clock.Mono // in-package tests set clock.Fake
+	errw     *connect.ErrorWriter
+	kinds    kinds
+	refusals rpcstatus.Cache[*refusal]
 }
 
 // New returns a Guard on e. It fails if e is nil.
@@ -172,7 +173,7 @@ func (g *Guard) Middleware(next http.Handler) http.Handler {
 				rf = rf.Sustained()
 			}
 			g.engine.RefusedCall(&st.call, rf)
-			_ = g.errw.Write(w, r, refusalError(rf))
+			_ = g.errw.Write(w, r, g.refusals.Get(rf, newRefusal).err)
 			return
 		}
 		st.call.Ctx = nil // the handler's context replaces the request's
@@ -231,24 +232,56 @@ func headerValue(h http.Header, key string) string {
 	return ""
 }
 
-// refusalError returns a refusal as connect-go writes it in every
-// protocol: the code, the message, the details and, in the metadata, the
-// Retry-After (not for a deadline: retrying with the same deadline is
-// futile) and pushback values.
-func refusalError(rf decide.Refusal) *connect.Error {
-	err := connect.NewError(connect.Code(rf.Code), errors.New(rpcstatus.Message(rf)))
+// refusal is a refusal as connect-go writes it in every protocol: the
+// code, the message, the details and, in the metadata, the Retry-After
+// (not for a deadline: retrying with the same deadline is futile) and
+// pushback values. It is built once for refusals alike (Guard.refusals)
+// and never modified.
+type refusal struct {
+	code       connect.Code
+	msg        error
+	details    []*connect.ErrorDetail // immutable once built: errors share them
+	retryAfter string
+	pushback   string
+	// err is the refusal as one error, which only the middleware's
+	// error writer reads: an error handed to connect-go is newError's,
+	// which an interceptor around the Guard's may modify.
+	err *connect.Error
+}
+
+func newRefusal(rf decide.Refusal) *refusal {
+	r := &refusal{code: connect.Code(rf.Code), msg: errors.New(rpcstatus.Message(rf)), pushback: rpcstatus.Pushback(rf)}
 	for _, d := range rpcstatus.Details(rf) {
 		if ed, e := connect.NewErrorDetail(d); e == nil {
-			err.AddDetail(ed)
+			r.details = append(r.details, ed)
 		}
 	}
-	if v := rpcstatus.RetryAfter(rf.RetryAfter); v != "" && rf.Code != decide.DeadlineExceeded {
-		err.Meta()["Retry-After"] = []string{v}
+	if rf.Code != decide.DeadlineExceeded {
+		r.retryAfter = rpcstatus.RetryAfter(rf.RetryAfter)
 	}
-	if v := rpcstatus.Pushback(rf); v != "" {
-		err.Meta()[PushbackHeader] = []string{v}
+	r.err = r.newError()
+	return r
+}
+
+// newError returns the refusal as a connect error of its own.
+func (r *refusal) newError() *connect.Error {
+	err := connect.NewError(r.code, r.msg)
+	for _, d := range r.details {
+		err.AddDetail(d)
+	}
+	if r.retryAfter != "" {
+		err.Meta()["Retry-After"] = []string{r.retryAfter}
+	}
+	if r.pushback != "" {
+		err.Meta()[PushbackHeader] = []string{r.pushback}
 	}
 	return err
+}
+
+// refusalError returns the connect error of a refusal, for connect-go to
+// write: an error of its own, with the details of refusals alike.
+func (g *Guard) refusalError(rf decide.Refusal) *connect.Error {
+	return g.refusals.Get(rf, newRefusal).newError()
 }
 
 // Interceptor returns the Guard's connect-go interceptor: install it on
@@ -359,7 +392,7 @@ func (g *Guard) start(ctx context.Context, st *callState, kind decide.Kind) (adm
 			rf = rf.Sustained()
 		}
 		g.engine.RefusedCall(&c, rf)
-		return c, refusalError(rf)
+		return c, g.refusalError(rf)
 	}
 	st.phase = phaseRunning
 	st.call = c // what the middleware finishes if the handler panics
@@ -385,7 +418,7 @@ func (g *Guard) enter(rule *decide.Compiled, f decide.Facts, c *admission.Call, 
 			rf = rf.Sustained()
 		}
 		g.engine.RefusedCall(c, rf)
-		return refusalError(rf)
+		return g.refusalError(rf)
 	}
 	if rule.HasStarters() {
 		c.Now = g.clock.Now() // the handler starts after its turn: see outcome

@@ -269,3 +269,64 @@ func TestAdmittedInEveryProtocol(t *testing.T) {
 		})
 	}
 }
+
+// annotate is a user's interceptor around the Guard's that adds to the
+// metadata of every error it sees.
+type annotate struct{}
+
+func (annotate) WrapUnary(next connect.UnaryFunc) connect.UnaryFunc {
+	return func(ctx context.Context, req connect.AnyRequest) (connect.AnyResponse, error) {
+		res, err := next(ctx, req)
+		var ce *connect.Error
+		if errors.As(err, &ce) {
+			ce.Meta().Add("X-Annotated", "yes")
+			ce.Meta().Add("Retry-After", "60")
+		}
+		return res, err
+	}
+}
+
+func (annotate) WrapStreamingClient(next connect.StreamingClientFunc) connect.StreamingClientFunc {
+	return next
+}
+
+func (annotate) WrapStreamingHandler(next connect.StreamingHandlerFunc) connect.StreamingHandlerFunc {
+	return next
+}
+
+// Refusals alike share their details, but the error the interceptor
+// hands to connect-go is each call's own: an interceptor around the
+// Guard's that modifies it changes that call's answer alone.
+func TestInterceptorRefusalsAreEachCallsOwn(t *testing.T) {
+	rc := refusalCases[0]
+	for _, where := range []string{"interceptor", "interceptor alone"} {
+		t.Run(where, func(t *testing.T) {
+			fg := &guardtest.Forced{}
+			if where == "interceptor" {
+				fg.Set(admission.Decision{}, rc.d)
+			} else {
+				fg.Set(rc.d, admission.Decision{})
+			}
+			g := newGuard(t, rc.code, fg)
+			var runs atomic.Int64
+			var h http.Handler = echoHandlers(&runs, connect.WithInterceptors(annotate{}, g.Interceptor()))
+			if where == "interceptor" {
+				h = g.Middleware(h)
+			}
+			url := serveH2C(t, h)
+			for i := range 3 {
+				err := call(context.Background(), newRecorder(t), url, procUnary, connect.WithGRPC())
+				var ce *connect.Error
+				if !errors.As(err, &ce) {
+					t.Fatalf("call %d: error %v, want a connect error", i, err)
+				}
+				if got := ce.Meta().Values("X-Annotated"); len(got) != 1 {
+					t.Errorf("call %d: X-Annotated %q, want one value (the error is shared between calls)", i, got)
+				}
+				if got := ce.Meta().Values("Retry-After"); len(got) != 2 || got[0] != rc.wantAfter {
+					t.Errorf("call %d: Retry-After %q, want %q and the annotation's", i, got, rc.wantAfter)
+				}
+			}
+		})
+	}
+}
