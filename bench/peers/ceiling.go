@@ -12,7 +12,6 @@ import (
 	"time"
 
 	"github.com/levee-go/levee/internal/harness/loadgen"
-	"github.com/levee-go/levee/internal/harness/target"
 )
 
 // ceilingResult is what -ceiling measured on one scenario's server: the
@@ -21,7 +20,11 @@ import (
 // GetStock at (spike load − 1) × the capacity — the refusals a spike
 // brings beside the calls a perfect protection would admit.
 type ceilingResult struct {
-	Scenario string  `json:"scenario"`
+	Scenario string `json:"scenario"`
+	// Server is the protection of the server: the refusal in grpc-go's
+	// tap (levee-refuse-stock), in connectguard's or httpguard's
+	// middleware.
+	Server   string  `json:"server"`
 	Capacity float64 `json:"capacity"` // units of work/s, measured on the unprotected server
 	// Alone and Flooded are units of work/s on the refuse-stock server,
 	// alone and under the flood, in turn: Alone[i] and Alone[i+1] are
@@ -55,10 +58,6 @@ type ceilingResult struct {
 // times the capacity; the closed-loop Allocate callers are those of the
 // capacity measurement.
 func runCeiling(ctx context.Context, cfg *config, pl *placement, stdout, stderr io.Writer) ([]ceilingResult, error) {
-	refuse, ok := protectionNamed("levee-refuse-stock")
-	if !ok {
-		return nil, fmt.Errorf("-ceiling: no levee-refuse-stock protection")
-	}
 	var out []ceilingResult
 	for _, sc := range cfg.scenarios {
 		if sc.load == loadStream || sc.mixed || sc.slowSpike {
@@ -70,11 +69,17 @@ func runCeiling(ctx context.Context, cfg *config, pl *placement, stdout, stderr 
 		if err != nil {
 			return nil, err
 		}
-		r, err := ceilingOne(ctx, cfg, pl, sc, m, refuse, stderr)
-		if err != nil {
-			return nil, fmt.Errorf("%s: -ceiling: %w", sc.name, err)
+		for _, refuse := range cfg.protections {
+			if refuse.connect != nil && sc.server.Feed || refuse.http != nil && sc.server.shaped() {
+				fmt.Fprintf(stderr, "peers: -ceiling: %s on %s skipped (not served on that transport)\n", sc.name, refuse.name)
+				continue
+			}
+			r, err := ceilingOne(ctx, cfg, pl, sc, m, refuse, stderr)
+			if err != nil {
+				return nil, fmt.Errorf("%s: -ceiling on %s: %w", sc.name, refuse.name, err)
+			}
+			out = append(out, r)
 		}
-		out = append(out, r)
 	}
 	writeCeiling(stdout, cfg, out)
 	return out, nil
@@ -86,7 +91,7 @@ func ceilingOne(ctx context.Context, cfg *config, pl *placement, sc scenario, m 
 		return ceilingResult{}, err
 	}
 	defer stop()
-	flood, err := target.Dial(ctx, srv.addr, 1, serverStartTimeout)
+	flood, err := dialEndpoint(ctx, srv, refuse)
 	if err != nil {
 		return ceilingResult{}, err
 	}
@@ -97,7 +102,7 @@ func ceilingOne(ctx context.Context, cfg *config, pl *placement, sc scenario, m 
 	}
 	defer closeR()
 
-	res := ceilingResult{Scenario: sc.name, Capacity: m.work, FloodRate: (cfg.spikeLoad - 1) * m.capacity}
+	res := ceilingResult{Scenario: sc.name, Server: refuse.name, Capacity: m.work, FloodRate: (cfg.spikeLoad - 1) * m.capacity}
 	closedLoop := func() (float64, error) {
 		_, work, err := calibrate(ctx, r.request(), sc.load, cfg.ceilingMul*sc.calWorkers, cfg.calibrate/4, cfg.calibrate)
 		return work, err
@@ -122,8 +127,8 @@ func ceilingOne(ctx context.Context, cfg *config, pl *placement, sc scenario, m 
 	sorted := slices.Clone(res.Ratios)
 	slices.Sort(sorted)
 	res.CeilingPct = sorted[len(sorted)/2]
-	fmt.Fprintf(stderr, "peers: %s: ceiling %.0f%% (closed-loop alone %.0f/s, under %.0f refused GetStock/s %.0f/s; ratios %.0f%%)\n",
-		sc.name, res.CeilingPct, res.Alone, res.FloodRate, res.Flooded, res.Ratios)
+	fmt.Fprintf(stderr, "peers: %s on %s: ceiling %.0f%% (closed-loop alone %.0f/s, under %.0f refused GetStock/s %.0f/s; ratios %.0f%%)\n",
+		sc.name, refuse.name, res.CeilingPct, res.Alone, res.FloodRate, res.Flooded, res.Ratios)
 	return res, nil
 }
 
@@ -137,10 +142,10 @@ const ceilingRounds = 3
 // floodedLoop measures Allocate closed-loop (closedLoop) while a flood of
 // GetStock at rate/s arrives as the scenario's spike would, and notes in
 // res the CPU and the share refused of the flood.
-func floodedLoop(ctx context.Context, cfg *config, pl *placement, sc scenario, srv *server, flood *target.Target, closedLoop func() (float64, error), rate float64, res *ceilingResult) (float64, error) {
+func floodedLoop(ctx context.Context, cfg *config, pl *placement, sc scenario, srv *server, flood endpoint, closedLoop func() (float64, error), rate float64, res *ceilingResult) (float64, error) {
 	// The flood runs from the closed loop's warm-up to its end.
 	span := cfg.calibrate/4 + cfg.calibrate
-	gen, err := loadgen.New(flood.GetStockCall(), []loadgen.Phase{{Name: "flood", Duration: span + 100*time.Millisecond, Rate: rate}},
+	gen, err := loadgen.New(flood.getStockCall(), []loadgen.Phase{{Name: "flood", Duration: span + 100*time.Millisecond, Rate: rate}},
 		loadgen.WithArrivals(loadgen.Poisson), loadgen.WithDeadline(cfg.deadline), loadgen.WithClumps(sc.clumps), loadgen.WithSeed(3))
 	if err != nil {
 		return 0, err
@@ -171,16 +176,35 @@ func floodedLoop(ctx context.Context, cfg *config, pl *placement, sc scenario, s
 
 // writeCeiling writes -ceiling's table.
 func writeCeiling(w io.Writer, cfg *config, rs []ceilingResult) {
-	fmt.Fprintf(w, "### What refusing a %g× spike in the tap leaves\n\n", cfg.spikeLoad)
-	fmt.Fprintf(w, "Allocate (units of work/s) closed-loop (%d× the capacity measurement's callers) on a server whose tap refuses every GetStock: alone, then while a flood of GetStock at %g× the capacity arrives as the scenario's spike would, in turn, %d flooded windows between %d alone; %v each, after a warm-up of %v. Ceiling: each flooded window as %% of the mean of the two alone beside it, the median of %d.\n\n",
+	fmt.Fprintf(w, "### What refusing a %g× spike as early as the transport allows leaves\n\n", cfg.spikeLoad)
+	fmt.Fprintf(w, "Allocate (units of work/s) closed-loop (%d× the capacity measurement's callers) on a server that refuses every GetStock as early as it can (server: levee-refuse-stock in grpc-go's tap, levee-connect-refuse-stock in connectguard's middleware before connect-go reads the body, levee-http-refuse-stock in httpguard's): alone, then while a flood of GetStock at %g× the capacity arrives as the scenario's spike would, in turn, %d flooded windows between %d alone; %v each, after a warm-up of %v. Ceiling: each flooded window as %% of the mean of the two alone beside it, the median of %d.\n\n",
 		cfg.ceilingMul, cfg.spikeLoad-1, ceilingRounds, ceilingRounds+1, cfg.calibrate, cfg.calibrate/4, ceilingRounds)
-	fmt.Fprintln(w, "| scenario | capacity, unprotected (/s) | alone (/s) | flooded (/s) | flood (/s) | refused of it (%) | server CPU flooded (% of one) | others on its CPUs (% of one) | generator CPU (% of one) | ceiling, each round (%) | ceiling (%) |")
-	fmt.Fprintln(w, "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+	fmt.Fprintln(w, "| scenario | server | capacity, unprotected (/s) | alone (/s) | flooded (/s) | flood (/s) | refused of it (%) | server CPU flooded (% of one) | others on its CPUs (% of one) | generator CPU (% of one) | ceiling, each round (%) | ceiling (%) |")
+	fmt.Fprintln(w, "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
 	for _, r := range rs {
-		fmt.Fprintf(w, "| %s | %.0f | %s | %s | %.0f | %s | %s | %s | %s | %s | %.0f |\n",
-			r.Scenario, r.Capacity, list(r.Alone, 0), list(r.Flooded, 0), r.FloodRate, list(r.FloodRefused, 1), list(r.ServerCPU, 0), list(r.OthersCPU, 0), list(r.GeneratorCPU, 0), list(r.Ratios, 0), r.CeilingPct)
+		fmt.Fprintf(w, "| %s | %s | %.0f | %s | %s | %.0f | %s | %s | %s | %s | %s | %.0f |\n",
+			r.Scenario, r.Server, r.Capacity, list(r.Alone, 0), list(r.Flooded, 0), r.FloodRate, list(r.FloodRefused, 1), list(r.ServerCPU, 0), list(r.OthersCPU, 0), list(r.GeneratorCPU, 0), list(r.Ratios, 0), r.CeilingPct)
 	}
 	fmt.Fprintln(w)
+}
+
+// ceilingServers are the servers -ceiling measures on: a bucket at rate
+// 0 on GetStock in grpc-go's tap, in connectguard's middleware (before
+// connect-go reads the body) and in httpguard's; ceilingDefaultProtections
+// is the one measured when -protections is not given.
+const (
+	ceilingServers            = "levee-refuse-stock,levee-connect-refuse-stock,levee-http-refuse-stock"
+	ceilingDefaultProtections = "levee-refuse-stock"
+)
+
+// ceilingServer reports whether p is one of ceilingServers.
+func ceilingServer(p protection) bool {
+	for _, name := range splitList(ceilingServers) {
+		if p.name == name {
+			return true
+		}
+	}
+	return false
 }
 
 // list formats vs with prec decimals, comma-separated.

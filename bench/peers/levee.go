@@ -65,12 +65,7 @@ func leveeHTTP() (mw func(http.Handler) http.Handler, stop func(), err error) {
 	if err != nil {
 		return nil, stop, err
 	}
-	g, err := httpguard.New(p.Engine(), httpguard.WithFlow(func(r *http.Request) string {
-		if m, ok := inventory.HTTPMethods[r.Pattern]; ok {
-			return m
-		}
-		return r.Pattern
-	}))
+	g, err := httpguard.New(p.Engine(), httpguard.WithFlow(jsonFlow))
 	if err != nil {
 		stop()
 		return nil, func() {}, err
@@ -219,19 +214,78 @@ func leveeRefuse(method string) (opts []grpc.ServerOption, stop func(), err erro
 // tapBucket is one token bucket of rate calls/s and burst in grpc-go's
 // transport tap, on methods only.
 func tapBucket(rate float64, burst int, methods ...string) (opts []grpc.ServerOption, stop func(), err error) {
-	bucket, err := ratelimit.NewLimiter(ratelimit.Limit(rate), burst)
+	rules, err := bucketRule(rate, burst, methods...)
 	if err != nil {
 		return nil, func() {}, err
 	}
-	guard, err := grpcguard.New([]decide.Rule{{
-		Name:    "loaded",
-		Methods: methods,
-		Guards:  []admission.Guard{ratelimit.NewGuard("bucket", bucket)},
-	}})
+	guard, err := grpcguard.New(rules)
 	if err != nil {
 		return nil, func() {}, err
 	}
 	return guard.ServerOptions(), func() {}, nil
+}
+
+// bucketRule is the one rule of the bucket entries: a token bucket of
+// rate calls/s and burst on methods only.
+func bucketRule(rate float64, burst int, methods ...string) ([]decide.Rule, error) {
+	bucket, err := ratelimit.NewLimiter(ratelimit.Limit(rate), burst)
+	if err != nil {
+		return nil, err
+	}
+	return []decide.Rule{{
+		Name:    "loaded",
+		Methods: methods,
+		Guards:  []admission.Guard{ratelimit.NewGuard("bucket", bucket)},
+	}}, nil
+}
+
+// connectRefuse refuses every call of method in connectguard's
+// middleware, before connect-go reads the body, with the bucket of
+// leveeBucket at rate 0, and lets every other method through: the
+// connect-go counterpart of leveeRefuse.
+func connectRefuse(method string) (mw func(http.Handler) http.Handler, opts []connect.HandlerOption, stop func(), err error) {
+	rules, err := bucketRule(0, 1, method)
+	if err != nil {
+		return nil, nil, func() {}, err
+	}
+	e, err := decide.New(rules)
+	if err != nil {
+		return nil, nil, func() {}, err
+	}
+	g, err := connectguard.New(e)
+	if err != nil {
+		return nil, nil, func() {}, err
+	}
+	return g.Middleware, []connect.HandlerOption{connect.WithInterceptors(g.Interceptor())}, func() {}, nil
+}
+
+// httpRefuse refuses every request of the JSON route serving method in
+// httpguard's middleware, with the bucket of leveeBucket at rate 0, and
+// lets every other route through: the net/http counterpart of
+// leveeRefuse.
+func httpRefuse(method string) (mw func(http.Handler) http.Handler, stop func(), err error) {
+	rules, err := bucketRule(0, 1, method)
+	if err != nil {
+		return nil, func() {}, err
+	}
+	e, err := decide.New(rules)
+	if err != nil {
+		return nil, func() {}, err
+	}
+	g, err := httpguard.New(e, httpguard.WithFlow(jsonFlow))
+	if err != nil {
+		return nil, func() {}, err
+	}
+	return g.Middleware, func() {}, nil
+}
+
+// jsonFlow names a JSON route's flow after the gRPC method it serves, as
+// `levee serve -transport http` names them.
+func jsonFlow(r *http.Request) string {
+	if m, ok := inventory.HTTPMethods[r.Pattern]; ok {
+		return m
+	}
+	return r.Pattern
 }
 
 // leveeStatic is `levee serve -recipe static` (cmd/levee/policy.go, the

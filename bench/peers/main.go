@@ -28,7 +28,6 @@ import (
 	"time"
 
 	"github.com/levee-go/levee/internal/harness/loadgen"
-	"github.com/levee-go/levee/internal/harness/target"
 )
 
 func main() {
@@ -105,7 +104,7 @@ func parse(args []string, stderr io.Writer) (*config, error) {
 	fs.BoolVar(&cfg.cgroup, "cgroup", true, "run each server in a cgroup of one CPU when possible (Linux, root)")
 	fs.BoolVar(&cfg.progress, "progress", false, "print the load generator's progress every second on stderr")
 	fs.StringVar(&cfg.jsonOut, "json", "", "also write every run's full results as JSON to this `file`")
-	fs.BoolVar(&cfg.ceiling, "ceiling", false, "instead of the runs, measure for each scenario what a server keeps of its capacity, closed-loop, while grpc-go's tap refuses a flood at (spike-load - 1) times it: about the most a protection that refuses in the tap keeps in that spike (-protections is ignored)")
+	fs.BoolVar(&cfg.ceiling, "ceiling", false, "instead of the runs, measure for each scenario what a server keeps of its capacity, closed-loop, while grpc-go's tap refuses a flood at (spike-load - 1) times it: about the most a protection that refuses in the tap keeps in that spike (-protections: the servers, some of "+ceilingServers+"; default "+ceilingDefaultProtections+")")
 	dbConns := fs.Int("db-conns", 0, "the io scenario's database `connections` (0: its 8): with -db-latency, an I/O-bound server with a pool of another size")
 	dbLatency := fs.Duration("db-latency", 0, "the io scenario's query `time` (0: its 10ms)")
 	fs.IntVar(&cfg.ceilingMul, "ceiling-callers", 4, "-ceiling's closed-loop callers, as a `multiple` of the capacity measurement's: enough to keep the server busy while the load generator also sends the flood (clumps: 4), not so many that long CPU-bound calls time-share (cores2: 1)")
@@ -118,12 +117,13 @@ func parse(args []string, stderr io.Writer) (*config, error) {
 	if err := fs.Parse(args); err != nil {
 		return nil, err
 	}
-	if cfg.peak {
-		given := false
-		fs.Visit(func(f *flag.Flag) { given = given || f.Name == "protections" })
-		if !given {
-			*prot = peakDefaultProtections
-		}
+	given := false
+	fs.Visit(func(f *flag.Flag) { given = given || f.Name == "protections" })
+	switch {
+	case cfg.peak && !given:
+		*prot = peakDefaultProtections
+	case cfg.ceiling && !given:
+		*prot = ceilingDefaultProtections
 	}
 	if fs.NArg() > 0 {
 		return nil, fmt.Errorf("unexpected arguments %q", fs.Args())
@@ -165,9 +165,12 @@ func parse(args []string, stderr io.Writer) (*config, error) {
 		return nil, errors.New("-scenarios and -protections must each name at least one")
 	}
 	for _, p := range cfg.protections {
+		if cfg.ceiling && !ceilingServer(p) {
+			return nil, fmt.Errorf("-ceiling -protections: %s is not a server of -ceiling (want some of %s)", p.name, ceilingServers)
+		}
 		for _, sc := range cfg.scenarios {
 			if cfg.peak || cfg.ceiling {
-				break // their own scenario: a near-free handler; and no protection
+				break // their own scenario (a near-free handler), or what they skip
 			}
 			if p.connect != nil && sc.server.Feed {
 				return nil, fmt.Errorf("-protections %s serves through connect-go, which serves no Feed stream here: leave out -scenarios %s", p.name, sc.name)
@@ -265,11 +268,23 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		res := scenarioResult{Scenario: sc.name, About: sc.about, Capacity: m.capacity, Work: m.work, SlowCapacity: m.slowCapacity,
 			WorkIterations: m.workIterations, CapacityOthers: m.others, Phases: scfg.phases(m.capacity), Placement: where, sc: sc}
 		for _, p := range cfg.protections {
+			t := p.transport()
+			if t != transportGRPC {
+				key := sc.capacityKey() + "/" + t
+				if _, ok := caps[key]; !ok {
+					if caps[key], err = measureOn(ctx, cfg, pl, sc, m, t, stderr); err != nil {
+						return err
+					}
+				}
+				res.addTransport(t, caps[key])
+			}
+		}
+		for _, p := range cfg.protections {
 			rr, err := runOne(ctx, scfg, pl, sc, m, p, stderr)
 			if err != nil {
 				return fmt.Errorf("%s/%s: %w", sc.name, p.name, err)
 			}
-			s := scoreRun(p, scfg, sc, m, rr)
+			s := scoreRun(p, scfg, sc, res.yardstick(m, p), rr)
 			fmt.Fprintf(stderr, "peers: %s/%s: refused %.2f%% at %gx, %.2f%% at %gx; spike goodput %.0f%%; recovery first second %.0f%%\n",
 				sc.name, p.name, s.NormalRefused, cfg.normalLoad, s.HighRefused, cfg.highLoad, s.SpikeGoodput, s.Recovery)
 			res.Scores = append(res.Scores, s)
@@ -306,7 +321,24 @@ func writeJSON(path string, v any) error {
 // measures the capacity with the dependency slow.
 func measure(ctx context.Context, cfg *config, pl *placement, sc scenario, stderr io.Writer) (measured, error) {
 	spec := sc.server
-	spec.WorkIterations = -1
+	spec.WorkIterations, spec.Protection = -1, "none"
+	return measureSpec(ctx, cfg, pl, sc, spec, stderr)
+}
+
+// measureOn measures the capacity of the scenario's unprotected server
+// served through transport t (connect-go, or the JSON routes on
+// net/http), doing the work of the grpc-go server measured in m: the
+// yardstick of the rows served through t, whose transport costs more
+// or less per call than grpc-go.
+func measureOn(ctx context.Context, cfg *config, pl *placement, sc scenario, m measured, t string, stderr io.Writer) (measured, error) {
+	spec := sc.server
+	spec.WorkIterations, spec.Protection = m.workIterations, "none-"+t
+	return measureSpec(ctx, cfg, pl, sc, spec, stderr)
+}
+
+// measureSpec measures the capacity of the server spec describes (and,
+// with slowSpike, with the dependency slow, at the same work).
+func measureSpec(ctx context.Context, cfg *config, pl *placement, sc scenario, spec serverSpec, stderr io.Writer) (measured, error) {
 	m, err := measureOne(ctx, cfg, pl, sc, spec, stderr)
 	if err != nil || !sc.slowSpike {
 		return m, err
@@ -318,18 +350,21 @@ func measure(ctx context.Context, cfg *config, pl *placement, sc scenario, stder
 }
 
 func measureOne(ctx context.Context, cfg *config, pl *placement, sc scenario, spec serverSpec, stderr io.Writer) (measured, error) {
-	spec.Protection = "none"
+	p, ok := protectionNamed(spec.Protection)
+	if !ok {
+		return measured{}, fmt.Errorf("no protection %q to measure the capacity on", spec.Protection)
+	}
 	srv, err := startServer(ctx, pl, spec, prefixed(stderr, "server: "))
 	if err != nil {
 		return measured{}, err
 	}
 	defer srv.stop()
-	c, err := target.Dial(ctx, srv.addr, 1, serverStartTimeout)
+	e, err := dialEndpoint(ctx, srv, p)
 	if err != nil {
 		return measured{}, err
 	}
-	defer c.Close()
-	r, closeR, err := dialRequester(sc.load, endpoint{grpc: c}, srv.addr, fmt.Sprintf("calibrate-%d", time.Now().UnixNano()))
+	defer e.Close()
+	r, closeR, err := dialRequester(sc.load, e, srv.addr, fmt.Sprintf("calibrate-%d", time.Now().UnixNano()))
 	if err != nil {
 		return measured{}, err
 	}
@@ -352,8 +387,8 @@ func measureOne(ctx context.Context, cfg *config, pl *placement, sc scenario, sp
 	if spec.DepSlow {
 		slow = fmt.Sprintf(", dependency %g× slower", spec.DepSlowdown)
 	}
-	fmt.Fprintf(stderr, "peers: %s server%s: capacity %.0f requests/s, %.0f units of work/s (%d callers closed-loop for %v), %d SHA-256 rounds per unit; anything else on its CPUs meanwhile %.0f%% of one\n",
-		sc.name, slow, calls, work, sc.calWorkers, cfg.calibrate, srv.workIter, others)
+	fmt.Fprintf(stderr, "peers: %s server%s%s: capacity %.0f requests/s, %.0f units of work/s (%d callers closed-loop for %v), %d SHA-256 rounds per unit; anything else on its CPUs meanwhile %.0f%% of one\n",
+		sc.name, transportLabel(p.transport()), slow, calls, work, sc.calWorkers, cfg.calibrate, srv.workIter, others)
 	return measured{capacity: calls, work: work, workIterations: srv.workIter, others: others}, nil
 }
 
@@ -542,7 +577,7 @@ func writeNotes(w io.Writer, cfg *config, pl *placement, results []scenarioResul
 		}
 	}
 	fmt.Fprintf(w, "- Refused at %g× and %g×: share of the calls scheduled in the phases at %g× and %g× the capacity that were refused; anything above 0 refuses work the server could do. "+
-		"Spike goodput: calls that succeeded during the spike per second, as %% of the measured capacity (heavytail, twokinds: units of work, the request's quantity, as %% of the units/s measured; slowdep: calls that succeeded while the dependency was slow, by completion time, as %% of the capacity measured with it slow). "+
+		"Spike goodput: calls that succeeded during the spike per second, as %% of the measured capacity (a row served through connect-go or net/http: of the capacity measured on that transport's unprotected server; heavytail, twokinds: units of work, the request's quantity, as %% of the units/s measured; slowdep: calls that succeeded while the dependency was slow, by completion time, as %% of the capacity measured with it slow). "+
 		"Served during the spike: the calls (units of work) that succeeded between the spike's start and its end by completion time, whenever scheduled, per second as %% of the capacity; a protection that admits more than the server serves in the spike serves the rest after its end, which the goodput counts and this does not (the recovery's first second pays for it). "+
 		"Recovery: share of the calls scheduled in the first second after the spike (and in the whole recovery) that succeeded. Calls count in the phase in which they were scheduled.\n",
 		cfg.normalLoad, cfg.highLoad, cfg.normalLoad, cfg.highLoad)

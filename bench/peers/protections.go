@@ -176,10 +176,69 @@ var protections = []protection{
 		extra: true,
 	},
 	{
+		name: "levee-connect-refuse-all", label: "levee refusing every call on connect-go", short: "levee connect refuse-all",
+		about: "levee-refuse-all's bucket in connectguard's middleware, before connect-go reads the body: connect-go's counterpart of levee-refuse-all, what refusing the whole load costs a connect-go server (not in the default run)",
+		connect: func(serverSpec) (func(http.Handler) http.Handler, []connect.HandlerOption, func(), error) {
+			return connectRefuse(allocateMethod)
+		},
+		extra: true,
+	},
+	{
+		name: "levee-connect-refuse-stock", label: "levee refusing every GetStock on connect-go", short: "levee connect refuse-stock",
+		about: "levee-refuse-stock's bucket in connectguard's middleware: -ceiling's server on connect-go (not in the default run)",
+		connect: func(serverSpec) (func(http.Handler) http.Handler, []connect.HandlerOption, func(), error) {
+			return connectRefuse(stockMethod)
+		},
+		extra: true,
+	},
+	{
+		name: "levee-http-refuse-all", label: "levee refusing every Allocate on net/http", short: "levee http refuse-all",
+		about: "levee-refuse-all's bucket in httpguard's middleware in front of the JSON routes: what refusing the whole load costs a net/http server (not in the default run)",
+		http:  func(serverSpec) (func(http.Handler) http.Handler, func(), error) { return httpRefuse(allocateMethod) },
+		extra: true,
+	},
+	{
+		name: "levee-http-refuse-stock", label: "levee refusing every GetStock on net/http", short: "levee http refuse-stock",
+		about: "levee-refuse-stock's bucket in httpguard's middleware: -ceiling's server on net/http (not in the default run)",
+		http:  func(serverSpec) (func(http.Handler) http.Handler, func(), error) { return httpRefuse(stockMethod) },
+		extra: true,
+	},
+	{
 		name: "levee-static", label: "levee static recipe (told the capacity)", short: "levee static",
 		about: "levee serve -recipe static, a fixed chain sized from the measured capacity and CPU work (levee.go)",
 		build: func(serverSpec) ([]grpc.ServerOption, func(), error) { return leveeStatic() },
 	},
+}
+
+// The transports a protection serves the inventory through.
+const (
+	transportGRPC    = "grpc"    // grpc-go
+	transportConnect = "connect" // connect-go, the load through its gRPC protocol
+	transportHTTP    = "http"    // the JSON routes on net/http
+)
+
+// transport returns the transport p serves the inventory through. The
+// unprotected server of each is "none-" + its name ("none" for grpc-go).
+func (p protection) transport() string {
+	switch {
+	case p.connect != nil:
+		return transportConnect
+	case p.http != nil:
+		return transportHTTP
+	}
+	return transportGRPC
+}
+
+// transportLabel names transport t after a server in the notes: "" for
+// grpc-go, the transport the capacity is otherwise measured on.
+func transportLabel(t string) string {
+	switch t {
+	case transportConnect:
+		return " on connect-go"
+	case transportHTTP:
+		return " on net/http (JSON)"
+	}
+	return ""
 }
 
 // protectionNamed returns the protection called name.

@@ -231,6 +231,11 @@ type scenarioResult struct {
 	// else while the capacity was measured, % of one CPU (-1: unknown).
 	CapacityOthers float64         `json:"capacity_others_cpu_pct"`
 	Phases         []loadgen.Phase `json:"phases"`
+	// Transports are the capacities of the unprotected server on the
+	// other transports of the run's rows (connect-go, net/http), at the
+	// same work: each row's goodput is a share of its own transport's
+	// (yardstick); the load is the grpc-go server's for every row.
+	Transports []transportCapacity `json:"transports,omitempty"`
 	// Placement says where the servers and the generator ran.
 	Placement string  `json:"placement"`
 	Scores    []score `json:"scores"`
@@ -238,6 +243,40 @@ type scenarioResult struct {
 	Runs []runResult `json:"runs"`
 
 	sc scenario
+}
+
+// transportCapacity is the capacity of a scenario's unprotected server
+// on a transport other than grpc-go.
+type transportCapacity struct {
+	Transport    string  `json:"transport"`
+	Capacity     float64 `json:"capacity"`
+	Work         float64 `json:"work_capacity"`
+	SlowCapacity float64 `json:"slow_capacity,omitempty"`
+	Others       float64 `json:"capacity_others_cpu_pct"`
+}
+
+// addTransport records the capacity measured on transport t.
+func (r *scenarioResult) addTransport(t string, m measured) {
+	for _, tc := range r.Transports {
+		if tc.Transport == t {
+			return
+		}
+	}
+	r.Transports = append(r.Transports, transportCapacity{Transport: t, Capacity: m.capacity, Work: m.work, SlowCapacity: m.slowCapacity, Others: m.others})
+}
+
+// yardstick returns what the row of p is scored against: m, the grpc-go
+// server's capacity, with the capacities of p's own transport when it
+// is another. A transport that costs more per call serves less at its
+// best; against grpc-go's capacity its rows would be charged for it.
+func (r *scenarioResult) yardstick(m measured, p protection) measured {
+	t := p.transport()
+	for _, tc := range r.Transports {
+		if tc.Transport == t {
+			m.capacity, m.work, m.slowCapacity = tc.Capacity, tc.Work, tc.SlowCapacity
+		}
+	}
+	return m
 }
 
 type runResult struct {
@@ -298,6 +337,16 @@ func writeTable(w io.Writer, cfg *config, r scenarioResult) {
 	}
 	fmt.Fprintf(w, "%s, measured closed-loop on the unprotected server%s; %d SHA-256 rounds per Allocate (or per unit) in every server. Phases: %s; the phases at %s and %s%s. Poisson arrivals, deadline %v.\n\n",
 		capacity, disturbed, r.WorkIterations, strings.Join(ph, ", "), loadName(cfg.normalLoad), loadName(cfg.highLoad), calls, cfg.deadline)
+	for _, tc := range r.Transports {
+		fmt.Fprintf(w, "Capacity%s: %.0f %s (%.0f%% of grpc-go's)", transportLabel(tc.Transport), tc.Capacity, what, pct(tc.Capacity, r.Capacity))
+		if sc.load.variable() {
+			fmt.Fprintf(w, ", %.0f units of work/s", tc.Work)
+		}
+		if sc.slowSpike {
+			fmt.Fprintf(w, "; %.0f/s with the dependency slowed", tc.SlowCapacity)
+		}
+		fmt.Fprintf(w, ", measured the same way on the unprotected server of that transport: the yardstick of its rows' goodput (their load is grpc-go's).\n\n")
+	}
 
 	goodput := "spike goodput (% of capacity)"
 	switch {
