@@ -103,7 +103,13 @@ func (g *Guard) Engine() *decide.Engine { return g.engine }
 
 // callState is a call the middleware admitted, carried to the
 // interceptor in the request's context (it is that context: the
-// request's, with one more value, itself under stateKey).
+// request's, with one more value, itself under stateKey). It holds the
+// request the handler gets too, so that the call costs one allocation:
+// a net/http middleware hands a value to the handler it wraps only in
+// the request's context, which takes a context and a request of its
+// own; neither can be pooled, since a handler may keep its context
+// after it returns (context.WithoutCancel, a goroutine), and a pooled
+// one would then answer another call's values and cancellation.
 type callState struct {
 	context.Context
 
@@ -112,6 +118,7 @@ type callState struct {
 	call    admission.Call
 	permits admission.Permits
 	phase   uint8
+	req     http.Request // r with this context: what the handler gets
 }
 
 // The phases of a callState. The middleware and the interceptor run on
@@ -151,35 +158,52 @@ var errHandlerPanicked = errors.New("connectguard: handler panicked")
 // whose timeout header is malformed (connect-go answers it
 // INVALID_ARGUMENT before it reads the body), goes to next as it is.
 func (g *Guard) Middleware(next http.Handler) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		method := r.URL.Path
-		rule := g.engine.Match(method)
-		if rule == nil {
-			next.ServeHTTP(w, r)
-			return
+	return &middleware{g: g, next: next}
+}
+
+// middleware is Guard.Middleware's handler: a method, not a closure,
+// which the compiler would copy into each caller of Middleware, where
+// WithContext is not inlined and its copy of the request escapes.
+type middleware struct {
+	g    *Guard
+	next http.Handler
+}
+
+func (m *middleware) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	g, next := m.g, m.next
+	method := r.URL.Path
+	rule := g.engine.Match(method)
+	if rule == nil {
+		next.ServeHTTP(w, r)
+		return
+	}
+	now := g.clock.Now()
+	deadline, ok := requestDeadline(r, now)
+	if !ok {
+		next.ServeHTTP(w, r)
+		return
+	}
+	f := decide.Facts{Ctx: r.Context(), Method: method, Deadline: deadline, Kind: g.kinds.of(method), Lookup: httpfacts.Of(r)}
+	var call admission.Call
+	var permits admission.Permits
+	rule.Fill(f, now, &call)
+	if i, d := rule.Admit(&call, &permits); i >= 0 {
+		rf := rule.Refusal(i, d, call.Key)
+		if g.engine.NoteRefusal(now, d) {
+			rf = rf.Sustained()
 		}
-		now := g.clock.Now()
-		deadline, ok := requestDeadline(r, now)
-		if !ok {
-			next.ServeHTTP(w, r)
-			return
-		}
-		st := &callState{Context: r.Context(), guard: g, rule: rule}
-		f := decide.Facts{Ctx: r.Context(), Method: method, Deadline: deadline, Kind: g.kinds.of(method), Lookup: httpfacts.Of(r)}
-		rule.Fill(f, now, &st.call)
-		if i, d := rule.Admit(&st.call, &st.permits); i >= 0 {
-			rf := rule.Refusal(i, d, st.call.Key)
-			if g.engine.NoteRefusal(now, d) {
-				rf = rf.Sustained()
-			}
-			g.engine.RefusedCall(&st.call, rf)
-			_ = g.errw.Write(w, r, g.refusals.Get(rf, newRefusal).err)
-			return
-		}
-		st.call.Ctx = nil // the handler's context replaces the request's
-		defer g.leave(st)
-		next.ServeHTTP(w, r.WithContext(st))
-	})
+		g.engine.RefusedCall(&call, rf)
+		_ = g.errw.Write(w, r, g.refusals.Get(rf, newRefusal).err)
+		return
+	}
+	call.Ctx = nil // the handler's context replaces the request's
+	st := &callState{Context: r.Context(), guard: g, rule: rule, call: call, permits: permits}
+	defer g.leave(st)
+	// WithContext is inlined and its copy does not escape: copied
+	// into st, the request costs no allocation of its own
+	// (TestAdmittedPathAllocations).
+	st.req = *r.WithContext(st)
+	next.ServeHTTP(w, &st.req)
 }
 
 // leave finishes a call the middleware admitted when the interceptor did

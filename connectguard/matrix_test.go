@@ -3,6 +3,7 @@ package connectguard
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"sync/atomic"
@@ -328,5 +329,43 @@ func TestInterceptorRefusalsAreEachCallsOwn(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+type outerKey struct{}
+
+// A handler behind the middleware reads the values of its request's
+// context, during the call and after it, from a context it kept
+// (context.WithoutCancel): the call's state is no pooled context that a
+// later call would reuse.
+func TestHandlerReadsItsContext(t *testing.T) {
+	g := newGuard(t, 0, guardtest.Pass{})
+	kept := make(chan context.Context, 64)
+	h := connect.NewUnaryHandler(procUnary, func(ctx context.Context, r *connect.Request[msg]) (*connect.Response[msg], error) {
+		if got := ctx.Value(outerKey{}); got != r.Msg.GetValue() {
+			t.Errorf("handler's context: value %v, want %q", got, r.Msg.GetValue())
+		}
+		kept <- context.WithoutCancel(ctx)
+		return connect.NewResponse(r.Msg), nil
+	}, connect.WithInterceptors(g.Interceptor()))
+	outer := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		g.Middleware(h).ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), outerKey{}, r.Header.Get("X-Call"))))
+	})
+	url := serveH2C(t, outer)
+	c := connect.NewClient[msg, msg](newRecorder(t), url+procUnary)
+	var ctxs []context.Context
+	for i := range 32 {
+		v := fmt.Sprint("call-", i)
+		req := connect.NewRequest(wrapperspb.String(v))
+		req.Header().Set("X-Call", v)
+		if _, err := c.CallUnary(context.Background(), req); err != nil {
+			t.Fatal(err)
+		}
+		ctxs = append(ctxs, <-kept)
+	}
+	for i, ctx := range ctxs { // after every call: a reused state would answer a later call's
+		if got, want := ctx.Value(outerKey{}), fmt.Sprint("call-", i); got != want {
+			t.Errorf("context kept from call %d: value %v, want %q", i, got, want)
+		}
 	}
 }
