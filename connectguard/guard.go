@@ -188,11 +188,7 @@ func (m *middleware) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	var permits admission.Permits
 	rule.Fill(f, now, &call)
 	if i, d := rule.Admit(&call, &permits); i >= 0 {
-		rf := rule.Refusal(i, d, call.Key)
-		if g.engine.NoteRefusal(now, d) {
-			rf = rf.Sustained()
-		}
-		g.engine.RefusedCall(&call, rf)
+		rf := g.engine.Refuse(rule, i, d, &call, now)
 		_ = g.errw.Write(w, r, g.refusals.Get(rf, newRefusal).err)
 		return
 	}
@@ -411,12 +407,7 @@ func (g *Guard) start(ctx context.Context, st *callState, kind decide.Kind) (adm
 	c.Now = now
 	if i, d := st.rule.Start(&c, &st.permits); i >= 0 {
 		st.phase = phaseDone
-		rf := st.rule.Refusal(i, d, c.Key)
-		if g.engine.NoteRefusal(now, d) {
-			rf = rf.Sustained()
-		}
-		g.engine.RefusedCall(&c, rf)
-		return c, g.refusalError(rf)
+		return c, g.refusalError(g.engine.Refuse(st.rule, i, d, &c, now))
 	}
 	st.phase = phaseRunning
 	st.call = c // what the middleware finishes if the handler panics
@@ -437,12 +428,7 @@ func (g *Guard) enter(rule *decide.Compiled, f decide.Facts, c *admission.Call, 
 	now := g.clock.Now()
 	rule.Fill(f, now, c)
 	if i, d := rule.Enter(c, permits); i >= 0 {
-		rf := rule.Refusal(i, d, c.Key)
-		if g.engine.NoteRefusal(now, d) {
-			rf = rf.Sustained()
-		}
-		g.engine.RefusedCall(c, rf)
-		return g.refusalError(rf)
+		return g.refusalError(g.engine.Refuse(rule, i, d, c, now))
 	}
 	if rule.HasStarters() {
 		c.Now = g.clock.Now() // the handler starts after its turn: see outcome

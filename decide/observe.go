@@ -127,6 +127,22 @@ func (e *Engine) RefusedCall(c *admission.Call, rf Refusal) {
 	e.Refused(RefusalEvent{Time: c.Now, Method: c.Method, Class: c.Class, Tenant: c.Tenant, Refusal: rf})
 }
 
+// Refuse is what a front-end does when guard i of rule r (the index its
+// Admit, Enter or Start returned) refused the call c at now, deciding d:
+// it returns the refusal (Compiled.Refusal), told not to retry when
+// refusals have been sustained (NoteRefusal, Refusal.Sustained), and
+// records it (RefusedCall). A front-end whose sustained refusals depend
+// on more than NoteRefusal takes these steps itself. It allocates nothing
+// once the refusal's series exists.
+func (e *Engine) Refuse(r *Compiled, i int, d admission.Decision, c *admission.Call, now time.Time) Refusal {
+	rf := r.Refusal(i, d, c.Key)
+	if e.NoteRefusal(now, d) {
+		rf = rf.Sustained()
+	}
+	e.RefusedCall(c, rf)
+	return rf
+}
+
 // LimitChanged tells the Observer's OnLimitChange, if one is set, that a
 // learned limit moved. protect.New calls it for its run limit's moves;
 // call it for the moves of an adaptive guard of your own.

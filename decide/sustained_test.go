@@ -101,3 +101,37 @@ func TestPreviousAttempts(t *testing.T) {
 		}
 	}
 }
+
+// Engine.Refuse: the refusal of the refusing guard, told not to retry
+// once refusals are sustained, and recorded with the engine each time.
+func TestEngineRefuse(t *testing.T) {
+	e, err := New([]Rule{{Name: "r", Guards: []admission.Guard{refuser{}}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := e.Match("/s/M")
+	t0 := time.Unix(1000, 0)
+	d := admission.Refuse("full", time.Second)
+	step := SustainedGap / 2
+	for at := time.Duration(0); at <= SustainedAfter+step; at += step {
+		var c admission.Call
+		r.Fill(Facts{Method: "/s/M"}, t0.Add(at), &c)
+		rf := e.Refuse(r, 0, d, &c, t0.Add(at))
+		if want := at >= SustainedAfter; rf.NoRetry != want || rf.Guard != "refuser" || (rf.Reason == ReasonSustainedOverload) != want {
+			t.Errorf("Refuse at t0+%v = %+v, want NoRetry %t by refuser", at, rf, want)
+		}
+	}
+	var n uint64
+	for _, c := range e.RefusalCounts() {
+		n += c.Count
+	}
+	if want := uint64(SustainedAfter/step + 2); n != want {
+		t.Errorf("RefusalCounts total %d, want %d: one per Refuse", n, want)
+	}
+}
+
+type refuser struct{}
+
+func (refuser) Name() string                                               { return "refuser" }
+func (refuser) Admit(admission.Call) admission.Decision                    { return admission.Refuse("full", time.Second) }
+func (refuser) Finish(admission.Call, admission.Permit, admission.Outcome) {}

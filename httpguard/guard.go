@@ -118,12 +118,7 @@ func (g *Guard) Middleware(next http.Handler) http.Handler {
 		var permits admission.Permits
 		rule.Fill(f, now, &c)
 		if i, d := rule.Enter(&c, &permits); i >= 0 {
-			rf := rule.Refusal(i, d, c.Key)
-			if g.engine.NoteRefusal(now, d) {
-				rf = rf.Sustained()
-			}
-			g.engine.RefusedCall(&c, rf)
-			WriteRefusal(w, rf)
+			WriteRefusal(w, g.engine.Refuse(rule, i, d, &c, now))
 			return
 		}
 		if rule.HasStarters() {
