@@ -32,8 +32,9 @@ type Observer struct {
 	RefusalsPerSecond float64
 	// OnLimitChange is told when a learned limit moves, with the cause of
 	// the move. protect.New wires its run limit's learner to it
-	// (runlimit.Limiter.OnMove); an Engine of your own learns of its
-	// guards' moves through Engine.LimitChanged.
+	// (runlimit.Limiter.OnMove), and a policy.Reloader every run limit of
+	// the policy in force; an Engine of your own learns of its guards'
+	// moves through Engine.LimitChanged.
 	OnLimitChange func(LimitChange)
 }
 

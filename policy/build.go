@@ -51,8 +51,9 @@ type built struct {
 	shadows map[[2]string]shadowCounter // by rule and guard name
 }
 
-// close stops the instances of b that next does not hold (next may be
-// nil: all of them).
+// closeUnused stops the instances of b that next does not hold (next
+// may be nil: all of them), and stops telling the moves of their run
+// limits.
 func (b *built) closeUnused(next *built) {
 	if b == nil {
 		return
@@ -61,8 +62,23 @@ func (b *built) closeUnused(next *built) {
 		if next != nil && next.inst[k] == in {
 			continue
 		}
+		if l, ok := in.Value.(*runlimit.Limiter); ok {
+			l.OnMove(nil)
+		}
 		if in.Close != nil {
 			in.Close()
+		}
+	}
+}
+
+// tellMoves tells e's Observer (decide.Observer.OnLimitChange) of the
+// moves of every run limit of b: the preset's, and each runlimit guard's,
+// by its guard's name. Telling again those a previous build made, and
+// this one kept, changes nothing.
+func (b *built) tellMoves(e *decide.Engine) {
+	for _, in := range b.inst {
+		if l, ok := in.Value.(*runlimit.Limiter); ok && in.Guard != nil {
+			preset.TellMoves(e, in.Guard.Name(), l)
 		}
 	}
 }

@@ -85,6 +85,13 @@ func WithLogf(logf func(format string, args ...any)) Option {
 // whose guards and shadow mode did not change keeps its decision counts.
 // Guards no longer used are stopped, and their counts leave Stats.
 //
+// The engine's Observer (Engine().SetObserver) outlives reloads: it is
+// told of the refusals of every policy put in force, and of each move of
+// the learned limit of every run limit the policy in force holds (the
+// preset's, Guard "run", and each runlimit guard's, by its name), a run
+// limit a reload made included; a run limit a reload dropped is no
+// longer told of.
+//
 // Create one with NewReloader; the zero value is not usable. A Reloader is
 // safe for concurrent use. Close it when the gRPC server has stopped.
 type Reloader struct {
@@ -160,6 +167,7 @@ func NewReloader(path string, opts ...Option) (*Reloader, error) {
 		r.closeMonitor()
 		return nil, fmt.Errorf("policy: %w", err)
 	}
+	b.tellMoves(e)
 	r.engine, r.server = e, srv
 	r.lastBytes = data
 	r.cur.Store(b)
@@ -277,6 +285,7 @@ func (r *Reloader) apply(data []byte) error {
 	if err != nil {
 		return err
 	}
+	b.tellMoves(r.engine)
 	if err := r.engine.Swap(b.rules, decide.WithExempt(b.exempt...)); err != nil {
 		b.closeUnused(prev)
 		return fmt.Errorf("policy: %w", err)

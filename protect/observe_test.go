@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"net/http"
 	"net/http/httptest"
-	"sync"
 	"testing"
 	"time"
 
@@ -15,46 +14,18 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/levee-go/levee/decide"
+	"github.com/levee-go/levee/internal/guardtest"
 	"github.com/levee-go/levee/protect"
 	"github.com/levee-go/levee/statuspage"
 )
-
-// events collects what an Observer is told.
-type events struct {
-	mu       sync.Mutex
-	refusals []decide.RefusalEvent
-	changes  []decide.LimitChange
-}
-
-func (e *events) observer() decide.Observer {
-	return decide.Observer{
-		RefusalsPerSecond: -1,
-		OnRefusal: func(ev decide.RefusalEvent) {
-			e.mu.Lock()
-			e.refusals = append(e.refusals, ev)
-			e.mu.Unlock()
-		},
-		OnLimitChange: func(c decide.LimitChange) {
-			e.mu.Lock()
-			e.changes = append(e.changes, c)
-			e.mu.Unlock()
-		},
-	}
-}
-
-func (e *events) got() ([]decide.RefusalEvent, []decide.LimitChange) {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	return append([]decide.RefusalEvent(nil), e.refusals...), append([]decide.LimitChange(nil), e.changes...)
-}
 
 // TestObserverAndDebugHandler: WithObserver is told of refusals (here a
 // tenant's call beyond WithMaxRate) and of the run limit's moves with
 // their causes; DebugHandler shows the same refusal and the moves, and
 // WithObserver's callbacks are still told after it.
 func TestObserverAndDebugHandler(t *testing.T) {
-	var ev events
-	p, client := serve(t, &service{}, protect.WithMaxRate(1e-9), protect.WithObserver(ev.observer()),
+	var ev guardtest.Observed
+	p, client := serve(t, &service{}, protect.WithMaxRate(1e-9), protect.WithObserver(ev.Observer()),
 		protect.WithTenants(decide.HeaderKey("x-tenant-id"), nil), protect.WithoutMemory())
 	page := p.DebugHandler()
 	if p.DebugHandler() != page {
@@ -67,7 +38,7 @@ func TestObserverAndDebugHandler(t *testing.T) {
 	if _, err := client.EmptyCall(ctx, &testgrpc.Empty{}); status.Code(err) != codes.ResourceExhausted {
 		t.Fatalf("second call beyond the rate: %v, want RESOURCE_EXHAUSTED", err)
 	}
-	refusals, _ := ev.got()
+	refusals, _ := ev.Got()
 	if len(refusals) != 1 || refusals[0].Guard != "rate" || refusals[0].Reason != decide.ReasonRateLimited ||
 		refusals[0].Method != emptyCall || refusals[0].Tenant != "acme" {
 		t.Fatalf("Observer told %+v, want one RATE_LIMITED refusal of %s for acme by rate", refusals, emptyCall)
@@ -85,7 +56,7 @@ func TestObserverAndDebugHandler(t *testing.T) {
 		}
 		tk.Done(start.Add(time.Duration(i+1)*50*time.Millisecond), false)
 	}
-	_, changes := ev.got()
+	_, changes := ev.Got()
 	if len(changes) == 0 || changes[0].Guard != "run" || changes[0].Cause != "probe_start/baseline" || changes[0].To >= changes[0].From {
 		t.Fatalf("Observer told of moves %+v, want the run limit's first baseline probe lowering it", changes)
 	}

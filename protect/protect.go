@@ -454,14 +454,7 @@ func New(opts ...Option) (*Server, error) {
 	}
 	p.cpuSignal, p.memSignal, p.observer = signal, mem, o.observer
 	p.engine.SetObserver(o.observer)
-	engine := p.engine
-	p.run.OnMove(func(m runlimit.Move) {
-		cause := string(m.Cause)
-		if m.Probe != "" {
-			cause += "/" + m.Probe
-		}
-		engine.LimitChanged(decide.LimitChange{Time: m.At, Guard: preset.NameRun, From: m.From, To: m.To, Cause: cause})
-	})
+	preset.TellMoves(p.engine, preset.NameRun, p.run)
 	if o.orca {
 		oopts := []grpcguard.ORCAOption{grpcguard.WithORCACapacity(procs{})}
 		if u, ok := signal.(grpcguard.Utilizer); ok {

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/levee-go/levee/admission"
+	"github.com/levee-go/levee/decide"
 	"github.com/levee-go/levee/runlimit"
 )
 
@@ -165,6 +166,48 @@ func (Pass) Start(_ admission.Call, p admission.Permit) admission.Decision {
 
 // Finish does nothing.
 func (Pass) Finish(admission.Call, admission.Permit, admission.Outcome) {}
+
+// Observed records what an engine's Observer is told (Observer): every
+// refusal, unsampled, and every move of a learned limit. Its zero value
+// is ready to use; it is safe for concurrent use.
+type Observed struct {
+	mu       sync.Mutex
+	refusals []decide.RefusalEvent
+	changes  []decide.LimitChange
+}
+
+// Observer returns an Observer that records in o.
+func (o *Observed) Observer() decide.Observer {
+	return decide.Observer{
+		RefusalsPerSecond: -1,
+		OnRefusal: func(ev decide.RefusalEvent) {
+			o.mu.Lock()
+			o.refusals = append(o.refusals, ev)
+			o.mu.Unlock()
+		},
+		OnLimitChange: func(c decide.LimitChange) {
+			o.mu.Lock()
+			o.changes = append(o.changes, c)
+			o.mu.Unlock()
+		},
+	}
+}
+
+// Got returns what o recorded since the last Take (all of it, if none).
+func (o *Observed) Got() ([]decide.RefusalEvent, []decide.LimitChange) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return append([]decide.RefusalEvent(nil), o.refusals...), append([]decide.LimitChange(nil), o.changes...)
+}
+
+// Take returns what o recorded since the last Take, and forgets it.
+func (o *Observed) Take() ([]decide.RefusalEvent, []decide.LimitChange) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	r, c := o.refusals, o.changes
+	o.refusals, o.changes = nil, nil
+	return r, c
+}
 
 // ServeH2C serves h over HTTP/1.1 and cleartext HTTP/2 (as connect-go
 // servers are run) on a loopback port until the test ends, and returns

@@ -167,6 +167,21 @@ type Instance struct {
 	Close func()
 }
 
+// TellMoves tells e's Observer (decide.Engine.LimitChanged) of each move
+// of l from now on, as the moves of the guard named guard, a probe's
+// cause with its kind after a slash ("probe_start/cpu"); it replaces
+// what l told before (runlimit.Limiter.OnMove). protect.New wires its
+// run limit with it, package policy every run limit a policy builds.
+func TellMoves(e *decide.Engine, guard string, l *runlimit.Limiter) {
+	l.OnMove(func(m runlimit.Move) {
+		cause := string(m.Cause)
+		if m.Probe != "" {
+			cause += "/" + m.Probe
+		}
+		e.LimitChanged(decide.LimitChange{Time: m.At, Guard: guard, From: m.From, To: m.To, Cause: cause})
+	})
+}
+
 // Source returns the instance of identity id, made by make if it has
 // none. Identities name a guard's kind and every parameter it was made
 // from: two instances of one identity are interchangeable.
