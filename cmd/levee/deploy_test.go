@@ -148,6 +148,54 @@ func TestDeployQueriesExportedMetrics(t *testing.T) {
 	}
 }
 
+// dashboardGroupings are the breakdowns an operator paged for refusals
+// looks for first: each metric must have a dashboard query that groups it
+// by the label (docs/why-refused.md starts from them).
+var dashboardGroupings = []struct{ metric, label string }{
+	{"levee_decisions_total", "guard"},
+	{"levee_decisions_total", "result"},
+	{"levee_refusals_total", "reason"},
+	{"levee_refusals_total", "evidence"},
+	{"levee_runlimit_refusals_total", "evidence"},
+}
+
+// counterRate matches what must come right before a counter in a
+// dashboard query: a rate or an increase over a range (a counter's raw
+// value says nothing on a graph).
+var counterRate = regexp.MustCompile(`\b(rate|irate|increase)\(\s*$`)
+
+// TestDashboardExplainsRefusals: the dashboard shows refusals by reason
+// and by evidence of overload (levee_refusals_total) beside the decisions,
+// and graphs every counter as a rate or an increase.
+func TestDashboardExplainsRefusals(t *testing.T) {
+	exprs := dashboardExprs(t)
+	for _, want := range dashboardGroupings {
+		found := false
+		for _, e := range exprs {
+			q := parsePromQL(e)
+			if slices.Contains(q.metrics, want.metric) && slices.Contains(q.grouping, want.label) {
+				found = true
+				break
+			}
+		}
+		if !found {
+			t.Errorf("no dashboard query groups %s by %s", want.metric, want.label)
+		}
+	}
+	for _, e := range exprs {
+		for _, m := range parsePromQL(e).metrics {
+			if !strings.HasSuffix(m, "_total") || !strings.Contains(e, "(") { // a bare selector: a template variable's
+				continue
+			}
+			for _, loc := range regexp.MustCompile(`\b`+regexp.QuoteMeta(m)+`\b`).FindAllStringIndex(e, -1) {
+				if !counterRate.MatchString(e[:loc[0]]) {
+					t.Errorf("query %q: counter %s not in rate(...) or increase(...)", e, m)
+				}
+			}
+		}
+	}
+}
+
 // scrapeServe runs `levee serve` with args in this process (a recipe
 // with a capacity bound of 20 calls/s, say), drives a spike of 300
 // calls/s at it with `levee load` for half a second (so that calls are
