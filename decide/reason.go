@@ -8,22 +8,9 @@ const ErrorDomain = "levee"
 // Reason is the stable, machine-readable reason of a refusal in
 // UPPER_SNAKE_CASE (AIP-193): the reason of the google.rpc.ErrorInfo
 // detail (domain ErrorDomain) a refusal carries on the wire, and the
-// reason label of levee_refusals_total. There is one per cause, and the
+// reason label of levee_refusals_total. There is one per cause (the
+// package doc, "Refusal reasons", lists each with its cause), and the
 // reasons are a contract: renaming one is a breaking change.
-//
-//	RUN_QUEUE_FULL        the run limit's queue for a turn cannot take the call (runlimit)
-//	RUN_WAIT_EXPIRED      the call's wait for a turn to run ran out (runlimit)
-//	DEADLINE_TOO_SHORT    the call cannot finish before its deadline (deadline, runlimit); DEADLINE_EXCEEDED
-//	CPU_OVERLOADED        load shed while the CPU is saturated (loadshed)
-//	MEMORY_OVERLOADED     load shed while memory is short (memshed)
-//	RATE_LIMITED          a rate limit of the server, a method or the fleet (ratelimit, redislimit)
-//	PER_KEY_LIMITED       a limit of the call's key: its client, tenant or downstream (per-key guards)
-//	CONCURRENCY_LIMITED   a cap on calls in flight (bulkhead)
-//	QUEUE_DELAY_EXCEEDED  calls waited too long before their handler started (queuedelay)
-//	TOO_MANY_STREAMS      a cap on open streams
-//	CALLER_CANCELED       the caller gave up while the call waited
-//	SUSTAINED_OVERLOAD    any of the above while refusals have gone on for SustainedAfter: do not retry
-//	OVERLOADED            a guard that names no cause (one of your own)
 //
 // See docs/why-refused.md for what each means to a caller and an operator.
 type Reason string
