@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/levee-go/levee/admission"
+	"github.com/levee-go/levee/internal/ewma"
 )
 
 // Reasons of the guard's refusals; both mark the Decision
@@ -212,16 +213,7 @@ func (g *Guard) Finish(c admission.Call, _ admission.Permit, o admission.Outcome
 	if end := int64(c.Now.Add(o.Duration).Sub(g.epoch)); end > v.last.Load() {
 		v.last.Store(end)
 	}
-	for {
-		old := v.svc.Load()
-		nv := int64(o.Duration)
-		if old > 0 {
-			nv = old + (int64(o.Duration)-old)/8
-		}
-		if v.svc.CompareAndSwap(old, nv) {
-			return
-		}
-	}
+	ewma.Update(&v.svc, int64(o.Duration))
 }
 
 // add returns the learned service time of a new method, or nil when the
