@@ -14,6 +14,7 @@ import (
 
 	"github.com/levee-go/levee/admission"
 	"github.com/levee-go/levee/internal/clock"
+	"github.com/levee-go/levee/internal/ewma"
 )
 
 // Defaults of a Limiter.
@@ -879,17 +880,7 @@ func (f *Flow) noteBypassed(d time.Duration, end int64) {
 	if end-f.lastOK.Load() > int64(time.Millisecond) {
 		f.lastOK.Store(end)
 	}
-	svc := int64(max(d, 1))
-	for {
-		old := f.svc.Load()
-		nv := svc
-		if old > 0 {
-			nv = old + (svc-old)/8
-		}
-		if f.svc.CompareAndSwap(old, nv) {
-			return
-		}
-	}
+	ewma.Update(&f.svc, int64(max(d, 1)))
 }
 
 // Ticket is one call's turn. Finish it once with Done or Release. The zero
@@ -1725,16 +1716,7 @@ func (t Ticket) doneAt(end int64, overload bool) {
 		}
 		f.n.Add(1)
 		f.sum.Add(svc)
-		for {
-			old := f.svc.Load()
-			nv := svc
-			if old > 0 {
-				nv = old + (svc-old)/8
-			}
-			if f.svc.CompareAndSwap(old, nv) {
-				break
-			}
-		}
+		ewma.Update(&f.svc, svc)
 		if l.probing.Load() {
 			l.noteProbe(f, t.start, end, svc)
 		}
