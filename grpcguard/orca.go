@@ -19,6 +19,7 @@ import (
 	"google.golang.org/grpc/tap"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/levee-go/levee/cpu"
 	"github.com/levee-go/levee/internal/clock"
 )
 
@@ -44,12 +45,11 @@ const ORCATrailerKey = "endpoint-load-metrics-bin"
 // streams are not load.
 const orcaServicePrefix = "/xds.service.orca.v3.OpenRcaService/"
 
-// Utilizer is a utilisation, a fraction in [0, 1], read when a report is
-// made: *cpu.Monitor is one (the CPU utilisation of this process's
-// allowance).
-type Utilizer interface {
-	Utilization() float64
-}
+// Utilizer is the CPU signal whose utilisation a report carries.
+//
+// Deprecated: use cpu.Signal, which WithORCACPU takes; it has Saturated
+// besides Utilization. Utilizer will be removed in the next release.
+type Utilizer = cpu.Signal
 
 // Capacity is how many calls a server runs at once, read when a report is
 // made: a fixed number (its CPUs, its database pool), or a learned limit
@@ -65,7 +65,7 @@ type Capacity interface {
 type ORCAOption func(*orcaOptions)
 
 type orcaOptions struct {
-	cpu         Utilizer
+	cpu         cpu.Signal
 	capacity    Capacity
 	window      time.Duration
 	minInterval time.Duration
@@ -74,9 +74,10 @@ type orcaOptions struct {
 	appSet      bool
 }
 
-// WithORCACPU reports u as the CPU utilisation (cpu_utilization).
+// WithORCACPU reports the utilisation of c, a CPU signal (a *cpu.Monitor),
+// as the CPU utilisation (cpu_utilization).
 // Default: none, the field is left out.
-func WithORCACPU(u Utilizer) ORCAOption { return func(o *orcaOptions) { o.cpu = u } }
+func WithORCACPU(c cpu.Signal) ORCAOption { return func(o *orcaOptions) { o.cpu = c } }
 
 // WithORCACapacity reports the application utilisation
 // (application_utilization): the mean number of unary calls in the server

@@ -22,11 +22,13 @@ import (
 	"github.com/levee-go/levee/internal/clock/clocktest"
 )
 
-// fixedUtil is a Utilizer that reports what the test stores.
+// fixedUtil is a CPU signal whose utilisation the test stores; it is
+// never saturated (the reports read only the utilisation).
 type fixedUtil struct{ bits atomic.Uint64 }
 
 func (u *fixedUtil) set(v float64)        { u.bits.Store(math.Float64bits(v)) }
 func (u *fixedUtil) Utilization() float64 { return math.Float64frombits(u.bits.Load()) }
+func (u *fixedUtil) Saturated() bool      { return false }
 
 // fixedCap is a Capacity whose limit the test sets.
 type fixedCap struct{ n atomic.Int64 }

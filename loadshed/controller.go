@@ -7,6 +7,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/levee-go/levee/cpu"
 )
 
 // A Target is a limit that can be scaled: the Controller calls SetScaleAt
@@ -27,14 +29,11 @@ type TargetFunc func(now time.Time, f float64) error
 // SetScaleAt returns f(now, scale).
 func (f TargetFunc) SetScaleAt(now time.Time, scale float64) error { return f(now, scale) }
 
-// Signal is the CPU signal a Controller follows; *cpu.Monitor implements
-// it. Follow's goroutine calls it, so it must be safe for concurrent use
-// with whatever else updates it. A nil Signal is a programming error:
-// Follow panics on it.
-type Signal interface {
-	Utilization() float64
-	Saturated() bool
-}
+// Signal is the CPU signal a Controller follows.
+//
+// Deprecated: use cpu.Signal, the same interface, which Follow takes.
+// Signal will be removed in the next release.
+type Signal = cpu.Signal
 
 // Change describes one change of a Controller's scale, or an observation
 // that Observe returned an error for. It is a plain value, safe to copy
@@ -169,12 +168,14 @@ func (c *Controller) apply(now time.Time, f float64) error {
 	return errors.Join(errs...)
 }
 
-// Follow starts a goroutine that, every interval, observes sig at
-// time.Now; Close stops it. Its observations' errors reach the
+// Follow starts a goroutine that, every interval, observes sig (a
+// *cpu.Monitor, say) at time.Now; Close stops it. The goroutine calls
+// sig, so it must be safe for concurrent use with whatever else updates
+// it. Its observations' errors reach the
 // WithOnChange callback as Change.Err. It returns an error if interval
 // <= 0, and starts nothing then. A nil sig, a second Follow and a Follow
 // after Close are programming errors: it panics.
-func (c *Controller) Follow(sig Signal, interval time.Duration) error {
+func (c *Controller) Follow(sig cpu.Signal, interval time.Duration) error {
 	if sig == nil {
 		panic("loadshed: Follow with nil Signal")
 	}
@@ -194,7 +195,7 @@ func (c *Controller) Follow(sig Signal, interval time.Duration) error {
 	return nil
 }
 
-func (c *Controller) follow(sig Signal, interval time.Duration, stop <-chan struct{}, done chan<- struct{}) {
+func (c *Controller) follow(sig cpu.Signal, interval time.Duration, stop <-chan struct{}, done chan<- struct{}) {
 	defer close(done)
 	t := time.NewTicker(interval)
 	defer t.Stop()

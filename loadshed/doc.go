@@ -21,7 +21,7 @@
 //     settles at the scale the CPU can carry instead of swinging between
 //     0.2 and 1.
 //
-// The package imports nothing from levee but defines the small interfaces
-// it needs ([Target], [Signal]); *ratelimit.Limiter and *cpu.Monitor
-// satisfy them.
+// It follows the CPU signal of package cpu ([cpu.Signal]: a *cpu.Monitor,
+// or one of your own) and scales what satisfies the small interface it
+// defines, [Target] (*ratelimit.Limiter does).
 package loadshed

@@ -17,11 +17,11 @@ import (
 )
 
 // CPUSignal is the CPU signal the preset, runlimit and loadshed guards
-// follow; *cpu.Monitor satisfies it.
-type CPUSignal interface {
-	Utilization() float64
-	Saturated() bool
-}
+// follow.
+//
+// Deprecated: use cpu.Signal, the same interface, which WithCPU takes.
+// CPUSignal will be removed in the next release.
+type CPUSignal = cpu.Signal
 
 // MemorySignal is the memory signal the preset follows; *memory.Monitor
 // satisfies it.
@@ -85,7 +85,7 @@ func (b *built) tellMoves(e *decide.Engine) {
 
 // builder builds policies, reusing the instances of prev.
 type builder struct {
-	cpu  CPUSignal    // nil: no CPU signal
+	cpu  cpu.Signal   // nil: no CPU signal
 	mem  MemorySignal // nil: no memory signal
 	prev *built
 	next *built
@@ -131,7 +131,7 @@ func classOf(c Class) admission.Criticality {
 
 // build makes p into rules. On error it stops what it started and
 // returns every problem.
-func build(p *Policy, hash uint64, prev *built, sig CPUSignal, mem MemorySignal) (*built, error) {
+func build(p *Policy, hash uint64, prev *built, sig cpu.Signal, mem MemorySignal) (*built, error) {
 	b := &builder{cpu: sig, mem: mem, prev: prev, next: &built{
 		policy:  p,
 		hash:    hash,
@@ -185,7 +185,7 @@ func (b *builder) instance(id string, make func() (preset.Instance, error)) (pre
 	return in, nil
 }
 
-func (b *builder) cpuFor(on bool) runlimit.CPU {
+func (b *builder) cpuFor(on bool) cpu.Signal {
 	if !on || b.cpu == nil {
 		return nil
 	}

@@ -28,7 +28,7 @@ import (
 type Option func(*options)
 
 type options struct {
-	cpu      CPUSignal
+	cpu      cpu.Signal
 	cpuGiven bool // WithCPU or WithoutCPU
 	mem      MemorySignal
 	memGiven bool // WithMemory or WithoutMemory
@@ -41,7 +41,7 @@ type options struct {
 // Default: the CPU signal protect.New uses — this process's CPU source
 // (cpu.Detect) sampled with the preset's tuning by a monitor the Reloader
 // starts and stops (Reloader.CPU) — or none if no source can be read.
-func WithCPU(c CPUSignal) Option { return func(o *options) { o.cpu, o.cpuGiven = c, true } }
+func WithCPU(c cpu.Signal) Option { return func(o *options) { o.cpu, o.cpuGiven = c, true } }
 
 // WithoutCPU turns the CPU signal off: the run limits then follow service
 // times alone, and a policy with a loadshed guard does not build.

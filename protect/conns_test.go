@@ -121,10 +121,12 @@ func TestWithConnLimitsRejectsNegative(t *testing.T) {
 }
 
 // saturated is a CPU signal that always reads saturated: evidence of
-// overload for the run limit.
+// overload for the run limit. It measures no utilisation (0), so the run
+// limit follows Saturated alone.
 type saturated struct{}
 
-func (saturated) Saturated() bool { return true }
+func (saturated) Utilization() float64 { return 0 }
+func (saturated) Saturated() bool      { return true }
 
 // TestGoAwayUnderSustainedOverload: with the preset's evidence of overload
 // forced on (a CPU that always reads saturated), Server.GoAway sends

@@ -124,7 +124,7 @@ type options struct {
 	methods     map[string]Method
 	methodOrder []string
 	cpuOff      bool
-	cpuSignal   runlimit.CPU
+	cpuSignal   cpu.Signal
 	memOff      bool
 	memSignal   MemorySignal
 	code        decide.Code
@@ -244,7 +244,7 @@ func WithoutCPU() Option { return func(o *options) { o.cpuOff = true } }
 
 // WithCPU gives the run limit a CPU signal of your own instead of
 // detecting one (a *cpu.Monitor you run, or a fake in tests).
-func WithCPU(c runlimit.CPU) Option { return func(o *options) { o.cpuSignal = c } }
+func WithCPU(c cpu.Signal) Option { return func(o *options) { o.cpuSignal = c } }
 
 // MemorySignal is a memory signal: *memory.Monitor satisfies it. The
 // preset guards memory only while Limited is true when New runs.
@@ -372,7 +372,7 @@ type Server struct {
 	connPeer    int  // WithConnLimits; 0: no cap
 	connsSet    bool // WithConnLimits given: ServerOptions adds HandshakeTimeout
 
-	cpuSignal runlimit.CPU     // the CPU signal the run limit follows, if any
+	cpuSignal cpu.Signal       // the CPU signal the run limit follows, if any
 	memSignal MemorySignal     // the memory signal, if any
 	observer  decide.Observer  // WithObserver's
 	pageOnce  sync.Once        // DebugHandler's page, made once
@@ -457,8 +457,8 @@ func New(opts ...Option) (*Server, error) {
 	preset.TellMoves(p.engine, preset.NameRun, p.run)
 	if o.orca {
 		oopts := []grpcguard.ORCAOption{grpcguard.WithORCACapacity(procs{})}
-		if u, ok := signal.(grpcguard.Utilizer); ok {
-			oopts = append(oopts, grpcguard.WithORCACPU(u))
+		if signal != nil {
+			oopts = append(oopts, grpcguard.WithORCACPU(signal))
 		}
 		if p.orca, err = grpcguard.NewORCA(p.guard, append(oopts, o.orcaOpts...)...); err != nil {
 			return nil, err
@@ -603,7 +603,7 @@ func (p *Server) MemoryGuard() *memshed.Shedder { return p.memShed }
 func (p *Server) DebugHandler() http.Handler {
 	p.pageOnce.Do(func() {
 		src := statuspage.Sources{Engine: p.engine}
-		if c, ok := p.cpuSignal.(statuspage.CPUSignal); ok && !isNilPointer(c) {
+		if c, ok := p.cpuSignal.(cpu.ThresholdSignal); ok && !isNilPointer(c) {
 			src.CPU = c
 		}
 		if m, ok := p.memSignal.(statuspage.MemorySignal); ok && !isNilPointer(m) {

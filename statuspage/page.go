@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/levee-go/levee/admission"
+	"github.com/levee-go/levee/cpu"
 	"github.com/levee-go/levee/decide"
 	"github.com/levee-go/levee/memshed"
 	"github.com/levee-go/levee/runlimit"
@@ -30,12 +31,11 @@ const (
 	MaxNameLen = 256
 )
 
-// CPUSignal is a CPU signal a Page shows: *cpu.Monitor satisfies it.
-type CPUSignal interface {
-	Utilization() float64
-	Threshold() float64
-	Saturated() bool
-}
+// CPUSignal is a CPU signal a Page shows.
+//
+// Deprecated: use cpu.ThresholdSignal, the same interface, the type of
+// Sources.CPU. CPUSignal will be removed in the next release.
+type CPUSignal = cpu.ThresholdSignal
 
 // MemorySignal is a memory signal a Page shows: *memory.Monitor
 // satisfies it.
@@ -53,7 +53,7 @@ type Sources struct {
 	// (*memshed.Shedder) are found among its rules at each read.
 	Engine *decide.Engine
 	// CPU is the process's CPU signal (*cpu.Monitor).
-	CPU CPUSignal
+	CPU cpu.ThresholdSignal
 	// Memory is the process's memory signal (*memory.Monitor).
 	Memory MemorySignal
 }

@@ -70,10 +70,12 @@ func TestServeMaxConns(t *testing.T) {
 	}
 }
 
-// saturatedCPU reads saturated: evidence of overload for the preset.
+// saturatedCPU reads saturated: evidence of overload for the preset. It
+// measures no utilisation (0), so the run limit follows Saturated alone.
 type saturatedCPU struct{}
 
-func (saturatedCPU) Saturated() bool { return true }
+func (saturatedCPU) Utilization() float64 { return 0 }
+func (saturatedCPU) Saturated() bool      { return true }
 
 // TestServeGoAway: `levee serve -goaway` with the preset's CPU forced
 // saturated (sustained overload): the server sends GOAWAY, the client

@@ -23,7 +23,7 @@ var below = map[string][]string{
 	"cpu":         {"golang.org/x/sys/"},
 	"memory":      {"golang.org/x/sys/"},
 	"connlimit":   nil,
-	"loadshed":    nil,
+	"loadshed":    {"golang.org/x/sys/"}, // the CPU signal it follows (cpu.Signal), and so cpu's x/sys
 	"memshed":     nil,
 	"deadline":    nil,
 	"queuedelay":  nil,

@@ -137,7 +137,7 @@ type Spec struct {
 	MaxRate        float64 // the server's bucket; 0: none
 	MaxConcurrency int     // the run limit's ceiling; 0: runlimit's own
 	ClientRate     float64 // each peer's bucket; 0: none
-	CPU            runlimit.CPU
+	CPU            cpu.Signal
 	// Memory is the memory signal; nil, or not Limited: no memory guard,
 	// and the chain is as if there were no signal at all.
 	Memory Memory
