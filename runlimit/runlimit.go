@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/levee-go/levee/admission"
+	"github.com/levee-go/levee/cpu"
 	"github.com/levee-go/levee/internal/clock"
 	"github.com/levee-go/levee/internal/ewma"
 )
@@ -54,27 +55,27 @@ var (
 	ErrTimeout = errors.New("runlimit: no turn within the queue target")
 )
 
-// CPU is the CPU signal a Limiter reads: *cpu.Monitor satisfies it.
+// CPU is the CPU signal a Limiter reads (WithCPU): cpu.Signal, which
+// *cpu.Monitor satisfies.
 //
-// A signal that also tells its utilisation and threshold (CPUNow, as
+// A signal that also tells its threshold (cpu.ThresholdSignal, as
 // *cpu.Monitor does) is evidence of overload (Limiter.Overloaded) only
 // once its utilisation has been at or above the threshold, and at least
 // 0.95, for ten intervals (WithInterval); Saturated, which a monitor
 // keeps for a cooldown after the utilisation fell, still holds the
-// limit's growth off. A signal that tells only Saturated is evidence
-// while it says so.
-type CPU interface {
-	// Saturated reports whether the CPU allowance is saturated.
-	Saturated() bool
-}
+// limit's growth off. A signal that tells no threshold is evidence while
+// Saturated says so, whatever its utilisation.
+//
+// Deprecated: use cpu.Signal. CPU, which asked for Saturated alone,
+// will be removed in the next release.
+type CPU = cpu.Signal
 
-// CPUNow is a CPU signal that tells how busy the CPU is now: its smoothed
-// utilisation, a fraction of the allowance, and the threshold at which it
-// is saturated. *cpu.Monitor satisfies it.
-type CPUNow interface {
-	Utilization() float64
-	Threshold() float64
-}
+// CPUNow is a CPU signal that tells how busy the CPU is now and the
+// threshold at which it is saturated.
+//
+// Deprecated: use cpu.ThresholdSignal. CPUNow will be removed in the
+// next release.
+type CPUNow = cpu.ThresholdSignal
 
 // Option configures a Limiter. Options only record values; New validates
 // them. A nil Option is ignored.

@@ -16,10 +16,13 @@ func withProcs(n int) Option { return func(o *options) { o.procs = n } }
 // passes to a lower class (release): a simulation has no poller.
 func withNoPoll() Option { return func(o *options) { o.noPoll = true } }
 
-// fakeCPU is a CPU signal the simulation sets.
+// fakeCPU is a CPU signal the simulation sets. It measures no
+// utilisation (0) and tells no threshold: the Limiter follows Saturated
+// alone.
 type fakeCPU struct{ saturated bool }
 
-func (c *fakeCPU) Saturated() bool { return c.saturated }
+func (c *fakeCPU) Utilization() float64 { return 0 }
+func (c *fakeCPU) Saturated() bool      { return c.saturated }
 
 // service is a simulated server under saturating demand: whenever the
 // Limiter gives a turn, a call starts. Calls progress in steps of dt.

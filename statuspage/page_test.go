@@ -15,11 +15,13 @@ import (
 	"github.com/levee-go/levee/runlimit"
 )
 
-// saturated is a CPU signal that says saturated, and nothing else: a
-// run limit takes it as evidence at once.
+// saturated is a CPU signal that says saturated, measures no
+// utilisation and tells no threshold: a run limit takes it as evidence
+// at once.
 type saturated struct{}
 
-func (saturated) Saturated() bool { return true }
+func (saturated) Utilization() float64 { return 0 }
+func (saturated) Saturated() bool      { return true }
 
 // cpuAt is a CPU monitor's reading.
 type cpuAt struct{ u, th float64 }

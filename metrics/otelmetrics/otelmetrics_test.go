@@ -91,10 +91,12 @@ type fixedScale float64
 func (f fixedScale) Scale() float64 { return float64(f) }
 
 // fakeSource returns one fixed sample with every optional part.
-// saturatedCPU is a CPU signal that always says saturated.
+// saturatedCPU is a CPU signal that always says saturated, and measures
+// no utilisation.
 type saturatedCPU struct{}
 
-func (saturatedCPU) Saturated() bool { return true }
+func (saturatedCPU) Utilization() float64 { return 0 }
+func (saturatedCPU) Saturated() bool      { return true }
 
 type fakeSource struct{}
 
