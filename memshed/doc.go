@@ -6,11 +6,11 @@
 //
 // # What it reads
 //
-// A [Signal]: the share of its memory limit the process heads for
-// (Projected: the next GC's heap against a cgroup limit, the live heap
-// against GOMEMLIMIT), the share of the hard (cgroup) limit it has now
-// (HardUtilization) and the share of CPU its GC takes (GCFraction).
-// *memory.Monitor satisfies it.
+// The memory signal, [memory.Signal]: the share of its memory limit the
+// process heads for (Projected: the next GC's heap against a cgroup
+// limit, the live heap against GOMEMLIMIT), the share of the hard
+// (cgroup) limit it has now (HardUtilization) and the share of CPU its
+// GC takes (GCFraction). *memory.Monitor satisfies it.
 // Pressure is evidence of overload when Projected reaches the threshold
 // ([DefaultThreshold], 0.85), the GC fraction averaged over
 // [GCSmoothing] reaches [DefaultGCThreshold] (0.2), or HardUtilization

@@ -17,6 +17,7 @@ func (p *pressure) Projected() float64       { return p.projected }
 func (p *pressure) HardUtilization() float64 { return p.projected }
 func (p *pressure) HardLimit() uint64        { return 0 }
 func (p *pressure) GCFraction() float64      { return 0.05 }
+func (p *pressure) Limited() bool            { return true }
 
 // A shedder admits everything until memory pressure appears; then it
 // keeps the memory the running calls hold under a budget, lowest class

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/levee-go/levee/admission"
+	"github.com/levee-go/levee/memory"
 )
 
 // ReasonMemory is the refusal of a Shedder.
@@ -107,31 +108,21 @@ const (
 // theirs first, so they are refused first.
 var Shares = [admission.Classes]float64{0.5, 0.75, 1, 1.25}
 
-// Signal is what a Shedder follows; *memory.Monitor satisfies it. Its
-// methods must be safe for concurrent use and cheap.
-type Signal interface {
-	// Projected is the share in [0, 1] of its memory limit the process
-	// heads for.
-	Projected() float64
-	// HardUtilization is the share in [0, 1] of the limit the kernel
-	// enforces (a cgroup's) the process has now, HardLimit that limit in
-	// bytes; both 0 without one. A soft limit (GOMEMLIMIT) is not hard:
-	// the runtime keeps it by collecting more often, which GCFraction
-	// shows.
-	HardUtilization() float64
-	HardLimit() uint64
-	// GCFraction is the share in [0, 1] of CPU time the GC takes.
-	GCFraction() float64
-}
+// Signal is what a Shedder follows.
+//
+// Deprecated: use memory.Signal, which New and NewManual take; it has
+// Limited besides the methods Signal had. Signal will be removed in the
+// next release.
+type Signal = memory.Signal
 
-// HeapSignal is a Signal that also tells what the heap was when its
-// HardUtilization was read; *memory.Monitor is one. The brake then adds
-// what the heap grew by since that instant to what the process had then.
-// A plain Signal's HardUtilization is taken to be of the Shedder's tick,
-// and growth between the Signal's sample and the tick goes uncounted
+// HeapSignal is a memory signal (memory.Signal) that also tells what the
+// heap was when its HardUtilization was read; *memory.Monitor is one. The
+// brake then adds what the heap grew by since that instant to what the
+// process had then. A plain signal's HardUtilization is taken to be of the Shedder's tick,
+// and growth between the signal's sample and the tick goes uncounted
 // until the next sample.
 type HeapSignal interface {
-	Signal
+	memory.Signal
 	// HardSample returns HardUtilization with the bytes of the heap's
 	// objects (live and not yet collected garbage,
 	// /memory/classes/heap/objects:bytes) and of the mapped heap
@@ -209,7 +200,7 @@ type method struct {
 // documentation. Create one with New or NewManual.
 type Shedder struct {
 	name string
-	sig  Signal
+	sig  memory.Signal
 	o    options
 
 	// The brake's state: the limit and what is mapped besides the heap's
@@ -270,7 +261,7 @@ type Shedder struct {
 	closeOnce  sync.Once
 }
 
-func newShedder(name string, sig Signal, opts []Option) (*Shedder, error) {
+func newShedder(name string, sig memory.Signal, opts []Option) (*Shedder, error) {
 	if sig == nil {
 		panic("memshed: nil Signal")
 	}
@@ -300,7 +291,7 @@ func newShedder(name string, sig Signal, opts []Option) (*Shedder, error) {
 // following sig, with a goroutine that ticks it every interval; Close
 // stops it. It returns an error naming every bad option. It panics if
 // sig is nil.
-func New(name string, sig Signal, opts ...Option) (*Shedder, error) {
+func New(name string, sig memory.Signal, opts ...Option) (*Shedder, error) {
 	s, err := newShedder(name, sig, opts)
 	if err != nil {
 		return nil, err
@@ -311,7 +302,7 @@ func New(name string, sig Signal, opts ...Option) (*Shedder, error) {
 }
 
 // NewManual returns a Shedder without a goroutine, ticked by Tick alone.
-func NewManual(name string, sig Signal, opts ...Option) (*Shedder, error) {
+func NewManual(name string, sig memory.Signal, opts ...Option) (*Shedder, error) {
 	return newShedder(name, sig, opts)
 }
 

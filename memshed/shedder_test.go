@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/levee-go/levee/admission"
+	"github.com/levee-go/levee/memory"
 )
 
 var t0 = time.Date(2026, 3, 4, 5, 6, 7, 0, time.UTC)
@@ -47,6 +48,7 @@ func (f *fakeHeap) read() heapReading {
 		softLimit: f.softLimit.Load(), live: f.live.Load(), cycles: f.cycles.Load()}
 }
 func (f *fakeSignal) GCFraction() float64 { return math.Float64frombits(f.gc.Load()) }
+func (f *fakeSignal) Limited() bool       { return true }
 
 // fakeAllocs is the runtime's allocation counter, advanced by the test.
 type fakeAllocs struct{ n atomic.Uint64 }
@@ -472,7 +474,7 @@ func TestBrakeFromTheSample(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			hs := &heapSignal{}
-			var sig Signal = &hs.fakeSignal
+			var sig memory.Signal = &hs.fakeSignal
 			if tc.heap {
 				sig = hs
 			}

@@ -51,6 +51,7 @@ func (f fixedMemory) Projected() float64       { return f.p }
 func (f fixedMemory) HardUtilization() float64 { return f.p }
 func (f fixedMemory) HardLimit() uint64        { return 0 }
 func (f fixedMemory) GCFraction() float64      { return 0 }
+func (f fixedMemory) Limited() bool            { return true }
 
 func TestMemShed(t *testing.T) {
 	s, err := memshed.NewManual("memory", fixedMemory{0.5})

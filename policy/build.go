@@ -11,6 +11,7 @@ import (
 	"github.com/levee-go/levee/decide"
 	"github.com/levee-go/levee/internal/preset"
 	"github.com/levee-go/levee/loadshed"
+	"github.com/levee-go/levee/memory"
 	"github.com/levee-go/levee/queuedelay"
 	"github.com/levee-go/levee/ratelimit"
 	"github.com/levee-go/levee/runlimit"
@@ -23,15 +24,11 @@ import (
 // CPUSignal will be removed in the next release.
 type CPUSignal = cpu.Signal
 
-// MemorySignal is the memory signal the preset follows; *memory.Monitor
-// satisfies it.
-type MemorySignal interface {
-	Projected() float64
-	HardUtilization() float64
-	HardLimit() uint64
-	GCFraction() float64
-	Limited() bool
-}
+// MemorySignal is the memory signal the preset follows.
+//
+// Deprecated: use memory.Signal, the same interface, which WithMemory
+// takes. MemorySignal will be removed in the next release.
+type MemorySignal = memory.Signal
 
 // instance is one guard built from a policy, with what stops it.
 type instance struct {
@@ -85,8 +82,8 @@ func (b *built) tellMoves(e *decide.Engine) {
 
 // builder builds policies, reusing the instances of prev.
 type builder struct {
-	cpu  cpu.Signal   // nil: no CPU signal
-	mem  MemorySignal // nil: no memory signal
+	cpu  cpu.Signal    // nil: no CPU signal
+	mem  memory.Signal // nil: no memory signal
 	prev *built
 	next *built
 	errs []error
@@ -131,7 +128,7 @@ func classOf(c Class) admission.Criticality {
 
 // build makes p into rules. On error it stops what it started and
 // returns every problem.
-func build(p *Policy, hash uint64, prev *built, sig cpu.Signal, mem MemorySignal) (*built, error) {
+func build(p *Policy, hash uint64, prev *built, sig cpu.Signal, mem memory.Signal) (*built, error) {
 	b := &builder{cpu: sig, mem: mem, prev: prev, next: &built{
 		policy:  p,
 		hash:    hash,

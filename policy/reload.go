@@ -30,7 +30,7 @@ type Option func(*options)
 type options struct {
 	cpu      cpu.Signal
 	cpuGiven bool // WithCPU or WithoutCPU
-	mem      MemorySignal
+	mem      memory.Signal
 	memGiven bool // WithMemory or WithoutMemory
 	logf     func(format string, args ...any)
 }
@@ -56,7 +56,7 @@ func WithoutCPU() Option { return func(o *options) { o.cpu, o.cpuGiven = nil, tr
 // by Close). The preset adds its memory
 // guard only if the signal is Limited when a policy is built, and the
 // file's preset.memory is true.
-func WithMemory(m MemorySignal) Option { return func(o *options) { o.mem, o.memGiven = m, true } }
+func WithMemory(m memory.Signal) Option { return func(o *options) { o.mem, o.memGiven = m, true } }
 
 // WithoutMemory turns the memory signal off: the preset has no memory
 // guard.

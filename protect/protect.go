@@ -126,7 +126,7 @@ type options struct {
 	cpuOff      bool
 	cpuSignal   cpu.Signal
 	memOff      bool
-	memSignal   MemorySignal
+	memSignal   memory.Signal
 	code        decide.Code
 	orca        bool
 	orcaOpts    []grpcguard.ORCAOption
@@ -246,15 +246,11 @@ func WithoutCPU() Option { return func(o *options) { o.cpuOff = true } }
 // detecting one (a *cpu.Monitor you run, or a fake in tests).
 func WithCPU(c cpu.Signal) Option { return func(o *options) { o.cpuSignal = c } }
 
-// MemorySignal is a memory signal: *memory.Monitor satisfies it. The
-// preset guards memory only while Limited is true when New runs.
-type MemorySignal interface {
-	Projected() float64
-	HardUtilization() float64
-	HardLimit() uint64
-	GCFraction() float64
-	Limited() bool
-}
+// MemorySignal is a memory signal.
+//
+// Deprecated: use memory.Signal, the same interface, which WithMemory
+// takes. MemorySignal will be removed in the next release.
+type MemorySignal = memory.Signal
 
 // WithoutMemory turns the memory signal off: no memory guard, whatever
 // the process's limit. Default: this process's memory signal
@@ -264,7 +260,7 @@ func WithoutMemory() Option { return func(o *options) { o.memOff = true } }
 // WithMemory gives the preset a memory signal of your own instead of
 // detecting one (a *memory.Monitor you run, or a fake in tests). It
 // guards memory only if the signal is Limited when New runs.
-func WithMemory(m MemorySignal) Option { return func(o *options) { o.memSignal = m } }
+func WithMemory(m memory.Signal) Option { return func(o *options) { o.memSignal = m } }
 
 // WithCode sets the code of refusals: decide.ResourceExhausted (the
 // default) or decide.Unavailable. A gRPC codes.Code of the same value
@@ -373,7 +369,7 @@ type Server struct {
 	connsSet    bool // WithConnLimits given: ServerOptions adds HandshakeTimeout
 
 	cpuSignal cpu.Signal       // the CPU signal the run limit follows, if any
-	memSignal MemorySignal     // the memory signal, if any
+	memSignal memory.Signal    // the memory signal, if any
 	observer  decide.Observer  // WithObserver's
 	pageOnce  sync.Once        // DebugHandler's page, made once
 	page      *statuspage.Page // nil until DebugHandler
@@ -403,7 +399,7 @@ func New(opts ...Option) (*Server, error) {
 			p.monitor, signal = mon, mon
 		}
 	}
-	var mem preset.Memory
+	var mem memory.Signal
 	switch {
 	case o.memOff:
 	case o.memSignal != nil:

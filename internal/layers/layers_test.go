@@ -24,7 +24,7 @@ var below = map[string][]string{
 	"memory":      {"golang.org/x/sys/"},
 	"connlimit":   nil,
 	"loadshed":    {"golang.org/x/sys/"}, // the CPU signal it follows (cpu.Signal), and so cpu's x/sys
-	"memshed":     nil,
+	"memshed":     {"golang.org/x/sys/"}, // the memory signal it follows (memory.Signal), and so memory's x/sys
 	"deadline":    nil,
 	"queuedelay":  nil,
 	"holdoff":     nil,

@@ -114,15 +114,6 @@ func SetSoftLimit(mon *memory.Monitor) (restore func(), limit int64) {
 	}, limit
 }
 
-// Memory is the memory signal the preset follows: *memory.Monitor
-// satisfies it. The preset adds its memory guard only when Limited says
-// the process has a memory limit (a cgroup limit or GOMEMLIMIT) when the
-// preset is built.
-type Memory interface {
-	memshed.Signal
-	Limited() bool
-}
-
 // Method overrides the preset for one full method name.
 type Method struct {
 	Name    string
@@ -140,7 +131,7 @@ type Spec struct {
 	CPU            cpu.Signal
 	// Memory is the memory signal; nil, or not Limited: no memory guard,
 	// and the chain is as if there were no signal at all.
-	Memory Memory
+	Memory memory.Signal
 	Code   decide.Code // 0: decide.ResourceExhausted
 	Shadow bool
 
