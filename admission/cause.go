@@ -72,14 +72,16 @@ const (
 	// run limit; calls running against the most the limit lets run.
 	EvidenceOverrun
 	// EvidenceStanding ("standing"): calls have waited for a turn without
-	// a pause; Threshold is how long they must, in milliseconds.
+	// a pause; how long they have against how long they must, in
+	// milliseconds.
 	EvidenceStanding
 	// EvidenceLane ("lane"): a lane's queue holds more work than the
 	// limit runs in an interval; its queued work against an interval's,
 	// in milliseconds.
 	EvidenceLane
 	// EvidenceSpike ("spike"): calls ask for turns at least twice as fast
-	// as turns end.
+	// as turns end; the calls that asked over the run limit's last
+	// interval and the current one against the most that is no spike.
 	EvidenceSpike
 	// EvidenceServiceTime ("service_time"): the call's time left is
 	// shorter than the method's service time; Threshold is that time, in
