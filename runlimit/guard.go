@@ -355,15 +355,8 @@ func (g *guard) streamTurned(c admission.Call, ln *Lane, t Ticket, err error, ta
 }
 
 func (g *guard) Finish(c admission.Call, p admission.Permit, o admission.Outcome) {
-	served := !o.Skipped && o.Err == nil
 	if st, ok := p.Ref.(*streamTurn); ok {
-		f := st.t.f
-		f.calls.Add(-1)
-		var nf *Flow
-		if served && f.isUnserved {
-			nf = g.l.addFlow(c.Method)
-		}
-		st.finish(nf, !o.Skipped && (o.Err == nil || o.Overload), o.Overload)
+		g.finishStream(c, st, o)
 		return
 	}
 	ln, _ := p.Ref.(*Lane)
@@ -372,7 +365,7 @@ func (g *guard) Finish(c admission.Call, p admission.Permit, o admission.Outcome
 	}
 	f := ln.f
 	f.calls.Add(-1)
-	if served && f.isUnserved {
+	if !o.Skipped && o.Err == nil && f.isUnserved {
 		// The name is served: it gets its own flow, which learns from
 		// this call, if there is room.
 		if nf := g.l.addFlow(c.Method); nf != nil {
@@ -384,19 +377,32 @@ func (g *guard) Finish(c admission.Call, p admission.Permit, o admission.Outcome
 		if !o.Skipped {
 			f.finishUnturned(int64(p.Value & valueOf))
 		}
-		return
 	case p.Value == bypass:
 		if !o.Skipped && o.Err == nil {
 			f.noteBypassed(o.Duration, f.l.nanos(c.Now.Add(o.Duration)))
 		}
-		return
 	case p.Value&turn == 0:
 		if p.Value&reserved != 0 {
 			ln.unreserve(int64(p.Value & valueOf)) // admitted, never started
 		}
-		return
+	default:
+		finishTurn(Ticket{f: f, ln: ln, start: int64(p.Value &^ turn)}, c, o)
 	}
-	t := Ticket{f: f, ln: ln, start: int64(p.Value &^ turn)}
+}
+
+// finishStream ends the stream c that held the turn st.
+func (g *guard) finishStream(c admission.Call, st *streamTurn, o admission.Outcome) {
+	f := st.t.f
+	f.calls.Add(-1)
+	var nf *Flow
+	if !o.Skipped && o.Err == nil && f.isUnserved {
+		nf = g.l.addFlow(c.Method)
+	}
+	st.finish(nf, !o.Skipped && (o.Err == nil || o.Overload), o.Overload)
+}
+
+// finishTurn returns the turn t of the call c, which ended with o.
+func finishTurn(t Ticket, c admission.Call, o admission.Outcome) {
 	if o.Skipped || (o.Err != nil && !o.Overload) {
 		// Never ran, or failed for a reason of its own (canceled by its
 		// caller, refused by the application): its time says nothing of

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"hash/maphash"
+	"maps"
 	"math"
 	"runtime"
 	"slices"
@@ -165,22 +166,7 @@ func (o *options) validate() error {
 	if o.maxTenants < 1 {
 		errs = append(errs, fmt.Errorf("runlimit: WithMaxTenants: n must be >= 1, got %d", o.maxTenants))
 	}
-	names := make([]string, 0, len(o.weights))
-	for k := range o.weights {
-		names = append(names, k)
-	}
-	slices.Sort(names)
-	for _, k := range names {
-		v := o.weights[k]
-		switch {
-		case k == "":
-			errs = append(errs, fmt.Errorf("runlimit: WithTenantWeights: empty tenant name"))
-		case len(k) > MaxTenantLen:
-			errs = append(errs, fmt.Errorf("runlimit: WithTenantWeights: tenant name of %d bytes, longer than %d", len(k), MaxTenantLen))
-		case !(v > 0) || math.IsInf(v, 1) || v > 1e6:
-			errs = append(errs, fmt.Errorf("runlimit: WithTenantWeights: weight of %q must be > 0 and <= 1e6, got %v", k, v))
-		}
-	}
+	errs = append(errs, o.validateWeights()...)
 	if o.floor < 1 || o.ceiling < o.floor {
 		errs = append(errs, fmt.Errorf("runlimit: WithBounds: want 1 <= floor <= ceiling, got floor %d, ceiling %d", o.floor, o.ceiling))
 	}
@@ -194,6 +180,23 @@ func (o *options) validate() error {
 		errs = append(errs, fmt.Errorf("runlimit: WithMaxFlows: n must be >= 1, got %d", o.maxFlows))
 	}
 	return errors.Join(errs...)
+}
+
+// validateWeights checks WithTenantWeights, in the order of the names.
+func (o *options) validateWeights() []error {
+	var errs []error
+	for _, k := range slices.Sorted(maps.Keys(o.weights)) {
+		v := o.weights[k]
+		switch {
+		case k == "":
+			errs = append(errs, fmt.Errorf("runlimit: WithTenantWeights: empty tenant name"))
+		case len(k) > MaxTenantLen:
+			errs = append(errs, fmt.Errorf("runlimit: WithTenantWeights: tenant name of %d bytes, longer than %d", len(k), MaxTenantLen))
+		case !(v > 0) || math.IsInf(v, 1) || v > 1e6:
+			errs = append(errs, fmt.Errorf("runlimit: WithTenantWeights: weight of %q must be > 0 and <= 1e6, got %v", k, v))
+		}
+	}
+	return errs
 }
 
 // Limiter limits and schedules the calls running at once; see the package
