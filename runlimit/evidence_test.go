@@ -305,7 +305,7 @@ func TestASpikeIsEvidence(t *testing.T) {
 		t.Error("a full lane admitted a call in a spike, want refused")
 	}
 	if d := ln.refusalOn(admission.CauseRunQueueFull, ReasonQueueFull, 0, time.Now()); d.Cause != admission.CauseRunQueueFull ||
-		d.Evidence != ln.evidenceAt(l.nanos(time.Now())).kind() || d.Evidence == admission.EvidenceNone {
+		d.Evidence != evidenceOf(ln, time.Now()).kind() || d.Evidence == admission.EvidenceNone {
 		t.Errorf("refusal of a full lane: cause %v, evidence %v; want RunQueueFull on the lane's evidence", d.Cause, d.Evidence)
 	}
 	ln.count.Store(0)
@@ -330,23 +330,23 @@ func TestSpikingFollowsTheLastTwoIntervals(t *testing.T) {
 			t.Fatalf("a stream's take with a canceled context = %v, want context.Canceled", err)
 		}
 	}
-	if l.spiking(l.nanos(time.Now())) {
+	if spiking(l, l.nanos(time.Now())) {
 		t.Error("spiking() after 100 streams asked for a turn = true, want false: streams are left out")
 	}
 	for i := 0; i < minOverruns; i++ {
 		ln.Acquire(gone)
 	}
-	if !l.spiking(l.nanos(time.Now())) {
+	if !spiking(l, l.nanos(time.Now())) {
 		t.Fatalf("spiking() after %d calls asked for a turn and none ended = false, want true", minOverruns)
 	}
 	l.upd.Lock()
 	l.markRates(&sample{})
-	if !l.spiking(l.nanos(time.Now())) {
+	if !spiking(l, l.nanos(time.Now())) {
 		t.Error("spiking() one interval after the calls = false, want true")
 	}
 	l.markRates(&sample{})
 	l.upd.Unlock()
-	if l.spiking(l.nanos(time.Now())) {
+	if spiking(l, l.nanos(time.Now())) {
 		t.Error("spiking() two intervals after the calls = true, want false")
 	}
 	hold.Release()
@@ -421,7 +421,9 @@ func (c *busyCPU) Threshold() float64   { return 0.8 }
 // intervals: not in the cooldown after it in which the monitor still
 // says saturated, nor between its threshold and cpuEvidence, nor in a
 // burst shorter than that; a dip below, whether a refusal or an
-// interval's close sees it, starts the count again. Time is injected.
+// interval's close sees it, starts the count again (Overloaded only
+// reads: the Limiter's decisions look, here through looked). Time is
+// injected.
 func TestCPUEvidenceIsAUtilisationThatLasts(t *testing.T) {
 	var mu sync.Mutex
 	now := time.Unix(1000, 0)
@@ -455,24 +457,24 @@ func TestCPUEvidenceIsAUtilisationThatLasts(t *testing.T) {
 	}
 	// A dip that a refusal sees starts the count again.
 	c.utilization = 0.6
-	if l.Overloaded(clk()) {
+	if looked(l, clk()) {
 		t.Error("Overloaded() as the utilisation dips to 0.6 = true, want false")
 	}
 	c.utilization = 1
-	if l.Overloaded(clk()) {
+	if looked(l, clk()) {
 		t.Error("Overloaded() as the utilisation is back at 1 just after a dip = true, want false")
 	}
 	advance(300 * time.Millisecond)
 	// A dip that only an interval's close sees does too.
 	c.utilization = 0.6
-	l.noteCPU(l.nanos(clk()))
+	l.lookCPU(l.nanos(clk()))
 	c.utilization = 1
 	advance(300 * time.Millisecond)
-	if l.Overloaded(clk()) {
+	if looked(l, clk()) {
 		t.Error("Overloaded() 600ms at a utilisation of 1 but for a dip an interval's close saw 300ms ago = true, want false")
 	}
 	advance(time.Second)
-	if !l.Overloaded(clk()) {
+	if !looked(l, clk()) {
 		t.Error("Overloaded() 1s at a utilisation of 1 after the dip = false, want true")
 	}
 	hold.Release()
@@ -502,25 +504,25 @@ func TestASpikeIsTwentyMoreThanTwiceTheTurns(t *testing.T) {
 	}
 	for i := range minOverruns - 9 {
 		ln.Acquire(gone)
-		if l.spiking(l.nanos(time.Now())) {
+		if spiking(l, l.nanos(time.Now())) {
 			t.Fatalf("spiking() after %d calls asked for a turn = true, want false below %d", 8+i+1, minOverruns)
 		}
 	}
 	ln.Acquire(gone)
-	if !l.spiking(l.nanos(time.Now())) {
+	if !spiking(l, l.nanos(time.Now())) {
 		t.Errorf("spiking() after %d calls asked for a turn and none ended = false, want true (an interval's work is %d)", minOverruns, l.intervalWork.Load())
 	}
 	for _, tk := range held {
 		tk.Release()
 	}
 	// Twice the turns that ended, and minOverruns more.
-	if l.spiking(l.nanos(time.Now())) {
+	if spiking(l, l.nanos(time.Now())) {
 		t.Errorf("spiking() with %d asked, 8 ended = true, want false below %d", minOverruns, 2*8+minOverruns)
 	}
 	for range 2 * 8 {
 		ln.Acquire(gone)
 	}
-	if !l.spiking(l.nanos(time.Now())) {
+	if !spiking(l, l.nanos(time.Now())) {
 		t.Errorf("spiking() with %d asked, 8 ended = false, want true", 2*8+minOverruns)
 	}
 	l.upd.Lock()
@@ -542,8 +544,8 @@ func checkSustained(t *testing.T, l *Limiter, clk func() time.Time, advance func
 	}{{0, false}, {500 * time.Millisecond, false}, {499 * time.Millisecond, false}, {time.Millisecond, true}, {time.Second, true}}
 	for i, st := range steps {
 		advance(st.advance)
-		if got := l.Overloaded(clk()); got != st.want {
-			t.Errorf("step %d: Overloaded(t0+...) %s = %t, want %t", i, what, got, st.want)
+		if got := looked(l, clk()); got != st.want {
+			t.Errorf("step %d: Overloaded(t0+...) after a look %s = %t, want %t", i, what, got, st.want)
 		}
 	}
 }
@@ -570,15 +572,65 @@ func TestAStallIsNoSpike(t *testing.T) {
 	step(6, 85, 30) // the stall's first interval
 	l.offered.Add(85)
 	l.finished.Add(20) // and the current one, as it closes
-	if now := 7 * interval; l.spiking(now) {
-		offered, threshold := l.spike(now)
+	if now := 7 * interval; spiking(l, now) {
+		offered, threshold := l.spikeBound(now)
 		t.Errorf("spiking after two intervals of turns ending at a third of the arrivals = true (%v asked, threshold %v), want false", offered, threshold)
 	}
 	step(7, 0, 0)
 	l.offered.Add(850) // ten times the rate, in half an interval
 	l.finished.Add(40)
-	if now := 7*interval + interval/2; !l.spiking(now) {
-		offered, threshold := l.spike(now)
+	if now := 7*interval + interval/2; !spiking(l, now) {
+		offered, threshold := l.spikeBound(now)
 		t.Errorf("spiking after ten times the calls in half an interval = false (%v asked, threshold %v), want true", offered, threshold)
+	}
+}
+
+// spiking reports whether l's spike rule holds at now (facts.spike).
+func spiking(l *Limiter, now int64) bool {
+	v := l.read(nil, now)
+	return v.spike()
+}
+
+// evidenceOf is the evidence a call of ln has at now.
+func evidenceOf(ln *Lane, now time.Time) evidence {
+	v := ln.f.l.look(ln, ln.f.l.nanos(now))
+	return v.first()
+}
+
+// looked is Overloaded at now after the look at the CPU signal that the
+// Limiter's decisions (a refusal, an interval's close) make.
+func looked(l *Limiter, now time.Time) bool {
+	l.lookCPU(l.nanos(now))
+	return l.Overloaded(now)
+}
+
+// TestOverloadedOnlyReads: Overloaded and Signals, called again and again
+// at instants and CPU utilisations that a look would act on, change
+// nothing of the Limiter: not the time the CPU has been busy (a dip that
+// only they see does not start its count again), nor any counter.
+func TestOverloadedOnlyReads(t *testing.T) {
+	now := time.Unix(1000, 0)
+	c := &busyCPU{saturated: true, utilization: 1}
+	l := mustNew(t, WithBounds(1, 1), WithInterval(100*time.Millisecond), WithCPU(c), withClock(func() time.Time { return now }))
+	f := l.Flow("m")
+	hold, _ := f.TryAcquire(now)
+	defer hold.Release()
+	l.lookCPU(l.nanos(now)) // busy from now
+	since, st := l.cpuSince.Load(), l.Stats()
+	for i := range 50 {
+		c.utilization = []float64{0, 0.6, 1}[i%3]
+		at := now.Add(time.Duration(i) * 40 * time.Millisecond)
+		l.Overloaded(at)
+		l.Signals(at)
+	}
+	if got := l.cpuSince.Load(); got != since {
+		t.Errorf("cpuSince after Overloaded and Signals at dips = %d, want %d (unchanged)", got, since)
+	}
+	if got := l.Stats(); got != st {
+		t.Errorf("Stats() after Overloaded and Signals = %+v, want %+v", got, st)
+	}
+	c.utilization = 1
+	if at := now.Add(time.Second); !l.Overloaded(at) {
+		t.Error("Overloaded() 1s after the look that found the CPU busy, dips seen only by Overloaded between = false, want true")
 	}
 }

@@ -118,29 +118,6 @@ func holding(d admission.Decision, ln *Lane) admission.Decision {
 	return d
 }
 
-// admit admits a call of ln at now to wait for a turn, and reserves its
-// place (end the reservation with unreserve(cost)): a call that the lane
-// cannot admit (Lane.Admissible) is admitted all the same, and counted
-// as unrefused, without evidence of overload (Limiter.Overloaded), and
-// with it if it fits in the slack of the server's idle time (counted as
-// slacked).
-func (ln *Lane) admit(now time.Time) (cost int64, ok bool) {
-	l := ln.f.l
-	if !ln.Admissible() {
-		if e := ln.evidenceAt(l.nanos(now)); e != evidenceNone {
-			if s := l.slack.Load(); s == 0 || !l.on(ruleSlack) || !ln.admissible(float64(s)) {
-				l.refuseOn(e)
-				l.offered.Add(1)
-				return 0, false
-			}
-			l.slacked.Add(1)
-		} else {
-			l.unrefused.Add(1)
-		}
-	}
-	return ln.reserve(), true
-}
-
 func (g *guard) Start(c admission.Call, p admission.Permit) admission.Decision {
 	ln, cost, d, decided := g.beforeTurn(c, p)
 	if decided {
@@ -188,21 +165,6 @@ func (g *guard) beforeTurn(c admission.Call, p admission.Permit) (ln *Lane, cost
 	return ln, cost, admission.Decision{}, false
 }
 
-// turned is the decision for a unary call c of ln that got its turn t:
-// it is refused, its turn given back, if its deadline can no longer be
-// met (judged on the Limiter's clock).
-func (g *guard) turned(c admission.Call, ln *Lane, t Ticket) admission.Decision {
-	f := ln.f
-	if !c.Deadline.IsZero() {
-		if left := c.Deadline.Sub(g.l.o.now()); left < f.ServiceTimeAt(c.Now) {
-			t.Release()
-			return holding(admission.Decision{Refused: true, Reason: ReasonTooLate, DeadlineTooShort: true, Cause: admission.CauseDeadlineTooShort,
-				Evidence: admission.EvidenceServiceTime, Threshold: float32(f.ServiceTimeAt(c.Now).Seconds() * 1e3)}, ln)
-		}
-	}
-	return admission.Grant(admission.Permit{Ref: ln, Value: turn | uint64(max(t.start, 0))})
-}
-
 // take gives a call of ln, admitted with a reservation that added cost,
 // its turn at now, waiting under ctx (nil: none) if none is free, and ends
 // the reservation. A stream's wait that runs out without evidence of
@@ -234,77 +196,6 @@ func (ln *Lane) takeNow(now time.Time, cost int64, stream bool) (Ticket, *waiter
 		w.stream = stream
 	}
 	return t, w
-}
-
-// refusal is the decision for a call of ln whose wait for a turn ended
-// with err at about now, its flow's queue target being target.
-func (ln *Lane) refusal(err error, target time.Duration, now time.Time) admission.Decision {
-	switch {
-	case errors.Is(err, ErrQueueFull):
-		return ln.refusalOn(admission.CauseRunQueueFull, ReasonQueueFull, target, now)
-	case errors.Is(err, ErrTimeout):
-		return ln.refusalOn(admission.CauseRunWaitExpired, ReasonTimeout, target, now)
-	default:
-		return admission.RefuseFor(admission.CauseCallerCanceled, admission.EvidenceNone, ReasonGone, 0)
-	}
-}
-
-// refusalOn is the refusal of a call of ln at now for cause, with the
-// evidence of overload ln has then (the evidence it was refused on, read
-// again: the refusal path only) and its measure.
-func (ln *Lane) refusalOn(cause admission.Cause, reason string, retry time.Duration, now time.Time) admission.Decision {
-	l := ln.f.l
-	t := l.nanos(now)
-	e := ln.evidenceAt(t)
-	d := admission.RefuseFor(cause, e.kind(), reason, retry)
-	d.Value, d.Threshold = ln.measure(e, t)
-	return d
-}
-
-// kind is e as the admission contract names it.
-func (e evidence) kind() admission.Evidence {
-	switch e {
-	case evidenceCPU:
-		return admission.EvidenceCPU
-	case evidenceOverrun:
-		return admission.EvidenceOverrun
-	case evidenceStanding:
-		return admission.EvidenceStanding
-	case evidenceLane:
-		return admission.EvidenceLane
-	case evidenceSpike:
-		return admission.EvidenceSpike
-	}
-	return admission.EvidenceNone
-}
-
-// measure is the value of evidence e for a call of ln at now (ns since
-// the epoch), and the level it is judged against, in the unit
-// admission.Evidence names; 0, 0 where there is none to tell.
-func (ln *Lane) measure(e evidence, now int64) (value, threshold float32) {
-	l := ln.f.l
-	const ms = float64(time.Millisecond)
-	switch e {
-	case evidenceCPU:
-		if n := l.cpuNow; n != nil {
-			return float32(n.Utilization()), float32(max(n.Threshold(), cpuEvidence))
-		}
-	case evidenceOverrun:
-		lim := l.limit.Load()
-		return float32(running(l.state.Load())), float32(lim + max(lim, l.intervalWork.Load()))
-	case evidenceStanding:
-		var stood int64
-		if q := l.queuedSince.Load(); q != 0 {
-			stood = max(now-(q-1), 0)
-		}
-		return float32(float64(stood) / ms), float32(float64(l.sustained()) / ms)
-	case evidenceSpike:
-		offered, threshold := l.spike(now)
-		return float32(offered), float32(threshold)
-	case evidenceLane:
-		return float32(float64(ln.count.Load()) * ln.f.work() / ms), float32(float64(l.limit.Load()) * float64(l.o.interval) / ms)
-	}
-	return 0, 0
 }
 
 // startStream gives a stream of ln admitted with a reservation that

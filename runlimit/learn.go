@@ -226,7 +226,7 @@ func (l *Limiter) update(end int64) {
 	l.opened = end
 	l.openedAt.Store(end)
 	l.markRates(&m)
-	l.noteCPU(end)
+	l.lookCPU(end)
 	l.next.Store(end + int64(l.o.interval))
 	if l.probe.kind != probeNone {
 		return // the probe decides when it ends

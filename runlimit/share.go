@@ -238,3 +238,10 @@ const (
 	lightBase  = time.Millisecond
 	lightShare = 0.1
 )
+
+// stoodSince reports whether calls have waited without a pause since at
+// least t, ns since epoch.
+func (l *Limiter) stoodSince(t int64) bool {
+	q := l.queuedSince.Load()
+	return q != 0 && q-1 <= t
+}

@@ -1,8 +1,6 @@
 package runlimit
 
 import (
-	"time"
-
 	"github.com/levee-go/levee/admission"
 )
 
@@ -30,43 +28,6 @@ type Signal struct {
 	// cpu and standing, its value must have held for ten intervals, not
 	// only now.
 	Holds bool
-}
-
-// Signals returns the Limiter's signals of overload at now, in the order
-// Overloaded weighs them (cpu, without a CPU signal left out; overrun;
-// standing; spike). Reading them changes nothing. It allocates; call it
-// from a debug page, not per call.
-func (l *Limiter) Signals(now time.Time) []Signal {
-	t := l.nanos(now)
-	var out []Signal
-	if l.o.cpu != nil {
-		s := Signal{Evidence: admission.EvidenceCPU}
-		if n := l.cpuNow; n != nil {
-			s.Value, s.Threshold = n.Utilization(), max(n.Threshold(), cpuEvidence)
-			since := l.cpuSince.Load()
-			s.Holds = s.Value >= s.Threshold && since != 0 && t-(since-1) >= l.sustained()
-		} else {
-			s.Threshold = 1
-			if l.o.cpu.Saturated() {
-				s.Value, s.Holds = 1, true
-			}
-		}
-		out = append(out, s)
-	}
-	st := l.state.Load()
-	lim := l.limit.Load()
-	over := lim + max(lim, l.intervalWork.Load())
-	out = append(out, Signal{Evidence: admission.EvidenceOverrun, Value: float64(running(st)), Threshold: float64(over),
-		Holds: waiting(st) > 0 && running(st) >= over})
-	standing := Signal{Evidence: admission.EvidenceStanding, Threshold: float64(l.sustained()) / float64(time.Millisecond)}
-	if q := l.queuedSince.Load(); q != 0 && waiting(st) > 0 {
-		standing.Value = float64(max(t-(q-1), 0)) / float64(time.Millisecond)
-		standing.Holds = standing.Value >= standing.Threshold
-	}
-	out = append(out, standing)
-	offered, spike := l.spike(t)
-	out = append(out, Signal{Evidence: admission.EvidenceSpike, Value: offered, Threshold: spike, Holds: offered >= spike})
-	return out
 }
 
 // WaitingLanes returns the lanes of f that hold calls admitted to wait

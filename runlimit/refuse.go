@@ -1,0 +1,446 @@
+package runlimit
+
+import (
+	"errors"
+	"math"
+	"time"
+
+	"github.com/levee-go/levee/admission"
+)
+
+// The decision to refuse a call, in one place. A limit learned from
+// service times can be wrong, and a wrong limit must not refuse a call
+// that a server without one would serve: a call is refused for want of a
+// turn only on evidence of overload. The Limiter's atomics are read into
+// a value (facts); judge decides from it and from what the call's lane
+// shows; docs/runlimit.md argues each rule and threshold.
+
+// Thresholds of the evidence of overload.
+const (
+	// sustainIntervals: a busy CPU and a standing queue are evidence once
+	// they lasted this many intervals. Below capacity a busy period has
+	// an exponential tail (time constant 1/(√μ−√λ)²): one interval of it
+	// is common, ten are rare; at capacity or above it lasts for good.
+	sustainIntervals = 10
+	// cpuEvidence: the least utilisation that is evidence, whatever the
+	// signal's own threshold: a CPU a twentieth idle is not overloaded.
+	cpuEvidence = 0.95
+	// minOverruns: the least excess of calls in the overrun and spike
+	// rules. In processor sharing at a load ρ below capacity, n calls or
+	// more are present a share ρⁿ of the time: 20 hardly ever are.
+	minOverruns = 20
+	// spikeRatio: a spike asks for turns this many times as fast as turns
+	// end, or faster; a server below its capacity ends about as many
+	// turns as calls arrive.
+	spikeRatio = 2
+)
+
+// evidence is a kind of evidence of overload (Limiter.Overloaded).
+type evidence int
+
+const (
+	evidenceNone     evidence = iota
+	evidenceCPU               // the CPU busy for sustainIntervals
+	evidenceOverrun           // calls wait while the limit is overrun by its own size
+	evidenceStanding          // calls waited without a pause for sustainIntervals
+	evidenceLane              // a lane's queue holds an interval's work
+	evidenceSpike             // calls ask for turns spikeRatio times as fast as turns end
+	evidenceKinds
+)
+
+// kind is e as the admission contract names it.
+func (e evidence) kind() admission.Evidence {
+	return [evidenceKinds]admission.Evidence{admission.EvidenceNone, admission.EvidenceCPU, admission.EvidenceOverrun,
+		admission.EvidenceStanding, admission.EvidenceLane, admission.EvidenceSpike}[e]
+}
+
+// facts are what a Limiter shows of overload at an instant, read from its
+// atomics (read), and of one call's lane if lane is set.
+type facts struct {
+	off uint32 // rules switched off (ablation.go)
+	// The CPU signal (WithCPU): one that tells its utilisation (hasUtil)
+	// has had it at or above cpuThreshold for busyFor ns (lookCPU), -1 if
+	// not now; one that tells only Saturated is taken as it says.
+	hasCPU, hasUtil, saturated bool
+	util, cpuThreshold         float64
+	busyFor                    int64
+	running, waiting, limit    int64
+	intervalWork               int64   // calls the limit runs in an interval, at least minOverruns
+	queuedFor                  int64   // ns calls have waited for a turn without a pause; -1: none waits
+	sustained                  int64   // ns a busy CPU and a standing queue must last
+	offered, spikeAt           float64 // turns asked for over the last interval and this one, and spikeBound
+	lane                       bool
+	laneWork, intervalRun      float64 // the work queued in the lane, and what the limit runs in an interval, ns
+}
+
+func (v *facts) on(r rule) bool { return v.off&(1<<r) == 0 }
+
+// The rules of evidence, each with the invariant it keeps.
+
+// cpuBusy: the CPU has been saturated for sustainIntervals, or its
+// signal, telling only Saturated, says so. A burst below capacity ends
+// sooner.
+func (v *facts) cpuBusy() bool {
+	if v.hasUtil {
+		return v.busyFor >= v.sustained
+	}
+	return v.saturated
+}
+
+// overrunBound is how many calls may run, beyond the limit, before calls
+// that still wait are evidence: the limit's own size more, and an
+// interval's work. A limit learned too low is overrun now and then
+// below capacity, by fewer.
+func (v *facts) overrunBound() int64 { return v.limit + max(v.limit, v.intervalWork) }
+
+// overrun: calls wait while overrunBound calls run.
+func (v *facts) overrun() bool { return v.waiting > 0 && v.running >= v.overrunBound() }
+
+// standing: calls have waited without a pause for sustainIntervals, every
+// turn taken all that time. A burst below capacity drains sooner.
+func (v *facts) standing() bool { return v.waiting > 0 && v.queuedFor >= v.sustained }
+
+// spike: calls ask for turns much faster than turns end (spikeBound).
+// Streams are not counted: a stream opens for work of unknown length.
+func (v *facts) spike() bool { return v.offered >= v.spikeAt }
+
+// laneFull: the lane's queue holds more work (its flow's baseline per
+// call) than the limit runs in an interval. Such a queue cannot drain
+// within an interval; waiting for a standing queue to show would admit a
+// spike's worth of calls.
+func (v *facts) laneFull() bool { return v.lane && v.laneWork >= v.intervalRun }
+
+// first is the first rule of evidence that holds, evidenceNone if none.
+func (v *facts) first() evidence {
+	switch {
+	case v.laneFull() && v.on(ruleEvidenceLane):
+		return evidenceLane
+	case v.cpuBusy() && v.on(ruleEvidenceCPU):
+		return evidenceCPU
+	case v.overrun() && v.on(ruleEvidenceOverrun):
+		return evidenceOverrun
+	case v.standing() && v.on(ruleEvidenceStanding):
+		return evidenceStanding
+	case v.spike() && v.on(ruleEvidenceSpike):
+		return evidenceSpike
+	}
+	return evidenceNone
+}
+
+// measure is the value of evidence e and the level it is judged against,
+// in the unit admission.Evidence names; 0, 0 where there is none to tell.
+func (v *facts) measure(e evidence) (value, threshold float32) {
+	const ms = float64(time.Millisecond)
+	switch e {
+	case evidenceCPU:
+		if v.hasUtil {
+			return float32(v.util), float32(v.cpuThreshold)
+		}
+	case evidenceOverrun:
+		return float32(v.running), float32(v.overrunBound())
+	case evidenceStanding:
+		return float32(float64(max(v.queuedFor, 0)) / ms), float32(float64(v.sustained) / ms)
+	case evidenceSpike:
+		return float32(v.offered), float32(v.spikeAt)
+	case evidenceLane:
+		return float32(v.laneWork / ms), float32(v.intervalRun / ms)
+	}
+	return 0, 0
+}
+
+// point is where in a call's life the decision is taken.
+type point uint8
+
+const (
+	atAdmission point = iota // a transport admits the call to wait for a turn
+	atExpiry                 // the call's wait for a turn ran out
+	atTurn                   // the call got its turn
+)
+
+// call is what the decision reads of one call.
+type call struct {
+	fits      bool // its lane admits it (Lane.Admissible)
+	slackFits bool // it fits in the slack of the server's idle time
+	stream    bool
+	// At its turn: the time left before its deadline (hasDeadline), and
+	// its flow's service time (Flow.ServiceTimeAt).
+	hasDeadline       bool
+	left, serviceTime time.Duration
+}
+
+// verdict is what judge decides.
+type verdict uint8
+
+const (
+	admit         verdict = iota // admitted to wait for a turn; at its turn, runs
+	admitUnproven                // its lane is full, but without evidence of overload
+	admitSlacked                 // beyond its lane's bound, into the slack
+	runOver                      // its wait ran out without evidence: it runs beyond the limit
+	runUnturned                  // a stream's wait ran out without evidence: it runs without a turn
+	refuseFull                   // ErrQueueFull
+	refuseExpired                // ErrTimeout
+	refuseTooLate                // its deadline is shorter than its service time
+)
+
+// judge decides, at point at, for call c, on the facts v; e is the
+// evidence a refusal or an admission beyond the lane's bound is made on.
+func judge(at point, c call, v *facts) (verdict, evidence) {
+	switch at {
+	case atAdmission:
+		if c.fits {
+			return admit, evidenceNone
+		}
+		// No refusal without evidence of overload; with it, a call that
+		// fits in the slack of the server's idle time is admitted.
+		switch e := v.first(); {
+		case e == evidenceNone:
+			return admitUnproven, e
+		case c.slackFits && v.on(ruleSlack):
+			return admitSlacked, e
+		default:
+			return refuseFull, e
+		}
+	case atExpiry:
+		// A limit that binds without evidence is a limit learned too low:
+		// the call runs as it would on a server without one.
+		switch e := v.first(); {
+		case e != evidenceNone:
+			return refuseExpired, e
+		case c.stream:
+			return runUnturned, e
+		default:
+			return runOver, e
+		}
+	}
+	// A deadline that cannot be met is refused whatever the evidence: it
+	// is the caller's, not the server's load.
+	if c.hasDeadline && c.left < c.serviceTime {
+		return refuseTooLate, evidenceNone
+	}
+	return admit, evidenceNone
+}
+
+// read is what the Limiter shows at now, and ln's queue if ln is not nil.
+// It reads; the CPU signal's busy time is kept by lookCPU.
+func (l *Limiter) read(ln *Lane, now int64) facts {
+	v := facts{off: l.o.off, hasCPU: l.o.cpu != nil, busyFor: -1, queuedFor: -1, sustained: l.sustained()}
+	if ln != nil {
+		v.lane = true
+		v.laneWork = float64(ln.count.Load()) * ln.f.work()
+		v.intervalRun = float64(l.limit.Load()) * float64(l.o.interval)
+	}
+	l.readCPU(&v, now)
+	s := l.state.Load()
+	v.running, v.waiting, v.limit = running(s), waiting(s), l.limit.Load()
+	v.intervalWork = l.intervalWork.Load()
+	if q := l.queuedSince.Load(); q != 0 {
+		v.queuedFor = now - (q - 1)
+	}
+	v.offered, v.spikeAt = l.spikeBound(now)
+	return v
+}
+
+// spikeBound is, at now, the turns asked for over the last interval and
+// the current one, and how many of them are a spike: spikeRatio times the
+// turns that ended meanwhile, at least what their smoothed rate
+// (doneRate) gives over that time (a stall in completions at a steady
+// load is no spike of arrivals), and minOverruns more: not an interval's
+// work, so that the evidence shows before the spike's first calls run out
+// of patience.
+func (l *Limiter) spikeBound(now int64) (offered, threshold float64) {
+	offered = float64(l.offered.Load() - l.offeredMark[0].Load())
+	finished := float64(l.finished.Load() - l.finishedMark[0].Load())
+	if at := l.markedAt[0].Load(); now > at {
+		finished = max(finished, math.Float64frombits(l.doneRate.Load())*float64(now-at))
+	}
+	return offered, spikeRatio*finished + minOverruns
+}
+
+// readCPU reads the CPU signal into v.
+func (l *Limiter) readCPU(v *facts, now int64) {
+	if n := l.cpuNow; n != nil {
+		v.hasUtil = true
+		v.util, v.cpuThreshold = n.Utilization(), max(n.Threshold(), cpuEvidence)
+		if since := l.cpuSince.Load(); since != 0 && v.util >= v.cpuThreshold {
+			v.busyFor = now - (since - 1)
+		}
+	} else if v.hasCPU {
+		v.saturated = l.o.cpu.Saturated()
+	}
+}
+
+// lookCPU looks at the CPU signal at now: the time its utilisation has
+// been at or above cpuThreshold starts at the first look that finds it
+// there, and ends at the first that does not.
+func (l *Limiter) lookCPU(now int64) {
+	n := l.cpuNow
+	if n == nil {
+		return
+	}
+	if n.Utilization() < max(n.Threshold(), cpuEvidence) {
+		if l.cpuSince.Load() != 0 {
+			l.cpuSince.Store(0)
+		}
+		return
+	}
+	l.cpuSince.CompareAndSwap(0, now+1)
+}
+
+// sustained is how long, ns, a busy CPU and a standing queue must last.
+func (l *Limiter) sustained() int64 { return sustainIntervals * int64(l.o.interval) }
+
+// Overloaded reports whether the Limiter has evidence, at now, that the
+// server is overloaded: its CPU saturated for ten intervals (WithCPU,
+// WithInterval; see CPU), calls waiting for a turn without a pause for
+// ten intervals, calls waiting while as many run beyond the limit as the
+// limit itself (at least an interval's work, and 20), or calls asking for
+// turns at least twice as fast as turns end, and 20 more (a spike). A
+// lane whose queue holds an interval's work is evidence too, for that
+// lane. Without evidence the Limiter refuses nothing (see the package doc).
+// It only reads: the time the CPU has been busy is kept by the looks
+// of the Limiter's own decisions and interval closes (lookCPU).
+func (l *Limiter) Overloaded(now time.Time) bool {
+	v := l.read(nil, l.nanos(now))
+	return v.first() != evidenceNone
+}
+
+func (l *Limiter) overloadedAt(now int64) bool {
+	v := l.look(nil, now)
+	return v.first() != evidenceNone
+}
+
+// look is read at now for a call of ln (nil: the Limiter's own), after a
+// look at the CPU signal (lookCPU) unless the lane's own evidence holds.
+func (l *Limiter) look(ln *Lane, now int64) facts {
+	l.lookCPU(now)
+	return l.read(ln, now)
+}
+
+// refuseOn counts a refusal made on evidence e.
+func (l *Limiter) refuseOn(e evidence) { l.refusedOn[e].Add(1) }
+
+// admit admits a call of ln at now to wait for a turn, reserving its place
+// (end it with unreserve(cost)), unless judge refuses it.
+func (ln *Lane) admit(now time.Time) (cost int64, ok bool) {
+	l := ln.f.l
+	c := call{fits: ln.Admissible()}
+	var v facts
+	if !c.fits {
+		v = l.look(ln, l.nanos(now))
+		s := l.slack.Load()
+		c.slackFits = s != 0 && ln.admissible(float64(s))
+	}
+	switch verdict, e := judge(atAdmission, c, &v); verdict {
+	case refuseFull:
+		l.refuseOn(e)
+		l.offered.Add(1)
+		return 0, false
+	case admitSlacked:
+		l.slacked.Add(1)
+	case admitUnproven:
+		l.unrefused.Add(1)
+	}
+	return ln.reserve(), true
+}
+
+// expired ends the wait of w, a waiter of ln whose patience ran out, as
+// judge decides: beyond the limit, without a turn, or ErrTimeout.
+func (ln *Lane) expired(w *waiter) (Ticket, error) {
+	l := ln.f.l
+	v := l.look(ln, l.nanos(l.o.now()))
+	verdict, e := judge(atExpiry, call{stream: w.stream}, &v)
+	switch verdict {
+	case runOver:
+		return ln.overrun(w), nil
+	case runUnturned:
+		ln.giveUp(w)
+		return Ticket{}, errNoTurn
+	}
+	ln.giveUp(w)
+	l.refuseOn(e)
+	return Ticket{}, ErrTimeout
+}
+
+// grace is how much longer than its patience a call of ln that begins to
+// wait at now may wait: under overload, the slack of the server's recent
+// idle time, which the lanes may queue beyond their bound.
+func (ln *Lane) grace(now int64) time.Duration {
+	l := ln.f.l
+	s := l.slack.Load()
+	if s <= 0 || !l.on(ruleSlack) {
+		return 0
+	}
+	if v := l.look(ln, now); v.first() == evidenceNone {
+		return 0
+	}
+	return time.Duration(s)
+}
+
+// turned is the decision for a unary call c of ln that got its turn t:
+// refused, its turn given back, if its deadline can no longer be met
+// (judged on the Limiter's clock).
+func (g *guard) turned(c admission.Call, ln *Lane, t Ticket) admission.Decision {
+	f := ln.f
+	cl := call{hasDeadline: !c.Deadline.IsZero()}
+	if cl.hasDeadline {
+		cl.left, cl.serviceTime = c.Deadline.Sub(g.l.o.now()), f.ServiceTimeAt(c.Now)
+	}
+	if v, _ := judge(atTurn, cl, nil); v == refuseTooLate {
+		t.Release()
+		return holding(admission.Decision{Refused: true, Reason: ReasonTooLate, DeadlineTooShort: true, Cause: admission.CauseDeadlineTooShort,
+			Evidence: admission.EvidenceServiceTime, Threshold: float32(cl.serviceTime.Seconds() * 1e3)}, ln)
+	}
+	return admission.Grant(admission.Permit{Ref: ln, Value: turn | uint64(max(t.start, 0))})
+}
+
+// refusal is the decision for a call of ln whose wait for a turn ended
+// with err at about now, its flow's queue target being target.
+func (ln *Lane) refusal(err error, target time.Duration, now time.Time) admission.Decision {
+	switch {
+	case errors.Is(err, ErrQueueFull):
+		return ln.refusalOn(admission.CauseRunQueueFull, ReasonQueueFull, target, now)
+	case errors.Is(err, ErrTimeout):
+		return ln.refusalOn(admission.CauseRunWaitExpired, ReasonTimeout, target, now)
+	default:
+		return admission.RefuseFor(admission.CauseCallerCanceled, admission.EvidenceNone, ReasonGone, 0)
+	}
+}
+
+// refusalOn is the refusal of a call of ln at now for cause, with the
+// evidence of overload ln has then, read again (the refusal path only),
+// and its measure.
+func (ln *Lane) refusalOn(cause admission.Cause, reason string, retry time.Duration, now time.Time) admission.Decision {
+	l := ln.f.l
+	v := l.look(ln, l.nanos(now))
+	e := v.first()
+	d := admission.RefuseFor(cause, e.kind(), reason, retry)
+	d.Value, d.Threshold = v.measure(e)
+	return d
+}
+
+// Signals returns the Limiter's signals of overload at now, in the order
+// Overloaded weighs them (cpu, without a CPU signal left out; overrun;
+// standing; spike). Reading them changes nothing. It allocates; call it
+// from a debug page, not per call.
+func (l *Limiter) Signals(now time.Time) []Signal {
+	v := l.read(nil, l.nanos(now))
+	var out []Signal
+	if v.hasCPU {
+		s := Signal{Evidence: admission.EvidenceCPU, Value: v.util, Threshold: v.cpuThreshold, Holds: v.cpuBusy()}
+		if !v.hasUtil {
+			s.Threshold = 1
+			if v.saturated {
+				s.Value = 1
+			}
+		}
+		out = append(out, s)
+	}
+	out = append(out, Signal{Evidence: admission.EvidenceOverrun, Value: float64(v.running), Threshold: float64(v.overrunBound()), Holds: v.overrun()})
+	const ms = float64(time.Millisecond)
+	standing := Signal{Evidence: admission.EvidenceStanding, Threshold: float64(v.sustained) / ms, Holds: v.standing()}
+	if v.waiting > 0 && v.queuedFor >= 0 {
+		standing.Value = float64(max(v.queuedFor, 0)) / ms
+	}
+	out = append(out, standing)
+	return append(out, Signal{Evidence: admission.EvidenceSpike, Value: v.offered, Threshold: v.spikeAt, Holds: v.spike()})
+}
