@@ -38,4 +38,6 @@ var ruleNames = [rules]string{
 }
 
 // on reports whether rule r is on (it is, but in ablation tests).
-func (l *Limiter) on(r rule) bool { return l.o.off&(1<<r) == 0 }
+func (l *Limiter) on(r rule) bool { return l.o.on(r) }
+
+func (o *options) on(r rule) bool { return o.off&(1<<r) == 0 }

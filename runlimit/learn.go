@@ -6,52 +6,24 @@ import (
 	"time"
 )
 
-// The learner, as a state machine. docs/runlimit-learner.md draws it and
-// says why each threshold is where it is.
-//
-// The caller that closes an interval (Ticket.Done, under upd) runs update:
-// it ends a probe that has measured enough, measures the interval
-// (measure) and, unless a probe runs, decides (decide). The learner is in
-// one of these states:
+// The learner, as a state machine of pure steps: decide, from one
+// interval's sample and the learner's state, and endProbe, from what a
+// probe measured, each give the next state and a step (the limit to set,
+// a probe to start, what the baselines do, and why); Limiter.update only
+// gathers their inputs and applies the step. docs/runlimit-learner.md
+// draws the machine and argues each threshold.
 //
 //	phaseSlowStart  no stretch seen yet: a limit that was reached doubles
-//	phaseSteady     a stretch was seen: a limit that was reached grows by
-//	                √limit (at least 1)
-//	phaseHolding    a probe kept its cut: no growth until holdUntil, then
-//	                phaseSteady
+//	phaseSteady     a stretch was seen: a reached limit grows by √limit
+//	phaseHolding    a probe kept its cut: no growth until holdUntil
 //	probing(kind)   the limit lowered for a while to measure service times
-//	                with less contention (probe.kind: probeBaseline,
-//	                probeStretch, probeCPU or probeLag); the phase it
-//	                interrupted resumes when it ends, unless it keeps its
-//	                cut (phaseHolding)
+//	                with less contention; the phase resumes when it ends,
+//	                unless it keeps its cut (phaseHolding)
 //
-// and one gate, cpuElsewhere: closed when a cut for the CPU or the lag did
-// not help while the CPU was saturated (something else keeps it busy);
-// while it is closed no probeCPU or probeLag starts; it opens at the first
-// decision that finds the CPU not saturated.
-//
-// decide takes the first transition that applies:
-//
-//	no probe ended yet (baselineProbeDue)    → probing(baseline)
-//	a call failed by overload                → limit × overloadBackoff
-//	calls waited to start (queuedBeforeTurn) → limit = the calls that ran;
-//	                                           phaseSlowStart → phaseSteady
-//	calls wait to run once handed a turn
-//	  (lagProbeDue)                          → probing(lag)
-//	service times stretch as under
-//	  time-sharing (cpuProbeDue)             → probing(cpu)
-//	a large stretch (stretchProbeDue)        → probing(stretch)
-//	otherwise Vegas (vegas): the queue above the band shrinks the limit;
-//	  below it, a reached limit grows unless the CPU is saturated or the
-//	  learner holds; a queue above the band's low edge ends slow start
-//
-// A probe ends (checkProbe) once it measured probeSamples calls that
-// started after the calls running drained to its limit, or after
-// probeTimeout: abandoned with fewer (limit × abandonBackoff), empty if
-// no call measured belongs to a flow with a baseline (limit back), and
-// otherwise as its kind decides: endBaselineProbe, endStretchProbe,
-// endCPUProbe, endLagProbe, each in the file of its kind. Every ended
-// probe is counted once as kept, undone, abandoned or empty (Stats).
+// The gate cpuElsewhere closes when a cut for the CPU or the lag did not
+// help with the CPU saturated (something else keeps it busy); while it is
+// closed no probeCPU or probeLag starts; it opens at the first decision
+// that finds the CPU not saturated.
 
 // learnPhase is where the learner stands between probes.
 type learnPhase uint8
@@ -62,48 +34,51 @@ const (
 	phaseHolding
 )
 
-// How an interval closes.
+// probeKind says why the limit was lowered for a while.
+type probeKind uint8
+
 const (
-	// minSamples is the fewest calls that close an interval: the mean of
-	// fewer says too little to move the limit. An interval with fewer
-	// stays open, looked at again every interval/lookAgain, until
-	// maxOpen has passed or a call failed by overload.
+	probeNone     probeKind = iota
+	probeBaseline           // measure the first baseline with less contention
+	probeStretch            // service times stretched: ours, or the service's?
+	probeCPU                // the CPU is time-shared: do fewer calls at once help?
+	probeLag                // calls wait to run once handed a turn: do fewer turns help?
+	probeKinds
+)
+
+// How an interval closes: with minSamples calls finished, else looked at
+// again every interval/lookAgain until maxOpen has passed or a call
+// failed by overload. The mean of fewer says too little.
+const (
 	minSamples = 10
 	lookAgain  = 4
 	maxOpen    = time.Second
 )
 
-// Thresholds of decide, outside the probes. Each keeps the invariant
-// stated beside it.
+// Thresholds of decide, each with the invariant it keeps.
 const (
-	// overloadBackoff: an interval in which a call failed by overload
-	// cuts the limit by a tenth. Multiplicative, so a limit too high by
-	// any amount shrinks geometrically, and a few failures in one
-	// interval cost no more than one.
+	// overloadBackoff: a call failed by overload cuts the limit by a tenth:
+	// a limit too high by any amount shrinks geometrically, and several
+	// failures in an interval cost no more than one.
 	overloadBackoff = 0.9
-	// queuedTrigger: fewer calls ran at once than the limit allows, yet
-	// calls waited to start (NoteQueued) longer than this share of a mean
-	// service time: the handlers queue for the CPU before they ask for a
-	// turn, and a turn beyond what ran only lengthens that queue, which
-	// serves classes in no order. The limit falls to what ran.
+	// queuedTrigger: fewer calls ran than the limit allows, yet calls
+	// waited to start (NoteQueued) longer than this share of a mean
+	// service time: handlers queue for the CPU before they ask for a
+	// turn, so the limit falls to what ran.
 	queuedTrigger = 0.5
-	// The Vegas band, in calls queued inside the server: the limit grows
-	// only while at most max(vegasLowMin, vegasLow × limit) queue, and
-	// shrinks once more than max(vegasHighMin, vegasHigh × limit) do. Low
-	// edge below high edge at every limit, so between them the limit
-	// holds: a step of growth cannot by itself trigger a shrink.
+	// The Vegas band, in calls queued inside the server: grow only while
+	// at most max(vegasLowMin, vegasLow × limit) queue, shrink once more
+	// than max(vegasHighMin, vegasHigh × limit) do. The low edge is below
+	// the high one at every limit: a step of growth cannot cause a shrink.
 	vegasLow     = 0.1
 	vegasLowMin  = 0.5
 	vegasHigh    = 0.2
 	vegasHighMin = 1
 	// shrinkGain: a shrink removes this share of the queue above the band,
-	// at least one turn: halfway, so that one noisy interval cannot take
-	// the limit below the band on its own.
+	// at least one turn, so one noisy interval cannot cross the band.
 	shrinkGain = 0.5
-	// slowStartGrowth: before any stretch the limit multiplies by this at
-	// each interval it was reached, so that a server with room finds it
-	// in log2(ceiling/initial) intervals; afterwards it adds √limit (at
-	// least 1), so that a step's stretch, (n+√n)/n, stays small.
+	// slowStartGrowth: before any stretch a reached limit multiplies by
+	// this; afterwards it adds √limit, so a step's stretch stays small.
 	slowStartGrowth = 2
 	// carriedGain: a flow's rate of completions (Limiter.low) is
 	// smoothed with this gain per interval, so that a probe's own dip in
@@ -112,43 +87,56 @@ const (
 	carriedGain = 0.25
 )
 
-// Thresholds of the probes. Each keeps the invariant stated beside it.
+// Thresholds of the probes, each with the invariant it keeps.
 const (
-	// probeSamples is how many calls a probe measures before it ends.
+	// probeSamples: the calls a probe measures before it ends.
 	probeSamples = 8
-	// probeTimeoutIntervals, probeTimeoutMin: a probe that has not
-	// measured probeSamples calls after max(probeTimeoutMin,
-	// probeTimeoutIntervals × interval) is abandoned, so that a probe
-	// never holds the limit low for long on a server with few calls.
+	// A probe without probeSamples calls after max(probeTimeoutMin,
+	// probeTimeoutIntervals intervals) is abandoned, the limit left at
+	// abandonBackoff of where it was: a probe never holds the limit low
+	// for long, and too few calls are no reason to grow.
 	probeTimeoutIntervals = 20
 	probeTimeoutMin       = time.Second
-	// abandonBackoff: an abandoned probe leaves the limit at this share
-	// of where it was: calls too few or too slow to measure at a lower
-	// limit are no reason to grow, nor proof of overload.
-	abandonBackoff = 0.9
-	// probeSpacing: without a saturated CPU, a probe starts at least this
-	// many intervals after the last one ended (a probeStretch always), so
-	// that a stretch that is not the limit's doing costs at most one
-	// interval of probing in probeSpacing+1.
+	abandonBackoff        = 0.9
+	// probeSpacing: without a saturated CPU a probe starts at least this
+	// many intervals after the last ended, so probing costs at most one
+	// interval in probeSpacing+1.
 	probeSpacing = 5
-	// holdIntervals: a kept cut (probeCPU, probeLag) holds growth off for
-	// this many intervals: a CPU signal lags the load that saturates it,
-	// and growth right after the cut would undo it before the signal
-	// shows what the cut did.
+	// holdIntervals: a kept cut holds growth off this long: a CPU signal
+	// lags the load, and growth would undo the cut before it shows.
 	holdIntervals = 20
-	// probeFraction: the first-baseline and the stretch probes measure at
-	// this share of the limit: half as many calls at once, a contention
-	// the stretch would show if it were the limit's own.
+	// probeFraction: the baseline and stretch probes run at this share of
+	// the limit, a contention the stretch would show if it were ours.
 	probeFraction = 0.5
-	// rebaseTrigger: calls measured at a lower limit still this many
-	// times their baseline are slower with less contention: the service
-	// itself changed, and the baselines move to what the probe measured.
-	// Baselines move only on such a measurement, never at the limit that
-	// might cause the stretch.
+	// rebaseTrigger: calls this many times their baseline even at a lower
+	// limit mean the service changed: the baselines move to what the
+	// probe measured, never at the limit that might cause the stretch.
 	rebaseTrigger = 1.2
+	// stretchProbeTrigger: a stretch this large probes instead of a Vegas
+	// shrink, which would read a slower service as contention; a kept
+	// stretch probe leaves the limit at stretchCut of where it was.
+	stretchProbeTrigger = 1.5
+	stretchCut          = 0.8
+	// probeCPU: a stretch above shrinkTrigger, with a Vegas queue at least
+	// timeSharingQueue of limit − 1 (what time-sharing gives), tries
+	// est × max(cpuCutMin, cpuCutMargin/r): est/r calls run unstretched
+	// under time-sharing, a tenth above that, and never below a quarter
+	// in one probe. It keeps the cut if the stretch falls below cpuKeep
+	// of the one that started it.
+	shrinkTrigger    = 1.25
+	timeSharingQueue = 0.5
+	cpuCutMargin     = 1.1
+	cpuCutMin        = 0.25
+	cpuKeep          = 0.8
+	// probeLag: lagSamples calls handed a turn taking over lagTrigger
+	// baselines to run try est/(1+lag/base) turns, kept if the lag falls
+	// below lagKeep of the one that started it.
+	lagTrigger = 0.5
+	lagKeep    = 0.5
+	lagSamples = minSamples / 2
 )
 
-// sample is what one interval measured, for the decision that closes it.
+// sample is what one interval measured, for decide.
 type sample struct {
 	end       int64   // when the interval closed, ns since the epoch
 	peak      int64   // most calls running at once
@@ -161,7 +149,7 @@ type sample struct {
 	svcSum    float64 // their service times, summed, ns
 	queuedN   float64 // calls that noted their wait to start (NoteQueued)
 	queuedSum float64 // those waits, summed, ns
-	cpuSat    bool    // the CPU signal is saturated (set by decide)
+	cpuSat    bool    // the CPU signal is saturated and holds growth off
 	overran   bool    // calls ran beyond the limit (overrun) in the interval
 }
 
@@ -180,6 +168,14 @@ func (m *sample) base() float64 { return m.bases / m.weight }
 // lag is the mean lag of the calls handed a turn, ns. Needs lagN > 0.
 func (m *sample) lag() float64 { return float64(m.lagSum) / float64(m.lagN) }
 
+// queuedBeforeTurn reports whether fewer calls ran at once than the limit
+// est allows while calls waited to start longer than queuedTrigger of a
+// mean service time.
+func (m *sample) queuedBeforeTurn(est float64) bool {
+	return m.peak < int64(est) && m.queuedN > 0 && m.weight > 0 &&
+		m.queuedSum/m.queuedN > queuedTrigger*m.svcSum/m.weight
+}
+
 // vegasQueue is how many calls queue inside the server at limit est when
 // service times stretch by r (TCP Vegas): every call beyond est/r waits.
 func vegasQueue(est, r float64) float64 { return est * (1 - 1/r) }
@@ -188,6 +184,264 @@ func vegasQueue(est, r float64) float64 { return est * (1 - 1/r) }
 // above hi.
 func vegasBand(est float64) (lo, hi float64) {
 	return max(vegasLowMin, vegasLow*est), max(vegasHighMin, vegasHigh*est)
+}
+
+// probeState is a measurement of the service time at a lower limit.
+type probeState struct {
+	kind    probeKind // probeNone: no probe runs
+	saved   float64   // the limit before the probe
+	r       float64   // the stretch that prompted it; for probeLag, the lag, ns
+	limit   int
+	started int64
+}
+
+// learner is the learner's state, a value; under Limiter.upd.
+type learner struct {
+	est          float64 // the limit, unrounded
+	phase        learnPhase
+	cpuElsewhere bool  // the gate (see above) is closed
+	holdUntil    int64 // phaseHolding ends at this instant, ns since epoch
+	lastProbe    int64 // when the last probe ended, ns since epoch
+	probed       bool  // a probe ended
+	probe        probeState
+}
+
+// baselineOp is what a step does to the flows' baselines.
+type baselineOp uint8
+
+const (
+	keepBaselines  baselineOp = iota
+	lowerBaselines            // each falls to its probe's mean where that is shorter
+	rebaseline                // each moves to its probe's mean
+)
+
+// step is what one step of the learner decided, for Limiter.applyStep.
+type step struct {
+	set   bool    // set the limit to est (within the bounds)
+	est   float64 //
+	probe probeKind
+	// start: lower the limit to s.probe.limit for a probe of kind probe.
+	start     bool
+	cause     MoveCause // why; with probe, of which probe's end
+	baselines baselineOp
+	// Counted only: slow start ended, a cut held growth off, the gate
+	// closed, an interval skipped for its overruns.
+	endedSlowStart, held, closedGate, overran bool
+}
+
+// setTo is the step that sets the limit to est for cause.
+func setTo(est float64, cause MoveCause) step { return step{set: true, est: est, cause: cause} }
+
+// endSlowStart moves s from slow start to steady, reporting whether it did.
+func (s *learner) endSlowStart() bool {
+	if s.phase != phaseSlowStart {
+		return false
+	}
+	s.phase = phaseSteady
+	return true
+}
+
+func (s *learner) spaced(now int64, o *options) bool {
+	return now-s.lastProbe >= probeSpacing*int64(o.interval)
+}
+
+// startProbe is s with a probe of kind at limit (within the floor) started
+// at now from est, prompted by r, and the step that starts it.
+func (s learner) startProbe(now int64, kind probeKind, est float64, limit int, r float64, o *options) (learner, step) {
+	s.probe = probeState{kind: kind, saved: est, limit: max(o.floor, limit), started: now, r: r}
+	return s, step{start: true, probe: kind}
+}
+
+// decide moves the learner on from the interval m measured: it starts a
+// probe, or sets the limit. No probe runs.
+func (s learner) decide(m *sample, o *options) (learner, step) {
+	if lower := int(s.est * probeFraction); !s.probed && lower >= o.floor && lower < int(s.est) && o.on(ruleProbeBaseline) {
+		// The first baseline was measured at the initial limit, maybe with
+		// contention: measure it again at a lower one.
+		return s.startProbe(m.end, probeBaseline, s.est, lower, 1, o)
+	}
+	if m.overran && o.on(ruleOverranSkip) {
+		// Calls ran beyond the limit: the interval's service times are
+		// those of more calls at once than the limit.
+		return s, step{overran: true}
+	}
+	if !m.cpuSat {
+		s.cpuElsewhere = false // the gate opens
+	}
+	if s.phase == phaseHolding && m.end >= s.holdUntil {
+		s.phase = phaseSteady
+	}
+	return s.move(m, o)
+}
+
+// move is decide's choice among the moves, in order.
+func (s learner) move(m *sample, o *options) (learner, step) {
+	est, r := s.est, m.stretch()
+	switch {
+	case m.overloads > 0 && o.on(ruleBackoff):
+		return s, setTo(est*overloadBackoff, MoveBackoff)
+	case m.queuedBeforeTurn(est) && o.on(ruleLimitToRan):
+		st := setTo(float64(max(m.peak, 1)), MoveQueuedToStart)
+		st.endedSlowStart = s.endSlowStart()
+		return s, st
+	case s.lagProbeDue(m, est, o) && o.on(ruleProbeLag):
+		return s.startProbe(m.end, probeLag, est, lagCut(est, m.lag(), m.base(), o), m.lag(), o)
+	case s.cpuProbeDue(m, est, r, o) && o.on(ruleProbeCPU):
+		return s.startProbe(m.end, probeCPU, est, cpuCut(est, r, o), r, o)
+	case vegasQueue(est, r) > max(vegasHighMin, vegasHigh*est) && r >= stretchProbeTrigger && s.spaced(m.end, o) && o.on(ruleProbeStretch):
+		// A large stretch: the limit's doing, or the service's?
+		return s.startProbe(m.end, probeStretch, est, int(est*probeFraction), r, o)
+	}
+	return s.vegas(m, est, r, o)
+}
+
+// vegas shrinks the limit by shrinkGain of the queue above the Vegas
+// band, or grows a reached limit below it, unless the CPU is saturated or
+// the learner holds; a queue above the low edge ends slow start.
+func (s learner) vegas(m *sample, est, r float64, o *options) (learner, step) {
+	queue := vegasQueue(est, r)
+	lo, hi := vegasBand(est)
+	st := step{set: true, cause: MoveOther}
+	switch {
+	case queue > hi:
+		st.cause = MoveShrink
+		est -= max(1, (queue-hi)*shrinkGain)
+	case queue <= lo && m.peak >= int64(s.est) && !m.cpuSat && s.phase != phaseHolding:
+		st.cause = MoveGrow
+		if s.phase == phaseSlowStart && o.on(ruleSlowStart) {
+			est *= slowStartGrowth
+		} else {
+			est += max(1, math.Sqrt(est))
+		}
+	}
+	if queue > lo {
+		st.endedSlowStart = s.endSlowStart()
+	}
+	st.est = est
+	return s, st
+}
+
+// cpuCut is the limit a probeCPU tries from est for stretch r, at least
+// one call per processor: fewer leave processors idle however much
+// shorter each call runs.
+func cpuCut(est, r float64, o *options) int {
+	return max(int(est*max(cpuCutMin, cpuCutMargin/r)), o.procs)
+}
+
+// cpuProbeDue: the gate is open, the stretch above shrinkTrigger with a
+// queue near what time-sharing gives, the cut lowers the limit, and the
+// CPU is saturated or the last probe is probeSpacing intervals old.
+func (s *learner) cpuProbeDue(m *sample, est, r float64, o *options) bool {
+	return !s.cpuElsewhere && r > shrinkTrigger && vegasQueue(est, r) >= timeSharingQueue*(est-1) &&
+		cpuCut(est, r, o) < int(est) && (m.cpuSat || s.spaced(m.end, o))
+}
+
+// lagCut is the limit a probeLag tries from est, for a lag of lag ns at a
+// baseline of base ns: est/(1+lag/base), at least one less than est,
+// within the floor, and one call per processor (see cpuCut).
+func lagCut(est, lag, base float64, o *options) int {
+	return max(o.floor, o.procs, int(max(1, min(est-1, est/(1+lag/base)))))
+}
+
+// lagProbeDue: the gate is open, lagSamples calls handed a turn waited
+// over lagTrigger baselines to run, the cut lowers the limit, and the CPU
+// is saturated or the last probe is probeSpacing intervals old.
+func (s *learner) lagProbeDue(m *sample, est float64, o *options) bool {
+	return !s.cpuElsewhere && m.lagN >= lagSamples && m.weight > 0 && m.lag() > lagTrigger*m.base() &&
+		lagCut(est, m.lag(), m.base(), o) < int(est) && (m.cpuSat || s.spaced(m.end, o))
+}
+
+// probed is what a probe measured, for endProbe.
+type probed struct {
+	n            int64   // calls measured
+	stretch      float64 // their mean service time over their baseline
+	hasBase      bool    // some were of flows with a baseline (stretch is set)
+	lagN, lagSum int64   // calls handed a turn, and their lag, ns
+	hasCPU       bool    // a CPU signal, which is saturated (cpuSat) or not
+	cpuSat       bool
+}
+
+// probeDone reports whether the probe, at now, measured enough calls or
+// ran too long.
+func (s *learner) probeDone(now, n int64, o *options) bool {
+	return n >= probeSamples || now-s.probe.started >= max(int64(probeTimeoutMin), probeTimeoutIntervals*int64(o.interval))
+}
+
+// endProbe ends the probe at now, from what it measured: abandoned with
+// too few calls, empty with none of a flow with a baseline, else as its
+// kind decides.
+func (s learner) endProbe(now int64, pm probed, o *options) (learner, step) {
+	p := s.probe
+	s.probe, s.lastProbe, s.probed = probeState{}, now, true
+	undo := step{set: true, est: p.saved, probe: p.kind, cause: MoveProbeUndone}
+	switch {
+	case pm.n < probeSamples:
+		return s, step{set: true, est: p.saved * abandonBackoff, probe: p.kind, cause: MoveProbeAbandoned}
+	case !pm.hasBase:
+		return s, step{set: true, est: p.saved, probe: p.kind, cause: MoveProbeEmpty}
+	}
+	pr := pm.stretch
+	if pr >= rebaseTrigger {
+		undo.baselines = rebaseline
+	}
+	switch p.kind {
+	case probeBaseline:
+		if pr < rebaseTrigger {
+			undo.baselines = lowerBaselines
+		}
+	case probeStretch:
+		if pr < rebaseTrigger {
+			return s, step{set: true, est: p.saved * stretchCut, probe: p.kind, cause: MoveProbeKept, baselines: lowerBaselines}
+		}
+	case probeCPU:
+		return s.endCPUProbe(now, p, pm, undo, o)
+	case probeLag:
+		if pm.lagN == 0 || float64(pm.lagSum)/float64(pm.lagN) < lagKeep*p.r {
+			return s.keepCut(now, p, keepBaselines, o)
+		}
+		undo.baselines = keepBaselines
+		undo.closedGate = pm.hasCPU && pm.cpuSat
+		s.cpuElsewhere = s.cpuElsewhere || undo.closedGate
+	}
+	return s, undo
+}
+
+// endCPUProbe ends probe p, whose calls ran pm.stretch times their
+// baseline (undo: the step that sets the limit back):
+//
+//   - slower than time-sharing explains at the lower limit, the CPU not
+//     saturated: the service changed; baselines move, the limit goes back;
+//   - shorter (below cpuKeep of the stretch that started it): the cut is
+//     kept and growth held off; baselines lowered;
+//   - no shorter with the CPU saturated: the CPU is busy elsewhere; the
+//     cut is undone and the gate closes (baselines move if the calls are
+//     slower even at the lower limit);
+//   - otherwise the limit goes back, baselines moved if slower
+//     (rebaseTrigger), else lowered.
+func (s learner) endCPUProbe(now int64, p probeState, pm probed, undo step, o *options) (learner, step) {
+	pr := pm.stretch
+	shared := max(1, p.r*float64(p.limit)/p.saved) // the stretch time-sharing leaves at p.limit
+	switch {
+	case pr >= rebaseTrigger*shared && pm.hasCPU && !pm.cpuSat:
+		undo.baselines = rebaseline
+	case pr < cpuKeep*p.r:
+		return s.keepCut(now, p, lowerBaselines, o)
+	case pm.hasCPU && pm.cpuSat:
+		s.cpuElsewhere, undo.closedGate = true, true
+	case pr < rebaseTrigger:
+		undo.baselines = lowerBaselines
+	}
+	return s, undo
+}
+
+// keepCut ends probe p by keeping its limit, holding growth off for
+// holdIntervals from now.
+func (s learner) keepCut(now int64, p probeState, b baselineOp, o *options) (learner, step) {
+	st := step{set: true, est: float64(p.limit), probe: p.kind, cause: MoveProbeKept, baselines: b, held: true}
+	st.endedSlowStart = s.phase == phaseSlowStart
+	s.phase = phaseHolding
+	s.holdUntil = now + holdIntervals*int64(o.interval)
+	return s, st
 }
 
 // learnCounts are the learner's counters, for Stats.
@@ -203,12 +457,29 @@ type learnCounts struct {
 	shrinks        atomic.Uint64
 }
 
-// update closes the interval ending at end and reconsiders the limit. Needs
-// upd.
+// probeCounts count the probes of one kind, for Stats.
+type probeCounts struct {
+	started, kept, undone, rebased, abandoned, empty atomic.Uint64
+}
+
+func (c *probeCounts) stats() ProbeStats {
+	return ProbeStats{Started: c.started.Load(), Kept: c.kept.Load(), Undone: c.undone.Load(),
+		Rebased: c.rebased.Load(), Abandoned: c.abandoned.Load(), Empty: c.empty.Load()}
+}
+
+// update closes the interval ending at end and reconsiders the limit.
+// Needs upd.
 func (l *Limiter) update(end int64) {
 	flows := l.allFlows()
-	if l.probe.kind != probeNone {
-		l.checkProbe(end, flows)
+	if l.lr.probe.kind != probeNone {
+		if pm := l.probeMeasured(flows); l.lr.probeDone(end, pm.n, &l.o) {
+			l.probing.Store(false)
+			l.probes.Add(1)
+			l.peak.Store(running(l.state.Load())) // the peak before the probe says nothing of what follows
+			var st step
+			l.lr, st = l.lr.endProbe(end, pm, &l.o)
+			l.applyStep(st, flows)
+		}
 	}
 	if !l.closes(flows, end) {
 		l.next.Store(end + int64(l.o.interval)/lookAgain)
@@ -228,10 +499,129 @@ func (l *Limiter) update(end int64) {
 	l.markRates(&m)
 	l.lookCPU(end)
 	l.next.Store(end + int64(l.o.interval))
-	if l.probe.kind != probeNone {
+	if l.lr.probe.kind != probeNone {
 		return // the probe decides when it ends
 	}
-	l.decide(&m)
+	m.cpuSat = l.o.cpu != nil && l.o.cpu.Saturated() && l.on(ruleCPUHoldsGrowth)
+	var st step
+	l.lr, st = l.lr.decide(&m, &l.o)
+	l.applyStep(st, flows)
+}
+
+// probeMeasured is what the running probe measured so far. Needs upd.
+func (l *Limiter) probeMeasured(flows []*Flow) probed {
+	pm := probed{lagN: l.plagN.Load(), lagSum: l.plagSum.Load(), hasCPU: l.o.cpu != nil}
+	var weight, ratios float64
+	for _, f := range flows {
+		pn, psum := f.pn.Load(), f.psum.Load()
+		pm.n += pn
+		if pn == 0 || f.base == 0 {
+			continue
+		}
+		ratios += float64(pn) * (float64(psum) / float64(pn)) / f.base
+		weight += float64(pn)
+	}
+	if weight > 0 {
+		pm.stretch, pm.hasBase = ratios/weight, true
+	}
+	if pm.hasCPU {
+		pm.cpuSat = l.o.cpu.Saturated()
+	}
+	return pm
+}
+
+// applyStep counts st, moves the flows' baselines as it says, and sets
+// the limit or starts a probe. Needs upd.
+func (l *Limiter) applyStep(st step, flows []*Flow) {
+	c := &l.learned
+	pc := &c.probe[st.probe]
+	count := func(b bool, n *atomic.Uint64) {
+		if b {
+			n.Add(1)
+		}
+	}
+	count(st.overran, &c.overran)
+	count(st.closedGate, &c.cpuElsewhere)
+	count(st.held, &c.holds)
+	count(st.endedSlowStart, &c.slowStartEnded)
+	count(st.baselines == rebaseline, &l.rebases)
+	count(st.baselines == rebaseline, &pc.rebased)
+	if st.start {
+		l.startProbe(st.probe, flows)
+		return
+	}
+	if !st.set {
+		return
+	}
+	for _, f := range flows {
+		if pn := f.pn.Load(); pn > 0 && st.baselines != keepBaselines {
+			mean := float64(f.psum.Load()) / float64(pn)
+			if st.baselines == lowerBaselines {
+				mean = min(f.base, mean)
+			}
+			f.setBase(mean)
+		}
+	}
+	if n := l.causeCount(st.cause, st.probe); n != nil {
+		n.Add(1)
+	}
+	l.apply(st.est)
+}
+
+// causeCount is the counter of a move for cause, of a probe of kind.
+func (l *Limiter) causeCount(cause MoveCause, kind probeKind) *atomic.Uint64 {
+	c := &l.learned
+	pc := &c.probe[kind]
+	switch cause {
+	case MoveBackoff:
+		return &c.backoffs
+	case MoveQueuedToStart:
+		return &c.limitedToRan
+	case MoveGrow:
+		return &c.grows
+	case MoveShrink:
+		return &c.shrinks
+	case MoveProbeKept:
+		return &pc.kept
+	case MoveProbeUndone:
+		return &pc.undone
+	case MoveProbeAbandoned:
+		return &pc.abandoned
+	case MoveProbeEmpty:
+		return &pc.empty
+	}
+	return nil
+}
+
+// startProbe lowers the limit to the probe's (l.lr.probe), starting its
+// count anew. Needs upd.
+func (l *Limiter) startProbe(kind probeKind, flows []*Flow) {
+	l.learned.probe[kind].started.Add(1)
+	for _, f := range flows {
+		f.pn.Store(0)
+		f.psum.Store(0)
+	}
+	l.plagN.Store(0)
+	l.plagSum.Store(0)
+	l.drained.Store(0)
+	l.probing.Store(true)
+	n := int64(l.lr.probe.limit)
+	l.noteMove(l.limit.Swap(n), n, kind)
+}
+
+// noteProbe records, during a probe, a call that ended at end.
+func (l *Limiter) noteProbe(f *Flow, start, end, svc int64) {
+	d := l.drained.Load()
+	if d == 0 {
+		if running(l.state.Load()) <= l.limit.Load() {
+			l.drained.CompareAndSwap(0, end)
+		}
+		return
+	}
+	if start >= d {
+		f.pn.Add(1)
+		f.psum.Add(svc)
+	}
 }
 
 // closes reports whether the interval ending at end has measured enough
@@ -278,127 +668,11 @@ func (l *Limiter) measure(flows []*Flow, end int64) sample {
 	return m
 }
 
-// decide moves the learner on from the interval m measured: it starts a
-// probe, or sets the limit. Needs upd and no probe running.
-func (l *Limiter) decide(m *sample) {
-	if l.baselineProbeDue() && l.on(ruleProbeBaseline) {
-		l.startBaselineProbe(m.end)
-		return
-	}
-	if m.overran && l.on(ruleOverranSkip) {
-		// Calls ran beyond the limit, for want of evidence of overload:
-		// the interval's service times are those of more calls at once
-		// than the limit, and would cut it for what it did not do.
-		l.learned.overran.Add(1)
-		return
-	}
-	m.cpuSat = l.o.cpu != nil && l.o.cpu.Saturated() && l.on(ruleCPUHoldsGrowth)
-	if !m.cpuSat {
-		l.cpuElsewhere = false // the gate opens
-	}
-	l.endHold(m.end)
-	est, r := l.est, m.stretch()
-	switch {
-	case m.overloads > 0 && l.on(ruleBackoff):
-		l.learned.backoffs.Add(1)
-		est *= overloadBackoff
-	case queuedBeforeTurn(m, est) && l.on(ruleLimitToRan):
-		est = l.limitToWhatRan(m)
-	case l.lagProbeDue(m, est) && l.on(ruleProbeLag):
-		l.startLagProbe(m, est)
-		return
-	case l.cpuProbeDue(m, est, r) && l.on(ruleProbeCPU):
-		l.startCPUProbe(m, est, r)
-		return
-	case l.stretchProbeDue(m, est, r) && l.on(ruleProbeStretch):
-		l.startStretchProbe(m, est, r)
-		return
-	default:
-		est = l.vegas(m, est, r)
-	}
-	l.apply(est)
-}
-
-// queuedBeforeTurn reports whether, over m, fewer calls ran at once than
-// the limit est allows while calls waited to start longer than
-// queuedTrigger of a mean service time.
-func queuedBeforeTurn(m *sample, est float64) bool {
-	return m.peak < int64(est) && m.queuedN > 0 && m.weight > 0 &&
-		m.queuedSum/m.queuedN > queuedTrigger*m.svcSum/m.weight
-}
-
-// limitToWhatRan is the limit when calls queue before they ask for a turn
-// (queuedBeforeTurn): the most that ran at once, at least 1. The
-// handlers take turns on the CPU before they even ask for one (they are
-// CPU-bound), and every call let in beyond what ran only waits in the
-// scheduler's queue. It ends slow start. Needs upd.
-func (l *Limiter) limitToWhatRan(m *sample) float64 {
-	l.learned.limitedToRan.Add(1)
-	l.endSlowStart()
-	return float64(max(m.peak, 1))
-}
-
-// vegas is the limit after an interval m that started no probe, from the
-// limit est and the stretch r: it shrinks by shrinkGain of the queue
-// above the Vegas band; grows below it if it was reached, the CPU is not
-// saturated and the learner does not hold; and a queue above the band's
-// low edge ends slow start. Needs upd.
-func (l *Limiter) vegas(m *sample, est, r float64) float64 {
-	queue := vegasQueue(est, r)
-	lo, hi := vegasBand(est)
-	switch {
-	case queue > hi:
-		l.learned.shrinks.Add(1)
-		est -= max(1, (queue-hi)*shrinkGain)
-	case queue <= lo && m.peak >= int64(l.est) && !m.cpuSat && l.phase != phaseHolding:
-		l.learned.grows.Add(1)
-		if l.phase == phaseSlowStart && l.on(ruleSlowStart) {
-			est *= slowStartGrowth // no stretch seen yet
-		} else {
-			est += max(1, math.Sqrt(est))
-		}
-	}
-	if queue > lo {
-		l.endSlowStart()
-	}
-	return est
-}
-
-// endSlowStart moves the learner from slow start to steady. Needs upd.
-func (l *Limiter) endSlowStart() {
-	if l.phase == phaseSlowStart {
-		l.phase = phaseSteady
-		l.learned.slowStartEnded.Add(1)
-	}
-}
-
-// endHold moves the learner from holding to steady once its hold ended at
-// now. Needs upd.
-func (l *Limiter) endHold(now int64) {
-	if l.phase == phaseHolding && now >= l.holdUntil {
-		l.phase = phaseSteady
-	}
-}
-
-// probeSpaced reports whether, at now, probeSpacing intervals have passed
-// since the last probe ended. Needs upd.
-func (l *Limiter) probeSpaced(now int64) bool {
-	return now-l.lastProbe >= probeSpacing*int64(l.o.interval)
-}
-
-// closeCPUGate records that a cut did not help with the CPU saturated:
-// until the CPU is not saturated, neither probeCPU nor probeLag starts.
-// Needs upd.
-func (l *Limiter) closeCPUGate() {
-	l.cpuElsewhere = true
-	l.learned.cpuElsewhere.Add(1)
-}
-
 // apply sets the limit to est, within the bounds, and hands turns that a
 // larger limit frees to waiting calls. Needs upd.
 func (l *Limiter) apply(est float64) {
-	l.est = min(max(est, float64(l.low())), float64(l.o.ceiling))
-	n := int64(l.est)
+	l.lr.est = min(max(est, float64(l.low())), float64(l.o.ceiling))
+	n := int64(l.lr.est)
 	old := l.limit.Swap(n)
 	l.noteMove(old, n, probeNone)
 	if n > old {

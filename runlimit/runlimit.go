@@ -276,21 +276,13 @@ type Limiter struct {
 	next      atomic.Int64 // end of the current interval, ns since epoch
 	overloads atomic.Int64 // calls that failed by overload in the interval
 	upd       sync.Mutex
-	est       float64
-	phase     learnPhase // slow start, steady or holding; a probe runs over it
-	// cpuElsewhere: a cut for CPU time-sharing or for the lag did not
-	// help with the CPU saturated, so something else keeps the CPU busy;
-	// until it is not, neither probeCPU nor probeLag starts.
-	cpuElsewhere bool
-	holdUntil    int64 // phaseHolding ends at this instant, ns since epoch
-	opened       int64 // start of the current interval, ns since epoch
-	probe        probeState
-	lastProbe    int64        // when the last probe ended, ns since epoch
-	probing      atomic.Bool  // a probe runs, for Done
-	drained      atomic.Int64 // when a probe's calls drained to its limit; 0 until then
-	probes       atomic.Uint64
-	rebases      atomic.Uint64
-	overruns     atomic.Uint64
+	lr        learner      // under upd
+	opened    int64        // start of the current interval, ns since epoch; under upd
+	probing   atomic.Bool  // a probe runs, for Done
+	drained   atomic.Int64 // when a probe's calls drained to its limit; 0 until then
+	probes    atomic.Uint64
+	rebases   atomic.Uint64
+	overruns  atomic.Uint64
 	// Calls that asked for a turn (or were refused one at admission) and
 	// their turns that ended, since New, streams left out, and both when
 	// the previous interval opened (marks[0]) and the current one
@@ -370,8 +362,8 @@ func New(opts ...Option) (*Limiter, error) {
 	}
 	l := &Limiter{o: o, epoch: o.now()}
 	l.cpuNow, _ = o.cpu.(CPUNow)
-	l.est = float64(min(max(o.initial, o.floor), o.ceiling))
-	l.limit.Store(int64(l.est))
+	l.lr.est = float64(min(max(o.initial, o.floor), o.ceiling))
+	l.limit.Store(int64(l.lr.est))
 	l.flows.Store(&map[string]*Flow{})
 	l.unserved = newFlow(l, UnservedFlow)
 	l.unserved.isUnserved = true
@@ -380,7 +372,7 @@ func New(opts ...Option) (*Limiter, error) {
 	l.noneSince.Store(l.opened + 1)
 	l.leastWork.Store(math.MaxInt64)
 	l.next.Store(l.opened + int64(o.interval))
-	l.lastProbe = l.opened
+	l.lr.lastProbe = l.opened
 	l.lastSweep = l.opened
 	l.openedAt.Store(l.opened)
 	for i := range l.avail {
