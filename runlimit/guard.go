@@ -25,37 +25,24 @@ const (
 )
 
 // NewGuard adapts l to the admission contract, with one flow per method
-// (admission.Call.Method) and, in each, one lane per tenant and class
-// (Call.Tenant, Call.Class; see Lane). At admission it refuses a call
-// whose lane is full (Lane.Admissible, with the slack of the server's
-// idle time: see the package doc), before any work, and reserves a place
-// for the others. When the handler is about to start
-// (admission.Starter) it waits for the call's turn, refuses the call if
-// the wait ran out (ReasonTimeout) or its deadline can no longer be met,
-// and yields the CPU once (unless the flow's calls are shorter than
-// 200µs). Finish returns the turn and teaches l the
-// service time of a call that succeeded, from its turn to its end
-// (Call.Now plus the outcome's Duration), or that it failed by overload.
-// A server-streaming call (admission.Call.Stream, not ClientStream)
-// takes a turn as a unary call does, but holds it for at most twice its
-// flow's queue target, and a flow whose streams stay open longer takes
-// none for them; a stream the client sends on takes none (see the package
-// doc, "Streams"). What the messages of a stream that holds no turn cost
-// shows in the CPU signal (WithCPU), not in a service time.
+// (admission.Call.Method) and, in each, one lane per tenant and class. At
+// admission it refuses a call whose lane is full, on evidence of overload
+// (see the package doc), before any work, and reserves a place for the
+// others. When the handler is about to start (admission.Starter) it waits
+// for the call's turn, refuses the call if the wait ran out
+// (ReasonTimeout) or its deadline can no longer be met (ReasonTooLate),
+// and yields the CPU once unless the flow's calls are shorter than 200µs.
+// Finish returns the turn and teaches l the service time of a call that
+// succeeded, from its turn to its end, or that it failed by overload.
+// Server streams hold a turn for at most twice their flow's queue target;
+// streams the client sends on take none (see the package doc, "Streams").
 //
-// A name gets a flow of its own only once a call of it has run and
-// succeeded (Finish with a Skipped false and a nil Err), since a client
-// chooses the names it sends, and a transport admits a call before it
-// knows whether its server serves that name (gRPC: the tap sees every
-// name; grpc-go answers UNIMPLEMENTED for those it does not serve without
-// running a handler). Until then its calls share the flow UnservedFlow,
-// which is never learned from and never counts against the cap
-// (WithMaxFlows); the first call that succeeds teaches the new flow its
-// service time. So a flood of names the server does not serve takes no
-// flow from the methods it serves, and neither does one of names it
-// answers only with errors; nor any tenant (WithMaxTenants): in
-// UnservedFlow the calls of every tenant share the lanes of
-// OverflowTenant. It panics if l is nil.
+// A name gets a flow of its own only once a call of it has succeeded,
+// since a client chooses the names it sends and a transport admits a call
+// before it knows whether its server serves that name. Until then its
+// calls share the flow UnservedFlow, never learned from, never counted
+// against WithMaxFlows, with every tenant in the lanes of OverflowTenant.
+// It panics if l is nil.
 func NewGuard(name string, l *Limiter) admission.Guard {
 	if l == nil {
 		panic("runlimit: NewGuard: nil Limiter")

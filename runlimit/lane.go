@@ -96,29 +96,18 @@ func (ln *Lane) unreserve(cost int64) {
 
 // Admissible reports whether a new call of the lane may be admitted to
 // wait for a turn. A lane with no call waiting always may. Otherwise the
-// wait it may add is half its flow's queue target: in that time the
-// Limiter hands out limit × target/2 of turn time, less what the calls of
-// higher classes already waiting will take, scaled by the share of the
-// turns that calls of higher classes left to this class over the last
-// interval. Two calls more than that fit, so that a burst at normal load
-// is not refused on a server that runs one call at a time — unless higher
-// classes take every turn. Of that, a lane with calls queued gets its
-// weight's share among the lanes of its class that have calls queued too,
-// but never less than two calls, so that it stays backlogged and gets its
-// share of the turns.
-//
-// While the lane's class and those above it leave room — over the last
-// few intervals lower classes got a twentieth of the turns — its queue
-// holds bursts, not a standing backlog: the wait it may add is the whole queue
-// target, and the lane is not held to its share, since every lane of the
-// class gets what it asks. Random (Poisson) arrivals of critical calls at
-// 60% of a server's capacity, beside a flood of sheddable ones, queue for
-// more than half a target a quarter of the time; they are served, not
-// refused. Nor is a lane held to its share while the server is not full
-// (its turns were busy less than nine tenths of the last interval).
-//
-// Admissible does not count the slack of the server's idle time, which
-// the guard (NewGuard) adds under overload (see the package doc).
+// wait it may add is half its flow's queue target: the turn time the
+// limit hands out in it, scaled by the share of the turns higher classes
+// left this class over the last interval, less the work of higher classes
+// waiting, plus two calls, so that a burst on a server that runs one call
+// at a time is not refused. A lane with calls queued gets its weight's
+// share of that among its class's backlogged lanes, never less than two
+// calls, so that it stays backlogged. While the lane's class leaves room
+// (lower classes got a twentieth of the turns lately: bursts, not a
+// standing queue), the wait it may add is the whole target and it is not
+// held to its share; nor is it while the server's turns were busy less
+// than nine tenths of the last interval. It does not count the slack,
+// which NewGuard adds under overload.
 func (ln *Lane) Admissible() bool { return ln.admissible(0) }
 
 // admissible is Admissible, with extra ns of work more in the bound.

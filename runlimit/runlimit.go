@@ -804,20 +804,12 @@ const staleAfter = time.Second
 
 // ServiceTimeAt returns the flow's service time as a call's deadline
 // should be judged against it at now, by a call about to run on its turn:
-// the baseline (the service time without contention) once it is learned
-// and shorter than the mean, the mean service time before; 0 before the
-// first call finished, and 0 once no call has finished for twice the mean
-// (at least a second), so that a service time learned in a stall, longer
-// than every caller's deadline, cannot refuse every call for good.
-//
-// Not the mean alone: it stretches with the calls run beside the flow's,
-// and calls run beyond the limit (a spike's first moments, before its
-// evidence shows) share the processor with as many others: fifty 10ms
-// calls run at once on one core take half a second each. Judged against
-// that mean, every call after them would be refused as one whose
-// deadline (300ms, say) cannot be met, though each needs 10ms on its
-// turn, for as long as the mean stays stretched: the rest of a spike and
-// into the recovery.
+// the baseline once it is learned and shorter than the mean, the mean
+// before; 0 before the first call finished, and 0 once no call has
+// finished for twice the mean (at least staleAfter), so that a service
+// time learned in a stall cannot refuse every call for good. Not the
+// mean alone: calls run beyond the limit in a spike's first moments
+// stretch it, and every later call would be refused as too late.
 func (f *Flow) ServiceTimeAt(now time.Time) time.Duration {
 	st := f.ServiceTime()
 	if st == 0 || f.l.nanos(now)-f.lastOK.Load() > int64(max(staleAfter, 2*st)) {
@@ -842,15 +834,9 @@ func (f *Flow) yields() bool {
 }
 
 // shortCall is the service time below which a call does not yield the
-// processor when its turn starts. The yield lets the transport's
-// goroutines made runnable meanwhile (grpc-go's writer, woken to send the
-// response of the call that gave the turn up) run before the handler, so
-// that they do not wait for it; but it also makes the writer send every
-// response on its own, a system call each, where without it the
-// responses of the calls that ran meanwhile go out together. A handler
-// shorter than shortCall delays them by less than that, while the
-// system call and the scheduler's round trip are a large part of what
-// such a call costs the server (docs/cost.md has the measurements).
+// processor when its turn starts: the yield lets the transport's
+// goroutines run first, but makes its writer send each response on its
+// own; a handler this short delays them by little (docs/cost.md).
 const shortCall = 200 * time.Microsecond
 
 // Admissible reports whether a new call of the flow, of no tenant and
@@ -993,15 +979,10 @@ func (ln *Lane) wait(ctx context.Context, w *waiter) (Ticket, error) {
 	select {
 	case <-w.ready:
 		timer.Stop()
-		// Yield once before the call runs, and the guard once more
-		// after (see guard.Start): the handoff made this goroutine the
-		// next to run, ahead of goroutines made runnable meanwhile,
-		// such as grpc-go's loopy writer, woken by the call that gave
-		// the turn up to flush its response, which yields once itself
-		// before it flushes. On a saturated processor those would wait
-		// for this call's whole handler (docs/runlimit-learner.md has
-		// what the two yields measured). The turn's start is taken after
-		// the yield. A short call does not yield (see shortCall).
+		// Yield once before the call runs (the guard once more after):
+		// the handoff made this goroutine the next to run, ahead of the
+		// transport's goroutines made runnable meanwhile. The turn
+		// starts after the yield. A short call does not yield.
 		if ln.f.yields() {
 			runtime.Gosched()
 		}
@@ -1172,21 +1153,11 @@ const pollWait = 20 * time.Microsecond
 
 // release returns a turn, at end (ns since epoch; the clock's time if
 // negative): to the next waiting call chosen fairly if the limit allows,
-// or to the pool.
-//
-// With poll set, a turn about to go to a class below one served in this
-// interval or the last first waits for the network poller (netWaiter),
-// then yields once: on a saturated processor Go polls the network only
-// when no goroutine is runnable, or every 10ms, so a request of a higher
-// class that arrived during the handler that just ended would be read
-// only after the next handler, a whole handler late, and the turn would
-// go to the lower class meanwhile. The wait lets the transport read it and
-// the call reach its queue first. It costs three system calls (more if
-// the timer expired before it was read, see netWaiter.wait) and, if
-// the processor runs out of work before pollWait, an idle of at most
-// that; it lasts until the goroutines already runnable have run, and
-// delays by as much the caller's return (and so, through a transport, the
-// finished call's response).
+// or to the pool. With poll set, a turn about to go to a class below one
+// served in this interval or the last first waits for the network poller
+// (netWaiter) and yields, so that a higher-class request that arrived
+// during the handler is read and queued first: Go polls the network on a
+// busy processor only when no goroutine is runnable, or every 10ms.
 func (l *Limiter) release(poll bool, end int64) {
 	for {
 		s := l.state.Load()
@@ -1360,16 +1331,11 @@ func (l *Limiter) dispatch() {
 	}
 }
 
-// noteLeft notes the state s after a call left the queue, with a turn
-// or without one (it ran beyond the limit, or gave up): the queue ended
-// if none waits. A queue that emptied because its calls ran beyond the
-// limit did not stand: on a server below its capacity whose limit binds
-// (one core, a limit of 1, a call from the tail of its service times
-// holding the turn), calls queue, run beyond the limit and queue again
-// back to back for as long as the slow call runs, and would otherwise
-// look like an overload after an interval. A real overload shows
-// anyway: calls arrive faster than turns end (spiking), and the calls
-// run beyond the limit pile up (intervalWork). Needs mu.
+// noteLeft notes the state s after a call left the queue, with a turn or
+// without one: the queue ended if none waits. A queue emptied by calls
+// run beyond the limit did not stand: on a server whose limit binds below
+// capacity, calls queue and overrun back to back behind a slow call, and
+// would look like a standing queue. Needs mu.
 func (l *Limiter) noteLeft(s uint64) {
 	if waiting(s) == 0 {
 		l.queuedSince.Store(0)

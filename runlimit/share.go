@@ -5,70 +5,20 @@ import (
 	"time"
 )
 
-// Thresholds of noteRoom: the server counts as full over an interval
-// when its turns were busy for fullBusy of it, and a class leaves room
-// when the classes below it got minLower of the turns over the last few
-// intervals: each interval's turns weigh 1 - roomDecay, the earlier ones
-// roomDecay times less per interval, so that a lower class of a few calls
-// per interval is seen.
-//
-// A class leaves no room once the classes below it, with calls waiting,
-// got no turn for starvedAfter intervals in a row: a flood of the class
-// has begun, which the smoothed counts would take about a second to show.
-// One interval is not enough: a burst of the class takes every turn of
-// an interval now and then.
-//
-// Under overload, the lanes may queue, beyond their bound, the slack (see
-// Lane.Admissible and Lane.grace). It grows by slackGain times the time
-// the server sat idle in an interval, up to an interval's work. In an
-// interval without idle time in which calls waited throughout, it loses
-// half the least work that was waiting at a turn passed on (noteHanded):
-// the queue could have been that much shorter and left no turn free.
-// Otherwise it stays, and without evidence of overload it loses a tenth
-// in each interval — but in an interval without overload at its start
-// or end it is at least the most work that was waiting at a turn passed
-// on, up to an interval's: the queue the arrivals formed while the
-// server kept up, which a spike of the same arrivals forms too from its
-// first clump, before an interval of overload has shown the idle time.
-// The first whole interval of overload without idle time takes such a
-// slack back: that queue came from service times or arrivals that vary,
-// and would only lengthen every wait.
-// A controller that keeps adding while the server idles between clumps
-// of arrivals, and gives back what stands in the queue once the clumps'
-// gaps are filled.
-//
-// Two simpler ones fall short. One that sets the slack to a multiple of
-// the last interval's idle time, or half the slack before it, swings:
-// each interval the queue fills, the next has half the slack and idles
-// again. One that loses a tenth in every interval without idle time,
-// whether the queue stood or not, lets the slack fall until the server
-// idles again between clumps; and a slack grown while a spike's first
-// interval stalled the server then lingers for seconds over a standing
-// queue at a saturated CPU, lengthening every wait. docs/ablation.md
-// gives what each cost when measured.
-//
-// The idle time is the interval less the service time of the calls that
-// finished in it (none once more than one call runs at a time on
-// average), and no more than:
-//   - the time no turn was held (noneRun): a call from the tail of the
-//     service times that held its turn through the interval and finished
-//     in the next left none, whatever the finished calls' sum says;
-//   - what the CPU signal, if it tells its utilisation, left idle, and
-//     none from cpuEvidence on: the turns were free while the CPU refused
-//     calls and wrote responses. In a spike of Poisson arrivals the CPU
-//     is saturated, yet no turn is held for a few percent of the time,
-//     the transport's work between two turns; arrivals in clumps leave
-//     the CPU idle between clumps, and the turns free as long;
-//   - nothing under minIdle of the interval (the gaps between turns of a
-//     saturated server again), nor without evidence of overload at the
-//     interval's start and end: a spike that begins in the interval would
-//     queue it all at once, and the first tenth of a second of every
-//     spike would wait that long.
-//
-// In a simulation of 1ms calls on one processor at ten times its
-// capacity, in clumps of 200 every 20ms (500 every 50ms), the lanes
-// serve a handful of each clump without the slack, and at least 95% of
-// the capacity with it (TestSimClumpedArrivalsKeepTheServerBusy).
+// Thresholds of noteRoom and noteSlack, each with its invariant:
+//   - fullBusy: the server is full over an interval when its turns were
+//     busy this share of it; then lanes are held to their share.
+//   - minLower, roomDecay: a class leaves room when the classes below it
+//     got minLower of the turns over the last few intervals (each
+//     interval's turns weigh 1-roomDecay): it has bursts, not a standing
+//     queue; starvedAfter intervals in a row of lower classes waiting
+//     unserved end that at once (a flood began).
+//   - slackGain, minIdle: under overload, the slack grows by slackGain
+//     times the time the server sat idle in an interval (none under
+//     minIdle of it: the gaps between a saturated server's turns), up to
+//     an interval's work; slackKeep is what stays of it each interval
+//     without overload. docs/runlimit.md, "The slack", argues the
+//     controller and the two simpler ones that fall short.
 const (
 	slackGain    = 3
 	slackKeep    = 0.9

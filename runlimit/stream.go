@@ -6,20 +6,15 @@ import (
 	"time"
 )
 
-// A server-streaming call — one request, then the handler's messages —
-// takes a turn when its handler starts, as a unary call does, and gives
-// it back when it ends or after twice its flow's queue target
-// (streamHold), whichever comes first: a short stream's work is then
-// limited, queued and learned as a unary call's, while a stream that
-// stays open (it waits for events to send) holds no turn beyond that.
-// A flow whose streams stay open (streamLongAt of them in a row, net of
-// the short ones) takes no turns for its streams at all. A stream whose
-// wait for a turn runs out without evidence of overload runs without
-// one (errNoTurn), not beyond the limit: turns held by streams that
-// wait for events must not be counted as an overrun, which is evidence
-// of overload. Streams the client sends on (client-streaming and
-// bidirectional) take no turn: their handlers wait for the client.
-
+// Streams (see the package doc): a server-streaming call holds its turn
+// for at most streamHold; a flow whose streams stay open (streamLongAt of
+// them, net of the short ones) takes no turn for them. A stream's wait
+// that runs out without evidence of overload runs without a turn
+// (errNoTurn), not beyond the limit: turns held by streams waiting for
+// events must not count as an overrun, which is evidence of overload.
+//
+// errNoTurn: a stream's wait for a turn ran out without evidence of
+// overload; it runs without a turn.
 // errNoTurn: a stream's wait for a turn ran out without evidence of
 // overload; it runs without a turn.
 var errNoTurn = errors.New("runlimit: a stream runs without a turn")
