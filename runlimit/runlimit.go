@@ -859,10 +859,17 @@ func (f *Flow) NoteQueued(d time.Duration) {
 // (which only calls holding turns measure).
 func (f *Flow) noteBypassed(d time.Duration, end int64) {
 	f.bypassed.Add(1)
+	f.learnMean(int64(max(d, 1)), end)
+}
+
+// learnMean teaches the flow's mean service time a call of svc ns that
+// ended at end, ns since the epoch (lastOK, rewritten at most once a
+// millisecond).
+func (f *Flow) learnMean(svc, end int64) {
 	if end-f.lastOK.Load() > int64(time.Millisecond) {
 		f.lastOK.Store(end)
 	}
-	ewma.Update(&f.svc, int64(max(d, 1)))
+	ewma.Update(&f.svc, svc)
 }
 
 // Ticket is one call's turn. Finish it once with Done or Release. The zero
@@ -1432,12 +1439,9 @@ func (t Ticket) doneAt(end int64, overload bool) {
 	case overload:
 		l.overloads.Add(1)
 	default:
-		if end-f.lastOK.Load() > int64(time.Millisecond) {
-			f.lastOK.Store(end)
-		}
 		f.n.Add(1)
 		f.sum.Add(svc)
-		ewma.Update(&f.svc, svc)
+		f.learnMean(svc, end)
 		if l.probing.Load() {
 			l.noteProbe(f, t.start, end, svc)
 		}
