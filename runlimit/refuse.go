@@ -322,14 +322,13 @@ func (l *Limiter) refuseOn(e evidence) { l.refusedOn[e].Add(1) }
 // admit admits a call of ln at now to wait for a turn, reserving its place
 // (end it with unreserve(cost)), unless judge refuses it.
 func (ln *Lane) admit(now time.Time) (cost int64, ok bool) {
-	l := ln.f.l
-	c := call{fits: ln.Admissible()}
-	var v facts
-	if !c.fits {
-		v = l.look(ln, l.nanos(now))
-		s := l.slack.Load()
-		c.slackFits = s != 0 && ln.admissible(float64(s))
+	if ln.Admissible() {
+		return ln.reserve(), true // judge admits a call that fits: no facts to read
 	}
+	l := ln.f.l
+	v := l.look(ln, l.nanos(now))
+	s := l.slack.Load()
+	c := call{slackFits: s != 0 && ln.admissible(float64(s))}
 	switch verdict, e := judge(atAdmission, c, &v); verdict {
 	case refuseFull:
 		l.refuseOn(e)
@@ -385,7 +384,7 @@ func (g *guard) turned(c admission.Call, ln *Lane, t Ticket) admission.Decision 
 	if cl.hasDeadline {
 		cl.left, cl.serviceTime = c.Deadline.Sub(g.l.o.now()), f.ServiceTimeAt(c.Now)
 	}
-	if v, _ := judge(atTurn, cl, nil); v == refuseTooLate {
+	if v, _ := judge(atTurn, cl, nil); cl.hasDeadline && v == refuseTooLate {
 		t.Release()
 		return holding(admission.Decision{Refused: true, Reason: ReasonTooLate, DeadlineTooShort: true, Cause: admission.CauseDeadlineTooShort,
 			Evidence: admission.EvidenceServiceTime, Threshold: float32(cl.serviceTime.Seconds() * 1e3)}, ln)
