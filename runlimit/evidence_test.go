@@ -12,7 +12,7 @@ import (
 )
 
 // A cpu.Monitor tells its utilisation, so that it is evidence of overload
-// only while the CPU is busy now (see CPU).
+// only while the CPU is busy now (see WithCPU).
 var _ CPUNow = (*cpu.Monitor)(nil)
 
 // TestNoRefusalWithoutOverload: a call whose wait for a turn runs out

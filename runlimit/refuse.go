@@ -291,7 +291,7 @@ func (l *Limiter) sustained() int64 { return sustainIntervals * int64(l.o.interv
 
 // Overloaded reports whether the Limiter has evidence, at now, that the
 // server is overloaded: its CPU saturated for ten intervals (WithCPU,
-// WithInterval; see CPU), calls waiting for a turn without a pause for
+// WithInterval), calls waiting for a turn without a pause for
 // ten intervals, calls waiting while as many run beyond the limit as the
 // limit itself (at least an interval's work, and 20), or calls asking for
 // turns at least twice as fast as turns end, and 20 more (a spike). A

@@ -56,19 +56,9 @@ var (
 	ErrTimeout = errors.New("runlimit: no turn within the queue target")
 )
 
-// CPU is the CPU signal a Limiter reads (WithCPU): cpu.Signal, which
-// *cpu.Monitor satisfies.
+// CPU is the CPU signal a Limiter reads.
 //
-// A signal that also tells its threshold (cpu.ThresholdSignal, as
-// *cpu.Monitor does) is evidence of overload (Limiter.Overloaded) only
-// once its utilisation has been at or above the threshold, and at least
-// 0.95, for ten intervals (WithInterval); Saturated, which a monitor
-// keeps for a cooldown after the utilisation fell, still holds the
-// limit's growth off. A signal that tells no threshold is evidence while
-// Saturated says so, whatever its utilisation.
-//
-// Deprecated: use cpu.Signal. CPU, which asked for Saturated alone,
-// will be removed in the next release.
+// Deprecated: use cpu.Signal. CPU will be removed in the next release.
 type CPU = cpu.Signal
 
 // CPUNow is a CPU signal that tells how busy the CPU is now and the
@@ -87,7 +77,7 @@ type options struct {
 	initial        int
 	interval       time.Duration
 	target         time.Duration
-	cpu            CPU
+	cpu            cpu.Signal
 	maxFlows       int
 	maxTenants     int
 	weights        map[string]float64
@@ -121,10 +111,18 @@ func WithInterval(d time.Duration) Option { return func(o *options) { o.interval
 // service time, at least DefaultMinQueueTarget. New fails if d < 0.
 func WithQueueTarget(d time.Duration) Option { return func(o *options) { o.target = d } }
 
-// WithCPU gives the Limiter a CPU signal: while it says saturated the limit
-// never grows, and shrinks as soon as service times stretch. Default none
-// (the limit follows service times alone).
-func WithCPU(c CPU) Option { return func(o *options) { o.cpu = c } }
+// WithCPU gives the Limiter a CPU signal (*cpu.Monitor is one): while it
+// says Saturated the limit never grows, and shrinks as soon as service
+// times stretch. Default none (the limit follows service times alone).
+//
+// A signal that also tells its threshold (cpu.ThresholdSignal, as
+// *cpu.Monitor does) is evidence of overload (Limiter.Overloaded) only
+// once its utilisation has been at or above the threshold, and at least
+// 0.95, for ten intervals (WithInterval); Saturated, which a monitor
+// keeps for a cooldown after the utilisation fell, still holds the
+// limit's growth off. A signal that tells no threshold is evidence while
+// Saturated says so, whatever its utilisation.
+func WithCPU(c cpu.Signal) Option { return func(o *options) { o.cpu = c } }
 
 // WithMaxFlows caps the flows tracked separately, so that memory stays
 // bounded whatever names callers send. A new name at the cap takes the
@@ -211,7 +209,7 @@ type Limiter struct {
 	o     options
 	epoch time.Time
 	// cpuNow is o.cpu when it tells its utilisation (cpuBusy).
-	cpuNow CPUNow
+	cpuNow cpu.ThresholdSignal
 
 	// state packs the calls running (low 32 bits) and waiting (high 32
 	// bits), so that a turn returned while nobody waits, and a turn taken
@@ -361,7 +359,7 @@ func New(opts ...Option) (*Limiter, error) {
 		o.now = o.clock.Now
 	}
 	l := &Limiter{o: o, epoch: o.now()}
-	l.cpuNow, _ = o.cpu.(CPUNow)
+	l.cpuNow, _ = o.cpu.(cpu.ThresholdSignal)
 	l.lr.est = float64(min(max(o.initial, o.floor), o.ceiling))
 	l.limit.Store(int64(l.lr.est))
 	l.flows.Store(&map[string]*Flow{})
