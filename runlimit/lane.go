@@ -183,25 +183,29 @@ func (ln *Lane) Acquire(ctx context.Context) (Ticket, error) {
 	return ln.acquire(ctx, ln.reserve(), false)
 }
 
-// tenantLanes are the lanes of one tenant of a flow, one per class.
-type tenantLanes struct {
-	lanes [admission.Classes]Lane
-	used  atomic.Int64 // start of the interval of its last admission, ns since the Limiter's epoch
-}
+// classLanes are the lanes of one tenant of a flow, one per class.
+type classLanes [admission.Classes]Lane
 
-func (tl *tenantLanes) init(f *Flow, tenant string, weight int64) {
-	for i := range tl.lanes {
-		tl.lanes[i] = Lane{f: f, tenant: tenant, class: admission.Criticality(i) + admission.Sheddable, weight: weight}
+func (cl *classLanes) init(f *Flow, tenant string, weight int64) {
+	for i := range cl {
+		cl[i] = Lane{f: f, tenant: tenant, class: admission.Criticality(i) + admission.Sheddable, weight: weight}
 	}
 }
 
-func (tl *tenantLanes) idle() bool {
-	for i := range tl.lanes {
-		if tl.lanes[i].count.Load() != 0 {
+// idle reports whether no call waits in the lanes.
+func (cl *classLanes) idle() bool {
+	for i := range cl {
+		if cl[i].count.Load() != 0 {
 			return false
 		}
 	}
 	return true
+}
+
+// tenantLanes are the lanes of one tenant of a flow.
+type tenantLanes struct {
+	lanes classLanes
+	used  atomic.Int64 // start of the interval of its last admission, ns since the Limiter's epoch
 }
 
 // tenantShards is a flow's tenants, spread over shards each under its own
@@ -238,11 +242,7 @@ func (f *Flow) Lane(tenant string, class admission.Criticality) *Lane {
 	if tl == nil {
 		tl = f.newTenant(s, tenant)
 	}
-	// The start of the current interval, not the clock: reading the
-	// clock would cost more than the rest of the lookup.
-	if opened := l.openedAt.Load(); tl.used.Load() != opened {
-		tl.used.Store(opened)
-	}
+	l.markUsed(&tl.used)
 	return &tl.lanes[ci]
 }
 
@@ -266,11 +266,7 @@ func (f *Flow) newTenant(s *tenantShard, tenant string) *tenantLanes {
 		s.m = map[string]*tenantLanes{}
 	}
 	tl := new(tenantLanes)
-	w := max(1, int64(l.o.defaultWeight*weightOne))
-	if tw, ok := l.o.weights[tenant]; ok {
-		w = max(1, int64(tw*weightOne))
-	}
-	tl.init(f, tenant, w)
+	tl.lanes.init(f, tenant, max(1, int64(l.TenantWeight(tenant)*weightOne)))
 	tl.used.Store(l.openedAt.Load())
 	s.m[tenant] = tl
 	return tl
@@ -281,7 +277,7 @@ func (f *Flow) overflowLanes() *tenantLanes {
 		return tl
 	}
 	tl := new(tenantLanes)
-	tl.init(f, OverflowTenant, weightOne)
+	tl.lanes.init(f, OverflowTenant, weightOne)
 	if f.overflow.CompareAndSwap(nil, tl) {
 		return tl
 	}
@@ -296,7 +292,7 @@ func (l *Limiter) sweepTenants(flows []*Flow, now int64) {
 			s := &f.tenants.shards[i]
 			s.mu.Lock()
 			for name, tl := range s.m {
-				if now-tl.used.Load() >= int64(tenantIdle) && tl.idle() {
+				if now-tl.used.Load() >= int64(tenantIdle) && tl.lanes.idle() {
 					delete(s.m, name)
 					l.tenantCount.Add(-1)
 				}

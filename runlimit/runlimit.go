@@ -399,7 +399,7 @@ func (l *Limiter) Limit() int { return int(l.limit.Load()) }
 func (l *Limiter) Bounds() (floor, ceiling int) { return l.o.floor, l.o.ceiling }
 
 // CPU returns the CPU signal the Limiter follows (WithCPU), or nil.
-func (l *Limiter) CPU() CPU { return l.o.cpu }
+func (l *Limiter) CPU() cpu.Signal { return l.o.cpu }
 
 // TenantWeight returns the weight of tenant's share (WithTenantWeights,
 // WithDefaultTenantWeight).
@@ -631,40 +631,43 @@ func (l *Limiter) Baseline(name string) time.Duration {
 
 func newFlow(l *Limiter, name string) *Flow {
 	f := &Flow{l: l, name: name}
-	for i := range f.lanes {
-		f.lanes[i] = Lane{f: f, class: admission.Criticality(i) + admission.Sheddable, weight: weightOne}
-	}
+	f.lanes.init(f, "", weightOne)
 	f.tenants.seed = maphash.MakeSeed()
 	return f
 }
 
-// touch marks the flow as used in the current interval: a load of the
-// interval's start and of the mark, and a store once per interval.
-func (f *Flow) touch() {
-	if opened := f.l.openedAt.Load(); f.used.Load() != opened {
-		f.used.Store(opened)
+// touch marks the flow as used in the current interval.
+func (f *Flow) touch() { f.l.markUsed(&f.used) }
+
+// markUsed sets used to the start of the current interval: a load of the
+// interval's start (cheaper than reading the clock) and of the mark, and
+// a store once per interval.
+func (l *Limiter) markUsed(used *atomic.Int64) {
+	if opened := l.openedAt.Load(); used.Load() != opened {
+		used.Store(opened)
 	}
 }
 
 // idle reports whether the flow has no call in it: none admitted by a
 // guard and not finished, none waiting in one of its lanes.
 func (f *Flow) idle() bool {
-	if f.calls.Load() != 0 {
+	return f.calls.Load() == 0 && f.eachLanes((*classLanes).idle)
+}
+
+// eachLanes calls fn with the lanes of calls of no tenant, then of each
+// tenant, until fn returns false; it reports whether none did.
+func (f *Flow) eachLanes(fn func(*classLanes) bool) bool {
+	if !fn(&f.lanes) {
 		return false
 	}
-	for i := range f.lanes {
-		if f.lanes[i].count.Load() != 0 {
-			return false
-		}
-	}
-	if tl := f.overflow.Load(); tl != nil && !tl.idle() {
+	if tl := f.overflow.Load(); tl != nil && !fn(&tl.lanes) {
 		return false
 	}
 	for i := range f.tenants.shards {
 		s := &f.tenants.shards[i]
 		s.mu.RLock()
 		for _, tl := range s.m {
-			if !tl.idle() {
+			if !fn(&tl.lanes) {
 				s.mu.RUnlock()
 				return false
 			}
@@ -677,9 +680,13 @@ func (f *Flow) idle() bool {
 // Flows returns the flows the Limiter tracks separately, in no order: not
 // the flows OverflowFlow and UnservedFlow. It allocates; call it at
 // scrape time.
-func (l *Limiter) Flows() []*Flow {
+func (l *Limiter) Flows() []*Flow { return l.tracked(0) }
+
+// tracked returns the flows the Limiter tracks separately, with room for
+// extra more.
+func (l *Limiter) tracked(extra int) []*Flow {
 	m := *l.flows.Load()
-	out := make([]*Flow, 0, len(m))
+	out := make([]*Flow, 0, len(m)+extra)
 	for _, f := range m {
 		out = append(out, f)
 	}
@@ -689,12 +696,7 @@ func (l *Limiter) Flows() []*Flow {
 // allFlows returns every flow: those tracked, then the flow of unserved
 // names, then the overflow flow if there is one.
 func (l *Limiter) allFlows() []*Flow {
-	m := *l.flows.Load()
-	out := make([]*Flow, 0, len(m)+2)
-	for _, f := range m {
-		out = append(out, f)
-	}
-	out = append(out, l.unserved)
+	out := append(l.tracked(2), l.unserved)
 	l.flowsMu.Lock()
 	if l.overflow != nil {
 		out = append(out, l.overflow)
@@ -735,7 +737,7 @@ type Flow struct {
 	isUnserved bool
 	gone       atomic.Bool
 
-	lanes    [admission.Classes]Lane // calls of no tenant, by class
+	lanes    classLanes // calls of no tenant, by class
 	tenants  tenantShards
 	overflow atomic.Pointer[tenantLanes]
 

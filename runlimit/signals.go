@@ -36,7 +36,7 @@ type Signal struct {
 // from a debug page, not per call.
 func (f *Flow) WaitingLanes(max int) []*Lane {
 	var out []*Lane
-	add := func(tl *[admission.Classes]Lane) bool {
+	add := func(tl *classLanes) bool {
 		for i := range tl {
 			if len(out) >= max {
 				return false
@@ -47,23 +47,7 @@ func (f *Flow) WaitingLanes(max int) []*Lane {
 		}
 		return len(out) < max
 	}
-	if !add(&f.lanes) {
-		return out
-	}
-	if tl := f.overflow.Load(); tl != nil && !add(&tl.lanes) {
-		return out
-	}
-	for i := range f.tenants.shards {
-		s := &f.tenants.shards[i]
-		s.mu.RLock()
-		for _, tl := range s.m {
-			if !add(&tl.lanes) {
-				s.mu.RUnlock()
-				return out
-			}
-		}
-		s.mu.RUnlock()
-	}
+	f.eachLanes(add)
 	return out
 }
 
