@@ -2,7 +2,6 @@ package cpu
 
 import (
 	"fmt"
-	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -23,7 +22,7 @@ import (
 // that could not be read. In the root cgroup the counters cover every
 // process on the host; String says so, and [Detect] skips such a source.
 func NewCgroupV2(root string) (Source, error) {
-	s, err := newCgroupV2(cleanRoot(root), defaultEnv())
+	s, err := newCgroupV2(sysfile.CleanRoot(root), defaultEnv())
 	if err != nil {
 		return nil, err
 	}
@@ -37,7 +36,7 @@ func NewCgroupV2(root string) (Source, error) {
 // of cpu.stat. CPU pressure, when present, is the host's
 // /proc/pressure/cpu. root is as for [NewCgroupV2].
 func NewCgroupV1(root string) (Source, error) {
-	s, err := newCgroupV1(cleanRoot(root), defaultEnv())
+	s, err := newCgroupV1(sysfile.CleanRoot(root), defaultEnv())
 	if err != nil {
 		return nil, err
 	}
@@ -52,33 +51,11 @@ type cgroupV2 struct {
 }
 
 func newCgroupV2(root string, env sysenv) (*cgroupV2, error) {
-	mounts, err := readMounts(root)
+	c, err := parse.V2(root, "cpu.max")
 	if err != nil {
-		return nil, fmt.Errorf("cpu: cgroup v2: %w", err)
+		return nil, err
 	}
-	m, ok := findMount(mounts, "cgroup2", "")
-	if !ok {
-		return nil, fmt.Errorf("%w: cgroup v2 (no cgroup2 line in %s)", ErrNotMounted, filepath.Join(root, procMountinfo))
-	}
-	paths, err := readCgroupPaths(root)
-	if err != nil {
-		return nil, fmt.Errorf("cpu: cgroup v2: %w", err)
-	}
-	if !paths.hasV2 {
-		return nil, fmt.Errorf("%w: cgroup v2 (no 0:: line in %s)", ErrNotMounted, filepath.Join(root, procCgroup))
-	}
-	dir, top, isRoot, err := cgroupDir(root, m, paths.v2)
-	if err != nil {
-		return nil, fmt.Errorf("cpu: cgroup v2: %w", err)
-	}
-	if isRoot {
-		// Inside a cgroup namespace the process's own cgroup looks like
-		// the root; the real root has no cpu.max.
-		if _, err := os.Stat(filepath.Join(dir, "cpu.max")); err == nil {
-			isRoot = false
-		}
-	}
-	s := &cgroupV2{env: env, dir: dir, top: top, isRoot: isRoot}
+	s := &cgroupV2{env: env, dir: c.Dir, top: c.Top, isRoot: c.IsRoot}
 	if _, err := s.Sample(); err != nil {
 		return nil, err
 	}
@@ -98,13 +75,13 @@ func (s *cgroupV2) Sample() (Sample, error) {
 	}
 	var vals [4]uint64
 	name := filepath.Join(s.dir, "cpu.stat")
-	found, err := readKV(&s.files, name, v2StatKeys, vals[:])
+	found, err := parse.KV(&s.files, name, v2StatKeys, vals[:])
 	now := s.env.now()
 	if err != nil {
 		return Sample{}, fmt.Errorf("cpu: cgroup v2: %w", err)
 	}
 	if found&1 == 0 {
-		return Sample{}, fmt.Errorf("cpu: cgroup v2: %w", formatError("has no usage_usec line", name))
+		return Sample{}, fmt.Errorf("cpu: cgroup v2: %w", parse.Errorf("has no usage_usec line", name))
 	}
 	smp := Sample{
 		Time:      now,
@@ -135,19 +112,19 @@ func v2Quota(files *sysfile.Files, dir, top string) (float64, error) {
 		name := filepath.Join(d, "cpu.max")
 		data, err := files.ReadFile(name)
 		switch {
-		case notExist(err):
+		case sysfile.NotExist(err):
 		case err != nil:
 			return 0, err
 		default:
 			f := strings.Fields(string(data))
 			if len(f) != 2 {
-				return 0, formatError("%q is not \"quota period\"", name, strings.TrimSpace(string(data)))
+				return 0, parse.Errorf("%q is not \"quota period\"", name, strings.TrimSpace(string(data)))
 			}
 			if f[0] != "max" {
 				quota, err1 := strconv.ParseFloat(f[0], 64)
 				period, err2 := strconv.ParseFloat(f[1], 64)
 				if err1 != nil || err2 != nil || quota <= 0 || period <= 0 {
-					return 0, formatError("%q is not \"quota period\"", name, strings.TrimSpace(string(data)))
+					return 0, parse.Errorf("%q is not \"quota period\"", name, strings.TrimSpace(string(data)))
 				}
 				if c := quota / period; q == 0 || c < q {
 					q = c
@@ -171,30 +148,24 @@ type cgroupV1 struct {
 }
 
 func newCgroupV1(root string, env sysenv) (*cgroupV1, error) {
-	mounts, err := readMounts(root)
+	acct, err := parse.V1(root, "cpuacct")
+	if err != nil {
+		return nil, err
+	}
+	s := &cgroupV1{env: env, acctDir: acct.Dir, isRoot: acct.IsRoot, psi: filepath.Join(root, procPressure)}
+	// The cpu controller (quota, throttling) is optional: read again the
+	// files V1 has just read, to find it when it is mounted.
+	mounts, err := parse.Mounts(root)
 	if err != nil {
 		return nil, fmt.Errorf("cpu: cgroup v1: %w", err)
 	}
-	am, ok := findMount(mounts, "cgroup", "cpuacct")
-	if !ok {
-		return nil, fmt.Errorf("%w: cgroup v1 cpuacct (not in %s)", ErrNotMounted, filepath.Join(root, procMountinfo))
-	}
-	paths, err := readCgroupPaths(root)
+	paths, err := parse.CgroupPaths(root)
 	if err != nil {
 		return nil, fmt.Errorf("cpu: cgroup v1: %w", err)
 	}
-	ap, ok := paths.v1["cpuacct"]
-	if !ok {
-		return nil, fmt.Errorf("%w: cgroup v1 (no cpuacct line in %s)", ErrNotMounted, filepath.Join(root, procCgroup))
-	}
-	s := &cgroupV1{env: env, psi: filepath.Join(root, procPressure)}
-	s.acctDir, _, s.isRoot, err = cgroupDir(root, am, ap)
-	if err != nil {
-		return nil, fmt.Errorf("cpu: cgroup v1: %w", err)
-	}
-	if cm, ok := findMount(mounts, "cgroup", "cpu"); ok {
-		if cp, ok := paths.v1["cpu"]; ok {
-			s.cpuDir, s.cpuTop, _, err = cgroupDir(root, cm, cp)
+	if cm, ok := sysfile.FindMount(mounts, "cgroup", "cpu"); ok {
+		if cp, ok := paths.V1["cpu"]; ok {
+			s.cpuDir, s.cpuTop, _, err = parse.CgroupDir(root, cm, cp)
 			if err != nil {
 				return nil, fmt.Errorf("cpu: cgroup v1: %w", err)
 			}
@@ -220,7 +191,7 @@ func (s *cgroupV1) Sample() (Sample, error) {
 	if err != nil {
 		return Sample{}, err
 	}
-	usage, err := readUint(&s.files, filepath.Join(s.acctDir, "cpuacct.usage"))
+	usage, err := parse.Uint(&s.files, filepath.Join(s.acctDir, "cpuacct.usage"))
 	now := s.env.now()
 	if err != nil {
 		return Sample{}, fmt.Errorf("cpu: cgroup v1: %w", err)
@@ -228,7 +199,7 @@ func (s *cgroupV1) Sample() (Sample, error) {
 	smp := Sample{Time: now, Usage: time.Duration(usage), Allowance: allow, Quota: quota}
 	if s.cpuDir != "" {
 		var vals [3]uint64
-		if found, err := readKV(&s.files, filepath.Join(s.cpuDir, "cpu.stat"), v1StatKeys, vals[:]); err == nil && found == 0b111 {
+		if found, err := parse.KV(&s.files, filepath.Join(s.cpuDir, "cpu.stat"), v1StatKeys, vals[:]); err == nil && found == 0b111 {
 			smp.HasThrottling = true
 			smp.Throttling = Throttling{Periods: vals[0], Throttled: vals[1], ThrottledTime: time.Duration(vals[2])}
 		}
@@ -252,21 +223,21 @@ func v1Quota(files *sysfile.Files, dir, top string) (float64, error) {
 		qname := filepath.Join(d, "cpu.cfs_quota_us")
 		data, err := files.ReadFile(qname)
 		switch {
-		case notExist(err):
+		case sysfile.NotExist(err):
 		case err != nil:
 			return 0, err
 		default:
 			quota, err := strconv.ParseInt(strings.TrimSpace(string(data)), 10, 64)
 			if err != nil {
-				return 0, formatError("%q is not a number", qname, strings.TrimSpace(string(data)))
+				return 0, parse.Errorf("%q is not a number", qname, strings.TrimSpace(string(data)))
 			}
 			if quota > 0 {
-				period, err := readUint(files, filepath.Join(d, "cpu.cfs_period_us"))
+				period, err := parse.Uint(files, filepath.Join(d, "cpu.cfs_period_us"))
 				if err != nil {
 					return 0, err
 				}
 				if period == 0 {
-					return 0, formatError("period 0", filepath.Join(d, "cpu.cfs_period_us"))
+					return 0, parse.Errorf("period 0", filepath.Join(d, "cpu.cfs_period_us"))
 				}
 				if c := float64(quota) / float64(period); q == 0 || c < q {
 					q = c

@@ -3,9 +3,9 @@ package cpu
 import (
 	"errors"
 	"fmt"
-	"os"
-	"path/filepath"
 	"strings"
+
+	"github.com/levee-go/levee/internal/sysfile"
 )
 
 // DetectOption configures [Detect]. A nil DetectOption is ignored.
@@ -20,7 +20,7 @@ type detectOptions struct {
 // of "/" (for tests and for agents that see a host through a bind mount).
 // Default "/".
 func WithRoot(root string) DetectOption {
-	return func(o *detectOptions) { o.root = cleanRoot(root) }
+	return func(o *detectOptions) { o.root = sysfile.CleanRoot(root) }
 }
 
 // Detect chooses the source that measures the CPU this process may use,
@@ -93,26 +93,7 @@ func Detect(opts ...DetectOption) (Source, error) {
 
 // v2HasCPU reports whether a cgroup2 hierarchy is mounted with the cpu
 // controller available (not a hybrid host whose v2 tree has none).
-func v2HasCPU(root string) bool {
-	mounts, err := readMounts(root)
-	if err != nil {
-		return false
-	}
-	m, ok := findMount(mounts, "cgroup2", "")
-	if !ok {
-		return false
-	}
-	data, err := os.ReadFile(filepath.Join(root, m.point, "cgroup.controllers"))
-	if err != nil {
-		return false
-	}
-	for _, c := range strings.Fields(string(data)) {
-		if c == "cpu" {
-			return true
-		}
-	}
-	return false
-}
+func v2HasCPU(root string) bool { return parse.V2Has(root, "cpu") }
 
 type detectedHost struct {
 	*host

@@ -19,7 +19,7 @@ const userHZ = 100
 // measures every process running there, not only this one. CPU pressure
 // is /proc/pressure/cpu when present. root is as for [NewCgroupV2].
 func NewHost(root string) (Source, error) {
-	s, err := newHost(cleanRoot(root), defaultEnv())
+	s, err := newHost(sysfile.CleanRoot(root), defaultEnv())
 	if err != nil {
 		return nil, err
 	}
@@ -63,7 +63,7 @@ func (s *host) Sample() (Sample, error) {
 		f := strings.Fields(line)
 		id, err := strconv.Atoi(f[0][3:])
 		if err != nil || len(f) < 5 {
-			return Sample{}, fmt.Errorf("cpu: host: %w", formatError("line %q", s.stat, line))
+			return Sample{}, fmt.Errorf("cpu: host: %w", parse.Errorf("line %q", s.stat, line))
 		}
 		if !want[id] {
 			continue
@@ -75,7 +75,7 @@ func (s *host) Sample() (Sample, error) {
 			}
 			x, err := strconv.ParseUint(v, 10, 64)
 			if err != nil {
-				return Sample{}, fmt.Errorf("cpu: host: %w", formatError("line %q", s.stat, line))
+				return Sample{}, fmt.Errorf("cpu: host: %w", parse.Errorf("line %q", s.stat, line))
 			}
 			if i != 3 && i != 4 {
 				busy += x
@@ -84,7 +84,7 @@ func (s *host) Sample() (Sample, error) {
 		n++
 	}
 	if n == 0 {
-		return Sample{}, fmt.Errorf("cpu: host: %w", formatError("has no line for CPUs %v", s.stat, cpus))
+		return Sample{}, fmt.Errorf("cpu: host: %w", parse.Errorf("has no line for CPUs %v", s.stat, cpus))
 	}
 	smp := Sample{
 		Time:      now,

@@ -26,7 +26,7 @@ import (
 // cgroup is the root of the hierarchy), where cgroup and host counters
 // measure everyone's CPU.
 func NewProcess(root string) (Source, error) {
-	s, err := newProcess(cleanRoot(root), defaultEnv(), "")
+	s, err := newProcess(sysfile.CleanRoot(root), defaultEnv(), "")
 	if err != nil {
 		return nil, err
 	}
@@ -67,22 +67,22 @@ func newProcess(root string, env sysenv, reason string) (*process, error) {
 // ownQuota finds the quota of the process's own cgroup (v2, else v1),
 // read through files; nil when there is none to read.
 func ownQuota(root string, files *sysfile.Files) func() (float64, error) {
-	mounts, err := readMounts(root)
+	mounts, err := parse.Mounts(root)
 	if err != nil {
 		return nil
 	}
-	paths, err := readCgroupPaths(root)
+	paths, err := parse.CgroupPaths(root)
 	if err != nil {
 		return nil
 	}
-	if m, ok := findMount(mounts, "cgroup2", ""); ok && paths.hasV2 && v2HasCPU(root) {
-		if dir, top, isRoot, err := cgroupDir(root, m, paths.v2); err == nil && !isRoot {
+	if m, ok := sysfile.FindMount(mounts, "cgroup2", ""); ok && paths.HasV2 && v2HasCPU(root) {
+		if dir, top, isRoot, err := parse.CgroupDir(root, m, paths.V2); err == nil && !isRoot {
 			return func() (float64, error) { return v2Quota(files, dir, top) }
 		}
 	}
-	if m, ok := findMount(mounts, "cgroup", "cpu"); ok {
-		if p, ok := paths.v1["cpu"]; ok {
-			if dir, top, isRoot, err := cgroupDir(root, m, p); err == nil && !isRoot {
+	if m, ok := sysfile.FindMount(mounts, "cgroup", "cpu"); ok {
+		if p, ok := paths.V1["cpu"]; ok {
+			if dir, top, isRoot, err := parse.CgroupDir(root, m, p); err == nil && !isRoot {
 				return func() (float64, error) { return v1Quota(files, dir, top) }
 			}
 		}
@@ -138,7 +138,7 @@ func (s *process) readWait() error {
 			continue
 		}
 		delay, err := s.readSchedstat(filepath.Join(s.tasks, n, "schedstat"))
-		if notExist(err) {
+		if sysfile.NotExist(err) {
 			continue // the thread exited meanwhile
 		}
 		if err != nil {
@@ -164,11 +164,11 @@ func (s *process) readSchedstat(name string) (time.Duration, error) {
 	}
 	fields := strings.Fields(string(data))
 	if len(fields) < 2 {
-		return 0, formatError("%q has no run-queue delay field", name, strings.TrimSpace(string(data)))
+		return 0, parse.Errorf("%q has no run-queue delay field", name, strings.TrimSpace(string(data)))
 	}
 	v, err := strconv.ParseUint(fields[1], 10, 64)
 	if err != nil {
-		return 0, formatError("%q has no run-queue delay field", name, strings.TrimSpace(string(data)))
+		return 0, parse.Errorf("%q has no run-queue delay field", name, strings.TrimSpace(string(data)))
 	}
 	return time.Duration(v), nil
 }

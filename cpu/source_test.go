@@ -469,17 +469,3 @@ func TestSampleErrorAfterStart(t *testing.T) {
 		t.Errorf("Sample() after removing cpuacct.usage = %v, want an error naming it", err)
 	}
 }
-
-func TestUnescapeMount(t *testing.T) {
-	tests := []struct{ give, want string }{
-		{`/sys/fs/cgroup`, `/sys/fs/cgroup`},
-		{`/mnt/with\040space`, `/mnt/with space`},
-		{`/a\134b`, `/a\b`},
-		{`/trailing\04`, `/trailing\04`},
-	}
-	for _, tt := range tests {
-		if got := unescapeMount(tt.give); got != tt.want {
-			t.Errorf("unescapeMount(%q) = %q, want %q", tt.give, got, tt.want)
-		}
-	}
-}

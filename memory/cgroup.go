@@ -2,7 +2,6 @@ package memory
 
 import (
 	"fmt"
-	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -32,7 +31,7 @@ func NewCgroupV2(root string) (Source, error) {
 	if err != nil {
 		return nil, err
 	}
-	s, err := newCgroupV2(cleanRoot(root), env)
+	s, err := newCgroupV2(sysfile.CleanRoot(root), env)
 	if err != nil {
 		return nil, err
 	}
@@ -50,7 +49,7 @@ func NewCgroupV1(root string) (Source, error) {
 	if err != nil {
 		return nil, err
 	}
-	s, err := newCgroupV1(cleanRoot(root), env)
+	s, err := newCgroupV1(sysfile.CleanRoot(root), env)
 	if err != nil {
 		return nil, err
 	}
@@ -65,33 +64,11 @@ type cgroupV2 struct {
 }
 
 func newCgroupV2(root string, env sysenv) (*cgroupV2, error) {
-	mounts, err := readMounts(root)
+	c, err := parse.V2(root, "memory.max")
 	if err != nil {
-		return nil, fmt.Errorf("memory: cgroup v2: %w", err)
+		return nil, err
 	}
-	m, ok := findMount(mounts, "cgroup2", "")
-	if !ok {
-		return nil, fmt.Errorf("%w: cgroup v2 (no cgroup2 line in %s)", ErrNotMounted, filepath.Join(root, procMountinfo))
-	}
-	paths, err := readCgroupPaths(root)
-	if err != nil {
-		return nil, fmt.Errorf("memory: cgroup v2: %w", err)
-	}
-	if !paths.hasV2 {
-		return nil, fmt.Errorf("%w: cgroup v2 (no 0:: line in %s)", ErrNotMounted, filepath.Join(root, procCgroup))
-	}
-	dir, top, isRoot, err := cgroupDir(root, m, paths.v2)
-	if err != nil {
-		return nil, fmt.Errorf("memory: cgroup v2: %w", err)
-	}
-	if isRoot {
-		// Inside a cgroup namespace the process's own cgroup looks like
-		// the root; the real root has no memory.max.
-		if _, err := os.Stat(filepath.Join(dir, "memory.max")); err == nil {
-			isRoot = false
-		}
-	}
-	s := &cgroupV2{env: env, dir: dir, top: top, isRoot: isRoot}
+	s := &cgroupV2{env: env, dir: c.Dir, top: c.Top, isRoot: c.IsRoot}
 	if _, err := s.Sample(); err != nil {
 		return s, err // located; Detect tells a root cgroup from a broken one
 	}
@@ -108,16 +85,16 @@ func (s *cgroupV2) Sample() (Sample, error) {
 	if err != nil {
 		return Sample{}, fmt.Errorf("memory: cgroup v2: %w", err)
 	}
-	usage, err := readUint(&s.files, filepath.Join(s.dir, "memory.current"))
+	usage, err := parse.Uint(&s.files, filepath.Join(s.dir, "memory.current"))
 	if err != nil {
 		return Sample{}, fmt.Errorf("memory: cgroup v2: %w", err)
 	}
 	var stat [1]uint64
-	if _, err := readKV(&s.files, filepath.Join(s.dir, "memory.stat"), v2StatKeys, stat[:]); err != nil {
+	if _, err := parse.KV(&s.files, filepath.Join(s.dir, "memory.stat"), v2StatKeys, stat[:]); err != nil {
 		return Sample{}, fmt.Errorf("memory: cgroup v2: %w", err)
 	}
 	var ev [4]uint64
-	if _, err := readKV(&s.files, filepath.Join(s.dir, "memory.events"), v2EventsKeys, ev[:]); err != nil && !notExist(err) {
+	if _, err := parse.KV(&s.files, filepath.Join(s.dir, "memory.events"), v2EventsKeys, ev[:]); err != nil && !sysfile.NotExist(err) {
 		return Sample{}, fmt.Errorf("memory: cgroup v2: %w", err)
 	}
 	rt := s.env.runtime()
@@ -152,7 +129,7 @@ func v2Limits(files *sysfile.Files, dir, top string) (maxL, highL uint64, err er
 		}{{"memory.max", &maxL}, {"memory.high", &highL}} {
 			v, err := readLimit(files, filepath.Join(d, f.name))
 			switch {
-			case notExist(err):
+			case sysfile.NotExist(err):
 			case err != nil:
 				return 0, 0, err
 			default:
@@ -173,27 +150,11 @@ type cgroupV1 struct {
 }
 
 func newCgroupV1(root string, env sysenv) (*cgroupV1, error) {
-	mounts, err := readMounts(root)
+	c, err := parse.V1(root, "memory")
 	if err != nil {
-		return nil, fmt.Errorf("memory: cgroup v1: %w", err)
+		return nil, err
 	}
-	m, ok := findMount(mounts, "cgroup", "memory")
-	if !ok {
-		return nil, fmt.Errorf("%w: cgroup v1 memory (not in %s)", ErrNotMounted, filepath.Join(root, procMountinfo))
-	}
-	paths, err := readCgroupPaths(root)
-	if err != nil {
-		return nil, fmt.Errorf("memory: cgroup v1: %w", err)
-	}
-	p, ok := paths.v1["memory"]
-	if !ok {
-		return nil, fmt.Errorf("%w: cgroup v1 (no memory line in %s)", ErrNotMounted, filepath.Join(root, procCgroup))
-	}
-	s := &cgroupV1{env: env}
-	s.dir, s.top, s.isRoot, err = cgroupDir(root, m, p)
-	if err != nil {
-		return nil, fmt.Errorf("memory: cgroup v1: %w", err)
-	}
+	s := &cgroupV1{env: env, dir: c.Dir, top: c.Top, isRoot: c.IsRoot}
 	if _, err := s.Sample(); err != nil {
 		return s, err // located; Detect tells a root cgroup from a broken one
 	}
@@ -207,12 +168,12 @@ func (s *cgroupV1) Sample() (Sample, error) {
 	if err != nil {
 		return Sample{}, fmt.Errorf("memory: cgroup v1: %w", err)
 	}
-	usage, err := readUint(&s.files, filepath.Join(s.dir, "memory.usage_in_bytes"))
+	usage, err := parse.Uint(&s.files, filepath.Join(s.dir, "memory.usage_in_bytes"))
 	if err != nil {
 		return Sample{}, fmt.Errorf("memory: cgroup v1: %w", err)
 	}
 	var stat [3]uint64
-	found, err := readKV(&s.files, filepath.Join(s.dir, "memory.stat"), v1StatKeys, stat[:])
+	found, err := parse.KV(&s.files, filepath.Join(s.dir, "memory.stat"), v1StatKeys, stat[:])
 	if err != nil {
 		return Sample{}, fmt.Errorf("memory: cgroup v1: %w", err)
 	}
@@ -224,11 +185,11 @@ func (s *cgroupV1) Sample() (Sample, error) {
 		limit = minLimit(limit, stat[2])
 	}
 	var ev Events
-	if n, err := readUint(&s.files, filepath.Join(s.dir, "memory.failcnt")); err == nil {
+	if n, err := parse.Uint(&s.files, filepath.Join(s.dir, "memory.failcnt")); err == nil {
 		ev.Max = n
 	}
 	var oom [1]uint64
-	if _, err := readKV(&s.files, filepath.Join(s.dir, "memory.oom_control"), []string{"oom_kill"}, oom[:]); err == nil {
+	if _, err := parse.KV(&s.files, filepath.Join(s.dir, "memory.oom_control"), []string{"oom_kill"}, oom[:]); err == nil {
 		ev.OOMKill = oom[0]
 	}
 	rt := s.env.runtime()
@@ -255,14 +216,14 @@ func v1Limit(files *sysfile.Files, dir, top string) (uint64, error) {
 		name := filepath.Join(d, "memory.limit_in_bytes")
 		data, err := files.ReadFile(name)
 		switch {
-		case notExist(err):
+		case sysfile.NotExist(err):
 		case err != nil:
 			return 0, err
 		default:
 			str := strings.TrimSpace(string(data))
 			v, err := strconv.ParseInt(str, 10, 64) // -1 is written back as unlimited
 			if err != nil {
-				return 0, formatError("%q is not a number", name, str)
+				return 0, parse.Errorf("%q is not a number", name, str)
 			}
 			if v > 0 && v < v1Unlimited {
 				l = minLimit(l, uint64(v))

@@ -2,9 +2,9 @@ package memory
 
 import (
 	"errors"
-	"os"
-	"path/filepath"
 	"strings"
+
+	"github.com/levee-go/levee/internal/sysfile"
 )
 
 // DetectOption configures [Detect]. A nil DetectOption is ignored.
@@ -19,7 +19,7 @@ type detectOptions struct {
 // of "/" (for tests and for agents that see a host through a bind mount).
 // Default "/".
 func WithRoot(root string) DetectOption {
-	return func(o *detectOptions) { o.root = cleanRoot(root) }
+	return func(o *detectOptions) { o.root = sysfile.CleanRoot(root) }
 }
 
 // Detect chooses the source that measures the memory this process may
@@ -81,25 +81,6 @@ func Detect(opts ...DetectOption) (Source, error) {
 	return &runtimeSource{env: env, reason: strings.Join(why, "; ")}, nil
 }
 
-// v2HasMemory reports whether a cgroup2 hierarchy is mounted with the
-// memory controller available (not a hybrid host whose v2 tree has none).
-func v2HasMemory(root string) bool {
-	mounts, err := readMounts(root)
-	if err != nil {
-		return false
-	}
-	m, ok := findMount(mounts, "cgroup2", "")
-	if !ok {
-		return false
-	}
-	data, err := os.ReadFile(filepath.Join(root, m.point, "cgroup.controllers"))
-	if err != nil {
-		return false
-	}
-	for _, c := range strings.Fields(string(data)) {
-		if c == "memory" {
-			return true
-		}
-	}
-	return false
-}
+// v2HasMemory reports whether a cgroup2 hierarchy is mounted with the memory
+// controller available (not a hybrid host whose v2 tree has none).
+func v2HasMemory(root string) bool { return parse.V2Has(root, "memory") }

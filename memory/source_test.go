@@ -465,16 +465,3 @@ func TestKindString(t *testing.T) {
 		}
 	}
 }
-
-func TestUnescapeMount(t *testing.T) {
-	tests := []struct{ give, want string }{
-		{`/sys/fs/cgroup`, `/sys/fs/cgroup`},
-		{`/mnt/with\040space`, `/mnt/with space`},
-		{`/trailing\04`, `/trailing\04`},
-	}
-	for _, tt := range tests {
-		if got := unescapeMount(tt.give); got != tt.want {
-			t.Errorf("unescapeMount(%q) = %q, want %q", tt.give, got, tt.want)
-		}
-	}
-}

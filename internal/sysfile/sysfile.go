@@ -9,6 +9,10 @@
 // would. Any other file (a test's
 // fixture on disk) is read with os.ReadFile every time, so that one
 // rewritten or removed reads as it would.
+//
+// A [Parser] locates the process's cgroup from /proc/self/mountinfo and
+// /proc/self/cgroup and parses the cgroup files common to the cpu and
+// memory packages, with errors that read and match as each package's own.
 package sysfile
 
 import (
