@@ -3,10 +3,10 @@ package cpu
 import (
 	"errors"
 	"fmt"
-	"math"
 	"sync"
-	"sync/atomic"
 	"time"
+
+	"github.com/levee-go/levee/internal/saturation"
 )
 
 // Defaults of [Monitor].
@@ -90,27 +90,19 @@ func WithCooldown(d time.Duration) Option {
 // from [DefaultThreshold] until [DefaultCooldown] has passed. A Monitor is
 // safe for concurrent use. Close stops the sampler.
 type Monitor struct {
-	util atomic.Uint64 // math.Float64bits of the smoothed utilisation
-	sat  atomic.Bool
+	level saturation.Level // the utilisation and the saturation flag
 
 	opts options
 	src  Source // nil for a manual monitor
 
-	mu        sync.Mutex
-	have      bool
-	last      time.Time // time of the last observation
-	lastAbove time.Time // time of the last observation at or above the threshold
-	smoothed  float64
-	raw       float64
-	prev      Sample
-	samples   uint64
-	late      uint64
-	errs      uint64
-	err       error
+	mu      sync.Mutex
+	prev    Sample
+	samples uint64
+	late    uint64
+	errs    uint64
+	err     error
 
-	stop      chan struct{}
-	done      chan struct{}
-	closeOnce sync.Once
+	loop saturation.Loop // the sampler; never started on a manual monitor
 }
 
 // newMonitor applies and validates opts.
@@ -132,6 +124,7 @@ func newMonitor(src Source, opts []Option) (*Monitor, error) {
 	if err := m.opts.validate(); err != nil {
 		return nil, err
 	}
+	m.level.Smoothing, m.level.Threshold, m.level.Cooldown = m.opts.smoothing, m.opts.threshold, m.opts.cooldown
 	return m, nil
 }
 
@@ -155,9 +148,7 @@ func NewMonitor(src Source, opts ...Option) (*Monitor, error) {
 		return nil, err
 	}
 	m.prev = first
-	m.stop = make(chan struct{})
-	m.done = make(chan struct{})
-	go m.run()
+	m.loop.Start(m.opts.interval, m.sample)
 	return m, nil
 }
 
@@ -166,20 +157,6 @@ func NewMonitor(src Source, opts ...Option) (*Monitor, error) {
 // signal. It returns an error naming every bad option value.
 func NewManual(opts ...Option) (*Monitor, error) {
 	return newMonitor(nil, opts)
-}
-
-func (m *Monitor) run() {
-	defer close(m.done)
-	t := time.NewTicker(m.opts.interval)
-	defer t.Stop()
-	for {
-		select {
-		case <-m.stop:
-			return
-		case <-t.C:
-			m.sample()
-		}
-	}
 }
 
 // sample reads the source once and feeds the result.
@@ -199,7 +176,7 @@ func (m *Monitor) sample() {
 	if s.Time.Sub(prev.Time) > m.opts.interval*3/2 {
 		m.late++
 	}
-	m.observe(s.Time, Utilization(prev, s))
+	m.level.Observe(s.Time, Utilization(prev, s))
 	m.mu.Unlock()
 }
 
@@ -215,44 +192,22 @@ func (m *Monitor) Update(now time.Time, v float64) error {
 		v = 1
 	}
 	m.mu.Lock()
-	m.observe(now, v)
+	m.level.Observe(now, v)
 	m.mu.Unlock()
 	return nil
-}
-
-// observe updates the smoothed value and the saturation flag; m.mu held.
-func (m *Monitor) observe(now time.Time, v float64) {
-	m.raw = v
-	if !m.have || m.opts.smoothing == 0 {
-		m.smoothed = v
-	} else if dt := now.Sub(m.last); dt > 0 {
-		a := 1 - math.Exp(-float64(dt)/float64(m.opts.smoothing))
-		m.smoothed += a * (v - m.smoothed)
-	}
-	if !m.have || now.After(m.last) {
-		m.last = now
-	}
-	m.have = true
-	m.util.Store(math.Float64bits(m.smoothed))
-	if m.smoothed >= m.opts.threshold {
-		m.lastAbove = now
-		m.sat.Store(true)
-	} else if m.sat.Load() && now.Sub(m.lastAbove) >= m.opts.cooldown {
-		m.sat.Store(false)
-	}
 }
 
 // Utilization returns the smoothed utilisation, a fraction in [0, 1] of
 // the CPU this process may use; 0 before the first observation.
 func (m *Monitor) Utilization() float64 {
-	return math.Float64frombits(m.util.Load())
+	return m.level.Utilization()
 }
 
 // Saturated reports whether the monitor is saturated: the smoothed
 // utilisation reached the threshold and has not yet stayed below it for
 // the cooldown. It changes only when an observation arrives.
 func (m *Monitor) Saturated() bool {
-	return m.sat.Load()
+	return m.level.Saturated()
 }
 
 // Interval returns how often the monitor samples its source (WithInterval).
@@ -286,9 +241,9 @@ func (m *Monitor) Stats() Stats {
 	defer m.mu.Unlock()
 	st := Stats{
 		Source:      "manual",
-		Utilization: m.smoothed,
-		Raw:         m.raw,
-		Saturated:   m.sat.Load(),
+		Utilization: m.level.Smoothed(),
+		Raw:         m.level.Raw(),
+		Saturated:   m.level.Saturated(),
 		Threshold:   m.opts.threshold,
 		Samples:     m.samples,
 		Late:        m.late,
@@ -306,9 +261,5 @@ func (m *Monitor) Stats() Stats {
 // idempotent and does nothing on a manual monitor. Utilization and
 // Saturated keep their last values.
 func (m *Monitor) Close() {
-	if m.stop == nil {
-		return
-	}
-	m.closeOnce.Do(func() { close(m.stop) })
-	<-m.done
+	m.loop.Close()
 }

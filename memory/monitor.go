@@ -7,6 +7,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/levee-go/levee/internal/saturation"
 )
 
 // Defaults of [Monitor].
@@ -109,42 +111,34 @@ func WithCooldown(d time.Duration) Option {
 // [DefaultCooldown] has passed. A Monitor is safe for concurrent use.
 // Close stops the sampler.
 type Monitor struct {
-	util    atomic.Uint64 // math.Float64bits of the (smoothed) utilisation
 	gc      atomic.Uint64 // math.Float64bits of the (smoothed) GC fraction
 	proj    atomic.Uint64 // math.Float64bits of the last Projected
 	hardU   atomic.Uint64 // math.Float64bits of the last Hard utilisation
 	hardL   atomic.Uint64
 	limit   atomic.Uint64
-	sat     atomic.Bool
+	level   saturation.Level // the utilisation and the saturation flag
 	limited atomic.Bool
 	kind    atomic.Uint32
 
 	opts options
 	src  Source // nil for a manual monitor
 
-	mu        sync.Mutex
-	have      bool
-	last      time.Time // time of the last observation
-	lastAbove time.Time // time of the last observation at or above the threshold
-	smoothed  float64
-	raw       float64
-	gcRaw     float64
-	gcSmooth  float64
-	haveGC    bool
-	prev      Sample // last sample observed
-	havePrev  bool
-	hardAt    hardSample    // HardUtilization's sample, for HardSample
-	cycle     Sample        // the sample at which the runtime's CPU counters last moved
-	cycleGC   time.Duration // GC CPU time of the last span of GC cycles
-	cycleCPU  time.Duration // total CPU time of that span
-	samples   uint64
-	late      uint64
-	errs      uint64
-	err       error
+	mu       sync.Mutex
+	gcRaw    float64
+	gcSmooth float64
+	haveGC   bool
+	prev     Sample // last sample observed
+	havePrev bool
+	hardAt   hardSample    // HardUtilization's sample, for HardSample
+	cycle    Sample        // the sample at which the runtime's CPU counters last moved
+	cycleGC  time.Duration // GC CPU time of the last span of GC cycles
+	cycleCPU time.Duration // total CPU time of that span
+	samples  uint64
+	late     uint64
+	errs     uint64
+	err      error
 
-	stop      chan struct{}
-	done      chan struct{}
-	closeOnce sync.Once
+	loop saturation.Loop // the sampler; never started on a manual monitor
 }
 
 func newMonitor(src Source, opts []Option) (*Monitor, error) {
@@ -165,6 +159,7 @@ func newMonitor(src Source, opts []Option) (*Monitor, error) {
 	if err := m.opts.validate(); err != nil {
 		return nil, err
 	}
+	m.level.Smoothing, m.level.Threshold, m.level.Cooldown = m.opts.smoothing, m.opts.threshold, m.opts.cooldown
 	return m, nil
 }
 
@@ -188,9 +183,7 @@ func NewMonitor(src Source, opts ...Option) (*Monitor, error) {
 	m.mu.Lock()
 	m.observeSample(first)
 	m.mu.Unlock()
-	m.stop = make(chan struct{})
-	m.done = make(chan struct{})
-	go m.run()
+	m.loop.Start(m.opts.interval, m.sample)
 	return m, nil
 }
 
@@ -200,20 +193,6 @@ func NewMonitor(src Source, opts ...Option) (*Monitor, error) {
 // option value.
 func NewManual(opts ...Option) (*Monitor, error) {
 	return newMonitor(nil, opts)
-}
-
-func (m *Monitor) run() {
-	defer close(m.done)
-	t := time.NewTicker(m.opts.interval)
-	defer t.Stop()
-	for {
-		select {
-		case <-m.stop:
-			return
-		case <-t.C:
-			m.sample()
-		}
-	}
 }
 
 // sample reads the source once and observes the result.
@@ -262,7 +241,7 @@ func (m *Monitor) observeSample(s Sample) {
 	}
 	m.observeGC(s)
 	m.prev, m.havePrev = s, true
-	m.observe(s.Time, s.Utilization())
+	m.level.Observe(s.Time, s.Utilization())
 }
 
 // observeGC updates the GC fraction; m.mu held.
@@ -322,38 +301,16 @@ func (m *Monitor) Update(now time.Time, v float64) error {
 	m.mu.Lock()
 	m.limited.Store(true)
 	m.proj.Store(math.Float64bits(v))
-	m.observe(now, v)
+	m.level.Observe(now, v)
 	m.mu.Unlock()
 	return nil
-}
-
-// observe updates the smoothed value and the saturation flag; m.mu held.
-func (m *Monitor) observe(now time.Time, v float64) {
-	m.raw = v
-	if !m.have || m.opts.smoothing == 0 {
-		m.smoothed = v
-	} else if dt := now.Sub(m.last); dt > 0 {
-		a := 1 - math.Exp(-float64(dt)/float64(m.opts.smoothing))
-		m.smoothed += a * (v - m.smoothed)
-	}
-	if !m.have || now.After(m.last) {
-		m.last = now
-	}
-	m.have = true
-	m.util.Store(math.Float64bits(m.smoothed))
-	if m.smoothed >= m.opts.threshold {
-		m.lastAbove = now
-		m.sat.Store(true)
-	} else if m.sat.Load() && now.Sub(m.lastAbove) >= m.opts.cooldown {
-		m.sat.Store(false)
-	}
 }
 
 // Utilization returns the (smoothed) fraction in [0, 1] of the memory
 // this process may use that is in use (see [Sample.Utilization]); 0
 // before the first observation and when there is no limit.
 func (m *Monitor) Utilization() float64 {
-	return math.Float64frombits(m.util.Load())
+	return m.level.Utilization()
 }
 
 // Projected returns the last sample's [Sample.Projected]: the fraction of
@@ -401,7 +358,7 @@ func (m *Monitor) HardSample() (utilization float64, heapObjects, heapMapped uin
 // cooldown. It changes only when an observation arrives; without a limit
 // it is always false.
 func (m *Monitor) Saturated() bool {
-	return m.sat.Load()
+	return m.level.Saturated()
 }
 
 // GCFraction returns the (smoothed) share, in [0, 1], of the Go
@@ -461,14 +418,14 @@ func (m *Monitor) Stats() Stats {
 	st := Stats{
 		Source:      "manual",
 		Kind:        m.Kind(),
-		Utilization: m.smoothed,
-		Raw:         m.raw,
+		Utilization: m.level.Smoothed(),
+		Raw:         m.level.Raw(),
 		Projected:   m.Projected(),
 		GCFraction:  m.gcSmooth,
 		GCRaw:       m.gcRaw,
 		Limited:     m.limited.Load(),
 		Limit:       m.limit.Load(),
-		Saturated:   m.sat.Load(),
+		Saturated:   m.level.Saturated(),
 		Threshold:   m.opts.threshold,
 		Last:        m.prev,
 		Samples:     m.samples,
@@ -486,9 +443,5 @@ func (m *Monitor) Stats() Stats {
 // idempotent and does nothing on a manual monitor. The readings keep
 // their last values.
 func (m *Monitor) Close() {
-	if m.stop == nil {
-		return
-	}
-	m.closeOnce.Do(func() { close(m.stop) })
-	<-m.done
+	m.loop.Close()
 }

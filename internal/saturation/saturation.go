@@ -1,0 +1,114 @@
+// Package saturation holds what the cpu and memory monitors share: a
+// smoothed utilisation with a saturation flag that has hysteresis
+// ([Level]), and the goroutine that samples a source at an interval
+// ([Loop]).
+package saturation
+
+import (
+	"math"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Level turns utilisation observations into a smoothed value and a
+// saturation flag: saturated when the smoothed value reaches Threshold,
+// until Cooldown has passed since the last observation at or above it.
+// Smoothing is the time constant tau of an exponentially weighted moving
+// average (an observation covering dt moves the value by the fraction
+// 1 − exp(−dt/tau) of the difference); 0 disables smoothing.
+//
+// Set the three settings before the first Observe; the zero value
+// (threshold 0) is saturated by any observation. Observe and the fields'
+// readers other than Utilization and Saturated need the owner's lock;
+// Utilization and Saturated are single atomic loads, safe at any time.
+type Level struct {
+	Smoothing time.Duration
+	Threshold float64
+	Cooldown  time.Duration
+
+	util atomic.Uint64 // math.Float64bits of the smoothed utilisation
+	sat  atomic.Bool
+
+	have      bool
+	last      time.Time // time of the last observation
+	lastAbove time.Time // time of the last observation at or above the threshold
+	smoothed  float64
+	raw       float64
+}
+
+// Observe feeds the observation v made at now: it updates the smoothed
+// value and the saturation flag. The owner's lock must be held.
+func (l *Level) Observe(now time.Time, v float64) {
+	l.raw = v
+	if !l.have || l.Smoothing == 0 {
+		l.smoothed = v
+	} else if dt := now.Sub(l.last); dt > 0 {
+		a := 1 - math.Exp(-float64(dt)/float64(l.Smoothing))
+		l.smoothed += a * (v - l.smoothed)
+	}
+	if !l.have || now.After(l.last) {
+		l.last = now
+	}
+	l.have = true
+	l.util.Store(math.Float64bits(l.smoothed))
+	if l.smoothed >= l.Threshold {
+		l.lastAbove = now
+		l.sat.Store(true)
+	} else if l.sat.Load() && now.Sub(l.lastAbove) >= l.Cooldown {
+		l.sat.Store(false)
+	}
+}
+
+// Utilization returns the smoothed utilisation; 0 before the first
+// observation. It is a single atomic load.
+func (l *Level) Utilization() float64 { return math.Float64frombits(l.util.Load()) }
+
+// Saturated reports the saturation flag. It is a single atomic load.
+func (l *Level) Saturated() bool { return l.sat.Load() }
+
+// Smoothed returns the smoothed utilisation; the owner's lock must be held.
+func (l *Level) Smoothed() float64 { return l.smoothed }
+
+// Raw returns the last unsmoothed observation; the owner's lock must be held.
+func (l *Level) Raw() float64 { return l.raw }
+
+// Loop is a goroutine that calls a function at an interval until Close.
+// The zero value is a loop never started: Close does nothing. Start it
+// once; Close is safe for concurrent use and idempotent.
+type Loop struct {
+	stop      chan struct{}
+	done      chan struct{}
+	closeOnce sync.Once
+}
+
+// Start starts the goroutine that calls sample every interval.
+func (l *Loop) Start(interval time.Duration, sample func()) {
+	l.stop = make(chan struct{})
+	l.done = make(chan struct{})
+	go l.run(interval, sample)
+}
+
+func (l *Loop) run(interval time.Duration, sample func()) {
+	defer close(l.done)
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-l.stop:
+			return
+		case <-t.C:
+			sample()
+		}
+	}
+}
+
+// Close stops the goroutine and waits for it to exit; it does nothing on
+// a loop never started.
+func (l *Loop) Close() {
+	if l.stop == nil {
+		return
+	}
+	l.closeOnce.Do(func() { close(l.stop) })
+	<-l.done
+}
