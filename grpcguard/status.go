@@ -2,8 +2,6 @@ package grpcguard
 
 import (
 	"context"
-	"math"
-	"sync/atomic"
 	"time"
 
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
@@ -30,43 +28,16 @@ const PushbackTrailer = "grpc-retry-pushback-ms"
 // the same one was built last in its slot.
 func refusalStatus(ctx context.Context, rf decide.Refusal) *status.Status {
 	traceRefusal(ctx, rf)
-	if rf.PerKey {
-		return buildRefusal(rf)
-	}
-	rf.Value, rf.Threshold = rpcstatus.Round2(rf.Value), rpcstatus.Round2(rf.Threshold)
-	slot := &refusals[refusalSlot(rf)]
-	if c := slot.Load(); c != nil && c.rf == rf {
-		return c.st
-	}
-	st := buildRefusal(rf)
-	slot.Store(&cachedRefusal{rf: rf, st: st})
-	return st
+	return refusals.Get(rf, buildRefusal)
 }
 
 // refusals holds the statuses last built for refusals without a per-key
-// detail, in slots by refusalSlot. A server under overload refuses
-// thousands of calls a second with a few statuses, and building one (its
-// RetryInfo marshalled into an Any) costs a dozen allocations (see
-// BenchmarkRefusalStatus). A status is immutable once built (status.Status
-// hands out copies of its proto), so refusals on every goroutine and
-// Server share it.
-var refusals [16]atomic.Pointer[cachedRefusal]
-
-type cachedRefusal struct {
-	rf decide.Refusal // not per key: its Key is ""
-	st *status.Status
-}
-
-// refusalSlot spreads refusals over the slots of refusals by what tells
-// them apart most often: the guard, its reason and the retry delay.
-func refusalSlot(rf decide.Refusal) int {
-	h := uint64(rf.Code)*0x9e3779b97f4a7c15 ^ uint64(len(rf.Guard))<<32 ^ uint64(len(rf.Message))<<40 ^ uint64(rf.RetryAfter) ^
-		uint64(len(rf.Reason))<<48 ^ uint64(rf.Evidence)<<56 ^ uint64(math.Float32bits(rf.Value))<<8 ^ uint64(math.Float32bits(rf.Threshold))
-	h ^= h >> 29
-	h *= 0xbf58476d1ce4e5b9
-	h ^= h >> 32
-	return int(h % uint64(len(refusals)))
-}
+// detail. A server under overload refuses thousands of calls a second
+// with a few statuses, and building one (its RetryInfo marshalled into
+// an Any) costs a dozen allocations (see BenchmarkRefusalStatus). A
+// status is immutable once built (status.Status hands out copies of its
+// proto), so refusals on every goroutine and Server share it.
+var refusals rpcstatus.Cache[*status.Status]
 
 // buildRefusal builds the status that refusalStatus returns: the
 // refusal's code, message and details (internal/rpcstatus), as every
