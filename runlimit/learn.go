@@ -565,7 +565,7 @@ func (l *Limiter) applyStep(st step, flows []*Flow) {
 	if n := l.causeCount(st.cause, st.probe); n != nil {
 		n.Add(1)
 	}
-	l.apply(st.est)
+	l.apply(st.est, st.cause, st.probe)
 }
 
 // causeCount is the counter of a move for cause, of a probe of kind.
@@ -606,7 +606,7 @@ func (l *Limiter) startProbe(kind probeKind, flows []*Flow) {
 	l.drained.Store(0)
 	l.probing.Store(true)
 	n := int64(l.lr.probe.limit)
-	l.noteMove(l.limit.Swap(n), n, kind)
+	l.noteMove(l.limit.Swap(n), n, MoveProbeStart, kind)
 }
 
 // noteProbe records, during a probe, a call that ended at end.
@@ -668,13 +668,14 @@ func (l *Limiter) measure(flows []*Flow, end int64) sample {
 	return m
 }
 
-// apply sets the limit to est, within the bounds, and hands turns that a
-// larger limit frees to waiting calls. Needs upd.
-func (l *Limiter) apply(est float64) {
+// apply sets the limit to est, within the bounds, for cause (of a probe
+// of kind probe: its end), and hands turns that a larger limit frees to
+// waiting calls. Needs upd.
+func (l *Limiter) apply(est float64, cause MoveCause, probe probeKind) {
 	l.lr.est = min(max(est, float64(l.low())), float64(l.o.ceiling))
 	n := int64(l.lr.est)
 	old := l.limit.Swap(n)
-	l.noteMove(old, n, probeNone)
+	l.noteMove(old, n, cause, probe)
 	if n > old {
 		l.mu.Lock()
 		l.dispatch()

@@ -68,9 +68,6 @@ type moves struct {
 	seq  atomic.Uint64 // moves recorded since New; the next goes to ring[seq%MaxMoves]
 	told atomic.Uint64 // moves told to fn (or skipped, without one)
 	fn   atomic.Pointer[func(Move)]
-	// marks are the learner's counters at the last setting of the limit,
-	// by which the cause of the next move is told (causeSince). Under upd.
-	marks moveMarks
 }
 
 type moveRec struct {
@@ -80,65 +77,16 @@ type moveRec struct {
 	probe    probeKind
 }
 
-// moveMarks are the learner's counters that say why it set the limit.
-type moveMarks struct {
-	backoffs, limitedToRan, grows, shrinks uint64
-	kept, undone, abandoned, empty         [probeKinds]uint64
-}
-
 // probeNames name the probes as Move.Probe does.
 var probeNames = [probeKinds]string{probeBaseline: "baseline", probeStretch: "stretch", probeCPU: "cpu", probeLag: "lag"}
 
-func (l *Limiter) moveMarks() moveMarks {
-	c := &l.learned
-	m := moveMarks{backoffs: c.backoffs.Load(), limitedToRan: c.limitedToRan.Load(), grows: c.grows.Load(), shrinks: c.shrinks.Load()}
-	for k := range c.probe {
-		p := &c.probe[k]
-		m.kept[k], m.undone[k], m.abandoned[k], m.empty[k] = p.kept.Load(), p.undone.Load(), p.abandoned.Load(), p.empty.Load()
-	}
-	return m
-}
-
-// causeSince is the cause of a move made now, by the learner's counter
-// that moved since before: each of the learner's moves counts itself
-// (Stats) just before it sets the limit.
-func (m moveMarks) causeSince(before moveMarks) (MoveCause, probeKind) {
-	for k := range probeKinds {
-		switch {
-		case m.kept[k] != before.kept[k]:
-			return MoveProbeKept, k
-		case m.undone[k] != before.undone[k]:
-			return MoveProbeUndone, k
-		case m.abandoned[k] != before.abandoned[k]:
-			return MoveProbeAbandoned, k
-		case m.empty[k] != before.empty[k]:
-			return MoveProbeEmpty, k
-		}
-	}
-	switch {
-	case m.backoffs != before.backoffs:
-		return MoveBackoff, probeNone
-	case m.limitedToRan != before.limitedToRan:
-		return MoveQueuedToStart, probeNone
-	case m.shrinks != before.shrinks:
-		return MoveShrink, probeNone
-	case m.grows != before.grows:
-		return MoveGrow, probeNone
-	}
-	return MoveOther, probeNone
-}
-
-// noteMove records that the limit was set from old to n, by the move the
-// learner's counters tell (probe: a probe of that kind started). A
-// setting that leaves the limit as it was is no move, but the counters
-// are marked. Needs upd.
-func (l *Limiter) noteMove(old, n int64, start probeKind) {
+// noteMove records that the limit was set from old to n for cause (of a
+// probe of kind probe, for a probe's start or end; MoveOther when cause is
+// empty). A setting that leaves the limit as it was is no move. Needs upd.
+func (l *Limiter) noteMove(old, n int64, cause MoveCause, probe probeKind) {
 	ms := &l.moves
-	now := l.moveMarks()
-	cause, probe := now.causeSince(ms.marks)
-	ms.marks = now
-	if start != probeNone {
-		cause, probe = MoveProbeStart, start
+	if cause == "" {
+		cause = MoveOther
 	}
 	if old == n {
 		return

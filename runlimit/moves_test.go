@@ -99,44 +99,50 @@ func TestMovesRecordEachSettingWithItsCause(t *testing.T) {
 	}
 }
 
-// TestMoveCauses: the cause of a setting of the limit is the learner's
-// counter that moved since the last setting, a probe's before the
-// others.
+// TestMoveCauses: a step of the learner that sets the limit records the
+// move with the step's cause (and probe), and counts it in Stats under
+// that cause.
 func TestMoveCauses(t *testing.T) {
 	tests := []struct {
-		name      string
-		bump      func(c *learnCounts)
-		want      MoveCause
-		wantProbe probeKind
+		name  string
+		cause MoveCause
+		probe probeKind
+		count func(st Stats) uint64
 	}{
-		{"grow", func(c *learnCounts) { c.grows.Add(1) }, MoveGrow, probeNone},
-		{"shrink", func(c *learnCounts) { c.shrinks.Add(1) }, MoveShrink, probeNone},
-		{"backoff", func(c *learnCounts) { c.backoffs.Add(1) }, MoveBackoff, probeNone},
-		{"queued to start", func(c *learnCounts) { c.limitedToRan.Add(1) }, MoveQueuedToStart, probeNone},
-		{"stretch kept", func(c *learnCounts) { c.probe[probeStretch].kept.Add(1) }, MoveProbeKept, probeStretch},
-		{"cpu undone and rebased", func(c *learnCounts) { c.probe[probeCPU].rebased.Add(1); c.probe[probeCPU].undone.Add(1) }, MoveProbeUndone, probeCPU},
-		{"lag abandoned", func(c *learnCounts) { c.probe[probeLag].abandoned.Add(1) }, MoveProbeAbandoned, probeLag},
-		{"baseline empty", func(c *learnCounts) { c.probe[probeBaseline].empty.Add(1) }, MoveProbeEmpty, probeBaseline},
-		{"nothing counted", func(*learnCounts) {}, MoveOther, probeNone},
+		{"grow", MoveGrow, probeNone, func(st Stats) uint64 { return st.Grows }},
+		{"shrink", MoveShrink, probeNone, func(st Stats) uint64 { return st.Shrinks }},
+		{"backoff", MoveBackoff, probeNone, func(st Stats) uint64 { return st.Backoffs }},
+		{"queued to start", MoveQueuedToStart, probeNone, func(st Stats) uint64 { return st.LimitedToRan }},
+		{"stretch kept", MoveProbeKept, probeStretch, func(st Stats) uint64 { return st.ProbeStretch.Kept }},
+		{"cpu undone", MoveProbeUndone, probeCPU, func(st Stats) uint64 { return st.ProbeCPU.Undone }},
+		{"lag abandoned", MoveProbeAbandoned, probeLag, func(st Stats) uint64 { return st.ProbeLag.Abandoned }},
+		{"baseline empty", MoveProbeEmpty, probeBaseline, func(st Stats) uint64 { return st.ProbeBaseline.Empty }},
+		{"no cause", "", probeNone, nil},
 	}
 	for _, tt := range tests {
 		l := mustNew(t, WithBounds(1, 100), WithInitialLimit(10))
 		l.upd.Lock()
-		l.moves.marks = l.moveMarks()
-		tt.bump(&l.learned)
-		l.apply(20)
+		l.applyStep(step{set: true, est: 20, cause: tt.cause, probe: tt.probe}, nil)
 		l.upd.Unlock()
+		want := tt.cause
+		if want == "" {
+			want = MoveOther
+		}
 		got := l.Moves()
-		if len(got) != 1 || got[0].Cause != tt.want || got[0].From != 10 || got[0].To != 20 || got[0].Probe != probeNames[tt.wantProbe] {
-			t.Errorf("%s: Moves() = %+v, want one move 10 → 20 for %s (probe %q)", tt.name, got, tt.want, probeNames[tt.wantProbe])
+		if len(got) != 1 || got[0].Cause != want || got[0].From != 10 || got[0].To != 20 || got[0].Probe != probeNames[tt.probe] {
+			t.Errorf("%s: Moves() = %+v, want one move 10 → 20 for %s (probe %q)", tt.name, got, want, probeNames[tt.probe])
+		}
+		if tt.count != nil {
+			if n := tt.count(l.Stats()); n != 1 {
+				t.Errorf("%s: Stats counts the move %d times, want 1", tt.name, n)
+			}
 		}
 	}
 	// A setting that leaves the limit as it was is no move.
 	l := mustNew(t, WithBounds(1, 100), WithInitialLimit(10))
 	l.upd.Lock()
-	l.learned.grows.Add(1)
-	l.apply(10.5)
-	l.apply(30) // the grow was marked by the setting above: no cause now
+	l.apply(10.5, MoveGrow, probeNone)
+	l.apply(30, "", probeNone)
 	l.upd.Unlock()
 	if got := l.Moves(); len(got) != 1 || got[0].Cause != MoveOther {
 		t.Errorf("Moves() = %+v, want one move (10 → 30) of no cause", got)
@@ -148,8 +154,7 @@ func TestMovesRingBounded(t *testing.T) {
 	l := mustNew(t, WithBounds(1, 1000), WithInitialLimit(1))
 	l.upd.Lock()
 	for i := range MaxMoves + 10 {
-		l.learned.grows.Add(1)
-		l.apply(float64(i + 2))
+		l.apply(float64(i+2), MoveGrow, probeNone)
 	}
 	l.upd.Unlock()
 	got := l.Moves()
@@ -224,8 +229,7 @@ func TestMovesAllocateNothing(t *testing.T) {
 	i := 0
 	n := testing.AllocsPerRun(1000, func() {
 		l.upd.Lock()
-		l.learned.grows.Add(1)
-		l.apply(float64(10 + i%2))
+		l.apply(float64(10+i%2), MoveGrow, probeNone)
 		l.upd.Unlock()
 		l.tellMoves()
 		i++
