@@ -10,6 +10,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/levee-go/levee/internal/peeraddr"
 	"github.com/levee-go/levee/ratelimit"
 )
 
@@ -270,7 +271,7 @@ func (l *Listener) admit(c net.Conn) (counted bool, peer netip.Addr, ok bool) {
 		counted = true
 	}
 	if l.perPeer > 0 {
-		if peer = peerOf(c); peer.IsValid() && !l.enterPeer(peer) {
+		if peer = peeraddr.Client(c.RemoteAddr()); peer.IsValid() && !l.enterPeer(peer) {
 			l.refusedPeer.Add(1)
 			l.leave(counted, netip.Addr{})
 			return false, netip.Addr{}, false
@@ -285,31 +286,6 @@ func (l *Listener) admit(c net.Conn) (counted bool, peer netip.Addr, ok bool) {
 		l.notePeak()
 	}
 	return counted, peer, true
-}
-
-// peerOf returns the client of c as the per-peer cap counts it: its IP
-// address, an IPv6 one cut to its /64 prefix; the zero Addr when c's
-// remote address is not an IP address.
-func peerOf(c net.Conn) netip.Addr {
-	var ap netip.AddrPort
-	switch a := c.RemoteAddr().(type) {
-	case *net.TCPAddr:
-		ap = a.AddrPort()
-	default:
-		if a == nil {
-			return netip.Addr{}
-		}
-		var err error
-		if ap, err = netip.ParseAddrPort(a.String()); err != nil {
-			return netip.Addr{}
-		}
-	}
-	ip := ap.Addr().Unmap().WithZone("")
-	if ip.Is6() {
-		p, _ := ip.Prefix(64)
-		return p.Addr()
-	}
-	return ip
 }
 
 // enterPeer takes a place under peer's cap, or reports false.

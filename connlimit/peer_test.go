@@ -3,7 +3,6 @@ package connlimit
 import (
 	"errors"
 	"net"
-	"net/netip"
 	"syscall"
 	"testing"
 )
@@ -86,43 +85,5 @@ func TestMaxConnsPerPeerOnly(t *testing.T) {
 	}
 	if st := l.Stats(); st.Peers != 0 || st.RefusedRate != 1 || st.RefusedPeer != 0 {
 		t.Fatalf("Stats() = %+v, want Peers 0, RefusedRate 1", st)
-	}
-}
-
-type addrConn struct {
-	net.Conn
-	addr net.Addr
-}
-
-func (c addrConn) RemoteAddr() net.Addr { return c.addr }
-
-type strAddr string
-
-func (strAddr) Network() string  { return "x" }
-func (a strAddr) String() string { return string(a) }
-
-func TestPeerOf(t *testing.T) {
-	tests := []struct {
-		name string
-		give net.Addr
-		want string // "" for no peer
-	}{
-		{"ipv4", &net.TCPAddr{IP: net.ParseIP("10.1.2.3"), Port: 5}, "10.1.2.3"},
-		{"ipv4 in ipv6", &net.TCPAddr{IP: net.ParseIP("::ffff:10.1.2.3"), Port: 5}, "10.1.2.3"},
-		{"ipv6 /64", &net.TCPAddr{IP: net.ParseIP("2001:db8:1:2:aaaa:bbbb:cccc:dddd"), Port: 5}, "2001:db8:1:2::"},
-		{"ipv6 zone", &net.TCPAddr{IP: net.ParseIP("fe80::1"), Zone: "eth0", Port: 5}, "fe80::"},
-		{"other ip:port", strAddr("10.9.9.9:80"), "10.9.9.9"},
-		{"unix", &net.UnixAddr{Name: "@", Net: "unix"}, ""},
-		{"nil", nil, ""},
-	}
-	for _, tt := range tests {
-		got := peerOf(addrConn{addr: tt.give})
-		want := netip.Addr{}
-		if tt.want != "" {
-			want = netip.MustParseAddr(tt.want)
-		}
-		if got != want {
-			t.Errorf("%s: peerOf(%v) = %v, want %v", tt.name, tt.give, got, want)
-		}
 	}
 }

@@ -3,13 +3,13 @@ package grpcguard
 import (
 	"context"
 	"fmt"
-	"net"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/levee-go/levee/admission"
 	"github.com/levee-go/levee/decide"
+	"github.com/levee-go/levee/internal/peeraddr"
 )
 
 // Streams are admitted once, when they open: the rule's guards decide on
@@ -168,11 +168,8 @@ func (s *streams) stats() StreamStats {
 // or "" when unknown.
 func peerIP(ctx context.Context) string {
 	a := peerAddr(ctx)
-	if t, ok := a.(*net.TCPAddr); ok && t != nil {
-		if ip := t.AddrPort().Addr(); ip.Is6() && !ip.Is4In6() {
-			p, _ := ip.WithZone("").Prefix(64)
-			return p.String()
-		}
+	if ip := peeraddr.Client(a); ip.IsValid() {
+		return ip.String()
 	}
 	return decide.PeerHost(a)
 }
