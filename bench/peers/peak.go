@@ -35,6 +35,20 @@ type peakRound struct {
 	// the calls that failed (refused) while it was measured.
 	Closed       float64 `json:"closed_per_s"`
 	ClosedFailed int64   `json:"closed_failed"`
+	// ClosedCPU is the server's CPU in the closed loop, % of one CPU,
+	// over the same window: below GOMAXPROCS×100 when the server's
+	// processors sat partly idle, so that a lower Closed comes from
+	// calls held back rather than from CPU spent on each.
+	ClosedCPU float64 `json:"closed_cpu_pct"`
+	// ClosedBusy is the whole machine's busy CPUs in the same window, %
+	// of one CPU (the server, the load generator and anything else):
+	// near the CPU count when the closed loop is bound by CPU alone.
+	ClosedBusy float64 `json:"closed_busy_pct"`
+	// ClosedReads and ClosedWrites are the server's read and write
+	// system calls per call completed in the same window: how many
+	// calls the transport batched into each.
+	ClosedReads  float64 `json:"closed_reads_per_call"`
+	ClosedWrites float64 `json:"closed_writes_per_call"`
 	// CPU is the server's CPU at the fixed rate, % of one CPU, over the
 	// window; Samples the same second by second.
 	CPU     float64   `json:"cpu_pct"`
@@ -54,6 +68,18 @@ type peakResult struct {
 	// unprotected server's of the same round, when it ran.
 	ClosedRatio []float64 `json:"closed_ratio"`
 	CPURatio    []float64 `json:"cpu_ratio"`
+	// ClosedCostRatio is each round's CPU per call in the closed loop
+	// over the unprotected server's of the same round.
+	ClosedCostRatio []float64 `json:"closed_cost_ratio"`
+}
+
+// perCall is the CPU per call in µs of a server that used cpu % of one
+// CPU while it completed calls per second (0 for none).
+func perCall(cpu, calls float64) float64 {
+	if calls <= 0 || cpu < 0 {
+		return 0
+	}
+	return cpu / 100 * 1e6 / calls
 }
 
 // runPeak runs -peak: cfg.peakRounds rounds of every protection, each on
@@ -77,8 +103,8 @@ func runPeak(ctx context.Context, cfg *config, pl *placement, stdout, stderr io.
 			if err != nil {
 				return nil, fmt.Errorf("-peak: %s, round %d: %w", p.name, round+1, err)
 			}
-			fmt.Fprintf(stderr, "peers: -peak round %d: %s: closed loop %.0f calls/s (%d failed); at %g calls/s, server CPU %.1f%% (%d of %d refused)\n",
-				round+1, p.name, r.Closed, r.ClosedFailed, cfg.peakRate, r.CPU, r.Refused, r.Offered)
+			fmt.Fprintf(stderr, "peers: -peak round %d: %s: closed loop %.0f calls/s (%d failed), server CPU %.1f%% (%.1f µs a call, %.2f reads and %.2f writes a call), machine busy %.0f%%; at %g calls/s, server CPU %.1f%% (%d of %d refused)\n",
+				round+1, p.name, r.Closed, r.ClosedFailed, r.ClosedCPU, perCall(r.ClosedCPU, r.Closed), r.ClosedReads, r.ClosedWrites, r.ClosedBusy, cfg.peakRate, r.CPU, r.Refused, r.Offered)
 			res[i].Rounds = append(res[i].Rounds, r)
 			byName[p.name] = r
 		}
@@ -100,6 +126,9 @@ func addRatios(res []peakResult, round map[string]peakRound) {
 		if base.Closed > 0 {
 			res[i].ClosedRatio = append(res[i].ClosedRatio, r.Closed/base.Closed)
 		}
+		if b, c := perCall(base.ClosedCPU, base.Closed), perCall(r.ClosedCPU, r.Closed); b > 0 && c > 0 {
+			res[i].ClosedCostRatio = append(res[i].ClosedCostRatio, c/b)
+		}
 		if base.CPU > 0 { // 0: under a tick in a tiny window
 			res[i].CPURatio = append(res[i].CPURatio, r.CPU/base.CPU)
 		}
@@ -120,11 +149,17 @@ func peakOne(ctx context.Context, cfg *config, pl *placement, sc scenario, m mea
 	}
 	defer closeR()
 	warm := cfg.peakWindow / 4
+	closedWin := make(chan serverWindow, 1)
+	go func() { closedWin <- measureWindow(ctx, srv.cmd.Process.Pid, pl.allowed, warm, cfg.peakWindow) }()
 	cl, err := closedLoop(ctx, r.request(), sc.load, cfg.peakCallers, warm, cfg.peakWindow)
+	w := <-closedWin
 	if err != nil {
 		return peakRound{}, err
 	}
-	out := peakRound{Closed: cl.calls, ClosedFailed: cl.failed}
+	out := peakRound{Closed: cl.calls, ClosedFailed: cl.failed, ClosedCPU: w.cpu, ClosedBusy: w.busy}
+	if n := cl.calls * cfg.peakWindow.Seconds(); n > 0 && w.reads >= 0 {
+		out.ClosedReads, out.ClosedWrites = float64(w.reads)/n, float64(w.writes)/n
+	}
 	gen, err := loadgen.New(alloc.allocateCall(fmt.Sprintf("peak-open-%s-%d", p.name, time.Now().UnixNano())),
 		[]loadgen.Phase{{Name: "fixed", Duration: warm + cfg.peakWindow + 100*time.Millisecond, Rate: cfg.peakRate}},
 		loadgen.WithArrivals(loadgen.Poisson), loadgen.WithDeadline(cfg.deadline), loadgen.WithSeed(5))
@@ -143,6 +178,41 @@ func peakOne(ctx context.Context, cfg *config, pl *placement, sc scenario, m mea
 	ph := phaseNamed(g.res, "fixed")
 	out.Offered, out.Refused = ph.Offered, ph.RefusedTotal()
 	return out, nil
+}
+
+// serverWindow is what measureWindow read of a server over a window:
+// its CPU and the machine's busy CPUs (% of one CPU, -1 where unknown)
+// and its read and write system calls (-1 where unknown).
+type serverWindow struct {
+	cpu, busy     float64
+	reads, writes int64
+}
+
+// measureWindow reads process pid's CPU and system calls and the busy
+// time of cpus (all of the machine's that matter) from start to
+// start+d after the call.
+func measureWindow(ctx context.Context, pid int, cpus []int, start, d time.Duration) serverWindow {
+	out := serverWindow{cpu: -1, busy: -1, reads: -1, writes: -1}
+	t0 := time.Now()
+	if !sleepUntil(ctx, t0.Add(start)) {
+		return out
+	}
+	c0, cerr := processCPU(pid)
+	r0, w0, ioerr := processSyscalls(pid)
+	b0, berr := cpusBusy(cpus)
+	if !sleepUntil(ctx, t0.Add(start+d)) {
+		return out
+	}
+	if c1, err := processCPU(pid); err == nil && cerr == nil {
+		out.cpu = pct(float64(c1-c0), float64(d))
+	}
+	if r1, w1, err := processSyscalls(pid); err == nil && ioerr == nil {
+		out.reads, out.writes = r1-r0, w1-w0
+	}
+	if b1, err := cpusBusy(cpus); err == nil && berr == nil && len(cpus) > 0 {
+		out.busy = pct(float64(b1-b0), float64(d))
+	}
+	return out
 }
 
 // cpuSamples returns process pid's CPU, % of one CPU, in each period of
@@ -186,14 +256,17 @@ func writePeak(w io.Writer, cfg *config, where string, rs []peakResult) {
 	fmt.Fprintf(w, "### What protection costs a server that is not overloaded\n\n")
 	fmt.Fprintf(w, "Allocate on a server with a near-free handler (%d SHA-256 round), GOMAXPROCS=%d (%s): closed loop at %d callers, then open loop (Poisson) at %g calls/s, each for %v after a warm-up of %v; every protection on a fresh server in each of %d rounds, their order rotated. Medians over the rounds; ratios to the unprotected server of the same round (their median).\n\n",
 		peakWork, max(1, cfg.peakCores), where, cfg.peakCallers, cfg.peakRate, cfg.peakWindow, cfg.peakWindow/4, cfg.peakRounds)
-	fmt.Fprintf(w, "| protection | closed loop, %d callers: calls/s (ratio) | refused closed-loop | server CPU at %g calls/s, %% of one (ratio) | CPU per call (µs) | CPU each second (%%, min–max) | refused at %g/s | rounds: calls/s | rounds: CPU %% |\n",
+	fmt.Fprintf(w, "| protection | closed loop, %d callers: calls/s (ratio) | refused closed-loop | server CPU at %g calls/s, %% of one (ratio) | CPU per call (µs) | CPU each second (%%, min–max) | refused at %g/s | rounds: calls/s | rounds: CPU %% | closed loop: server CPU, %% of one | closed loop: server CPU per call, µs (ratio) | closed loop: server reads / writes per call | closed loop: machine busy, %% of one |\n",
 		cfg.peakCallers, cfg.peakRate, cfg.peakRate)
-	fmt.Fprintln(w, "|---|---:|---:|---:|---:|---:|---:|---:|---:|")
+	fmt.Fprintln(w, "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
 	for _, r := range rs {
-		var closed, cpu, failed, refused []float64
+		var closed, closedCPU, cost, reads, writes, busy, cpu, failed, refused []float64
 		var lo, hi float64 = -1, -1
 		for _, x := range r.Rounds {
 			closed = append(closed, x.Closed)
+			closedCPU = append(closedCPU, x.ClosedCPU)
+			cost = append(cost, perCall(x.ClosedCPU, x.Closed))
+			reads, writes, busy = append(reads, x.ClosedReads), append(writes, x.ClosedWrites), append(busy, x.ClosedBusy)
 			cpu = append(cpu, x.CPU)
 			failed = append(failed, float64(x.ClosedFailed))
 			refused = append(refused, float64(x.Refused))
@@ -217,9 +290,10 @@ func writePeak(w io.Writer, cfg *config, where string, rs []peakResult) {
 		if lo >= 0 {
 			seconds = fmt.Sprintf("%.0f–%.0f", lo, hi)
 		}
-		fmt.Fprintf(w, "| %s | %.0f%s | %.0f | %.1f%s | %.1f | %s | %.0f | %s | %s |\n",
+		fmt.Fprintf(w, "| %s | %.0f%s | %.0f | %.1f%s | %.1f | %s | %.0f | %s | %s | %.1f | %.1f%s | %.2f / %.2f | %.0f |\n",
 			r.Label, median(closed), ratio(r.ClosedRatio), median(failed), median(cpu), ratio(r.CPURatio),
-			median(cpu)/100*1e6/cfg.peakRate, seconds, median(refused), list(closed, 0), list(cpu, 1))
+			median(cpu)/100*1e6/cfg.peakRate, seconds, median(refused), list(closed, 0), list(cpu, 1),
+			median(closedCPU), median(cost), ratio(r.ClosedCostRatio), median(reads), median(writes), median(busy))
 	}
 	fmt.Fprintln(w)
 	fmt.Fprintf(w, "The server's CPU is read from /proc/PID/stat (to the kernel's tick, 10 ms: ±%.2f%% over a window of %v).\n\n",

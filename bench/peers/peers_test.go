@@ -44,7 +44,7 @@ func TestPeak(t *testing.T) {
 			t.Errorf("row %q: %d rounds of calls/s, want 2", r, n)
 		}
 	}
-	if none := rows[1]; strings.Count(none, "(1.00)") != 2 {
+	if none := rows[1]; strings.Count(none, "(1.00)") != 3 {
 		t.Errorf("unprotected row %q: want ratios of 1.00", none)
 	}
 }
@@ -56,9 +56,9 @@ func TestPeakRatios(t *testing.T) {
 	cfg := &config{peakCallers: 64, peakRate: 4000, peakRounds: 3, peakWindow: 8 * time.Second, peakCores: 1}
 	rs := []peakResult{{Protection: "levee", Label: "levee preset"}, {Protection: "none", Label: "none"}}
 	for _, round := range []map[string]peakRound{
-		{"none": {Closed: 100, CPU: 10}, "levee": {Closed: 90, CPU: 12}},
-		{"none": {Closed: 200, CPU: 20}, "levee": {Closed: 190, CPU: 21}},
-		{"none": {Closed: 100, CPU: 10}, "levee": {Closed: 80, CPU: 13}},
+		{"none": {Closed: 100, CPU: 10, ClosedCPU: 50}, "levee": {Closed: 90, CPU: 12, ClosedCPU: 54}},
+		{"none": {Closed: 200, CPU: 20, ClosedCPU: 80}, "levee": {Closed: 190, CPU: 21, ClosedCPU: 95}},
+		{"none": {Closed: 100, CPU: 10, ClosedCPU: 50}, "levee": {Closed: 80, CPU: 13, ClosedCPU: 40}},
 	} {
 		for i := range rs {
 			rs[i].Rounds = append(rs[i].Rounds, round[rs[i].Protection])
@@ -80,8 +80,13 @@ func TestPeakRatios(t *testing.T) {
 	if c := row("| levee preset |"); c[1] != "90 (0.90)" || c[3] != "13.0 (1.20)" || c[4] != "32.5" {
 		t.Errorf("levee row %q: want closed 90 (0.90), CPU 13.0 (1.20), 32.5 µs per call", c)
 	}
-	if c := row("| none |"); c[1] != "100 (1.00)" || c[3] != "10.0 (1.00)" {
-		t.Errorf("none row %q: want closed 100 (1.00), CPU 10.0 (1.00)", c)
+	if c := row("| none |"); c[1] != "100 (1.00)" || c[3] != "10.0 (1.00)" || c[10] != "5000.0 (1.00)" {
+		t.Errorf("none row %q: want closed 100 (1.00), CPU 10.0 (1.00), closed-loop 5000.0 µs per call (1.00)", c)
+	}
+	// Closed loop's CPU per call (µs): none 5000, 4000, 5000; levee 6000
+	// (1.20), 5000 (1.25), 5000 (1.00); medians 5000 and 1.20.
+	if c := row("| levee preset |"); c[9] != "54.0" || c[10] != "5000.0 (1.20)" {
+		t.Errorf("levee row %q: want closed-loop CPU 54.0, 5000.0 µs per call (1.20)", c)
 	}
 }
 

@@ -211,3 +211,35 @@ func cpusBusy(cpus []int) (time.Duration, error) {
 	const userHZ = 100
 	return time.Duration(ticks) * (time.Second / userHZ), nil
 }
+
+// processSyscalls returns the read and write system calls process pid
+// made since it started, from /proc/PID/io (syscr, syscw).
+func processSyscalls(pid int) (reads, writes int64, err error) {
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/io", pid))
+	if err != nil {
+		return 0, 0, err
+	}
+	found := 0
+	for _, line := range strings.Split(string(data), "\n") {
+		k, v, _ := strings.Cut(line, ":")
+		var dst *int64
+		switch k {
+		case "syscr":
+			dst = &reads
+		case "syscw":
+			dst = &writes
+		default:
+			continue
+		}
+		n, err := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
+		if err != nil {
+			return 0, 0, fmt.Errorf("/proc/%d/io %s: %w", pid, k, err)
+		}
+		*dst = n
+		found++
+	}
+	if found != 2 {
+		return 0, 0, fmt.Errorf("/proc/%d/io: no syscr and syscw", pid)
+	}
+	return reads, writes, nil
+}

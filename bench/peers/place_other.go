@@ -17,3 +17,5 @@ func newCgroup(string, int) ([]string, func(), error) { return nil, nil, errNoPl
 func processCPU(int) (time.Duration, error) { return 0, errNoPlacement }
 
 func cpusBusy([]int) (time.Duration, error) { return 0, errNoPlacement }
+
+func processSyscalls(int) (int64, int64, error) { return 0, 0, errNoPlacement }
