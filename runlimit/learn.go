@@ -47,8 +47,8 @@ const (
 )
 
 // How an interval closes: with minSamples calls finished, else looked at
-// again every interval/lookAgain until maxOpen has passed or a call
-// failed by overload. The mean of fewer says too little.
+// again every interval/lookAgain until maxOpen has passed. The mean of
+// fewer says too little.
 const (
 	minSamples = 10
 	lookAgain  = 4
@@ -57,10 +57,6 @@ const (
 
 // Thresholds of decide, each with the invariant it keeps.
 const (
-	// overloadBackoff: a call failed by overload cuts the limit by a tenth:
-	// a limit too high by any amount shrinks geometrically, and several
-	// failures in an interval cost no more than one.
-	overloadBackoff = 0.9
 	// queuedTrigger: fewer calls ran than the limit allows, yet calls
 	// waited to start (NoteQueued) longer than this share of a mean
 	// service time: handlers queue for the CPU before they ask for a
@@ -140,7 +136,6 @@ const (
 type sample struct {
 	end       int64   // when the interval closed, ns since the epoch
 	peak      int64   // most calls running at once
-	overloads int64   // calls that failed by overload
 	lagN      int64   // calls handed a turn after waiting (noteLag)
 	lagSum    int64   // how long they took to run once handed it, ns
 	weight    float64 // calls that finished and taught a service time
@@ -278,8 +273,6 @@ func (s learner) decide(m *sample, o *options) (learner, step) {
 func (s learner) move(m *sample, o *options) (learner, step) {
 	est, r := s.est, m.stretch()
 	switch {
-	case m.overloads > 0 && o.on(ruleBackoff):
-		return s, setTo(est*overloadBackoff, MoveBackoff)
 	case m.queuedBeforeTurn(est) && o.on(ruleLimitToRan):
 		st := setTo(float64(max(m.peak, 1)), MoveQueuedToStart)
 		st.endedSlowStart = s.endSlowStart()
@@ -450,7 +443,6 @@ type learnCounts struct {
 	slowStartEnded atomic.Uint64
 	holds          atomic.Uint64
 	cpuElsewhere   atomic.Uint64
-	backoffs       atomic.Uint64
 	limitedToRan   atomic.Uint64
 	overran        atomic.Uint64
 	grows          atomic.Uint64
@@ -573,8 +565,6 @@ func (l *Limiter) causeCount(cause MoveCause, kind probeKind) *atomic.Uint64 {
 	c := &l.learned
 	pc := &c.probe[kind]
 	switch cause {
-	case MoveBackoff:
-		return &c.backoffs
 	case MoveQueuedToStart:
 		return &c.limitedToRan
 	case MoveGrow:
@@ -631,7 +621,7 @@ func (l *Limiter) closes(flows []*Flow, end int64) bool {
 	for _, f := range flows {
 		total += f.n.Load()
 	}
-	return total >= minSamples || end-l.opened >= int64(maxOpen) || l.overloads.Load() != 0
+	return total >= minSamples || end-l.opened >= int64(maxOpen)
 }
 
 // measure takes the counters of the interval ending at end, starting them
@@ -643,7 +633,6 @@ func (l *Limiter) measure(flows []*Flow, end int64) sample {
 		l.seenOverruns, m.overran = o, true
 	}
 	m.peak = l.peak.Swap(running(l.state.Load()))
-	m.overloads = l.overloads.Swap(0)
 	m.lagN, m.lagSum = l.lagN.Swap(0), l.lagSum.Swap(0)
 	for _, f := range flows {
 		m.queuedN += float64(f.qn.Swap(0))

@@ -18,8 +18,10 @@ const (
 	// MoveShrink: service times stretched as by a queue above the Vegas
 	// band: the limit shrank by half the queue above it.
 	MoveShrink MoveCause = "shrink"
-	// MoveBackoff: calls failed by overload (a deadline exceeded, a
-	// dependency out of capacity): the limit was cut by a tenth.
+	// MoveBackoff named a cut by a tenth after calls failed by overload.
+	//
+	// Deprecated: no move has this cause since that rule was removed (no
+	// shape of the ablation needed it: docs/ablation.md).
 	MoveBackoff MoveCause = "backoff"
 	// MoveQueuedToStart: calls waited to start (Flow.NoteQueued) while
 	// fewer ran than the limit allowed: the limit fell to what ran.

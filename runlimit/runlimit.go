@@ -271,16 +271,15 @@ type Limiter struct {
 	// Learning (see learn.go). next is read by every Done; the rest is
 	// under upd, which only the caller that closes an interval takes
 	// (TryLock).
-	next      atomic.Int64 // end of the current interval, ns since epoch
-	overloads atomic.Int64 // calls that failed by overload in the interval
-	upd       sync.Mutex
-	lr        learner      // under upd
-	opened    int64        // start of the current interval, ns since epoch; under upd
-	probing   atomic.Bool  // a probe runs, for Done
-	drained   atomic.Int64 // when a probe's calls drained to its limit; 0 until then
-	probes    atomic.Uint64
-	rebases   atomic.Uint64
-	overruns  atomic.Uint64
+	next     atomic.Int64 // end of the current interval, ns since epoch
+	upd      sync.Mutex
+	lr       learner      // under upd
+	opened   int64        // start of the current interval, ns since epoch; under upd
+	probing  atomic.Bool  // a probe runs, for Done
+	drained  atomic.Int64 // when a probe's calls drained to its limit; 0 until then
+	probes   atomic.Uint64
+	rebases  atomic.Uint64
+	overruns atomic.Uint64
 	// Calls that asked for a turn (or were refused one at admission) and
 	// their turns that ended, since New, streams left out, and both when
 	// the previous interval opened (marks[0]) and the current one
@@ -461,8 +460,11 @@ type Stats struct {
 	// (ProbeCPU or ProbeLag undone): each left stretches to the other
 	// probes until the CPU was no longer saturated.
 	CPUElsewhere uint64
-	// Backoffs counts intervals with calls that failed by overload, each
+	// Backoffs counted intervals with calls that failed by overload, each
 	// of which cut the limit by a tenth.
+	//
+	// Deprecated: never counted since that rule was removed (no shape of
+	// the ablation needed it: docs/ablation.md); always zero.
 	Backoffs uint64
 	// LimitedToRan counts intervals in which calls waited to start
 	// (Flow.NoteQueued) while fewer ran than the limit allowed, each of
@@ -530,7 +532,7 @@ func (l *Limiter) Stats() Stats {
 		ProbeBaseline: c.probe[probeBaseline].stats(), ProbeStretch: c.probe[probeStretch].stats(),
 		ProbeCPU: c.probe[probeCPU].stats(), ProbeLag: c.probe[probeLag].stats(),
 		SlowStartEnded: c.slowStartEnded.Load(), Holds: c.holds.Load(), CPUElsewhere: c.cpuElsewhere.Load(),
-		Backoffs: c.backoffs.Load(), LimitedToRan: c.limitedToRan.Load(), Overran: c.overran.Load(),
+		LimitedToRan: c.limitedToRan.Load(), Overran: c.overran.Load(),
 		Grows: c.grows.Load(), Shrinks: c.shrinks.Load(),
 		Flows: len(*l.flows.Load()), Forgotten: l.forgotten.Load()}
 }
@@ -1413,9 +1415,10 @@ func (t Ticket) noteFinished() {
 	}
 }
 
-// Done returns the turn of a call that ran, ending at now, and learns from
-// it: its service time (now minus the turn's start) and whether it failed
-// by overload (a deadline exceeded, a dependency out of capacity).
+// Done returns the turn of a call that ran, ending at now, and learns its
+// service time (now minus the turn's start), unless it failed by overload
+// (a deadline exceeded, a dependency out of capacity): such a call's time
+// says nothing of the service's.
 func (t Ticket) Done(now time.Time, overload bool) {
 	if t.f != nil {
 		t.doneAt(t.f.l.nanos(now), overload)
@@ -1437,7 +1440,7 @@ func (t Ticket) doneAt(end int64, overload bool) {
 	case f.isUnserved:
 		// Calls of names not served yet teach nothing (see NewGuard).
 	case overload:
-		l.overloads.Add(1)
+		// A call failed by overload teaches no service time.
 	default:
 		f.n.Add(1)
 		f.sum.Add(svc)
