@@ -24,7 +24,6 @@ const (
 	ruleSlowStart                    // before a stretch the limit doubles, not √limit
 	ruleSlack                        // lanes queue the slack of the server's idle time
 	ruleRoomy                        // a class that leaves room queues bursts longer
-	ruleLight                        // a cheap flow that uses little runs without a turn
 	rules
 )
 
@@ -33,7 +32,7 @@ var ruleNames = [rules]string{
 	"evidence: CPU", "evidence: overrun", "evidence: standing queue", "evidence: lane", "evidence: spike",
 	"learner: no decision after overruns", "learner: limit to what ran",
 	"probe: first baseline", "probe: stretch", "probe: CPU", "probe: lag", "learner: CPU holds growth",
-	"learner: slow start", "slack", "roomy classes", "light flows",
+	"learner: slow start", "slack", "roomy classes",
 }
 
 // on reports whether rule r is on (it is, but in ablation tests).

@@ -47,9 +47,7 @@
 // the calls that should start within half of it (Lane.Admissible), and a
 // call that waited twice its target is refused. Under overload, a server
 // that sat idle between clumps of arrivals lets its lanes queue that
-// idle time's work beyond their bound (Stats.Slack). Through NewGuard, a
-// flow much cheaper than the most expensive one, using little of the
-// server, runs without a turn until it floods.
+// idle time's work beyond their bound (Stats.Slack).
 //
 // On a saturated processor, a turn about to pass to a lower class first
 // waits (on Linux) for the runtime's next poll of the network, so that a

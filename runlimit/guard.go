@@ -65,10 +65,9 @@ func (g *guard) Traits() admission.Traits { return admission.Traits{Cost: admiss
 // A Permit of the guard holds the call's lane in Ref and, in Value, what
 // the call holds: a reservation (the call was admitted and will ask for
 // its turn: its lane counts it), whose cost is the rest of Value; a turn,
-// taken at the rest of Value; or nothing, having run without a turn.
+// taken at the rest of Value; or, for a stream, nothing (unturned).
 const (
 	turn     = 1 << 63
-	bypass   = 1 << 62 // ran without a turn
 	reserved = 1 << 61
 	unturned = 1 << 60 // a stream that runs without a turn, since the rest of Value
 	valueOf  = unturned - 1
@@ -129,8 +128,8 @@ func (g *guard) Start(c admission.Call, p admission.Permit) admission.Decision {
 }
 
 // beforeTurn is Start up to a unary call's wait for its turn: decided
-// is true, with the decision d, for a permit not of this guard's, a
-// stream, and a light flow's call; otherwise the call, of lane ln,
+// is true, with the decision d, for a permit not of this guard's and a
+// stream; otherwise the call, of lane ln,
 // holds a reservation that added cost, and asks for its turn.
 func (g *guard) beforeTurn(c admission.Call, p admission.Permit) (ln *Lane, cost int64, d admission.Decision, decided bool) {
 	ln, _ = p.Ref.(*Lane)
@@ -141,14 +140,7 @@ func (g *guard) beforeTurn(c admission.Call, p admission.Permit) (ln *Lane, cost
 	if c.Stream {
 		return nil, 0, g.startStream(c, ln, cost), true
 	}
-	f := ln.f
-	f.NoteQueued(c.Queued)
-	if f.light.Load() && f.l.on(ruleLight) {
-		// A cheap flow that uses little of the server runs without a
-		// turn (see markLight).
-		ln.unreserve(cost)
-		return nil, 0, admission.Grant(admission.Permit{Ref: ln, Value: bypass}), true
-	}
+	ln.f.NoteQueued(c.Queued)
 	return ln, cost, admission.Decision{}, false
 }
 
@@ -251,13 +243,9 @@ func (g *guard) Finish(c admission.Call, p admission.Permit, o admission.Outcome
 		}
 	}
 	switch {
-	case p.Value&unturned != 0 && p.Value&(turn|bypass|reserved) == 0:
+	case p.Value&unturned != 0 && p.Value&(turn|reserved) == 0:
 		if !o.Skipped {
 			f.finishUnturned(int64(p.Value & valueOf))
-		}
-	case p.Value == bypass:
-		if !o.Skipped && o.Err == nil {
-			f.noteBypassed(o.Duration, f.l.nanos(c.Now.Add(o.Duration)))
 		}
 	case p.Value&turn == 0:
 		if p.Value&reserved != 0 {

@@ -484,7 +484,6 @@ func (l *Limiter) update(end int64) {
 		l.sweepTenants(flows, end)
 	}
 	m := l.measure(flows, end)
-	l.markLight(flows, end)
 	l.noteRoom(m.svcSum, end)
 	l.opened = end
 	l.openedAt.Store(end)
@@ -638,7 +637,6 @@ func (l *Limiter) measure(flows []*Flow, end int64) sample {
 		m.queuedN += float64(f.qn.Swap(0))
 		m.queuedSum += float64(f.qsum.Swap(0))
 		n, sum := f.n.Swap(0), f.sum.Swap(0)
-		f.lastN = n + f.bypassed.Swap(0)
 		if d := end - l.opened; d > 0 {
 			f.rate += carriedGain * (float64(n)/float64(d) - f.rate)
 		}

@@ -715,16 +715,14 @@ type Flow struct {
 	l    *Limiter
 	name string
 
-	n        atomic.Int64 // calls finished in the interval
-	sum      atomic.Int64 // their service time, ns
-	qn       atomic.Int64 // calls that started in the interval (NoteQueued)
-	qsum     atomic.Int64 // how long they waited to start, ns
-	pn       atomic.Int64 // calls a probe measured
-	psum     atomic.Int64 // their service time, ns
-	svc      atomic.Int64 // mean service time (EWMA, weight 1/8), ns; 0 until the first
-	lastOK   atomic.Int64 // when the last call that taught svc ended, ns since the Limiter's epoch
-	light    atomic.Bool  // may run without a turn (see markLight)
-	bypassed atomic.Int64 // calls that ran without a turn in the interval
+	n      atomic.Int64 // calls finished in the interval
+	sum    atomic.Int64 // their service time, ns
+	qn     atomic.Int64 // calls that started in the interval (NoteQueued)
+	qsum   atomic.Int64 // how long they waited to start, ns
+	pn     atomic.Int64 // calls a probe measured
+	psum   atomic.Int64 // their service time, ns
+	svc    atomic.Int64 // mean service time (EWMA, weight 1/8), ns; 0 until the first
+	lastOK atomic.Int64 // when the last call that taught svc ended, ns since the Limiter's epoch
 	// streamScore: streams that stayed open past their hold, less those
 	// that ended within it (see streamTurn).
 	streamScore atomic.Int32
@@ -744,7 +742,6 @@ type Flow struct {
 	overflow atomic.Pointer[tenantLanes]
 
 	// under Limiter.upd
-	lastN int64 // calls finished in the last interval
 	// rate is the calls that finished per ns, smoothed over intervals
 	// (carriedGain; Limiter.low).
 	rate   float64
@@ -853,15 +850,6 @@ func (f *Flow) Admissible() bool { return f.lanes[admission.Critical.Index()].Ad
 func (f *Flow) NoteQueued(d time.Duration) {
 	f.qn.Add(1)
 	f.qsum.Add(int64(max(d, 0)))
-}
-
-// noteBypassed records a call that ran without a turn for d, ending at
-// end (ns since the Limiter's epoch): it counts
-// toward the flow's load and its mean service time, not its baseline
-// (which only calls holding turns measure).
-func (f *Flow) noteBypassed(d time.Duration, end int64) {
-	f.bypassed.Add(1)
-	f.learnMean(int64(max(d, 1)), end)
 }
 
 // learnMean teaches the flow's mean service time a call of svc ns that

@@ -449,51 +449,6 @@ func TestGuardLearnsOnlyFromSuccesses(t *testing.T) {
 	}
 }
 
-// TestLightFlowRunsWithoutATurn: beside an expensive flow, a cheap flow
-// that uses little of the server runs without a turn, even with the only
-// turn held; once it floods, it takes turns again.
-func TestLightFlowRunsWithoutATurn(t *testing.T) {
-	l := mustNew(t, WithBounds(1, 1))
-	ch, err := admission.NewChain("r", []admission.Guard{NewGuard("run", l)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	heavy, cheap := l.Flow("/s/Heavy"), l.Flow("/s/Cheap")
-	l.upd.Lock()
-	heavy.setBase(float64(5 * time.Millisecond))
-	cheap.setBase(float64(100 * time.Microsecond))
-	cheap.lastN = 10 // 10 x 0.1ms in a 100ms interval: 1% of a turn
-	l.markLight(l.allFlows(), l.opened+int64(100*time.Millisecond))
-	l.upd.Unlock()
-	if !cheap.light.Load() || heavy.light.Load() {
-		t.Fatalf("light: cheap %v, heavy %v; want true, false", cheap.light.Load(), heavy.light.Load())
-	}
-	hold, ok := heavy.TryAcquire(time.Now())
-	if !ok {
-		t.Fatal("no turn for the heavy call")
-	}
-	c := admission.Call{Ctx: context.Background(), Method: "/s/Cheap", Now: time.Now()}
-	var ps admission.Permits
-	if i, d := ch.Enter(&c, &ps); i >= 0 {
-		t.Fatalf("cheap call with the only turn held = %+v, want admitted without a turn", d)
-	}
-	ch.Finish(&c, &ps, admission.Outcome{Duration: 100 * time.Microsecond})
-	if got := cheap.bypassed.Load(); got != 1 {
-		t.Errorf("bypassed = %d, want 1", got)
-	}
-	hold.Release()
-	l.upd.Lock()
-	cheap.lastN = 2000 // 2000 x 0.1ms in 100ms: two turns' worth
-	l.markLight(l.allFlows(), l.opened+int64(100*time.Millisecond))
-	l.upd.Unlock()
-	if cheap.light.Load() {
-		t.Errorf("a cheap flow using two turns' worth is still light")
-	}
-	if l.Running() != 0 || crit(cheap).count.Load() != 0 {
-		t.Errorf("running %d, reserved %d; want 0, 0", l.Running(), crit(cheap).count.Load())
-	}
-}
-
 // TestStressTurnsBalance: many callers of two flows take turns through the
 // guard while the limit learns every millisecond, probes included; at the
 // end no turn, wait or reservation is left, and every call was answered.

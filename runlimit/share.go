@@ -1,9 +1,6 @@
 package runlimit
 
-import (
-	"math"
-	"time"
-)
+import "math"
 
 // Thresholds of noteRoom and noteSlack, each with its invariant:
 //   - fullBusy: the server is full over an interval when its turns were
@@ -155,39 +152,6 @@ func (l *Limiter) shareClasses() {
 	}
 	l.recent.Store(recent)
 }
-
-// markLight marks the flows that may run without a turn: those whose
-// calls are very cheap beside the server's most expensive flow (a tenth
-// of its baseline or less, and under a millisecond), and that used little
-// of the interval ending at end (their calls' service time adds up to
-// under a tenth of one turn). Waiting behind an expensive call for the
-// only turn would multiply a cheap call's latency, and its turn would be
-// held through the yield after it is taken; a cheap flow that floods the
-// server stops being light at the next interval. Needs upd.
-func (l *Limiter) markLight(flows []*Flow, end int64) {
-	var top float64
-	for _, f := range flows {
-		top = max(top, f.base)
-	}
-	span := float64(max(end-l.opened, 1))
-	for _, f := range flows {
-		light := f.base > 0 && f.base*lightRatio <= top && f.base < float64(lightBase) &&
-			float64(f.lastN)*f.base < lightShare*span
-		f.light.Store(light)
-	}
-}
-
-// Thresholds of markLight: a flow runs without a turn while its baseline
-// is at most 1/lightRatio of the most expensive flow's and under
-// lightBase, and its calls of the last interval add up to less than
-// lightShare of one turn. Cheap enough that the turns it skips change no
-// other flow's wait by much, small enough that a flood of it shows within
-// one interval.
-const (
-	lightRatio = 10
-	lightBase  = time.Millisecond
-	lightShare = 0.1
-)
 
 // stoodSince reports whether calls have waited without a pause since at
 // least t, ns since epoch.
