@@ -695,10 +695,13 @@ func (l *Limiter) tracked(extra int) []*Flow {
 	return out
 }
 
-// allFlows returns every flow: those tracked, then the flow of unserved
-// names, then the overflow flow if there is one.
-func (l *Limiter) allFlows() []*Flow {
-	out := append(l.tracked(2), l.unserved)
+// allFlows returns every flow: those tracked, then the shared ones.
+func (l *Limiter) allFlows() []*Flow { return l.appendShared(l.tracked(2)) }
+
+// appendShared appends to out the flow of unserved names, then the
+// overflow flow if there is one (SharedFlows).
+func (l *Limiter) appendShared(out []*Flow) []*Flow {
+	out = append(out, l.unserved)
 	l.flowsMu.Lock()
 	if l.overflow != nil {
 		out = append(out, l.overflow)

@@ -54,12 +54,4 @@ func (f *Flow) WaitingLanes(max int) []*Lane {
 // SharedFlows returns the flows that Flows leaves out: UnservedFlow,
 // which the calls of names not served yet share, and OverflowFlow if the
 // Limiter made it. It allocates.
-func (l *Limiter) SharedFlows() []*Flow {
-	out := []*Flow{l.unserved}
-	l.flowsMu.Lock()
-	if l.overflow != nil {
-		out = append(out, l.overflow)
-	}
-	l.flowsMu.Unlock()
-	return out
-}
+func (l *Limiter) SharedFlows() []*Flow { return l.appendShared(make([]*Flow, 0, 2)) }
