@@ -89,6 +89,7 @@ func TestBadInputIsOneLineAndNonZero(t *testing.T) {
 		{name: "demo tiny memory limit", give: []string{"demo", "-scenario", "memory", "-memory-limit", "1MiB"}, wantCode: exitUsage, want: "-memory-limit must be at least 32MiB"},
 		{name: "demo tiny alloc per call", give: []string{"demo", "-scenario", "memory", "-alloc-per-call", "10"}, wantCode: exitUsage, want: "-alloc-per-call must be at least 1KiB"},
 		{name: "demo zero cpu work", give: []string{"demo", "-cpu-work", "0s"}, wantCode: exitUsage, want: "-cpu-work must be > 0"},
+		{name: "serve pprof without metrics", give: []string{"serve", "-pprof"}, wantCode: exitUsage, want: "-pprof needs -metrics-addr"},
 		{name: "serve redis without rate", give: []string{"serve", "-redis", "127.0.0.1:6379"}, wantCode: exitUsage, want: "-redis needs -fleet-rate"},
 		{name: "serve bad redis address", give: []string{"serve", "-redis", "localhost", "-fleet-rate", "10"}, wantCode: exitUsage, want: `-redis: want host:port, got "localhost"`},
 		{name: "serve bad redis port", give: []string{"serve", "-redis", "127.0.0.1:99999", "-fleet-rate", "10"}, wantCode: exitUsage, want: "-redis: want host:port with a port in 1..65535"},

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"net/http/pprof"
 	"os"
 	"os/signal"
 	"runtime"
@@ -37,6 +38,7 @@ func (c *cli) serve(ctx context.Context, args []string) error {
 	addr := fs.String("addr", "127.0.0.1:50051", "listen `address` of the service")
 	transport := fs.String("transport", transportGRPC, "serve through this `transport`: grpc (grpc-go), connect (connect-go: the Connect, gRPC and gRPC-Web protocols on one port, HTTP/1.1 and cleartext HTTP/2, with health and reflection) or http (JSON, a route per method: POST /v1/allocate, POST /v1/release, GET /v1/stock/{sku})")
 	metricsAddr := fs.String("metrics-addr", "", "HTTP listen `address` for /metrics, /stats and the debug page /debug/levee (empty: off)")
+	withPprof := fs.Bool("pprof", false, "also serve Go's profiles on -metrics-addr under /debug/pprof/ (CPU, goroutines, execution trace: go tool pprof, go tool trace); for diagnosis, not for an address others can reach")
 	capFlag := &capacityFlag{auto: true}
 	fs.Var(capFlag, "capacity", "an upper bound on the `calls/s` the protection admits (auto: none, the preset learns what the server can run; the static recipe estimates it by timing the handler)")
 	recipe := fs.String("recipe", recipePreset, "protection `recipe`: preset (the library's protect.New, learned) or static (a fixed chain sized from -capacity, for comparison; firstwave: its deprecated name)")
@@ -110,6 +112,9 @@ func (c *cli) serve(ctx context.Context, args []string) error {
 	if err := cf.check(*unprotected, *policyFile != "" || *recipe != recipePreset, *transport); err != nil {
 		return err
 	}
+	if *withPprof && *metricsAddr == "" {
+		return usageError("-pprof needs -metrics-addr: the profiles are served there")
+	}
 	if *pinCPU >= 0 {
 		// The CPU may lie outside this process's current affinity (the demo
 		// starts its servers from a pinned process): the kernel accepts any
@@ -166,6 +171,9 @@ func (c *cli) serve(ctx context.Context, args []string) error {
 		}
 		defer httpLis.Close()
 		mux = http.NewServeMux()
+		if *withPprof {
+			mountPprof(mux)
+		}
 	}
 
 	g := &stats.Gauges{}
@@ -250,4 +258,13 @@ func (c *cli) serve(ctx context.Context, args []string) error {
 		return fmt.Errorf("serving: %w", err)
 	}
 	return nil
+}
+
+// mountPprof serves net/http/pprof's handlers on mux, under /debug/pprof/.
+func mountPprof(mux *http.ServeMux) {
+	mux.HandleFunc("/debug/pprof/", pprof.Index)
+	mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
+	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
 }
