@@ -144,6 +144,7 @@ type sample struct {
 	svcSum    float64 // their service times, summed, ns
 	queuedN   float64 // calls that noted their wait to start (NoteQueued)
 	queuedSum float64 // those waits, summed, ns
+	asked     float64 // turns asked for in the interval, per ns (Limiter.offered)
 	cpuSat    bool    // the CPU signal is saturated and holds growth off
 	overran   bool    // calls ran beyond the limit (overrun) in the interval
 }
@@ -159,6 +160,21 @@ func (m *sample) stretch() float64 {
 
 // base is the calls' mean baseline service time, ns. Needs weight > 0.
 func (m *sample) base() float64 { return m.bases / m.weight }
+
+// needed is the turns the interval's arrivals keep busy at their calls'
+// baselines (Little's law: asked × base), rounded up; 0 without calls. A
+// probe below it queues the calls a server without a limit would run at
+// once, and a queue that outgrows the probe's limit is evidence of
+// overload (a lane's queue holds an interval's work at that limit): the
+// probe would refuse a load the server carries. A saturated CPU may be
+// time-sharing its processors among the calls, their baselines stretched
+// by it: there the baselines overstate the need, and none is told.
+func (m *sample) needed() int {
+	if m.cpuSat || m.weight == 0 {
+		return 0
+	}
+	return int(math.Ceil(m.asked * m.base()))
+}
 
 // lag is the mean lag of the calls handed a turn, ns. Needs lagN > 0.
 func (m *sample) lag() float64 { return float64(m.lagSum) / float64(m.lagN) }
@@ -250,9 +266,11 @@ func (s learner) startProbe(now int64, kind probeKind, est float64, limit int, r
 // decide moves the learner on from the interval m measured: it starts a
 // probe, or sets the limit. No probe runs.
 func (s learner) decide(m *sample, o *options) (learner, step) {
-	if lower := int(s.est * probeFraction); !s.probed && lower >= o.floor && lower < int(s.est) && o.on(ruleProbeBaseline) {
+	if lower := max(int(s.est*probeFraction), m.needed()); !s.probed && lower >= o.floor && lower < int(s.est) && o.on(ruleProbeBaseline) {
 		// The first baseline was measured at the initial limit, maybe with
-		// contention: measure it again at a lower one.
+		// contention: measure it again at a lower one, never below what
+		// the load needs (sample.needed); until the limit is twice that,
+		// the probe waits.
 		return s.startProbe(m.end, probeBaseline, s.est, lower, 1, o)
 	}
 	if m.overran && o.on(ruleOverranSkip) {
@@ -632,6 +650,9 @@ func (l *Limiter) measure(flows []*Flow, end int64) sample {
 		l.seenOverruns, m.overran = o, true
 	}
 	m.peak = l.peak.Swap(running(l.state.Load()))
+	if d := end - l.opened; d > 0 {
+		m.asked = float64(l.offered.Load()-l.offeredMark[1].Load()) / float64(d)
+	}
 	m.lagN, m.lagSum = l.lagN.Swap(0), l.lagSum.Swap(0)
 	for _, f := range flows {
 		m.queuedN += float64(f.qn.Swap(0))

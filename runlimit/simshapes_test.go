@@ -34,9 +34,9 @@ type simRow struct {
 	// server is overloaded then, and may refuse in the first second.
 	cold bool
 	// startup: a known defect, refusals in the first second at 0.5x of
-	// a server whose pool runs more calls at once than the learner's
-	// first limit: it starts at 8, halves it for its first baseline,
-	// and a lane's queue of an interval's work at that limit is
+	// a server whose load needs more turns than the learner's first
+	// limit of 8: until slow start doubles it (the first decision
+	// without overruns), a lane's queue of an interval's work at 8 is
 	// evidence of overload.
 	startup bool
 	// known are the bounds the row breaks by a known defect of the
@@ -74,7 +74,7 @@ func simRows() []simRow {
 		for _, q := range []time.Duration{time.Millisecond, 5 * time.Millisecond, 20 * time.Millisecond, 50 * time.Millisecond} {
 			sh := sim.IOPool(conns, q)
 			inUse := 0.5 * sh.Capacity(false) * q.Seconds() // connections in use at 0.5x
-			row := simRow{name: fmt.Sprintf("io pool %d, %v", conns, q), shape: sh, startup: inUse >= 8}
+			row := simRow{name: fmt.Sprintf("io pool %d, %v", conns, q), shape: sh, startup: inUse > 8}
 			if conns == 2 && q == time.Millisecond {
 				// Overruns at the spike's start stretch the service time;
 				// a CPU probe reads it as time-sharing and keeps a cut of
@@ -263,5 +263,27 @@ func TestSimSustainedOverloadOnAPool(t *testing.T) {
 	if f := r.Figures(); f.Goodput < simKept*f.Ceiling {
 		t.Errorf("io at 1.5x: goodput %.1f%% of capacity, want >= %.0f%% of the ceiling %.1f%% (limit %d, %+v)",
 			100*f.Goodput, 100*simKept, 100*f.Ceiling, p.l.Limit(), p.l.Stats().RefusedOn)
+	}
+}
+
+// TestSimColdStartProbeHoldsTheLoad: a pool of 32 connections for 50ms
+// queries at 0.5x its capacity: 320 calls a second, 16 running at once
+// (Little's law), twice the learner's first limit. The first-baseline
+// probe halved that limit to 4 at the first decision: a quarter of what
+// the load needs, for the probe's eight calls and the drain before them
+// (about three intervals), while calls arrived four times as fast as
+// turns ended; a lane's queue of an interval's work at 4 turns (eight
+// calls) is evidence of overload, and 2.9% of the 0.5x phase was
+// refused on it. The probe now waits until half the limit holds what
+// the load needs (sample.needed); what is left is the first limit's
+// own shortfall until slow start doubles it.
+func TestSimColdStartProbeHoldsTheLoad(t *testing.T) {
+	const bound = 0.005
+	row := simRow{name: "io pool 32, 50ms", shape: sim.IOPool(32, 50*time.Millisecond)}
+	r, p := row.run(t)
+	st := p.l.Stats()
+	if got := r.Phase(sim.Normal).RefusedShare(); got >= bound {
+		t.Errorf("io pool 32, 50ms: refused %.2f%% at 0.5x, want < %.1f%% (refused on %+v, first-baseline probes %+v)",
+			100*got, 100*bound, st.RefusedOn, st.ProbeBaseline)
 	}
 }
