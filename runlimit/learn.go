@@ -266,11 +266,9 @@ func (s learner) startProbe(now int64, kind probeKind, est float64, limit int, r
 // decide moves the learner on from the interval m measured: it starts a
 // probe, or sets the limit. No probe runs.
 func (s learner) decide(m *sample, o *options) (learner, step) {
-	if lower := max(int(s.est*probeFraction), m.needed()); !s.probed && lower >= o.floor && lower < int(s.est) && o.on(ruleProbeBaseline) {
+	if lower, ok := s.baselineProbeDue(m, o); ok {
 		// The first baseline was measured at the initial limit, maybe with
-		// contention: measure it again at a lower one, never below what
-		// the load needs (sample.needed); until the limit is twice that,
-		// the probe waits.
+		// contention: measure it again at a lower one.
 		return s.startProbe(m.end, probeBaseline, s.est, lower, 1, o)
 	}
 	if m.overran && o.on(ruleOverranSkip) {
@@ -285,6 +283,18 @@ func (s learner) decide(m *sample, o *options) (learner, step) {
 		s.phase = phaseSteady
 	}
 	return s.move(m, o)
+}
+
+// baselineProbeDue is the limit of the first-baseline probe, and whether
+// it is due: no probe has ended, the interval closed on its samples
+// (minSamples calls: one closed on maxOpen may hold a server's idle time
+// before its load, and tells too little of its rate), and half the limit,
+// but never less than what the load needs (sample.needed), is above the
+// floor and below the limit. Until the limit is twice the need, the probe
+// waits.
+func (s *learner) baselineProbeDue(m *sample, o *options) (int, bool) {
+	lower := max(int(s.est*probeFraction), m.needed())
+	return lower, !s.probed && m.weight >= minSamples && lower >= o.floor && lower < int(s.est) && o.on(ruleProbeBaseline)
 }
 
 // move is decide's choice among the moves, in order.

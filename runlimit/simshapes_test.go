@@ -277,13 +277,24 @@ func TestSimSustainedOverloadOnAPool(t *testing.T) {
 // refused on it. The probe now waits until half the limit holds what
 // the load needs (sample.needed); what is left is the first limit's
 // own shortfall until slow start doubles it.
+//
+// A server idle for a while before its load comes closes its first
+// interval on maxOpen at its first call, with almost no arrivals over
+// it: that interval says nothing of the load's need, and the probe waits
+// for one that closed on its samples (minSamples).
 func TestSimColdStartProbeHoldsTheLoad(t *testing.T) {
 	const bound = 0.005
-	row := simRow{name: "io pool 32, 50ms", shape: sim.IOPool(32, 50*time.Millisecond)}
-	r, p := row.run(t)
-	st := p.l.Stats()
-	if got := r.Phase(sim.Normal).RefusedShare(); got >= bound {
-		t.Errorf("io pool 32, 50ms: refused %.2f%% at 0.5x, want < %.1f%% (refused on %+v, first-baseline probes %+v)",
-			100*got, 100*bound, st.RefusedOn, st.ProbeBaseline)
+	for _, idle := range []time.Duration{0, 5 * time.Second} {
+		sh := sim.IOPool(32, 50*time.Millisecond)
+		if idle > 0 {
+			sh.Phases = append([]sim.Phase{{Name: "idle", Duration: idle}}, sim.Phases(1)...)
+		}
+		row := simRow{name: "io pool 32, 50ms", shape: sh}
+		r, p := row.run(t)
+		st := p.l.Stats()
+		if got := r.Phase(sim.Normal).RefusedShare(); got >= bound {
+			t.Errorf("io pool 32, 50ms, idle %v first: refused %.2f%% at 0.5x, want < %.1f%% (refused on %+v, first-baseline probes %+v)",
+				idle, 100*got, 100*bound, st.RefusedOn, st.ProbeBaseline)
+		}
 	}
 }
