@@ -69,6 +69,7 @@ func simRows() []simRow {
 		{name: "stream", shape: sim.Streams},
 		{name: "cpu told 2x", shape: sim.CPU, told: 2},
 		{name: "twokinds told 2x", shape: sim.TwoKinds, told: 2, known: map[string]string{boundRefusalP99: lateSpike, boundSuccessP99: lateSpike}},
+		{name: "twoclasses", shape: sim.TwoClasses},
 	}
 	for _, conns := range []int{2, 4, 8, 16, 32} {
 		for _, q := range []time.Duration{time.Millisecond, 5 * time.Millisecond, 20 * time.Millisecond, 50 * time.Millisecond} {

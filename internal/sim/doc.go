@@ -35,7 +35,8 @@
 // A Shape is a workload of bench/peers: its service (Work), its load
 // (Poisson or evenly spaced arrivals at a multiple of the capacity per
 // phase, maybe in clumps; a second steady method; sources of other
-// classes or tenants), and its phases. Run simulates it
+// classes or tenants, at their own load or sharing each phase's:
+// Shape.Share), and its phases. Run simulates it
 // against a Protection and returns a Result: per phase the calls offered,
 // served, refused and timed out, with latency percentiles.
 //

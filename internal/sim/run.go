@@ -51,7 +51,11 @@ func Run(sh Shape, p Protection, seed uint64, clk *Clock) *Result {
 	}
 	capacity := sh.Capacity(false)
 	a := &arrivals{sh: &sh, sv: sv, rng: rng, phases: phases, starts: starts, pool: pool}
-	a.start(source{method: sh.Method, class: sh.Class}, func(i int) float64 { return phases[i].Load * capacity })
+	share := 1.0
+	if sh.Share > 0 {
+		share = sh.Share
+	}
+	a.start(source{method: sh.Method, class: sh.Class}, func(i int) float64 { return share * phases[i].Load * capacity })
 	if sh.SteadyRate > 0 {
 		a.start(source{index: 1, method: sh.Steady, class: admission.Critical, steady: sh.SteadyRate}, func(int) float64 { return sh.SteadyRate })
 	}
@@ -59,6 +63,9 @@ func Run(sh Shape, p Protection, seed uint64, clk *Clock) *Result {
 		a.start(source{index: 2 + k, method: sh.Method, class: src.Class, tenant: src.Tenant}, func(i int) float64 {
 			if starts[i]+phases[i].Duration <= src.From {
 				return 0
+			}
+			if src.Share > 0 {
+				return src.Share * phases[i].Load * capacity
 			}
 			return src.Load * capacity
 		})

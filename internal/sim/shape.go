@@ -84,6 +84,10 @@ type Shape struct {
 	// Class is the loaded method's calls' criticality class (the zero
 	// value: Critical).
 	Class admission.Criticality
+	// Share, if > 0, is the share of each phase's load that the loaded
+	// method's Class carries (0: all of it); Sources with a Share carry
+	// the rest, in their own classes.
+	Share float64
 	// Sources are more sources of calls of the loaded method, of other
 	// classes or tenants, each at its own multiple of the capacity in
 	// every phase (Result.Sources has their results).
@@ -241,6 +245,14 @@ func heavyTailMean() time.Duration {
 	return sum / n
 }
 
+// TwoClasses is the cpu shape with its load split in halves: one
+// Critical (the loaded method's), one Sheddable (Sources[0]), in every
+// phase. Below the capacity both are served; in the spike the Critical
+// half alone is five times the capacity.
+var TwoClasses = Shape{Name: "twoclasses", About: "the cpu shape, half its calls Critical and half Sheddable",
+	Procs: 1, Method: "/inventory/Allocate", CPU: 5 * time.Millisecond,
+	Class: admission.Critical, Share: 0.5, Sources: []Source{{Class: admission.Sheddable, Share: 0.5}}}
+
 // IOPool is the io shape with a pool of conns connections and queries of
 // query: what a small pool does to a limit learned above it.
 func IOPool(conns int, query time.Duration) Shape {
@@ -260,6 +272,9 @@ type Source struct {
 	// every phase; From, if > 0, is when it begins.
 	Load float64
 	From time.Duration
+	// Share, if > 0, replaces Load: its calls per second are this share
+	// of each phase's load times the capacity (see Shape.Share).
+	Share float64
 }
 
 // source is one method's open-loop arrivals.
