@@ -36,7 +36,12 @@
 // (Poisson or evenly spaced arrivals at a multiple of the capacity per
 // phase, maybe in clumps; a second steady method; sources of other
 // classes or tenants, at their own load or sharing each phase's:
-// Shape.Share), and its phases. Run simulates it
+// Shape.Share; closed-loop callers, Shape.Callers), its phases, and
+// what changes under it: a dependency that slows in the spike or from
+// a set instant (Shape.SlowAt), goroutines of another process that take
+// the processors from a set instant (Shape.Others). A Clock lets a test
+// look at the Protection at set virtual instants (Clock.After before
+// Run). Run simulates it
 // against a Protection and returns a Result: per phase the calls offered,
 // served, refused and timed out, with latency percentiles.
 //

@@ -202,6 +202,9 @@ func newRecorder(sh *Shape, phases []Phase) *recorder {
 // done records c's result o at now.
 func (r *recorder) done(c *Call, o outcome, now time.Duration) {
 	c.result, c.latency = o, now-c.Arrived
+	if c.answered != nil {
+		c.answered(o)
+	}
 	p := r.phase(c)
 	if (o == refused || o == late || o == tooShort) && c.Arrived < r.starts[c.phase]+time.Second {
 		p.RefusedFirst++

@@ -19,6 +19,10 @@ func Run(sh Shape, p Protection, seed uint64, clk *Clock) *Result {
 	c := &clock{origin: Origin}
 	if clk != nil {
 		clk.c = c
+		for _, e := range clk.early {
+			c.after(e.d, e.fn)
+		}
+		clk.early = nil
 	}
 	s := newSched(c, sh.Procs)
 	rng := rand.New(rand.NewPCG(seed, 0x73696d))
@@ -43,11 +47,17 @@ func Run(sh Shape, p Protection, seed uint64, clk *Clock) *Result {
 	starts := make([]time.Duration, len(phases))
 	for i, ph := range phases {
 		starts[i] = end
-		if ph.Name == Spike && pool != nil && sh.SlowBy > 1 {
+		if ph.Name == Spike && pool != nil && sh.SlowBy > 1 && sh.SlowAt == 0 {
 			c.at(end, func() { pool.Slow = true })
 			c.at(end+ph.Duration, func() { pool.Slow = false })
 		}
 		end += ph.Duration
+	}
+	if pool != nil && sh.SlowBy > 1 && sh.SlowAt > 0 {
+		c.at(sh.SlowAt, func() { pool.Slow = true })
+	}
+	if sh.Others > 0 {
+		s.others(sh.Others, sh.OthersAt)
 	}
 	capacity := sh.Capacity(false)
 	a := &arrivals{sh: &sh, sv: sv, rng: rng, phases: phases, starts: starts, pool: pool}
@@ -56,6 +66,10 @@ func Run(sh Shape, p Protection, seed uint64, clk *Clock) *Result {
 		share = sh.Share
 	}
 	a.start(source{method: sh.Method, class: sh.Class}, func(i int) float64 { return share * phases[i].Load * capacity })
+	if sh.Callers > 0 {
+		cl := &callers{a: a, src: source{method: sh.Method, class: sh.Class}, until: sh.CallersFor, backoff: sh.Backoff}
+		cl.start(sh.Callers)
+	}
 	if sh.SteadyRate > 0 {
 		a.start(source{index: 1, method: sh.Steady, class: admission.Critical, steady: sh.SteadyRate}, func(int) float64 { return sh.SteadyRate })
 	}
@@ -76,6 +90,11 @@ func Run(sh Shape, p Protection, seed uint64, clk *Clock) *Result {
 		b := s.busy()
 		util := float64(b-lastBusy) / float64(time.Duration(sh.Procs)*ObserveEvery)
 		lastBusy = b
+		if sh.Others > 0 && c.now > sh.OthersAt {
+			// the machine's CPU: the others' threads, always runnable,
+			// keep as many processors busy as they are, at least
+			util = max(util, float64(sh.Others)/float64(sh.Procs))
+		}
 		p.Observe(c.Time(c.now), min(util, 1))
 		rec.cpu(util)
 		if c.now < end {
@@ -120,6 +139,9 @@ func (a *arrivals) start(src source, rate func(i int) float64) {
 			return
 		}
 		clump := max(a.sh.Clump, 1)
+		if n := a.phases[i].Clump; n > 0 {
+			clump = n
+		}
 		mean := float64(time.Second) * float64(clump) / r
 		start, end := a.starts[i], a.starts[i]+a.phases[i].Duration
 		gap := func() time.Duration {
@@ -152,8 +174,18 @@ func (a *arrivals) start(src source, rate func(i int) float64) {
 	phase(0)
 }
 
+// phaseAt is the phase under way at t, or -1 after the last.
+func (a *arrivals) phaseAt(t time.Duration) int {
+	for i, ph := range a.phases {
+		if t < a.starts[i]+ph.Duration {
+			return i
+		}
+	}
+	return -1
+}
+
 // arrive delivers one call of src scheduled at at, in phase i.
-func (a *arrivals) arrive(src source, i int, at time.Duration) {
+func (a *arrivals) arrive(src source, i int, at time.Duration) *Call {
 	a.id++
 	c := &Call{ID: a.id, Method: src.method, Class: src.class, Tenant: src.tenant, Arrived: at, Deadline: at + a.sh.deadline(), phase: i, source: src.index}
 	if src.steady > 0 {
@@ -171,11 +203,21 @@ func (a *arrivals) arrive(src source, i int, at time.Duration) {
 	}
 	a.sv.rec.offer(c)
 	a.sv.arrive(c)
+	return c
 }
 
 // Clock reads a run's virtual time: give one to Run, and read it from the
 // Protection (a limiter's injected clock). Before Run it reads Origin.
-type Clock struct{ c *clock }
+type Clock struct {
+	c     *clock
+	early []timer // set by After before Run
+}
+
+// timer is a function to run d after the run's start.
+type timer struct {
+	d  time.Duration
+	fn func()
+}
 
 // Now returns the run's virtual time as an instant.
 func (k *Clock) Now() time.Time {
@@ -194,5 +236,12 @@ func (k *Clock) Since() time.Duration {
 }
 
 // After schedules fn at d from now in the run's virtual time (a timer of
-// the Protection's, such as a stream's hold on a turn).
-func (k *Clock) After(d time.Duration, fn func()) { k.c.after(d, fn) }
+// the Protection's, such as a stream's hold on a turn); before Run, at d
+// from the run's start (a test's look at the protection's state).
+func (k *Clock) After(d time.Duration, fn func()) {
+	if k.c == nil {
+		k.early = append(k.early, timer{d, fn})
+		return
+	}
+	k.c.after(d, fn)
+}

@@ -50,6 +50,10 @@ type sched struct {
 	lastPoll time.Duration
 	polling  bool // a sysmon poll is scheduled
 	netReady []*g // made ready by the network, not yet polled
+	// othersFrom and othersFor: from othersFrom on, another process's
+	// threads run othersFor after each OSSlice of the process's on every
+	// processor (see others); othersFor 0: none.
+	othersFrom, othersFor time.Duration
 }
 
 func newSched(c *clock, n int) *sched {
@@ -214,7 +218,7 @@ func (s *sched) run(p *proc, gr *g) {
 func (s *sched) resume(p *proc) {
 	gr := p.cur
 	p.from = s.c.now
-	d := min(gr.left, p.slice+Quantum-s.c.now)
+	d := min(s.wall(gr.left), p.slice+Quantum-s.c.now)
 	s.c.after(max(d, 0), func() { s.ran(p, gr) })
 }
 
@@ -223,7 +227,7 @@ func (s *sched) resume(p *proc) {
 func (s *sched) ran(p *proc, gr *g) {
 	d := s.c.now - p.from
 	p.busy += d
-	gr.left -= d
+	gr.left -= s.work(p.from, s.c.now)
 	for gr.left <= 0 && gr.state == gRunning {
 		then := gr.then
 		gr.then = nil

@@ -135,6 +135,9 @@ type Call struct {
 	token   int // bumped when a wait or a query ends, to drop its stale events
 	// yieldBefore: woken after a Wait, it yields once before Resume.
 	yieldBefore bool
+	// answered, if set, is told what the client received (a closed-loop
+	// caller's, to send its next call).
+	answered func(outcome)
 }
 
 // DeadlineTime returns the call's deadline as an instant.

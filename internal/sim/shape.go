@@ -14,6 +14,9 @@ type Phase struct {
 	Name     string
 	Duration time.Duration
 	Load     float64
+	// Clump, if > 0, is how many calls arrive at once in this phase, in
+	// place of Shape.Clump.
+	Clump int
 }
 
 // Phase names, as bench/peers scores them.
@@ -31,11 +34,11 @@ const (
 func Phases(longer int) []Phase {
 	l := time.Duration(max(longer, 1))
 	return []Phase{
-		{Normal, 8 * time.Second * l, 0.5},
-		{High, 8 * time.Second * l, 0.7},
-		{Spike, 6 * time.Second, 10},
-		{RecoveryFirst, time.Second, 0.5},
-		{RecoveryRest, 3 * time.Second, 0.5},
+		{Normal, 8 * time.Second * l, 0.5, 0},
+		{High, 8 * time.Second * l, 0.7, 0},
+		{Spike, 6 * time.Second, 10, 0},
+		{RecoveryFirst, time.Second, 0.5, 0},
+		{RecoveryRest, 3 * time.Second, 0.5, 0},
 	}
 }
 
@@ -62,6 +65,26 @@ type Shape struct {
 	Conns  int
 	Query  time.Duration
 	SlowBy float64
+	// SlowAt, if > 0, is when the query turns SlowBy times slower for
+	// good, in place of the spike's time (a dependency that degrades).
+	SlowAt time.Duration
+	// Others, if > 0, are threads of another process that want the
+	// processors from OthersAt on (a load generator beside the server, or
+	// a flood's refusals): always runnable, they get their share of each
+	// processor from the operating system, in turns of OSSlice, which
+	// stretches the server's CPU work in wall time and makes a goroutine
+	// made ready in the others' turn wait; the utilisation is the
+	// machine's, which they keep as busy as they are many (all of it, at
+	// one thread a processor).
+	Others   int
+	OthersAt time.Duration
+	// Callers, if > 0, are closed-loop callers of the loaded method until
+	// CallersFor (0: the whole run): each sends its next call as soon as
+	// its last one is answered (after Backoff, if it was refused),
+	// besides the open-loop arrivals of the phases.
+	Callers    int
+	CallersFor time.Duration
+	Backoff    time.Duration
 	// Stream: the method is server-streaming, sending Messages, each
 	// after CPU.
 	Stream   bool

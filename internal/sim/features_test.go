@@ -1,0 +1,60 @@
+package sim
+
+import (
+	"math"
+	"testing"
+	"time"
+)
+
+// One thread of another process on one processor takes half of it: an
+// unprotected CPU-bound server above its capacity serves half of it
+// (calls of 2ms, 4ms beside the other thread: none is preempted).
+func TestOthersTakeTheirShare(t *testing.T) {
+	cpu := CPU
+	cpu.CPU = 2 * time.Millisecond
+	sh := steady(cpu, 1.5, 20*time.Second)
+	sh.Others = 1
+	r := Run(sh, Unprotected{}, 1, nil)
+	var n int
+	for _, k := range r.Served[2:20] {
+		n += k
+	}
+	if rate := float64(n) / 18; math.Abs(rate/(r.Capacity/2)-1) > 0.05 {
+		t.Errorf("beside another process's goroutine: served %.0f/s, want half the capacity %.0f/s within 5%%", rate, r.Capacity/2)
+	}
+}
+
+// Closed-loop callers keep at most one call each in flight, and send
+// the next at once: eight callers on eight connections serve the pool's
+// capacity, and no call waits for a connection.
+func TestCallersAreAClosedLoop(t *testing.T) {
+	sh := IO
+	sh.Callers, sh.Deadline = 8, time.Hour
+	sh.Phases = []Phase{{Name: Normal, Duration: 10 * time.Second}}
+	r := Run(sh, Unprotected{}, 1, nil)
+	p := r.Phase(Normal)
+	// Each call: 0.3ms of CPU and the transport's, then 10ms of query.
+	per := sh.CPUPerCall() + sh.Query
+	if want := 8 * 10 * time.Second.Seconds() / per.Seconds(); math.Abs(float64(p.Succeeded)/want-1) > 0.05 {
+		t.Errorf("8 callers for 10s: %d calls served, want about %.0f", p.Succeeded, want)
+	}
+	// At worst a call waits for the other seven's CPU on the processor,
+	// never for a connection (a query's 10ms).
+	if max, bound := Quantile(p.Success, 1), per+8*sh.CPUPerCall(); max > bound {
+		t.Errorf("slowest call %v, want <= %v (no wait for a connection)", max, bound)
+	}
+}
+
+// A query that slows at SlowAt stays slow: what the pool serves falls
+// by SlowBy from then on.
+func TestSlowAt(t *testing.T) {
+	sh := IO
+	sh.SlowBy, sh.SlowAt, sh.Deadline = 2, 10*time.Second, time.Hour
+	sh.Phases = []Phase{{Name: Spike, Duration: 20 * time.Second, Load: 1.5}}
+	r := Run(sh, Unprotected{}, 1, nil)
+	before := float64(r.Served[8]+r.Served[9]) / 2
+	after := float64(r.Served[15]+r.Served[16]) / 2
+	if math.Abs(after/before-0.5) > 0.05 {
+		t.Errorf("served %.0f/s before SlowAt, %.0f/s after, want half as many", before, after)
+	}
+}
