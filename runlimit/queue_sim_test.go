@@ -285,12 +285,14 @@ func (s *qsim) servedOver(d time.Duration, each func()) []int {
 // rate is what the calls served over d come to per second.
 func rate(served int, d time.Duration) float64 { return float64(served) / d.Seconds() }
 
-// TestSimLagSettlesOnOneTurnPerProcessor: handlers that burn 2ms of CPU
+// TestQSimLagSettlesOnOneTurnPerProcessor (ported as
+// TestSimLagSettlesOnOneTurnPerProcessor, whose new model breaks some of
+// these bounds by a known defect): handlers that burn 2ms of CPU
 // each, twice as many as the processors serve: at the initial limit of 4
 // a call handed a turn waits for a processor behind the others, which its
 // service time does not show. A probeLag cuts the turns to the
 // processors and keeps the cut.
-func TestSimLagSettlesOnOneTurnPerProcessor(t *testing.T) {
+func TestQSimLagSettlesOnOneTurnPerProcessor(t *testing.T) {
 	for _, procs := range []int{1, 2} {
 		t.Run(fmt.Sprintf("procs=%d", procs), func(t *testing.T) {
 			capacity := float64(procs) * 500
@@ -313,13 +315,15 @@ func TestSimLagSettlesOnOneTurnPerProcessor(t *testing.T) {
 	}
 }
 
-// TestSimLagFromElsewhereIsUndone: an I/O-bound service (8 connections,
+// TestQSimLagFromElsewhereIsUndone (ported as
+// TestSimLagFromElsewhereIsUndone, whose new model breaks some of these
+// bounds by a known defect): an I/O-bound service (8 connections,
 // 10ms queries) whose processors something else keeps busy, so that a
 // call handed its turn waits 10ms to run whatever the limit, and the CPU
 // is saturated. A probeLag tries fewer turns, finds the lag unchanged and
 // undoes the cut; the gate cpuElsewhere closes, so no probe follows while
 // the CPU stays saturated, and the limit stays near the pool size.
-func TestSimLagFromElsewhereIsUndone(t *testing.T) {
+func TestQSimLagFromElsewhereIsUndone(t *testing.T) {
 	s := newQSim(t, 2, 100*time.Microsecond, []stream{{class: admission.Critical, every: 800 * time.Microsecond}})
 	s.conns, s.query = 8, 10*time.Millisecond
 	s.run(10*time.Second, nil)
@@ -346,11 +350,13 @@ func TestSimLagFromElsewhereIsUndone(t *testing.T) {
 	}
 }
 
-// TestSimQueuedCallsLimitToWhatRan: handlers that burn 2ms of CPU on two
+// TestQSimQueuedCallsLimitToWhatRan (ported as
+// TestSimQueuedCallsLimitToWhatRan, whose new model breaks some of these
+// bounds by a known defect): handlers that burn 2ms of CPU on two
 // processors, each having waited 3ms between its admission and its start
 // (NoteQueued), in the Go scheduler's queue before it asks for a turn:
 // two run at once whatever the limit, and the limit falls to the two.
-func TestSimQueuedCallsLimitToWhatRan(t *testing.T) {
+func TestQSimQueuedCallsLimitToWhatRan(t *testing.T) {
 	s := newQSim(t, 2, 2*time.Millisecond, []stream{{class: admission.Critical, every: 500 * time.Microsecond, queued: 3 * time.Millisecond}})
 	s.run(5*time.Second, nil)
 	served := s.servedOver(5*time.Second, nil)
@@ -368,14 +374,16 @@ func TestSimQueuedCallsLimitToWhatRan(t *testing.T) {
 	}
 }
 
-// TestSimClassesServedInOrderWhileLearning: two classes, one flooding at
+// TestQSimClassesServedInOrderWhileLearning (ported as
+// TestSimClassesServedInOrderWhileLearning, whose new model breaks some of
+// these bounds by a known defect): two classes, one flooding at
 // twice the capacity and one trickling at a twentieth of it, on a
 // CPU-bound and on an I/O-bound service, the Limiter learning all along.
 // The limit settles as with one class; a higher class that floods takes
 // the turns from a lower one, and a higher class that trickles is served
 // all it asks, within its queue's patience, beside a lower one that
 // floods.
-func TestSimClassesServedInOrderWhileLearning(t *testing.T) {
+func TestQSimClassesServedInOrderWhileLearning(t *testing.T) {
 	type service struct {
 		name         string
 		procs        int
@@ -433,7 +441,9 @@ func TestSimClassesServedInOrderWhileLearning(t *testing.T) {
 	}
 }
 
-// TestSimClumpedArrivalsKeepTheServerBusy: 1ms calls on one processor,
+// TestQSimClumpedArrivalsKeepTheServerBusy (ported as
+// TestSimClumpedArrivalsKeepTheServerBusy, whose new model breaks some of
+// these bounds by a known defect): 1ms calls on one processor,
 // at half the capacity, first one every 2ms, then in clumps of 5 every
 // 10ms, then at ten times the capacity in clumps: every 20ms (or 50ms),
 // 200 (500) calls at once. A lane bound of half a queue target (5ms of
@@ -443,7 +453,7 @@ func TestSimClassesServedInOrderWhileLearning(t *testing.T) {
 // the gaps, and the calls queued so wait for it: most of the capacity is
 // served, no call waits longer than its patience and an interval, and
 // below the capacity nothing is refused.
-func TestSimClumpedArrivalsKeepTheServerBusy(t *testing.T) {
+func TestQSimClumpedArrivalsKeepTheServerBusy(t *testing.T) {
 	for _, tt := range []struct {
 		every time.Duration
 		clump int

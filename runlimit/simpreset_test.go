@@ -29,6 +29,8 @@ type simPreset struct {
 	waiting []*sim.Call
 	// trace, if set, is called at each Observe.
 	trace func(now time.Duration, util float64)
+	// onTurn, if set, is called when a call takes its turn and runs.
+	onTurn func(c *sim.Call)
 }
 
 // presetOpts are what a simPreset is made with besides the shape.
@@ -190,6 +192,9 @@ func (p *simPreset) after(c *sim.Call, sc *simCall, d admission.Decision, yield 
 		return sim.Decision{Verdict: sim.Refuse, TooShort: d.DeadlineTooShort}
 	}
 	sc.run = d.Permit
+	if p.onTurn != nil {
+		p.onTurn(c)
+	}
 	return sim.Decision{Verdict: sim.Proceed, Yield: yield}
 }
 

@@ -198,16 +198,9 @@ func TestSimShapes(t *testing.T) {
 		names[i], figs[i] = row.name, f
 		st := p.l.Stats()
 		check := func(bound string, ok bool, format string, args ...any) {
+			t.Helper()
 			msg := fmt.Sprintf("%s: %s (limit %d, refused on %+v)", row.name, fmt.Sprintf(format, args...), st.Limit, st.RefusedOn)
-			defect, known := row.known[bound]
-			switch {
-			case !ok && !known:
-				t.Error(msg)
-			case !ok:
-				t.Logf("known defect (%s): %s", defect, msg)
-			case known:
-				t.Errorf("%s: %s keeps its bound, marked broken by a known defect (%s): fixed? remove the mark", row.name, bound, defect)
-			}
+			checkKnown(t, row.known, row.name, bound, ok, msg)
 		}
 		check(boundGoodput, f.Goodput >= simKept*f.Ceiling, "spike goodput %.1f%% of capacity, want >= %.0f%% of the ceiling %.1f%%", 100*f.Goodput, 100*simKept, 100*f.Ceiling)
 		normal, high := r.Phase(sim.Normal), r.Phase(sim.High)

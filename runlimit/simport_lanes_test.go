@@ -1,0 +1,244 @@
+package runlimit
+
+import (
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/levee-go/levee/admission"
+	"github.com/levee-go/levee/internal/sim"
+)
+
+// Ported from queue_sim_test.go, whose calls went through the lanes.
+
+// cpuWork is a CPU-bound shape of procs processors, calls of work each.
+func cpuWork(procs int, work time.Duration) sim.Shape {
+	return sim.Shape{Name: "cpu", Procs: procs, Method: "/svc/Call", CPU: work}
+}
+
+// cpuTwice runs 2ms CPU-bound calls on procs processors at twice their
+// capacity for 15s, from a limit of 4, and returns the run, the share of
+// the time at each limit from 10s to 15s and the Stats at 15s, checked.
+func cpuTwice(t *testing.T, procs int) (*portRun, map[int]float64, *Stats) {
+	sh := cpuWork(procs, 2*time.Millisecond)
+	sh.Phases = phases(ph("warm", 5*time.Second, 2), ph("measure", 5*time.Second, 2), ph("settled", 5*time.Second, 2))
+	r := newPortRun(t, sh, WithInitialLimit(4))
+	got := r.limits(10*time.Second, 15*time.Second)
+	st := r.stats(15 * time.Second)
+	r.run()
+	checkAccounts(t, *st)
+	return r, got, st
+}
+
+// TestSimLagSettlesOnOneTurnPerProcessor (was the same name in
+// queue_sim_test.go): handlers that burn 2ms of CPU, twice as many as
+// the processors serve: a call handed a turn waits for a processor
+// behind the others, which its service time does not show. A probeLag
+// cuts the turns to the processors and keeps the cut.
+func TestSimLagSettlesOnOneTurnPerProcessor(t *testing.T) {
+	for _, procs := range []int{1, 2} {
+		t.Run(fmt.Sprintf("procs=%d", procs), func(t *testing.T) {
+			r, got, st := cpuTwice(t, procs)
+			var known map[string]string
+			if procs == 2 {
+				// A CPU probe undone first closes the gate cpuElsewhere, and
+				// a CPU saturated by the overload keeps it closed: no probeLag.
+				const gate = "the gate cpuElsewhere, closed by a CPU probe, holds off every probeLag"
+				known = map[string]string{"limit": gate, "probeLag": gate}
+			}
+			s := share(got, procs, procs)
+			checkPort(t, known, "limit", s >= 0.95, "limit %d for %.0f%% of the time (limits %v), want >= 95%% (%+v)", procs, 100*s, got, *st)
+			checkPort(t, known, "probeLag", st.ProbeLag.Kept > 0, "%+v: want a probeLag kept", *st)
+			if rate := r.served("measure", -1); rate < 0.95*r.res.Capacity {
+				t.Errorf("served %.0f/s, want >= 95%% of the processors' %.0f/s", rate, r.res.Capacity)
+			}
+		})
+	}
+}
+
+// TestSimLagFromElsewhereIsUndone (was the same name): an I/O-bound
+// service (2 processors, 8 connections, 10ms queries) whose processors
+// goroutines of another process keep busy, so that a call handed its
+// turn waits to run whatever the limit, and the CPU is saturated. A
+// probeLag tries fewer turns, finds the lag unchanged and undoes the
+// cut; the gate cpuElsewhere closes, so that no probe follows while the
+// CPU stays saturated, and the limit stays near the pool size.
+func TestSimLagFromElsewhereIsUndone(t *testing.T) {
+	sh := sim.Shape{Name: "io", Procs: 2, Method: "/svc/Call", CPU: 100 * time.Microsecond, Conns: 8, Query: 10 * time.Millisecond,
+		Others: 15, OthersAt: 10 * time.Second}
+	load := 1250 / sh.Capacity(false) // a call every 800µs
+	sh.Phases = phases(ph("warm", 10*time.Second, load), ph("elsewhere", 2*time.Second, load), ph("measure", 10*time.Second, load))
+	r := newPortRun(t, sh, WithInitialLimit(4))
+	mid := r.stats(12 * time.Second)
+	got := r.limits(12*time.Second, 22*time.Second)
+	st := r.stats(22 * time.Second)
+	r.run()
+	if mid.ProbeLag.Undone == 0 || mid.CPUElsewhere == 0 {
+		t.Fatalf("2s of lag from elsewhere: %+v, want a probeLag undone and the gate cpuElsewhere closed", *mid)
+	}
+	checkAccounts(t, *st)
+	// The probeLag is undone and the gate closes, but the limit falls to
+	// 3 all the same, serving less than half what the pool would.
+	const falls = "the limit falls below the pool under a lag from elsewhere, the gate closed"
+	known := map[string]string{"limit": falls, "served": falls}
+	checkPort(t, known, "probes", st.Probes == mid.Probes, "CPU saturated, gate closed: %d more probes in 10s, want none (%+v)", st.Probes-mid.Probes, *st)
+	s := share(got, 8, 14)
+	checkPort(t, known, "limit", s >= 0.9, "lag from elsewhere: limit in [8, 14] for %.0f%% of the time (limits %v), want >= 90%%", 100*s, got)
+	// Each call holds its turn through its waits for a processor and its
+	// 10ms query: what a limit held at the pool serves.
+	ref := newPortRun(t, sh, WithBounds(8, 8))
+	ref.run()
+	rate, want := r.served("measure", -1), 0.9*ref.served("measure", -1)
+	checkPort(t, known, "served", rate >= want, "lag from elsewhere: served %.0f/s, want >= %.0f (90%% of what a limit of 8 serves)", rate, want)
+}
+
+// TestSimQueuedCallsLimitToWhatRan (was the same name): handlers that
+// burn 2ms of CPU on two processors at twice their capacity wait in the
+// Go scheduler's queue before they ask for a turn: two run at once
+// whatever the limit, and the limit falls to the two.
+func TestSimQueuedCallsLimitToWhatRan(t *testing.T) {
+	r, got, st := cpuTwice(t, 2)
+	// Through the transport a handler's wait in the run queue is mostly
+	// before the interceptor's clock starts (Call.Queued counts from the
+	// tap), and the gate cpuElsewhere holds the limit at 7.
+	const ran = "the gate cpuElsewhere holds the limit above what ran; no interval limited to what ran"
+	known := map[string]string{"limit": ran, "limitedToRan": ran}
+	s := share(got, 2, 2)
+	checkPort(t, known, "limit", s >= 0.95, "limit 2 for %.0f%% of the time (limits %v), want >= 95%% (%+v)", 100*s, got, *st)
+	checkPort(t, known, "limitedToRan", st.LimitedToRan > 0, "%+v: want the limit set to what ran", *st)
+	if rate := r.served("measure", -1); rate < 0.95*r.res.Capacity {
+		t.Errorf("served %.0f/s, want >= 95%% of the processors' %.0f/s", rate, r.res.Capacity)
+	}
+}
+
+// TestSimClassesServedInOrderWhileLearning (was the same name): two
+// classes, one flooding at twice the capacity and one trickling at a
+// twentieth of it, on a CPU-bound and an I/O-bound service, the Limiter
+// learning all along. The limit settles as with one class; a higher
+// class that floods takes the turns from a lower one, and a higher
+// class that trickles is served all it asks beside a lower one that
+// floods.
+func TestSimClassesServedInOrderWhileLearning(t *testing.T) {
+	type service struct {
+		shape        sim.Shape
+		limLo, limHi int
+	}
+	io := sim.Shape{Name: "io", Procs: 2, Method: "/svc/Call", CPU: 100 * time.Microsecond, Conns: 8, Query: 10 * time.Millisecond}
+	for _, sv := range []service{{cpuWork(1, 2*time.Millisecond), 1, 1}, {io, 8, 12}} {
+		for _, tt := range []struct {
+			name           string
+			flood, trickle admission.Criticality
+		}{
+			{"higher floods", admission.Critical, admission.Sheddable},
+			{"lower floods", admission.Sheddable, admission.Critical},
+		} {
+			t.Run(sv.shape.Name+"/"+tt.name, func(t *testing.T) {
+				sh := sv.shape
+				sh.Class = tt.flood
+				sh.Sources = []sim.Source{{Class: tt.trickle, Load: 1.0 / 20}}
+				sh.Phases = phases(ph("warm", 5*time.Second, 2), ph("measure", 10*time.Second, 2))
+				r := newPortRun(t, sh, WithInitialLimit(4))
+				got := r.limits(5*time.Second, 15*time.Second)
+				st := r.stats(15 * time.Second)
+				r.run()
+				checkAccounts(t, *st)
+				var known map[string]string
+				if sv.shape.Name == "cpu" && tt.flood > tt.trickle {
+					// A busy processor polls the network every 10ms; the
+					// higher class's lane (half a queue target of work)
+					// runs dry between polls, and the lower class's calls
+					// read in the same batch take the turns. The limit
+					// stays at 2, as in TestSimSettlesOnOneTurnForCPUBound.
+					known = map[string]string{
+						"order": "the higher class's lane runs dry between the network's polls",
+						"limit": "a first baseline learned under overload includes the wait for the processor",
+					}
+				}
+				s := share(got, sv.limLo, sv.limHi)
+				checkPort(t, known, "limit", s >= 0.9, "limit in [%d, %d] for %.0f%% of the time (limits %v), want >= 90%% (%+v)", sv.limLo, sv.limHi, 100*s, got, *st)
+				capacity := r.res.Capacity
+				if total := r.served("measure", -1) + r.served("measure", 0); total < 0.95*capacity {
+					t.Errorf("served %.0f/s in all, want >= 95%% of the capacity %.0f/s", total, capacity)
+				}
+				tr := r.res.Sources[0][1]
+				served := float64(tr.Succeeded) / float64(tr.Offered)
+				if tt.flood > tt.trickle {
+					checkPort(t, known, "order", served <= 0.05, "the lower class, beside a flood of the higher: %.1f%% of its calls served, want <= 5%%", 100*served)
+					return
+				}
+				if served < 0.99 {
+					t.Errorf("the higher class, trickling beside a flood of the lower: %.1f%% of its calls served, want >= 99%%", 100*served)
+				}
+			})
+		}
+	}
+}
+
+// TestSimClumpedArrivalsKeepTheServerBusy (was the same name): 1ms
+// calls on one processor at half the capacity, evenly, then in clumps
+// of 5 every 10ms, then at ten times the capacity in clumps: every 20ms
+// (or 50ms), 200 (500) calls at once. The slack of the server's idle
+// time lets the lane queue through the gaps: most of the capacity is
+// served, no call waits longer than its patience and an interval, and
+// below the capacity nothing is refused. Then the flood goes on
+// unclumped, and the slack goes within a second.
+func TestSimClumpedArrivalsKeepTheServerBusy(t *testing.T) {
+	for _, tt := range []struct {
+		every time.Duration
+		clump int
+		want  float64 // share of the capacity served, at least
+	}{
+		{20 * time.Millisecond, 200, 0.95},
+		{50 * time.Millisecond, 500, 0.95},
+	} {
+		t.Run(tt.every.String(), func(t *testing.T) {
+			sh := cpuWork(1, time.Millisecond)
+			sh.Costs = sim.Costs{Read: time.Nanosecond, Refuse: time.Nanosecond, Start: time.Nanosecond, Write: time.Nanosecond}
+			sh.Periodic = true
+			capacity := sh.Capacity(false)
+			sh.Phases = []sim.Phase{
+				{Name: "even", Duration: 5 * time.Second, Load: 0.5},
+				{Name: "small clumps", Duration: 3 * time.Second, Load: 0.5, Clump: 5},
+				{Name: "clumps", Duration: 5 * time.Second, Load: float64(tt.clump) / tt.every.Seconds() / capacity, Clump: tt.clump},
+				{Name: "flood", Duration: time.Second, Load: 10},
+			}
+			r := newPortRun(t, sh, WithInitialLimit(4))
+			var maxWait time.Duration
+			r.p.onTurn = func(c *sim.Call) {
+				if since := r.clk.Since(); since >= 8*time.Second && since < 13*time.Second {
+					maxWait = max(maxWait, since-c.Arrived)
+				}
+			}
+			st := r.stats(13 * time.Second)
+			var target time.Duration
+			r.at(13*time.Second, func() { target = r.p.l.Flow(sh.Method).QueueTarget() })
+			after := r.stats(14 * time.Second)
+			r.run()
+			checkAccounts(t, *st)
+			for _, name := range []string{"even", "small clumps"} {
+				if p := r.res.Phase(name); p.Refused+p.TooShort+p.TimedOut != 0 {
+					t.Fatalf("half the capacity (%s): %d refused, %d timed out, want none", name, p.Refused+p.TooShort, p.TimedOut)
+				}
+			}
+			if rate := r.served("clumps", -1); rate < tt.want*capacity {
+				p := r.res.Phase("clumps")
+				t.Errorf("clumps at 10x: served %.0f/s, want >= %.0f (%.0f%% of the processor's %.0f/s); %d refused, %d timed out, %d slacked",
+					rate, tt.want*capacity, 100*tt.want, capacity, p.Refused, p.TimedOut, st.Slacked)
+			}
+			if st.Slacked == 0 {
+				t.Errorf("%+v: want calls admitted on the slack", *st)
+			}
+			if limit := 2*target + DefaultInterval; maxWait > limit {
+				t.Errorf("longest wait for a turn %v, want <= %v (patience and an interval of slack)", maxWait, limit)
+			}
+			if st.Slack < 10*time.Millisecond {
+				t.Errorf("slack %v after the clumps, want >= 10ms (the gaps are %v)", st.Slack, tt.every)
+			}
+			var known map[string]string
+			if tt.every == 20*time.Millisecond {
+				known = map[string]string{"slack": "the slack decays slower than in the old model once the flood is unclumped"}
+			}
+			checkPort(t, known, "slack", after.Slack <= st.Slack/4, "slack %v after a second of a flood not clumped, want <= %v (a quarter of the %v after the clumps)", after.Slack, st.Slack/4, st.Slack)
+		})
+	}
+}
