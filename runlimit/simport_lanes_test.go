@@ -151,7 +151,7 @@ func TestSimClassesServedInOrderWhileLearning(t *testing.T) {
 					// stays at 2, as in TestSimSettlesOnOneTurnForCPUBound.
 					known = map[string]string{
 						"order": "the higher class's lane runs dry between the network's polls",
-						"limit": "a first baseline learned under overload includes the wait for the processor",
+						"limit": "the first-baseline probe measures calls beside waiters run over the limit",
 					}
 				}
 				s := share(got, sv.limLo, sv.limHi)
