@@ -69,7 +69,7 @@ type LimitChange struct {
 	// From and To are the limit before and after the move.
 	From, To int
 	// Cause is why it moved, in the learner's words (runlimit.MoveCause:
-	// "grow", "shrink", "queued_to_start", "probe_start", ...; protect.New adds
+	// "grow", "shrink", "probe_start", ...; protect.New adds
 	// a probe's kind after a slash: "probe_start/cpu").
 	Cause string
 }

@@ -15,7 +15,6 @@ const (
 	ruleEvidenceLane                 // evidenceLane: a lane's queue holds an interval's work
 	ruleEvidenceSpike                // evidenceSpike: calls ask twice as fast as turns end
 	ruleOverranSkip                  // decide leaves the limit after an interval with overruns
-	ruleLimitToRan                   // calls queued before their turn: the limit falls to what ran
 	ruleProbeBaseline                // the first baseline measured at half the limit
 	ruleProbeStretch                 // a large stretch probes at half the limit
 	ruleProbeCPU                     // a stretch as under time-sharing probes fewer calls
@@ -30,7 +29,7 @@ const (
 // ruleNames are the rules' names, for tables.
 var ruleNames = [rules]string{
 	"evidence: CPU", "evidence: overrun", "evidence: standing queue", "evidence: lane", "evidence: spike",
-	"learner: no decision after overruns", "learner: limit to what ran",
+	"learner: no decision after overruns",
 	"probe: first baseline", "probe: stretch", "probe: CPU", "probe: lag", "learner: CPU holds growth",
 	"learner: slow start", "slack", "roomy classes",
 }

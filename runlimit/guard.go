@@ -140,7 +140,6 @@ func (g *guard) beforeTurn(c admission.Call, p admission.Permit) (ln *Lane, cost
 	if c.Stream {
 		return nil, 0, g.startStream(c, ln, cost), true
 	}
-	ln.f.NoteQueued(c.Queued)
 	return ln, cost, admission.Decision{}, false
 }
 

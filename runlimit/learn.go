@@ -57,11 +57,6 @@ const (
 
 // Thresholds of decide, each with the invariant it keeps.
 const (
-	// queuedTrigger: fewer calls ran than the limit allows, yet calls
-	// waited to start (NoteQueued) longer than this share of a mean
-	// service time: handlers queue for the CPU before they ask for a
-	// turn, so the limit falls to what ran.
-	queuedTrigger = 0.5
 	// The Vegas band, in calls queued inside the server: grow only while
 	// at most max(vegasLowMin, vegasLow × limit) queue, shrink once more
 	// than max(vegasHighMin, vegasHigh × limit) do. The low edge is below
@@ -134,19 +129,17 @@ const (
 
 // sample is what one interval measured, for decide.
 type sample struct {
-	end       int64   // when the interval closed, ns since the epoch
-	peak      int64   // most calls running at once
-	lagN      int64   // calls handed a turn after waiting (noteLag)
-	lagSum    int64   // how long they took to run once handed it, ns
-	weight    float64 // calls that finished and taught a service time
-	ratios    float64 // their service times over their flows' baselines, summed
-	bases     float64 // their flows' baselines, summed, ns
-	svcSum    float64 // their service times, summed, ns
-	queuedN   float64 // calls that noted their wait to start (NoteQueued)
-	queuedSum float64 // those waits, summed, ns
-	asked     float64 // turns asked for in the interval, per ns (Limiter.offered)
-	cpuSat    bool    // the CPU signal is saturated and holds growth off
-	overran   bool    // calls ran beyond the limit (overrun) in the interval
+	end     int64   // when the interval closed, ns since the epoch
+	peak    int64   // most calls running at once
+	lagN    int64   // calls handed a turn after waiting (noteLag)
+	lagSum  int64   // how long they took to run once handed it, ns
+	weight  float64 // calls that finished and taught a service time
+	ratios  float64 // their service times over their flows' baselines, summed
+	bases   float64 // their flows' baselines, summed, ns
+	svcSum  float64 // their service times, summed, ns
+	asked   float64 // turns asked for in the interval, per ns (Limiter.offered)
+	cpuSat  bool    // the CPU signal is saturated and holds growth off
+	overran bool    // calls ran beyond the limit (overrun) in the interval
 }
 
 // stretch is the calls' mean service time over their baseline, 1 without
@@ -178,14 +171,6 @@ func (m *sample) needed() int {
 
 // lag is the mean lag of the calls handed a turn, ns. Needs lagN > 0.
 func (m *sample) lag() float64 { return float64(m.lagSum) / float64(m.lagN) }
-
-// queuedBeforeTurn reports whether fewer calls ran at once than the limit
-// est allows while calls waited to start longer than queuedTrigger of a
-// mean service time.
-func (m *sample) queuedBeforeTurn(est float64) bool {
-	return m.peak < int64(est) && m.queuedN > 0 && m.weight > 0 &&
-		m.queuedSum/m.queuedN > queuedTrigger*m.svcSum/m.weight
-}
 
 // vegasQueue is how many calls queue inside the server at limit est when
 // service times stretch by r (TCP Vegas): every call beyond est/r waits.
@@ -239,9 +224,6 @@ type step struct {
 	// closed, an interval skipped for its overruns.
 	endedSlowStart, held, closedGate, overran bool
 }
-
-// setTo is the step that sets the limit to est for cause.
-func setTo(est float64, cause MoveCause) step { return step{set: true, est: est, cause: cause} }
 
 // endSlowStart moves s from slow start to steady, reporting whether it did.
 func (s *learner) endSlowStart() bool {
@@ -301,10 +283,6 @@ func (s *learner) baselineProbeDue(m *sample, o *options) (int, bool) {
 func (s learner) move(m *sample, o *options) (learner, step) {
 	est, r := s.est, m.stretch()
 	switch {
-	case m.queuedBeforeTurn(est) && o.on(ruleLimitToRan):
-		st := setTo(float64(max(m.peak, 1)), MoveQueuedToStart)
-		st.endedSlowStart = s.endSlowStart()
-		return s, st
 	case s.lagProbeDue(m, est, o) && o.on(ruleProbeLag):
 		return s.startProbe(m.end, probeLag, est, lagCut(est, m.lag(), m.base(), o), m.lag(), o)
 	case s.cpuProbeDue(m, est, r, o) && o.on(ruleProbeCPU):
@@ -471,7 +449,6 @@ type learnCounts struct {
 	slowStartEnded atomic.Uint64
 	holds          atomic.Uint64
 	cpuElsewhere   atomic.Uint64
-	limitedToRan   atomic.Uint64
 	overran        atomic.Uint64
 	grows          atomic.Uint64
 	shrinks        atomic.Uint64
@@ -592,8 +569,6 @@ func (l *Limiter) causeCount(cause MoveCause, kind probeKind) *atomic.Uint64 {
 	c := &l.learned
 	pc := &c.probe[kind]
 	switch cause {
-	case MoveQueuedToStart:
-		return &c.limitedToRan
 	case MoveGrow:
 		return &c.grows
 	case MoveShrink:
@@ -665,8 +640,6 @@ func (l *Limiter) measure(flows []*Flow, end int64) sample {
 	}
 	m.lagN, m.lagSum = l.lagN.Swap(0), l.lagSum.Swap(0)
 	for _, f := range flows {
-		m.queuedN += float64(f.qn.Swap(0))
-		m.queuedSum += float64(f.qsum.Swap(0))
 		n, sum := f.n.Swap(0), f.sum.Swap(0)
 		if d := end - l.opened; d > 0 {
 			f.rate += carriedGain * (float64(n)/float64(d) - f.rate)

@@ -67,15 +67,12 @@ func TestStatsAccountForEveryProbe(t *testing.T) {
 	})
 }
 
-// call runs one call of f on the rig, of 5ms, that waited queued to start
-// (NoteQueued) and lag to run once handed its turn (noteLag).
-func (r *lagRig) call(f *Flow, queued, lag time.Duration) {
+// call runs one call of f on the rig, of 5ms, that waited lag to run once
+// handed its turn (noteLag).
+func (r *lagRig) call(f *Flow, lag time.Duration) {
 	tk, ok := f.TryAcquire(r.t0.Add(r.now))
 	if !ok {
 		r.t.Fatalf("no turn free at limit %d", r.l.Limit())
-	}
-	if queued > 0 {
-		f.NoteQueued(queued)
 	}
 	r.l.noteLag(tk.start, int64(lag))
 	r.now += 5 * time.Millisecond
@@ -89,41 +86,7 @@ func (r *lagRig) untilLagProbe() {
 		if i == 1000 {
 			r.t.Fatalf("no probeLag after 5s of lag: %+v", r.l.Stats())
 		}
-		r.call(r.f, 0, 10*time.Millisecond)
-	}
-}
-
-// TestQueuedCallsLimitToWhatRan: calls that run one at a time at a limit
-// of 4, each after waiting two service times to start (NoteQueued), queue
-// for the CPU before they ask for a turn: the limit falls to the one call
-// that ran. A wait to start shorter than half a service time leaves it.
-func TestQueuedCallsLimitToWhatRan(t *testing.T) {
-	for _, tt := range []struct {
-		name   string
-		queued time.Duration
-		want   int
-	}{
-		{"short waits to start", 2 * time.Millisecond, 4},
-		{"long waits to start", 10 * time.Millisecond, 1},
-	} {
-		t.Run(tt.name, func(t *testing.T) {
-			r := newLagRig(t)
-			r.run(2*time.Second, 0)
-			if got := r.l.Limit(); got != 4 {
-				t.Fatalf("without waits to start: Limit() = %d, want 4", got)
-			}
-			for end := r.now + time.Second; r.now < end; {
-				r.call(r.f, tt.queued, 0)
-			}
-			st := r.l.Stats()
-			checkAccounts(t, st)
-			if got := r.l.Limit(); got != tt.want {
-				t.Errorf("calls waited %v to start, one ran at a time: Limit() = %d, want %d (%+v)", tt.queued, got, tt.want, st)
-			}
-			if ran := st.LimitedToRan > 0; ran != (tt.want == 1) {
-				t.Errorf("LimitedToRan = %d, want it > 0: %t", st.LimitedToRan, tt.want == 1)
-			}
-		})
+		r.call(r.f, 10*time.Millisecond)
 	}
 }
 
@@ -142,7 +105,7 @@ func TestAbandonedProbe(t *testing.T) {
 			t.Fatalf("probe still running after 6s of seldom calls: %+v", r.l.Stats())
 		}
 		r.now += 300 * time.Millisecond
-		r.call(r.f, 0, 0)
+		r.call(r.f, 0)
 	}
 	st := r.l.Stats()
 	checkAccounts(t, st)
@@ -166,7 +129,7 @@ func TestEmptyProbe(t *testing.T) {
 		if i == 100 {
 			t.Fatalf("probe still running after 100 calls: %+v", r.l.Stats())
 		}
-		r.call(fresh, 0, 0)
+		r.call(fresh, 0)
 	}
 	st := r.l.Stats()
 	checkAccounts(t, st)

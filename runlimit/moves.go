@@ -23,8 +23,10 @@ const (
 	// Deprecated: no move has this cause since that rule was removed (no
 	// shape of the ablation needed it: docs/ablation.md).
 	MoveBackoff MoveCause = "backoff"
-	// MoveQueuedToStart: calls waited to start (Flow.NoteQueued) while
-	// fewer ran than the limit allowed: the limit fell to what ran.
+	// MoveQueuedToStart named a limit set to the calls that ran, when
+	// calls waited to start while fewer ran than the limit allowed.
+	//
+	// Deprecated: no move has this cause since that rule was removed.
 	MoveQueuedToStart MoveCause = "queued_to_start"
 	// MoveProbeStart: a probe lowered the limit to measure service times
 	// with less contention (Move.Probe names its kind).

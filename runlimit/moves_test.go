@@ -30,7 +30,7 @@ func checkMoves(t *testing.T, l *Limiter, moves []Move) {
 			if m.Probe == "" {
 				t.Errorf("move %d: %+v, a probe's move without its kind", i, m)
 			}
-		case MoveGrow, MoveShrink, MoveQueuedToStart:
+		case MoveGrow, MoveShrink:
 			if m.Probe != "" {
 				t.Errorf("move %d: %+v, not a probe's, names a probe", i, m)
 			}
@@ -111,7 +111,6 @@ func TestMoveCauses(t *testing.T) {
 	}{
 		{"grow", MoveGrow, probeNone, func(st Stats) uint64 { return st.Grows }},
 		{"shrink", MoveShrink, probeNone, func(st Stats) uint64 { return st.Shrinks }},
-		{"queued to start", MoveQueuedToStart, probeNone, func(st Stats) uint64 { return st.LimitedToRan }},
 		{"stretch kept", MoveProbeKept, probeStretch, func(st Stats) uint64 { return st.ProbeStretch.Kept }},
 		{"cpu undone", MoveProbeUndone, probeCPU, func(st Stats) uint64 { return st.ProbeCPU.Undone }},
 		{"lag abandoned", MoveProbeAbandoned, probeLag, func(st Stats) uint64 { return st.ProbeLag.Abandoned }},

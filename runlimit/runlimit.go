@@ -466,9 +466,11 @@ type Stats struct {
 	// Deprecated: never counted since that rule was removed (no shape of
 	// the ablation needed it: docs/ablation.md); always zero.
 	Backoffs uint64
-	// LimitedToRan counts intervals in which calls waited to start
+	// LimitedToRan counted intervals in which calls waited to start
 	// (Flow.NoteQueued) while fewer ran than the limit allowed, each of
 	// which set the limit to the calls that ran.
+	//
+	// Deprecated: never counted since that rule was removed; always zero.
 	LimitedToRan uint64
 	// RefusedOn counts the calls refused for want of a turn (a full
 	// lane, a wait that ran out) by the evidence of overload they were
@@ -532,8 +534,8 @@ func (l *Limiter) Stats() Stats {
 		ProbeBaseline: c.probe[probeBaseline].stats(), ProbeStretch: c.probe[probeStretch].stats(),
 		ProbeCPU: c.probe[probeCPU].stats(), ProbeLag: c.probe[probeLag].stats(),
 		SlowStartEnded: c.slowStartEnded.Load(), Holds: c.holds.Load(), CPUElsewhere: c.cpuElsewhere.Load(),
-		LimitedToRan: c.limitedToRan.Load(), Overran: c.overran.Load(),
-		Grows: c.grows.Load(), Shrinks: c.shrinks.Load(),
+		Overran: c.overran.Load(),
+		Grows:   c.grows.Load(), Shrinks: c.shrinks.Load(),
 		Flows: len(*l.flows.Load()), Forgotten: l.forgotten.Load()}
 }
 
@@ -720,8 +722,6 @@ type Flow struct {
 
 	n      atomic.Int64 // calls finished in the interval
 	sum    atomic.Int64 // their service time, ns
-	qn     atomic.Int64 // calls that started in the interval (NoteQueued)
-	qsum   atomic.Int64 // how long they waited to start, ns
 	pn     atomic.Int64 // calls a probe measured
 	psum   atomic.Int64 // their service time, ns
 	svc    atomic.Int64 // mean service time (EWMA, weight 1/8), ns; 0 until the first
@@ -845,15 +845,13 @@ const shortCall = 200 * time.Microsecond
 // class Critical, may be admitted to wait for a turn (see Lane.Admissible).
 func (f *Flow) Admissible() bool { return f.lanes[admission.Critical.Index()].Admissible() }
 
-// NoteQueued tells the flow how long a call waited between its admission
-// by a transport and the start of its handler, before asking for its turn.
-// On a CPU-bound server that wait is where calls queue for the CPU, out of
-// the Limiter's sight: fewer calls running than the limit allows, and long
-// waits to start, tell the Limiter to allow only what ran.
-func (f *Flow) NoteQueued(d time.Duration) {
-	f.qn.Add(1)
-	f.qsum.Add(int64(max(d, 0)))
-}
+// NoteQueued did tell the flow how long a call waited between its
+// admission by a transport and the start of its handler.
+//
+// Deprecated: it does nothing since the rule that read it was removed (a
+// limit set to the calls that ran when calls waited to start): the lag
+// probe finds the turns the processors run.
+func (f *Flow) NoteQueued(time.Duration) {}
 
 // learnMean teaches the flow's mean service time a call of svc ns that
 // ended at end, ns since the epoch (lastOK, rewritten at most once a

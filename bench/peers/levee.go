@@ -171,7 +171,6 @@ func learnerMoves(a, b runlimit.Stats) string {
 	probe("stretch", a.ProbeStretch, b.ProbeStretch)
 	probe("cpu", a.ProbeCPU, b.ProbeCPU)
 	probe("lag", a.ProbeLag, b.ProbeLag)
-	add("to-ran", a.LimitedToRan, b.LimitedToRan)
 	add("overran", a.Overran, b.Overran)
 	add("grow", a.Grows, b.Grows)
 	add("shrink", a.Shrinks, b.Shrinks)
