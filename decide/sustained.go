@@ -3,10 +3,10 @@ package decide
 import (
 	"slices"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/levee-go/levee/admission"
+	"github.com/levee-go/levee/internal/evidence"
 )
 
 // Refusals that standard clients obey.
@@ -26,20 +26,17 @@ import (
 // deadline that cannot be met are never let through: clients do not retry
 // DEADLINE_EXCEEDED by default, and -1 is what they carry anyway.
 const (
-	// SustainedAfter is how long refusals must go on before they tell
-	// clients not to retry.
-	SustainedAfter = 500 * time.Millisecond
-	// SustainedGap is the pause in refusals that ends sustained overload.
-	SustainedGap = 250 * time.Millisecond
+	// SustainedAfter (500 ms) is how long refusals must go on before they
+	// tell clients not to retry.
+	SustainedAfter = evidence.SustainedAfter
+	// SustainedGap (250 ms) is the pause in refusals that ends sustained
+	// overload.
+	SustainedGap = evidence.SustainedGap
 )
 
-// sustained tracks whether refusals are sustained. Its zero value has
-// seen no refusal. It is lock-free; concurrent refusals may move the run's
-// start by a moment, which changes nothing that matters.
-type sustained struct {
-	first atomic.Int64 // start of the current run of refusals, unix nanos
-	last  atomic.Int64 // the latest refusal, unix nanos
-}
+// sustained tracks whether refusals are sustained: the rule is
+// evidence.Run's. Its zero value has seen no refusal. It is lock-free.
+type sustained struct{ run evidence.Run }
 
 // refused notes a refusal decided at now and reports whether refusals
 // have been sustained, so that this one should tell its client not to
@@ -51,13 +48,7 @@ func (s *sustained) refused(now time.Time, d admission.Decision) bool {
 	if d.PerKey {
 		return false
 	}
-	t := now.UnixNano()
-	last := s.last.Swap(t)
-	if last == 0 || t-last > int64(SustainedGap) {
-		s.first.Store(t)
-		return false
-	}
-	return !d.DeadlineTooShort && t-s.first.Load() >= int64(SustainedAfter)
+	return s.run.Note(now.UnixNano()).Holds && !d.DeadlineTooShort
 }
 
 // maxRetrying bounds the connections remembered as retrying; beyond it

@@ -9,11 +9,14 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/levee-go/levee/internal/evidence"
 )
 
 // Level turns utilisation observations into a smoothed value and a
 // saturation flag: saturated when the smoothed value reaches Threshold,
-// until Cooldown has passed since the last observation at or above it.
+// until Cooldown has passed since the last observation at or above it
+// (the rule is evidence.Cooldown's).
 // Smoothing is the time constant tau of an exponentially weighted moving
 // average (an observation covering dt moves the value by the fraction
 // 1 − exp(−dt/tau) of the difference); 0 disables smoothing.
@@ -30,11 +33,11 @@ type Level struct {
 	util atomic.Uint64 // math.Float64bits of the smoothed utilisation
 	sat  atomic.Bool
 
-	have      bool
-	last      time.Time // time of the last observation
-	lastAbove time.Time // time of the last observation at or above the threshold
-	smoothed  float64
-	raw       float64
+	have     bool
+	last     time.Time         // time of the last observation
+	rule     evidence.Cooldown // the saturation rule
+	smoothed float64
+	raw      float64
 }
 
 // Observe feeds the observation v made at now: it updates the smoothed
@@ -52,11 +55,8 @@ func (l *Level) Observe(now time.Time, v float64) {
 	}
 	l.have = true
 	l.util.Store(math.Float64bits(l.smoothed))
-	if l.smoothed >= l.Threshold {
-		l.lastAbove = now
-		l.sat.Store(true)
-	} else if l.sat.Load() && now.Sub(l.lastAbove) >= l.Cooldown {
-		l.sat.Store(false)
+	if r := l.rule.Observe(now, l.smoothed, l.Threshold, l.Cooldown); r.Holds != l.sat.Load() {
+		l.sat.Store(r.Holds)
 	}
 }
 
