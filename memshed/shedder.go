@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/levee-go/levee/admission"
+	"github.com/levee-go/levee/internal/evidence"
 	"github.com/levee-go/levee/memory"
 )
 
@@ -20,16 +21,16 @@ const ReasonMemory = "shedding load while memory is short"
 
 // Defaults and the control's named constants.
 const (
-	// DefaultThreshold is the Projected share of the limit at and above
-	// which memory pressure is evidence of overload. Without GOMEMLIMIT
-	// the next GC's heap is what the kernel will be asked for; at 0.85
-	// the calls already running still have room to allocate before the
-	// OOM killer acts.
-	DefaultThreshold = 0.85
-	// DefaultGCThreshold is the GC's share of CPU at and above which the
-	// GC is evidence of overload: a heap held near GOMEMLIMIT makes the
-	// runtime collect ever more often.
-	DefaultGCThreshold = 0.2
+	// DefaultThreshold (0.85) is the Projected share of the limit at and
+	// above which memory pressure is evidence of overload. Without
+	// GOMEMLIMIT the next GC's heap is what the kernel will be asked for;
+	// at 0.85 the calls already running still have room to allocate
+	// before the OOM killer acts.
+	DefaultThreshold = evidence.ProjectedAt
+	// DefaultGCThreshold (0.2) is the GC's share of CPU at and above
+	// which the GC is evidence of overload: a heap held near GOMEMLIMIT
+	// makes the runtime collect ever more often.
+	DefaultGCThreshold = evidence.GCAt
 	// DefaultCooldown is how long pressure must be absent, with no call
 	// refused, before the budget is lifted.
 	DefaultCooldown = 5 * time.Second
@@ -50,10 +51,11 @@ const (
 	// least by a twentieth.
 	MinCut = 0.5
 	MaxCut = 0.95
-	// EmergencyAt is the HardUtilization (the memory the process has, not
-	// the memory it heads for) at and above which memory is evidence of
-	// overload whatever the runtime plans: the OOM killer is near.
-	EmergencyAt = 0.97
+	// EmergencyAt (0.97) is the HardUtilization (the memory the process
+	// has, not the memory it heads for) at and above which memory is
+	// evidence of overload whatever the runtime plans: the OOM killer is
+	// near.
+	EmergencyAt = evidence.HardAt
 	// ShrinkAt and ShrinkGap: when HardUtilization reaches ShrinkAt while
 	// Projected is ShrinkGap or more below it, at least that share of the
 	// limit is memory the runtime has freed and kept; the shedder returns
@@ -68,7 +70,7 @@ const (
 	// of it on average (a time constant of a fifth of the cooldown):
 	// while they fill it, the budget is what keeps the evidence away.
 	LiftBelow = 0.75
-	// BrakeAt, BrakeWatch, BrakeEvery and BrakeGCEvery: the brake,
+	// BrakeAt (0.9), BrakeWatch (0.75), BrakeEvery and BrakeGCEvery: the brake,
 	// between ticks. A flood of calls that each allocate megabytes
 	// fills a limit in milliseconds, before any sample shows it, and
 	// before any cost is learned. So the calls read the heap's objects
@@ -82,8 +84,8 @@ const (
 	// runs only when the heap reaches its goal, and with calls refused
 	// it may not grow to it, so the tick after a brake runs a collection
 	// (runtime.GC), at most once per BrakeGCEvery.
-	BrakeAt      = 0.9
-	BrakeWatch   = 0.75
+	BrakeAt      = evidence.BrakeAt
+	BrakeWatch   = evidence.BrakeWatch
 	BrakeEvery   = time.Millisecond
 	BrakeGCEvery = time.Second
 	// GCSmoothing is the time constant over which the GC fraction is
@@ -413,11 +415,11 @@ func (s *Shedder) braking(now time.Time, cost int64) bool {
 	h := s.heapNow.Load()
 	t := now.UnixNano()
 	last := s.readAt.Load()
-	if float64(has(h)) >= BrakeWatch*float64(l) || (t-last >= int64(BrakeEvery) && s.readAt.CompareAndSwap(last, t)) {
+	if evidence.Watched(float64(has(h)), float64(l)) || (t-last >= int64(BrakeEvery) && s.readAt.CompareAndSwap(last, t)) {
 		h = s.heap().objects
 		s.heapNow.Store(h)
 	}
-	if float64(has(h)+cost) < BrakeAt*float64(l) {
+	if !evidence.BrakeOf(float64(has(h)+cost), float64(l)).Holds {
 		return false
 	}
 	s.braked.Store(true)
@@ -472,8 +474,9 @@ func (s *Shedder) lookup(name string) *method {
 // refusal is the Decision of a refused call.
 func (s *Shedder) refusal() admission.Decision {
 	s.refused.Add(1)
-	d := admission.RefuseFor(admission.CauseMemoryOverloaded, admission.EvidenceMemory, ReasonMemory, s.o.retry)
-	d.Value, d.Threshold = float32(s.sig.Projected()), float32(s.o.threshold)
+	r := evidence.ProjectedOf(s.sig.Projected(), s.o.threshold)
+	d := admission.RefuseFor(admission.CauseMemoryOverloaded, r.Kind.Evidence(), ReasonMemory, s.o.retry)
+	d.Value, d.Threshold = float32(r.Value), float32(r.Threshold)
 	return d
 }
 
@@ -547,9 +550,11 @@ func (s *Shedder) Tick(now time.Time) {
 	} else if s.lastTick.IsZero() {
 		s.gcAvg = s.sig.GCFraction()
 	}
-	gc := s.gcAvg
+	// The evidence: the memory the process heads for, the GC's share of
+	// CPU, the memory it has, and the brake since the last tick.
+	proj, gc, hard := evidence.ProjectedOf(p, s.o.threshold), evidence.GCOf(s.gcAvg, s.o.gcThreshold), evidence.HardOf(u)
 	braked := s.braked.Swap(false)
-	s.hot = p >= s.o.threshold || gc >= s.o.gcThreshold || u >= EmergencyAt || braked
+	s.hot = proj.Holds || gc.Holds || hard.Holds || braked
 	if braked && now.Sub(s.lastGC) >= BrakeGCEvery {
 		s.lastGC = now
 		s.brakeGCs++
@@ -580,7 +585,7 @@ func (s *Shedder) Tick(now time.Time) {
 		s.lastHot = now
 		// How far over: the cut brings the pressure back under the
 		// threshold by the margin if memory follows the calls in flight.
-		f := min(max(min(s.o.threshold/max(p, 1e-9), s.o.gcThreshold/max(gc, 1e-9), EmergencyAt/max(u, 1e-9))*(1-Margin), MinCut), MaxCut)
+		f := min(max(min(proj.Headroom(), gc.Headroom(), hard.Headroom())*(1-Margin), MinCut), MaxCut)
 		if s.budget == off {
 			s.engaged++
 			s.use = 1
@@ -597,7 +602,7 @@ func (s *Shedder) Tick(now time.Time) {
 		// No evidence for the cooldown, and the calls no longer need
 		// the budget: lifted.
 		s.budget = off
-	case p < s.o.threshold-Margin && gc < s.o.gcThreshold-Margin && u < EmergencyAt-Margin &&
+	case proj.Below(Margin) && gc.Below(Margin) && hard.Below(Margin) &&
 		(!s.refusedAt.Before(now) || x+s.callCost() > s.budget):
 		// Cool, and the budget turned calls away this tick or has no
 		// room for one more: one more call's worth. (A call refused by a
