@@ -1,8 +1,9 @@
 // Package evidence is the one home of levee's rules of evidence of
 // overload: what the run limit (runlimit), the memory shedder (memshed),
-// the engine's sustained refusals (decide) and the CPU and memory
-// monitors' saturation (internal/saturation) each read from their signals
-// before they refuse a call or tell a client not to retry.
+// the queueing-delay guard (queuedelay), the engine's sustained refusals
+// (decide) and the CPU and memory monitors' saturation
+// (internal/saturation) each read from their signals before they refuse
+// a call or tell a client not to retry.
 //
 // Each rule is a pure function, or a small type where the rule needs a
 // memory of the past, from its inputs to a [Reading]: which rule
@@ -19,8 +20,8 @@
 // Why internal: what a user sees of the evidence is its contract —
 // admission.Evidence, Decision.Value and Decision.Threshold — and the
 // guards' options. The rules themselves are machinery that the ablation
-// of issue 42 may change or remove one by one (a rule stays only while
-// it earns its place), which an exported package would freeze. So they
+// (docs/ablation.md) may change or remove one by one (a rule stays only
+// while it earns its place), which an exported package would freeze. So they
 // live where only levee's packages import them, and the guards stay the
 // API.
 //
@@ -66,6 +67,9 @@ const (
 	// Brake ("brake", memshed): the memory the process has, and what it
 	// took since the last sample, against the hard limit, between ticks.
 	Brake
+	// QueueDelay ("queue_delay", queuedelay): calls waited beyond a
+	// target for a whole interval.
+	QueueDelay
 	// Saturated ("saturated", cpu and memory monitors): a smoothed
 	// utilisation at its threshold, held for a cooldown.
 	Saturated
@@ -78,7 +82,7 @@ const (
 
 var kindNames = [Kinds]string{
 	"none", "cpu_busy", "overrun", "standing", "lane", "spike",
-	"projected", "gc", "hard", "brake", "saturated", "sustained",
+	"projected", "gc", "hard", "brake", "queue_delay", "saturated", "sustained",
 }
 
 // String returns the rule's name ("cpu_busy", "brake"), or "none" for a
@@ -93,16 +97,17 @@ func (k Kind) String() string {
 // kindEvidence is each kind as the admission contract names the evidence
 // a refusal is made on.
 var kindEvidence = [Kinds]admission.Evidence{
-	None:      admission.EvidenceNone,
-	CPUBusy:   admission.EvidenceCPU,
-	Overrun:   admission.EvidenceOverrun,
-	Standing:  admission.EvidenceStanding,
-	Lane:      admission.EvidenceLane,
-	Spike:     admission.EvidenceSpike,
-	Projected: admission.EvidenceMemory,
-	GC:        admission.EvidenceMemory,
-	Hard:      admission.EvidenceMemory,
-	Brake:     admission.EvidenceMemory,
+	None:       admission.EvidenceNone,
+	CPUBusy:    admission.EvidenceCPU,
+	Overrun:    admission.EvidenceOverrun,
+	Standing:   admission.EvidenceStanding,
+	Lane:       admission.EvidenceLane,
+	Spike:      admission.EvidenceSpike,
+	Projected:  admission.EvidenceMemory,
+	GC:         admission.EvidenceMemory,
+	Hard:       admission.EvidenceMemory,
+	Brake:      admission.EvidenceMemory,
+	QueueDelay: admission.EvidenceQueueDelay,
 	// A monitor's saturation is CPU or memory, as the monitor is; a
 	// refusal on it names its guard's kind (loadshed: cpu).
 	Saturated: admission.EvidenceNone,

@@ -1,6 +1,7 @@
 package evidence
 
 import (
+	"math"
 	"sync/atomic"
 	"time"
 )
@@ -183,6 +184,22 @@ func BrakeOf(has, limit float64) Reading {
 // of limit bytes, reads the heap at every call: at BrakeWatch of it or
 // more.
 func Watched(has, limit float64) bool { return has >= BrakeWatch*limit }
+
+// # Queueing delay (queuedelay)
+
+// QueueDelayOf: the least delay any call queued before its handler
+// started, over a whole interval, was minDelay ns (math.MaxInt64: no call
+// started), above target ns. Invariant (CoDel): a burst queues some calls
+// and not others, so the least delay of an interval is small; only a
+// standing queue delays every call in it. Value and Threshold: the least
+// delay (0 when no call started) against the target, in milliseconds.
+func QueueDelayOf(minDelay, target int64) Reading {
+	r := Reading{Kind: QueueDelay, Threshold: float64(target) / ms, Holds: minDelay != math.MaxInt64 && minDelay > target}
+	if minDelay != math.MaxInt64 {
+		r.Value = float64(minDelay) / ms
+	}
+	return r
+}
 
 // # The monitors' saturation (internal/saturation)
 

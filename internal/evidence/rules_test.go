@@ -1,6 +1,7 @@
 package evidence
 
 import (
+	"math"
 	"testing"
 	"time"
 
@@ -45,6 +46,9 @@ func TestRules(t *testing.T) {
 		{"hard at", HardOf(0.97), Reading{Hard, 0.97, 0.97, true}},
 		{"brake below", BrakeOf(0.5*gib, gib), Reading{Brake, 0.5, 0.9, false}},
 		{"brake at", BrakeOf(0.9*gib, gib), Reading{Brake, 0.9, 0.9, true}},
+		{"queue delay: no call", QueueDelayOf(math.MaxInt64, 5e6), Reading{QueueDelay, 0, 5, false}},
+		{"queue delay: at the target", QueueDelayOf(5e6, 5e6), Reading{QueueDelay, 5, 5, false}},
+		{"queue delay: above the target", QueueDelayOf(6e6, 5e6), Reading{QueueDelay, 6, 5, true}},
 	}
 	for _, tt := range tests {
 		if tt.give != tt.want {
@@ -153,7 +157,7 @@ func TestKinds(t *testing.T) {
 	}
 	want := map[Kind]admission.Evidence{None: admission.EvidenceNone, CPUBusy: admission.EvidenceCPU, Overrun: admission.EvidenceOverrun,
 		Standing: admission.EvidenceStanding, Lane: admission.EvidenceLane, Spike: admission.EvidenceSpike, Projected: admission.EvidenceMemory,
-		GC: admission.EvidenceMemory, Hard: admission.EvidenceMemory, Brake: admission.EvidenceMemory, Saturated: admission.EvidenceNone,
+		GC: admission.EvidenceMemory, Hard: admission.EvidenceMemory, Brake: admission.EvidenceMemory, QueueDelay: admission.EvidenceQueueDelay, Saturated: admission.EvidenceNone,
 		Sustained: admission.EvidenceNone, Kinds: admission.EvidenceNone}
 	for k, e := range want {
 		if got := k.Evidence(); got != e {
