@@ -6,7 +6,7 @@ import (
 	"time"
 
 	"github.com/levee-go/levee/admission"
-	"github.com/levee-go/levee/internal/evidence"
+	"github.com/levee-go/levee/internal/overload"
 )
 
 // Refusals that standard clients obey.
@@ -28,15 +28,15 @@ import (
 const (
 	// SustainedAfter (500 ms) is how long refusals must go on before they
 	// tell clients not to retry.
-	SustainedAfter = evidence.SustainedAfter
+	SustainedAfter = overload.SustainedAfter
 	// SustainedGap (250 ms) is the pause in refusals that ends sustained
 	// overload.
-	SustainedGap = evidence.SustainedGap
+	SustainedGap = overload.SustainedGap
 )
 
 // sustained tracks whether refusals are sustained: the rule is
-// evidence.Run's. Its zero value has seen no refusal. It is lock-free.
-type sustained struct{ run evidence.Run }
+// overload.Run's. Its zero value has seen no refusal. It is lock-free.
+type sustained struct{ run overload.Run }
 
 // refused notes a refusal decided at now and reports whether refusals
 // have been sustained, so that this one should tell its client not to

@@ -12,7 +12,7 @@ import (
 	"time"
 
 	"github.com/levee-go/levee/admission"
-	"github.com/levee-go/levee/internal/evidence"
+	"github.com/levee-go/levee/internal/overload"
 	"github.com/levee-go/levee/memory"
 )
 
@@ -26,11 +26,11 @@ const (
 	// GOMEMLIMIT the next GC's heap is what the kernel will be asked for;
 	// at 0.85 the calls already running still have room to allocate
 	// before the OOM killer acts.
-	DefaultThreshold = evidence.ProjectedAt
+	DefaultThreshold = overload.ProjectedAt
 	// DefaultGCThreshold (0.2) is the GC's share of CPU at and above
 	// which the GC is evidence of overload: a heap held near GOMEMLIMIT
 	// makes the runtime collect ever more often.
-	DefaultGCThreshold = evidence.GCAt
+	DefaultGCThreshold = overload.GCAt
 	// DefaultCooldown is how long pressure must be absent, with no call
 	// refused, before the budget is lifted.
 	DefaultCooldown = 5 * time.Second
@@ -55,7 +55,7 @@ const (
 	// has, not the memory it heads for) at and above which memory is
 	// evidence of overload whatever the runtime plans: the OOM killer is
 	// near.
-	EmergencyAt = evidence.HardAt
+	EmergencyAt = overload.HardAt
 	// ShrinkAt and ShrinkGap: when HardUtilization reaches ShrinkAt while
 	// Projected is ShrinkGap or more below it, at least that share of the
 	// limit is memory the runtime has freed and kept; the shedder returns
@@ -84,8 +84,8 @@ const (
 	// runs only when the heap reaches its goal, and with calls refused
 	// it may not grow to it, so the tick after a brake runs a collection
 	// (runtime.GC), at most once per BrakeGCEvery.
-	BrakeAt      = evidence.BrakeAt
-	BrakeWatch   = evidence.BrakeWatch
+	BrakeAt      = overload.BrakeAt
+	BrakeWatch   = overload.BrakeWatch
 	BrakeEvery   = time.Millisecond
 	BrakeGCEvery = time.Second
 	// GCSmoothing is the time constant over which the GC fraction is
@@ -415,11 +415,11 @@ func (s *Shedder) braking(now time.Time, cost int64) bool {
 	h := s.heapNow.Load()
 	t := now.UnixNano()
 	last := s.readAt.Load()
-	if evidence.Watched(float64(has(h)), float64(l)) || (t-last >= int64(BrakeEvery) && s.readAt.CompareAndSwap(last, t)) {
+	if overload.Watched(float64(has(h)), float64(l)) || (t-last >= int64(BrakeEvery) && s.readAt.CompareAndSwap(last, t)) {
 		h = s.heap().objects
 		s.heapNow.Store(h)
 	}
-	if !evidence.BrakeOf(float64(has(h)+cost), float64(l)).Holds {
+	if !overload.BrakeOf(float64(has(h)+cost), float64(l)).Holds {
 		return false
 	}
 	s.braked.Store(true)
@@ -474,7 +474,7 @@ func (s *Shedder) lookup(name string) *method {
 // refusal is the Decision of a refused call.
 func (s *Shedder) refusal() admission.Decision {
 	s.refused.Add(1)
-	r := evidence.ProjectedOf(s.sig.Projected(), s.o.threshold)
+	r := overload.ProjectedOf(s.sig.Projected(), s.o.threshold)
 	d := admission.RefuseFor(admission.CauseMemoryOverloaded, r.Kind.Evidence(), ReasonMemory, s.o.retry)
 	d.Value, d.Threshold = float32(r.Value), float32(r.Threshold)
 	return d
@@ -552,7 +552,7 @@ func (s *Shedder) Tick(now time.Time) {
 	}
 	// The evidence: the memory the process heads for, the GC's share of
 	// CPU, the memory it has, and the brake since the last tick.
-	proj, gc, hard := evidence.ProjectedOf(p, s.o.threshold), evidence.GCOf(s.gcAvg, s.o.gcThreshold), evidence.HardOf(u)
+	proj, gc, hard := overload.ProjectedOf(p, s.o.threshold), overload.GCOf(s.gcAvg, s.o.gcThreshold), overload.HardOf(u)
 	braked := s.braked.Swap(false)
 	s.hot = proj.Holds || gc.Holds || hard.Holds || braked
 	if braked && now.Sub(s.lastGC) >= BrakeGCEvery {

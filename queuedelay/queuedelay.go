@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/levee-go/levee/admission"
-	"github.com/levee-go/levee/internal/evidence"
+	"github.com/levee-go/levee/internal/overload"
 )
 
 // Defaults, after "Fail at Scale" (Facebook, ACM Queue 2015).
@@ -113,7 +113,7 @@ func (g *Guard) observe(now, delay int64) {
 	if (st == math.MinInt64 || now-st >= g.interval) && g.start.CompareAndSwap(st, now) {
 		m := g.minDelay.Swap(math.MaxInt64)
 		if st != math.MinInt64 {
-			over := evidence.QueueDelayOf(m, g.target).Holds
+			over := overload.QueueDelayOf(m, g.target).Holds
 			if over && !g.overloaded.Swap(true) {
 				g.episodes.Add(1)
 			} else if !over {

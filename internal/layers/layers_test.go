@@ -14,24 +14,25 @@ const module = "github.com/levee-go/levee/"
 // below are the packages under the transport, and the outside modules each
 // may depend on (the standard library is always allowed).
 var below = map[string][]string{
-	"admission":   nil,
-	"decide":      nil, // the engine: what every front-end shares
-	"ratelimit":   nil,
-	"bulkhead":    nil,
-	"breaker":     nil,
-	"throttle":    nil,
-	"cpu":         {"golang.org/x/sys/"},
-	"memory":      {"golang.org/x/sys/"},
-	"connlimit":   nil,
-	"loadshed":    {"golang.org/x/sys/"}, // the CPU signal it follows (cpu.Signal), and so cpu's x/sys
-	"memshed":     {"golang.org/x/sys/"}, // the memory signal it follows (memory.Signal), and so memory's x/sys
-	"deadline":    nil,
-	"queuedelay":  nil,
-	"holdoff":     nil,
-	"retrybudget": nil,
-	"runlimit":    {"golang.org/x/sys/"}, // the timerfd of its network-poll wait (Linux)
-	"statuspage":  {"golang.org/x/sys/"}, // the debug page: reads the engine and the policies (runlimit's x/sys)
-	"metrics":     {"github.com/prometheus/", "github.com/beorn7/perks", "github.com/cespare/xxhash", "github.com/munnerz/goautoneg", "go.yaml.in/yaml", "google.golang.org/protobuf/", "golang.org/x/sys/"},
+	"admission":         nil,
+	"decide":            nil, // the engine: what every front-end shares
+	"internal/overload": nil, // the rules of evidence of overload
+	"ratelimit":         nil,
+	"bulkhead":          nil,
+	"breaker":           nil,
+	"throttle":          nil,
+	"cpu":               {"golang.org/x/sys/"},
+	"memory":            {"golang.org/x/sys/"},
+	"connlimit":         nil,
+	"loadshed":          {"golang.org/x/sys/"}, // the CPU signal it follows (cpu.Signal), and so cpu's x/sys
+	"memshed":           {"golang.org/x/sys/"}, // the memory signal it follows (memory.Signal), and so memory's x/sys
+	"deadline":          nil,
+	"queuedelay":        nil,
+	"holdoff":           nil,
+	"retrybudget":       nil,
+	"runlimit":          {"golang.org/x/sys/"}, // the timerfd of its network-poll wait (Linux)
+	"statuspage":        {"golang.org/x/sys/"}, // the debug page: reads the engine and the policies (runlimit's x/sys)
+	"metrics":           {"github.com/prometheus/", "github.com/beorn7/perks", "github.com/cespare/xxhash", "github.com/munnerz/goautoneg", "go.yaml.in/yaml", "google.golang.org/protobuf/", "golang.org/x/sys/"},
 	// The only package that imports a Redis client.
 	"redislimit": {"github.com/redis/rueidis", "golang.org/x/sys/"},
 	// The OTel API only: the application picks the SDK.

@@ -10,13 +10,13 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/levee-go/levee/internal/evidence"
+	"github.com/levee-go/levee/internal/overload"
 )
 
 // Level turns utilisation observations into a smoothed value and a
 // saturation flag: saturated when the smoothed value reaches Threshold,
 // until Cooldown has passed since the last observation at or above it
-// (the rule is evidence.Cooldown's).
+// (the rule is overload.Cooldown's).
 // Smoothing is the time constant tau of an exponentially weighted moving
 // average (an observation covering dt moves the value by the fraction
 // 1 − exp(−dt/tau) of the difference); 0 disables smoothing.
@@ -35,7 +35,7 @@ type Level struct {
 
 	have     bool
 	last     time.Time         // time of the last observation
-	rule     evidence.Cooldown // the saturation rule
+	rule     overload.Cooldown // the saturation rule
 	smoothed float64
 	raw      float64
 }

@@ -1,4 +1,4 @@
-package evidence
+package overload
 
 import (
 	"math"

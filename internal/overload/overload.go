@@ -1,4 +1,4 @@
-// Package evidence is the one home of levee's rules of evidence of
+// Package overload is the one home of levee's rules of evidence of
 // overload: what the run limit (runlimit), the memory shedder (memshed),
 // the queueing-delay guard (queuedelay), the engine's sustained refusals
 // (decide) and the CPU and memory monitors' saturation
@@ -25,10 +25,14 @@
 // live where only levee's packages import them, and the guards stay the
 // API.
 //
-// Like the admission contract, it imports the standard library only and
-// nothing of a transport. The functions allocate nothing and are small
+// Why "overload": its readings are the evidence of overload, and the name
+// leaves "evidence" to what the guards and the wire already call so
+// (admission.Evidence, runlimit's own kinds).
+//
+// It imports the standard library and the admission contract only,
+// nothing of a transport (internal/layers checks it). The functions allocate nothing and are small
 // enough to inline: the guards call some of them on the admitted path.
-package evidence
+package overload
 
 import (
 	"time"
