@@ -6,33 +6,25 @@ import (
 	"time"
 
 	"github.com/levee-go/levee/admission"
+	"github.com/levee-go/levee/internal/overload"
 )
 
 // The decision to refuse a call, in one place. A limit learned from
 // service times can be wrong, and a wrong limit must not refuse a call
 // that a server without one would serve: a call is refused for want of a
 // turn only on evidence of overload. The Limiter's atomics are read into
-// a value (facts); judge decides from it and from what the call's lane
-// shows; docs/runlimit.md argues each rule and threshold.
+// a value (facts); each rule of evidence judges it through
+// internal/overload (its invariant and thresholds live there); judge
+// decides from the first that holds and from what the call's lane shows;
+// docs/runlimit.md argues each rule and threshold.
 
-// Thresholds of the evidence of overload.
+// The thresholds of the evidence of overload, with their invariants, are
+// internal/overload's, where every rule of evidence lives; these are
+// their names here.
 const (
-	// sustainIntervals: a busy CPU and a standing queue are evidence once
-	// they lasted this many intervals. Below capacity a busy period has
-	// an exponential tail (time constant 1/(√μ−√λ)²): one interval of it
-	// is common, ten are rare; at capacity or above it lasts for good.
-	sustainIntervals = 10
-	// cpuEvidence: the least utilisation that is evidence, whatever the
-	// signal's own threshold: a CPU a twentieth idle is not overloaded.
-	cpuEvidence = 0.95
-	// minOverruns: the least excess of calls in the overrun and spike
-	// rules. In processor sharing at a load ρ below capacity, n calls or
-	// more are present a share ρⁿ of the time: 20 hardly ever are.
-	minOverruns = 20
-	// spikeRatio: a spike asks for turns this many times as fast as turns
-	// end, or faster; a server below its capacity ends about as many
-	// turns as calls arrive.
-	spikeRatio = 2
+	sustainIntervals = overload.SustainIntervals
+	cpuEvidence      = overload.CPUFloor
+	minOverruns      = overload.MinExcess
 )
 
 // evidence is a kind of evidence of overload (Limiter.Overloaded).
@@ -44,7 +36,7 @@ const (
 	evidenceOverrun           // calls wait while the limit is overrun by its own size
 	evidenceStanding          // calls waited without a pause for sustainIntervals
 	evidenceLane              // a lane's queue holds an interval's work
-	evidenceSpike             // calls ask for turns spikeRatio times as fast as turns end
+	evidenceSpike             // calls ask for turns overload.SpikeRatio times as fast as turns end
 	evidenceKinds
 )
 
@@ -68,47 +60,55 @@ type facts struct {
 	intervalWork               int64   // calls the limit runs in an interval, at least minOverruns
 	queuedFor                  int64   // ns calls have waited for a turn without a pause; -1: none waits
 	sustained                  int64   // ns a busy CPU and a standing queue must last
-	offered, spikeAt           float64 // turns asked for over the last interval and this one, and spikeBound
+	offered, finished          float64 // turns asked for and ended over the last interval and this one (spikeTurns)
 	lane                       bool
 	laneWork, intervalRun      float64 // the work queued in the lane, and what the limit runs in an interval, ns
 }
 
 func (v *facts) on(r rule) bool { return v.off&(1<<r) == 0 }
 
-// The rules of evidence, each with the invariant it keeps.
+// The rules of evidence, each judged by internal/overload, which keeps
+// its invariant and thresholds.
 
-// cpuBusy: the CPU has been saturated for sustainIntervals, or its
-// signal, telling only Saturated, says so. A burst below capacity ends
-// sooner.
-func (v *facts) cpuBusy() bool {
+// cpu: the CPU has been saturated for sustainIntervals, or its signal,
+// telling only Saturated, says so (overload.CPUBusyFor, CPUSaid).
+func (v *facts) cpu() overload.Reading {
 	if v.hasUtil {
-		return v.busyFor >= v.sustained
+		return overload.CPUBusyFor(v.util, v.cpuThreshold, v.busyFor, v.sustained)
 	}
-	return v.saturated
+	return overload.CPUSaid(v.saturated)
 }
 
-// overrunBound is how many calls may run, beyond the limit, before calls
-// that still wait are evidence: the limit's own size more, and an
-// interval's work. A limit learned too low is overrun now and then
-// below capacity, by fewer.
-func (v *facts) overrunBound() int64 { return v.limit + max(v.limit, v.intervalWork) }
+func (v *facts) cpuBusy() bool { return v.cpu().Holds }
 
-// overrun: calls wait while overrunBound calls run.
-func (v *facts) overrun() bool { return v.waiting > 0 && v.running >= v.overrunBound() }
+// overrun: calls wait while the limit's own size more, and an interval's
+// work, run (overload.OverrunOf).
+func (v *facts) overrun() bool { return v.overrunOf().Holds }
+
+func (v *facts) overrunOf() overload.Reading {
+	return overload.OverrunOf(v.running, v.waiting, v.limit, v.intervalWork)
+}
 
 // standing: calls have waited without a pause for sustainIntervals, every
-// turn taken all that time. A burst below capacity drains sooner.
-func (v *facts) standing() bool { return v.waiting > 0 && v.queuedFor >= v.sustained }
+// turn taken all that time (overload.StandingFor).
+func (v *facts) standing() bool { return v.standingFor().Holds }
 
-// spike: calls ask for turns much faster than turns end (spikeBound).
-// Streams are not counted: a stream opens for work of unknown length.
-func (v *facts) spike() bool { return v.offered >= v.spikeAt }
+func (v *facts) standingFor() overload.Reading {
+	return overload.StandingFor(v.waiting, v.queuedFor, v.sustained)
+}
+
+// spike: calls ask for turns much faster than turns end (spikeBound,
+// overload.SpikeOf). Streams are not counted: a stream opens for work of
+// unknown length.
+func (v *facts) spike() bool { return v.spikeOf().Holds }
+
+func (v *facts) spikeOf() overload.Reading {
+	return overload.SpikeOf(v.offered, v.finished)
+}
 
 // laneFull: the lane's queue holds more work (its flow's baseline per
-// call) than the limit runs in an interval. Such a queue cannot drain
-// within an interval; waiting for a standing queue to show would admit a
-// spike's worth of calls.
-func (v *facts) laneFull() bool { return v.lane && v.laneWork >= v.intervalRun }
+// call) than the limit runs in an interval (overload.LaneOf).
+func (v *facts) laneFull() bool { return v.lane && overload.LaneOf(v.laneWork, v.intervalRun).Holds }
 
 // first is the first rule of evidence that holds, evidenceNone if none.
 func (v *facts) first() evidence {
@@ -128,24 +128,26 @@ func (v *facts) first() evidence {
 }
 
 // measure is the value of evidence e and the level it is judged against,
-// in the unit admission.Evidence names; 0, 0 where there is none to tell.
+// in the unit admission.Evidence names (its reading's); 0, 0 where there
+// is none to tell (no evidence, or a CPU signal that tells only
+// Saturated).
 func (v *facts) measure(e evidence) (value, threshold float32) {
-	const ms = float64(time.Millisecond)
+	var r overload.Reading
 	switch e {
 	case evidenceCPU:
 		if v.hasUtil {
-			return float32(v.util), float32(v.cpuThreshold)
+			r = v.cpu()
 		}
 	case evidenceOverrun:
-		return float32(v.running), float32(v.overrunBound())
+		r = v.overrunOf()
 	case evidenceStanding:
-		return float32(float64(max(v.queuedFor, 0)) / ms), float32(float64(v.sustained) / ms)
+		r = v.standingFor()
 	case evidenceSpike:
-		return float32(v.offered), float32(v.spikeAt)
+		r = v.spikeOf()
 	case evidenceLane:
-		return float32(v.laneWork / ms), float32(v.intervalRun / ms)
+		r = overload.LaneOf(v.laneWork, v.intervalRun)
 	}
-	return 0, 0
+	return float32(r.Value), float32(r.Threshold)
 }
 
 // point is where in a call's life the decision is taken.
@@ -236,31 +238,36 @@ func (l *Limiter) read(ln *Lane, now int64) facts {
 	if q := l.queuedSince.Load(); q != 0 {
 		v.queuedFor = now - (q - 1)
 	}
-	v.offered, v.spikeAt = l.spikeBound(now)
+	v.offered, v.finished = l.spikeTurns(now)
 	return v
 }
 
 // spikeBound is, at now, the turns asked for over the last interval and
-// the current one, and how many of them are a spike: spikeRatio times the
-// turns that ended meanwhile, at least what their smoothed rate
-// (doneRate) gives over that time (a stall in completions at a steady
-// load is no spike of arrivals), and minOverruns more: not an interval's
-// work, so that the evidence shows before the spike's first calls run out
-// of patience.
+// the current one, and how many of them are a spike
+// (overload.SpikeBound of the turns that ended, spikeTurns).
 func (l *Limiter) spikeBound(now int64) (offered, threshold float64) {
+	offered, finished := l.spikeTurns(now)
+	return offered, overload.SpikeBound(finished)
+}
+
+// spikeTurns is, at now, the turns asked for over the last interval and
+// the current one, and the turns that ended meanwhile, at least what
+// their smoothed rate (doneRate) gives over that time: a stall in
+// completions at a steady load is no spike of arrivals.
+func (l *Limiter) spikeTurns(now int64) (offered, finished float64) {
 	offered = float64(l.offered.Load() - l.offeredMark[0].Load())
-	finished := float64(l.finished.Load() - l.finishedMark[0].Load())
+	finished = float64(l.finished.Load() - l.finishedMark[0].Load())
 	if at := l.markedAt[0].Load(); now > at {
 		finished = max(finished, math.Float64frombits(l.doneRate.Load())*float64(now-at))
 	}
-	return offered, spikeRatio*finished + minOverruns
+	return offered, finished
 }
 
 // readCPU reads the CPU signal into v.
 func (l *Limiter) readCPU(v *facts, now int64) {
 	if n := l.cpuNow; n != nil {
 		v.hasUtil = true
-		v.util, v.cpuThreshold = n.Utilization(), max(n.Threshold(), cpuEvidence)
+		v.util, v.cpuThreshold = n.Utilization(), overload.CPUThreshold(n.Threshold())
 		if since := l.cpuSince.Load(); since != 0 && v.util >= v.cpuThreshold {
 			v.busyFor = now - (since - 1)
 		}
@@ -277,7 +284,7 @@ func (l *Limiter) lookCPU(now int64) {
 	if n == nil {
 		return
 	}
-	if n.Utilization() < max(n.Threshold(), cpuEvidence) {
+	if n.Utilization() < overload.CPUThreshold(n.Threshold()) {
 		if l.cpuSince.Load() != 0 {
 			l.cpuSince.Store(0)
 		}
@@ -287,7 +294,7 @@ func (l *Limiter) lookCPU(now int64) {
 }
 
 // sustained is how long, ns, a busy CPU and a standing queue must last.
-func (l *Limiter) sustained() int64 { return sustainIntervals * int64(l.o.interval) }
+func (l *Limiter) sustained() int64 { return overload.Sustain(l.o.interval) }
 
 // Overloaded reports whether the Limiter has evidence, at now, that the
 // server is overloaded: its CPU saturated for ten intervals (WithCPU,
@@ -425,21 +432,18 @@ func (l *Limiter) Signals(now time.Time) []Signal {
 	v := l.read(nil, l.nanos(now))
 	var out []Signal
 	if v.hasCPU {
-		s := Signal{Evidence: admission.EvidenceCPU, Value: v.util, Threshold: v.cpuThreshold, Holds: v.cpuBusy()}
-		if !v.hasUtil {
-			s.Threshold = 1
-			if v.saturated {
-				s.Value = 1
-			}
-		}
-		out = append(out, s)
+		out = append(out, signalOf(v.cpu()))
 	}
-	out = append(out, Signal{Evidence: admission.EvidenceOverrun, Value: float64(v.running), Threshold: float64(v.overrunBound()), Holds: v.overrun()})
-	const ms = float64(time.Millisecond)
-	standing := Signal{Evidence: admission.EvidenceStanding, Threshold: float64(v.sustained) / ms, Holds: v.standing()}
-	if v.waiting > 0 && v.queuedFor >= 0 {
-		standing.Value = float64(max(v.queuedFor, 0)) / ms
+	out = append(out, signalOf(v.overrunOf()))
+	standing := signalOf(v.standingFor())
+	if v.waiting <= 0 || v.queuedFor < 0 {
+		standing.Value = 0
 	}
 	out = append(out, standing)
-	return append(out, Signal{Evidence: admission.EvidenceSpike, Value: v.offered, Threshold: v.spikeAt, Holds: v.spike()})
+	return append(out, signalOf(v.spikeOf()))
+}
+
+// signalOf is reading r as a Signal.
+func signalOf(r overload.Reading) Signal {
+	return Signal{Evidence: r.Kind.Evidence(), Value: r.Value, Threshold: r.Threshold, Holds: r.Holds}
 }
