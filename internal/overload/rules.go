@@ -243,8 +243,8 @@ const (
 // SustainedGap between them, never make a run; a server that refuses
 // without a pause for SustainedAfter is overloaded, not unlucky. The zero
 // value has seen no refusal. It is lock-free and safe for concurrent
-// use; concurrent refusals may move the run's start by a moment, which
-// changes nothing that matters.
+// use; concurrent refusals may move the run's start or its latest
+// refusal by a moment, which changes nothing that matters.
 type Run struct {
 	first atomic.Int64 // start of the current run, unix nanos
 	last  atomic.Int64 // the latest refusal, unix nanos
@@ -254,11 +254,15 @@ type Run struct {
 // long the run has lasted against SustainedAfter, in milliseconds (0 for
 // the first of a run), and whether refusals are sustained.
 func (r *Run) Note(t int64) Reading {
-	last := r.last.Swap(t)
-	if last == 0 || t-last > int64(SustainedGap) {
+	if last := r.last.Load(); last == 0 || t-last > int64(SustainedGap) {
+		// A new run: its start is stored before its first refusal, so
+		// that a refusal that finds this one finds the new start, never
+		// the start of a run that ended.
 		r.first.Store(t)
+		r.last.Store(t)
 		return Reading{Kind: Sustained, Threshold: float64(SustainedAfter) / ms}
 	}
+	r.last.Store(t)
 	lasted := t - r.first.Load()
 	return Reading{Kind: Sustained, Value: float64(lasted) / ms, Threshold: float64(SustainedAfter) / ms, Holds: lasted >= int64(SustainedAfter)}
 }
