@@ -640,8 +640,8 @@ func (s *Shedder) tickBrake(now time.Time, u, p float64) {
 		// heap holds the calls that were in flight when that GC ended,
 		// not those since: unless a GC ended since the last tick, the
 		// growth of the memory in flight counts from where it did, not
-		// from now (a tick that forgot it let a spike's calls fill a
-		// 160 MiB limit between two GCs). When a GC has ended since the
+		// from now (a tick that forgot it would let a spike's calls fill
+		// the limit between two GCs). When a GC has ended since the
 		// last tick, it ended between the two: count from the lower of
 		// their memory in flight.
 		nonHeap := uint64(0)
