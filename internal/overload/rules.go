@@ -25,7 +25,8 @@ const (
 	// capacity or above it lasts for good.
 	SustainIntervals = 10
 	// CPUFloor: the least utilisation that is evidence, whatever the
-	// signal's own threshold: a CPU a twentieth idle is not overloaded.
+	// signal's own threshold: a CPU more than a twentieth idle is not
+	// overloaded.
 	CPUFloor = 0.95
 	// MinExcess: the least excess of calls in the overrun and spike
 	// rules. In processor sharing at a load ρ below capacity, n calls or
@@ -67,9 +68,9 @@ func CPUSaid(saturated bool) Reading {
 
 // OverrunBound is how many calls may run, under a limit of limit whose
 // interval's work is intervalWork calls, before calls that still wait
-// are evidence: the limit's own size more, and an interval's work. A
-// limit learned too low is overrun now and then below capacity, by
-// fewer.
+// are evidence: the limit, and as many again or an interval's work,
+// whichever is more. A limit learned too low is overrun now and then
+// below capacity, by fewer.
 func OverrunBound(limit, intervalWork int64) int64 { return limit + max(limit, intervalWork) }
 
 // OverrunOf: calls wait (waiting > 0) while OverrunBound calls or more
