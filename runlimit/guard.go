@@ -28,8 +28,13 @@ const (
 // (admission.Call.Method) and, in each, one lane per tenant and class. At
 // admission it refuses a call whose lane is full, on evidence of overload
 // (see the package doc), before any work, and reserves a place for the
-// others. When the handler is about to start (admission.Starter) it waits
-// for the call's turn, refuses the call if the wait ran out
+// others, which lapses if the call's handler has not asked for its turn
+// after one or two of l's intervals (see Lane.Waiting): a transport admits
+// a call at its headers, and a request body the client sends late must
+// not hold its lane's places. When the handler is about to start
+// (admission.Starter) it judges the lane again, as at admission, for a
+// call whose place lapsed (ReasonQueueFull), waits for the call's turn,
+// refuses the call if the wait ran out
 // (ReasonTimeout) or its deadline can no longer be met (ReasonTooLate),
 // and yields the CPU once unless the flow's calls are shorter than 200µs.
 // Finish returns the turn and teaches l the service time of a call that
@@ -64,14 +69,45 @@ func (g *guard) Traits() admission.Traits { return admission.Traits{Cost: admiss
 
 // A Permit of the guard holds the call's lane in Ref and, in Value, what
 // the call holds: a reservation (the call was admitted and will ask for
-// its turn: its lane counts it), whose cost is the rest of Value; a turn,
-// taken at the rest of Value; or, for a stream, nothing (unturned).
+// its turn: its lane counts it unless it lapsed), whose generation and
+// cost in µs are the rest of Value (placeOf); a turn, taken at the rest
+// of Value; or, for a stream, nothing (unturned).
 const (
-	turn     = 1 << 63
-	reserved = 1 << 61
-	unturned = 1 << 60 // a stream that runs without a turn, since the rest of Value
-	valueOf  = unturned - 1
+	turn      = 1 << 63
+	reserved  = 1 << 61
+	unturned  = 1 << 60 // a stream that runs without a turn, since the rest of Value
+	valueOf   = unturned - 1
+	uncounted = 1 << 59 // a reservation counted in no slot of its lane: it never lapses
 )
+
+// placeOf is the Value of a permit of a reservation of generation gen
+// that added us µs, counted in its lane's slot or not.
+func placeOf(gen, us uint64, counted bool) uint64 {
+	v := reserved | gen<<tapWorkBits | us
+	if !counted {
+		v |= uncounted
+	}
+	return v
+}
+
+// claim takes the reservation of a call of ln the guard admitted, holding
+// p, at now: ok is false if it lapsed (lapse ended it); otherwise it is
+// the call's still, and added cost.
+func (ln *Lane) claim(p admission.Permit, now time.Time) (cost int64, ok bool) {
+	gen, us := p.Value>>tapWorkBits&tapGenMask, p.Value&tapWorkMask
+	if p.Value&uncounted == 0 && !ln.tapOut(gen, us, ln.tapGen(ln.f.l.nanos(now))) {
+		return 0, false
+	}
+	return int64(us) * int64(time.Microsecond), true
+}
+
+// release ends the reservation of a call of ln the guard admitted,
+// holding p, that will not ask for its turn, unless it lapsed.
+func (ln *Lane) release(p admission.Permit, now time.Time) {
+	if cost, ok := ln.claim(p, now); ok {
+		ln.unreserve(cost)
+	}
+}
 
 // A Permit of a stream that holds a turn holds its *streamTurn in Ref.
 
@@ -89,12 +125,29 @@ func (g *guard) Admit(c admission.Call) admission.Decision {
 	} else {
 		ln = f.Lane(c.Tenant, c.Class)
 	}
-	cost, ok := ln.admit(c.Now)
-	if !ok {
+	gen := ln.tapGen(g.l.nanos(c.Now))
+	ln.lapse(gen)
+	if !ln.fits(c.Now) {
 		return ln.refusalOn(admission.CauseRunQueueFull, ReasonQueueFull, f.QueueTarget(), c.Now)
 	}
+	gen, us, counted := ln.tapIn(gen)
 	f.calls.Add(1)
-	return admission.Grant(admission.Permit{Ref: ln, Value: reserved | uint64(cost)})
+	return admission.Grant(admission.Permit{Ref: ln, Value: placeOf(gen, us, counted)})
+}
+
+// reserveAt is the reservation of a call c of ln that the guard admitted
+// holding p, now that its handler is about to start: its place, or if
+// that lapsed a new one, judged as at admission: ok is false, with the
+// refusal d, if the lane is full on evidence of overload. The reservation
+// added cost.
+func (g *guard) reserveAt(c admission.Call, ln *Lane, p admission.Permit) (cost int64, d admission.Decision, ok bool) {
+	if cost, ok = ln.claim(p, c.Now); ok {
+		return cost, admission.Decision{}, true
+	}
+	if cost, ok = ln.admit(c.Now); !ok {
+		return 0, holding(ln.refusalOn(admission.CauseRunQueueFull, ReasonQueueFull, ln.f.QueueTarget(), c.Now), ln), false
+	}
+	return cost, admission.Decision{}, true
 }
 
 // holding is d with a permit that holds ln and nothing else, so that
@@ -128,17 +181,21 @@ func (g *guard) Start(c admission.Call, p admission.Permit) admission.Decision {
 }
 
 // beforeTurn is Start up to a unary call's wait for its turn: decided
-// is true, with the decision d, for a permit not of this guard's and a
-// stream; otherwise the call, of lane ln,
-// holds a reservation that added cost, and asks for its turn.
+// is true, with the decision d, for a permit not of this guard's, a
+// stream, and a call whose place lapsed and which its lane now refuses
+// (reserveAt); otherwise the call, of lane ln, holds a reservation that
+// added cost, and asks for its turn.
 func (g *guard) beforeTurn(c admission.Call, p admission.Permit) (ln *Lane, cost int64, d admission.Decision, decided bool) {
 	ln, _ = p.Ref.(*Lane)
 	if ln == nil || p.Value&reserved == 0 {
 		return nil, 0, admission.Grant(p), true // not this guard's reservation: nothing to do
 	}
-	cost = int64(p.Value & valueOf)
 	if c.Stream {
-		return nil, 0, g.startStream(c, ln, cost), true
+		return nil, 0, g.startStream(c, ln, p), true
+	}
+	cost, d, ok := g.reserveAt(c, ln, p)
+	if !ok {
+		return nil, 0, d, true
 	}
 	return ln, cost, admission.Decision{}, false
 }
@@ -176,10 +233,14 @@ func (ln *Lane) takeNow(now time.Time, cost int64, stream bool) (Ticket, *waiter
 	return t, w
 }
 
-// startStream gives a stream of ln admitted with a reservation that
-// added cost its turn, if it takes one (see NewGuard).
-func (g *guard) startStream(c admission.Call, ln *Lane, cost int64) admission.Decision {
-	if d, decided := g.beforeStreamTurn(c, ln, cost); decided {
+// startStream gives a stream of ln the guard admitted holding p its
+// turn, if it takes one (see NewGuard).
+func (g *guard) startStream(c admission.Call, ln *Lane, p admission.Permit) admission.Decision {
+	if d, decided := g.beforeStreamTurn(c, ln, p); decided {
+		return d
+	}
+	cost, d, ok := g.reserveAt(c, ln, p)
+	if !ok {
 		return d
 	}
 	target := ln.f.QueueTarget()
@@ -193,13 +254,13 @@ func (g *guard) startStream(c admission.Call, ln *Lane, cost int64) admission.De
 
 // beforeStreamTurn is startStream up to the stream's wait for its turn:
 // decided is true, with the decision d, for a stream that takes no turn.
-func (g *guard) beforeStreamTurn(c admission.Call, ln *Lane, cost int64) (d admission.Decision, decided bool) {
+func (g *guard) beforeStreamTurn(c admission.Call, ln *Lane, p admission.Permit) (d admission.Decision, decided bool) {
 	if c.ClientStream {
-		ln.unreserve(cost)
+		ln.release(p, c.Now)
 		return holding(admission.Decision{}, ln), true // its handler waits for the client
 	}
 	if ln.f.streamsStayOpen() {
-		ln.unreserve(cost)
+		ln.release(p, c.Now)
 		return g.unturned(c, ln), true
 	}
 	return admission.Decision{}, false
@@ -248,7 +309,7 @@ func (g *guard) Finish(c admission.Call, p admission.Permit, o admission.Outcome
 		}
 	case p.Value&turn == 0:
 		if p.Value&reserved != 0 {
-			ln.unreserve(int64(p.Value & valueOf)) // admitted, never started
+			ln.release(p, g.l.o.now()) // admitted, never started
 		}
 	default:
 		finishTurn(Ticket{f: f, ln: ln, start: int64(p.Value &^ turn)}, c, o)

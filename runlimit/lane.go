@@ -53,6 +53,9 @@ type Lane struct {
 	// count is the calls admitted to wait for a turn (reserve) and not yet
 	// given one or refused, waiting or on their way to wait.
 	count atomic.Int64
+	// tapped is the reservations of calls the guard admitted (Admit)
+	// that have not asked for their turn yet, by generation: see tapIn.
+	tapped [2]atomic.Uint64
 
 	// under Limiter.mu
 	head, tail *waiter
@@ -69,15 +72,19 @@ func (ln *Lane) Class() admission.Criticality { return ln.class }
 func (ln *Lane) Flow() *Flow { return ln.f }
 
 // Waiting returns the calls of the lane that were admitted to wait for a
-// turn and have not yet got one or given up.
-func (ln *Lane) Waiting() int { return int(ln.count.Load()) }
+// turn and have not yet got one or given up. A call a guard of NewGuard
+// admitted counts only once its handler asks for its turn: until then it
+// may be waiting for its request, not for a turn (see tapIn).
+func (ln *Lane) Waiting() int { return int(ln.count.Load() - ln.tappedNow()) }
 
 // reserve counts a call admitted to wait for a turn as on its way, so
 // that Admissible sees it, and returns the cost it added to its class's
 // work: end the reservation with unreserve(cost).
-func (ln *Lane) reserve() int64 {
+func (ln *Lane) reserve() int64 { return ln.reserveCost(int64(ln.f.cost())) }
+
+// reserveCost is reserve, adding cost ns.
+func (ln *Lane) reserveCost(cost int64) int64 {
 	l := ln.f.l
-	cost := int64(ln.f.cost())
 	l.work[ln.class.Index()].Add(cost)
 	if ln.count.Add(1) == 2 {
 		l.backlogged[ln.class.Index()].Add(ln.weight)
@@ -86,10 +93,13 @@ func (ln *Lane) reserve() int64 {
 }
 
 // unreserve ends a reservation that added cost.
-func (ln *Lane) unreserve(cost int64) {
+func (ln *Lane) unreserve(cost int64) { ln.unreserveN(1, cost) }
+
+// unreserveN ends n reservations that added cost in all.
+func (ln *Lane) unreserveN(n, cost int64) {
 	l := ln.f.l
 	l.work[ln.class.Index()].Add(-cost)
-	if ln.count.Add(-1) == 1 {
+	if q := ln.count.Add(-n); q <= 1 && q+n >= 2 {
 		l.backlogged[ln.class.Index()].Add(-ln.weight)
 	}
 }
@@ -146,6 +156,130 @@ func (ln *Lane) admissible(extra float64) bool {
 	// Two calls at least, one being handed a turn and one waiting, so
 	// that a lane with calls to run stays backlogged and gets its share.
 	return float64(q) < max(2, math.Ceil((budget/f.cost()+2)*share))
+}
+
+// A call the guard admits (Admit) reserves its place in its lane at once,
+// so that a flood is refused at its headers, before its handler's
+// goroutine exists. But a transport admits a call at its headers, and a
+// request body that comes later is the client's delay, not a queue of the
+// server's: a call on its way through a busy server's scheduler takes far
+// less than one of the Limiter's intervals. So a reservation not yet
+// asked for its turn lapses once its generation (the Limiter's intervals
+// since its epoch) is two behind: lapse ends it, and the call's handler
+// judges the lane again when it starts (see NewGuard). The reservations
+// are counted by generation, two slots in turn, each one word: its
+// generation, its count and the work they added, in µs.
+const (
+	tapGenBits  = 24
+	tapNBits    = 16
+	tapWorkBits = 24
+	tapGenMask  = 1<<tapGenBits - 1
+	tapNMask    = 1<<tapNBits - 1
+	tapWorkMask = 1<<tapWorkBits - 1
+	tapOne      = 1 << tapWorkBits // one reservation more in a slot
+)
+
+// tapGen is the generation of a reservation made at now ns since the
+// Limiter's epoch.
+func (ln *Lane) tapGen(now int64) uint64 {
+	return uint64(max(now, 0)/int64(ln.f.l.o.interval)) & tapGenMask
+}
+
+// tapLive reports whether a reservation of generation gen has not lapsed
+// at generation now: gen is now or the one before, or up to two after (a
+// now read a little before another call's).
+func tapLive(gen, now uint64) bool {
+	d := (now - gen) & tapGenMask
+	return d <= 1 || d >= tapGenMask-1
+}
+
+func tapSlot(gen, n, work uint64) uint64 {
+	return gen<<(tapNBits+tapWorkBits) | n<<tapWorkBits | work
+}
+
+func tapFields(v uint64) (gen, n, work uint64) {
+	return v >> (tapNBits + tapWorkBits), v >> tapWorkBits & tapNMask, v & tapWorkMask
+}
+
+// lapse ends the reservations of both slots that lapsed at generation now.
+func (ln *Lane) lapse(now uint64) {
+	for i := range ln.tapped {
+		slot := &ln.tapped[i]
+		for {
+			v := slot.Load()
+			gen, n, work := tapFields(v)
+			if n == 0 || tapLive(gen, now) {
+				break
+			}
+			if slot.CompareAndSwap(v, tapSlot(gen, 0, 0)) {
+				ln.unreserveN(int64(n), int64(work)*int64(time.Microsecond))
+				break
+			}
+		}
+	}
+}
+
+// tapIn reserves a place in the lane for a call admitted at generation
+// gen (after lapse), adding the flow's cost rounded up to a µs, us, and
+// reports in which generation's slot it is counted: uncounted (a slot
+// full) never lapses.
+func (ln *Lane) tapIn(gen uint64) (in, us uint64, counted bool) {
+	us = min(uint64(ln.f.cost()+float64(time.Microsecond)-1)/uint64(time.Microsecond), tapWorkMask)
+	ln.reserveCost(int64(us) * int64(time.Microsecond))
+	slot := &ln.tapped[gen&1]
+	for {
+		v := slot.Load()
+		g, n, work := tapFields(v)
+		in = gen
+		switch {
+		case g == gen:
+		case n == 0:
+			work = 0
+		case tapLive(g, gen):
+			in = g // a later generation's: gen was read just before it began
+		default:
+			ln.lapse(gen) // its generation's reservations lapsed
+			continue
+		}
+		if n == tapNMask || work+us > tapWorkMask {
+			return gen, us, false
+		}
+		if slot.CompareAndSwap(v, tapSlot(in, n+1, work+us)) {
+			return in, us, true
+		}
+	}
+}
+
+// tapOut takes the reservation of a call admitted at generation gen that
+// added us µs of work out of its slot at generation now, reporting
+// whether it had not lapsed: then it is still the call's (it still
+// counts in the lane), else lapse ended it.
+func (ln *Lane) tapOut(gen, us, now uint64) bool {
+	if !tapLive(gen, now) {
+		ln.lapse(now)
+		return false
+	}
+	slot := &ln.tapped[gen&1]
+	for {
+		v := slot.Load()
+		g, n, work := tapFields(v)
+		if g != gen || n == 0 {
+			return false
+		}
+		if slot.CompareAndSwap(v, tapSlot(gen, n-1, work-min(work, us))) {
+			return true
+		}
+	}
+}
+
+// tappedNow is the reservations counted in the slots, lapsed or not.
+func (ln *Lane) tappedNow() int64 {
+	var n int64
+	for i := range ln.tapped {
+		_, k, _ := tapFields(ln.tapped[i].Load())
+		n += int64(k)
+	}
+	return n
 }
 
 // patience is how long a call of the lane admitted now waits for its turn

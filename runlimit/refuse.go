@@ -329,8 +329,17 @@ func (l *Limiter) refuseOn(e evidence) { l.refusedOn[e].Add(1) }
 // admit admits a call of ln at now to wait for a turn, reserving its place
 // (end it with unreserve(cost)), unless judge refuses it.
 func (ln *Lane) admit(now time.Time) (cost int64, ok bool) {
+	if !ln.fits(now) {
+		return 0, false
+	}
+	return ln.reserve(), true
+}
+
+// fits reports whether a call of ln may be admitted at now to wait for a
+// turn, unless judge refuses it.
+func (ln *Lane) fits(now time.Time) bool {
 	if ln.Admissible() {
-		return ln.reserve(), true // judge admits a call that fits: no facts to read
+		return true // judge admits a call that fits: no facts to read
 	}
 	l := ln.f.l
 	v := l.look(ln, l.nanos(now))
@@ -340,13 +349,13 @@ func (ln *Lane) admit(now time.Time) (cost int64, ok bool) {
 	case refuseFull:
 		l.refuseOn(e)
 		l.offered.Add(1)
-		return 0, false
+		return false
 	case admitSlacked:
 		l.slacked.Add(1)
 	case admitUnproven:
 		l.unrefused.Add(1)
 	}
-	return ln.reserve(), true
+	return true
 }
 
 // expired ends the wait of w, a waiter of ln whose patience ran out, as

@@ -630,3 +630,60 @@ func TestLimiterBaselineCreatesNoFlow(t *testing.T) {
 		t.Errorf("Baseline(/svc/Call) = %v, want 7ms", got)
 	}
 }
+
+// TestGuardPlacesLapse: a call admitted at its headers holds a place in
+// its lane, not counted as waiting, until its handler asks for its turn
+// or two of the Limiter's intervals pass (a request body the client sends
+// late); a lapsed place is judged again at Start and given back once,
+// whichever way the call ends.
+func TestGuardPlacesLapse(t *testing.T) {
+	l := mustNew(t, WithBounds(1, 1), WithQueueTarget(time.Millisecond), WithInterval(10*time.Millisecond))
+	g := NewGuard("run", l)
+	st := g.(admission.Starter)
+	f := l.Flow("/s/M")
+	now := time.Now()
+	c := admission.Call{Ctx: context.Background(), Method: "/s/M", Now: now}
+	var ps []admission.Permit
+	for range 3 {
+		d := g.Admit(c)
+		if d.Refused {
+			t.Fatalf("Admit = %+v", d)
+		}
+		ps = append(ps, d.Permit)
+	}
+	ln := crit(f)
+	if n, w := ln.count.Load(), ln.Waiting(); n != 3 || w != 0 {
+		t.Fatalf("3 admitted: %d places, %d waiting; want 3, 0", n, w)
+	}
+	// Within the interval after its own, a place is still the call's.
+	c.Now = now.Add(10 * time.Millisecond)
+	d := st.Start(c, ps[0])
+	if d.Refused || d.Permit.Value&turn == 0 {
+		t.Fatalf("Start within an interval = %+v, want a turn", d)
+	}
+	if n := ln.count.Load(); n != 2 {
+		t.Errorf("one started: %d places, want 2", n)
+	}
+	// Two intervals later the others lapsed: a new call lapses them.
+	c.Now = now.Add(30 * time.Millisecond)
+	d2 := g.Admit(c)
+	if d2.Refused {
+		t.Fatalf("Admit after the places lapsed = %+v", d2)
+	}
+	if n, w := ln.count.Load(), ln.Waiting(); n != 1 || w != 0 {
+		t.Errorf("after the lapse and one more admitted: %d places, %d waiting; want 1, 0", n, w)
+	}
+	g.Finish(c, d.Permit, admission.Outcome{Duration: time.Millisecond})
+	// A lapsed call that starts is judged again and reserves anew; one
+	// that never starts gives back nothing.
+	if d := st.Start(c, ps[1]); d.Refused || d.Permit.Value&turn == 0 {
+		t.Fatalf("Start of a lapsed call on a free turn = %+v, want a turn", d)
+	} else {
+		g.Finish(c, d.Permit, admission.Outcome{Duration: time.Millisecond})
+	}
+	g.Finish(c, ps[2], admission.Outcome{Skipped: true})
+	g.Finish(c, d2.Permit, admission.Outcome{Skipped: true})
+	if n, w, work := ln.count.Load(), ln.Waiting(), l.work[ln.class.Index()].Load(); n != 0 || w != 0 || work != 0 {
+		t.Errorf("after every call: %d places, %d waiting, work %d; want 0, 0, 0", n, w, work)
+	}
+}

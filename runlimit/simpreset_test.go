@@ -147,7 +147,7 @@ func (p *simPreset) Start(c *sim.Call) sim.Decision {
 		return sim.Decision{Verdict: sim.Refuse, TooShort: true}
 	}
 	if ln, _ := sc.run.Ref.(*Lane); c.Stream && ln != nil && sc.run.Value&reserved != 0 {
-		return p.startStream(c, sc, ln, int64(sc.run.Value&valueOf))
+		return p.startStream(c, sc, ln, sc.run)
 	}
 	ln, cost, d, decided := p.run.beforeTurn(sc.c, sc.run)
 	if decided {
@@ -162,8 +162,12 @@ func (p *simPreset) Start(c *sim.Call) sim.Decision {
 
 // startStream is the guard's startStream, its wait left to the
 // simulator.
-func (p *simPreset) startStream(c *sim.Call, sc *simCall, ln *Lane, cost int64) sim.Decision {
-	if d, decided := p.run.beforeStreamTurn(sc.c, ln, cost); decided {
+func (p *simPreset) startStream(c *sim.Call, sc *simCall, ln *Lane, permit admission.Permit) sim.Decision {
+	if d, decided := p.run.beforeStreamTurn(sc.c, ln, permit); decided {
+		return p.after(c, sc, d, false)
+	}
+	cost, d, ok := p.run.reserveAt(sc.c, ln, permit)
+	if !ok {
 		return p.after(c, sc, d, false)
 	}
 	sc.target = ln.f.QueueTarget()
