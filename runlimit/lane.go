@@ -77,6 +77,12 @@ func (ln *Lane) Flow() *Flow { return ln.f }
 // may be waiting for its request, not for a turn (see tapIn).
 func (ln *Lane) Waiting() int { return int(ln.count.Load() - ln.tappedNow()) }
 
+// Held returns the places held in the lane: the calls admitted to wait
+// for a turn and not yet given one or refused, including those a guard
+// of NewGuard admitted whose handler has not asked for its turn yet
+// (Waiting leaves them out). It is what the lane's bound counts.
+func (ln *Lane) Held() int { return int(ln.count.Load()) }
+
 // reserve counts a call admitted to wait for a turn as on its way, so
 // that Admissible sees it, and returns the cost it added to its class's
 // work: end the reservation with unreserve(cost).

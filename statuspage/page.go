@@ -158,7 +158,9 @@ type Flow struct {
 	ServiceTimeMS float64 `json:"service_time_ms"`
 	BaselineMS    float64 `json:"baseline_ms"`
 	QueueTargetMS float64 `json:"queue_target_ms"`
-	// Waiting is the calls admitted to wait for a turn, over its lanes.
+	// Waiting is the calls admitted to wait for a turn, over its lanes:
+	// the places they hold (runlimit.Lane.Held), including calls whose
+	// handler has not asked for its turn yet.
 	Waiting int `json:"waiting"`
 	// Lanes are the lanes with calls waiting, at most MaxLanes.
 	Lanes []Lane `json:"lanes,omitempty"`
@@ -305,7 +307,7 @@ func runLimit(name string, l *runlimit.Limiter) RunLimit {
 		lanes := f.WaitingLanes(MaxLanes)
 		w := 0
 		for _, ln := range lanes {
-			w += ln.Waiting()
+			w += ln.Held()
 		}
 		if f.ServiceTime() == 0 && w == 0 && (f.Name() == runlimit.UnservedFlow || f.Name() == runlimit.OverflowFlow) {
 			continue // a shared flow no call used
@@ -325,7 +327,7 @@ func runLimit(name string, l *runlimit.Limiter) RunLimit {
 		fl := Flow{Name: cut(f.Name()), ServiceTimeMS: float64(f.ServiceTime()) / ms, BaselineMS: float64(f.Baseline()) / ms,
 			QueueTargetMS: float64(f.QueueTarget()) / ms, Waiting: fa.waiting}
 		for _, ln := range fa.lanes {
-			fl.Lanes = append(fl.Lanes, Lane{Tenant: cut(ln.Tenant()), Class: ln.Class().String(), Waiting: ln.Waiting()})
+			fl.Lanes = append(fl.Lanes, Lane{Tenant: cut(ln.Tenant()), Class: ln.Class().String(), Waiting: ln.Held()})
 		}
 		slices.SortFunc(fl.Lanes, func(a, b Lane) int {
 			return cmp.Or(cmp.Compare(b.Waiting, a.Waiting), strings.Compare(a.Tenant, b.Tenant), strings.Compare(a.Class, b.Class))
