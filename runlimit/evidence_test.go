@@ -634,3 +634,46 @@ func TestOverloadedOnlyReads(t *testing.T) {
 		t.Error("Overloaded() 1s after the look that found the CPU busy, dips seen only by Overloaded between = false, want true")
 	}
 }
+
+// TestLaneAcquireFullWithoutOverload: Lane.Acquire, like the guard,
+// refuses a call its full lane cannot admit only on evidence of overload;
+// without it the call waits for its turn.
+func TestLaneAcquireFullWithoutOverload(t *testing.T) {
+	cpu := &fakeCPU{}
+	l := mustNew(t, WithBounds(1, 1), WithQueueTarget(time.Millisecond), WithCPU(cpu))
+	g := NewGuard("run", l)
+	c := admission.Call{Ctx: context.Background(), Method: "/s/M", Now: time.Now()}
+	f := l.Flow("/s/M")
+	tk, _ := f.TryAcquire(c.Now)
+	tk.Done(c.Now.Add(time.Millisecond), false) // a service time of 1ms
+	hold, _ := f.TryAcquire(c.Now)
+	var permits []admission.Permit
+	for range 10 {
+		if d := g.Admit(c); !d.Refused {
+			permits = append(permits, d.Permit)
+		}
+	}
+	ln := f.Lane(c.Tenant, c.Class)
+	if ln.Admissible() {
+		t.Fatal("the lane admits more after 10 calls, want it full")
+	}
+	gone, cancel := context.WithCancel(context.Background())
+	cancel()
+	if l.Overloaded(time.Now()) {
+		t.Fatal("Overloaded() = true, want no evidence")
+	}
+	if _, err := ln.Acquire(gone); err != context.Canceled {
+		t.Errorf("Acquire on a full lane without evidence of overload = %v, want it to wait (context.Canceled)", err)
+	}
+	cpu.saturated = true
+	if _, err := ln.Acquire(gone); err != ErrQueueFull {
+		t.Errorf("Acquire on a full lane with the CPU saturated = %v, want ErrQueueFull", err)
+	}
+	if got := l.Stats().RefusedOn; got != (EvidenceStats{CPU: 1}) {
+		t.Errorf("Stats().RefusedOn = %+v, want one refusal on the CPU", got)
+	}
+	hold.Release()
+	for _, p := range permits {
+		g.Finish(c, p, admission.Outcome{Skipped: true})
+	}
+}

@@ -308,19 +308,25 @@ func (ln *Lane) patience() time.Duration {
 const roomyPatience = 8
 
 // Acquire takes a turn for a call of the lane, waiting if every turn is
-// taken, as Flow.Acquire does; it refuses at once with ErrQueueFull a call
-// the lane cannot admit.
+// taken, as Flow.Acquire does. A call the lane cannot admit (see
+// Admissible) is refused at once with ErrQueueFull only on evidence of
+// overload (see Limiter.Overloaded, which the lane's own queue adds to);
+// without it, the call waits as the guard's would.
 func (ln *Lane) Acquire(ctx context.Context) (Ticket, error) {
 	ln.f.touch()
-	ln.f.l.offered.Add(1)
-	if t, ok := ln.f.tryAcquire(ln.f.l.o.now()); ok {
+	l := ln.f.l
+	now := l.o.now()
+	if t, ok := ln.f.tryAcquire(now); ok {
+		l.offered.Add(1)
 		t.ln = ln
 		return t, nil
 	}
-	if !ln.Admissible() {
+	cost, ok := ln.admit(now) // judged as the guard judges a call (NewGuard); a refusal is counted there
+	if !ok {
 		return Ticket{}, ErrQueueFull
 	}
-	return ln.acquire(ctx, ln.reserve(), false)
+	l.offered.Add(1)
+	return ln.acquire(ctx, cost, false)
 }
 
 // classLanes are the lanes of one tenant of a flow, one per class.

@@ -943,11 +943,14 @@ type waiter struct {
 // Acquire takes a turn for a call of f, of no tenant and class Critical,
 // waiting if every turn is taken: turns are handed out fairly among the
 // lanes' waiting calls (see Lane). It returns ErrQueueFull at once when
-// the lane is not Admissible, ErrTimeout after twice the flow's queue
-// target (admission lets in only what should start within half of it, so
-// a timeout means the estimate went badly wrong; eight times while the
-// class leaves room, see Lane.Admissible), and ctx's error if ctx
-// ends first.
+// the lane is not Admissible and the Limiter has evidence of overload
+// (Overloaded, or the lane's own queue holding an interval's work);
+// without evidence the call waits. It returns ErrTimeout after twice the
+// flow's queue target (admission lets in only what should start within
+// half of it, so a timeout means the estimate went badly wrong; eight
+// times while the class leaves room, see Lane.Admissible) if there is
+// evidence of overload then, and otherwise takes a turn beyond the
+// limit; and ctx's error if ctx ends first.
 func (f *Flow) Acquire(ctx context.Context) (Ticket, error) {
 	return f.lanes[admission.Critical.Index()].Acquire(ctx)
 }
