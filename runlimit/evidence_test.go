@@ -677,3 +677,41 @@ func TestLaneAcquireFullWithoutOverload(t *testing.T) {
 		g.Finish(c, p, admission.Outcome{Skipped: true})
 	}
 }
+
+// flickerCPU is a CPU signal saturated for its next n reads only.
+type flickerCPU struct{ n int }
+
+func (c *flickerCPU) Utilization() float64 { return 0 }
+func (c *flickerCPU) Saturated() bool {
+	c.n--
+	return c.n >= 0
+}
+
+// TestRefusalNamesTheEvidenceItWasRefusedOn: a refusal at admission
+// reports, and counts, the evidence judge refused it on, not what the
+// facts read again after show.
+func TestRefusalNamesTheEvidenceItWasRefusedOn(t *testing.T) {
+	cpu := &flickerCPU{}
+	l := mustNew(t, WithBounds(1, 1), WithQueueTarget(time.Millisecond), WithCPU(cpu))
+	g := NewGuard("run", l)
+	c := admission.Call{Ctx: context.Background(), Method: "/s/M", Now: time.Now()}
+	tk, _ := l.Flow("/s/M").TryAcquire(c.Now)
+	tk.Done(c.Now.Add(time.Millisecond), false) // a service time of 1ms
+	var permits []admission.Permit
+	for range 10 {
+		if d := g.Admit(c); !d.Refused {
+			permits = append(permits, d.Permit)
+		}
+	}
+	cpu.n = 1 // saturated for the decision's read only
+	d := g.Admit(c)
+	if !d.Refused || d.Evidence != admission.EvidenceCPU {
+		t.Errorf("Admit to a full lane refused on a saturated CPU = %+v, want refused on %v", d, admission.EvidenceCPU)
+	}
+	if got := l.Stats().RefusedOn; got != (EvidenceStats{CPU: 1}) {
+		t.Errorf("Stats().RefusedOn = %+v, want one refusal on the CPU", got)
+	}
+	for _, p := range append(permits, d.Permit) {
+		g.Finish(c, p, admission.Outcome{Skipped: true})
+	}
+}

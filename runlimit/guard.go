@@ -127,8 +127,8 @@ func (g *guard) Admit(c admission.Call) admission.Decision {
 	}
 	gen := ln.tapGen(g.l.nanos(c.Now))
 	ln.lapse(gen)
-	if !ln.fits(c.Now) {
-		return ln.refusalOn(admission.CauseRunQueueFull, ReasonQueueFull, f.QueueTarget(), c.Now)
+	if why, ok := ln.fits(c.Now); !ok {
+		return why.refusal(admission.CauseRunQueueFull, ReasonQueueFull, f.QueueTarget())
 	}
 	gen, us, counted := ln.tapIn(gen)
 	f.calls.Add(1)
@@ -144,10 +144,10 @@ func (g *guard) reserveAt(c admission.Call, ln *Lane, p admission.Permit) (cost 
 	if cost, ok = ln.claim(p, c.Now); ok {
 		return cost, admission.Decision{}, true
 	}
-	if cost, ok = ln.admit(c.Now); !ok {
-		return 0, holding(ln.refusalOn(admission.CauseRunQueueFull, ReasonQueueFull, ln.f.QueueTarget(), c.Now), ln), false
+	if why, ok := ln.fits(c.Now); !ok {
+		return 0, holding(why.refusal(admission.CauseRunQueueFull, ReasonQueueFull, ln.f.QueueTarget()), ln), false
 	}
-	return cost, admission.Decision{}, true
+	return ln.reserve(), admission.Decision{}, true
 }
 
 // holding is d with a permit that holds ln and nothing else, so that

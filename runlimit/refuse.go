@@ -329,17 +329,32 @@ func (l *Limiter) refuseOn(e evidence) { l.refusedOn[e].Add(1) }
 // admit admits a call of ln at now to wait for a turn, reserving its place
 // (end it with unreserve(cost)), unless judge refuses it.
 func (ln *Lane) admit(now time.Time) (cost int64, ok bool) {
-	if !ln.fits(now) {
+	if _, ok := ln.fits(now); !ok {
 		return 0, false
 	}
 	return ln.reserve(), true
 }
 
+// grounds are what a refusal was made on: its evidence and its measure
+// (facts.measure), taken from the facts judge decided on.
+type grounds struct {
+	e                evidence
+	value, threshold float32
+}
+
+// refusal is the refusal for cause made on g.
+func (g grounds) refusal(cause admission.Cause, reason string, retry time.Duration) admission.Decision {
+	d := admission.RefuseFor(cause, g.e.kind(), reason, retry)
+	d.Value, d.Threshold = g.value, g.threshold
+	return d
+}
+
 // fits reports whether a call of ln may be admitted at now to wait for a
-// turn, unless judge refuses it.
-func (ln *Lane) fits(now time.Time) bool {
+// turn, unless judge refuses it: then ok is false and why is what it was
+// refused on.
+func (ln *Lane) fits(now time.Time) (why grounds, ok bool) {
 	if ln.Admissible() {
-		return true // judge admits a call that fits: no facts to read
+		return grounds{}, true // judge admits a call that fits: no facts to read
 	}
 	l := ln.f.l
 	v := l.look(ln, l.nanos(now))
@@ -349,13 +364,15 @@ func (ln *Lane) fits(now time.Time) bool {
 	case refuseFull:
 		l.refuseOn(e)
 		l.offered.Add(1)
-		return false
+		why.e = e
+		why.value, why.threshold = v.measure(e)
+		return why, false
 	case admitSlacked:
 		l.slacked.Add(1)
 	case admitUnproven:
 		l.unrefused.Add(1)
 	}
-	return true
+	return grounds{}, true
 }
 
 // expired ends the wait of w, a waiter of ln whose patience ran out, as
@@ -427,10 +444,9 @@ func (ln *Lane) refusal(err error, target time.Duration, now time.Time) admissio
 func (ln *Lane) refusalOn(cause admission.Cause, reason string, retry time.Duration, now time.Time) admission.Decision {
 	l := ln.f.l
 	v := l.look(ln, l.nanos(now))
-	e := v.first()
-	d := admission.RefuseFor(cause, e.kind(), reason, retry)
-	d.Value, d.Threshold = v.measure(e)
-	return d
+	why := grounds{e: v.first()}
+	why.value, why.threshold = v.measure(why.e)
+	return why.refusal(cause, reason, retry)
 }
 
 // Signals returns the Limiter's signals of overload at now, in the order
