@@ -9,6 +9,7 @@ import (
 
 	"github.com/levee-go/levee/admission"
 	"github.com/levee-go/levee/cpu"
+	"github.com/levee-go/levee/internal/overload"
 )
 
 // A cpu.Monitor tells its utilisation, so that it is evidence of overload
@@ -714,4 +715,12 @@ func TestRefusalNamesTheEvidenceItWasRefusedOn(t *testing.T) {
 	for _, p := range append(permits, d.Permit) {
 		g.Finish(c, p, admission.Outcome{Skipped: true})
 	}
+}
+
+// spikeBound is, at now, the turns asked for over the last interval and
+// the current one, and how many of them are a spike
+// (overload.SpikeBound of the turns that ended, spikeTurns).
+func (l *Limiter) spikeBound(now int64) (offered, threshold float64) {
+	offered, finished := l.spikeTurns(now)
+	return offered, overload.SpikeBound(finished)
 }

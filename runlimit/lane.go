@@ -302,9 +302,10 @@ func (ln *Lane) patience() time.Duration {
 }
 
 // roomyPatience is a call's patience, in queue targets, in a class that
-// leaves room: random arrivals at 80% of a core's capacity (60% critical
-// calls beside the CPU a flood's refusals take) wait for more than four
-// targets about one time in a hundred, for more than eight almost never.
+// leaves room: the class's calls are all served in the end, so its waits
+// are bursts that pass, and random arrivals near a server's capacity
+// wait several targets now and then; a patience of a few targets would
+// refuse calls that were about to run.
 const roomyPatience = 8
 
 // Acquire takes a turn for a call of the lane, waiting if every turn is

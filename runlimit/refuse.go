@@ -97,8 +97,8 @@ func (v *facts) standingFor() overload.Reading {
 	return overload.StandingFor(v.waiting, v.queuedFor, v.sustained)
 }
 
-// spike: calls ask for turns much faster than turns end (spikeBound,
-// overload.SpikeOf). Streams are not counted: a stream opens for work of
+// spike: calls ask for turns much faster than turns end
+// (overload.SpikeOf). Streams are not counted: a stream opens for work of
 // unknown length.
 func (v *facts) spike() bool { return v.spikeOf().Holds }
 
@@ -242,14 +242,6 @@ func (l *Limiter) read(ln *Lane, now int64) facts {
 	return v
 }
 
-// spikeBound is, at now, the turns asked for over the last interval and
-// the current one, and how many of them are a spike
-// (overload.SpikeBound of the turns that ended, spikeTurns).
-func (l *Limiter) spikeBound(now int64) (offered, threshold float64) {
-	offered, finished := l.spikeTurns(now)
-	return offered, overload.SpikeBound(finished)
-}
-
 // spikeTurns is, at now, the turns asked for over the last interval and
 // the current one, and the turns that ended meanwhile, at least what
 // their smoothed rate (doneRate) gives over that time: a stall in
@@ -317,7 +309,7 @@ func (l *Limiter) overloadedAt(now int64) bool {
 }
 
 // look is read at now for a call of ln (nil: the Limiter's own), after a
-// look at the CPU signal (lookCPU) unless the lane's own evidence holds.
+// look at the CPU signal (lookCPU).
 func (l *Limiter) look(ln *Lane, now int64) facts {
 	l.lookCPU(now)
 	return l.read(ln, now)

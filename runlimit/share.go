@@ -89,10 +89,10 @@ func (l *Limiter) noteSlack(busy, wall float64, end int64) {
 	if idle < minIdle*wall {
 		idle = 0 // the gaps between the turns of a saturated server
 	}
-	overload := l.overloadedAt(end)
-	both := overload && l.wasOverload
-	calm := !overload && !l.wasOverload
-	l.wasOverload = overload
+	over := l.overloadedAt(end)
+	both := over && l.wasOverload
+	calm := !over && !l.wasOverload
+	l.wasOverload = over
 	least := l.leastWork.Swap(math.MaxInt64)
 	most := l.mostWork.Swap(0)
 	old := l.slack.Load()

@@ -22,7 +22,7 @@ type Signal struct {
 	//	overrun   calls running, against the limit plus max(the limit, an interval's work), with calls waiting
 	//	standing  milliseconds calls have waited for a turn without a pause, against ten intervals
 	//	spike     calls that asked for a turn over the last interval and this one, against twice the turns
-	//	          that ended (at least what their smoothed rate gives) and minOverruns more
+	//	          that ended (at least what their smoothed rate gives) and overload.MinExcess (20) more
 	Value, Threshold float64
 	// Holds is whether the signal is evidence of overload now: for
 	// cpu and standing, its value must have held for ten intervals, not
