@@ -724,3 +724,20 @@ func (l *Limiter) spikeBound(now int64) (offered, threshold float64) {
 	offered, finished := l.spikeTurns(now)
 	return offered, overload.SpikeBound(finished)
 }
+
+// TestJudgeWithoutFacts: judge takes no facts as no evidence at every
+// point, and at a turn judges the deadline alone.
+func TestJudgeWithoutFacts(t *testing.T) {
+	if v, e := judge(atAdmission, call{}, nil); v != admitUnproven || e != evidenceNone {
+		t.Errorf("judge(atAdmission, a call that does not fit, nil) = %v, %v; want admitUnproven, none", v, e)
+	}
+	if v, e := judge(atExpiry, call{}, nil); v != runOver || e != evidenceNone {
+		t.Errorf("judge(atExpiry, nil) = %v, %v; want runOver, none", v, e)
+	}
+	if v, _ := judge(atTurn, call{left: time.Millisecond, serviceTime: time.Second}, nil); v != admit {
+		t.Errorf("judge(atTurn, no deadline, nil) = %v, want admit", v)
+	}
+	if v, _ := judge(atTurn, call{hasDeadline: true, left: time.Millisecond, serviceTime: time.Second}, nil); v != refuseTooLate {
+		t.Errorf("judge(atTurn, a deadline shorter than the service time, nil) = %v, want refuseTooLate", v)
+	}
+}

@@ -186,11 +186,16 @@ const (
 
 // judge decides, at point at, for call c, on the facts v; e is the
 // evidence a refusal or an admission beyond the lane's bound is made on.
+// At a turn it needs no facts (v may be nil: a deadline is judged
+// whatever the evidence); a nil v elsewhere is judged as no evidence.
 func judge(at point, c call, v *facts) (verdict, evidence) {
 	switch at {
 	case atAdmission:
 		if c.fits {
 			return admit, evidenceNone
+		}
+		if v == nil {
+			return admitUnproven, evidenceNone
 		}
 		// No refusal without evidence of overload; with it, a call that
 		// fits in the slack of the server's idle time is admitted.
@@ -205,7 +210,11 @@ func judge(at point, c call, v *facts) (verdict, evidence) {
 	case atExpiry:
 		// A limit that binds without evidence is a limit learned too low:
 		// the call runs as it would on a server without one.
-		switch e := v.first(); {
+		e := evidenceNone
+		if v != nil {
+			e = v.first()
+		}
+		switch {
 		case e != evidenceNone:
 			return refuseExpired, e
 		case c.stream:
@@ -409,7 +418,7 @@ func (g *guard) turned(c admission.Call, ln *Lane, t Ticket) admission.Decision 
 	if cl.hasDeadline {
 		cl.left, cl.serviceTime = c.Deadline.Sub(g.l.o.now()), f.ServiceTimeAt(c.Now)
 	}
-	if v, _ := judge(atTurn, cl, nil); cl.hasDeadline && v == refuseTooLate {
+	if v, _ := judge(atTurn, cl, nil); v == refuseTooLate {
 		t.Release()
 		return holding(admission.Decision{Refused: true, Reason: ReasonTooLate, DeadlineTooShort: true, Cause: admission.CauseDeadlineTooShort,
 			Evidence: admission.EvidenceServiceTime, Threshold: float32(cl.serviceTime.Seconds() * 1e3)}, ln)
