@@ -52,7 +52,7 @@
 // the heap the last GC found live, plus the memory of the calls started
 // since that GC ended.
 //
-// Who gets the budget: class c may fill it up to Shares[c] of it
+// Who gets the budget: class c may fill up to its share of it
 // (sheddable half, sheddable_plus three quarters, critical all,
 // critical_plus a quarter beyond), so that while lower classes cover the
 // excess no higher one is refused. A call fits when the memory in flight

@@ -108,7 +108,14 @@ const (
 // Shares are the shares of the budget each criticality class may fill,
 // by admission.Criticality.Index (sheddable first). Lower classes reach
 // theirs first, so they are refused first.
-var Shares = [admission.Classes]float64{0.5, 0.75, 1, 1.25}
+//
+// Deprecated: Shares is a copy of the shares a Shedder uses, to read
+// only: writing it changes nothing (a write used to race with every
+// Shedder that set its limits). It will be removed in the next release.
+var Shares = shares
+
+// shares are the shares a Shedder uses (see Shares); never written.
+var shares = [admission.Classes]float64{0.5, 0.75, 1, 1.25}
 
 // Signal is what a Shedder follows.
 //
@@ -692,7 +699,7 @@ func (s *Shedder) setLimits() {
 	for i := range s.limits {
 		v := int64(off)
 		if s.budget != off {
-			v = int64(math.Min(float64(s.budget)*Shares[i], math.MaxInt64/2))
+			v = int64(math.Min(float64(s.budget)*shares[i], math.MaxInt64/2))
 		}
 		s.limits[i].Store(v)
 	}

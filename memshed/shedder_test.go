@@ -212,7 +212,7 @@ func TestLowestClassFirst(t *testing.T) {
 		return n
 	}
 	for _, class := range []admission.Criticality{admission.Sheddable, admission.SheddablePlus, admission.Critical, admission.CriticalPlus} {
-		want := int64(float64(budget)*Shares[class.Index()]) / MiB
+		want := int64(float64(budget)*shares[class.Index()]) / MiB
 		if got := fill(class); got != want {
 			t.Errorf("%v calls of 1 MiB admitted at a budget of %d MiB: %d, want %d", class, budget/MiB, got, want)
 		}
