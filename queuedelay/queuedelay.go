@@ -90,6 +90,8 @@ func (g *Guard) Finish(admission.Call, admission.Permit, admission.Outcome) {}
 
 // Recheck records the call's queueing delay and refuses it if it queued
 // past the target during an episode, or past the interval at any time.
+// A refusal's Value is the call's delay, its Threshold the bound it
+// passed (the target in an episode, the interval outside one), both ms.
 func (g *Guard) Recheck(c admission.Call) admission.Decision {
 	delay := int64(c.Queued)
 	g.observe(int64(c.Now.Sub(g.epoch)), delay)
@@ -99,6 +101,7 @@ func (g *Guard) Recheck(c admission.Call) admission.Decision {
 	}
 	if delay > limit {
 		d := admission.RefuseFor(admission.CauseQueueDelay, admission.EvidenceQueueDelay, Reason, time.Duration(g.interval))
+		d.Value = float32(time.Duration(delay).Seconds() * 1e3)
 		d.Threshold = float32(time.Duration(limit).Seconds() * 1e3)
 		return d
 	}

@@ -1,6 +1,7 @@
 package queuedelay
 
 import (
+	"math"
 	"strings"
 	"testing"
 	"time"
@@ -38,8 +39,14 @@ func TestQueueGuardEpisodes(t *testing.T) {
 			t.Errorf("step %d: Recheck(at %vms, queued %vms) refused=%v overloaded=%v, want %v %v",
 				i, s.at, s.queued, d.Refused, g.Overloaded(), s.refused, s.over)
 		}
-		if d.Refused && (d.Cause != admission.CauseQueueDelay || d.Evidence != admission.EvidenceQueueDelay || d.Threshold != 5 && d.Threshold != 100) {
-			t.Errorf("step %d: refusal cause %v, evidence %v, threshold %v; want CauseQueueDelay on queue_delay against 5 or 100 (ms)", i, d.Cause, d.Evidence, d.Threshold)
+		want := float32(100) // outside an episode: the interval
+		if s.over {
+			want = 5 // in an episode: the target
+		}
+		if d.Refused && (d.Cause != admission.CauseQueueDelay || d.Evidence != admission.EvidenceQueueDelay || d.Threshold != want ||
+			math.Abs(float64(d.Value)-s.queued) > 1e-3) {
+			t.Errorf("step %d: refusal cause %v, evidence %v, value %v, threshold %v; want CauseQueueDelay on queue_delay, %v against %v (ms)",
+				i, d.Cause, d.Evidence, d.Value, d.Threshold, s.queued, want)
 		}
 	}
 	if got := g.Episodes(); got != 2 {
