@@ -15,7 +15,7 @@ import (
 // injected.
 func TestNoneRunningIsTheTimeWithNoTurn(t *testing.T) {
 	clk := clocktest.New(time.Unix(1000, 0))
-	l := mustNew(t, WithBounds(2, 2), WithInterval(time.Hour), withClock(clk.Now))
+	l := mustNew(t, WithBounds(2, 2), WithInterval(time.Hour), withTimers(clk))
 	f := l.Flow("m")
 	check := func(want time.Duration, what string) {
 		t.Helper()
