@@ -108,14 +108,6 @@ const (
 	// stretch probe leaves the limit at stretchCut of where it was.
 	stretchProbeTrigger = 1.5
 	stretchCut          = 0.8
-	// stretchKeep: a stretch probe whose calls still run rebaseTrigger
-	// times their baseline, but below stretchKeep of the stretch that
-	// started it, saw the stretch fall with the limit: the calls still
-	// queue for something the limit bounds (a pool, the processors), and
-	// what they measured is not the service time. The probe goes on at
-	// half its limit, until the stretch stops falling: there the calls
-	// run at the service's own pace, and the baselines move to it.
-	stretchKeep = 0.8
 	// probeCPU: a stretch above shrinkTrigger, with a Vegas queue at least
 	// timeSharingQueue of limit − 1 (what time-sharing gives), tries
 	// est × max(cpuCutMin, cpuCutMargin/r): est/r calls run unstretched
@@ -147,7 +139,6 @@ type sample struct {
 	svcSum  float64 // their service times, summed, ns
 	asked   float64 // turns asked for in the interval, per ns (Limiter.offered)
 	cpuSat  bool    // the CPU signal is saturated and holds growth off
-	cpuIdle bool    // there is a CPU signal and it is not saturated
 	overran bool    // calls ran beyond the limit (overrun) in the interval
 }
 
@@ -233,11 +224,10 @@ type step struct {
 	set   bool    // set the limit to est (within the bounds)
 	est   float64 //
 	probe probeKind
-	// start: lower the limit to s.probe.limit for a probe of kind probe;
-	// deeper: the running probe goes on lower (not counted as a start).
-	start, deeper bool
-	cause         MoveCause // why; with probe, of which probe's end
-	baselines     baselineOp
+	// start: lower the limit to s.probe.limit for a probe of kind probe.
+	start     bool
+	cause     MoveCause // why; with probe, of which probe's end
+	baselines baselineOp
 	// Counted only: slow start ended, a cut held growth off, the gate
 	// closed, an interval skipped for its overruns.
 	endedSlowStart, held, closedGate, overran bool
@@ -346,16 +336,11 @@ func cpuCut(est, r float64, o *options) int {
 }
 
 // cpuProbeDue: the gate is open, the stretch above shrinkTrigger with a
-// queue near what time-sharing gives, the cut lowers the limit, the CPU
-// signal (if any) reads saturated, and the CPU is saturated or the last
-// probe is probeSpacing intervals old. Time-sharing stretches calls only
-// while more goroutines want the processors than there are: a CPU signal
-// that reads them far from saturated says the stretch is a queue for
-// something else (a pool, a slower service), which a CPU probe would
-// take for time-sharing and keep its cut.
+// queue near what time-sharing gives, the cut lowers the limit, and the
+// CPU is saturated or the last probe is probeSpacing intervals old.
 func (s *learner) cpuProbeDue(m *sample, est, r float64, o *options) bool {
 	return !s.cpuElsewhere && r > shrinkTrigger && vegasQueue(est, r) >= timeSharingQueue*(est-1) &&
-		!m.cpuIdle && cpuCut(est, r, o) < int(est) && (m.cpuSat || s.spaced(m.end, o))
+		cpuCut(est, r, o) < int(est) && (m.cpuSat || s.spaced(m.end, o))
 }
 
 // lagCut is the limit a probeLag tries from est, for a lag of lag ns at a
@@ -422,11 +407,6 @@ func (s learner) endProbe(now int64, pm probed, o *options) (learner, step) {
 	case probeStretch:
 		if pr < rebaseTrigger {
 			return s, step{set: true, est: p.saved * stretchCut, probe: p.kind, cause: MoveProbeKept, baselines: lowerBaselines}
-		}
-		if lower := p.limit / 2; pr < stretchKeep*p.r && lower >= max(o.floor, o.procs, 1) {
-			s, st := s.startProbe(now, probeStretch, p.saved, lower, pr, o)
-			st.deeper = true
-			return s, st
 		}
 	case probeCPU:
 		return s.endCPUProbe(now, p, pm, undo, o)
@@ -507,12 +487,10 @@ func (l *Limiter) update(end int64) {
 	if l.lr.probe.kind != probeNone {
 		if pm := l.probeMeasured(flows); l.lr.probeDone(end, pm.n, &l.o) {
 			l.probing.Store(false)
+			l.probes.Add(1)
 			l.peak.Store(running(l.state.Load())) // the peak before the probe says nothing of what follows
 			var st step
 			l.lr, st = l.lr.endProbe(end, pm, &l.o)
-			if !st.deeper {
-				l.probes.Add(1)
-			}
 			l.applyStep(st, flows)
 		}
 	}
@@ -536,9 +514,7 @@ func (l *Limiter) update(end int64) {
 	if l.lr.probe.kind != probeNone {
 		return // the probe decides when it ends
 	}
-	sat := l.o.cpu != nil && l.o.cpu.Saturated()
-	m.cpuSat = sat && l.on(ruleCPUHoldsGrowth)
-	m.cpuIdle = l.o.cpu != nil && !sat
+	m.cpuSat = l.o.cpu != nil && l.o.cpu.Saturated() && l.on(ruleCPUHoldsGrowth)
 	var st step
 	l.lr, st = l.lr.decide(&m, &l.o)
 	l.applyStep(st, flows)
@@ -583,7 +559,7 @@ func (l *Limiter) applyStep(st step, flows []*Flow) {
 	count(st.baselines == rebaseline, &l.rebases)
 	count(st.baselines == rebaseline, &pc.rebased)
 	if st.start {
-		l.startProbe(st.probe, flows, !st.deeper)
+		l.startProbe(st.probe, flows)
 		return
 	}
 	if !st.set {
@@ -627,10 +603,8 @@ func (l *Limiter) causeCount(cause MoveCause, kind probeKind) *atomic.Uint64 {
 
 // startProbe lowers the limit to the probe's (l.lr.probe), starting its
 // count anew. Needs upd.
-func (l *Limiter) startProbe(kind probeKind, flows []*Flow, count bool) {
-	if count {
-		l.learned.probe[kind].started.Add(1)
-	}
+func (l *Limiter) startProbe(kind probeKind, flows []*Flow) {
+	l.learned.probe[kind].started.Add(1)
 	for _, f := range flows {
 		f.pn.Store(0)
 		f.psum.Store(0)

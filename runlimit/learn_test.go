@@ -57,12 +57,12 @@ func TestStatsAccountForEveryProbe(t *testing.T) {
 		s.run(5*time.Second, nil)
 		st := s.l.Stats()
 		checkAccounts(t, st)
-		// A stretch of 3 with the CPU far from saturated is not
-		// time-sharing: no probeCPU; a stretch probe, whose calls are as
-		// slow at the lower limit, moves the baselines; the gate stays
-		// open.
-		if st.ProbeCPU.Started != 0 || st.ProbeStretch.Rebased != 1 || st.ProbeStretch.Undone != 1 || st.CPUElsewhere != 0 || st.SlowStartEnded != 1 {
-			t.Errorf("database 3x slower: %+v, want no probeCPU, one stretch probe undone and rebased, the gate open, slow start ended", st)
+		// A stretch of 3 at a limit near 9 looks like time-sharing (a
+		// Vegas queue of 6, near limit − 1): a probeCPU, whose calls are
+		// as slow at the lower limit, so the baselines move; the CPU is
+		// not saturated, so the gate stays open.
+		if st.ProbeCPU.Rebased != 1 || st.ProbeCPU.Undone != 1 || st.CPUElsewhere != 0 || st.SlowStartEnded != 1 {
+			t.Errorf("database 3x slower: %+v, want one probeCPU undone and rebased, the gate open, slow start ended", st)
 		}
 	})
 }

@@ -238,6 +238,46 @@ func TestCPUTakenElsewhereDoesNotCollapseTheLimit(t *testing.T) {
 	}
 }
 
+// TestFollowsASlowerDatabaseFromAHighLimit (ported as
+// TestSimFollowsASlowerDatabaseFromAHighLimit, whose new model breaks
+// some of these bounds by a known defect): the limit grew to twice the
+// pool under a lighter load (eight callers never queue for eight
+// connections), when the database turns 3x slower as a spike starts. At
+// the old limit the calls queue for the pool as well as run slower; a
+// probeCPU's cut removes the queue, but the calls are still 3x their
+// baseline with the pool to spare: the service changed, the baseline
+// moves, and the limit stays near the pool size instead of holding a
+// cut made for a stretch that was mostly not contention.
+func TestFollowsASlowerDatabaseFromAHighLimit(t *testing.T) {
+	io := &ioBound{conns: 8, query: 10 * time.Millisecond}
+	s := newSim(t, io)
+	s.demand = 8
+	s.run(20*time.Second, nil)
+	if l := s.l.Limit(); l < 12 {
+		t.Fatalf("eight callers for eight connections: Limit() = %d, want it above the pool (it grows while reached without a stretch)", l)
+	}
+	s.demand = 0
+	io.query = 30 * time.Millisecond
+	before := s.done
+	lo := s.l.Limit()
+	s.run(3*time.Second, func() {
+		if !s.l.probing.Load() { // a probe lowers the limit for a while by design
+			lo = min(lo, s.l.Limit())
+		}
+	})
+	rate := float64(s.done-before) / 3
+	st := s.l.Stats()
+	if want := 0.9 * 8 / 0.030; rate < want {
+		t.Errorf("throughput in the 3s after the change %.0f/s, want >= %.0f (90%% of what the slower pool serves); lowest limit %d, stats %+v", rate, want, lo, st)
+	}
+	if b := s.f.Baseline(); b < 27*time.Millisecond || b > 33*time.Millisecond {
+		t.Errorf("3s after the database turned 3x slower: Baseline() = %v, want about 30ms", b)
+	}
+	if lo < 6 {
+		t.Errorf("limit fell to %d after the change (outside probes), want it to stay near the pool size (8); stats %+v", lo, st)
+	}
+}
+
 // withOff switches rules off (ablation.go).
 func withOff(rs ...rule) Option {
 	return func(o *options) {
