@@ -162,19 +162,11 @@ func (m *sample) base() float64 { return m.bases / m.weight }
 // probe would refuse a load the server carries. A saturated CPU may be
 // time-sharing its processors among the calls, their baselines stretched
 // by it: there the baselines overstate the need, and none is told.
-//
-// The arrivals keep asked × base turns served only if the server carries
-// them. Calls that took stretch() times their baseline were served for a
-// share 1/stretch of their turn and waited the rest behind something the
-// limit does not hold (a pool, a downstream): turns handed beyond it buy
-// waiting, not service. So the need is the turns' served share, asked ×
-// base / stretch; a server still filling up, its calls at their
-// baselines, keeps the arrivals' need whole.
 func (m *sample) needed() int {
 	if m.cpuSat || m.weight == 0 {
 		return 0
 	}
-	return int(math.Ceil(m.asked * m.base() / m.stretch()))
+	return int(math.Ceil(m.asked * m.base()))
 }
 
 // lag is the mean lag of the calls handed a turn, ns. Needs lagN > 0.
@@ -366,7 +358,6 @@ type probed struct {
 	lagN, lagSum int64   // calls handed a turn, and their lag, ns
 	hasCPU       bool    // a CPU signal, which is saturated (cpuSat) or not
 	cpuSat       bool
-	overran      bool // calls ran beyond the probe's limit (overrun) after its calls drained to it
 }
 
 // probeDone reports whether the probe, at now, measured enough calls or
@@ -394,14 +385,7 @@ func (s learner) endProbe(now int64, pm probed, o *options) (learner, step) {
 	}
 	switch p.kind {
 	case probeBaseline:
-		if pr < rebaseTrigger || pm.overran && !pm.cpuSat {
-			// Calls that ran beyond the probe's limit after it drained
-			// (overrun) held what the limit protects beside the probe's
-			// calls: these were not measured at the lower limit, and their
-			// stretch is no evidence that the service changed. A saturated
-			// CPU is shared with all the process runs, within the limit or
-			// not: there the stretch is the service's cost now, and moves
-			// the baselines as a CPU probe's does (endCPUProbe).
+		if pr < rebaseTrigger {
 			undo.baselines = lowerBaselines
 		}
 	case probeStretch:
@@ -522,7 +506,7 @@ func (l *Limiter) update(end int64) {
 
 // probeMeasured is what the running probe measured so far. Needs upd.
 func (l *Limiter) probeMeasured(flows []*Flow) probed {
-	pm := probed{lagN: l.plagN.Load(), lagSum: l.plagSum.Load(), hasCPU: l.o.cpu != nil, overran: l.drained.Load() != 0 && l.overruns.Load() != l.probeOverruns.Load()}
+	pm := probed{lagN: l.plagN.Load(), lagSum: l.plagSum.Load(), hasCPU: l.o.cpu != nil}
 	var weight, ratios float64
 	for _, f := range flows {
 		pn, psum := f.pn.Load(), f.psum.Load()
@@ -611,7 +595,6 @@ func (l *Limiter) startProbe(kind probeKind, flows []*Flow) {
 	}
 	l.plagN.Store(0)
 	l.plagSum.Store(0)
-	l.probeOverruns.Store(l.overruns.Load())
 	l.drained.Store(0)
 	l.probing.Store(true)
 	n := int64(l.lr.probe.limit)
@@ -622,8 +605,8 @@ func (l *Limiter) startProbe(kind probeKind, flows []*Flow) {
 func (l *Limiter) noteProbe(f *Flow, start, end, svc int64) {
 	d := l.drained.Load()
 	if d == 0 {
-		if running(l.state.Load()) <= l.limit.Load() && l.drained.CompareAndSwap(0, end) {
-			l.probeOverruns.Store(l.overruns.Load())
+		if running(l.state.Load()) <= l.limit.Load() {
+			l.drained.CompareAndSwap(0, end)
 		}
 		return
 	}

@@ -242,12 +242,11 @@ type Limiter struct {
 	mostWork   atomic.Int64                     // most work, ns, waiting at a turn handed on in the interval (noteHanded)
 	openedAt   atomic.Int64                     // opened, for readers outside upd
 
-	tenantCount   atomic.Int64
-	lastSweep     int64         // under upd
-	seenOverruns  uint64        // Stats.Overruns at the last interval closed; under upd
-	probeOverruns atomic.Uint64 // Stats.Overruns when the running probe's calls drained to its limit
-	wasOverload   bool          // evidence of overload when the last interval closed (noteRoom); under upd
-	seeded        bool          // the slack holds a queue seen below capacity, not yet confirmed by idle time under overload (noteSlack); under upd
+	tenantCount  atomic.Int64
+	lastSweep    int64  // under upd
+	seenOverruns uint64 // Stats.Overruns at the last interval closed; under upd
+	wasOverload  bool   // evidence of overload when the last interval closed (noteRoom); under upd
+	seeded       bool   // the slack holds a queue seen below capacity, not yet confirmed by idle time under overload (noteSlack); under upd
 	// servedAvg is each class's turns per interval, smoothed over the
 	// last few intervals (roomDecay), for noteRoom. Under upd.
 	servedAvg [admission.Classes]float64
