@@ -258,6 +258,7 @@ var callCPUCases = []struct {
 	{"served/connect", "none-connect", false},
 	{"served/http", "none-http", false},
 	{"served/grpc-levee", "levee", false},
+	{"served/grpc-failsafe", "failsafe", false},
 	{"served/connect-levee", "levee-connect", false},
 	{"served/http-levee", "levee-http", false},
 }
