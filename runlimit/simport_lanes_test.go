@@ -92,17 +92,17 @@ func TestSimLagFromElsewhereIsUndone(t *testing.T) {
 // TestSimQueuedCallsLimitToWhatRan (was the same name): handlers that
 // burn 2ms of CPU on two processors at twice their capacity wait in the
 // Go scheduler's queue before they ask for a turn: two run at once
-// whatever the limit, and the limit falls to the two.
+// whatever the limit, and the limit settles at the two. (The rule it was
+// named for, "limit to what ran", is deleted (docs/ablation.md); the old
+// test's bounds are the limit and the throughput, which this one keeps.)
 func TestSimQueuedCallsLimitToWhatRan(t *testing.T) {
 	r, got, st := cpuTwice(t, 2)
 	// Through the transport a handler's wait in the run queue is mostly
 	// before the interceptor's clock starts (Call.Queued counts from the
 	// tap), and the gate cpuElsewhere holds the limit at 7.
-	const ran = "the gate cpuElsewhere holds the limit above what ran; no interval limited to what ran"
-	known := map[string]string{"limit": ran, "limitedToRan": ran}
+	known := map[string]string{"limit": "the gate cpuElsewhere holds the limit above what ran"}
 	s := share(got, 2, 2)
 	checkPort(t, known, "limit", s >= 0.95, "limit 2 for %.0f%% of the time (limits %v), want >= 95%% (%+v)", 100*s, got, *st)
-	checkPort(t, known, "limitedToRan", st.LimitedToRan > 0, "%+v: want the limit set to what ran", *st)
 	if rate := r.served("measure", -1); rate < 0.95*r.res.Capacity {
 		t.Errorf("served %.0f/s, want >= 95%% of the processors' %.0f/s", rate, r.res.Capacity)
 	}
