@@ -9,6 +9,7 @@ import (
 
 	"github.com/levee-go/levee/admission"
 	"github.com/levee-go/levee/cpu"
+	"github.com/levee-go/levee/internal/clock/clocktest"
 	"github.com/levee-go/levee/internal/overload"
 )
 
@@ -160,7 +161,7 @@ func TestQueueEmptiedByOverrunsDoesNotStand(t *testing.T) {
 				return
 			}
 			<-ctx.Done()
-			tk, err := ln.expired(w)
+			tk, _, err := ln.expired(w)
 			done <- res{tk, err}
 		}()
 		for l.Waiting() == n {
@@ -302,10 +303,11 @@ func TestASpikeIsEvidence(t *testing.T) {
 		t.Errorf("a wait that ran out with 62 calls asking for turns and 21 ended: %v, want ErrTimeout", err)
 	}
 	ln.count.Store(1 << 20) // a full lane
-	if _, ok := ln.admit(time.Now()); ok {
+	why, ok := ln.fits(time.Now())
+	if ok {
 		t.Error("a full lane admitted a call in a spike, want refused")
 	}
-	if d := ln.refusalOn(admission.CauseRunQueueFull, ReasonQueueFull, 0, time.Now()); d.Cause != admission.CauseRunQueueFull ||
+	if d := why.refusal(admission.CauseRunQueueFull, ReasonQueueFull, 0); d.Cause != admission.CauseRunQueueFull ||
 		d.Evidence != evidenceOf(ln, time.Now()).kind() || d.Evidence == admission.EvidenceNone {
 		t.Errorf("refusal of a full lane: cause %v, evidence %v; want RunQueueFull on the lane's evidence", d.Cause, d.Evidence)
 	}
@@ -327,7 +329,7 @@ func TestSpikingFollowsTheLastTwoIntervals(t *testing.T) {
 	gone, cancel := context.WithCancel(context.Background())
 	cancel()
 	for i := 0; i < 100; i++ {
-		if _, err := ln.take(gone, time.Now(), ln.reserve(), true); err != context.Canceled {
+		if _, _, err := ln.take(gone, time.Now(), ln.reserve(), true); err != context.Canceled {
 			t.Fatalf("a stream's take with a canceled context = %v, want context.Canceled", err)
 		}
 	}
@@ -740,4 +742,45 @@ func TestJudgeWithoutFacts(t *testing.T) {
 	if v, _ := judge(atTurn, call{hasDeadline: true, left: time.Millisecond, serviceTime: time.Second}, nil); v != refuseTooLate {
 		t.Errorf("judge(atTurn, a deadline shorter than the service time, nil) = %v, want refuseTooLate", v)
 	}
+}
+
+// TestExpiryRefusalNamesTheEvidenceItWasRefusedOn: a call whose wait for
+// a turn ran out and was refused reports, and counts, the evidence judge
+// refused it on at its expiry, not what the facts read again after show.
+// It failed before: the refusal read the facts again (at the call's
+// start), found the CPU no longer saturated and named no evidence, while
+// Stats counted the refusal on the CPU.
+func TestExpiryRefusalNamesTheEvidenceItWasRefusedOn(t *testing.T) {
+	clk := clocktest.New(time.Unix(1000, 0))
+	cpu := &flickerCPU{}
+	l := mustNew(t, WithBounds(1, 1), WithQueueTarget(time.Millisecond), WithCPU(cpu), withTimers(clk))
+	g := NewGuard("run", l)
+	c := admission.Call{Ctx: context.Background(), Method: "/s/M", Now: clk.Now()}
+	hold, ok := l.Flow("/s/M").TryAcquire(c.Now)
+	if !ok {
+		t.Fatal("TryAcquire of the only turn = false")
+	}
+	a := g.Admit(c)
+	if a.Refused {
+		t.Fatalf("Admit to an empty lane = %+v, want admitted", a)
+	}
+	done := make(chan admission.Decision, 1)
+	go func() { done <- g.(admission.Starter).Start(c, a.Permit) }()
+	pollUntil(t, "waiting with a timer armed", func() bool { return clk.Timers() == 1 })
+	cpu.n = 1 // saturated for the expiry's read only
+	clk.Advance(time.Second)
+	var d admission.Decision
+	select {
+	case d = <-done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("Start still waiting 10s after its wait ran out")
+	}
+	if !d.Refused || d.Cause != admission.CauseRunWaitExpired || d.Evidence != admission.EvidenceCPU {
+		t.Errorf("Start whose wait ran out on a saturated CPU = %+v, want refused (%v) on %v", d, admission.CauseRunWaitExpired, admission.EvidenceCPU)
+	}
+	if got := l.Stats().RefusedOn; got != (EvidenceStats{CPU: 1}) {
+		t.Errorf("Stats().RefusedOn = %+v, want one refusal on the CPU", got)
+	}
+	g.Finish(c, d.Permit, admission.Outcome{Skipped: true})
+	hold.Release()
 }

@@ -163,9 +163,9 @@ func (g *guard) Start(c admission.Call, p admission.Permit) admission.Decision {
 		return d
 	}
 	target := ln.f.QueueTarget()
-	t, err := ln.take(c.Ctx, c.Now, cost, false)
+	t, why, err := ln.take(c.Ctx, c.Now, cost, false)
 	if err != nil {
-		return holding(ln.refusal(err, target, c.Now), ln)
+		return holding(refusal(err, why, target), ln)
 	}
 	if d = g.turned(c, ln, t); !d.Refused && ln.f.yields() {
 		// A handler that starts as soon as the one before it finishes
@@ -203,11 +203,12 @@ func (g *guard) beforeTurn(c admission.Call, p admission.Permit) (ln *Lane, cost
 // take gives a call of ln, admitted with a reservation that added cost,
 // its turn at now, waiting under ctx (nil: none) if none is free, and ends
 // the reservation. A stream's wait that runs out without evidence of
-// overload ends with errNoTurn.
-func (ln *Lane) take(ctx context.Context, now time.Time, cost int64, stream bool) (Ticket, error) {
+// overload ends with errNoTurn; one refused ends with ErrTimeout and why,
+// what it was refused on (expired).
+func (ln *Lane) take(ctx context.Context, now time.Time, cost int64, stream bool) (Ticket, grounds, error) {
 	t, w := ln.takeNow(now, cost, stream)
 	if w == nil {
-		return t, nil
+		return t, grounds{}, nil
 	}
 	if ctx == nil {
 		ctx = context.Background()
@@ -244,8 +245,8 @@ func (g *guard) startStream(c admission.Call, ln *Lane, p admission.Permit) admi
 		return d
 	}
 	target := ln.f.QueueTarget()
-	t, err := ln.take(c.Ctx, c.Now, cost, true)
-	d, turned := g.streamTurned(c, ln, t, err, target)
+	t, why, err := ln.take(c.Ctx, c.Now, cost, true)
+	d, turned := g.streamTurned(c, ln, t, why, err, target)
 	if turned && ln.f.yields() {
 		runtime.Gosched() // as for a unary call, in Start
 	}
@@ -272,14 +273,14 @@ func (g *guard) unturned(c admission.Call, ln *Lane) admission.Decision {
 }
 
 // streamTurned is the decision for a stream c of ln whose wait for a turn
-// ended with t and err, its flow's queue target being target; turned
-// reports whether it holds a turn.
-func (g *guard) streamTurned(c admission.Call, ln *Lane, t Ticket, err error, target time.Duration) (d admission.Decision, turned bool) {
+// ended with t and err (refused on why), its flow's queue target being
+// target; turned reports whether it holds a turn.
+func (g *guard) streamTurned(c admission.Call, ln *Lane, t Ticket, why grounds, err error, target time.Duration) (d admission.Decision, turned bool) {
 	if errors.Is(err, errNoTurn) {
 		return g.unturned(c, ln), false
 	}
 	if err != nil {
-		return holding(ln.refusal(err, target, c.Now), ln), false
+		return holding(refusal(err, why, target), ln), false
 	}
 	return admission.Grant(admission.Permit{Ref: holdStream(t)}), true
 }

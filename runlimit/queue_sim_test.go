@@ -162,7 +162,7 @@ func (s *qsim) wake() {
 			kept = append(kept, w)
 			continue
 		}
-		t, err := w.ln.expired(w.w)
+		t, _, err := w.ln.expired(w.w)
 		if err != nil {
 			s.timedOut[w.src]++
 			continue

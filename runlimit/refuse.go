@@ -377,21 +377,25 @@ func (ln *Lane) fits(now time.Time) (why grounds, ok bool) {
 }
 
 // expired ends the wait of w, a waiter of ln whose patience ran out, as
-// judge decides: beyond the limit, without a turn, or ErrTimeout.
-func (ln *Lane) expired(w *waiter) (Ticket, error) {
+// judge decides: beyond the limit, without a turn, or ErrTimeout, with
+// why, what judge refused it on (as fits: the refusal reports the facts
+// it was decided on, not a read after).
+func (ln *Lane) expired(w *waiter) (t Ticket, why grounds, err error) {
 	l := ln.f.l
 	v := l.look(ln, l.nanos(l.o.now()))
 	verdict, e := judge(atExpiry, call{stream: w.stream}, &v)
 	switch verdict {
 	case runOver:
-		return ln.overrun(w), nil
+		return ln.overrun(w), grounds{}, nil
 	case runUnturned:
 		ln.giveUp(w)
-		return Ticket{}, errNoTurn
+		return Ticket{}, grounds{}, errNoTurn
 	}
 	ln.giveUp(w)
 	l.refuseOn(e)
-	return Ticket{}, ErrTimeout
+	why.e = e
+	why.value, why.threshold = v.measure(e)
+	return Ticket{}, why, ErrTimeout
 }
 
 // grace is how much longer than its patience a call of ln that begins to
@@ -426,28 +430,13 @@ func (g *guard) turned(c admission.Call, ln *Lane, t Ticket) admission.Decision 
 	return admission.Grant(admission.Permit{Ref: ln, Value: turn | uint64(max(t.start, 0))})
 }
 
-// refusal is the decision for a call of ln whose wait for a turn ended
-// with err at about now, its flow's queue target being target.
-func (ln *Lane) refusal(err error, target time.Duration, now time.Time) admission.Decision {
-	switch {
-	case errors.Is(err, ErrQueueFull):
-		return ln.refusalOn(admission.CauseRunQueueFull, ReasonQueueFull, target, now)
-	case errors.Is(err, ErrTimeout):
-		return ln.refusalOn(admission.CauseRunWaitExpired, ReasonTimeout, target, now)
-	default:
-		return admission.RefuseFor(admission.CauseCallerCanceled, admission.EvidenceNone, ReasonGone, 0)
+// refusal is the decision for a call whose wait for a turn ended with
+// err, refused on why (expired), its flow's queue target being target.
+func refusal(err error, why grounds, target time.Duration) admission.Decision {
+	if errors.Is(err, ErrTimeout) {
+		return why.refusal(admission.CauseRunWaitExpired, ReasonTimeout, target)
 	}
-}
-
-// refusalOn is the refusal of a call of ln at now for cause, with the
-// evidence of overload ln has then, read again (the refusal path only),
-// and its measure.
-func (ln *Lane) refusalOn(cause admission.Cause, reason string, retry time.Duration, now time.Time) admission.Decision {
-	l := ln.f.l
-	v := l.look(ln, l.nanos(now))
-	why := grounds{e: v.first()}
-	why.value, why.threshold = v.measure(why.e)
-	return why.refusal(cause, reason, retry)
+	return admission.RefuseFor(admission.CauseCallerCanceled, admission.EvidenceNone, ReasonGone, 0)
 }
 
 // Signals returns the Limiter's signals of overload at now, in the order

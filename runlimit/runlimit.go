@@ -963,12 +963,14 @@ func (ln *Lane) acquire(ctx context.Context, cost int64, stream bool) (Ticket, e
 		return t, nil
 	}
 	w.stream = stream
-	return ln.wait(ctx, w)
+	t, _, err := ln.wait(ctx, w)
+	return t, err
 }
 
 // wait waits for the turn of w, a waiter of ln just queued, until ctx
-// ends or its wait runs out (waitLimit, expired).
-func (ln *Lane) wait(ctx context.Context, w *waiter) (Ticket, error) {
+// ends or its wait runs out (waitLimit, expired: why is what a refusal
+// then was made on).
+func (ln *Lane) wait(ctx context.Context, w *waiter) (t Ticket, why grounds, err error) {
 	limit := ln.waitLimit(ln.f.l.nanos(ln.f.l.o.now()))
 	if w.timer == nil {
 		w.timer = ln.f.l.o.clock.NewTimer(limit)
@@ -976,7 +978,6 @@ func (ln *Lane) wait(ctx context.Context, w *waiter) (Ticket, error) {
 		w.timer.Reset(limit)
 	}
 	timer := w.timer
-	var err error
 	select {
 	case <-w.ready:
 		timer.Stop()
@@ -989,7 +990,7 @@ func (ln *Lane) wait(ctx context.Context, w *waiter) (Ticket, error) {
 		}
 		t := ln.started(w)
 		ln.f.l.recycle(w)
-		return t, nil
+		return t, grounds{}, nil
 	case <-ctx.Done():
 		err = ctx.Err()
 	case <-timer.C():
@@ -997,7 +998,7 @@ func (ln *Lane) wait(ctx context.Context, w *waiter) (Ticket, error) {
 	}
 	timer.Stop()
 	ln.giveUp(w)
-	return Ticket{}, err
+	return Ticket{}, grounds{}, err
 }
 
 // waiter returns a waiter for a call of ln that holds a reservation that

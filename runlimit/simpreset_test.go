@@ -173,7 +173,7 @@ func (p *simPreset) startStream(c *sim.Call, sc *simCall, ln *Lane, permit admis
 	sc.target = ln.f.QueueTarget()
 	t, w := ln.takeNow(c.Now, cost, true)
 	if w == nil {
-		d, turned := p.run.streamTurned(sc.c, ln, t, nil, sc.target)
+		d, turned := p.run.streamTurned(sc.c, ln, t, grounds{}, nil, sc.target)
 		return p.after(c, sc, d, turned && ln.f.yields())
 	}
 	return p.wait(c, sc, ln, w)
@@ -208,18 +208,18 @@ func (p *simPreset) Resume(c *sim.Call) sim.Decision {
 	t := sc.ln.started(sc.w)
 	p.l.recycle(sc.w) // as the guard's wait does
 	sc.w = nil
-	return p.turned(c, sc, t, nil)
+	return p.turned(c, sc, t, grounds{}, nil)
 }
 
 // turned is the decision for a call whose wait for a turn ended with t
-// and err.
-func (p *simPreset) turned(c *sim.Call, sc *simCall, t Ticket, err error) sim.Decision {
+// and err (refused on why).
+func (p *simPreset) turned(c *sim.Call, sc *simCall, t Ticket, why grounds, err error) sim.Decision {
 	if c.Stream {
-		d, turned := p.run.streamTurned(sc.c, sc.ln, t, err, sc.target)
+		d, turned := p.run.streamTurned(sc.c, sc.ln, t, why, err, sc.target)
 		return p.after(c, sc, d, turned && sc.ln.f.yields())
 	}
 	if err != nil {
-		return p.after(c, sc, holding(sc.ln.refusal(err, sc.ln.f.QueueTarget(), c.Now), sc.ln), false)
+		return p.after(c, sc, holding(refusal(err, why, sc.ln.f.QueueTarget()), sc.ln), false)
 	}
 	return p.after(c, sc, p.run.turned(sc.c, sc.ln, t), sc.ln.f.yields())
 }
@@ -227,10 +227,10 @@ func (p *simPreset) turned(c *sim.Call, sc *simCall, t Ticket, err error) sim.De
 func (p *simPreset) Expire(c *sim.Call) sim.Decision {
 	sc := p.call(c)
 	p.unwait(c)
-	t, err := sc.ln.expired(sc.w)
+	t, why, err := sc.ln.expired(sc.w)
 	sc.w = nil
 	p.wake()
-	return p.turned(c, sc, t, err)
+	return p.turned(c, sc, t, why, err)
 }
 
 func (p *simPreset) GiveUp(c *sim.Call) {
