@@ -395,8 +395,9 @@ func readHeap() func() heapReading {
 	}
 }
 
-// braking reports whether a call of cost, at now, finds the memory the
-// process has at BrakeAt of the limit: what it had at the sample the
+// braking is the brake's reading for a call of cost at now (it holds if
+// the call is to be refused): whether it finds the memory the process
+// has at BrakeAt of the limit: what it had at the sample the
 // last tick read (HardUtilization × HardLimit), plus what it took since
 // — the growth of the heap's objects beyond the freed memory the heap
 // kept then (which new objects reuse), or the growth since the tick of
@@ -404,11 +405,12 @@ func readHeap() func() heapReading {
 // yet), whichever is more.
 // Under a soft limit (GOMEMLIMIT) below the brake, the runtime collects
 // to keep its heap under it, and only the memory in flight counts, from
-// the last GC's measure of the live heap (see tickBrake).
-func (s *Shedder) braking(now time.Time, cost int64) bool {
+// the last GC's measure of the live heap (see tickBrake). Without a hard
+// limit it is the zero Reading, which does not hold.
+func (s *Shedder) braking(now time.Time, cost int64) overload.Reading {
 	l := s.limitB.Load()
 	if l == 0 {
-		return false
+		return overload.Reading{}
 	}
 	base, at, kept := s.offset.Load(), int64(s.heapTick.Load()), s.keptTick.Load()
 	grew := s.inflight.Load() - s.flightTick.Load()
@@ -426,12 +428,12 @@ func (s *Shedder) braking(now time.Time, cost int64) bool {
 		h = s.heap().objects
 		s.heapNow.Store(h)
 	}
-	if !overload.BrakeOf(float64(has(h)+cost), float64(l)).Holds {
-		return false
+	r := overload.BrakeOf(float64(has(h)+cost), float64(l))
+	if r.Holds {
+		s.braked.Store(true)
+		s.brakes.Add(1)
 	}
-	s.braked.Store(true)
-	s.brakes.Add(1)
-	return true
+	return r
 }
 
 // Name returns the guard's name.
@@ -478,13 +480,20 @@ func (s *Shedder) lookup(name string) *method {
 	return m
 }
 
-// refusal is the Decision of a refused call.
-func (s *Shedder) refusal() admission.Decision {
+// refusal is the Decision of a call refused on r: the brake's reading
+// it was refused on, or, for a call its budget refused, the Projected
+// share against the threshold (overBudget).
+func (s *Shedder) refusal(r overload.Reading) admission.Decision {
 	s.refused.Add(1)
-	r := overload.ProjectedOf(s.sig.Projected(), s.o.threshold)
 	d := admission.RefuseFor(admission.CauseMemoryOverloaded, r.Kind.Evidence(), ReasonMemory, s.o.retry)
 	d.Value, d.Threshold = float32(r.Value), float32(r.Threshold)
 	return d
+}
+
+// overBudget is what a call its class's budget refuses is refused on:
+// the memory the process heads for against the threshold.
+func (s *Shedder) overBudget() overload.Reading {
+	return overload.ProjectedOf(s.sig.Projected(), s.o.threshold)
 }
 
 // Admit refuses, while there is a budget, a call whose method's cost does
@@ -496,8 +505,11 @@ func (s *Shedder) Admit(c admission.Call) admission.Decision {
 		return admission.Decision{}
 	}
 	cost := s.known(c.Method).cost.Load()
-	if (lim != off && cur+cost > lim) || s.braking(c.Now, cost) {
-		return s.refusal()
+	if lim != off && cur+cost > lim {
+		return s.refusal(s.overBudget())
+	}
+	if r := s.braking(c.Now, cost); r.Holds {
+		return s.refusal(r)
 	}
 	return admission.Decision{}
 }
@@ -508,8 +520,10 @@ func (s *Shedder) Start(c admission.Call, _ admission.Permit) admission.Decision
 	m := s.known(c.Method)
 	cost := m.cost.Load()
 	lim := s.limits[c.Class.Index()].Load()
-	if s.inflight.Load() > 0 && s.braking(c.Now, cost) {
-		return s.refusal()
+	if s.inflight.Load() > 0 {
+		if r := s.braking(c.Now, cost); r.Holds {
+			return s.refusal(r)
+		}
 	}
 	if lim == off {
 		s.inflight.Add(cost)
@@ -517,7 +531,7 @@ func (s *Shedder) Start(c admission.Call, _ admission.Permit) admission.Decision
 		for {
 			cur := s.inflight.Load()
 			if cur > 0 && cur+cost > lim {
-				return s.refusal()
+				return s.refusal(s.overBudget())
 			}
 			if s.inflight.CompareAndSwap(cur, cur+cost) {
 				break

@@ -386,6 +386,28 @@ func TestEmergencyAndShrink(t *testing.T) {
 	}
 }
 
+// newBrakeTest returns a Shedder ticked at t0+100ms with a hard limit of
+// 100 MiB of which the process has 30 (20 MiB of heap objects, 5 MiB
+// freed and kept), calls of heavyMethod costing 8 MiB, and one such call
+// running r; the test sets the heap's objects since.
+func newBrakeTest(t *testing.T) (*Shedder, *fakeHeap, running) {
+	t.Helper()
+	s, sig, _ := newTest(t)
+	heap := &fakeHeap{}
+	s.heap = heap.read
+	setCost(s, heavyMethod, 8*MiB)
+	sig.limit.Store(100 * MiB)
+	sig.set(0.3, 0)
+	heap.objects.Store(20 * MiB)
+	heap.heapMapped.Store(25 * MiB)
+	s.Tick(t0.Add(100 * time.Millisecond))
+	r, ok := enter(s, call(heavyMethod, admission.Critical))
+	if !ok {
+		t.Fatal("first call refused")
+	}
+	return s, heap, r
+}
+
 // TestBrake: between ticks, a call that finds the memory the process had
 // at the tick plus what the heap's objects grew by since, and its own
 // cost, at BrakeAt of the limit is refused, the heap read at most once
@@ -393,21 +415,9 @@ func TestEmergencyAndShrink(t *testing.T) {
 // the next tick counts it as pressure and runs a collection, at most
 // once per BrakeGCEvery.
 func TestBrake(t *testing.T) {
-	s, sig, _ := newTest(t)
-	heap := &fakeHeap{}
-	s.heap = heap.read
+	s, heap, r := newBrakeTest(t)
 	var gcs int
 	s.collect = func() { gcs++ }
-	setCost(s, heavyMethod, 8*MiB)
-	sig.limit.Store(100 * MiB)
-	sig.set(0.3, 0)
-	heap.objects.Store(20 * MiB)
-	heap.heapMapped.Store(25 * MiB)        // 5 MiB freed and kept
-	s.Tick(t0.Add(100 * time.Millisecond)) // the process has 30 MiB, 20 of them objects
-	r, ok := enter(s, call(heavyMethod, admission.Critical))
-	if !ok {
-		t.Fatal("first call refused")
-	}
 	at := t0.Add(100 * time.Millisecond)
 	try := func(d time.Duration) bool {
 		c := call(heavyMethod, admission.Critical)
@@ -444,6 +454,34 @@ func TestBrake(t *testing.T) {
 		t.Errorf("Stats() = %+v, want brakes counted and one collection", st)
 	}
 	r.finish(s)
+}
+
+// TestBrakeRefusalSaysWhatItBrakedOn: a call the brake refuses is
+// refused on what the brake decided with: the memory the process has
+// with the call's cost, as a share of the hard limit, against BrakeAt.
+// It failed before: the refusal reported the signal's Projected share
+// against the threshold (0.3 against 0.85 here), which did not refuse it.
+func TestBrakeRefusalSaysWhatItBrakedOn(t *testing.T) {
+	s, heap, r := newBrakeTest(t)
+	defer r.finish(s)
+	heap.objects.Store(78 * MiB) // 30 + (58 grown - 5 kept) + 8 = 91 MiB: over the brake
+	c := call(heavyMethod, admission.Critical)
+	c.Now = t0.Add(100*time.Millisecond + 2*BrakeEvery)
+	for _, st := range []struct {
+		name string
+		d    func() admission.Decision
+	}{
+		{"Admit", func() admission.Decision { return s.Admit(c) }},
+		{"Start", func() admission.Decision { return s.Start(c, admission.Permit{}) }},
+	} {
+		d := st.d()
+		if !d.Refused || d.Evidence != admission.EvidenceMemory || d.Value != float32(91.0/100) || d.Threshold != float32(BrakeAt) {
+			t.Errorf("%s at 91 of 100 MiB = %+v, want refused on memory, value 0.91 against %v", st.name, d, BrakeAt)
+		}
+		if !d.Refused {
+			s.Finish(c, d.Permit, admission.Outcome{})
+		}
+	}
 }
 
 // heapSignal is a fakeSignal that is a HeapSignal: its HardSample is
@@ -583,7 +621,7 @@ func TestBrakeUnderASoftLimitCountsFromTheLiveHeap(t *testing.T) {
 			cost int64
 			want bool
 		}{{cost: 89*MiB - has, want: false}, {cost: 90*MiB - has, want: true}} {
-			if got := s.braking(now, tt.cost); got != tt.want {
+			if got := s.braking(now, tt.cost).Holds; got != tt.want {
 				t.Errorf("%s, %d of 100 MiB: braking(%d MiB) = %v, want %v", when, has/MiB, tt.cost/MiB, got, tt.want)
 			}
 		}
