@@ -566,72 +566,134 @@ func (s *Shedder) Tick(now time.Time) {
 	}
 	p, u := s.sig.Projected(), s.sig.HardUtilization()
 	s.tickBrake(now, u, p)
+	s.smoothGC(now)
+	// The evidence: the memory the process heads for, the GC's share of
+	// CPU, the memory it has, and the brake since the last tick.
+	e := pressure{proj: overload.ProjectedOf(p, s.o.threshold), gc: overload.GCOf(s.gcAvg, s.o.gcThreshold), hard: overload.HardOf(u)}
+	braked := s.braked.Swap(false)
+	s.hot = e.holds() || braked
+	s.afterBrake(now, braked)
+	s.shrinkKept(now, u, p)
+	s.noteRefused(now)
+	s.ticks++
+	x := s.inflight.Load()
+	s.trackUse(now, x)
+	s.lastTick = now
+	s.steer(now, x, e)
+	s.setLimits()
+}
+
+// pressure is the evidence a tick weighs: the memory the process heads
+// for, the GC's share of CPU, and the memory it has.
+type pressure struct{ proj, gc, hard overload.Reading }
+
+// holds reports whether any of e holds.
+func (e pressure) holds() bool { return e.proj.Holds || e.gc.Holds || e.hard.Holds }
+
+// cool reports whether every reading of e is the Margin below its
+// threshold.
+func (e pressure) cool() bool {
+	return e.proj.Below(Margin) && e.gc.Below(Margin) && e.hard.Below(Margin)
+}
+
+// cutTo is the share of the budget a cut keeps: it brings the pressure
+// back under the threshold by the margin if memory follows the calls in
+// flight, within [MinCut, MaxCut].
+func (e pressure) cutTo() float64 {
+	return min(max(min(e.proj.Headroom(), e.gc.Headroom(), e.hard.Headroom())*(1-Margin), MinCut), MaxCut)
+}
+
+// smoothGC averages the GC fraction over GCSmoothing up to now; the first
+// tick takes it as it is. s.mu held.
+func (s *Shedder) smoothGC(now time.Time) {
 	if dt := now.Sub(s.lastTick); !s.lastTick.IsZero() && dt > 0 {
 		s.gcAvg += (1 - math.Exp(-dt.Seconds()/GCSmoothing.Seconds())) * (s.sig.GCFraction() - s.gcAvg)
 	} else if s.lastTick.IsZero() {
 		s.gcAvg = s.sig.GCFraction()
 	}
-	// The evidence: the memory the process heads for, the GC's share of
-	// CPU, the memory it has, and the brake since the last tick.
-	proj, gc, hard := overload.ProjectedOf(p, s.o.threshold), overload.GCOf(s.gcAvg, s.o.gcThreshold), overload.HardOf(u)
-	braked := s.braked.Swap(false)
-	s.hot = proj.Holds || gc.Holds || hard.Holds || braked
+}
+
+// afterBrake runs a collection after a brake (braked), at most once per
+// BrakeGCEvery. s.mu held.
+func (s *Shedder) afterBrake(now time.Time, braked bool) {
 	if braked && now.Sub(s.lastGC) >= BrakeGCEvery {
 		s.lastGC = now
 		s.brakeGCs++
 		s.collect()
 	}
+}
+
+// shrinkKept returns the memory the runtime freed and kept to the system
+// when the process has ShrinkAt of its hard limit (u) while it heads for
+// ShrinkGap less (p), at most once per ShrinkEvery. s.mu held.
+func (s *Shedder) shrinkKept(now time.Time, u, p float64) {
 	if u >= ShrinkAt && u-p >= ShrinkGap && now.Sub(s.lastShrink) >= ShrinkEvery {
 		s.lastShrink = now
 		s.shrinks++
 		s.shrink()
 	}
+}
+
+// noteRefused notes now as the last tick that saw a refusal if calls
+// were refused since the last tick. s.mu held.
+func (s *Shedder) noteRefused(now time.Time) {
 	ref := s.refused.Load()
 	if ref != s.lastRef {
 		s.refusedAt = now
 	}
 	s.lastRef = ref
-	s.ticks++
-	x := s.inflight.Load()
-	if s.budget != off {
-		a := 1.0
-		if dt := now.Sub(s.lastTick); dt > 0 && s.o.cooldown > 0 {
-			a = 1 - math.Exp(-5*dt.Seconds()/s.o.cooldown.Seconds())
-		}
-		s.use += a * (float64(x)/float64(s.budget) - s.use)
+}
+
+// trackUse averages the share of the budget the running calls hold (x
+// bytes now), with a time constant of a fifth of the cooldown. s.mu held.
+func (s *Shedder) trackUse(now time.Time, x int64) {
+	if s.budget == off {
+		return
 	}
-	s.lastTick = now
+	a := 1.0
+	if dt := now.Sub(s.lastTick); dt > 0 && s.o.cooldown > 0 {
+		a = 1 - math.Exp(-5*dt.Seconds()/s.o.cooldown.Seconds())
+	}
+	s.use += a * (float64(x)/float64(s.budget) - s.use)
+}
+
+// steer moves the budget at now, with x bytes in flight, on the tick's
+// evidence e: cut under pressure, lifted after the cooldown, grown by a
+// call's worth while cool. s.mu held.
+func (s *Shedder) steer(now time.Time, x int64, e pressure) {
 	switch {
 	case s.hot:
-		s.lastHot = now
-		// How far over: the cut brings the pressure back under the
-		// threshold by the margin if memory follows the calls in flight.
-		f := min(max(min(proj.Headroom(), gc.Headroom(), hard.Headroom())*(1-Margin), MinCut), MaxCut)
-		if s.budget == off {
-			s.engaged++
-			s.use = 1
-			s.budget = max(int64(float64(x)*f), 1)
-			s.ticks = 0
-			s.cuts++
-		} else if s.ticks >= HoldTicks {
-			s.budget = max(int64(float64(min(s.budget, max(x, 1)))*f), 1)
-			s.ticks = 0
-			s.cuts++
-		}
+		s.cut(now, x, e)
 	case s.budget == off:
 	case now.Sub(s.lastHot) >= s.o.cooldown && s.use < LiftBelow:
 		// No evidence for the cooldown, and the calls no longer need
 		// the budget: lifted.
 		s.budget = off
-	case proj.Below(Margin) && gc.Below(Margin) && hard.Below(Margin) &&
-		(!s.refusedAt.Before(now) || x+s.callCost() > s.budget):
+	case e.cool() && (!s.refusedAt.Before(now) || x+s.callCost() > s.budget):
 		// Cool, and the budget turned calls away this tick or has no
 		// room for one more: one more call's worth. (A call refused by a
 		// guard before this one — the run limit's queue — never reaches
 		// it; a full budget is the sign it binds.)
 		s.budget += s.callCost()
 	}
-	s.setLimits()
+}
+
+// cut sets a budget under pressure at now, x bytes in flight, or cuts it
+// once HoldTicks have passed since the last cut. s.mu held.
+func (s *Shedder) cut(now time.Time, x int64, e pressure) {
+	s.lastHot = now
+	f := e.cutTo()
+	if s.budget == off {
+		s.engaged++
+		s.use = 1
+		s.budget = max(int64(float64(x)*f), 1)
+		s.ticks = 0
+		s.cuts++
+	} else if s.ticks >= HoldTicks {
+		s.budget = max(int64(float64(min(s.budget, max(x, 1)))*f), 1)
+		s.ticks = 0
+		s.cuts++
+	}
 }
 
 // tickBrake refreshes the brake's limit, the memory the process has, the
