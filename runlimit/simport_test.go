@@ -63,7 +63,11 @@ func (r *portRun) stats(d time.Duration) *Stats {
 // run runs the shape with seed simSeed, and checks that the Limiter
 // counts no turn and no waiter left once every call was answered.
 func (r *portRun) run() *sim.Result {
-	r.res = sim.Run(r.sh, r.p, simSeed, r.clk)
+	res, err := sim.Run(r.sh, r.p, simSeed, r.clk)
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	r.res = res
 	if run, w := r.p.l.Running(), r.p.l.Waiting(); run != 0 || w != 0 {
 		r.t.Errorf("after the simulation: Running() = %d, Waiting() = %d, want 0 and 0", run, w)
 	}

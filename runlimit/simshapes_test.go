@@ -118,7 +118,11 @@ func (row simRow) run(t testing.TB, opts ...Option) (*sim.Result, *simPreset) {
 	if *simTrace != "" && strings.HasPrefix(row.name, *simTrace) {
 		p.trace = tracer(t, row.name, p, clk, sh.Method)
 	}
-	return sim.Run(sh, p, simSeed, clk), p
+	res, err := sim.Run(sh, p, simSeed, clk)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return res, p
 }
 
 // tracer prints the run limit's state every 100ms: what it learned, and

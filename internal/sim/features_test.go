@@ -14,7 +14,7 @@ func TestOthersTakeTheirShare(t *testing.T) {
 	cpu.CPU = 2 * time.Millisecond
 	sh := steady(cpu, 1.5, 20*time.Second)
 	sh.Others = 1
-	r := Run(sh, Unprotected{}, 1, nil)
+	r := mustRun(t, sh, Unprotected{}, 1)
 	var n int
 	for _, k := range r.Served[2:20] {
 		n += k
@@ -31,7 +31,7 @@ func TestCallersAreAClosedLoop(t *testing.T) {
 	sh := IO
 	sh.Callers, sh.Deadline = 8, time.Hour
 	sh.Phases = []Phase{{Name: Normal, Duration: 10 * time.Second}}
-	r := Run(sh, Unprotected{}, 1, nil)
+	r := mustRun(t, sh, Unprotected{}, 1)
 	p := r.Phase(Normal)
 	// Each call: 0.3ms of CPU and the transport's, then 10ms of query.
 	per := sh.CPUPerCall() + sh.Query
@@ -51,7 +51,7 @@ func TestSlowAt(t *testing.T) {
 	sh := IO
 	sh.SlowBy, sh.SlowAt, sh.Deadline = 2, 10*time.Second, time.Hour
 	sh.Phases = []Phase{{Name: Spike, Duration: 20 * time.Second, Load: 1.5}}
-	r := Run(sh, Unprotected{}, 1, nil)
+	r := mustRun(t, sh, Unprotected{}, 1)
 	before := float64(r.Served[8]+r.Served[9]) / 2
 	after := float64(r.Served[15]+r.Served[16]) / 2
 	if math.Abs(after/before-0.5) > 0.05 {

@@ -13,54 +13,139 @@ var Origin = time.Unix(1_700_000_000, 0)
 // Run simulates sh against p, with the arrivals and draws of seed, and
 // returns what the callers saw. It runs until the last phase's end and a
 // deadline (at most 10s) and a second more: a call unanswered by then
-// counts as neither served, refused nor timed out. p must be fresh (made for this run), and
-// read its clock through Clock, which reads the run's virtual time.
-func Run(sh Shape, p Protection, seed uint64, clk *Clock) *Result {
-	c := &clock{origin: Origin}
-	if clk != nil {
-		clk.c = c
-		for _, e := range clk.early {
-			c.after(e.d, e.fn)
-		}
-		clk.early = nil
+// counts as neither served, refused nor timed out. p must be fresh (made
+// for this run), and read its clock through Clock, which reads the run's
+// virtual time. It returns sh.Validate's error, naming every field it
+// cannot simulate, before it starts.
+func Run(sh Shape, p Protection, seed uint64, clk *Clock) (*Result, error) {
+	if err := sh.Validate(); err != nil {
+		return nil, err
 	}
+	c := &clock{origin: Origin}
+	clk.attach(c)
 	s := newSched(c, sh.Procs)
 	rng := rand.New(rand.NewPCG(seed, 0x73696d))
 	phases := sh.phases()
 	rec := newRecorder(&sh, phases)
-	sv := &server{c: c, s: s, prot: p, costs: sh.costs(), rec: rec}
-	sv.reader = &g{state: gBlocked}
-	s.step(sv.reader, 0, sv.read)
-	var pool *Pool
-	if sh.Conns > 0 {
-		pool = &Pool{Conns: sh.Conns, Query: sh.Query, SlowBy: sh.SlowBy}
-	}
-	if sh.Cold > 1 && sh.ColdFor > 0 {
-		sv.slower = func(now time.Duration) float64 {
-			if now >= sh.ColdFor {
-				return 1
-			}
-			return 1 + (sh.Cold-1)*float64(sh.ColdFor-now)/float64(sh.ColdFor)
-		}
-	}
-	var end time.Duration
-	starts := make([]time.Duration, len(phases))
-	for i, ph := range phases {
-		starts[i] = end
-		if ph.Name == Spike && pool != nil && sh.SlowBy > 1 && sh.SlowAt == 0 {
-			c.at(end, func() { pool.Slow = true })
-			c.at(end+ph.Duration, func() { pool.Slow = false })
-		}
-		end += ph.Duration
-	}
-	if pool != nil && sh.SlowBy > 1 && sh.SlowAt > 0 {
-		c.at(sh.SlowAt, func() { pool.Slow = true })
-	}
+	sv := newServer(&sh, c, s, p, rec)
+	pool := sh.pool()
+	starts, end := sh.schedule(c, phases, pool)
 	if sh.Others > 0 {
 		s.others(sh.Others, sh.OthersAt)
 	}
 	capacity := sh.Capacity(false)
 	a := &arrivals{sh: &sh, sv: sv, rng: rng, phases: phases, starts: starts, pool: pool}
+	a.startAll(capacity)
+	observe(&sh, c, s, p, rec, end)
+	c.runUntil(end + min(sh.deadline(), 10*time.Second) + time.Second)
+	res := rec.result(capacity, sh.Capacity(true))
+	res.MeanWork = sh.meanCPU()
+	for _, ph := range phases {
+		if ph.Name == Spike {
+			res.Ceiling = sh.Ceiling(ph.Load)
+		}
+	}
+	return res, nil
+}
+
+// attach makes k read c, and schedules on c the timers set before Run;
+// a nil k does nothing.
+func (k *Clock) attach(c *clock) {
+	if k == nil {
+		return
+	}
+	k.c = c
+	for _, e := range k.early {
+		c.after(e.d, e.fn)
+	}
+	k.early = nil
+}
+
+// newServer is the server of sh on c and s, protected by p, recording in
+// rec, its reader started; a cold start makes its calls' work slower.
+func newServer(sh *Shape, c *clock, s *sched, p Protection, rec *recorder) *server {
+	sv := &server{c: c, s: s, prot: p, costs: sh.costs(), rec: rec}
+	sv.reader = &g{state: gBlocked}
+	s.step(sv.reader, 0, sv.read)
+	if sh.Cold > 1 && sh.ColdFor > 0 {
+		cold, coldFor := sh.Cold, sh.ColdFor
+		sv.slower = func(now time.Duration) float64 {
+			if now >= coldFor {
+				return 1
+			}
+			return 1 + (cold-1)*float64(coldFor-now)/float64(coldFor)
+		}
+	}
+	return sv
+}
+
+// pool is sh's connection pool, nil without one.
+func (sh *Shape) pool() *Pool {
+	if sh.Conns <= 0 {
+		return nil
+	}
+	return &Pool{Conns: sh.Conns, Query: sh.Query, SlowBy: sh.SlowBy}
+}
+
+// schedule is when each of phases starts, and when the last ends; it
+// schedules on c the slowing of pool (in the spike, or from SlowAt).
+func (sh *Shape) schedule(c *clock, phases []Phase, pool *Pool) (starts []time.Duration, end time.Duration) {
+	starts = make([]time.Duration, len(phases))
+	slows := pool != nil && sh.SlowBy > 1
+	for i, ph := range phases {
+		starts[i] = end
+		if ph.Name == Spike && slows && sh.SlowAt == 0 {
+			c.at(end, func() { pool.Slow = true })
+			c.at(end+ph.Duration, func() { pool.Slow = false })
+		}
+		end += ph.Duration
+	}
+	if slows && sh.SlowAt > 0 {
+		c.at(sh.SlowAt, func() { pool.Slow = true })
+	}
+	return starts, end
+}
+
+// observe tells p, every ObserveEvery until end, the share of the
+// processors of s used since its last look (the machine's, with others'
+// threads), and records it in rec.
+func observe(sh *Shape, c *clock, s *sched, p Protection, rec *recorder, end time.Duration) {
+	var lastBusy time.Duration
+	var look func()
+	look = func() {
+		b := s.busy()
+		util := float64(b-lastBusy) / float64(time.Duration(sh.Procs)*ObserveEvery)
+		lastBusy = b
+		if sh.Others > 0 && c.now > sh.OthersAt {
+			// the machine's CPU: the others' threads, always runnable,
+			// keep as many processors busy as they are, at least
+			util = max(util, float64(sh.Others)/float64(sh.Procs))
+		}
+		p.Observe(c.Time(c.now), min(util, 1))
+		rec.cpu(util)
+		if c.now < end {
+			c.after(ObserveEvery, look)
+		}
+	}
+	c.after(ObserveEvery, look)
+}
+
+// arrivals makes the open-loop arrivals of the run's sources.
+type arrivals struct {
+	sh     *Shape
+	sv     *server
+	rng    *rand.Rand
+	phases []Phase
+	starts []time.Duration
+	pool   *Pool
+	id     int
+}
+
+// startAll begins the arrivals of every source, capacity being the
+// server's: the loaded method's (its Share of each phase's load), the
+// closed-loop callers, the steady method, and Sources.
+func (a *arrivals) startAll(capacity float64) {
+	sh, phases, starts := a.sh, a.phases, a.starts
 	share := 1.0
 	if sh.Share > 0 {
 		share = sh.Share
@@ -71,7 +156,8 @@ func Run(sh Shape, p Protection, seed uint64, clk *Clock) *Result {
 		cl.start(sh.Callers)
 	}
 	if sh.SteadyRate > 0 {
-		a.start(source{index: 1, method: sh.Steady, class: admission.Critical, steady: sh.SteadyRate}, func(int) float64 { return sh.SteadyRate })
+		rate := sh.SteadyRate
+		a.start(source{index: 1, method: sh.Steady, class: admission.Critical, steady: rate}, func(int) float64 { return rate })
 	}
 	for k, src := range sh.Sources {
 		a.start(source{index: 2 + k, method: sh.Method, class: src.Class, tenant: src.Tenant}, func(i int) float64 {
@@ -84,44 +170,6 @@ func Run(sh Shape, p Protection, seed uint64, clk *Clock) *Result {
 			return src.Load * capacity
 		})
 	}
-	var lastBusy time.Duration
-	var observe func()
-	observe = func() {
-		b := s.busy()
-		util := float64(b-lastBusy) / float64(time.Duration(sh.Procs)*ObserveEvery)
-		lastBusy = b
-		if sh.Others > 0 && c.now > sh.OthersAt {
-			// the machine's CPU: the others' threads, always runnable,
-			// keep as many processors busy as they are, at least
-			util = max(util, float64(sh.Others)/float64(sh.Procs))
-		}
-		p.Observe(c.Time(c.now), min(util, 1))
-		rec.cpu(util)
-		if c.now < end {
-			c.after(ObserveEvery, observe)
-		}
-	}
-	c.after(ObserveEvery, observe)
-	c.runUntil(end + min(sh.deadline(), 10*time.Second) + time.Second)
-	res := rec.result(capacity, sh.Capacity(true))
-	res.MeanWork = sh.meanCPU()
-	for _, ph := range phases {
-		if ph.Name == Spike {
-			res.Ceiling = sh.Ceiling(ph.Load)
-		}
-	}
-	return res
-}
-
-// arrivals makes the open-loop arrivals of the run's sources.
-type arrivals struct {
-	sh     *Shape
-	sv     *server
-	rng    *rand.Rand
-	phases []Phase
-	starts []time.Duration
-	pool   *Pool
-	id     int
 }
 
 // start begins src's arrivals, at rate(i) calls/s in phase i: Poisson,

@@ -10,11 +10,11 @@ import (
 // A fixed seed gives a bit-identical result; another seed, another one.
 func TestDeterministic(t *testing.T) {
 	for _, sh := range []Shape{HeavyTail, Clumps, IO} {
-		a, b := Run(sh, Unprotected{}, 7, nil), Run(sh, Unprotected{}, 7, nil)
+		a, b := mustRun(t, sh, Unprotected{}, 7), mustRun(t, sh, Unprotected{}, 7)
 		if !reflect.DeepEqual(a, b) {
 			t.Errorf("%s: two runs of seed 7 differ: %+v and %+v", sh.Name, a.Figures(), b.Figures())
 		}
-		if c := Run(sh, Unprotected{}, 8, nil); reflect.DeepEqual(a.Phases, c.Phases) {
+		if c := mustRun(t, sh, Unprotected{}, 8); reflect.DeepEqual(a.Phases, c.Phases) {
 			t.Errorf("%s: seeds 7 and 8 gave the same result", sh.Name)
 		}
 	}
@@ -41,14 +41,14 @@ func TestCapacityIsWhatTheModelServes(t *testing.T) {
 	for _, sh := range []Shape{CPU, IO, TwoKinds, cores2, IOPool(2, 20*time.Millisecond)} {
 		t.Run(sh.Name, func(t *testing.T) {
 			const d = 20 * time.Second
-			r := Run(steady(sh, 0.8, d), Unprotected{}, 1, nil)
+			r := mustRun(t, steady(sh, 0.8, d), Unprotected{}, 1)
 			p := r.Phase(Spike)
 			if p.Succeeded != p.Offered {
 				t.Errorf("at 0.8x: %d of %d served, want all", p.Succeeded, p.Offered)
 			}
 			// Above capacity the backlog grows, and the server serves its
 			// capacity (seconds 2 to 20, after its queue formed).
-			r = Run(steady(sh, 1.5, d), Unprotected{}, 1, nil)
+			r = mustRun(t, steady(sh, 1.5, d), Unprotected{}, 1)
 			var n int
 			for _, k := range r.Served[2:20] {
 				n += k
@@ -160,7 +160,7 @@ func TestSourcesPeriodicClumps(t *testing.T) {
 	sh.Periodic, sh.Clump = true, 5
 	sh.Phases = []Phase{{Name: "a", Duration: time.Second, Load: 0.5}, {Name: "b", Duration: time.Second, Load: 0.5}}
 	sh.Sources = []Source{{Class: -2, Load: 0.1, From: time.Second}}
-	r := Run(sh, Unprotected{}, 1, nil)
+	r := mustRun(t, sh, Unprotected{}, 1)
 	capacity := sh.Capacity(false)
 	clumps := int(0.5 * capacity / 5) // whole clumps in a second
 	for _, p := range r.Phases {
