@@ -47,7 +47,8 @@ type simRow struct {
 }
 
 // simRows are bench/peers' shapes, the cpu and twokinds shapes told twice
-// their capacity, and an I/O-bound server with pools of 2 to 32
+// their capacity, the machine's `levee serve` run told nothing and told
+// twice its capacity, and an I/O-bound server with pools of 2 to 32
 // connections and queries of 1 to 50ms. Under the race detector, which
 // makes them ten times slower, a few of them.
 func simRows() []simRow {
@@ -70,6 +71,8 @@ func simRows() []simRow {
 		{name: "cpu told 2x", shape: sim.CPU, told: 2},
 		{name: "twokinds told 2x", shape: sim.TwoKinds, told: 2, known: map[string]string{boundRefusalP99: lateSpike, boundSuccessP99: lateSpike}},
 		{name: "twoclasses", shape: sim.TwoClasses},
+		{name: "serve", shape: serveShape()},
+		{name: "serve told 2x", shape: serveShape(), told: 2, known: map[string]string{boundRefusalP99: lateSpike, boundSuccessP99: lateSpike}},
 	}
 	for _, conns := range []int{2, 4, 8, 16, 32} {
 		for _, q := range []time.Duration{time.Millisecond, 5 * time.Millisecond, 20 * time.Millisecond, 50 * time.Millisecond} {
@@ -89,6 +92,22 @@ func simRows() []simRow {
 		return []simRow{rows[0], rows[1], rows[4], rows[len(rows)-17]} // cpu, io, twokinds, a pool of 8 for 1ms queries
 	}
 	return rows
+}
+
+// serveShape is the cpu shape under the load the lead runs on the
+// machine against `levee serve -cpu-work 5ms` on one core (normal:4s:100,
+// spike:6s:2000, recovery:3s:100 calls/s): 4s at 0.5x, 6s at 10x, 3s at
+// 0.5x, no 0.7x phase.
+func serveShape() sim.Shape {
+	sh := sim.CPU
+	sh.Name = "serve"
+	sh.Phases = []sim.Phase{
+		{Name: sim.Normal, Duration: 4 * time.Second, Load: 0.5},
+		{Name: sim.Spike, Duration: 6 * time.Second, Load: 10},
+		{Name: sim.RecoveryFirst, Duration: time.Second, Load: 0.5},
+		{Name: sim.RecoveryRest, Duration: 2 * time.Second, Load: 0.5},
+	}
+	return sh
 }
 
 // openRows are shapes the preset does not hold to the bounds yet: a
