@@ -318,6 +318,79 @@ func TestASpikeIsEvidence(t *testing.T) {
 	hold.Release()
 }
 
+// TestASpikeCountsCallsWhereTheTransportReadsThem: the spike rule counts
+// a guard's call when the transport admits it, not when its handler asks
+// for its turn. On a saturated processor the handlers the transport
+// admitted wait for it behind the ones running, so counted at their
+// turns, arrivals were paced by the completions they are weighed
+// against: a 10x spike showed only after the first calls' patience, which
+// ran out without evidence and ran them beyond the limit, sharing the
+// processor with the transport's reader, whose refusals then waited
+// behind them (TestSimShapes' twokinds and serve told 2x, refusal p99
+// about 100ms and 60ms). Before, this failed: no evidence with 21 calls
+// admitted and none ended, and the full lane's next call was admitted
+// beyond its bound (unrefused).
+func TestASpikeCountsCallsWhereTheTransportReadsThem(t *testing.T) {
+	clk := clocktest.New(time.Unix(1000, 0))
+	l := mustNew(t, WithBounds(1, 1), WithInterval(time.Hour), withTimers(clk))
+	g := NewGuard("run", l)
+	c := admission.Call{Ctx: context.Background(), Method: "/s/M", Now: clk.Now()}
+	tk, _ := l.Flow("/s/M").TryAcquire(c.Now)
+	tk.Done(c.Now.Add(time.Millisecond), false) // a service time of 1ms: 21 calls queue far less than an interval's work
+	stream := c
+	stream.Stream = true
+	var permits []admission.Permit
+	for range 2 * minOverruns {
+		d := g.Admit(stream)
+		permits = append(permits, d.Permit)
+	}
+	// A gRPC transport tells a method's calls as streams at admission only
+	// from its first stream's handler on: the first streams are counted
+	// there as unary calls, and uncounted when their handlers start.
+	unary := stream
+	unary.Stream, unary.ClientStream = false, false
+	st := g.(admission.Starter)
+	for range 2 * minOverruns {
+		d := g.Admit(unary)
+		stream.ClientStream = true // its handler waits for the client, without a turn
+		permits = append(permits, st.Start(stream, d.Permit).Permit)
+	}
+	if spiking(l, l.nanos(clk.Now())) {
+		t.Errorf("spiking with %d streams admitted = true, want false: a stream opens for work of unknown length", 4*minOverruns)
+	}
+	// 1 asked and ended; 21 admitted, their handlers not started: 22
+	// asked, 2×1 + 20.
+	for i := range minOverruns + 1 {
+		d := g.Admit(c)
+		if d.Refused {
+			t.Fatalf("call %d refused at admission: %+v, want admitted (a lane of 1ms calls with no evidence yet)", i, d)
+		}
+		permits = append(permits, d.Permit)
+	}
+	if !spiking(l, l.nanos(clk.Now())) {
+		offered, threshold := l.spikeBound(l.nanos(clk.Now()))
+		t.Errorf("spiking with %d calls admitted and 1 ended = false (%v counted, threshold %v), want true", minOverruns+1, offered, threshold)
+	}
+	checkFullLaneRefusedOn(t, l, g, c, admission.EvidenceSpike, EvidenceStats{Spike: 1}, permits)
+}
+
+// checkFullLaneRefusedOn checks that g, on l, refuses c at admission to a
+// full lane on evidence e, and that want are l's refusals by evidence;
+// then it finishes permits and the refusal's, as a chain's rollback does.
+func checkFullLaneRefusedOn(t *testing.T, l *Limiter, g admission.Guard, c admission.Call, e admission.Evidence, want EvidenceStats, permits []admission.Permit) {
+	t.Helper()
+	d := g.Admit(c)
+	if !d.Refused || d.Evidence != e {
+		t.Errorf("Admit to a full lane = %+v, want refused on %v", d, e)
+	}
+	if got := l.Stats().RefusedOn; got != want {
+		t.Errorf("Stats().RefusedOn = %+v, want %+v", got, want)
+	}
+	for _, p := range append(permits, d.Permit) {
+		g.Finish(c, p, admission.Outcome{Skipped: true})
+	}
+}
+
 // TestSpikingFollowsTheLastTwoIntervals: calls that arrived faster than
 // turns ended count as a spike over the interval they arrived in and the
 // next, not for good; streams never do.
@@ -707,16 +780,7 @@ func TestRefusalNamesTheEvidenceItWasRefusedOn(t *testing.T) {
 		}
 	}
 	cpu.n = 1 // saturated for the decision's read only
-	d := g.Admit(c)
-	if !d.Refused || d.Evidence != admission.EvidenceCPU {
-		t.Errorf("Admit to a full lane refused on a saturated CPU = %+v, want refused on %v", d, admission.EvidenceCPU)
-	}
-	if got := l.Stats().RefusedOn; got != (EvidenceStats{CPU: 1}) {
-		t.Errorf("Stats().RefusedOn = %+v, want one refusal on the CPU", got)
-	}
-	for _, p := range append(permits, d.Permit) {
-		g.Finish(c, p, admission.Outcome{Skipped: true})
-	}
+	checkFullLaneRefusedOn(t, l, g, c, admission.EvidenceCPU, EvidenceStats{CPU: 1}, permits)
 }
 
 // spikeBound is, at now, the turns asked for over the last interval and

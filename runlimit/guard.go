@@ -78,6 +78,10 @@ const (
 	unturned  = 1 << 60 // a stream that runs without a turn, since the rest of Value
 	valueOf   = unturned - 1
 	uncounted = 1 << 59 // a reservation counted in no slot of its lane: it never lapses
+	// tapOffered: a reservation counted for spiking at admission, as a
+	// unary call; a stream the transport told as one only at its
+	// handler's start is then uncounted (beforeStreamTurn).
+	tapOffered = 1 << 62
 )
 
 // placeOf is the Value of a permit of a reservation of generation gen
@@ -127,12 +131,26 @@ func (g *guard) Admit(c admission.Call) admission.Decision {
 	}
 	gen := ln.tapGen(g.l.nanos(c.Now))
 	ln.lapse(gen)
-	if why, ok := ln.fits(c.Now); !ok {
+	why, ok := ln.fits(c.Now)
+	if !c.Stream || !ok {
+		// A call counts for spiking once, here, where the transport
+		// reads it (see Limiter.spikeTurns): not when its handler asks
+		// for its turn, which on a saturated processor waits behind the
+		// handlers already running, so that arrivals counted there are
+		// paced by the completions they are to be weighed against.
+		// A stream admitted is not: it opens for work of unknown length.
+		g.l.offered.Add(1)
+	}
+	if !ok {
 		return why.refusal(admission.CauseRunQueueFull, ReasonQueueFull, f.QueueTarget())
 	}
 	gen, us, counted := ln.tapIn(gen)
 	f.calls.Add(1)
-	return admission.Grant(admission.Permit{Ref: ln, Value: placeOf(gen, us, counted)})
+	v := placeOf(gen, us, counted)
+	if !c.Stream {
+		v |= tapOffered
+	}
+	return admission.Grant(admission.Permit{Ref: ln, Value: v})
 }
 
 // reserveAt is the reservation of a call c of ln that the guard admitted
@@ -145,6 +163,9 @@ func (g *guard) reserveAt(c admission.Call, ln *Lane, p admission.Permit) (cost 
 		return cost, admission.Decision{}, true
 	}
 	if why, ok := ln.fits(c.Now); !ok {
+		if c.Stream {
+			g.l.offered.Add(1) // a unary call was counted at admission
+		}
 		return 0, holding(why.refusal(admission.CauseRunQueueFull, ReasonQueueFull, ln.f.QueueTarget()), ln), false
 	}
 	return ln.reserve(), admission.Decision{}, true
@@ -219,9 +240,6 @@ func (ln *Lane) take(ctx context.Context, now time.Time, cost int64, stream bool
 // takeNow is take without the wait: the call's turn, or else its waiter,
 // queued (see enqueue).
 func (ln *Lane) takeNow(now time.Time, cost int64, stream bool) (Ticket, *waiter) {
-	if !stream {
-		ln.f.l.offered.Add(1)
-	}
 	if t, ok := ln.f.tryAcquire(now); ok {
 		ln.unreserve(cost)
 		t.ln = ln
@@ -256,6 +274,9 @@ func (g *guard) startStream(c admission.Call, ln *Lane, p admission.Permit) admi
 // beforeStreamTurn is startStream up to the stream's wait for its turn:
 // decided is true, with the decision d, for a stream that takes no turn.
 func (g *guard) beforeStreamTurn(c admission.Call, ln *Lane, p admission.Permit) (d admission.Decision, decided bool) {
+	if p.Value&tapOffered != 0 {
+		g.l.offered.Add(-1) // admitted before the transport knew the method's calls as streams
+	}
 	if c.ClientStream {
 		ln.release(p, c.Now)
 		return holding(admission.Decision{}, ln), true // its handler waits for the client

@@ -331,6 +331,7 @@ func (l *Limiter) refuseOn(e evidence) { l.refusedOn[e].Add(1) }
 // (end it with unreserve(cost)), unless judge refuses it.
 func (ln *Lane) admit(now time.Time) (cost int64, ok bool) {
 	if _, ok := ln.fits(now); !ok {
+		ln.f.l.offered.Add(1)
 		return 0, false
 	}
 	return ln.reserve(), true
@@ -364,7 +365,6 @@ func (ln *Lane) fits(now time.Time) (why grounds, ok bool) {
 	switch verdict, e := judge(atAdmission, c, &v); verdict {
 	case refuseFull:
 		l.refuseOn(e)
-		l.offered.Add(1)
 		why.e = e
 		why.value, why.threshold = v.measure(e)
 		return why, false

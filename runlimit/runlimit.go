@@ -280,8 +280,9 @@ type Limiter struct {
 	probes   atomic.Uint64
 	rebases  atomic.Uint64
 	overruns atomic.Uint64
-	// Calls that asked for a turn (or were refused one at admission) and
-	// their turns that ended, since New, streams left out, and both when
+	// Calls that asked for a turn (a guard's: when the transport admitted
+	// or refused them) and their turns that ended, since New, streams
+	// admitted left out, and both when
 	// the previous interval opened (marks[0]) and the current one
 	// (marks[1]), for spiking; the marks are written under upd.
 	offered, finished         paddedInt

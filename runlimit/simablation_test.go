@@ -33,7 +33,7 @@ var simVerdicts = []struct {
 }{
 	{ruleEvidenceSpike, "io", "refusal p99 <= 25ms", func(f sim.Figures) bool { return f.RefusalP99 > simRefusalP99 }},
 	{ruleEvidenceSpike, "cpu", "refusal p99 <= 25ms", func(f sim.Figures) bool { return f.RefusalP99 > simRefusalP99 }},
-	{ruleEvidenceLane, "alloc", "refusal p99 <= 25ms", func(f sim.Figures) bool { return f.RefusalP99 > simRefusalP99 }},
+	{ruleEvidenceLane, "stream", "refusal p99 <= 25ms", func(f sim.Figures) bool { return f.RefusalP99 > simRefusalP99 }},
 	{ruleSlack, "clumps", "spike goodput >= 90% of the ceiling", func(f sim.Figures) bool { return f.Goodput < simKept*f.Ceiling }},
 }
 

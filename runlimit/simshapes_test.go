@@ -52,27 +52,22 @@ type simRow struct {
 // connections and queries of 1 to 50ms. Under the race detector, which
 // makes them ten times slower, a few of them.
 func simRows() []simRow {
-	// The spike's evidence shows 15-20ms into a 10x spike, after the first
-	// calls' patience (two queue targets of twokinds' 0.5ms calls) ran
-	// out: up to 50 calls run beyond a limit of 1, and the refusals
-	// behind them wait.
-	const lateSpike = "the spike's evidence later than the first calls' patience"
 	rows := []simRow{
 		{name: "cpu", shape: sim.CPU},
 		{name: "io", shape: sim.IO},
 		{name: "mixed", shape: sim.Mixed},
 		{name: "heavytail", shape: sim.HeavyTail},
-		{name: "twokinds", shape: sim.TwoKinds, known: map[string]string{boundRefusalP99: lateSpike}},
+		{name: "twokinds", shape: sim.TwoKinds},
 		{name: "slowdep", shape: sim.SlowDep},
 		{name: "alloc", shape: sim.Alloc, cold: true},
 		{name: "clumps", shape: sim.Clumps},
 		{name: "cores2", shape: sim.Cores2},
 		{name: "stream", shape: sim.Streams},
 		{name: "cpu told 2x", shape: sim.CPU, told: 2},
-		{name: "twokinds told 2x", shape: sim.TwoKinds, told: 2, known: map[string]string{boundRefusalP99: lateSpike, boundSuccessP99: lateSpike}},
+		{name: "twokinds told 2x", shape: sim.TwoKinds, told: 2},
 		{name: "twoclasses", shape: sim.TwoClasses},
 		{name: "serve", shape: serveShape()},
-		{name: "serve told 2x", shape: serveShape(), told: 2, known: map[string]string{boundRefusalP99: lateSpike, boundSuccessP99: lateSpike}},
+		{name: "serve told 2x", shape: serveShape(), told: 2},
 	}
 	for _, conns := range []int{2, 4, 8, 16, 32} {
 		for _, q := range []time.Duration{time.Millisecond, 5 * time.Millisecond, 20 * time.Millisecond, 50 * time.Millisecond} {
