@@ -307,8 +307,8 @@ func TestASpikeIsEvidence(t *testing.T) {
 	if ok {
 		t.Error("a full lane admitted a call in a spike, want refused")
 	}
-	if d := why.refusal(admission.CauseRunQueueFull, ReasonQueueFull, 0); d.Cause != admission.CauseRunQueueFull ||
-		d.Evidence != evidenceOf(ln, time.Now()).kind() || d.Evidence == admission.EvidenceNone {
+	if d := refuseFor(why, admission.CauseRunQueueFull, ReasonQueueFull, 0); d.Cause != admission.CauseRunQueueFull ||
+		d.Evidence != evidenceOf(ln, time.Now()).Kind.Evidence() || d.Evidence == admission.EvidenceNone {
 		t.Errorf("refusal of a full lane: cause %v, evidence %v; want RunQueueFull on the lane's evidence", d.Cause, d.Evidence)
 	}
 	ln.count.Store(0)
@@ -664,11 +664,11 @@ func TestAStallIsNoSpike(t *testing.T) {
 // spiking reports whether l's spike rule holds at now (facts.spike).
 func spiking(l *Limiter, now int64) bool {
 	v := l.read(nil, now)
-	return v.spike()
+	return v.spike().Holds
 }
 
 // evidenceOf is the evidence a call of ln has at now.
-func evidenceOf(ln *Lane, now time.Time) evidence {
+func evidenceOf(ln *Lane, now time.Time) overload.Reading {
 	v := ln.f.l.look(ln, ln.f.l.nanos(now))
 	return v.first()
 }
@@ -794,10 +794,10 @@ func (l *Limiter) spikeBound(now int64) (offered, threshold float64) {
 // TestJudgeWithoutFacts: judge takes no facts as no evidence at every
 // point, and at a turn judges the deadline alone.
 func TestJudgeWithoutFacts(t *testing.T) {
-	if v, e := judge(atAdmission, call{}, nil); v != admitUnproven || e != evidenceNone {
+	if v, e := judge(atAdmission, call{}, nil); v != admitUnproven || e.Holds {
 		t.Errorf("judge(atAdmission, a call that does not fit, nil) = %v, %v; want admitUnproven, none", v, e)
 	}
-	if v, e := judge(atExpiry, call{}, nil); v != runOver || e != evidenceNone {
+	if v, e := judge(atExpiry, call{}, nil); v != runOver || e.Holds {
 		t.Errorf("judge(atExpiry, nil) = %v, %v; want runOver, none", v, e)
 	}
 	if v, _ := judge(atTurn, call{left: time.Millisecond, serviceTime: time.Second}, nil); v != admit {

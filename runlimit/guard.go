@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/levee-go/levee/admission"
+	"github.com/levee-go/levee/internal/overload"
 )
 
 // Reasons of the guard's refusals.
@@ -142,7 +143,7 @@ func (g *guard) Admit(c admission.Call) admission.Decision {
 		g.l.offered.Add(1)
 	}
 	if !ok {
-		return why.refusal(admission.CauseRunQueueFull, ReasonQueueFull, f.QueueTarget())
+		return refuseFor(why, admission.CauseRunQueueFull, ReasonQueueFull, f.QueueTarget())
 	}
 	gen, us, counted := ln.tapIn(gen)
 	f.calls.Add(1)
@@ -166,7 +167,7 @@ func (g *guard) reserveAt(c admission.Call, ln *Lane, p admission.Permit) (cost 
 		if c.Stream {
 			g.l.offered.Add(1) // a unary call was counted at admission
 		}
-		return 0, holding(why.refusal(admission.CauseRunQueueFull, ReasonQueueFull, ln.f.QueueTarget()), ln), false
+		return 0, holding(refuseFor(why, admission.CauseRunQueueFull, ReasonQueueFull, ln.f.QueueTarget()), ln), false
 	}
 	return ln.reserve(), admission.Decision{}, true
 }
@@ -226,10 +227,10 @@ func (g *guard) beforeTurn(c admission.Call, p admission.Permit) (ln *Lane, cost
 // the reservation. A stream's wait that runs out without evidence of
 // overload ends with errNoTurn; one refused ends with ErrTimeout and why,
 // what it was refused on (expired).
-func (ln *Lane) take(ctx context.Context, now time.Time, cost int64, stream bool) (Ticket, grounds, error) {
+func (ln *Lane) take(ctx context.Context, now time.Time, cost int64, stream bool) (Ticket, overload.Reading, error) {
 	t, w := ln.takeNow(now, cost, stream)
 	if w == nil {
-		return t, grounds{}, nil
+		return t, overload.Reading{}, nil
 	}
 	if ctx == nil {
 		ctx = context.Background()
@@ -296,7 +297,7 @@ func (g *guard) unturned(c admission.Call, ln *Lane) admission.Decision {
 // streamTurned is the decision for a stream c of ln whose wait for a turn
 // ended with t and err (refused on why), its flow's queue target being
 // target; turned reports whether it holds a turn.
-func (g *guard) streamTurned(c admission.Call, ln *Lane, t Ticket, why grounds, err error, target time.Duration) (d admission.Decision, turned bool) {
+func (g *guard) streamTurned(c admission.Call, ln *Lane, t Ticket, why overload.Reading, err error, target time.Duration) (d admission.Decision, turned bool) {
 	if errors.Is(err, errNoTurn) {
 		return g.unturned(c, ln), false
 	}

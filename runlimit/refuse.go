@@ -9,42 +9,19 @@ import (
 	"github.com/levee-go/levee/internal/overload"
 )
 
-// The decision to refuse a call, in one place. A limit learned from
-// service times can be wrong, and a wrong limit must not refuse a call
-// that a server without one would serve: a call is refused for want of a
-// turn only on evidence of overload. The Limiter's atomics are read into
-// a value (facts); each rule of evidence judges it through
-// internal/overload (its invariant and thresholds live there); judge
-// decides from the first that holds and from what the call's lane shows;
-// docs/runlimit.md argues each rule and threshold.
+// The decision to refuse a call, in one place: a call is refused for want
+// of a turn only on evidence of overload, since a limit learned from
+// service times can be wrong. The Limiter's atomics are read into facts;
+// each rule of evidence judges them through internal/overload, which keeps
+// its invariant and thresholds; judge decides from the first that holds.
+// docs/runlimit.md argues each rule.
 
-// The thresholds of the evidence of overload, with their invariants, are
-// internal/overload's, where every rule of evidence lives; these are
-// their names here.
+// Names here of internal/overload's thresholds.
 const (
 	sustainIntervals = overload.SustainIntervals
 	cpuEvidence      = overload.CPUFloor
 	minOverruns      = overload.MinExcess
 )
-
-// evidence is a kind of evidence of overload (Limiter.Overloaded).
-type evidence int
-
-const (
-	evidenceNone     evidence = iota
-	evidenceCPU               // the CPU busy for sustainIntervals
-	evidenceOverrun           // calls wait while the limit is overrun by its own size
-	evidenceStanding          // calls waited without a pause for sustainIntervals
-	evidenceLane              // a lane's queue holds an interval's work
-	evidenceSpike             // calls ask for turns overload.SpikeRatio times as fast as turns end
-	evidenceKinds
-)
-
-// kind is e as the admission contract names it.
-func (e evidence) kind() admission.Evidence {
-	return [evidenceKinds]admission.Evidence{admission.EvidenceNone, admission.EvidenceCPU, admission.EvidenceOverrun,
-		admission.EvidenceStanding, admission.EvidenceLane, admission.EvidenceSpike}[e]
-}
 
 // facts are what a Limiter shows of overload at an instant, read from its
 // atomics (read), and of one call's lane if lane is set.
@@ -67,11 +44,9 @@ type facts struct {
 
 func (v *facts) on(r rule) bool { return v.off&(1<<r) == 0 }
 
-// The rules of evidence, each judged by internal/overload, which keeps
-// its invariant and thresholds.
+// The rules of evidence, each a reading of internal/overload's. Streams
+// are not counted in spike: a stream opens for work of unknown length.
 
-// cpu: the CPU has been saturated for sustainIntervals, or its signal,
-// telling only Saturated, says so (overload.CPUBusyFor, CPUSaid).
 func (v *facts) cpu() overload.Reading {
 	if v.hasUtil {
 		return overload.CPUBusyFor(v.util, v.cpuThreshold, v.busyFor, v.sustained)
@@ -79,75 +54,48 @@ func (v *facts) cpu() overload.Reading {
 	return overload.CPUSaid(v.saturated)
 }
 
-func (v *facts) cpuBusy() bool { return v.cpu().Holds }
-
-// overrun: calls wait while the limit's own size more, and an interval's
-// work, run (overload.OverrunOf).
-func (v *facts) overrun() bool { return v.overrunOf().Holds }
-
-func (v *facts) overrunOf() overload.Reading {
+func (v *facts) overrun() overload.Reading {
 	return overload.OverrunOf(v.running, v.waiting, v.limit, v.intervalWork)
 }
 
-// standing: calls have waited without a pause for sustainIntervals, every
-// turn taken all that time (overload.StandingFor).
-func (v *facts) standing() bool { return v.standingFor().Holds }
-
-func (v *facts) standingFor() overload.Reading {
+func (v *facts) standing() overload.Reading {
 	return overload.StandingFor(v.waiting, v.queuedFor, v.sustained)
 }
 
-// spike: calls ask for turns much faster than turns end
-// (overload.SpikeOf). Streams are not counted: a stream opens for work of
-// unknown length.
-func (v *facts) spike() bool { return v.spikeOf().Holds }
-
-func (v *facts) spikeOf() overload.Reading {
-	return overload.SpikeOf(v.offered, v.finished)
-}
+func (v *facts) spike() overload.Reading { return overload.SpikeOf(v.offered, v.finished) }
 
 // laneFull: the lane's queue holds more work (its flow's baseline per
-// call) than the limit runs in an interval (overload.LaneOf).
-func (v *facts) laneFull() bool { return v.lane && overload.LaneOf(v.laneWork, v.intervalRun).Holds }
-
-// first is the first rule of evidence that holds, evidenceNone if none.
-func (v *facts) first() evidence {
-	switch {
-	case v.laneFull() && v.on(ruleEvidenceLane):
-		return evidenceLane
-	case v.cpuBusy() && v.on(ruleEvidenceCPU):
-		return evidenceCPU
-	case v.overrun() && v.on(ruleEvidenceOverrun):
-		return evidenceOverrun
-	case v.standing() && v.on(ruleEvidenceStanding):
-		return evidenceStanding
-	case v.spike() && v.on(ruleEvidenceSpike):
-		return evidenceSpike
-	}
-	return evidenceNone
+// call) than the limit runs in an interval; never without a lane.
+func (v *facts) laneFull() overload.Reading {
+	r := overload.LaneOf(v.laneWork, v.intervalRun)
+	r.Holds = r.Holds && v.lane
+	return r
 }
 
-// measure is the value of evidence e and the level it is judged against,
-// in the unit admission.Evidence names (its reading's); 0, 0 where there
-// is none to tell (no evidence, or a CPU signal that tells only
-// Saturated).
-func (v *facts) measure(e evidence) (value, threshold float32) {
-	var r overload.Reading
-	switch e {
-	case evidenceCPU:
-		if v.hasUtil {
-			r = v.cpu()
-		}
-	case evidenceOverrun:
-		r = v.overrunOf()
-	case evidenceStanding:
-		r = v.standingFor()
-	case evidenceSpike:
-		r = v.spikeOf()
-	case evidenceLane:
-		r = overload.LaneOf(v.laneWork, v.intervalRun)
+// first is the reading of the first rule of evidence that holds, in the
+// order lane, CPU, overrun, standing, spike; the zero Reading (kind
+// None) if none does. Its Value and Threshold are what a refusal on it
+// reports: 0, 0 for a CPU signal that tells only Saturated.
+func (v *facts) first() overload.Reading {
+	if r := v.laneFull(); r.Holds && v.on(ruleEvidenceLane) {
+		return r
 	}
-	return float32(r.Value), float32(r.Threshold)
+	if r := v.cpu(); r.Holds && v.on(ruleEvidenceCPU) {
+		if !v.hasUtil {
+			r.Value, r.Threshold = 0, 0
+		}
+		return r
+	}
+	if r := v.overrun(); r.Holds && v.on(ruleEvidenceOverrun) {
+		return r
+	}
+	if r := v.standing(); r.Holds && v.on(ruleEvidenceStanding) {
+		return r
+	}
+	if r := v.spike(); r.Holds && v.on(ruleEvidenceSpike) {
+		return r
+	}
+	return overload.Reading{}
 }
 
 // point is where in a call's life the decision is taken.
@@ -185,22 +133,22 @@ const (
 )
 
 // judge decides, at point at, for call c, on the facts v; e is the
-// evidence a refusal or an admission beyond the lane's bound is made on.
+// reading a refusal or an admission beyond the lane's bound is made on.
 // At a turn it needs no facts (v may be nil: a deadline is judged
 // whatever the evidence); a nil v elsewhere is judged as no evidence.
-func judge(at point, c call, v *facts) (verdict, evidence) {
+func judge(at point, c call, v *facts) (verdict, overload.Reading) {
 	switch at {
 	case atAdmission:
 		if c.fits {
-			return admit, evidenceNone
+			return admit, overload.Reading{}
 		}
 		if v == nil {
-			return admitUnproven, evidenceNone
+			return admitUnproven, overload.Reading{}
 		}
 		// No refusal without evidence of overload; with it, a call that
 		// fits in the slack of the server's idle time is admitted.
 		switch e := v.first(); {
-		case e == evidenceNone:
+		case !e.Holds:
 			return admitUnproven, e
 		case c.slackFits && v.on(ruleSlack):
 			return admitSlacked, e
@@ -210,12 +158,12 @@ func judge(at point, c call, v *facts) (verdict, evidence) {
 	case atExpiry:
 		// A limit that binds without evidence is a limit learned too low:
 		// the call runs as it would on a server without one.
-		e := evidenceNone
+		var e overload.Reading
 		if v != nil {
 			e = v.first()
 		}
 		switch {
-		case e != evidenceNone:
+		case e.Holds:
 			return refuseExpired, e
 		case c.stream:
 			return runUnturned, e
@@ -226,9 +174,9 @@ func judge(at point, c call, v *facts) (verdict, evidence) {
 	// A deadline that cannot be met is refused whatever the evidence: it
 	// is the caller's, not the server's load.
 	if c.hasDeadline && c.left < c.serviceTime {
-		return refuseTooLate, evidenceNone
+		return refuseTooLate, overload.Reading{}
 	}
-	return admit, evidenceNone
+	return admit, overload.Reading{}
 }
 
 // read is what the Limiter shows at now, and ln's queue if ln is not nil.
@@ -309,12 +257,12 @@ func (l *Limiter) sustained() int64 { return overload.Sustain(l.o.interval) }
 // of the Limiter's own decisions and interval closes (lookCPU).
 func (l *Limiter) Overloaded(now time.Time) bool {
 	v := l.read(nil, l.nanos(now))
-	return v.first() != evidenceNone
+	return v.first().Holds
 }
 
 func (l *Limiter) overloadedAt(now int64) bool {
 	v := l.look(nil, now)
-	return v.first() != evidenceNone
+	return v.first().Holds
 }
 
 // look is read at now for a call of ln (nil: the Limiter's own), after a
@@ -324,8 +272,8 @@ func (l *Limiter) look(ln *Lane, now int64) facts {
 	return l.read(ln, now)
 }
 
-// refuseOn counts a refusal made on evidence e.
-func (l *Limiter) refuseOn(e evidence) { l.refusedOn[e].Add(1) }
+// refuseOn counts a refusal made on the evidence of e.
+func (l *Limiter) refuseOn(e overload.Reading) { l.refusedOn[e.Kind].Add(1) }
 
 // admit admits a call of ln at now to wait for a turn, reserving its place
 // (end it with unreserve(cost)), unless judge refuses it.
@@ -337,26 +285,19 @@ func (ln *Lane) admit(now time.Time) (cost int64, ok bool) {
 	return ln.reserve(), true
 }
 
-// grounds are what a refusal was made on: its evidence and its measure
-// (facts.measure), taken from the facts judge decided on.
-type grounds struct {
-	e                evidence
-	value, threshold float32
-}
-
-// refusal is the refusal for cause made on g.
-func (g grounds) refusal(cause admission.Cause, reason string, retry time.Duration) admission.Decision {
-	d := admission.RefuseFor(cause, g.e.kind(), reason, retry)
-	d.Value, d.Threshold = g.value, g.threshold
+// refuseFor is the refusal for cause made on the evidence e (facts.first).
+func refuseFor(e overload.Reading, cause admission.Cause, reason string, retry time.Duration) admission.Decision {
+	d := admission.RefuseFor(cause, e.Kind.Evidence(), reason, retry)
+	d.Value, d.Threshold = float32(e.Value), float32(e.Threshold)
 	return d
 }
 
 // fits reports whether a call of ln may be admitted at now to wait for a
 // turn, unless judge refuses it: then ok is false and why is what it was
 // refused on.
-func (ln *Lane) fits(now time.Time) (why grounds, ok bool) {
+func (ln *Lane) fits(now time.Time) (why overload.Reading, ok bool) {
 	if ln.Admissible() {
-		return grounds{}, true // judge admits a call that fits: no facts to read
+		return why, true // judge admits a call that fits: no facts to read
 	}
 	l := ln.f.l
 	v := l.look(ln, l.nanos(now))
@@ -365,37 +306,33 @@ func (ln *Lane) fits(now time.Time) (why grounds, ok bool) {
 	switch verdict, e := judge(atAdmission, c, &v); verdict {
 	case refuseFull:
 		l.refuseOn(e)
-		why.e = e
-		why.value, why.threshold = v.measure(e)
-		return why, false
+		return e, false
 	case admitSlacked:
 		l.slacked.Add(1)
 	case admitUnproven:
 		l.unrefused.Add(1)
 	}
-	return grounds{}, true
+	return why, true
 }
 
 // expired ends the wait of w, a waiter of ln whose patience ran out, as
 // judge decides: beyond the limit, without a turn, or ErrTimeout, with
 // why, what judge refused it on (as fits: the refusal reports the facts
 // it was decided on, not a read after).
-func (ln *Lane) expired(w *waiter) (t Ticket, why grounds, err error) {
+func (ln *Lane) expired(w *waiter) (t Ticket, why overload.Reading, err error) {
 	l := ln.f.l
 	v := l.look(ln, l.nanos(l.o.now()))
 	verdict, e := judge(atExpiry, call{stream: w.stream}, &v)
 	switch verdict {
 	case runOver:
-		return ln.overrun(w), grounds{}, nil
+		return ln.overrun(w), why, nil
 	case runUnturned:
 		ln.giveUp(w)
-		return Ticket{}, grounds{}, errNoTurn
+		return Ticket{}, why, errNoTurn
 	}
 	ln.giveUp(w)
 	l.refuseOn(e)
-	why.e = e
-	why.value, why.threshold = v.measure(e)
-	return Ticket{}, why, ErrTimeout
+	return Ticket{}, e, ErrTimeout
 }
 
 // grace is how much longer than its patience a call of ln that begins to
@@ -407,7 +344,7 @@ func (ln *Lane) grace(now int64) time.Duration {
 	if s <= 0 || !l.on(ruleSlack) {
 		return 0
 	}
-	if v := l.look(ln, now); v.first() == evidenceNone {
+	if v := l.look(ln, now); !v.first().Holds {
 		return 0
 	}
 	return time.Duration(s)
@@ -432,9 +369,9 @@ func (g *guard) turned(c admission.Call, ln *Lane, t Ticket) admission.Decision 
 
 // refusal is the decision for a call whose wait for a turn ended with
 // err, refused on why (expired), its flow's queue target being target.
-func refusal(err error, why grounds, target time.Duration) admission.Decision {
+func refusal(err error, why overload.Reading, target time.Duration) admission.Decision {
 	if errors.Is(err, ErrTimeout) {
-		return why.refusal(admission.CauseRunWaitExpired, ReasonTimeout, target)
+		return refuseFor(why, admission.CauseRunWaitExpired, ReasonTimeout, target)
 	}
 	return admission.RefuseFor(admission.CauseCallerCanceled, admission.EvidenceNone, ReasonGone, 0)
 }
@@ -449,13 +386,13 @@ func (l *Limiter) Signals(now time.Time) []Signal {
 	if v.hasCPU {
 		out = append(out, signalOf(v.cpu()))
 	}
-	out = append(out, signalOf(v.overrunOf()))
-	standing := signalOf(v.standingFor())
+	out = append(out, signalOf(v.overrun()))
+	standing := signalOf(v.standing())
 	if v.waiting <= 0 || v.queuedFor < 0 {
 		standing.Value = 0
 	}
 	out = append(out, standing)
-	return append(out, signalOf(v.spikeOf()))
+	return append(out, signalOf(v.spike()))
 }
 
 // signalOf is reading r as a Signal.

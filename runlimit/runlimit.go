@@ -17,6 +17,7 @@ import (
 	"github.com/levee-go/levee/cpu"
 	"github.com/levee-go/levee/internal/clock"
 	"github.com/levee-go/levee/internal/ewma"
+	"github.com/levee-go/levee/internal/overload"
 )
 
 // Defaults of a Limiter.
@@ -296,7 +297,7 @@ type Limiter struct {
 	// interval's baseline service times, at least minOverruns: the calls
 	// run beyond the limit that are evidence of overload.
 	intervalWork atomic.Int64
-	refusedOn    [evidenceKinds]atomic.Uint64 // refusals by the evidence they were made on
+	refusedOn    [overload.Kinds]atomic.Uint64 // refusals by the evidence they were made on
 	unrefused    atomic.Uint64
 	slacked      atomic.Uint64
 	updates      atomic.Uint64
@@ -529,9 +530,9 @@ func (l *Limiter) Stats() Stats {
 		Overruns: l.overruns.Load(), Unrefused: l.unrefused.Load(), Slacked: l.slacked.Load(),
 		NoneRunning: time.Duration(l.noneRun(l.nanos(l.o.now()))),
 		Slack:       time.Duration(l.slack.Load()),
-		RefusedOn: EvidenceStats{CPU: l.refusedOn[evidenceCPU].Load(), Overrun: l.refusedOn[evidenceOverrun].Load(),
-			Standing: l.refusedOn[evidenceStanding].Load(), Lane: l.refusedOn[evidenceLane].Load(),
-			Spike: l.refusedOn[evidenceSpike].Load()},
+		RefusedOn: EvidenceStats{CPU: l.refusedOn[overload.CPUBusy].Load(), Overrun: l.refusedOn[overload.Overrun].Load(),
+			Standing: l.refusedOn[overload.Standing].Load(), Lane: l.refusedOn[overload.Lane].Load(),
+			Spike: l.refusedOn[overload.Spike].Load()},
 		ProbeBaseline: c.probe[probeBaseline].stats(), ProbeStretch: c.probe[probeStretch].stats(),
 		ProbeCPU: c.probe[probeCPU].stats(), ProbeLag: c.probe[probeLag].stats(),
 		SlowStartEnded: c.slowStartEnded.Load(), Holds: c.holds.Load(), CPUElsewhere: c.cpuElsewhere.Load(),
@@ -971,7 +972,7 @@ func (ln *Lane) acquire(ctx context.Context, cost int64, stream bool) (Ticket, e
 // wait waits for the turn of w, a waiter of ln just queued, until ctx
 // ends or its wait runs out (waitLimit, expired: why is what a refusal
 // then was made on).
-func (ln *Lane) wait(ctx context.Context, w *waiter) (t Ticket, why grounds, err error) {
+func (ln *Lane) wait(ctx context.Context, w *waiter) (t Ticket, why overload.Reading, err error) {
 	limit := ln.waitLimit(ln.f.l.nanos(ln.f.l.o.now()))
 	if w.timer == nil {
 		w.timer = ln.f.l.o.clock.NewTimer(limit)
@@ -991,7 +992,7 @@ func (ln *Lane) wait(ctx context.Context, w *waiter) (t Ticket, why grounds, err
 		}
 		t := ln.started(w)
 		ln.f.l.recycle(w)
-		return t, grounds{}, nil
+		return t, why, nil
 	case <-ctx.Done():
 		err = ctx.Err()
 	case <-timer.C():
@@ -999,7 +1000,7 @@ func (ln *Lane) wait(ctx context.Context, w *waiter) (t Ticket, why grounds, err
 	}
 	timer.Stop()
 	ln.giveUp(w)
-	return Ticket{}, grounds{}, err
+	return Ticket{}, why, err
 }
 
 // waiter returns a waiter for a call of ln that holds a reservation that

@@ -8,6 +8,7 @@ import (
 	"github.com/levee-go/levee/admission"
 	"github.com/levee-go/levee/cpu"
 	"github.com/levee-go/levee/deadline"
+	"github.com/levee-go/levee/internal/overload"
 	"github.com/levee-go/levee/internal/sim"
 	"github.com/levee-go/levee/ratelimit"
 )
@@ -173,7 +174,7 @@ func (p *simPreset) startStream(c *sim.Call, sc *simCall, ln *Lane, permit admis
 	sc.target = ln.f.QueueTarget()
 	t, w := ln.takeNow(c.Now, cost, true)
 	if w == nil {
-		d, turned := p.run.streamTurned(sc.c, ln, t, grounds{}, nil, sc.target)
+		d, turned := p.run.streamTurned(sc.c, ln, t, overload.Reading{}, nil, sc.target)
 		return p.after(c, sc, d, turned && ln.f.yields())
 	}
 	return p.wait(c, sc, ln, w)
@@ -208,12 +209,12 @@ func (p *simPreset) Resume(c *sim.Call) sim.Decision {
 	t := sc.ln.started(sc.w)
 	p.l.recycle(sc.w) // as the guard's wait does
 	sc.w = nil
-	return p.turned(c, sc, t, grounds{}, nil)
+	return p.turned(c, sc, t, overload.Reading{}, nil)
 }
 
 // turned is the decision for a call whose wait for a turn ended with t
 // and err (refused on why).
-func (p *simPreset) turned(c *sim.Call, sc *simCall, t Ticket, why grounds, err error) sim.Decision {
+func (p *simPreset) turned(c *sim.Call, sc *simCall, t Ticket, why overload.Reading, err error) sim.Decision {
 	if c.Stream {
 		d, turned := p.run.streamTurned(sc.c, sc.ln, t, why, err, sc.target)
 		return p.after(c, sc, d, turned && sc.ln.f.yields())
