@@ -113,16 +113,11 @@ func WithInterval(d time.Duration) Option { return func(o *options) { o.interval
 func WithQueueTarget(d time.Duration) Option { return func(o *options) { o.target = d } }
 
 // WithCPU gives the Limiter a CPU signal (*cpu.Monitor is one): while it
-// says Saturated the limit never grows, and shrinks as soon as service
-// times stretch. Default none (the limit follows service times alone).
-//
-// A signal that also tells its threshold (cpu.ThresholdSignal, as
-// *cpu.Monitor does) is evidence of overload (Limiter.Overloaded) only
-// once its utilisation has been at or above the threshold, and at least
-// 0.95, for ten intervals (WithInterval); Saturated, which a monitor
-// keeps for a cooldown after the utilisation fell, still holds the
-// limit's growth off. A signal that tells no threshold is evidence while
-// Saturated says so, whatever its utilisation.
+// says Saturated the limit never grows. A signal that also tells its
+// threshold (cpu.ThresholdSignal) is evidence of overload
+// (Limiter.Overloaded) once its utilisation stayed at or above
+// max(threshold, 0.95) for ten intervals; one that does not, while
+// Saturated. Default none (the limit follows service times alone).
 func WithCPU(c cpu.Signal) Option { return func(o *options) { o.cpu = c } }
 
 // WithMaxFlows caps the flows tracked separately, so that memory stays
@@ -207,25 +202,19 @@ func (o *options) validateWeights() []error {
 // poller (see the package documentation) and closed when the Limiter is
 // garbage collected.
 type Limiter struct {
-	o     options
-	epoch time.Time
-	// cpuNow is o.cpu when it tells its utilisation (cpuBusy).
-	cpuNow cpu.ThresholdSignal
+	o      options
+	epoch  time.Time
+	cpuNow cpu.ThresholdSignal // o.cpu if it tells its utilisation
 
+	// Instants below are ns since epoch; those "plus 1" use 0 for none.
 	// state packs the calls running (low 32 bits) and waiting (high 32
-	// bits), so that a turn returned while nobody waits, and a turn taken
-	// while one is free and nobody waits, are one compare-and-swap.
-	state atomic.Uint64
-	// queuedSince is when calls started waiting without a pause, plus 1
-	// (nanos since epoch; 0: none waits). Needs mu to change.
-	queuedSince atomic.Int64
-	// cpuSince is when the CPU signal was first seen busy since it was
-	// last seen not busy, plus 1 (nanos since epoch; 0: not busy when
-	// last looked at), for the evidence of a CPU busy for a while
-	// (cpuBusy).
-	cpuSince atomic.Int64
-	limit    atomic.Int64
-	peak     atomic.Int64 // most calls running at once in the current interval
+	// bits): taking a free turn, or returning one nobody waits for, is one
+	// compare-and-swap.
+	state       atomic.Uint64
+	queuedSince atomic.Int64 // calls waiting without a pause since, plus 1; changed under mu
+	cpuSince    atomic.Int64 // CPU seen busy without a break since, plus 1 (lookCPU)
+	limit       atomic.Int64
+	peak        atomic.Int64 // most calls running at once in the current interval
 
 	mu     sync.Mutex                 // the lanes' queues, the active lists and the virtual clock
 	vclock float64                    // start tag of the last turn handed out
@@ -243,88 +232,71 @@ type Limiter struct {
 	mostWork   atomic.Int64                     // most work, ns, waiting at a turn handed on in the interval (noteHanded)
 	openedAt   atomic.Int64                     // opened, for readers outside upd
 
-	tenantCount  atomic.Int64
-	lastSweep    int64  // under upd
-	seenOverruns uint64 // Stats.Overruns at the last interval closed; under upd
-	wasOverload  bool   // evidence of overload when the last interval closed (noteRoom); under upd
-	seeded       bool   // the slack holds a queue seen below capacity, not yet confirmed by idle time under overload (noteSlack); under upd
-	// servedAvg is each class's turns per interval, smoothed over the
-	// last few intervals (roomDecay), for noteRoom. Under upd.
-	servedAvg [admission.Classes]float64
-	// lastServed is each class's turns in the last interval, and starved
-	// how many intervals in a row the classes below each class waited
-	// unserved. Under upd.
-	lastServed [admission.Classes]float64
-	starved    [admission.Classes]int
+	tenantCount atomic.Int64
 
-	// The flows tracked separately, by name: a map replaced, never
-	// changed, under flowsMu; the flow shared beyond the cap; the flow of
-	// the calls whose name has none yet (see NewGuard); flows forgotten
-	// to make room; and the interval (openedAt) in which a flow was last
-	// looked for to forget and none was found.
+	// Under upd: noteRoom and noteSlack's memory.
+	lastSweep    int64
+	seenOverruns uint64                     // Stats.Overruns at the last interval closed
+	wasOverload  bool                       // evidence of overload when the last interval closed
+	seeded       bool                       // the slack holds a queue seen below capacity, not yet confirmed under overload
+	servedAvg    [admission.Classes]float64 // each class's turns per interval, smoothed (roomDecay)
+	lastServed   [admission.Classes]float64 // each class's turns in the last interval
+	starved      [admission.Classes]int     // intervals in a row the classes below waited unserved
+
+	// The flows tracked by name, a map replaced (never changed) under
+	// flowsMu; noVictim is the interval (openedAt) in which none could be
+	// forgotten to make room.
 	flowsMu   sync.Mutex
 	flows     atomic.Pointer[map[string]*Flow]
-	overflow  *Flow // under flowsMu
-	unserved  *Flow
+	overflow  *Flow // OverflowFlow; under flowsMu
+	unserved  *Flow // UnservedFlow
 	forgotten atomic.Uint64
 	noVictim  atomic.Int64
 
-	// Learning (see learn.go). next is read by every Done; the rest is
-	// under upd, which only the caller that closes an interval takes
-	// (TryLock).
-	next     atomic.Int64 // end of the current interval, ns since epoch
+	// Learning (learn.go): upd is taken (TryLock) by the call that closes
+	// an interval; next, read by every Done, is when it ends.
+	next     atomic.Int64
 	upd      sync.Mutex
-	lr       learner      // under upd
-	opened   int64        // start of the current interval, ns since epoch; under upd
-	probing  atomic.Bool  // a probe runs, for Done
+	lr       learner // under upd
+	opened   int64   // start of the current interval; under upd
+	probing  atomic.Bool
 	drained  atomic.Int64 // when a probe's calls drained to its limit; 0 until then
 	probes   atomic.Uint64
 	rebases  atomic.Uint64
 	overruns atomic.Uint64
-	// Calls that asked for a turn (a guard's: when the transport admitted
-	// or refused them) and their turns that ended, since New, streams
-	// admitted left out, and both when
-	// the previous interval opened (marks[0]) and the current one
-	// (marks[1]), for spiking; the marks are written under upd.
+	// For spike: turns asked for (a guard's counted where the transport
+	// admitted or refused them; streams admitted left out) and ended since
+	// New; their marks when the previous ([0]) and current ([1]) interval
+	// opened, at markedAt (written under upd); doneRate, turns ended per
+	// ns smoothed (carriedGain), float64 bits.
 	offered, finished         paddedInt
 	offeredMark, finishedMark [2]atomic.Int64
-	// markedAt is when each mark was taken, ns since epoch; doneRate the
-	// turns that ended per ns, smoothed over intervals (carriedGain), as
-	// float64 bits: what spike expects to end when fewer did.
-	markedAt [2]atomic.Int64
-	doneRate atomic.Uint64
-	// intervalWork is the calls the limit runs in an interval at the last
-	// interval's baseline service times, at least minOverruns: the calls
-	// run beyond the limit that are evidence of overload.
+	markedAt                  [2]atomic.Int64
+	doneRate                  atomic.Uint64
+	// intervalWork: the calls the limit runs in an interval at the last
+	// interval's baselines, at least minOverruns (overload.OverrunOf).
 	intervalWork atomic.Int64
-	refusedOn    [overload.Kinds]atomic.Uint64 // refusals by the evidence they were made on
+	refusedOn    [overload.Kinds]atomic.Uint64
 	unrefused    atomic.Uint64
 	slacked      atomic.Uint64
 	updates      atomic.Uint64
 	learned      learnCounts
 
-	// noneSince is when the last turn ended with none left (ns since
-	// epoch, plus 1; 0 while a turn is held), and noneRan the ns with no
-	// turn held before it: the time the server ran no call (noneRun).
+	// noneSince: when the last turn ended with none left, plus 1 (0 while
+	// a turn is held); noneRan: ns with no turn held before it (noneRun);
+	// noneMark: noneRun at the last noteRoom, under upd.
 	noneSince, noneRan atomic.Int64
-	noneMark           int64 // noneRun at the last noteRoom; written under upd
+	noneMark           int64
 
-	// Calls handed a turn after waiting in the interval, and how long
-	// they took to run once handed it, ns (noteLag); plag*, the same of
-	// the calls a probe measures.
+	// Calls handed a turn after waiting, and their lag to run, ns
+	// (noteLag), in the interval; plag*, those a probe measures.
 	lagN, lagSum   paddedInt
 	plagN, plagSum atomic.Int64
 
-	// recent has bit i set if class i had turns end in the last
-	// interval; net lets a turn wait for the network poller (release).
-	recent atomic.Uint32
-	net    netWaiter
-	// waiters keeps the waiters whose wait ended with their turn, with
-	// their channel and timer, for the next calls that wait (waiter,
-	// recycle).
-	waiters sync.Pool
-
-	moves moves // the last moves of the limit (Moves, OnMove)
+	recent  atomic.Uint32 // bit i: class i had turns end in the last interval
+	net     netWaiter     // a turn's wait for the network poller (release)
+	waiters sync.Pool     // waiters handed their turn, for reuse (recycle)
+	moves   moves
 }
 
 const (
@@ -420,105 +392,65 @@ func (l *Limiter) Waiting() int { return int(waiting(l.state.Load())) }
 // Stats are a Limiter's counters since New, a plain value (the zero value
 // counts nothing).
 type Stats struct {
-	Limit   int    // the current limit
-	Running int    // calls holding a turn
-	Waiting int    // calls waiting for a turn
-	Updates uint64 // intervals closed
-	Probes  uint64 // service-time probes ended
-	Rebases uint64 // baselines moved by a probe
-	// Overruns counts calls whose wait for a turn ran out with no
-	// evidence of overload (Overloaded), which ran beyond the limit
-	// instead of being refused.
-	Overruns uint64
-	// Unrefused counts calls admitted although their lane was full
-	// (Lane.Admissible), for want of evidence of overload.
-	Unrefused uint64
-	// Slacked counts calls admitted, under overload, beyond their lane's
-	// bound (Lane.Admissible) into the slack of the server's recent idle
-	// time: arrivals in clumps (see the package doc).
-	Slacked uint64
-	// NoneRunning is how long no turn was held, since New: the server's
-	// idle time as the limit sees it, from which the slack grows under
-	// overload (see the package doc).
-	NoneRunning time.Duration
+	Limit     int    // the current limit
+	Running   int    // calls holding a turn
+	Waiting   int    // calls waiting for a turn
+	Updates   uint64 // intervals closed
+	Probes    uint64 // service-time probes ended
+	Rebases   uint64 // baselines moved by a probe
+	Overruns  uint64 // calls whose wait ran out without evidence of overload: they ran beyond the limit
+	Unrefused uint64 // calls admitted to a full lane (Lane.Admissible) for want of evidence of overload
+	// Slacked counts calls admitted under overload beyond their lane's
+	// bound, into the slack of the server's recent idle time.
+	Slacked     uint64
+	NoneRunning time.Duration // how long no turn was held since New: the server's idle time
 	// Slack is the work lanes may now queue beyond their bound under
-	// overload (see the package doc): 0 unless the server sat idle
-	// between clumps of arrivals lately.
+	// overload: 0 unless the server sat idle between clumps of arrivals.
 	Slack time.Duration
 
-	// How the limit was learned (docs/runlimit-learner.md): the probes
-	// of each kind, and the learner's other moves.
-	ProbeBaseline ProbeStats // the first baseline measured at half the limit
-	ProbeStretch  ProbeStats // a large stretch: the limit's doing, or the service's?
-	ProbeCPU      ProbeStats // calls time-share the CPU: do fewer at once help?
-	ProbeLag      ProbeStats // calls wait to run once handed a turn: do fewer turns help?
-	// SlowStartEnded is 1 once slow start ended (a stretch was seen, or a
-	// cut kept): from then on the limit grows by steps, not doubling.
-	SlowStartEnded uint64
-	// Holds counts kept cuts (ProbeCPU.Kept + ProbeLag.Kept), each of
-	// which held growth off for a while.
-	Holds uint64
+	// How the limit was learned (docs/runlimit-learner.md).
+	ProbeBaseline  ProbeStats // the first baseline measured at half the limit
+	ProbeStretch   ProbeStats // a large stretch: the limit's doing, or the service's?
+	ProbeCPU       ProbeStats // calls time-share the CPU: do fewer at once help?
+	ProbeLag       ProbeStats // calls wait to run once handed a turn: do fewer turns help?
+	SlowStartEnded uint64     // 1 once slow start ended: the limit grows by steps from then on
+	Holds          uint64     // kept cuts of ProbeCPU and ProbeLag, each holding growth off a while
 	// CPUElsewhere counts cuts that did not help with the CPU saturated
-	// (ProbeCPU or ProbeLag undone): each left stretches to the other
-	// probes until the CPU was no longer saturated.
+	// (ProbeCPU or ProbeLag undone).
 	CPUElsewhere uint64
-	// Backoffs counted intervals with calls that failed by overload, each
-	// of which cut the limit by a tenth.
-	//
-	// Deprecated: never counted since that rule was removed (no shape of
-	// the ablation needed it: docs/ablation.md); always zero.
+	// Deprecated: Backoffs is always zero: its rule was removed
+	// (docs/ablation.md).
 	Backoffs uint64
-	// LimitedToRan counted intervals in which calls waited to start
-	// (Flow.NoteQueued) while fewer ran than the limit allowed, each of
-	// which set the limit to the calls that ran.
-	//
-	// Deprecated: never counted since that rule was removed; always zero.
+	// Deprecated: LimitedToRan is always zero: its rule was removed.
 	LimitedToRan uint64
-	// RefusedOn counts the calls refused for want of a turn (a full
-	// lane, a wait that ran out) by the evidence of overload they were
-	// refused on (Overloaded).
+	// RefusedOn counts the calls refused for want of a turn by the
+	// evidence of overload they were refused on.
 	RefusedOn EvidenceStats
-	// Overran counts intervals in which calls ran beyond the limit
-	// (Overruns): the learner left the limit as it was, since their
-	// service times were those of more calls at once than the limit.
-	Overran uint64
-	// Grows and Shrinks count the intervals that moved the limit up or
-	// down by its queue estimate (TCP Vegas).
-	Grows, Shrinks uint64
-	// Flows is how many flows the Limiter tracks separately (Flows, at
-	// most WithMaxFlows), and Forgotten how many it forgot to make room
-	// for a new name.
-	Flows     int
-	Forgotten uint64
+	// Overran counts intervals with calls run beyond the limit: the
+	// learner left the limit as it was.
+	Overran        uint64
+	Grows, Shrinks uint64 // intervals that moved the limit by its queue estimate (TCP Vegas)
+	Flows          int    // flows tracked separately (at most WithMaxFlows)
+	Forgotten      uint64 // flows forgotten to make room for a new name
 }
 
 // EvidenceStats count refusals by the evidence of overload they were made
-// on (see the package doc, "No refusal without evidence of overload").
+// on (Limiter.Overloaded names each rule). A plain value.
 type EvidenceStats struct {
-	CPU      uint64 // the CPU signal's utilisation at or above its threshold and 0.95 for ten intervals
-	Overrun  uint64 // calls waiting while the limit was overrun by its own size (at least an interval's work)
-	Standing uint64 // calls waiting without a pause for ten intervals
-	Lane     uint64 // the call's lane queue holding more work than the limit runs in an interval
-	Spike    uint64 // calls asking for turns at least twice as fast as turns ended, over the last interval or two
+	CPU, Overrun, Standing, Lane, Spike uint64
 }
 
-// ProbeStats count the probes of one kind: while a probe runs the limit
-// is lowered to measure service times with less contention. Every probe
-// that ended is counted once as Kept, Undone, Abandoned or Empty.
+// ProbeStats count the probes of one kind, which lower the limit for a
+// while to measure service times with less contention. A plain value.
+// Every probe that ended is counted once as Kept, Undone, Abandoned or
+// Empty.
 type ProbeStats struct {
-	Started uint64 // probes started
-	Kept    uint64 // ended with the limit lower than before the probe
-	Undone  uint64 // ended with the limit back where it was
-	// Rebased counts, of the Kept and Undone, those whose calls were
-	// slower even at the lower limit: the service changed, and the
-	// baselines moved to what the probe measured.
-	Rebased uint64
-	// Abandoned counts probes that measured too few calls in their time:
-	// the limit ended a tenth lower than before the probe.
-	Abandoned uint64
-	// Empty counts probes whose calls were all of flows with no baseline
-	// yet: the limit ended back where it was.
-	Empty uint64
+	Started   uint64
+	Kept      uint64 // the limit ended lower than before the probe
+	Undone    uint64 // the limit ended where it was
+	Rebased   uint64 // of Kept and Undone: calls slower even lower; baselines moved
+	Abandoned uint64 // too few calls measured: the limit ended a tenth lower
+	Empty     uint64 // no call of a flow with a baseline: the limit ended where it was
 }
 
 // Stats returns the Limiter's counters.
@@ -625,9 +557,8 @@ func idlest(m map[string]*Flow, opened int64) *Flow {
 }
 
 // Baseline returns the service time without contention of the flow named
-// name (Flow.Baseline), or 0 if it has none yet or there is no such flow:
-// it creates no flow. Through NewGuard a flow is a method, so that a
-// deadline.Guard may judge calls against it (deadline.WithBaselines).
+// name (Flow.Baseline), or 0 if it has none yet or there is no such flow;
+// it creates no flow (deadline.WithBaselines reads it).
 func (l *Limiter) Baseline(name string) time.Duration {
 	if f, ok := (*l.flows.Load())[name]; ok {
 		return f.Baseline()
@@ -645,9 +576,8 @@ func newFlow(l *Limiter, name string) *Flow {
 // touch marks the flow as used in the current interval.
 func (f *Flow) touch() { f.l.markUsed(&f.used) }
 
-// markUsed sets used to the start of the current interval: a load of the
-// interval's start (cheaper than reading the clock) and of the mark, and
-// a store once per interval.
+// markUsed sets used to the start of the current interval, storing at
+// most once per interval.
 func (l *Limiter) markUsed(used *atomic.Int64) {
 	if opened := l.openedAt.Load(); used.Load() != opened {
 		used.Store(opened)
@@ -688,8 +618,7 @@ func (f *Flow) eachLanes(fn func(*classLanes) bool) bool {
 // scrape time.
 func (l *Limiter) Flows() []*Flow { return l.tracked(0) }
 
-// tracked returns the flows the Limiter tracks separately, with room for
-// extra more.
+// tracked returns the flows tracked separately, with room for extra more.
 func (l *Limiter) tracked(extra int) []*Flow {
 	m := *l.flows.Load()
 	out := make([]*Flow, 0, len(m)+extra)
@@ -722,36 +651,27 @@ type Flow struct {
 	l    *Limiter
 	name string
 
-	n      atomic.Int64 // calls finished in the interval
-	sum    atomic.Int64 // their service time, ns
-	pn     atomic.Int64 // calls a probe measured
-	psum   atomic.Int64 // their service time, ns
-	svc    atomic.Int64 // mean service time (EWMA, weight 1/8), ns; 0 until the first
-	lastOK atomic.Int64 // when the last call that taught svc ended, ns since the Limiter's epoch
-	// streamScore: streams that stayed open past their hold, less those
-	// that ended within it (see streamTurn).
-	streamScore atomic.Int32
-	// calls are the calls a guard admitted to the flow and has not
-	// finished; used, the start of the last interval the flow was looked
-	// up in (ns since the Limiter's epoch): a flow forgotten to make room
-	// (addFlow) has no call and is the least recently used.
-	calls atomic.Int64
-	used  atomic.Int64
-	// isUnserved: the flow UnservedFlow, never learned from; gone: the
-	// flow was forgotten, and its new tenants are not counted.
-	isUnserved bool
-	gone       atomic.Bool
+	// Instants are ns since the Limiter's epoch.
+	n, sum      atomic.Int64 // calls finished in the interval, and their service time, ns
+	pn, psum    atomic.Int64 // the same, of the calls a probe measured
+	svc         atomic.Int64 // mean service time (EWMA, weight 1/8), ns; 0 until the first
+	lastOK      atomic.Int64 // when the last call that taught svc ended
+	streamScore atomic.Int32 // streams that outlived their hold, less those that did not
+	calls       atomic.Int64 // calls a guard admitted and has not finished
+	used        atomic.Int64 // start of the last interval the flow was looked up in
+	isUnserved  bool         // UnservedFlow: never learned from
+	gone        atomic.Bool  // forgotten (addFlow): its new tenants are not counted
 
 	lanes    classLanes // calls of no tenant, by class
 	tenants  tenantShards
 	overflow atomic.Pointer[tenantLanes]
 
-	// under Limiter.upd
-	// rate is the calls that finished per ns, smoothed over intervals
-	// (carriedGain; Limiter.low).
+	// Under Limiter.upd: completions per ns, smoothed (carriedGain;
+	// Limiter.low), and the baseline service time, ns (0 until the first
+	// interval), which baseNs gives readers outside upd.
 	rate   float64
-	base   float64      // baseline service time, ns; 0 until the first interval
-	baseNs atomic.Int64 // base, for readers outside upd
+	base   float64
+	baseNs atomic.Int64
 }
 
 // Name returns the flow's name.
@@ -771,10 +691,9 @@ func (f *Flow) setBase(ns float64) {
 }
 
 // QueueTarget returns how long a call of the flow may wait for its turn:
-// WithQueueTarget, or three times the flow's baseline service time (its mean
-// service time until a baseline is learned), at least
-// DefaultMinQueueTarget. It is not derived from the mean, which stretches
-// with contention and would lengthen the queue it should bound.
+// WithQueueTarget, or three times the flow's baseline service time (its
+// mean until a baseline is learned; not after, since the mean stretches
+// with contention), at least DefaultMinQueueTarget.
 func (f *Flow) QueueTarget() time.Duration {
 	if t := f.l.o.target; t > 0 {
 		return t
@@ -786,12 +705,9 @@ func (f *Flow) QueueTarget() time.Duration {
 	return max(DefaultMinQueueTarget, 3*base)
 }
 
-// work is what one call of the flow asks of the server when it runs
-// alone, ns, for a lane's evidence of overload: its baseline service
-// time, its mean until a baseline is learned. Not the mean: it stretches
-// with the calls run beside it and with the tail of service times (one
-// call of 100ms moves it by 12ms), and a lane of a few calls queued
-// behind a slow one would seem to hold an interval's work.
+// work is what one call of the flow asks of the server alone, ns, for a
+// lane's evidence of overload: its baseline, its mean until a baseline is
+// learned (the mean stretches with contention and its tail).
 func (f *Flow) work() float64 {
 	if b := f.baseNs.Load(); b > 0 {
 		return float64(b)
@@ -806,14 +722,11 @@ func (f *Flow) cost() float64 { return float64(max(f.svc.Load(), int64(time.Micr
 // time after which that time is not held against a call's deadline.
 const staleAfter = time.Second
 
-// ServiceTimeAt returns the flow's service time as a call's deadline
-// should be judged against it at now, by a call about to run on its turn:
-// the baseline once it is learned and shorter than the mean, the mean
-// before; 0 before the first call finished, and 0 once no call has
-// finished for twice the mean (at least staleAfter), so that a service
-// time learned in a stall cannot refuse every call for good. Not the
-// mean alone: calls run beyond the limit in a spike's first moments
-// stretch it, and every later call would be refused as too late.
+// ServiceTimeAt returns the service time a deadline is judged against at
+// now, by a call about to run on its turn: the baseline once learned and
+// shorter than the mean, the mean before; 0 before the first call
+// finished, and once none finished for twice the mean (at least
+// staleAfter). docs/runlimit.md, "ServiceTimeAt: why the baseline".
 func (f *Flow) ServiceTimeAt(now time.Time) time.Duration {
 	st := f.ServiceTime()
 	if st == 0 || f.l.nanos(now)-f.lastOK.Load() > int64(max(staleAfter, 2*st)) {
@@ -826,9 +739,8 @@ func (f *Flow) ServiceTimeAt(now time.Time) time.Duration {
 }
 
 // yields reports whether a call of the flow yields the processor when its
-// turn starts (Lane.acquire, and the guard's Start): unless the flow's
-// service time (its baseline once learned, its mean before) is known and
-// shorter than shortCall.
+// turn starts: unless its baseline (its mean before) is known and shorter
+// than shortCall.
 func (f *Flow) yields() bool {
 	st := f.baseNs.Load()
 	if st == 0 {
@@ -837,27 +749,21 @@ func (f *Flow) yields() bool {
 	return st == 0 || st >= int64(shortCall)
 }
 
-// shortCall is the service time below which a call does not yield the
-// processor when its turn starts: the yield lets the transport's
-// goroutines run first, but makes its writer send each response on its
-// own; a handler this short delays them by little (docs/cost.md).
+// shortCall: a call shorter does not yield (docs/runlimit.md, "shortCall").
 const shortCall = 200 * time.Microsecond
 
 // Admissible reports whether a new call of the flow, of no tenant and
 // class Critical, may be admitted to wait for a turn (see Lane.Admissible).
 func (f *Flow) Admissible() bool { return f.lanes[admission.Critical.Index()].Admissible() }
 
-// NoteQueued did tell the flow how long a call waited between its
-// admission by a transport and the start of its handler.
+// NoteQueued does nothing. It is safe for concurrent use.
 //
-// Deprecated: it does nothing since the rule that read it was removed (a
-// limit set to the calls that ran when calls waited to start): the lag
-// probe finds the turns the processors run.
+// Deprecated: the rule that read it was removed; the lag probe does its
+// work.
 func (f *Flow) NoteQueued(time.Duration) {}
 
-// learnMean teaches the flow's mean service time a call of svc ns that
-// ended at end, ns since the epoch (lastOK, rewritten at most once a
-// millisecond).
+// learnMean teaches the flow's mean a call of svc ns that ended at end
+// (lastOK is rewritten at most once a millisecond).
 func (f *Flow) learnMean(svc, end int64) {
 	if end-f.lastOK.Load() > int64(time.Millisecond) {
 		f.lastOK.Store(end)
@@ -868,12 +774,10 @@ func (f *Flow) learnMean(svc, end int64) {
 // Ticket is one call's turn. Finish it once with Done or Release. The zero
 // Ticket holds nothing.
 type Ticket struct {
-	f     *Flow
-	ln    *Lane // the lane whose class the turn counts for; nil: Critical
-	start int64 // when the turn was taken, ns since the Limiter's epoch
-	// stream: a stream's turn, which spiking does not count: a stream's
-	// open says nothing of the rate of work (see streamTurn).
-	stream bool
+	f      *Flow
+	ln     *Lane // the lane whose class the turn counts for; nil: Critical
+	start  int64 // when the turn was taken, ns since the Limiter's epoch
+	stream bool  // a stream's turn: not counted for spike
 }
 
 // Start returns when the turn was taken.
@@ -895,8 +799,7 @@ func (f *Flow) TryAcquire(now time.Time) (Ticket, bool) {
 	return t, ok
 }
 
-// tryAcquire is TryAcquire without counting the call for spiking, for
-// callers that count it themselves.
+// tryAcquire is TryAcquire without counting the call for spike.
 func (f *Flow) tryAcquire(now time.Time) (Ticket, bool) {
 	l := f.l
 	for {
@@ -905,21 +808,12 @@ func (f *Flow) tryAcquire(now time.Time) (Ticket, bool) {
 			return Ticket{}, false
 		}
 		if l.state.CompareAndSwap(s, s+1) {
-			l.notePeak(running(s) + 1)
+			storeMax(&l.peak, running(s)+1)
 			start := l.nanos(now)
 			if running(s) == 0 {
 				l.turnAfterNone(start)
 			}
 			return Ticket{f: f, start: start}, true
-		}
-	}
-}
-
-func (l *Limiter) notePeak(r int64) {
-	for {
-		p := l.peak.Load()
-		if r <= p || l.peak.CompareAndSwap(p, r) {
-			return
 		}
 	}
 }
@@ -932,26 +826,20 @@ type waiter struct {
 	tag    float64 // start tag (fair queueing)
 	inc    float64 // what it added to its lane's finish tag
 	ready  chan struct{}
-	timer  clock.Timer // bounds the wait (acquire); made on the waiter's first wait
+	timer  clock.Timer // bounds the wait; made on the waiter's first wait
 	done   bool        // handed a turn, under Limiter.mu
 	handed int64       // when, ns since the Limiter's epoch
-	// stream: a stream's wait that runs out without evidence of overload
-	// ends without a turn (errNoTurn), not beyond the limit: a stream's
-	// turn is not counted against the limit's overrun (see streamTurn).
-	stream bool
+	stream bool        // a stream's: its wait runs out without a turn (errNoTurn), not beyond the limit
 }
 
 // Acquire takes a turn for a call of f, of no tenant and class Critical,
-// waiting if every turn is taken: turns are handed out fairly among the
+// waiting if every turn is taken; turns are handed out fairly among the
 // lanes' waiting calls (see Lane). It returns ErrQueueFull at once when
 // the lane is not Admissible and the Limiter has evidence of overload
-// (Overloaded, or the lane's own queue holding an interval's work);
-// without evidence the call waits. It returns ErrTimeout after twice the
-// flow's queue target (admission lets in only what should start within
-// half of it, so a timeout means the estimate went badly wrong; eight
-// times while the class leaves room, see Lane.Admissible) if there is
-// evidence of overload then, and otherwise takes a turn beyond the
-// limit; and ctx's error if ctx ends first.
+// (Overloaded, or the lane's own queue); ErrTimeout after twice the
+// flow's queue target (eight times while the class leaves room) with
+// evidence of overload then, and otherwise a turn beyond the limit; and
+// ctx's error if ctx ends first.
 func (f *Flow) Acquire(ctx context.Context) (Ticket, error) {
 	return f.lanes[admission.Critical.Index()].Acquire(ctx)
 }
@@ -983,10 +871,8 @@ func (ln *Lane) wait(ctx context.Context, w *waiter) (t Ticket, why overload.Rea
 	select {
 	case <-w.ready:
 		timer.Stop()
-		// Yield once before the call runs (the guard once more after):
-		// the handoff made this goroutine the next to run, ahead of the
-		// transport's goroutines made runnable meanwhile. The turn
-		// starts after the yield. A short call does not yield.
+		// The handoff made this goroutine the next to run: let the
+		// transport's goroutines go first. The turn starts after it.
 		if ln.f.yields() {
 			runtime.Gosched()
 		}
@@ -1014,19 +900,16 @@ func (l *Limiter) waiter(ln *Lane, cost int64) *waiter {
 	return w
 }
 
-// recycle keeps w, whose wait ended with its turn, for a later wait. Only
-// a waiter that received its turn is kept: its one send has arrived, its
-// timer is stopped and nothing holds it. A waiter that gave up or ran out
-// of time may be handed a turn that is still on its way (release sends
-// after it unlocks), and is left to the garbage collector.
+// recycle keeps w, whose wait ended with its turn (its one send arrived,
+// its timer stopped), for a later wait. A waiter that gave up may still
+// be sent a turn (release sends after it unlocks): never recycle one.
 func (l *Limiter) recycle(w *waiter) {
 	w.ln, w.next = nil, nil
 	l.waiters.Put(w)
 }
 
 // started is the ticket of w, a waiter of ln handed its turn, whose call
-// begins to run now: it records how long the call took to run since the
-// handover (noteLag).
+// begins to run now, noting its lag since the handover.
 func (ln *Lane) started(w *waiter) Ticket {
 	t := ln.granted()
 	ln.f.l.noteLag(t.start, t.start-w.handed)
@@ -1034,15 +917,13 @@ func (ln *Lane) started(w *waiter) Ticket {
 }
 
 // waitLimit is how long a call of ln that begins to wait at now waits for
-// its turn before its wait runs out (expired): its patience and its
-// grace.
+// its turn before it expires: its patience and its grace.
 func (ln *Lane) waitLimit(now int64) time.Duration { return ln.patience() + ln.grace(now) }
 
-// enqueue takes a turn for a call of ln that holds a reservation that
-// added cost if one is free and nobody waits, ending the reservation; or
-// else queues the call and returns its waiter, whose ready channel says
-// when the turn is handed over (the reservation ends then; take the
-// ticket with granted), unless the caller gives up first (giveUp).
+// enqueue takes a free turn (nobody waiting) for a call of ln holding a
+// reservation that added cost, ending it; or queues the call and returns
+// its waiter, whose ready channel tells of its turn (the reservation ends
+// then) unless the caller gives up first (giveUp).
 func (ln *Lane) enqueue(cost int64) (Ticket, *waiter) {
 	f := ln.f
 	l := f.l
@@ -1054,7 +935,7 @@ func (ln *Lane) enqueue(cost int64) (Ticket, *waiter) {
 			if l.state.CompareAndSwap(s, s+1) {
 				l.mu.Unlock()
 				ln.unreserve(cost)
-				l.notePeak(running(s) + 1)
+				storeMax(&l.peak, running(s)+1)
 				start := l.nanos(l.o.now())
 				if running(s) == 0 {
 					l.turnAfterNone(start)
@@ -1087,8 +968,8 @@ func (ln *Lane) enqueue(cost int64) (Ticket, *waiter) {
 	return Ticket{}, w
 }
 
-// noteLag records that a call handed its turn after waiting began to run
-// lag ns later, at start (see update).
+// noteLag records that a call handed its turn began to run lag ns later,
+// at start.
 func (l *Limiter) noteLag(start, lag int64) {
 	lag = max(lag, 0)
 	l.lagN.Add(1)
@@ -1111,17 +992,13 @@ func (ln *Lane) granted() Ticket {
 func (ln *Lane) giveUp(w *waiter) {
 	l := ln.f.l
 	l.mu.Lock()
-	if w.done {
-		// Handed a turn as we gave up (which ended the reservation): pass
-		// it on.
+	if w.done { // handed a turn as we gave up: pass it on
 		l.mu.Unlock()
 		l.release(false, -1)
 		return
 	}
 	ln.unlink(w)
-	// The lane did not use the turn its tag stood for: later calls of the
-	// lane must not wait for it.
-	ln.finish -= w.inc
+	ln.finish -= w.inc                               // later calls of the lane must not wait for its tag
 	l.noteLeft(l.state.Add(^uint64(oneWaiting - 1))) // waiting - 1
 	l.mu.Unlock()
 	ln.unreserve(w.cost)
@@ -1149,19 +1026,13 @@ func (ln *Lane) unlink(w *waiter) {
 	}
 }
 
-// pollWait is the least a turn waits for the network poller (see
-// release): long enough that the timerfd has not fired by the time its
-// reader parks, short enough that a processor left with nothing to run
-// idles for little.
+// pollWait is the least a turn waits for the network poller (release).
 const pollWait = 20 * time.Microsecond
 
-// release returns a turn, at end (ns since epoch; the clock's time if
-// negative): to the next waiting call chosen fairly if the limit allows,
-// or to the pool. With poll set, a turn about to go to a class below one
-// served in this interval or the last first waits for the network poller
-// (netWaiter) and yields, so that a higher-class request that arrived
-// during the handler is read and queued first: Go polls the network on a
-// busy processor only when no goroutine is runnable, or every 10ms.
+// release returns a turn at end (ns since epoch; now if negative) to the
+// next waiting call chosen fairly if the limit allows, or to the pool.
+// With poll set, a turn about to go to a class below one served lately
+// first waits for the network poller (docs/runlimit.md, "release").
 func (l *Limiter) release(poll bool, end int64) {
 	for {
 		s := l.state.Load()
@@ -1183,8 +1054,7 @@ func (l *Limiter) release(poll bool, end int64) {
 			l.mu.Unlock()
 			continue
 		}
-		if running(s) > l.limit.Load() {
-			// The limit shrank: this turn goes away.
+		if running(s) > l.limit.Load() { // the limit shrank: this turn goes away
 			l.state.Add(^uint64(0)) // running - 1
 			l.mu.Unlock()
 			return
@@ -1193,7 +1063,7 @@ func (l *Limiter) release(poll bool, end int64) {
 			poll = false
 			l.mu.Unlock()
 			if l.net.wait(pollWait) {
-				runtime.Gosched() // the goroutines woken with this one: readers of requests
+				runtime.Gosched() // let the readers of requests woken with it run
 			}
 			continue
 		}
@@ -1209,32 +1079,29 @@ func (l *Limiter) release(poll bool, end int64) {
 	}
 }
 
-// noteHanded notes the work still waiting after a turn passed on to a
-// waiting call: the least of the interval is how much shorter the queue
-// could have been without leaving the turns free, and the most, in an
-// interval without overload, how long a queue the arrivals formed while
-// the server kept up (noteSlack).
+// noteHanded notes the least and most work still waiting after a turn
+// passed on in the interval (noteSlack).
 func (l *Limiter) noteHanded() {
 	var q int64
 	for i := range l.work {
 		q += l.work[i].Load()
 	}
-	for {
-		m := l.leastWork.Load()
-		if q >= m || l.leastWork.CompareAndSwap(m, q) {
-			break
-		}
-	}
-	for {
-		m := l.mostWork.Load()
-		if q <= m || l.mostWork.CompareAndSwap(m, q) {
-			return
-		}
+	storeMin(&l.leastWork, q)
+	storeMax(&l.mostWork, q)
+}
+
+// storeMin and storeMax lower or raise a to v.
+func storeMin(a *atomic.Int64, v int64) {
+	for m := a.Load(); v < m && !a.CompareAndSwap(m, v); m = a.Load() {
 	}
 }
 
-// turnAfterNone notes a turn taken at now, ns since epoch, when none was
-// held: the time since the last one ended ran no call.
+func storeMax(a *atomic.Int64, v int64) {
+	for m := a.Load(); v > m && !a.CompareAndSwap(m, v); m = a.Load() {
+	}
+}
+
+// turnAfterNone notes a turn taken at now when none was held.
 func (l *Limiter) turnAfterNone(now int64) {
 	if z := l.noneSince.Swap(0); z > 0 {
 		l.noneRan.Add(max(now-(z-1), 0))
@@ -1245,8 +1112,8 @@ func (l *Limiter) turnAfterNone(now int64) {
 // now.
 func (l *Limiter) noneRun(now int64) int64 {
 	n := l.noneRan.Load()
-	// A turn taken between a release's last turn and its noting so leaves
-	// noneSince set while the turn runs: the next release overwrites it.
+	// noneSince may be set while a turn runs (taken before the release
+	// noted it): the next release overwrites it.
 	if z := l.noneSince.Load(); z > 0 && running(l.state.Load()) == 0 {
 		n += max(now-(z-1), 0)
 	}
@@ -1335,11 +1202,9 @@ func (l *Limiter) dispatch() {
 	}
 }
 
-// noteLeft notes the state s after a call left the queue, with a turn or
-// without one: the queue ended if none waits. A queue emptied by calls
-// run beyond the limit did not stand: on a server whose limit binds below
-// capacity, calls queue and overrun back to back behind a slow call, and
-// would look like a standing queue. Needs mu.
+// noteLeft notes the state s after a call left the queue, with a turn,
+// beyond the limit or none: the queue ended if none waits
+// (docs/runlimit.md, "noteLeft"). Needs mu.
 func (l *Limiter) noteLeft(s uint64) {
 	if waiting(s) == 0 {
 		l.queuedSince.Store(0)
@@ -1367,12 +1232,9 @@ func (l *Limiter) markRates(m *sample) {
 	}
 }
 
-// overrun gives w's call, whose wait for a turn ran out while the server
-// shows no overload, a turn beyond the limit: a limit that binds when
-// nothing is overloaded is a limit learned too low, and the call would
-// run at once on an unprotected server. A turn handed to w meanwhile is
-// taken instead. The turn ends as any other (a release above the limit
-// hands nothing on).
+// overrun gives w's call, whose wait ran out without evidence of
+// overload, a turn beyond the limit (or the turn handed to it meanwhile):
+// a limit that binds then was learned too low.
 func (ln *Lane) overrun(w *waiter) Ticket {
 	l := ln.f.l
 	l.mu.Lock()
@@ -1411,9 +1273,8 @@ func (t Ticket) noteFinished() {
 }
 
 // Done returns the turn of a call that ran, ending at now, and learns its
-// service time (now minus the turn's start), unless it failed by overload
-// (a deadline exceeded, a dependency out of capacity): such a call's time
-// says nothing of the service's.
+// service time (now minus the turn's start) unless it failed by overload
+// (a deadline exceeded, a dependency out of capacity).
 func (t Ticket) Done(now time.Time, overload bool) {
 	if t.f != nil {
 		t.doneAt(t.f.l.nanos(now), overload)
@@ -1432,11 +1293,9 @@ func (t Ticket) doneAt(end int64, overload bool) {
 	}
 	l.served[ci].Add(1)
 	switch {
-	case f.isUnserved:
-		// Calls of names not served yet teach nothing (see NewGuard).
-	case overload:
-		// A call failed by overload teaches no service time.
+	case f.isUnserved, overload: // teaches nothing
 	default:
+
 		f.n.Add(1)
 		f.sum.Add(svc)
 		f.learnMean(svc, end)
