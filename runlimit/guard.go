@@ -26,29 +26,20 @@ const (
 )
 
 // NewGuard adapts l to the admission contract, with one flow per method
-// (admission.Call.Method) and, in each, one lane per tenant and class. At
-// admission it refuses a call whose lane is full, on evidence of overload
-// (see the package doc), before any work, and reserves a place for the
-// others, which lapses if the call's handler has not asked for its turn
-// after one or two of l's intervals (see Lane.Waiting): a transport admits
-// a call at its headers, and a request body the client sends late must
-// not hold its lane's places. When the handler is about to start
-// (admission.Starter) it judges the lane again, as at admission, for a
-// call whose place lapsed (ReasonQueueFull), waits for the call's turn,
-// refuses the call if the wait ran out
-// (ReasonTimeout) or its deadline can no longer be met (ReasonTooLate),
-// and yields the CPU once unless the flow's calls are shorter than 200µs.
-// Finish returns the turn and teaches l the service time of a call that
-// succeeded, from its turn to its end, or that it failed by overload.
-// Server streams hold a turn for at most twice their flow's queue target;
-// streams the client sends on take none (see the package doc, "Streams").
-//
-// A name gets a flow of its own only once a call of it has succeeded,
-// since a client chooses the names it sends and a transport admits a call
-// before it knows whether its server serves that name. Until then its
-// calls share the flow UnservedFlow, never learned from, never counted
-// against WithMaxFlows, with every tenant in the lanes of OverflowTenant.
-// It panics if l is nil.
+// and, in each, one lane per tenant and class. At admission it refuses a
+// call whose lane is full, on evidence of overload, and reserves a place
+// for the others, which lapses after one or two of l's intervals without
+// the handler asking for its turn. When the handler is about to start
+// (admission.Starter) it judges the lane again for a call whose place
+// lapsed (ReasonQueueFull), waits for the call's turn, refuses the call
+// if the wait ran out (ReasonTimeout) or its deadline can no longer be
+// met (ReasonTooLate), and yields the CPU once unless the flow's calls
+// are shorter than 200µs. Finish returns the turn and teaches l the
+// service time of a call that succeeded, or that it failed by overload.
+// Streams: see the package doc. A name gets a flow of its own only once
+// a call of it has succeeded; until then its calls share UnservedFlow,
+// never learned from. docs/runlimit.md, "NewGuard", argues each choice.
+// The guard is safe for concurrent use. It panics if l is nil.
 func NewGuard(name string, l *Limiter) admission.Guard {
 	if l == nil {
 		panic("runlimit: NewGuard: nil Limiter")
@@ -68,11 +59,10 @@ func (g *guard) Limiter() *Limiter { return g.l }
 
 func (g *guard) Traits() admission.Traits { return admission.Traits{Cost: admission.CostRun} }
 
-// A Permit of the guard holds the call's lane in Ref and, in Value, what
-// the call holds: a reservation (the call was admitted and will ask for
-// its turn: its lane counts it unless it lapsed), whose generation and
-// cost in µs are the rest of Value (placeOf); a turn, taken at the rest
-// of Value; or, for a stream, nothing (unturned).
+// A Permit of the guard holds the call's lane (or a stream's *streamTurn)
+// in Ref, from Admit until Finish, and in Value what the call holds: a
+// reservation (placeOf), a turn taken at the rest of Value, or for a
+// stream nothing (unturned).
 const (
 	turn      = 1 << 63
 	reserved  = 1 << 61
@@ -114,18 +104,10 @@ func (ln *Lane) release(p admission.Permit, now time.Time) {
 	}
 }
 
-// A Permit of a stream that holds a turn holds its *streamTurn in Ref.
-
-// The guard counts each call it admits in its flow's calls until Finish:
-// every permit it gives, refusals at Start included, holds the call's lane
-// (or its *streamTurn) in Ref.
-
 func (g *guard) Admit(c admission.Call) admission.Decision {
 	f := g.l.lookup(c.Method)
 	var ln *Lane
-	if f.isUnserved && c.Tenant != "" {
-		// Names not served yet keep no tenant apart: a flood of them with
-		// tenant names of its own would fill the tenants' table.
+	if f.isUnserved && c.Tenant != "" { // names not served yet keep no tenant apart
 		ln = &f.overflowLanes().lanes[c.Class.Index()]
 	} else {
 		ln = f.Lane(c.Tenant, c.Class)
@@ -190,13 +172,8 @@ func (g *guard) Start(c admission.Call, p admission.Permit) admission.Decision {
 		return holding(refusal(err, why, target), ln)
 	}
 	if d = g.turned(c, ln, t); !d.Refused && ln.f.yields() {
-		// A handler that starts as soon as the one before it finishes
-		// runs ahead of the transport's goroutines that wait for the
-		// CPU: on a saturated CPU, requests would go unread (and
-		// unrefused) and responses unwritten for as long as handlers
-		// follow each other. Yield once so they go first, unless the
-		// call is short enough that they lose little waiting for it
-		// (see shortCall).
+		// Let the transport's goroutines that wait for the CPU read and
+		// write before the handler.
 		runtime.Gosched()
 	}
 	return d
@@ -318,9 +295,7 @@ func (g *guard) Finish(c admission.Call, p admission.Permit, o admission.Outcome
 	}
 	f := ln.f
 	f.calls.Add(-1)
-	if !o.Skipped && o.Err == nil && f.isUnserved {
-		// The name is served: it gets its own flow, which learns from
-		// this call, if there is room.
+	if !o.Skipped && o.Err == nil && f.isUnserved { // the name is served: its own flow, if there is room
 		if nf := g.l.addFlow(c.Method); nf != nil {
 			f = nf
 		}
@@ -353,15 +328,13 @@ func (g *guard) finishStream(c admission.Call, st *streamTurn, o admission.Outco
 // finishTurn returns the turn t of the call c, which ended with o.
 func finishTurn(t Ticket, c admission.Call, o admission.Outcome) {
 	if o.Skipped || (o.Err != nil && !o.Overload) {
-		// Never ran, or failed for a reason of its own (canceled by its
-		// caller, refused by the application): its time says nothing of
-		// the service's, and a fast failure would lower the baseline.
+		// Never ran, or failed for a reason of its own: a fast failure
+		// would lower the baseline.
 		t.Release()
 		return
 	}
-	// The call ended o.Duration after its handler started, which the
-	// transport reads after Start; its service time runs from the turn,
-	// so that it includes the wait for the CPU after the yield above:
-	// that wait grows with the calls holding turns.
+	// The service time runs from the turn: it includes the wait for the
+	// CPU after the yield, which grows with the calls holding turns.
 	t.Done(c.Now.Add(o.Duration), o.Overload)
+
 }

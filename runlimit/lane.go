@@ -20,11 +20,8 @@ const (
 	// treated as OverflowTenant, so that memory stays bounded whatever
 	// callers send.
 	MaxTenantLen = 128
-	// tenantIdle is how long a tenant's lanes must have been empty and
-	// unused before they are forgotten.
-	tenantIdle = 10 * time.Second
-	// sweepEvery is how often idle tenants are looked for.
-	sweepEvery = time.Second
+	tenantIdle   = 10 * time.Second // empty and unused this long, a tenant's lanes are forgotten
+	sweepEvery   = time.Second      // how often idle tenants are looked for
 )
 
 // OverflowTenant is the tenant shared by tenants beyond a Limiter's cap
@@ -50,16 +47,11 @@ type Lane struct {
 	class  admission.Criticality
 	weight int64 // fixed point, weightOne = 1
 
-	// count is the calls admitted to wait for a turn (reserve) and not yet
-	// given one or refused, waiting or on their way to wait.
-	count atomic.Int64
-	// tapped is the reservations of calls the guard admitted (Admit)
-	// that have not asked for their turn yet, by generation: see tapIn.
-	tapped [2]atomic.Uint64
+	count  atomic.Int64     // calls reserved (reserve) and not yet given a turn or refused
+	tapped [2]atomic.Uint64 // reservations the guard made not yet asked for a turn, by generation (tapIn)
 
-	// under Limiter.mu
-	head, tail *waiter
-	finish     float64 // finish tag of the lane's last queued call
+	head, tail *waiter // under Limiter.mu
+	finish     float64 // finish tag of the lane's last queued call; under Limiter.mu
 }
 
 // Tenant returns the lane's tenant ("" for calls of no tenant).
@@ -83,9 +75,8 @@ func (ln *Lane) Waiting() int { return int(ln.count.Load() - ln.tappedNow()) }
 // (Waiting leaves them out). It is what the lane's bound counts.
 func (ln *Lane) Held() int { return int(ln.count.Load()) }
 
-// reserve counts a call admitted to wait for a turn as on its way, so
-// that Admissible sees it, and returns the cost it added to its class's
-// work: end the reservation with unreserve(cost).
+// reserve counts a call admitted to wait for a turn, and returns the cost
+// it added to its class's work: end it with unreserve(cost).
 func (ln *Lane) reserve() int64 { return ln.reserveCost(int64(ln.f.cost())) }
 
 // reserveCost is reserve, adding cost ns.
@@ -111,19 +102,12 @@ func (ln *Lane) unreserveN(n, cost int64) {
 }
 
 // Admissible reports whether a new call of the lane may be admitted to
-// wait for a turn. A lane with no call waiting always may. Otherwise the
-// wait it may add is half its flow's queue target: the turn time the
-// limit hands out in it, scaled by the share of the turns higher classes
-// left this class over the last interval, less the work of higher classes
-// waiting, plus two calls, so that a burst on a server that runs one call
-// at a time is not refused. A lane with calls queued gets its weight's
-// share of that among its class's backlogged lanes, never less than two
-// calls, so that it stays backlogged. While the lane's class leaves room
-// (lower classes got a twentieth of the turns lately: bursts, not a
-// standing queue), the wait it may add is the whole target and it is not
-// held to its share; nor is it while the server's turns were busy less
-// than nine tenths of the last interval. It does not count the slack,
-// which NewGuard adds under overload.
+// wait for a turn: a lane with no call waiting always may; otherwise the
+// calls that start within half its flow's queue target (the whole of it
+// while its class leaves room), after higher classes, plus two, of which
+// a backlogged lane gets its weight's share. docs/runlimit.md,
+// "Lane.Admissible", gives the rule in full. It is safe for concurrent
+// use.
 func (ln *Lane) Admissible() bool { return ln.admissible(0) }
 
 // admissible is Admissible, with extra ns of work more in the bound.
@@ -159,21 +143,15 @@ func (ln *Lane) admissible(extra float64) bool {
 		}
 		share = float64(ln.weight) / float64(max(bw, ln.weight))
 	}
-	// Two calls at least, one being handed a turn and one waiting, so
-	// that a lane with calls to run stays backlogged and gets its share.
+	// Two calls at least, so that the lane stays backlogged.
 	return float64(q) < max(2, math.Ceil((budget/f.cost()+2)*share))
 }
 
-// A call the guard admits (Admit) reserves its place in its lane at once,
-// so that a flood is refused at its headers, before its handler's
-// goroutine exists. But a transport admits a call at its headers, and a
-// request body that comes later is the client's delay, not a queue of the
-// server's: a call on its way through a busy server's scheduler takes far
-// less than one of the Limiter's intervals. So a reservation not yet
-// asked for its turn lapses once its generation (the Limiter's intervals
-// since its epoch) is two behind: lapse ends it, and the call's handler
-// judges the lane again when it starts (see NewGuard). The reservations
-// are counted by generation, two slots in turn, each one word: its
+// A place the guard reserves at admission (Admit) that its handler has
+// not asked a turn for lapses once its generation (the Limiter's
+// intervals since its epoch) is two behind: a late request body is the
+// client's delay, not the server's queue (docs/runlimit.md, "NewGuard").
+// The places are counted in two slots by generation, each one word: its
 // generation, its count and the work they added, in µs.
 const (
 	tapGenBits  = 24
@@ -290,10 +268,7 @@ func (ln *Lane) tappedNow() int64 {
 
 // patience is how long a call of the lane admitted now waits for its turn
 // before it gives up (ErrTimeout): twice its flow's queue target, or
-// roomyPatience times it while the lane's class leaves room (see
-// Admissible): every call of such a class is served in the end, since
-// lower classes get turns, so a long wait is a burst that passes, and a
-// call refused after it would have waited for nothing.
+// roomyPatience times it while the lane's class leaves room.
 func (ln *Lane) patience() time.Duration {
 	if ln.f.l.roomy[ln.class.Index()].Load() && ln.f.l.on(ruleRoomy) {
 		return roomyPatience * ln.f.QueueTarget()
@@ -302,17 +277,12 @@ func (ln *Lane) patience() time.Duration {
 }
 
 // roomyPatience is a call's patience, in queue targets, in a class that
-// leaves room: the class's calls are all served in the end, so its waits
-// are bursts that pass, and random arrivals near a server's capacity
-// wait several targets now and then; a patience of a few targets would
-// refuse calls that were about to run.
+// leaves room: all its calls are served in the end, so a long wait is a
+// burst that passes.
 const roomyPatience = 8
 
 // Acquire takes a turn for a call of the lane, waiting if every turn is
-// taken, as Flow.Acquire does. A call the lane cannot admit (see
-// Admissible) is refused at once with ErrQueueFull only on evidence of
-// overload (see Limiter.Overloaded, which the lane's own queue adds to);
-// without it, the call waits as the guard's would.
+// taken, as Flow.Acquire does.
 func (ln *Lane) Acquire(ctx context.Context) (Ticket, error) {
 	ln.f.touch()
 	l := ln.f.l
@@ -400,11 +370,10 @@ func (f *Flow) newTenant(s *tenantShard, tenant string) *tenantLanes {
 	if tl := s.m[tenant]; tl != nil {
 		return tl
 	}
-	if f.gone.Load() {
-		// Forgotten (addFlow): its tenants are no longer counted, nor
-		// swept.
+	if f.gone.Load() { // forgotten (addFlow): its tenants are neither counted nor swept
 		return f.overflowLanes()
 	}
+
 	if l.tenantCount.Add(1) > int64(l.o.maxTenants) {
 		l.tenantCount.Add(-1)
 		return f.overflowLanes()

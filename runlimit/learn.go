@@ -6,32 +6,21 @@ import (
 	"time"
 )
 
-// The learner, as a state machine of pure steps: decide, from one
-// interval's sample and the learner's state, and endProbe, from what a
-// probe measured, each give the next state and a step (the limit to set,
-// a probe to start, what the baselines do, and why); Limiter.update only
-// gathers their inputs and applies the step. docs/runlimit-learner.md
-// draws the machine and argues each threshold.
-//
-//	phaseSlowStart  no stretch seen yet: a limit that was reached doubles
-//	phaseSteady     a stretch was seen: a reached limit grows by √limit
-//	phaseHolding    a probe kept its cut: no growth until holdUntil
-//	probing(kind)   the limit lowered for a while to measure service times
-//	                with less contention; the phase resumes when it ends,
-//	                unless it keeps its cut (phaseHolding)
-//
-// The gate cpuElsewhere closes when a cut for the CPU or the lag did not
-// help with the CPU saturated (something else keeps it busy); while it is
-// closed no probeCPU or probeLag starts; it opens at the first decision
-// that finds the CPU not saturated.
+// The learner, as pure steps: decide (from an interval's sample) and
+// endProbe (from what a probe measured) each give the next state and a
+// step; Limiter.update gathers their inputs and applies the step.
+// docs/runlimit-learner.md draws the machine and argues each threshold.
+// The gate cpuElsewhere, closed by a cut for the CPU or the lag that did
+// not help with the CPU saturated, stops probeCPU and probeLag until a
+// decision finds the CPU not saturated.
 
 // learnPhase is where the learner stands between probes.
 type learnPhase uint8
 
 const (
-	phaseSlowStart learnPhase = iota
-	phaseSteady
-	phaseHolding
+	phaseSlowStart learnPhase = iota // no stretch seen yet: a reached limit doubles
+	phaseSteady                      // a reached limit grows by √limit
+	phaseHolding                     // a probe kept its cut: no growth until holdUntil
 )
 
 // probeKind says why the limit was lowered for a while.
@@ -46,82 +35,50 @@ const (
 	probeKinds
 )
 
-// How an interval closes: with minSamples calls finished, else looked at
-// again every interval/lookAgain until maxOpen has passed. The mean of
-// fewer says too little.
+// An interval closes with minSamples calls finished, else is looked at
+// again every interval/lookAgain until maxOpen has passed.
 const (
 	minSamples = 10
 	lookAgain  = 4
 	maxOpen    = time.Second
 )
 
-// Thresholds of decide, each with the invariant it keeps.
+// The learner's thresholds; docs/runlimit-learner.md, "The thresholds
+// and what they keep", gives each one's invariant.
 const (
-	// The Vegas band, in calls queued inside the server: grow only while
-	// at most max(vegasLowMin, vegasLow × limit) queue, shrink once more
-	// than max(vegasHighMin, vegasHigh × limit) do. The low edge is below
-	// the high one at every limit: a step of growth cannot cause a shrink.
-	vegasLow     = 0.1
-	vegasLowMin  = 0.5
-	vegasHigh    = 0.2
-	vegasHighMin = 1
-	// shrinkGain: a shrink removes this share of the queue above the band,
-	// at least one turn, so one noisy interval cannot cross the band.
-	shrinkGain = 0.5
-	// slowStartGrowth: before any stretch a reached limit multiplies by
-	// this; afterwards it adds √limit, so a step's stretch stays small.
-	slowStartGrowth = 2
-	// carriedGain: a flow's rate of completions (Limiter.low) is
-	// smoothed with this gain per interval, so that a probe's own dip in
-	// completions moves it little while a load that fell lets it follow
-	// within a few intervals.
-	carriedGain = 0.25
-)
+	// The Vegas band, in calls queued inside the server: grow at or below
+	// max(vegasLowMin, vegasLow × limit), shrink above max(vegasHighMin,
+	// vegasHigh × limit); the low edge is below the high at every limit.
+	vegasLow, vegasLowMin, vegasHigh, vegasHighMin = 0.1, 0.5, 0.2, 1
+	shrinkGain                                     = 0.5  // share of the queue above the band a shrink removes, at least a turn
+	slowStartGrowth                                = 2    // a reached limit's factor before any stretch; √limit is added after
+	carriedGain                                    = 0.25 // smoothing of the rates of completions per interval
 
-// Thresholds of the probes, each with the invariant it keeps.
-const (
-	// probeSamples: the calls a probe measures before it ends.
-	probeSamples = 8
-	// A probe without probeSamples calls after max(probeTimeoutMin,
-	// probeTimeoutIntervals intervals) is abandoned, the limit left at
-	// abandonBackoff of where it was: a probe never holds the limit low
-	// for long, and too few calls are no reason to grow.
+	probeSamples = 8 // calls a probe measures before it ends
+	// A probe short of probeSamples after max(probeTimeoutMin,
+	// probeTimeoutIntervals) is abandoned at abandonBackoff of its limit.
 	probeTimeoutIntervals = 20
 	probeTimeoutMin       = time.Second
 	abandonBackoff        = 0.9
-	// probeSpacing: without a saturated CPU a probe starts at least this
-	// many intervals after the last ended, so probing costs at most one
-	// interval in probeSpacing+1.
-	probeSpacing = 5
-	// holdIntervals: a kept cut holds growth off this long: a CPU signal
-	// lags the load, and growth would undo the cut before it shows.
-	holdIntervals = 20
-	// probeFraction: the baseline and stretch probes run at this share of
-	// the limit, a contention the stretch would show if it were ours.
-	probeFraction = 0.5
-	// rebaseTrigger: calls this many times their baseline even at a lower
-	// limit mean the service changed: the baselines move to what the
-	// probe measured, never at the limit that might cause the stretch.
-	rebaseTrigger = 1.2
-	// stretchProbeTrigger: a stretch this large probes instead of a Vegas
-	// shrink, which would read a slower service as contention; a kept
-	// stretch probe leaves the limit at stretchCut of where it was.
+	probeSpacing          = 5   // intervals between probes, without a saturated CPU
+	holdIntervals         = 20  // intervals a kept cut holds growth off
+	probeFraction         = 0.5 // share of the limit the baseline and stretch probes run at
+	rebaseTrigger         = 1.2 // a stretch this large at the lower limit moves the baselines
+	// A stretch of stretchProbeTrigger probes instead of shrinking; a kept
+	// stretch probe leaves stretchCut of the limit.
 	stretchProbeTrigger = 1.5
 	stretchCut          = 0.8
-	// probeCPU: a stretch above shrinkTrigger, with a Vegas queue at least
-	// timeSharingQueue of limit − 1 (what time-sharing gives), tries
-	// est × max(cpuCutMin, cpuCutMargin/r): est/r calls run unstretched
-	// under time-sharing, a tenth above that, and never below a quarter
-	// in one probe. It keeps the cut if the stretch falls below cpuKeep
-	// of the one that started it.
+	// probeCPU: a stretch r above shrinkTrigger, with a Vegas queue at
+	// least timeSharingQueue of limit − 1, tries
+	// est × max(cpuCutMin, cpuCutMargin/r), kept if r falls below cpuKeep.
 	shrinkTrigger    = 1.25
 	timeSharingQueue = 0.5
 	cpuCutMargin     = 1.1
 	cpuCutMin        = 0.25
 	cpuKeep          = 0.8
-	// probeLag: lagSamples calls handed a turn taking over lagTrigger
-	// baselines to run try est/(1+lag/base) turns, kept if the lag falls
-	// below lagKeep of the one that started it.
+	// probeLag: lagSamples calls whose lag to run exceeds lagTrigger
+	// baselines try est/(1+lag/base) turns, kept if the lag falls below
+	// lagKeep.
 	lagTrigger = 0.5
 	lagKeep    = 0.5
 	lagSamples = minSamples / 2
@@ -154,14 +111,10 @@ func (m *sample) stretch() float64 {
 // base is the calls' mean baseline service time, ns. Needs weight > 0.
 func (m *sample) base() float64 { return m.bases / m.weight }
 
-// needed is the turns the interval's arrivals keep busy at their calls'
-// baselines (Little's law: asked × base), rounded up; 0 without calls. A
-// probe below it queues the calls a server without a limit would run at
-// once, and a queue that outgrows the probe's limit is evidence of
-// overload (a lane's queue holds an interval's work at that limit): the
-// probe would refuse a load the server carries. A saturated CPU may be
-// time-sharing its processors among the calls, their baselines stretched
-// by it: there the baselines overstate the need, and none is told.
+// needed is the turns the interval's arrivals keep busy at their
+// baselines (Little's law), rounded up: a probe below it would refuse a
+// load the server carries. 0 without calls, and with the CPU saturated,
+// whose time-sharing stretches the baselines.
 func (m *sample) needed() int {
 	if m.cpuSat || m.weight == 0 {
 		return 0
@@ -179,8 +132,10 @@ func vegasQueue(est, r float64) float64 { return est * (1 - 1/r) }
 // vegasBand is the Vegas band at limit est: grow at or below lo, shrink
 // above hi.
 func vegasBand(est float64) (lo, hi float64) {
-	return max(vegasLowMin, vegasLow*est), max(vegasHighMin, vegasHigh*est)
+	return max(vegasLowMin, vegasLow*est), vegasHi(est)
 }
+
+func vegasHi(est float64) float64 { return max(vegasHighMin, vegasHigh*est) }
 
 // probeState is a measurement of the service time at a lower limit.
 type probeState struct {
@@ -213,15 +168,13 @@ const (
 
 // step is what one step of the learner decided, for Limiter.applyStep.
 type step struct {
-	set   bool    // set the limit to est (within the bounds)
-	est   float64 //
-	probe probeKind
-	// start: lower the limit to s.probe.limit for a probe of kind probe.
-	start     bool
+	set       bool // set the limit to est (within the bounds)
+	est       float64
+	probe     probeKind
+	start     bool      // lower the limit to learner.probe.limit for a probe of kind probe
 	cause     MoveCause // why; with probe, of which probe's end
 	baselines baselineOp
-	// Counted only: slow start ended, a cut held growth off, the gate
-	// closed, an interval skipped for its overruns.
+	// Counted only.
 	endedSlowStart, held, closedGate, overran bool
 }
 
@@ -249,13 +202,10 @@ func (s learner) startProbe(now int64, kind probeKind, est float64, limit int, r
 // probe, or sets the limit. No probe runs.
 func (s learner) decide(m *sample, o *options) (learner, step) {
 	if lower, ok := s.baselineProbeDue(m, o); ok {
-		// The first baseline was measured at the initial limit, maybe with
-		// contention: measure it again at a lower one.
 		return s.startProbe(m.end, probeBaseline, s.est, lower, 1, o)
 	}
 	if m.overran && o.on(ruleOverranSkip) {
-		// Calls ran beyond the limit: the interval's service times are
-		// those of more calls at once than the limit.
+		// Service times of more calls at once than the limit.
 		return s, step{overran: true}
 	}
 	if !m.cpuSat {
@@ -267,13 +217,10 @@ func (s learner) decide(m *sample, o *options) (learner, step) {
 	return s.move(m, o)
 }
 
-// baselineProbeDue is the limit of the first-baseline probe, and whether
-// it is due: no probe has ended, the interval closed on its samples
-// (minSamples calls: one closed on maxOpen may hold a server's idle time
-// before its load, and tells too little of its rate), and half the limit,
-// but never less than what the load needs (sample.needed), is above the
-// floor and below the limit. Until the limit is twice the need, the probe
-// waits.
+// baselineProbeDue is the limit of the probe that measures the first
+// baseline again with less contention, and whether it is due: no probe
+// ended, the interval closed on minSamples calls, and half the limit (at
+// least sample.needed) is within the floor and below the limit.
 func (s *learner) baselineProbeDue(m *sample, o *options) (int, bool) {
 	lower := max(int(s.est*probeFraction), m.needed())
 	return lower, !s.probed && m.weight >= minSamples && lower >= o.floor && lower < int(s.est) && o.on(ruleProbeBaseline)
@@ -287,8 +234,7 @@ func (s learner) move(m *sample, o *options) (learner, step) {
 		return s.startProbe(m.end, probeLag, est, lagCut(est, m.lag(), m.base(), o), m.lag(), o)
 	case s.cpuProbeDue(m, est, r, o) && o.on(ruleProbeCPU):
 		return s.startProbe(m.end, probeCPU, est, cpuCut(est, r, o), r, o)
-	case vegasQueue(est, r) > max(vegasHighMin, vegasHigh*est) && r >= stretchProbeTrigger && s.spaced(m.end, o) && o.on(ruleProbeStretch):
-		// A large stretch: the limit's doing, or the service's?
+	case vegasQueue(est, r) > vegasHi(est) && r >= stretchProbeTrigger && s.spaced(m.end, o) && o.on(ruleProbeStretch):
 		return s.startProbe(m.end, probeStretch, est, int(est*probeFraction), r, o)
 	}
 	return s.vegas(m, est, r, o)
@@ -405,18 +351,11 @@ func (s learner) endProbe(now int64, pm probed, o *options) (learner, step) {
 	return s, undo
 }
 
-// endCPUProbe ends probe p, whose calls ran pm.stretch times their
-// baseline (undo: the step that sets the limit back):
-//
-//   - slower than time-sharing explains at the lower limit, the CPU not
-//     saturated: the service changed; baselines move, the limit goes back;
-//   - shorter (below cpuKeep of the stretch that started it): the cut is
-//     kept and growth held off; baselines lowered;
-//   - no shorter with the CPU saturated: the CPU is busy elsewhere; the
-//     cut is undone and the gate closes (baselines move if the calls are
-//     slower even at the lower limit);
-//   - otherwise the limit goes back, baselines moved if slower
-//     (rebaseTrigger), else lowered.
+// endCPUProbe ends probe p (undo sets the limit back): slower than
+// time-sharing explains with the CPU not saturated, the service changed
+// (rebase); shorter than cpuKeep of p.r, the cut is kept; no shorter with
+// the CPU saturated, the gate closes; else baselines lowered unless
+// slower (docs/runlimit-learner.md, "How each probe ends").
 func (s learner) endCPUProbe(now int64, p probeState, pm probed, undo step, o *options) (learner, step) {
 	pr := pm.stretch
 	shared := max(1, p.r*float64(p.limit)/p.saved) // the stretch time-sharing leaves at p.limit
@@ -674,17 +613,11 @@ func (l *Limiter) apply(est float64, cause MoveCause, probe probeKind) {
 	}
 }
 
-// low is the lowest limit the learner sets: the floor, and the calls that
-// the completions of the last intervals kept running at once at their
-// flows' baselines (Flow.rate × Flow.base, Little's law), rounded up. A
-// lower limit serves less than the server just served without
-// contention: it would refuse a load the server carries, and its
-// refusals would look like evidence of overload (calls asking for turns
-// faster than turns end). The completions of a CPU-bound server keep at
-// most its processors busy at their baselines, so this holds no cut for
-// the CPU above a call per processor; a server waiting on a pool keeps
-// what the pool runs at once. A probe measures below it (startProbe): the
-// baselines it lowers lower it too. Needs upd.
+// low is the lowest limit the learner sets: the floor, and the calls the
+// recent completions kept running at once at their baselines (Σ rate ×
+// base, Little's law), rounded up; a lower limit would refuse a load the
+// server carries. A probe may go below it. Needs upd.
+
 func (l *Limiter) low() int {
 	carried := l.unserved.rate * l.unserved.base
 	for _, f := range *l.flows.Load() {

@@ -7,26 +7,19 @@ import (
 )
 
 // Streams (see the package doc): a server-streaming call holds its turn
-// for at most streamHold; a flow whose streams stay open (streamLongAt of
-// them, net of the short ones) takes no turn for them. A stream's wait
-// that runs out without evidence of overload runs without a turn
-// (errNoTurn), not beyond the limit: turns held by streams waiting for
-// events must not count as an overrun, which is evidence of overload.
-//
+// for at most streamHold; a flow whose streams stay open takes no turn
+// for them.
+
 // errNoTurn: a stream's wait for a turn ran out without evidence of
-// overload; it runs without a turn.
-// errNoTurn: a stream's wait for a turn ran out without evidence of
-// overload; it runs without a turn.
+// overload; it runs without a turn, not beyond the limit, so that streams
+// waiting for events are no overrun (which is evidence of overload).
 var errNoTurn = errors.New("runlimit: a stream runs without a turn")
 
-// streamHoldMul: a stream holds its turn for at most this many of its
-// flow's queue targets.
-const streamHoldMul = 2
-
-// streamLongAt is the score (streams that stayed open past their hold,
-// less those that ended within it, between -streamLongMax and
-// streamLongMax) at which a flow's streams take no turn.
 const (
+	streamHoldMul = 2 // a stream holds its turn for at most this many queue targets
+	// At a score (streams that outlived their hold, less those that did
+	// not, within ±streamLongMax) of streamLongAt a flow's streams take
+	// no turn.
 	streamLongAt  = 4
 	streamLongMax = 8
 )
@@ -54,11 +47,10 @@ func (f *Flow) noteStream(long bool) {
 }
 
 // streamTurn is the turn of a server-streaming call: given back when the
-// stream ends (finish) or when its hold runs out (expire), whichever
-// comes first.
+// stream ends (finish) or its hold runs out (expire), whichever is first.
 type streamTurn struct {
 	t     Ticket
-	stop  func() bool // stops the hold's timer; set after it is armed: read only by finish
+	stop  func() bool // stops the hold's timer; read only by finish
 	state atomic.Bool // the turn was given back
 }
 
@@ -71,9 +63,9 @@ func holdStream(t Ticket) *streamTurn {
 	return st
 }
 
-// expire gives the turn back at the end of its hold: the stream stayed
-// open. It counts toward its flow's streams staying open only without
-// evidence of overload: in a spike a short stream may outlast its hold.
+// expire gives the turn back at the end of its hold, counting the stream
+// as staying open only without evidence of overload (in a spike a short
+// stream may outlast its hold).
 func (st *streamTurn) expire() {
 	if !st.state.CompareAndSwap(false, true) {
 		return
@@ -85,11 +77,9 @@ func (st *streamTurn) expire() {
 	}
 }
 
-// finish ends the stream: its turn, if it still holds it, is given back
-// and the stream's time from its turn is learned as a service time
-// (unless learn is false: it failed for a reason of its own), by flow
-// nf if not nil (the stream's name got a flow of its own as it ended:
-// see NewGuard); it counts as a stream that ended within its hold.
+// finish ends the stream within its hold: its turn is given back and,
+// if learn, its time learned as a service time, by nf if not nil (the
+// name got a flow of its own as it ended).
 func (st *streamTurn) finish(nf *Flow, learn, overload bool) {
 	if !st.state.CompareAndSwap(false, true) {
 		return
@@ -107,9 +97,9 @@ func (st *streamTurn) finish(nf *Flow, learn, overload bool) {
 	st.t.Done(f.l.o.now(), overload)
 }
 
-// finishUnturned counts a stream of f that ran without a turn, started
-// at start (ns since the Limiter's epoch) and ended now: ended within
-// its hold, it tells that f's streams may no longer stay open.
+// finishUnturned counts a stream of f that ran without a turn from start
+// (ns since the Limiter's epoch) to now, if it ended within its hold.
+
 func (f *Flow) finishUnturned(start int64) {
 	if f.l.nanos(f.l.o.now())-start < int64(f.streamHold()) {
 		f.noteStream(false)
