@@ -109,13 +109,11 @@ const (
 
 // call is what the decision reads of one call.
 type call struct {
-	fits      bool // its lane admits it (Lane.Admissible)
-	slackFits bool // it fits in the slack of the server's idle time
-	stream    bool
-	// At its turn: the time left before its deadline (hasDeadline), and
-	// its flow's service time (Flow.ServiceTimeAt).
-	hasDeadline       bool
-	left, serviceTime time.Duration
+	fits              bool // its lane admits it (Lane.Admissible)
+	slackFits         bool // it fits in the slack of the server's idle time
+	stream            bool
+	hasDeadline       bool          // at its turn: its deadline is set,
+	left, serviceTime time.Duration // the time left, and its flow's ServiceTimeAt
 }
 
 // verdict is what judge decides.
@@ -132,10 +130,9 @@ const (
 	refuseTooLate                // its deadline is shorter than its service time
 )
 
-// judge decides, at point at, for call c, on the facts v; e is the
-// reading a refusal or an admission beyond the lane's bound is made on.
-// At a turn it needs no facts (v may be nil: a deadline is judged
-// whatever the evidence); a nil v elsewhere is judged as no evidence.
+// judge decides, at point at, for call c, on the facts v (nil: no
+// evidence); e is the reading a refusal or an admission beyond the lane's
+// bound is made on.
 func judge(at point, c call, v *facts) (verdict, overload.Reading) {
 	switch at {
 	case atAdmission:
@@ -145,8 +142,8 @@ func judge(at point, c call, v *facts) (verdict, overload.Reading) {
 		if v == nil {
 			return admitUnproven, overload.Reading{}
 		}
-		// No refusal without evidence of overload; with it, a call that
-		// fits in the slack of the server's idle time is admitted.
+		// No refusal without evidence; with it, a call that fits in the
+		// slack is admitted.
 		switch e := v.first(); {
 		case !e.Holds:
 			return admitUnproven, e
@@ -156,8 +153,7 @@ func judge(at point, c call, v *facts) (verdict, overload.Reading) {
 			return refuseFull, e
 		}
 	case atExpiry:
-		// A limit that binds without evidence is a limit learned too low:
-		// the call runs as it would on a server without one.
+		// A limit that binds without evidence was learned too low.
 		var e overload.Reading
 		if v != nil {
 			e = v.first()
@@ -171,8 +167,8 @@ func judge(at point, c call, v *facts) (verdict, overload.Reading) {
 			return runOver, e
 		}
 	}
-	// A deadline that cannot be met is refused whatever the evidence: it
-	// is the caller's, not the server's load.
+	// A deadline that cannot be met is the caller's, not the server's
+	// load: refused whatever the evidence.
 	if c.hasDeadline && c.left < c.serviceTime {
 		return refuseTooLate, overload.Reading{}
 	}
@@ -180,7 +176,7 @@ func judge(at point, c call, v *facts) (verdict, overload.Reading) {
 }
 
 // read is what the Limiter shows at now, and ln's queue if ln is not nil.
-// It reads; the CPU signal's busy time is kept by lookCPU.
+// It only reads.
 func (l *Limiter) read(ln *Lane, now int64) facts {
 	v := facts{off: l.o.off, hasCPU: l.o.cpu != nil, busyFor: -1, queuedFor: -1, sustained: l.sustained()}
 	if ln != nil {
@@ -200,9 +196,8 @@ func (l *Limiter) read(ln *Lane, now int64) facts {
 }
 
 // spikeTurns is, at now, the turns asked for over the last interval and
-// the current one, and the turns that ended meanwhile, at least what
-// their smoothed rate (doneRate) gives over that time: a stall in
-// completions at a steady load is no spike of arrivals.
+// this one, and those that ended, at least their smoothed rate's worth:
+// a stall in completions at a steady load is no spike of arrivals.
 func (l *Limiter) spikeTurns(now int64) (offered, finished float64) {
 	offered = float64(l.offered.Load() - l.offeredMark[0].Load())
 	finished = float64(l.finished.Load() - l.finishedMark[0].Load())
@@ -225,9 +220,8 @@ func (l *Limiter) readCPU(v *facts, now int64) {
 	}
 }
 
-// lookCPU looks at the CPU signal at now: the time its utilisation has
-// been at or above cpuThreshold starts at the first look that finds it
-// there, and ends at the first that does not.
+// lookCPU looks at the CPU signal at now: its busy time starts at the
+// first look that finds it busy, and ends at the first that does not.
 func (l *Limiter) lookCPU(now int64) {
 	n := l.cpuNow
 	if n == nil {
@@ -247,14 +241,12 @@ func (l *Limiter) sustained() int64 { return overload.Sustain(l.o.interval) }
 
 // Overloaded reports whether the Limiter has evidence, at now, that the
 // server is overloaded: its CPU saturated for ten intervals (WithCPU,
-// WithInterval), calls waiting for a turn without a pause for
-// ten intervals, calls waiting while as many run beyond the limit as the
+// WithInterval), calls waiting for a turn without a pause for ten
+// intervals, calls waiting while as many run beyond the limit as the
 // limit itself (at least an interval's work, and 20), or calls asking for
-// turns at least twice as fast as turns end, and 20 more (a spike). A
-// lane whose queue holds an interval's work is evidence too, for that
-// lane. Without evidence the Limiter refuses nothing (see the package doc).
-// It only reads: the time the CPU has been busy is kept by the looks
-// of the Limiter's own decisions and interval closes (lookCPU).
+// turns at least twice as fast as turns end, and 20 more (a spike); for
+// one lane, its queue holding an interval's work. Without evidence the
+// Limiter refuses nothing. It only reads, and is safe for concurrent use.
 func (l *Limiter) Overloaded(now time.Time) bool {
 	v := l.read(nil, l.nanos(now))
 	return v.first().Holds
@@ -275,8 +267,8 @@ func (l *Limiter) look(ln *Lane, now int64) facts {
 // refuseOn counts a refusal made on the evidence of e.
 func (l *Limiter) refuseOn(e overload.Reading) { l.refusedOn[e.Kind].Add(1) }
 
-// admit admits a call of ln at now to wait for a turn, reserving its place
-// (end it with unreserve(cost)), unless judge refuses it.
+// admit reserves a place for a call of ln at now (end it with
+// unreserve(cost)) unless judge refuses it.
 func (ln *Lane) admit(now time.Time) (cost int64, ok bool) {
 	if _, ok := ln.fits(now); !ok {
 		ln.f.l.offered.Add(1)
@@ -292,9 +284,8 @@ func refuseFor(e overload.Reading, cause admission.Cause, reason string, retry t
 	return d
 }
 
-// fits reports whether a call of ln may be admitted at now to wait for a
-// turn, unless judge refuses it: then ok is false and why is what it was
-// refused on.
+// fits reports whether judge admits a call of ln at now; if not, why is
+// the evidence it was refused on.
 func (ln *Lane) fits(now time.Time) (why overload.Reading, ok bool) {
 	if ln.Admissible() {
 		return why, true // judge admits a call that fits: no facts to read
@@ -316,9 +307,8 @@ func (ln *Lane) fits(now time.Time) (why overload.Reading, ok bool) {
 }
 
 // expired ends the wait of w, a waiter of ln whose patience ran out, as
-// judge decides: beyond the limit, without a turn, or ErrTimeout, with
-// why, what judge refused it on (as fits: the refusal reports the facts
-// it was decided on, not a read after).
+// judge decides: beyond the limit, without a turn, or ErrTimeout with why,
+// the evidence judge refused it on (not a read after).
 func (ln *Lane) expired(w *waiter) (t Ticket, why overload.Reading, err error) {
 	l := ln.f.l
 	v := l.look(ln, l.nanos(l.o.now()))
@@ -336,8 +326,7 @@ func (ln *Lane) expired(w *waiter) (t Ticket, why overload.Reading, err error) {
 }
 
 // grace is how much longer than its patience a call of ln that begins to
-// wait at now may wait: under overload, the slack of the server's recent
-// idle time, which the lanes may queue beyond their bound.
+// wait at now may wait: the slack, under overload.
 func (ln *Lane) grace(now int64) time.Duration {
 	l := ln.f.l
 	s := l.slack.Load()
@@ -351,8 +340,7 @@ func (ln *Lane) grace(now int64) time.Duration {
 }
 
 // turned is the decision for a unary call c of ln that got its turn t:
-// refused, its turn given back, if its deadline can no longer be met
-// (judged on the Limiter's clock).
+// refused, its turn given back, if its deadline can no longer be met.
 func (g *guard) turned(c admission.Call, ln *Lane, t Ticket) admission.Decision {
 	f := ln.f
 	cl := call{hasDeadline: !c.Deadline.IsZero()}
@@ -377,9 +365,10 @@ func refusal(err error, why overload.Reading, target time.Duration) admission.De
 }
 
 // Signals returns the Limiter's signals of overload at now, in the order
-// Overloaded weighs them (cpu, without a CPU signal left out; overrun;
-// standing; spike). Reading them changes nothing. It allocates; call it
-// from a debug page, not per call.
+// Overloaded weighs them (cpu, left out without a CPU signal; overrun;
+// standing; spike). It only reads, is safe for concurrent use, and
+// allocates: call it from a debug page, not per call.
+
 func (l *Limiter) Signals(now time.Time) []Signal {
 	v := l.read(nil, l.nanos(now))
 	var out []Signal

@@ -2,42 +2,25 @@ package runlimit
 
 import "math"
 
-// Thresholds of noteRoom and noteSlack, each with its invariant:
-//   - fullBusy: the server is full over an interval when its turns were
-//     busy this share of it; then lanes are held to their share.
-//   - minLower, roomDecay: a class leaves room when the classes below it
-//     got minLower of the turns over the last few intervals (each
-//     interval's turns weigh 1-roomDecay): it has bursts, not a standing
-//     queue; starvedAfter intervals in a row of lower classes waiting
-//     unserved end that at once (a flood began).
-//   - slackGain, minIdle: under overload, the slack grows by slackGain
-//     times the time the server sat idle in an interval (none under
-//     minIdle of it: the gaps between a saturated server's turns), up to
-//     an interval's work; slackKeep is what stays of it each interval
-//     without overload. docs/runlimit.md, "The slack", argues the
-//     controller and the two simpler ones that fall short.
+// Thresholds of noteRoom and noteSlack (docs/runlimit.md, "The slack",
+// argues the slack's controller).
 const (
-	slackGain    = 3
-	slackKeep    = 0.9
-	minIdle      = 0.05
-	fullBusy     = 0.9
-	minLower     = 0.05
-	roomDecay    = 0.8
-	starvedAfter = 3
+	slackGain    = 3    // under overload the slack grows by this times the idle time, to an interval's work
+	slackKeep    = 0.9  // share of the slack kept each interval without overload
+	minIdle      = 0.05 // less idle time in an interval is the gaps of a saturated server
+	fullBusy     = 0.9  // a server whose turns were busy this share of an interval is full
+	minLower     = 0.05 // a class leaves room while the classes below got this share of the turns
+	roomDecay    = 0.8  // each interval's turns weigh 1-roomDecay in that share
+	starvedAfter = 3    // intervals of lower classes waiting unserved that end a class's room
 )
 
 // noteRoom records, over the interval that ends at end, in which the
 // calls that finished held their turns for busy ns in all, whether the
-// server was full (its turns busy fullBusy of the time) and, for each
-// class, whether it and the classes above it left room: the classes
-// below got at least minLower of the turns of the last few intervals
-// (servedAvg). A class with room has no standing queue, only bursts,
-// which its lanes may queue for longer; on a server not full no lane is
-// held to its share (see Lane.Admissible). It also moves the slack
-// (noteSlack). Needs upd, and shareClasses first.
+// server was full and, for each class, whether it and the classes above
+// it left room (bursts, not a standing queue: see Lane.Admissible), and
+// moves the slack (noteSlack). Needs upd, and shareClasses first.
 func (l *Limiter) noteRoom(busy float64, end int64) {
-	// The turns handed out, not the estimate: its fraction is no turn, and
-	// a probe runs below it.
+	// The turns handed out (the limit), not the estimate.
 	wall := float64(end - l.opened)
 	span := wall * float64(l.limit.Load())
 	l.notFull.Store(!(span > 0 && busy >= fullBusy*span))
@@ -49,9 +32,7 @@ func (l *Limiter) noteRoom(busy float64, end int64) {
 	var below, servedBelow float64
 	var waitingBelow int64
 	for i := range l.roomy {
-		// Lower classes that had calls waiting and got no turn for
-		// starvedAfter intervals in a row are starved now, whatever the
-		// smoothed share says.
+		// Lower classes starved now, whatever the smoothed share says.
 		if waitingBelow > 0 && servedBelow == 0 {
 			l.starved[i]++
 		} else {
@@ -64,22 +45,17 @@ func (l *Limiter) noteRoom(busy float64, end int64) {
 	}
 }
 
-// noteSlack moves the slack at the end, at end, of an interval of wall ns
-// in which the calls that finished held their turns for busy ns in all:
-// up by slackGain times the time the server sat idle under overload; and
-// without idle time, down by half the least work that waited at a turn
-// handed on if calls waited through the whole interval (the queue could
-// have been that much shorter and still left no turn free), or by a tenth
-// without overload, but with no overload at either end not below the
-// most work that waited at a turn handed on (seeded, until an interval
-// of overload shows idle time or none). Needs upd.
+// noteSlack moves the slack at end of an interval of wall ns whose calls
+// held their turns for busy ns: up by slackGain times the idle time under
+// overload; without idle time, down by half the least work that waited at
+// a turn handed on if calls waited all along; by a tenth without
+// overload, but not below the most work that waited at a turn handed on
+// (seeded). Needs upd.
 func (l *Limiter) noteSlack(busy, wall float64, end int64) {
 	none := l.noneRun(end)
 	idle := min(max(wall-busy, 0), float64(none-l.noneMark))
 	l.noneMark = none
-	if n := l.cpuNow; n != nil {
-		// The turns were free while the CPU was busy: refusing, reading
-		// requests, writing responses. Not idle.
+	if n := l.cpuNow; n != nil { // free turns on a busy CPU are not idle time
 		if u := n.Utilization(); u >= cpuEvidence {
 			idle = 0
 		} else {
@@ -97,27 +73,18 @@ func (l *Limiter) noteSlack(busy, wall float64, end int64) {
 	most := l.mostWork.Swap(0)
 	old := l.slack.Load()
 	switch {
-	case calm:
-		// The queue the arrivals formed while the server kept up is one
-		// a spike of them may form too, from its first clump.
+	case calm: // a queue formed below capacity, a spike may form from its first clump
 		kept := int64(float64(old) * slackKeep)
 		if seen := min(most, int64(l.o.interval)); seen > kept {
 			kept, l.seeded = seen, true
 		}
 		l.slack.Store(kept)
-	case !both:
-		// Overload began or ended in the interval. Idle below capacity
-		// says nothing of clumps under overload, and a spike that begins
-		// in the interval would queue it all at once.
+	case !both: // overload began or ended in the interval
 		l.slack.Store(int64(float64(old) * slackKeep))
 	case idle > 0:
 		l.seeded = false
 		l.slack.Store(int64(min(float64(old)+idle*slackGain, float64(l.o.interval))))
-	case l.seeded:
-		// A whole interval of overload without idle time: the queue seen
-		// below capacity came from service times or arrivals that vary,
-		// not from gaps in the arrivals that the server idles through,
-		// and would only add to every wait.
+	case l.seeded: // overload without idle time: the queue seen below capacity was no clump
 		l.seeded = false
 		l.slack.Store(0)
 	case least < math.MaxInt64 && l.stoodSince(l.opened):
@@ -125,9 +92,9 @@ func (l *Limiter) noteSlack(busy, wall float64, end int64) {
 	}
 }
 
-// shareClasses sets, for each class, the share of the turns that ended in
-// the interval that the classes above it left to it, and starts counting
-// anew. Needs upd.
+// shareClasses sets each class's share of the interval's turns that the
+// classes above it left, and starts counting anew. Needs upd.
+
 func (l *Limiter) shareClasses() {
 	var served [len(l.served)]float64
 	var total float64
