@@ -1,37 +1,31 @@
 // Package runlimit decides how many calls a server runs at once, and which
 // waiting call runs next, without being told any number.
 //
-// A Limiter holds a limit on the calls running at once and learns it from
-// the calls themselves. A call's service time runs from its turn to its
-// end, so the wait the Limiter imposes never enters what it learns. Each
-// interval (WithInterval) it compares the calls' mean service time with
-// their service time without contention (their baseline) and estimates,
-// as TCP Vegas does, how many calls queue inside the server — for the
-// CPU, a database pool, a downstream. While that queue is small and the
-// limit was reached, the limit grows; when it is large, the limit
-// shrinks. With a CPU signal (WithCPU) the limit never grows while the
-// CPU is saturated. A change of service time the limit did not cause (a
-// slower database) moves the baseline, not the limit; a lag between a
-// call's turn and its running on a processor makes it try fewer turns,
-// never fewer than one per processor. docs/runlimit-learner.md draws the
-// learner's states; Limiter.Stats and Limiter.Moves show what it did.
+// A Limiter learns a limit on the calls running at once from the calls
+// themselves. A call's service time runs from its turn to its end, so the
+// wait the Limiter imposes never enters what it learns. Each interval
+// (WithInterval) it compares the calls' mean service time with their
+// service time without contention (their baseline) and estimates, as TCP
+// Vegas does, how many calls queue inside the server: while few do and
+// the limit was reached, the limit grows; when many do, it shrinks. With
+// a CPU signal (WithCPU) the limit never grows while the CPU is
+// saturated. Probes lower the limit for a while to tell a stretch the
+// limit causes from a slower service, which moves the baseline instead.
+// docs/runlimit-learner.md draws the learner; Limiter.Stats and
+// Limiter.Moves show what it did.
 //
 // # No refusal without evidence of overload
 //
 // A learned limit can be wrong, and a wrong limit must not refuse calls a
 // server without one would serve. The Limiter refuses a call for want of
 // a turn only with evidence that the server is overloaded
-// (Limiter.Overloaded, Limiter.Signals): the CPU saturated for ten
-// intervals; calls waiting without a pause for ten intervals; calls
-// waiting while as many run beyond the limit as the limit itself; calls
-// asking for turns twice as fast as turns end (a spike); or, for one
-// lane, a queue holding more work than the limit runs in an interval.
-// Without evidence a call admitted to a full lane is admitted anyway
-// (Stats.Unrefused), and one whose wait runs out runs beyond the limit
-// (Stats.Overruns). A deadline that cannot be met is refused whatever the
-// evidence, judged against the flow's baseline (Flow.ServiceTimeAt). A
-// server that starts cold may refuse some of its first calls: while cold
-// it is overloaded. docs/runlimit.md argues each rule.
+// (Limiter.Overloaded, Limiter.Signals). Without it, a call admitted to a
+// full lane is admitted anyway (Stats.Unrefused), and one whose wait runs
+// out runs beyond the limit (Stats.Overruns). A deadline that cannot be
+// met is refused whatever the evidence, judged against the flow's
+// baseline (Flow.ServiceTimeAt). A server that starts cold may refuse
+// some of its first calls: while cold it is overloaded. docs/runlimit.md
+// argues each rule.
 //
 // # Queues and fairness
 //
@@ -39,29 +33,25 @@
 // method), tenant and criticality class (Flow.Lane). Turns go to the
 // highest class with calls waiting; within a class, lanes share them by
 // start-time fair queueing, each call weighted by its flow's service time
-// over its tenant's weight (WithTenantWeights), so capacity is shared
-// max-min fairly among the tenants and methods present. Tenants and flows
-// are bounded in number (WithMaxTenants, WithMaxFlows) and forgotten when
-// idle. A lane's queue is bounded by its flow's queue target (three
-// baselines, at least 5ms, or WithQueueTarget): a transport admits only
-// the calls that should start within half of it (Lane.Admissible), and a
-// call that waited twice its target is refused. Under overload, a server
-// that sat idle between clumps of arrivals lets its lanes queue that
-// idle time's work beyond their bound (Stats.Slack).
+// over its tenant's weight (WithTenantWeights). Tenants and flows are
+// bounded in number (WithMaxTenants, WithMaxFlows) and forgotten when
+// idle. A transport admits only the calls that should start within half
+// their flow's queue target (Lane.Admissible; three baselines, at least
+// 5ms, or WithQueueTarget), and a call that waited twice its target is
+// refused. Under overload, a server that sat idle between clumps of
+// arrivals lets its lanes queue that idle time's work beyond their bound
+// (Stats.Slack).
 //
 // On a saturated processor, a turn about to pass to a lower class first
-// waits (on Linux) for the runtime's next poll of the network, so that a
-// higher-class request that arrived meanwhile gets it; a call handed its
-// turn yields the processor once, so that the transport's goroutines run
-// between handlers. Taking and returning a free turn is a compare-and-swap
-// and allocates nothing; only a wait takes a lock.
+// waits (on Linux) for the runtime's next poll of the network, and a call
+// handed its turn yields the processor once, so that the transport's
+// goroutines run between handlers. Taking and returning a free turn is a
+// compare-and-swap and allocates nothing; only a wait takes a lock.
 //
 // # Streams
 //
-// Through NewGuard, a server-streaming call takes a turn when its handler
-// starts and gives it back when it ends or after twice its flow's queue
-// target, whichever comes first: a short stream is limited and learned as
-// a unary call, and a stream that stays open (a watch) holds no turn
-// beyond that and teaches nothing. A flow whose streams stay open takes no
-// turn for them. A stream the client sends on takes no turn.
+// Through NewGuard, a server-streaming call holds a turn from its
+// handler's start until it ends or twice its flow's queue target passed,
+// whichever comes first; a flow whose streams stay open takes no turn for
+// them, nor does a stream the client sends on.
 package runlimit

@@ -18,15 +18,11 @@ const (
 	// MoveShrink: service times stretched as by a queue above the Vegas
 	// band: the limit shrank by half the queue above it.
 	MoveShrink MoveCause = "shrink"
-	// MoveBackoff named a cut by a tenth after calls failed by overload.
-	//
-	// Deprecated: no move has this cause since that rule was removed (no
-	// shape of the ablation needed it: docs/ablation.md).
+	// Deprecated: MoveBackoff is no move's cause: its rule was removed
+	// (docs/ablation.md).
 	MoveBackoff MoveCause = "backoff"
-	// MoveQueuedToStart named a limit set to the calls that ran, when
-	// calls waited to start while fewer ran than the limit allowed.
-	//
-	// Deprecated: no move has this cause since that rule was removed.
+	// Deprecated: MoveQueuedToStart is no move's cause: its rule was
+	// removed.
 	MoveQueuedToStart MoveCause = "queued_to_start"
 	// MoveProbeStart: a probe lowered the limit to measure service times
 	// with less contention (Move.Probe names its kind).
@@ -46,26 +42,19 @@ const (
 	MoveOther MoveCause = "other"
 )
 
-// Move is one move of the limit.
+// Move is one move of the limit, a plain value.
 type Move struct {
-	// At is when the limit moved, on the Limiter's clock.
-	At time.Time
-	// From and To are the limit before and after the move.
-	From, To int
-	// Cause is why it moved.
-	Cause MoveCause
-	// Probe names the probe of a probe's move ("baseline", "stretch",
-	// "cpu" or "lag"); "" for another move.
-	Probe string
+	At       time.Time // when the limit moved, on the Limiter's clock
+	From, To int       // the limit before and after
+	Cause    MoveCause
+	Probe    string // a probe's move: "baseline", "stretch", "cpu" or "lag"; else ""
 }
 
 // MaxMoves is how many of its last moves a Limiter remembers (Moves).
 const MaxMoves = 64
 
 // moves are the Limiter's last moves, in a ring, and the function told of
-// each (OnMove). Moves are written where the limit is set (under upd) and
-// told once upd is unlocked, so that no lock of the Limiter is held while
-// the function runs.
+// each (OnMove): written under upd, told once it is unlocked.
 type moves struct {
 	mu   sync.Mutex
 	ring [MaxMoves]moveRec
@@ -85,8 +74,7 @@ type moveRec struct {
 var probeNames = [probeKinds]string{probeBaseline: "baseline", probeStretch: "stretch", probeCPU: "cpu", probeLag: "lag"}
 
 // noteMove records that the limit was set from old to n for cause (of a
-// probe of kind probe, for a probe's start or end; MoveOther when cause is
-// empty). A setting that leaves the limit as it was is no move. Needs upd.
+// probe of kind probe; MoveOther if empty), unless n is old. Needs upd.
 func (l *Limiter) noteMove(old, n int64, cause MoveCause, probe probeKind) {
 	ms := &l.moves
 	if cause == "" {
@@ -102,8 +90,8 @@ func (l *Limiter) noteMove(old, n int64, cause MoveCause, probe probeKind) {
 	ms.mu.Unlock()
 }
 
-// tellMoves tells the function set by OnMove of the moves not told yet
-// (those still remembered). It runs with no lock of the Limiter held.
+// tellMoves tells OnMove's function of the moves still remembered not
+// told yet. It runs with no lock of the Limiter held.
 func (l *Limiter) tellMoves() {
 	ms := &l.moves
 	for {
@@ -158,11 +146,9 @@ func (l *Limiter) Moves() []Move {
 }
 
 // OnMove sets fn to be told of each move of the limit from now on,
-// replacing the function set before (nil: none). fn runs on the
-// goroutine of the call whose end closed the learner's interval, after
-// the learner let go of its lock, so it must return quickly; moves come
-// at most one per interval (WithInterval), a probe's start and end
-// apart. It is safe for concurrent use.
+// replacing the function set before (nil: none). fn runs, holding no
+// lock, on the goroutine of the call that closed the learner's interval:
+// it must return quickly. It is safe for concurrent use.
 func (l *Limiter) OnMove(fn func(Move)) {
 	if fn == nil {
 		l.moves.fn.Store(nil)
