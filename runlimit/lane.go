@@ -177,9 +177,7 @@ func tapLive(gen, now uint64) bool {
 	return d <= 1 || d >= tapGenMask-1
 }
 
-func tapSlot(gen, n, work uint64) uint64 {
-	return gen<<(tapNBits+tapWorkBits) | n<<tapWorkBits | work
-}
+func tapSlot(gen, n, work uint64) uint64 { return gen<<(tapNBits+tapWorkBits) | n<<tapWorkBits | work }
 
 func tapFields(v uint64) (gen, n, work uint64) {
 	return v >> (tapNBits + tapWorkBits), v >> tapWorkBits & tapNMask, v & tapWorkMask

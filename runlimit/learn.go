@@ -131,9 +131,7 @@ func vegasQueue(est, r float64) float64 { return est * (1 - 1/r) }
 
 // vegasBand is the Vegas band at limit est: grow at or below lo, shrink
 // above hi.
-func vegasBand(est float64) (lo, hi float64) {
-	return max(vegasLowMin, vegasLow*est), vegasHi(est)
-}
+func vegasBand(est float64) (lo, hi float64) { return max(vegasLowMin, vegasLow*est), vegasHi(est) }
 
 func vegasHi(est float64) float64 { return max(vegasHighMin, vegasHigh*est) }
 

@@ -586,9 +586,7 @@ func (l *Limiter) markUsed(used *atomic.Int64) {
 
 // idle reports whether the flow has no call in it: none admitted by a
 // guard and not finished, none waiting in one of its lanes.
-func (f *Flow) idle() bool {
-	return f.calls.Load() == 0 && f.eachLanes((*classLanes).idle)
-}
+func (f *Flow) idle() bool { return f.calls.Load() == 0 && f.eachLanes((*classLanes).idle) }
 
 // eachLanes calls fn with the lanes of calls of no tenant, then of each
 // tenant, until fn returns false; it reports whether none did.
@@ -983,9 +981,7 @@ func (l *Limiter) noteLag(start, lag int64) {
 }
 
 // granted is the ticket of a waiter of ln that was handed its turn now.
-func (ln *Lane) granted() Ticket {
-	return Ticket{f: ln.f, ln: ln, start: ln.f.l.nanos(ln.f.l.o.now())}
-}
+func (ln *Lane) granted() Ticket { return Ticket{f: ln.f, ln: ln, start: ln.f.l.nanos(ln.f.l.o.now())} }
 
 // giveUp removes a waiter whose caller gave up, ending its reservation;
 // if the turn was handed to it meanwhile, it passes the turn on.
