@@ -276,7 +276,7 @@ type Limiter struct {
 	// intervalWork: the calls the limit runs in an interval at the last
 	// interval's baselines, at least minOverruns (overload.OverrunOf).
 	intervalWork atomic.Int64
-	refusedOn    [overload.Kinds]atomic.Uint64
+	refusedOn    [overload.Spike + 1]atomic.Uint64 // by kind; runlimit's kinds end at Spike
 	unrefused    atomic.Uint64
 	slacked      atomic.Uint64
 	updates      atomic.Uint64
