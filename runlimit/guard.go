@@ -136,11 +136,9 @@ func (g *guard) Admit(c admission.Call) admission.Decision {
 	return admission.Grant(admission.Permit{Ref: ln, Value: v})
 }
 
-// reserveAt is the reservation of a call c of ln that the guard admitted
-// holding p, now that its handler is about to start: its place, or if
-// that lapsed a new one, judged as at admission: ok is false, with the
-// refusal d, if the lane is full on evidence of overload. The reservation
-// added cost.
+// reserveAt is the reservation, adding cost, of a call c of ln the guard
+// admitted holding p, as its handler starts: its place, or if that
+// lapsed a new one judged as at admission (else ok is false, refused d).
 func (g *guard) reserveAt(c admission.Call, ln *Lane, p admission.Permit) (cost int64, d admission.Decision, ok bool) {
 	if cost, ok = ln.claim(p, c.Now); ok {
 		return cost, admission.Decision{}, true
@@ -179,11 +177,9 @@ func (g *guard) Start(c admission.Call, p admission.Permit) admission.Decision {
 	return d
 }
 
-// beforeTurn is Start up to a unary call's wait for its turn: decided
-// is true, with the decision d, for a permit not of this guard's, a
-// stream, and a call whose place lapsed and which its lane now refuses
-// (reserveAt); otherwise the call, of lane ln, holds a reservation that
-// added cost, and asks for its turn.
+// beforeTurn is Start up to a unary call's wait for its turn: decided,
+// with d, for a permit not of this guard's, a stream, and a call refused
+// by reserveAt; otherwise the call of ln holds a reservation of cost.
 func (g *guard) beforeTurn(c admission.Call, p admission.Permit) (ln *Lane, cost int64, d admission.Decision, decided bool) {
 	ln, _ = p.Ref.(*Lane)
 	if ln == nil || p.Value&reserved == 0 {
@@ -199,11 +195,10 @@ func (g *guard) beforeTurn(c admission.Call, p admission.Permit) (ln *Lane, cost
 	return ln, cost, admission.Decision{}, false
 }
 
-// take gives a call of ln, admitted with a reservation that added cost,
-// its turn at now, waiting under ctx (nil: none) if none is free, and ends
-// the reservation. A stream's wait that runs out without evidence of
-// overload ends with errNoTurn; one refused ends with ErrTimeout and why,
-// what it was refused on (expired).
+// take gives a call of ln holding a reservation of cost its turn at now,
+// waiting under ctx (nil: none) if none is free, and ends the
+// reservation; a stream's wait may end with errNoTurn, a refused one with
+// ErrTimeout and why, the evidence it was refused on (expired).
 func (ln *Lane) take(ctx context.Context, now time.Time, cost int64, stream bool) (Ticket, overload.Reading, error) {
 	t, w := ln.takeNow(now, cost, stream)
 	if w == nil {

@@ -33,12 +33,8 @@ const weightOne = 1024
 
 // Lane is the queue of one tenant's calls of one flow in one criticality
 // class. Turns go first to the highest class with calls waiting; within a
-// class, lanes share them by start-time fair queueing, each lane's calls
-// weighted by its flow's service time divided by its tenant's weight, so
-// that capacity is shared max-min fairly among the tenants and methods
-// present: a lane that asks for less than its share is served as it asks,
-// and what it leaves goes to the others.
-//
+// class, lanes share them max-min fairly by start-time fair queueing,
+// each call weighted by its flow's service time over its tenant's weight.
 // Get one with Flow.Lane; the zero Lane is not usable. It is safe for
 // concurrent use.
 type Lane struct {
@@ -63,16 +59,14 @@ func (ln *Lane) Class() admission.Criticality { return ln.class }
 // Flow returns the flow the lane belongs to.
 func (ln *Lane) Flow() *Flow { return ln.f }
 
-// Waiting returns the calls of the lane that were admitted to wait for a
-// turn and have not yet got one or given up. A call a guard of NewGuard
-// admitted counts only once its handler asks for its turn: until then it
-// may be waiting for its request, not for a turn (see tapIn).
+// Waiting returns the calls of the lane admitted to wait for a turn that
+// have not yet got one or given up, counting a call a guard admitted only
+// once its handler asks for its turn.
 func (ln *Lane) Waiting() int { return int(ln.count.Load() - ln.tappedNow()) }
 
-// Held returns the places held in the lane: the calls admitted to wait
-// for a turn and not yet given one or refused, including those a guard
-// of NewGuard admitted whose handler has not asked for its turn yet
-// (Waiting leaves them out). It is what the lane's bound counts.
+// Held returns the places held in the lane, which its bound counts:
+// Waiting, and the calls a guard admitted whose handler has not asked
+// for its turn yet.
 func (ln *Lane) Held() int { return int(ln.count.Load()) }
 
 // reserve counts a call admitted to wait for a turn, and returns the cost
@@ -201,10 +195,10 @@ func (ln *Lane) lapse(now uint64) {
 	}
 }
 
-// tapIn reserves a place in the lane for a call admitted at generation
-// gen (after lapse), adding the flow's cost rounded up to a µs, us, and
-// reports in which generation's slot it is counted: uncounted (a slot
-// full) never lapses.
+// tapIn reserves a place for a call admitted at generation gen (after
+// lapse) that adds us µs (its flow's cost, rounded up), and reports in
+// which generation's slot it is counted; uncounted (a slot full), it
+// never lapses.
 func (ln *Lane) tapIn(gen uint64) (in, us uint64, counted bool) {
 	us = min(uint64(ln.f.cost()+float64(time.Microsecond)-1)/uint64(time.Microsecond), tapWorkMask)
 	ln.reserveCost(int64(us) * int64(time.Microsecond))
@@ -233,9 +227,8 @@ func (ln *Lane) tapIn(gen uint64) (in, us uint64, counted bool) {
 }
 
 // tapOut takes the reservation of a call admitted at generation gen that
-// added us µs of work out of its slot at generation now, reporting
-// whether it had not lapsed: then it is still the call's (it still
-// counts in the lane), else lapse ended it.
+// added us µs out of its slot at generation now, reporting whether it is
+// still the call's (lapse did not end it).
 func (ln *Lane) tapOut(gen, us, now uint64) bool {
 	if !tapLive(gen, now) {
 		ln.lapse(now)
@@ -416,9 +409,9 @@ func (l *Limiter) sweepTenants(flows []*Flow, now int64) {
 	}
 }
 
-// forget drops the tenants of a flow the Limiter no longer tracks
-// (addFlow), which has no call in them, from the Limiter's count. Needs
-// Limiter.flowsMu.
+// forget drops the tenants of a flow no longer tracked (addFlow) from the
+// Limiter's count. Needs Limiter.flowsMu.
+
 func (f *Flow) forget() {
 	f.gone.Store(true)
 	for i := range f.tenants.shards {

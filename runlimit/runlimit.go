@@ -154,25 +154,18 @@ func WithDefaultTenantWeight(w float64) Option { return func(o *options) { o.def
 
 func (o *options) validate() error {
 	var errs []error
-	if !(o.defaultWeight > 0) || o.defaultWeight > 1e6 {
-		errs = append(errs, fmt.Errorf("runlimit: WithDefaultTenantWeight: weight must be > 0 and <= 1e6, got %v", o.defaultWeight))
+	check := func(bad bool, format string, args ...any) {
+		if bad {
+			errs = append(errs, fmt.Errorf("runlimit: "+format, args...))
+		}
 	}
-	if o.maxTenants < 1 {
-		errs = append(errs, fmt.Errorf("runlimit: WithMaxTenants: n must be >= 1, got %d", o.maxTenants))
-	}
+	check(!(o.defaultWeight > 0) || o.defaultWeight > 1e6, "WithDefaultTenantWeight: weight must be > 0 and <= 1e6, got %v", o.defaultWeight)
+	check(o.maxTenants < 1, "WithMaxTenants: n must be >= 1, got %d", o.maxTenants)
 	errs = append(errs, o.validateWeights()...)
-	if o.floor < 1 || o.ceiling < o.floor {
-		errs = append(errs, fmt.Errorf("runlimit: WithBounds: want 1 <= floor <= ceiling, got floor %d, ceiling %d", o.floor, o.ceiling))
-	}
-	if o.interval <= 0 {
-		errs = append(errs, fmt.Errorf("runlimit: WithInterval: interval must be > 0, got %v", o.interval))
-	}
-	if o.target < 0 {
-		errs = append(errs, fmt.Errorf("runlimit: WithQueueTarget: target must be >= 0, got %v", o.target))
-	}
-	if o.maxFlows < 1 {
-		errs = append(errs, fmt.Errorf("runlimit: WithMaxFlows: n must be >= 1, got %d", o.maxFlows))
-	}
+	check(o.floor < 1 || o.ceiling < o.floor, "WithBounds: want 1 <= floor <= ceiling, got floor %d, ceiling %d", o.floor, o.ceiling)
+	check(o.interval <= 0, "WithInterval: interval must be > 0, got %v", o.interval)
+	check(o.target < 0, "WithQueueTarget: target must be >= 0, got %v", o.target)
+	check(o.maxFlows < 1, "WithMaxFlows: n must be >= 1, got %d", o.maxFlows)
 	return errors.Join(errs...)
 }
 
