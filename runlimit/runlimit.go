@@ -22,17 +22,10 @@ import (
 
 // Defaults of a Limiter.
 const (
-	// DefaultInterval is how often the limit is reconsidered (at least
-	// minSamples calls must have finished in the interval, or a second
-	// must have passed).
-	DefaultInterval = 100 * time.Millisecond
-	// DefaultMinQueueTarget is the least queue target a flow gets.
-	DefaultMinQueueTarget = 5 * time.Millisecond
-	// DefaultMaxFlows is how many flows a Limiter tracks separately (see
-	// WithMaxFlows).
-	DefaultMaxFlows = 256
-	// DefaultCeiling is the largest limit a Limiter learns by default.
-	DefaultCeiling = 1000
+	DefaultInterval       = 100 * time.Millisecond // how often the limit is reconsidered: once ten calls finished in it, or a second passed
+	DefaultMinQueueTarget = 5 * time.Millisecond   // the least queue target a flow gets
+	DefaultMaxFlows       = 256                    // how many flows a Limiter tracks separately
+	DefaultCeiling        = 1000                   // the largest limit a Limiter learns
 )
 
 // OverflowFlow is the name of the flow that Limiter.Flow returns for a
@@ -41,10 +34,8 @@ const (
 const OverflowFlow = "*"
 
 // UnservedFlow is the name of the flow that the calls of a guard
-// (NewGuard) share while their name has no flow of its own: a name the
-// server has not served yet, which may be one it does not serve at all
-// (see NewGuard). It is never learned from and never counts against the
-// cap (WithMaxFlows).
+// (NewGuard) share while their name, not served yet, has no flow of its
+// own. It is never learned from and never counts against WithMaxFlows.
 const UnservedFlow = "?"
 
 // Errors of Acquire.
@@ -88,8 +79,7 @@ type options struct {
 	procs          int              // processors (GOMAXPROCS); in-package tests set it
 	noPoll         bool             // no wait for the network poller (release); in-package tests
 	off            uint32           // rules switched off, by bit (ablation.go); in-package tests
-	// after runs f after d, and returns what stops it (time.AfterFunc's
-	// Stop); in-package tests replace it with a simulated timer.
+	// after replaces the clock's AfterFunc in in-package tests.
 	after func(d time.Duration, f func()) (stop func() bool)
 }
 
@@ -186,14 +176,11 @@ func (o *options) validateWeights() []error {
 	return errs
 }
 
-// Limiter limits and schedules the calls running at once; see the package
-// documentation.
-//
-// Create one with New; the zero value is not usable. A Limiter is safe for
-// concurrent use and starts no goroutine: it needs no Close. On Linux it
-// holds one timerfd, made the first time a turn waits for the network
-// poller (see the package documentation) and closed when the Limiter is
-// garbage collected.
+// Limiter limits and schedules the calls running at once (see the package
+// documentation). Create one with New; the zero value is not usable. It is
+// safe for concurrent use and starts no goroutine: it needs no Close. On
+// Linux it holds one timerfd, made the first time a turn waits for the
+// network poller and closed when the Limiter is garbage collected.
 type Limiter struct {
 	o      options
 	epoch  time.Time
@@ -466,12 +453,11 @@ func (l *Limiter) Stats() Stats {
 		Flows: len(*l.flows.Load()), Forgotten: l.forgotten.Load()}
 }
 
-// Flow returns the flow named name, creating it on first use: the name is
-// then tracked separately, with its own learned service time and lanes,
-// until it is forgotten to make room for another (WithMaxFlows); a Flow
-// kept meanwhile still works, but the name's new calls get a new flow.
-// Beyond the cap, with no flow to forget, it returns the flow
-// OverflowFlow. It allocates only when it creates a flow.
+// Flow returns the flow named name, creating it on first use, until it is
+// forgotten to make room for another (WithMaxFlows; a Flow kept meanwhile
+// still works, but the name's new calls get a new one). Beyond the cap,
+// with no flow to forget, it returns OverflowFlow. It allocates only when
+// it creates a flow.
 func (l *Limiter) Flow(name string) *Flow {
 	if f, ok := (*l.flows.Load())[name]; ok {
 		f.touch()
@@ -536,9 +522,8 @@ func (l *Limiter) addFlow(name string) *Flow {
 	return f
 }
 
-// idlest is the flow of m least recently used among those with no call
-// in them and unused since the interval that opened at opened; nil if
-// none is.
+// idlest is the least recently used flow of m with no call in it, unused
+// since the interval that opened at opened; nil if none is.
 func idlest(m map[string]*Flow, opened int64) *Flow {
 	var best *Flow
 	for _, f := range m {
@@ -604,9 +589,9 @@ func (f *Flow) eachLanes(fn func(*classLanes) bool) bool {
 	return true
 }
 
-// Flows returns the flows the Limiter tracks separately, in no order: not
-// the flows OverflowFlow and UnservedFlow. It allocates; call it at
-// scrape time.
+// Flows returns the flows tracked separately (not OverflowFlow and
+// UnservedFlow), in no order. It allocates; call it at scrape time.
+
 func (l *Limiter) Flows() []*Flow { return l.tracked(0) }
 
 // tracked returns the flows tracked separately, with room for extra more.
