@@ -9,11 +9,11 @@ package runlimit
 type rule uint8
 
 const (
-	ruleEvidenceCPU      rule = iota // evidenceCPU: the CPU busy for ten intervals
-	ruleEvidenceOverrun              // evidenceOverrun: the limit overrun by its own size
-	ruleEvidenceStanding             // evidenceStanding: a queue that stood ten intervals
-	ruleEvidenceLane                 // evidenceLane: a lane's queue holds an interval's work
-	ruleEvidenceSpike                // evidenceSpike: calls ask twice as fast as turns end
+	ruleEvidenceCPU      rule = iota // overload.CPUBusy: the CPU busy for ten intervals
+	ruleEvidenceOverrun              // overload.Overrun: the limit overrun by its own size
+	ruleEvidenceStanding             // overload.Standing: a queue that stood ten intervals
+	ruleEvidenceLane                 // overload.Lane: a lane's queue holds an interval's work
+	ruleEvidenceSpike                // overload.Spike: calls ask twice as fast as turns end
 	ruleOverranSkip                  // decide leaves the limit after an interval with overruns
 	ruleProbeBaseline                // the first baseline measured at half the limit
 	ruleProbeStretch                 // a large stretch probes at half the limit
