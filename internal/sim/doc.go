@@ -32,6 +32,19 @@
 // its query, ends at once as failed by overload; CPU work runs to its
 // end, as a handler that does not look at its context does.
 //
+// A client short of CPU (Shape.ClientRate) sends a call's HEADERS when
+// the call arrives but its request body later: bodies leave in arrival
+// order, one every 1/ClientRate, refused calls' too (the client learns of
+// a refusal late). The tap decides at HEADERS, as grpc-go's does; the
+// handler goroutine it starts blocks until the body arrives (the network
+// poller makes it ready), as grpc-go's unary handler does in RecvMsg
+// before the interceptors, and only then asks the Protection's Start. A
+// call whose deadline passes before its body ends there: Start is never
+// asked, and what the tap reserved for it is the Protection's to lapse.
+// Above ClientRate the body's lag grows by (load/ClientRate - 1) of the
+// time spent there; runlimit's simClientRate is fit to the lags measured
+// against bench/peers' generator (docs/smallpool.md).
+//
 // A Shape is a workload of bench/peers: its service (Work), its load
 // (Poisson or evenly spaced arrivals at a multiple of the capacity per
 // phase, maybe in clumps; a second steady method; sources of other
@@ -51,6 +64,7 @@
 // Result.
 //
 // What it leaves out: the client's side of the network (a response is
-// received when its write ends), the garbage collector beyond a cold
+// received when its write ends; HEADERS are sent on time, even by a
+// client short of CPU), the garbage collector beyond a cold
 // start's slower calls (Work.ColdFactor), the kernel, and memory.
 package sim

@@ -65,6 +65,9 @@ func (k *Clock) attach(c *clock) {
 // rec, its reader started; a cold start makes its calls' work slower.
 func newServer(sh *Shape, c *clock, s *sched, p Protection, rec *recorder) *server {
 	sv := &server{c: c, s: s, prot: p, costs: sh.costs(), rec: rec}
+	if sh.ClientRate > 0 {
+		sv.bodyGap = time.Duration(float64(time.Second) / sh.ClientRate)
+	}
 	sv.reader = &g{state: gBlocked}
 	s.step(sv.reader, 0, sv.read)
 	if sh.Cold > 1 && sh.ColdFor > 0 {

@@ -100,6 +100,7 @@ type callState uint8
 
 const (
 	inTransport callState = iota
+	waitingBody
 	waitingTurn
 	running
 	inPoolQueue
@@ -131,6 +132,7 @@ type Call struct {
 	result  outcome
 	latency time.Duration
 	started time.Duration // when its handler started (after its turn)
+	bodyAt  time.Duration // when its request body reaches the server
 	srv     *server
 	token   int // bumped when a wait or a query ends, to drop its stale events
 	// yieldBefore: woken after a Wait, it yields once before Resume.
@@ -171,6 +173,9 @@ type server struct {
 	// handler starts (a cold start).
 	slower func(now time.Duration) float64
 	rec    *recorder
+	// bodyGap, if > 0, is the client's time to send one request body
+	// (1/Shape.ClientRate); lastBody is when its last body was sent.
+	bodyGap, lastBody time.Duration
 }
 
 func (sv *server) now() time.Time { return sv.c.Time(sv.c.now) }
@@ -178,6 +183,11 @@ func (sv *server) now() time.Time { return sv.c.Time(sv.c.now) }
 // arrive delivers c's request to the connection.
 func (sv *server) arrive(c *Call) {
 	c.srv = sv
+	c.bodyAt = sv.c.now
+	if sv.bodyGap > 0 {
+		sv.lastBody = max(sv.lastBody, sv.c.now) + sv.bodyGap
+		c.bodyAt = sv.lastBody
+	}
 	sv.reqs = append(sv.reqs, c)
 	sv.c.at(c.Deadline, func() { sv.expired(c) })
 	if sv.reader.state == gBlocked {
@@ -218,8 +228,31 @@ func (sv *server) tap(c *Call) {
 	sv.read()
 }
 
-// begin is c's handler goroutine at the interceptor.
+// begin is c's handler goroutine: it waits for its request body if the
+// client has not sent it yet, then goes to the interceptor.
 func (sv *server) begin(c *Call) {
+	if c.bodyAt > sv.c.now {
+		if c.result != pending { // its deadline passed: RecvMsg fails at once
+			c.state = ended
+			sv.s.exit(c.g)
+			return
+		}
+		c.state = waitingBody
+		sv.s.step(c.g, 0, func() { sv.bodyCame(c) })
+		sv.s.block(c.g)
+		sv.c.at(c.bodyAt, func() {
+			if c.state == waitingBody {
+				sv.s.readyNet(c.g)
+			}
+		})
+		return
+	}
+	sv.bodyCame(c)
+}
+
+// bodyCame is c's handler goroutine at the interceptor, its body read.
+func (sv *server) bodyCame(c *Call) {
+	c.state = inTransport
 	c.Now = sv.now()
 	sv.decided(c, sv.prot.Start(c))
 }
@@ -378,6 +411,12 @@ func (sv *server) expired(c *Call) {
 		sv.rec.done(c, timedOut, sv.c.now)
 	}
 	switch c.state {
+	case waitingBody:
+		// RecvMsg fails: the handler ends before the interceptors, and the
+		// Protection hears nothing of it.
+		c.state = ended
+		sv.s.step(c.g, 0, func() { sv.s.exit(c.g) })
+		sv.s.ready(c.g)
 	case waitingTurn:
 		c.state = running
 		c.token++

@@ -97,6 +97,13 @@ type Shape struct {
 	// Clumps, if > 0: the calls of each window this long arrive together
 	// at its start.
 	Clumps time.Duration
+	// ClientRate, if > 0, is a client short of CPU: it sends each call's
+	// HEADERS when the call arrives, but the calls' request bodies in
+	// arrival order, at most ClientRate a second (every call's, refused
+	// or not). A handler the tap started waits for its body before
+	// Protection.Start (grpc-go's unary handler in RecvMsg, before the
+	// interceptors). 0: a request arrives whole.
+	ClientRate float64
 
 	// Steady is a second method, called at SteadyRate throughout, each
 	// call SteadyCPU of CPU (0 rate: none).

@@ -91,6 +91,7 @@ func (sh Shape) validateFields(v *validation) {
 	v.number("SlowBy", sh.SlowBy)
 	v.number("Cold", sh.Cold)
 	v.number("SteadyRate", sh.SteadyRate)
+	v.number("ClientRate", sh.ClientRate)
 	v.share("Share", sh.Share)
 	if sh.Draw != nil && sh.MeanCPU <= 0 {
 		v.bad("MeanCPU", "> 0 with a Draw", sh.MeanCPU)
