@@ -40,7 +40,10 @@
 // poller makes it ready), as grpc-go's unary handler does in RecvMsg
 // before the interceptors, and only then asks the Protection's Start. A
 // call whose deadline passes before its body ends there: Start is never
-// asked, and what the tap reserved for it is the Protection's to lapse.
+// asked, and the Protection is told nothing (grpcguard finds such calls
+// by a sweep; the simulated preset's tap places lapse). No call of
+// runlimit's row with a saturated client meets it: its bodies come
+// within the deadline.
 // Above ClientRate the body's lag grows by (load/ClientRate - 1) of the
 // time spent there; runlimit's simClientRate is fit to the lags measured
 // against bench/peers' generator (docs/smallpool.md).
