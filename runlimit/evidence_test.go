@@ -303,7 +303,7 @@ func TestASpikeIsEvidence(t *testing.T) {
 		t.Errorf("a wait that ran out with 62 calls asking for turns and 21 ended: %v, want ErrTimeout", err)
 	}
 	ln.count.Store(1 << 20) // a full lane
-	why, ok := ln.fits(time.Now())
+	why, ok := ln.fits(time.Now(), false)
 	if ok {
 		t.Error("a full lane admitted a call in a spike, want refused")
 	}

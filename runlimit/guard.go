@@ -114,7 +114,7 @@ func (g *guard) Admit(c admission.Call) admission.Decision {
 	}
 	gen := ln.tapGen(g.l.nanos(c.Now))
 	ln.lapse(gen)
-	why, ok := ln.fits(c.Now)
+	why, ok := ln.fits(c.Now, false)
 	if !c.Stream || !ok {
 		// A call counts for spiking once, here, where the transport
 		// reads it (see Limiter.spikeTurns): not when its handler asks
@@ -143,7 +143,7 @@ func (g *guard) reserveAt(c admission.Call, ln *Lane, p admission.Permit) (cost 
 	if cost, ok = ln.claim(p, c.Now); ok {
 		return cost, admission.Decision{}, true
 	}
-	if why, ok := ln.fits(c.Now); !ok {
+	if why, ok := ln.fits(c.Now, true); !ok {
 		if c.Stream {
 			g.l.offered.Add(1) // a unary call was counted at admission
 		}

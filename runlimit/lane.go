@@ -102,12 +102,33 @@ func (ln *Lane) unreserveN(n, cost int64) {
 // a backlogged lane gets its weight's share. docs/runlimit.md,
 // "Lane.Admissible", gives the rule in full. It is safe for concurrent
 // use.
-func (ln *Lane) Admissible() bool { return ln.admissible(0) }
+func (ln *Lane) Admissible() bool {
+	l := ln.f.l
+	return ln.admissible(0, ln.queued(ln.tapGen(l.nanos(l.o.now())), false))
+}
 
-// admissible is Admissible, with extra ns of work more in the bound.
-func (ln *Lane) admissible(extra float64) bool {
+// queued is the places in the lane that its bound counts at generation
+// gen: Held, less the places a guard reserved in an earlier generation
+// whose handlers have not asked for their turn (a handler reaches its
+// turn far sooner than an interval, but for a request body the client has
+// not sent: the client's delay, not a queue for a turn), and for a call
+// whose handler asks for its turn now (ready), less every such place
+// (none of those calls can run before it). It may read below zero.
+func (ln *Lane) queued(gen uint64, ready bool) int64 {
 	q := ln.count.Load()
-	if q == 0 {
+	for i := range ln.tapped {
+		g, n, _ := tapFields(ln.tapped[i].Load())
+		if ready || (gen-g)&tapGenMask == 1 {
+			q -= int64(n)
+		}
+	}
+	return q
+}
+
+// admissible is Admissible for q places queued (Lane.queued), with extra
+// ns of work more in the bound.
+func (ln *Lane) admissible(extra float64, q int64) bool {
+	if q <= 0 {
 		return true
 	}
 	f := ln.f

@@ -270,7 +270,7 @@ func (l *Limiter) refuseOn(e overload.Reading) { l.refusedOn[e.Kind].Add(1) }
 // admit reserves a place for a call of ln at now (end it with
 // unreserve(cost)) unless judge refuses it.
 func (ln *Lane) admit(now time.Time) (cost int64, ok bool) {
-	if _, ok := ln.fits(now); !ok {
+	if _, ok := ln.fits(now, false); !ok {
 		ln.f.l.offered.Add(1)
 		return 0, false
 	}
@@ -285,15 +285,19 @@ func refuseFor(e overload.Reading, cause admission.Cause, reason string, retry t
 }
 
 // fits reports whether judge admits a call of ln at now; if not, why is
-// the evidence it was refused on.
-func (ln *Lane) fits(now time.Time) (why overload.Reading, ok bool) {
-	if ln.Admissible() {
+// the evidence it was refused on. ready: the call is a guard's whose
+// place lapsed, judged again as its handler asks for its turn, so that
+// the places of calls that have not asked yet do not count (Lane.queued).
+func (ln *Lane) fits(now time.Time, ready bool) (why overload.Reading, ok bool) {
+	l := ln.f.l
+	at := l.nanos(now)
+	q := ln.queued(ln.tapGen(at), ready)
+	if ln.admissible(0, q) {
 		return why, true // judge admits a call that fits: no facts to read
 	}
-	l := ln.f.l
-	v := l.look(ln, l.nanos(now))
+	v := l.look(ln, at)
 	s := l.slack.Load()
-	c := call{slackFits: s != 0 && ln.admissible(float64(s))}
+	c := call{slackFits: s != 0 && ln.admissible(float64(s), q)}
 	switch verdict, e := judge(atAdmission, c, &v); verdict {
 	case refuseFull:
 		l.refuseOn(e)

@@ -687,3 +687,68 @@ func TestGuardPlacesLapse(t *testing.T) {
 		t.Errorf("after every call: %d places, %d waiting, work %d; want 0, 0, 0", n, w, work)
 	}
 }
+
+// TestGuardPlacesOfLateBodiesDoNotFillTheLane: a place the guard reserved
+// in an earlier interval whose handler has not asked for its turn (a
+// request body the client is late with) does not count in the lane's
+// bound at admission, and a call re-judged as its handler asks for its
+// turn (its own place lapsed) is not refused for others' places: with
+// the lane full of such places and the CPU saturated, both used to be
+// refused (RUN_QUEUE_FULL on the CPU's evidence) while no call waited.
+func TestGuardPlacesOfLateBodiesDoNotFillTheLane(t *testing.T) {
+	cpu := &fakeCPU{}
+	l := mustNew(t, WithBounds(1, 1), WithQueueTarget(time.Millisecond), WithInterval(10*time.Millisecond), WithCPU(cpu))
+	g := NewGuard("run", l)
+	st := g.(admission.Starter)
+	now := time.Now()
+	c := admission.Call{Ctx: context.Background(), Method: "/s/M", Now: now}
+	f := l.Flow("/s/M")
+	tk, _ := f.TryAcquire(now)
+	tk.Done(now.Add(time.Millisecond), false) // a service time of 1ms
+	hold, _ := f.TryAcquire(now)              // the one turn, taken
+	var early []admission.Permit
+	for range 10 {
+		if d := g.Admit(c); !d.Refused {
+			early = append(early, d.Permit)
+		}
+	}
+	ln := crit(f)
+	cpu.saturated = true
+	if d := g.Admit(c); !d.Refused || d.Cause != admission.CauseRunQueueFull {
+		t.Fatalf("Admit on a lane full of this interval's places, the CPU saturated = %+v, want RUN_QUEUE_FULL", d)
+	}
+	// The next interval: the places are still the calls', but their
+	// handlers have not asked for a turn in an interval.
+	c.Now = now.Add(10 * time.Millisecond)
+	if w := ln.Waiting(); w != 0 {
+		t.Fatalf("Waiting() = %d, want 0", w)
+	}
+	late := g.Admit(c)
+	if late.Refused {
+		t.Fatalf("Admit with the lane holding only the last interval's places (%d), no call waiting = %+v, want admitted", ln.Held(), late)
+	}
+	// Two intervals on, the early places lapsed; a fresh batch fills the
+	// lane; an early call whose body came at last asks for its turn.
+	c.Now = now.Add(30 * time.Millisecond)
+	var fresh []admission.Permit
+	for range 10 {
+		if d := g.Admit(c); !d.Refused {
+			fresh = append(fresh, d.Permit)
+		}
+	}
+	if len(fresh) == 0 || len(fresh) == 10 {
+		t.Fatalf("a fresh batch of 10 on a saturated CPU: %d admitted, want the lane's bound", len(fresh))
+	}
+	hold.Done(c.Now, false) // the turn is free
+	d := st.Start(c, early[0])
+	if d.Refused || d.Permit.Value&turn == 0 {
+		t.Fatalf("Start of a call whose place lapsed, on a free turn, beside %d places not asked for and no call waiting = %+v, want the turn", ln.Held(), d)
+	}
+	g.Finish(c, d.Permit, admission.Outcome{Duration: time.Millisecond})
+	for _, p := range append(append(early[1:], fresh...), late.Permit) {
+		g.Finish(c, p, admission.Outcome{Skipped: true})
+	}
+	if n, w := ln.count.Load(), ln.Waiting(); n != 0 || w != 0 {
+		t.Errorf("after every call: %d places, %d waiting; want 0, 0", n, w)
+	}
+}
