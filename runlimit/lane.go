@@ -99,7 +99,9 @@ func (ln *Lane) unreserveN(n, cost int64) {
 // wait for a turn: a lane with no call waiting always may; otherwise the
 // calls that start within half its flow's queue target (the whole of it
 // while its class leaves room), after higher classes, plus two, of which
-// a backlogged lane gets its weight's share. docs/runlimit.md,
+// a backlogged lane gets its weight's share. It counts the lane's places
+// less those a guard reserved in an earlier interval whose handlers have
+// not asked for their turn (late request bodies). docs/runlimit.md,
 // "Lane.Admissible", gives the rule in full. It is safe for concurrent
 // use.
 func (ln *Lane) Admissible() bool {
@@ -118,7 +120,7 @@ func (ln *Lane) queued(gen uint64, ready bool) int64 {
 	q := ln.count.Load()
 	for i := range ln.tapped {
 		g, n, _ := tapFields(ln.tapped[i].Load())
-		if ready || (gen-g)&tapGenMask == 1 {
+		if d := (gen - g) & tapGenMask; ready || (d >= 1 && d < tapGenMask-1) { // not now's, nor a later one's (tapLive)
 			q -= int64(n)
 		}
 	}
