@@ -49,7 +49,7 @@ const (
 
 // Evidence is the evidence of overload a refusal was made on, and so the
 // unit of its Decision.Value and Decision.Threshold. String gives its
-// name, as metrics and the wire carry it.
+// name, as metrics and the wire carry it. The zero value is EvidenceNone.
 type Evidence uint8
 
 // The kinds of evidence. Their order is not part of the contract: match

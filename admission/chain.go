@@ -336,7 +336,9 @@ func (ch *Chain) finish(c *Call, ps *Permits, o Outcome) {
 func (ch *Chain) Passed() uint64 { return ch.passed.Load() }
 
 // GuardStats are the decision counts of one guard in one chain, a plain
-// value (the zero value counts nothing). A call
+// value (the zero value counts nothing) copied out by Chain.Stats: it
+// shares nothing with the chain, and like any value may be read from
+// several goroutines but not written by several at once. A call
 // that a guard refuses when its handler is about to start (Rechecker,
 // Starter) counts as refused by that guard, and not as admitted by it or
 // by the guards after it, whose grants were given back.

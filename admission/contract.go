@@ -9,7 +9,8 @@ import (
 // Call describes one call being admitted. Guards receive it by value, so
 // that admission allocates nothing. The zero Call is a call of no method,
 // with no key and no deadline, seen at the zero instant; fill one with
-// Init.
+// Init. A Call has no synchronisation of its own: the goroutine admitting
+// the call fills it, and a guard reads its own copy.
 type Call struct {
 	// Ctx is the call's context (the stream's, or the client's). Guards may
 	// read values from it but must not keep it.
@@ -60,7 +61,9 @@ func (c *Call) Init(ctx context.Context, method string, now time.Time) {
 // Permit is what an admitted call holds from one guard until it is
 // finished: the guard's own token, which it gets back in Finish. Its two
 // fields are the guard's to use; a pointer stored in Ref does not
-// allocate. The zero Permit holds nothing.
+// allocate. The zero Permit holds nothing. A Permit is a plain value,
+// copied with its call; whatever Ref points to is the guard's to
+// synchronise.
 type Permit struct {
 	// Ref is a pointer-shaped value of the guard's (a slot, an epoch).
 	Ref any
@@ -79,7 +82,8 @@ const Never = time.Duration(math.MaxInt64)
 // (Cause, and the Evidence of overload it was made on with its Value
 // against its Threshold), which transports turn into a stable reason on
 // the wire and in metrics (package decide). Every field is a value: a
-// refusal allocates nothing.
+// refusal allocates nothing, and a Decision, returned by value, belongs
+// to the caller that asked for it; it has no synchronisation of its own.
 type Decision struct {
 	// Permit is what the admitted call holds; see Guard.Finish.
 	Permit Permit
@@ -127,7 +131,9 @@ func RefuseFor(cause Cause, e Evidence, reason string, retryAfter time.Duration)
 }
 
 // Outcome is how an admitted call ended. The zero Outcome is a success
-// whose duration was not measured.
+// whose duration was not measured. It is a plain value that the chain
+// passes by value to each guard's Finish; it has no synchronisation of
+// its own.
 type Outcome struct {
 	// Err is the handler's (or, on a client, the server's) error; nil on
 	// success.
@@ -173,6 +179,8 @@ type Guard interface {
 // Guards of equal cost keep the order they were given in. The constants
 // are the built-in guards' costs; a guard of your own may declare any
 // positive cost, such as one of them, to run where that guard would.
+// The zero Cost, in Traits, means CostDefault; a negative Cost is refused
+// when the chain is built.
 type Cost int
 
 // Costs of the built-in guards.
@@ -194,7 +202,8 @@ const (
 // Traits are what a guard declares about itself through Describer. The
 // zero Traits are what the engine assumes of a guard that declares
 // nothing: cost CostDefault, a Finish that reads the duration and matters
-// for every call, and an Admit that must be asked.
+// for every call, and an Admit that must be asked. Traits is a plain value,
+// read once when a Chain is built; the chain keeps its own copy.
 type Traits struct {
 	// Cost orders the guard in its chain; 0 means CostDefault.
 	Cost Cost

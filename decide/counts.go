@@ -11,7 +11,10 @@ import (
 
 // RefusalCount is how many refusals an Engine recorded (Engine.Refused)
 // of one guard, for one reason, on one evidence of overload: a series of
-// levee_refusals_total.
+// levee_refusals_total. It is a plain value copied out of the engine's
+// counters; the zero value is no series at all (no guard, no reason, no
+// count). Like any value it may be read from several goroutines, not
+// written from several at once.
 type RefusalCount struct {
 	Guard    string
 	Reason   Reason

@@ -27,6 +27,8 @@ const CriticalityHeader = "levee-criticality"
 //
 // The zero value makes every call Critical and trusts nobody above it.
 // A Rule copies it when it is compiled; do not change one a rule uses.
+// Trusted runs on the goroutines of the calls, several at once: it must
+// be safe for concurrent use.
 type Criticality struct {
 	// Default is the default class of the rule's methods; zero: Critical.
 	Default admission.Criticality

@@ -44,7 +44,9 @@ const DefaultRefusalsPerSecond = 10
 
 // RefusalEvent is one refusal as a front-end made it: the Refusal value
 // (embedded: its guard, reason, evidence and figures, code and retry
-// delay) and the call it refused.
+// delay) and the call it refused. It is a plain value that an Observer
+// gets by value and may keep or hand to another goroutine; it has no
+// lock of its own. The zero value is an event of no refusal.
 type RefusalEvent struct {
 	// Time is when the refusal was decided, on the front-end's clock.
 	Time time.Time
@@ -59,7 +61,9 @@ type RefusalEvent struct {
 	Refusal
 }
 
-// LimitChange is a move of a learned limit.
+// LimitChange is a move of a learned limit: a plain value, given to an
+// Observer by value, with no lock of its own (safe to keep and to read
+// from another goroutine). The zero value is no move (0 to 0, no cause).
 type LimitChange struct {
 	// Time is when the limit moved, on the learner's clock.
 	Time time.Time

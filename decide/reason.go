@@ -13,6 +13,9 @@ const ErrorDomain = "levee"
 // reasons are a contract: renaming one is a breaking change.
 //
 // See docs/why-refused.md for what each means to a caller and an operator.
+//
+// The zero Reason, "", is not a reason of any refusal: it is the Reason
+// of the zero Refusal, which refuses nothing.
 type Reason string
 
 // The reasons of refusals.

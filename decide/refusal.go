@@ -10,6 +10,9 @@ import (
 // in its protocol (grpcguard: a status with RetryInfo and the pushback
 // trailer; HTTP: a status and Retry-After). Build one with NewRefusal or
 // Compiled.Refusal. The zero Refusal refuses nothing (its Code is OK).
+// A Refusal is a plain value, built per refused call and returned by
+// value; it has no synchronisation of its own, and may be copied and read
+// from any goroutine.
 type Refusal struct {
 	// Code is the status: the rule's code, or DeadlineExceeded for a call
 	// that cannot finish before its deadline.

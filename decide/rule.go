@@ -18,7 +18,10 @@ import (
 // default rule, else by none.
 //
 // The zero Rule governs every method and has no guards, which New
-// rejects: a rule needs at least one guard.
+// rejects: a rule needs at least one guard. New (and Swap) copy the rule,
+// so changing one afterwards changes nothing in force; the functions and
+// guards it holds are shared, and are called from many goroutines at once
+// (see KeyFunc, Criticality, admission.Guard).
 type Rule struct {
 	// Name labels the rule in Stats; default: its first method pattern.
 	Name string
@@ -53,7 +56,8 @@ type Rule struct {
 // embedded), with what the engine reads of a call for it. An Engine's
 // Match returns it; a front-end keeps it from a call's admission to its
 // finish, so that a Swap never splits a call between two rules. It is
-// safe for concurrent use.
+// safe for concurrent use. The zero Compiled has no chain and is not
+// usable: get one from Engine.Match.
 type Compiled struct {
 	*admission.Chain
 	src    Rule // as given, for Engine.Rules
