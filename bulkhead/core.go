@@ -354,8 +354,9 @@ func (c *core) stats() Stats {
 
 // Stats are cumulative counters of a Bulkhead or an Adaptive, read with
 // atomic loads (for a metrics exporter). Counters never decrease. A Stats
-// is a plain value, safe to copy and share; the zero value is the stats of
-// a limit that has seen no call.
+// is a plain value with no lock of its own: safe to copy and to read from
+// several goroutines, not to write from several at once. The zero value
+// is the stats of a limit that has seen no call.
 type Stats struct {
 	Admitted uint64 // calls given a slot
 	Refused  uint64 // TryAcquire false, or Acquire with ErrFull

@@ -29,6 +29,7 @@ type options struct {
 }
 
 // Mode says what a [Listener] does with a connection beyond its caps.
+// The zero value is Refuse.
 type Mode uint8
 
 const (
@@ -399,8 +400,9 @@ func (l *Listener) Addr() net.Addr { return l.inner.Addr() }
 func (l *Listener) Open() int { return int(l.open.Load()) }
 
 // Stats is a snapshot of a [Listener]'s counters, for logs and metrics.
-// It is a plain value, safe to copy and share; the zero value counts
-// nothing.
+// It is a plain copy, with no synchronisation of its own: read it from
+// any goroutine, but do not write one from several at once. The zero
+// value counts nothing.
 type Stats struct {
 	Open            int    // connections open now (under a cap)
 	Peak            int    // most connections open at once (under a cap)

@@ -220,7 +220,9 @@ func (m *Monitor) Smoothing() time.Duration { return m.opts.smoothing }
 func (m *Monitor) Threshold() float64 { return m.opts.threshold }
 
 // Stats is a snapshot of a [Monitor] for logs and metrics. It is a plain
-// value, safe to copy and share; the zero value holds no observation.
+// value, copied out under the monitor's lock and sharing nothing with it:
+// safe to copy and to read concurrently, not to write from several
+// goroutines at once. The zero value holds no observation.
 type Stats struct {
 	Source      string  // the source's String, "manual" for NewManual
 	Utilization float64 // smoothed utilisation

@@ -48,8 +48,9 @@ type Source interface {
 // arbitrary origin; only differences between two samples of the same
 // source are meaningful.
 //
-// The zero value is an empty reading. A Sample is a plain value, safe to
-// copy and share.
+// The zero value is an empty reading. A Sample is a plain value with no
+// synchronisation of its own: safe to copy and to read concurrently, not
+// to write from several goroutines at once.
 type Sample struct {
 	// Time is when the counters were read (it carries a monotonic clock
 	// reading). A late sample is thus computed over the time that really
@@ -87,22 +88,23 @@ type Sample struct {
 // Throttling holds cumulative CFS bandwidth counters of a cgroup
 // (cpu.stat: nr_periods, nr_throttled, throttled_usec in v2 or
 // throttled_time in v1). The zero value means no throttling was counted.
-// It is a plain value, safe to copy and share, as are Pressure and
-// PressureLine.
+// It is a plain value, safe to copy and to read concurrently, as are
+// Pressure and PressureLine; none of them has a lock of its own.
 type Throttling struct {
 	Periods       uint64        // enforcement periods elapsed
 	Throttled     uint64        // periods in which the cgroup was throttled
 	ThrottledTime time.Duration // total time the cgroup was throttled
 }
 
-// Pressure is CPU pressure stall information (PSI). The zero value means
-// no stall.
+// Pressure is CPU pressure stall information (PSI), a plain value with
+// no lock, safe to read concurrently. The zero value means no stall.
 type Pressure struct {
 	Some PressureLine // time at least one task was waiting for a CPU
 	Full PressureLine // time all non-idle tasks were waiting (cgroups only)
 }
 
-// PressureLine is one line of a PSI file. The zero value means no stall.
+// PressureLine is one line of a PSI file, a plain value with no lock,
+// safe to read concurrently. The zero value means no stall.
 type PressureLine struct {
 	Avg10, Avg60, Avg300 float64       // percentages averaged over 10 s, 60 s, 300 s
 	Total                time.Duration // cumulative stall time
