@@ -62,8 +62,8 @@ func (c *Call) Init(ctx context.Context, method string, now time.Time) {
 // finished: the guard's own token, which it gets back in Finish. Its two
 // fields are the guard's to use; a pointer stored in Ref does not
 // allocate. The zero Permit holds nothing. A Permit is a plain value,
-// copied with its call; whatever Ref points to is the guard's to
-// synchronise.
+// copied with its call and needing no lock; whatever Ref points to, the
+// guard must keep safe for concurrent use.
 type Permit struct {
 	// Ref is a pointer-shaped value of the guard's (a slot, an epoch).
 	Ref any
@@ -83,7 +83,7 @@ const Never = time.Duration(math.MaxInt64)
 // against its Threshold), which transports turn into a stable reason on
 // the wire and in metrics (package decide). Every field is a value: a
 // refusal allocates nothing, and a Decision, returned by value, belongs
-// to the caller that asked for it; it has no synchronisation of its own.
+// to the goroutine that asked for it; it has no lock of its own.
 type Decision struct {
 	// Permit is what the admitted call holds; see Guard.Finish.
 	Permit Permit
@@ -132,8 +132,8 @@ func RefuseFor(cause Cause, e Evidence, reason string, retryAfter time.Duration)
 
 // Outcome is how an admitted call ended. The zero Outcome is a success
 // whose duration was not measured. It is a plain value that the chain
-// passes by value to each guard's Finish; it has no synchronisation of
-// its own.
+// passes by value to each guard's Finish, on the call's goroutine; it
+// has no lock of its own.
 type Outcome struct {
 	// Err is the handler's (or, on a client, the server's) error; nil on
 	// success.
@@ -203,7 +203,8 @@ const (
 // zero Traits are what the engine assumes of a guard that declares
 // nothing: cost CostDefault, a Finish that reads the duration and matters
 // for every call, and an Admit that must be asked. Traits is a plain value,
-// read once when a Chain is built; the chain keeps its own copy.
+// read once when a Chain is built; the chain keeps its own copy, which
+// the goroutines of its calls only read, concurrently.
 type Traits struct {
 	// Cost orders the guard in its chain; 0 means CostDefault.
 	Cost Cost

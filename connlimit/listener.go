@@ -401,8 +401,8 @@ func (l *Listener) Open() int { return int(l.open.Load()) }
 
 // Stats is a snapshot of a [Listener]'s counters, for logs and metrics.
 // It is a plain copy, with no synchronisation of its own: read it from
-// any goroutine, but do not write one from several at once. The zero
-// value counts nothing.
+// any goroutine, but do not write one from several at once. The zero value
+// counts nothing.
 type Stats struct {
 	Open            int    // connections open now (under a cap)
 	Peak            int    // most connections open at once (under a cap)

@@ -15,9 +15,8 @@ import (
 //
 // The zero Facts are a unary call of no method, without a deadline,
 // headers, peer or identity. Facts have no synchronisation of their own:
-// they belong to the goroutine that builds them, and the engine reads
-// them there and keeps nothing of them. Lookup's methods, though, must
-// be safe for concurrent use.
+// they belong to the goroutine that builds them, on which the engine
+// reads them. Lookup's methods, though, must be safe for concurrent use.
 type Facts struct {
 	// Ctx is the call's context, given to Lookup and carried to the
 	// guards (admission.Call.Ctx). nil reads as context.Background().
@@ -154,9 +153,9 @@ func (f Facts) PreviousAttempts() int {
 }
 
 // Snapshot is a Lookup over fixed values: for tests, tools, and
-// front-ends that have a call's facts at hand as plain values. The zero
-// value has no header, peer or identity. It must not change while a
-// call reads it; it is then safe for concurrent use.
+// front-ends that have a call's facts at hand as plain values. The
+// zero Snapshot has no header, peer or identity. It must not change while
+// a call reads it; it is then safe for concurrent use.
 type Snapshot struct {
 	// Headers maps lower-case header names to their first value.
 	Headers map[string]string
