@@ -436,8 +436,10 @@ func (s *Server) stopAll(graceful bool) {
 	s.wg.Wait()
 }
 
-// Stats is a snapshot of a [Server], for logs and metrics. It is a plain
-// value, safe to copy and share; the zero value counts nothing.
+// Stats is a snapshot of a [Server], for logs and metrics, copied out
+// under its lock. It is a plain value with no lock of its own: safe to
+// copy and to read from several goroutines, not to write from several at
+// once. The zero value counts nothing.
 type Stats struct {
 	Shards        int       // shards serving new connections
 	Draining      int       // drained shards still finishing their calls

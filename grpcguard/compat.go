@@ -9,20 +9,24 @@ import (
 // The names below moved to package decide, the engine every transport
 // shares. They stay here, as aliases, for one release.
 
-// Rule is decide.Rule.
+// Rule is decide.Rule, the same type: its zero value and what is safe
+// for concurrent use are documented there.
 //
 // Deprecated: use decide.Rule. Its Code is a decide.Code
 // (decide.Unavailable, or decide.Code(codes.Unavailable)).
 type Rule = decide.Rule
 
-// KeyFunc is decide.KeyFunc, which reads a call's decide.Facts.
+// KeyFunc is decide.KeyFunc, which reads a call's decide.Facts. The
+// zero (nil) KeyFunc in a Rule reads no key; one that is set runs on
+// many calls at once and must be safe for concurrent use.
 //
 // Deprecated: use decide.KeyFunc; MetadataKey adapts a function of the
 // old form, func(context.Context, metadata.MD) string.
 type KeyFunc = decide.KeyFunc
 
-// Criticality is decide.Criticality. Its Trusted reads the call's
-// decide.Facts (Facts.Ctx is the context the old form got).
+// Criticality is decide.Criticality, the same type, whose doc gives its
+// zero value and concurrency. Its Trusted reads the call's decide.Facts
+// (Facts.Ctx is the context the old form got).
 //
 // Deprecated: use decide.Criticality.
 type Criticality = decide.Criticality

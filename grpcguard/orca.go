@@ -168,8 +168,10 @@ func (o *orcaOptions) validate() error {
 	return errors.Join(errs...)
 }
 
-// Load is one load report, a plain value. A negative field is not
-// reported; the zero Load reports an idle server.
+// Load is one load report, a plain value that ORCA.Load returns by value;
+// it shares nothing with the ORCA and has no lock of its own (safe to
+// read from several goroutines). A negative field is not reported; the
+// zero Load reports an idle server.
 type Load struct {
 	// CPU is the CPU utilisation (WithORCACPU), a fraction in [0, 1]; -1
 	// without a source.

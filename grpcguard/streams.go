@@ -52,7 +52,9 @@ func WithStreamLimits(max, perPeer int) Option {
 	return func(o *serverOptions) { o.maxStreams, o.maxPeerStreams, o.streamsSet = max, perPeer, true }
 }
 
-// StreamStats are the open-stream counts of a Server, a plain value.
+// StreamStats are the open-stream counts of a Server, a plain value that
+// Server.StreamStats copies out: it has no lock of its own and may be read
+// from several goroutines. The zero value counts no stream.
 type StreamStats struct {
 	Open    int64  // streams open now
 	Peers   int    // clients with a stream open

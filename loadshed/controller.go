@@ -36,8 +36,10 @@ func (f TargetFunc) SetScaleAt(now time.Time, scale float64) error { return f(no
 type Signal = cpu.Signal
 
 // Change describes one change of a Controller's scale, or an observation
-// that Observe returned an error for. It is a plain value, safe to copy
-// and share.
+// that Observe returned an error for. It is a plain value, given to the
+// WithOnChange callback by value: safe to keep and to read from other
+// goroutines, with no lock of its own. The zero value is no change (no
+// time, scale 0 to 0).
 type Change struct {
 	Time        time.Time // the observation's time
 	From, To    float64   // scale before and after

@@ -30,7 +30,8 @@ type runner interface {
 // back to 1.
 //
 // The zero value is the seed's policy (Factor 0.2). A Step is a plain
-// value: New copies it, and each Controller keeps its own state.
+// value: New copies it, and each Controller keeps its own state, so one
+// Step may configure several Controllers, built concurrently or not.
 type Step struct {
 	// Factor is the scale while saturated, in (0, 1]. Default 0.2.
 	Factor float64
@@ -88,7 +89,8 @@ func (r *stepRunner) next(_ time.Time, _, _ float64, saturated bool) float64 {
 //
 // The zero value uses every default; a zero field takes its default. An
 // AIMD is a plain value: New copies it, and each Controller keeps its own
-// state.
+// state, so one AIMD may configure several Controllers, concurrently or
+// not.
 type AIMD struct {
 	// Threshold is the utilisation the scale is steered below; set it to
 	// the cpu.Monitor's threshold. In (0, 1]; default 0.8.
