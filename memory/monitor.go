@@ -389,8 +389,10 @@ func (m *Monitor) Kind() Kind { return Kind(m.kind.Load()) }
 // Threshold returns the saturation threshold.
 func (m *Monitor) Threshold() float64 { return m.opts.threshold }
 
-// Stats is a snapshot of a [Monitor] for logs and metrics. It is a plain
-// value, safe to copy and share; the zero value holds no observation.
+// Stats is a snapshot of a [Monitor] for logs and metrics, copied out
+// under its lock. It is a plain value with no lock of its own: safe to
+// copy and to read concurrently, not to write from several goroutines at
+// once. The zero value holds no observation.
 type Stats struct {
 	Source      string  // the source's String, "manual" for NewManual
 	Kind        Kind    // kind of the last sample

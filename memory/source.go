@@ -74,7 +74,9 @@ func (k Kind) String() string {
 // samples of the same source are meaningful.
 //
 // The zero value is an empty reading with no limit. A Sample is a plain
-// value, safe to copy and share.
+// value with no synchronisation of its own, as are Runtime, Cgroup and
+// Events: safe to copy and to read concurrently, not to write from
+// several goroutines at once.
 type Sample struct {
 	// Time is when the counters were read (it carries a monotonic clock
 	// reading).
@@ -89,7 +91,8 @@ type Sample struct {
 }
 
 // Runtime is the Go runtime's view of its memory, read from
-// runtime/metrics in one call. The zero value means nothing was read.
+// runtime/metrics in one call, a plain value like Sample (safe to read
+// concurrently). The zero value means nothing was read.
 type Runtime struct {
 	// HeapLive is the heap memory the last GC found live
 	// (/gc/heap/live:bytes).
@@ -136,8 +139,9 @@ type Runtime struct {
 	HeapMapped uint64
 }
 
-// Cgroup is the memory of the process's cgroup. The zero value means no
-// cgroup was read, and no limit.
+// Cgroup is the memory of the process's cgroup, a plain value like
+// Sample (safe to read concurrently). The zero value means no cgroup was
+// read, and no limit.
 type Cgroup struct {
 	// Usage is memory.current (v2) or memory.usage_in_bytes (v1): all
 	// memory charged to the cgroup, page cache included.
@@ -162,7 +166,8 @@ type Cgroup struct {
 // Events are cumulative memory events of a cgroup: memory.events for v2
 // (which counts the cgroup and its descendants), memory.failcnt and
 // memory.oom_control for v1. A counter the kernel does not provide stays
-// 0. It is a plain value, safe to copy and share.
+// 0, and the zero value counts no event. It is a plain value, safe to
+// copy and to read concurrently.
 type Events struct {
 	High    uint64 // v2 "high": times usage went over memory.high
 	Max     uint64 // v2 "max": times usage reached memory.max; v1 memory.failcnt

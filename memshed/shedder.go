@@ -206,7 +206,8 @@ type method struct {
 }
 
 // Shedder is the memory-aware admission guard: see the package
-// documentation. Create one with New or NewManual.
+// documentation. Create one with New or NewManual; the zero value has no
+// signal and is not usable. A Shedder is safe for concurrent use.
 type Shedder struct {
 	name string
 	sig  memory.Signal
@@ -781,8 +782,10 @@ func (s *Shedder) setLimits() {
 	}
 }
 
-// Stats is a snapshot of a Shedder for logs and metrics, a plain value;
-// the zero value is a Shedder without pressure that has admitted nothing.
+// Stats is a snapshot of a Shedder for logs and metrics, a plain value
+// copied out under its lock (Methods is a fresh slice): safe to read from
+// several goroutines, not to write from several at once. The zero value
+// is a Shedder without pressure that has admitted nothing.
 type Stats struct {
 	// Budget is the bytes in flight critical calls may reach; 0 when
 	// there is none (no pressure).
@@ -818,7 +821,9 @@ type Stats struct {
 	Methods []MethodCost
 }
 
-// MethodCost is one method's learned cost.
+// MethodCost is one method's learned cost, a plain value like Stats (no
+// lock; safe to read concurrently). The zero value names no method and
+// counts nothing.
 type MethodCost struct {
 	Method string
 	Cost   int64 // bytes per call

@@ -10,8 +10,9 @@ import (
 
 // FleetStats are the counters of a rate limit shared by a fleet of
 // replicas, such as redislimit's (whose Stats carry the same fields), as
-// a FleetSource reports them. It is a plain value; the zero value counts
-// nothing.
+// a FleetSource reports them. It is a plain value with no lock of its
+// own: a source returns a fresh one, safe to read from several goroutines.
+// The zero value counts nothing.
 type FleetStats struct {
 	// RedisAllowed and RedisRefused are the calls the shared limit in
 	// Redis decided (a refusal for a dry lease counts here too).
