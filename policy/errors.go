@@ -9,7 +9,8 @@ import (
 // Error is one problem in a policy file, where it is: the file, the line
 // and column (from 1) of the offending value, and the path of the field,
 // such as rules[2].guards[0].rate ("" for the document itself). A plain
-// value; the zero Error is at line 0 of no file.
+// value that nothing changes once Decode returns it, so safe to read
+// from several goroutines; the zero Error is at line 0 of no file.
 type Error struct {
 	File   string
 	Line   int
@@ -31,8 +32,8 @@ func (e *Error) Error() string {
 }
 
 // Errors are all the problems of a policy file, in the order of the file.
-// Decode returns them as its error; find them with errors.As. The zero
-// value (nil) holds none.
+// Decode returns them as its error; find them with errors.As. The
+// zero value, nil, holds none.
 type Errors []*Error
 
 // Error lists every error, one a line.

@@ -36,7 +36,8 @@ type Policy struct {
 
 // Preset is the preset's part of a policy: the protection protect.New
 // builds, learned, with optional bounds. Zero numbers mean "no bound"; the
-// zero Preset is off. A plain value, like every type of a Policy.
+// zero Preset is off. A plain value, like every type of a Policy: safe to
+// read from several goroutines, not to change while one reads it.
 type Preset struct {
 	// Enabled turns the preset on. Default: true when the file has a
 	// preset section, false otherwise. YAML: enabled.
@@ -65,7 +66,9 @@ type Preset struct {
 }
 
 // MethodOverride overrides the preset for one method (protect.Method).
-// The zero value overrides nothing.
+// The zero value overrides nothing. A plain value, with Policy's rule for
+// concurrent use: read it from any goroutine, change it from none while
+// it is read.
 type MethodOverride struct {
 	// Method is the full method name, "/pkg.Service/Method".
 	Method string
@@ -77,7 +80,9 @@ type MethodOverride struct {
 }
 
 // Rule is a rule of guards (decide.Rule). Decode fills every default;
-// the zero Rule is not valid (it has no guards).
+// the zero Rule is not valid (it has no guards). A plain value: Build
+// copies what it needs, and like Policy it may be read concurrently but
+// not changed while read.
 type Rule struct {
 	// Name labels the rule in metrics; default: its first method pattern.
 	// Names are unique in a policy. YAML: name.
@@ -97,7 +102,9 @@ type Rule struct {
 	Guards []Guard
 }
 
-// KeyKind is what a rule keys its calls by.
+// KeyKind is what a rule keys its calls by. The zero KeyKind, "", is not
+// one of the kinds: Decode writes KeyNone in its place, and Build reads
+// it as KeyNone.
 type KeyKind string
 
 // Kinds of Key. YAML: key: none | peer | tenant | header:NAME.
@@ -108,13 +115,16 @@ const (
 	KeyTenant KeyKind = "tenant" // the tenants section's header
 )
 
-// Key is the key of a rule's per-key guards. The zero Key is KeyNone.
+// Key is the key of a rule's per-key guards, a plain value (safe to read
+// concurrently, like every type of a Policy). The zero Key keys by
+// nothing, as KeyNone does.
 type Key struct {
 	Kind   KeyKind
 	Header string // the header of KeyHeader (and of KeyTenant, filled in from Tenants), lower case
 }
 
-// GuardType names a kind of guard.
+// GuardType names a kind of guard. The zero GuardType, "", names none:
+// Decode reports a guard without a type, and Build refuses it.
 type GuardType string
 
 // Guard types. YAML: type.
@@ -132,7 +142,9 @@ const (
 // Guard is one guard of a rule: its type, its name and its parameters.
 // Only the parameters of its type are set (see the table in the package
 // documentation); the others are zero. Decode fills every default; the
-// zero Guard is not valid (it has no type).
+// zero Guard is not valid (it has no type). A plain value, which Build
+// reads by value; read it from several goroutines, but do not change it
+// while one reads it.
 type Guard struct {
 	// Type is the kind of guard; required. YAML: type.
 	Type GuardType
@@ -168,7 +180,9 @@ type Guard struct {
 }
 
 // Class is a criticality class, highest first: critical_plus, critical,
-// sheddable_plus, sheddable. Lower classes are shed first.
+// sheddable_plus, sheddable. Lower classes are shed first. The
+// zero Class, "", is none of them: Decode refuses it where a class is
+// given, and Build reads it as critical.
 type Class string
 
 // Criticality classes.
@@ -181,8 +195,9 @@ const (
 
 // Criticality is the default class of calls whose levee-criticality
 // header is missing or unknown: every rule reads calls' classes with it
-// (see the package documentation). The zero
-// value has no default class; Decode sets critical.
+// (see the package documentation). The zero value has no default class,
+// which Build reads as critical; Decode sets critical. A plain value,
+// safe to read concurrently and not to change while read, like Policy.
 type Criticality struct {
 	// Default is the class of methods not listed. Default critical. YAML:
 	// default.
@@ -193,7 +208,7 @@ type Criticality struct {
 }
 
 // MethodClass is the default class of one method pattern. The zero value
-// is not valid.
+// is not valid. A plain value, as safe for concurrent use as Policy.
 type MethodClass struct {
 	Method string
 	Class  Class
@@ -201,7 +216,8 @@ type MethodClass struct {
 
 // Tenants names the tenants and their shares for max-min fair sharing. It
 // names every rule's tenant header and the run limits' tenant weights. The
-// zero value is not valid (it names no header).
+// zero value is not valid (it names no header). A plain value, safe to
+// read from several goroutines, not to change while one reads it.
 type Tenants struct {
 	// Header is the metadata key naming a call's tenant, lower case;
 	// required. YAML: header.
@@ -215,7 +231,7 @@ type Tenants struct {
 }
 
 // TenantWeight is the weight of one tenant. The zero value is not valid
-// (a weight is > 0).
+// (a weight is > 0). A plain value, read concurrently like Policy.
 type TenantWeight struct {
 	Tenant string
 	Weight float64

@@ -102,8 +102,10 @@ import (
 	"github.com/levee-go/levee/statuspage"
 )
 
-// Method overrides the protection of one method (WithMethod). Its zero
-// value changes nothing: the method shares the server's protection.
+// Method overrides the protection of one method (WithMethod). Its
+// zero value changes nothing: the method shares the server's protection.
+// A Method is a plain value that WithMethod copies, so one may be shared
+// between goroutines and changed afterwards without effect on a server.
 type Method struct {
 	// Exempt leaves the method unguarded.
 	Exempt bool
