@@ -350,8 +350,9 @@ func (k *Keyed) Len() int {
 }
 
 // KeyedStats are counters of a Keyed since it was created, copied out by
-// Keyed.Stats: a plain value, safe to copy and share. The zero value is the
-// stats of a Keyed that has done nothing.
+// Keyed.Stats: a plain value, with no lock of its own, safe to copy and
+// to read from several goroutines. The zero value is the stats of a Keyed
+// that has done nothing.
 type KeyedStats struct {
 	Keys      int    // keys with a bucket now
 	Evicted   uint64 // buckets evicted, by the sweeper or at the cap

@@ -20,8 +20,9 @@ import (
 	"github.com/levee-go/levee/ratelimit"
 )
 
-// Result is a Limiter's answer for one call. The zero Result refuses,
-// decided by Redis, with no retry delay known.
+// Result is a Limiter's answer for one call, a plain value returned to
+// the goroutine that asked; it has no lock of its own. The zero Result
+// refuses, decided by Redis, with no retry delay known.
 type Result struct {
 	// Allowed is true when the call may go ahead; its tokens are taken.
 	Allowed bool
@@ -37,8 +38,10 @@ type Result struct {
 	Local bool
 }
 
-// Stats are a Limiter's counters since New, a plain value; the zero value
-// counts nothing.
+// Stats are a Limiter's counters since New, a plain value that
+// Limiter.Stats copies out: safe to copy and to read concurrently, not to
+// write from several goroutines at once. The zero value counts nothing
+// (and its Breaker is breaker.StateClosed).
 type Stats struct {
 	Allowed       uint64        // calls the shared limit in Redis allowed (not counting those a lease admitted)
 	LeaseAllowed  uint64        // calls a lease admitted: tokens leased from Redis, less those dropped and those in hand

@@ -159,8 +159,10 @@ func (b *Budget) TryRetryAt(now time.Time) bool {
 	return false
 }
 
-// Snapshot is a Budget's counts at one instant. It is a plain value; the
-// zero Snapshot is an empty window of a Budget that has decided nothing.
+// Snapshot is a Budget's counts at one instant. It is a plain value that
+// shares nothing with the Budget: safe to copy and to read from several
+// goroutines, not to write from several at once. The zero Snapshot is an
+// empty window of a Budget that has decided nothing.
 type Snapshot struct {
 	Requests, Retries int64  // in the window ending at the snapshot's time
 	Granted, Refused  uint64 // TryRetryAt's answers since New

@@ -46,7 +46,10 @@ type MemorySignal interface {
 }
 
 // Sources are what a Page reads. Every field is optional; a nil one is
-// left off the page.
+// left off the page, and the zero Sources show only the refusals a Page
+// records. New copies it. A Page reads its sources from the goroutine of
+// each request, several at once: they must be safe for concurrent use, as
+// the types named below are.
 type Sources struct {
 	// Engine is the engine whose refusals the page counts. Its rules'
 	// run limits (the guards of runlimit.NewGuard) and memory guards
@@ -118,7 +121,12 @@ func cut(s string) string {
 	return s[:MaxNameLen-3] + "..."
 }
 
-// Status is what the page shows, at one instant: its JSON form.
+// Status is what the page shows, at one instant: its JSON form. Each
+// Page.Status builds a fresh one that shares nothing with the Page; it
+// and the types it holds (RunLimit, Flow, Lane, Move, Signal,
+// RefusalCount, Refusal) are plain values with no lock of their own,
+// safe to read from several goroutines, not to write from several at
+// once. The zero Status is a page of nothing, at no time.
 type Status struct {
 	Time time.Time `json:"time"`
 	// RunLimits are the run limits of the engine's rules.
@@ -132,7 +140,9 @@ type Status struct {
 	Refusals []Refusal `json:"refusals"`
 }
 
-// RunLimit is one run limit (runlimit.Limiter).
+// RunLimit is one run limit (runlimit.Limiter), a plain value of a Status
+// (see Status on concurrency). The zero value is a limit of 0 with
+// nothing running or waiting.
 type RunLimit struct {
 	Guard   string `json:"guard"`
 	Limit   int    `json:"limit"`
@@ -149,7 +159,9 @@ type RunLimit struct {
 	Moves []Move `json:"moves"`
 }
 
-// Flow is one flow of a run limit: the calls of one method.
+// Flow is one flow of a run limit: the calls of one method. A plain value
+// of a Status (see Status on concurrency); the zero Flow is an unnamed
+// flow with no figure learned and no call waiting.
 type Flow struct {
 	Name string `json:"name"`
 	// ServiceTimeMS is the mean service time now, BaselineMS the service
@@ -167,13 +179,17 @@ type Flow struct {
 }
 
 // Lane is the calls of one tenant and class of a flow waiting for a turn.
+// A plain value of a Status (see Status on concurrency); the zero Lane is
+// the unnamed tenant's, of no class, with no call waiting.
 type Lane struct {
 	Tenant  string `json:"tenant"`
 	Class   string `json:"class"`
 	Waiting int    `json:"waiting"`
 }
 
-// Move is one move of a run limit's learned limit.
+// Move is one move of a run limit's learned limit, a plain value of a
+// Status (see Status on concurrency). The zero Move is no move: 0 to 0,
+// at no time, for no cause.
 type Move struct {
 	Time  time.Time `json:"time"`
 	From  int       `json:"from"`
@@ -182,7 +198,8 @@ type Move struct {
 	Probe string    `json:"probe,omitempty"`
 }
 
-// Signal is one signal of overload now.
+// Signal is one signal of overload now, a plain value of a Status (see
+// Status on concurrency). The zero Signal is unnamed and is no evidence.
 type Signal struct {
 	// Source is what reads it: a run limit's guard name, "memory_guard"
 	// (its guard's name), "cpu" or "memory" (the monitors).
@@ -199,7 +216,8 @@ type Signal struct {
 	Evidence bool `json:"evidence"`
 }
 
-// RefusalCount is a series of levee_refusals_total.
+// RefusalCount is a series of levee_refusals_total, a plain value of a
+// Status (see Status on concurrency); the zero value counts nothing.
 type RefusalCount struct {
 	Guard    string `json:"guard"`
 	Reason   string `json:"reason"`
@@ -207,7 +225,9 @@ type RefusalCount struct {
 	Count    uint64 `json:"count"`
 }
 
-// Refusal is one refusal kept.
+// Refusal is one refusal kept: a plain value, which the Page copies in
+// under its lock and Status copies out (see Status on concurrency). The
+// zero Refusal is an empty record, not a refusal of any call.
 type Refusal struct {
 	Time   time.Time `json:"time"`
 	Method string    `json:"method"`

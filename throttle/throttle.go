@@ -225,7 +225,9 @@ func (t *Throttle) prob(s window.Sums) float64 {
 }
 
 // Snapshot is a point-in-time view of a Throttle for metrics. It is a
-// plain value, safe to copy and share; the zero value is an empty window.
+// plain copy with no lock of its own: safe to copy and to read
+// concurrently, not to write from several goroutines at once. The
+// zero value is an empty window that has decided nothing.
 type Snapshot struct {
 	Requests, Accepts int64   // in the window ending at the snapshot's time
 	Probability       float64 // drop probability at that time
