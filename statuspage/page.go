@@ -258,7 +258,10 @@ type limiterGuard interface {
 
 // Status reads the page's sources now.
 func (p *Page) Status() Status {
-	now := p.now()
+	now := time.Now()
+	if p.now != nil {
+		now = p.now()
+	}
 	st := Status{Time: now, RunLimits: []RunLimit{}, Signals: []Signal{}, RefusalCounts: []RefusalCount{}, Refusals: p.refusals()}
 	var sheds []admission.Guard
 	if e := p.src.Engine; e != nil {

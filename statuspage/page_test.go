@@ -230,3 +230,18 @@ func TestPageBounded(t *testing.T) {
 		t.Errorf("Record: %v allocations, want 0", n)
 	}
 }
+
+// The zero Page is usable, as its doc says: it shows no sources and
+// serves its page (it read a nil clock before).
+func TestZeroPage(t *testing.T) {
+	var p Page
+	st := p.Status()
+	if st.Time.IsZero() || len(st.RunLimits) != 0 || len(st.Signals) != 0 || len(st.Refusals) != 0 {
+		t.Errorf("zero Page's Status = %+v, want a time and nothing else", st)
+	}
+	rec := httptest.NewRecorder()
+	p.ServeHTTP(rec, httptest.NewRequest("GET", "/?format=json", nil))
+	if rec.Code != 200 {
+		t.Errorf("zero Page served %d, want 200", rec.Code)
+	}
+}
