@@ -15,7 +15,7 @@ import (
 
 // A cpu.Monitor tells its utilisation, so that it is evidence of overload
 // only while the CPU is busy now (see WithCPU).
-var _ CPUNow = (*cpu.Monitor)(nil)
+var _ cpu.ThresholdSignal = (*cpu.Monitor)(nil)
 
 // TestNoRefusalWithoutOverload: a call whose wait for a turn runs out
 // while nothing shows overload — no CPU signal saturated, no queue that

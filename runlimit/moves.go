@@ -18,12 +18,6 @@ const (
 	// MoveShrink: service times stretched as by a queue above the Vegas
 	// band: the limit shrank by half the queue above it.
 	MoveShrink MoveCause = "shrink"
-	// Deprecated: MoveBackoff is no move's cause: its rule was removed
-	// (docs/ablation.md).
-	MoveBackoff MoveCause = "backoff"
-	// Deprecated: MoveQueuedToStart is no move's cause: its rule was
-	// removed.
-	MoveQueuedToStart MoveCause = "queued_to_start"
 	// MoveProbeStart: a probe lowered the limit to measure service times
 	// with less contention (Move.Probe names its kind).
 	MoveProbeStart MoveCause = "probe_start"

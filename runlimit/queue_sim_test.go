@@ -10,7 +10,7 @@ import (
 
 // stream is an open-loop stream of calls of one class, one every every
 // (clump of them at once, if more than one), each of which waited queued
-// between its admission and its handler's start (NoteQueued).
+// between its admission and its handler's start (no longer told to the Limiter).
 type stream struct {
 	class  admission.Criticality
 	every  time.Duration
@@ -214,9 +214,6 @@ func (s *qsim) arriveOne(i int, st stream) {
 		s.refused[i]++
 		return
 	}
-	if st.queued > 0 {
-		s.f.NoteQueued(st.queued)
-	}
 	if t, ok := s.f.TryAcquire(s.t0.Add(s.now)); ok {
 		ln.unreserve(cost)
 		t.ln = ln
@@ -354,7 +351,7 @@ func TestQSimLagFromElsewhereIsUndone(t *testing.T) {
 // TestSimQueuedCallsLimitToWhatRan, whose new model breaks some of these
 // bounds by a known defect): handlers that burn 2ms of CPU on two
 // processors, each having waited 3ms between its admission and its start
-// (NoteQueued), in the Go scheduler's queue before it asks for a turn:
+// in the Go scheduler's queue before it asks for a turn:
 // two run at once whatever the limit, and the limit falls to the two.
 func TestQSimQueuedCallsLimitToWhatRan(t *testing.T) {
 	s := newQSim(t, 2, 2*time.Millisecond, []stream{{class: admission.Critical, every: 500 * time.Microsecond, queued: 3 * time.Millisecond}})

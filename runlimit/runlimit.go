@@ -48,18 +48,6 @@ var (
 	ErrTimeout = errors.New("runlimit: no turn within the queue target")
 )
 
-// CPU is the CPU signal a Limiter reads.
-//
-// Deprecated: use cpu.Signal. CPU will be removed in the next release.
-type CPU = cpu.Signal
-
-// CPUNow is a CPU signal that tells how busy the CPU is now and the
-// threshold at which it is saturated.
-//
-// Deprecated: use cpu.ThresholdSignal. CPUNow will be removed in the
-// next release.
-type CPUNow = cpu.ThresholdSignal
-
 // Option configures a Limiter. Options only record values; New validates
 // them. A nil Option is ignored.
 type Option func(*options)
@@ -398,11 +386,6 @@ type Stats struct {
 	// CPUElsewhere counts cuts that did not help with the CPU saturated
 	// (ProbeCPU or ProbeLag undone).
 	CPUElsewhere uint64
-	// Deprecated: Backoffs is always zero: its rule was removed
-	// (docs/ablation.md).
-	Backoffs uint64
-	// Deprecated: LimitedToRan is always zero: its rule was removed.
-	LimitedToRan uint64
 	// RefusedOn counts the calls refused for want of a turn by the
 	// evidence of overload they were refused on.
 	RefusedOn EvidenceStats
@@ -731,12 +714,6 @@ const shortCall = 200 * time.Microsecond
 // Admissible reports whether a new call of the flow, of no tenant and
 // class Critical, may be admitted to wait for a turn (see Lane.Admissible).
 func (f *Flow) Admissible() bool { return f.lanes[admission.Critical.Index()].Admissible() }
-
-// NoteQueued does nothing. It is safe for concurrent use.
-//
-// Deprecated: the rule that read it was removed; the lag probe does its
-// work.
-func (f *Flow) NoteQueued(time.Duration) {}
 
 // learnMean teaches the flow's mean a call of svc ns that ended at end
 // (lastOK is rewritten at most once a millisecond).

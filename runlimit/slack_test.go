@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/levee-go/levee/cpu"
 	"github.com/levee-go/levee/internal/clock/clocktest"
 )
 
@@ -78,7 +79,7 @@ func TestNoneRunningIsTheTimeWithNoTurn(t *testing.T) {
 // (none from cpuEvidence on). Time is injected.
 func TestSlackOfIdleTimeUnderOverload(t *testing.T) {
 	const interval = 100 * time.Millisecond
-	setup := func(cpu CPU) (*Limiter, *clocktest.Manual) {
+	setup := func(cpu cpu.Signal) (*Limiter, *clocktest.Manual) {
 		clk := clocktest.New(time.Unix(1000, 0))
 		l := mustNew(t, WithBounds(1, 1), WithInterval(interval), WithCPU(cpu), withClock(clk.Now), withProcs(1))
 		l.next.Store(math.MaxInt64) // the test closes the intervals itself
@@ -150,7 +151,7 @@ func TestSlackOfIdleTimeUnderOverload(t *testing.T) {
 // queueLimiter returns a Limiter of one turn with cpu for its CPU signal,
 // its intervals of 100ms closed by the test (closeInterval, which returns
 // the slack then), the flow "m" of 10ms of work per call, and the clock.
-func queueLimiter(t *testing.T, cpu CPU) (*Limiter, *Flow, *clocktest.Manual, func() time.Duration) {
+func queueLimiter(t *testing.T, cpu cpu.Signal) (*Limiter, *Flow, *clocktest.Manual, func() time.Duration) {
 	t.Helper()
 	const interval = 100 * time.Millisecond
 	clk := clocktest.New(time.Unix(1000, 0))
