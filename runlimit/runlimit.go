@@ -17,6 +17,7 @@ import (
 	"github.com/levee-go/levee/cpu"
 	"github.com/levee-go/levee/internal/clock"
 	"github.com/levee-go/levee/internal/ewma"
+	"github.com/levee-go/levee/internal/netpoll"
 	"github.com/levee-go/levee/internal/overload"
 )
 
@@ -261,9 +262,9 @@ type Limiter struct {
 	lagN, lagSum   paddedInt
 	plagN, plagSum atomic.Int64
 
-	recent  atomic.Uint32 // bit i: class i had turns end in the last interval
-	net     netWaiter     // a turn's wait for the network poller (release)
-	waiters sync.Pool     // waiters handed their turn, for reuse (recycle)
+	recent  atomic.Uint32  // bit i: class i had turns end in the last interval
+	net     netpoll.Waiter // a turn's wait for the network poller (release)
+	waiters sync.Pool      // waiters handed their turn, for reuse (recycle)
 	moves   moves
 }
 
@@ -1013,7 +1014,7 @@ func (l *Limiter) release(poll bool, end int64) {
 		if poll && !l.o.noPoll && l.passesOver() {
 			poll = false
 			l.mu.Unlock()
-			if l.net.wait(pollWait) {
+			if l.net.Wait(pollWait) {
 				runtime.Gosched() // let the readers of requests woken with it run
 			}
 			continue

@@ -1,6 +1,12 @@
 //go:build linux
 
-package runlimit
+// Package netpoll parks a goroutine in Go's network poller. The runtime
+// wakes a goroutine parked there only from a poll of the network, which
+// on a processor with work comes after every goroutine that was runnable
+// has run; that poll also wakes the goroutines whose sockets became
+// readable meanwhile. runlimit waits so before it hands a turn to a lower
+// class (docs/runlimit.md, "release: the wait for the network poller").
+package netpoll
 
 import (
 	"os"
@@ -12,15 +18,12 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// netWaiter parks a goroutine in Go's network poller, through a timerfd
-// (see Limiter.release). The runtime wakes a goroutine parked there only
-// from a poll of the network, which on a processor with work comes after
-// every goroutine that was runnable has run; that poll also wakes the
-// goroutines whose sockets became readable meanwhile.
-//
+// Waiter parks a goroutine in Go's network poller, through a timerfd.
 // The zero value is ready to use; the timerfd is made on first need and
-// closed with its os.File when the netWaiter is garbage collected.
-type netWaiter struct {
+// closed with its os.File when the Waiter is garbage collected. One
+// goroutine waits at a time: Wait is safe for concurrent use, and a
+// concurrent call returns false at once.
+type Waiter struct {
 	busy atomic.Bool
 	once sync.Once
 	f    *os.File // nil if the timerfd could not be made
@@ -33,18 +36,18 @@ type netWaiter struct {
 	buf    [8]byte
 }
 
-// waitTries bounds how many times wait arms the timer: a timer that
+// waitTries bounds how many times Wait arms the timer: a timer that
 // expired before its read was looked at (the thread was descheduled
 // between the two system calls) is read without a poll of the network.
 const waitTries = 3
 
-func (n *netWaiter) init() {
+func (n *Waiter) init() {
 	fd, err := unix.TimerfdCreate(unix.CLOCK_MONOTONIC, unix.TFD_NONBLOCK|unix.TFD_CLOEXEC)
 	if err != nil {
 		return
 	}
 	// A non-blocking descriptor: os.NewFile registers it with the poller.
-	f := os.NewFile(uintptr(fd), "runlimit-netpoll")
+	f := os.NewFile(uintptr(fd), "levee-netpoll")
 	rc, err := f.SyscallConn()
 	if err != nil {
 		f.Close()
@@ -68,10 +71,11 @@ func (n *netWaiter) init() {
 	}
 }
 
-// wait parks the caller in the network poller until a poll at least d
+// Wait parks the caller in the network poller until a poll at least d
 // from now, and reports whether it did: it does not while another
-// goroutine waits, or if the timerfd cannot be made, armed or read.
-func (n *netWaiter) wait(d time.Duration) bool {
+// goroutine waits, or if the timerfd cannot be made, armed or read. It
+// allocates nothing.
+func (n *Waiter) Wait(d time.Duration) bool {
 	if !n.busy.CompareAndSwap(false, true) {
 		return false
 	}
