@@ -311,7 +311,12 @@ func (ln *Lane) Acquire(ctx context.Context) (Ticket, error) {
 		return Ticket{}, ErrQueueFull
 	}
 	l.offered.Add(1)
-	return ln.acquire(ctx, cost, false)
+	t, w := ln.enqueue(cost)
+	if w == nil {
+		return t, nil
+	}
+	t, _, err := ln.wait(ctx, w)
+	return t, err
 }
 
 // classLanes are the lanes of one tenant of a flow, one per class.

@@ -762,12 +762,7 @@ func (f *Flow) tryAcquire(now time.Time) (Ticket, bool) {
 			return Ticket{}, false
 		}
 		if l.state.CompareAndSwap(s, s+1) {
-			storeMax(&l.peak, running(s)+1)
-			start := l.nanos(now)
-			if running(s) == 0 {
-				l.turnAfterNone(start)
-			}
-			return Ticket{f: f, start: start}, true
+			return Ticket{f: f, start: l.took(s, now)}, true
 		}
 	}
 }
@@ -796,19 +791,6 @@ type waiter struct {
 // ctx's error if ctx ends first.
 func (f *Flow) Acquire(ctx context.Context) (Ticket, error) {
 	return f.lanes[admission.Critical.Index()].Acquire(ctx)
-}
-
-// acquire takes a turn for a call of ln that holds a reservation that
-// added cost, waiting if need be, and ends the reservation whatever it
-// returns.
-func (ln *Lane) acquire(ctx context.Context, cost int64, stream bool) (Ticket, error) {
-	t, w := ln.enqueue(cost)
-	if w == nil {
-		return t, nil
-	}
-	w.stream = stream
-	t, _, err := ln.wait(ctx, w)
-	return t, err
 }
 
 // wait waits for the turn of w, a waiter of ln just queued, until ctx
@@ -889,12 +871,7 @@ func (ln *Lane) enqueue(cost int64) (Ticket, *waiter) {
 			if l.state.CompareAndSwap(s, s+1) {
 				l.mu.Unlock()
 				ln.unreserve(cost)
-				storeMax(&l.peak, running(s)+1)
-				start := l.nanos(l.o.now())
-				if running(s) == 0 {
-					l.turnAfterNone(start)
-				}
-				return Ticket{f: f, ln: ln, start: start}, nil
+				return Ticket{f: f, ln: ln, start: l.took(s, l.o.now())}, nil
 			}
 			continue
 		}
@@ -949,11 +926,21 @@ func (ln *Lane) giveUp(w *waiter) {
 		l.release(false, -1)
 		return
 	}
+	ln.leave(w, ^uint64(oneWaiting-1)) // waiting - 1
+}
+
+// leave takes w, not handed a turn, out of ln's queue, adding delta to
+// the state, and returns the state then. Needs Limiter.mu, which it
+// unlocks.
+func (ln *Lane) leave(w *waiter, delta uint64) uint64 {
+	l := ln.f.l
 	ln.unlink(w)
-	ln.finish -= w.inc                               // later calls of the lane must not wait for its tag
-	l.noteLeft(l.state.Add(^uint64(oneWaiting - 1))) // waiting - 1
+	ln.finish -= w.inc // later calls of the lane must not wait for its tag
+	s := l.state.Add(delta)
+	l.noteLeft(s)
 	l.mu.Unlock()
 	ln.unreserve(w.cost)
+	return s
 }
 
 // unlink removes w from ln's queue. Needs Limiter.mu.
@@ -1019,14 +1006,10 @@ func (l *Limiter) release(poll bool, end int64) {
 			}
 			continue
 		}
-		w := l.dequeue()
 		l.noteLeft(l.state.Add(^uint64(oneWaiting - 1))) // waiting - 1; the turn passes on
-		w.done = true
-		w.handed = l.nanos(l.o.now())
+		w := l.dequeue()
 		l.mu.Unlock()
-		w.ln.unreserve(w.cost)
-		l.noteHanded()
-		w.ready <- struct{}{}
+		l.hand(w)
 		return
 	}
 }
@@ -1051,6 +1034,17 @@ func storeMin(a *atomic.Int64, v int64) {
 func storeMax(a *atomic.Int64, v int64) {
 	for m := a.Load(); v > m && !a.CompareAndSwap(m, v); m = a.Load() {
 	}
+}
+
+// took notes a free turn taken at now from state s, and returns its
+// start.
+func (l *Limiter) took(s uint64, now time.Time) int64 {
+	storeMax(&l.peak, running(s)+1)
+	start := l.nanos(now)
+	if running(s) == 0 {
+		l.turnAfterNone(start)
+	}
+	return start
 }
 
 // turnAfterNone notes a turn taken at now when none was held.
@@ -1089,9 +1083,9 @@ func (l *Limiter) passesOver() bool {
 	return false
 }
 
-// dequeue removes the next waiting call: of the highest class with calls
-// waiting, the one with the smallest start tag. Needs mu and at least one
-// waiting call.
+// dequeue removes the next waiting call, handing it its turn now: of the
+// highest class with calls waiting, the one with the smallest start tag.
+// Needs mu and at least one waiting call.
 func (l *Limiter) dequeue() *waiter {
 	ci := admission.Classes - 1
 	for len(l.active[ci]) == 0 {
@@ -1111,7 +1105,16 @@ func (l *Limiter) dequeue() *waiter {
 		l.deactivate(best)
 	}
 	l.vclock = max(l.vclock, w.tag)
+	w.done = true
+	w.handed = l.nanos(l.o.now())
 	return w
+}
+
+// hand ends the reservation of w, handed its turn, and wakes it.
+func (l *Limiter) hand(w *waiter) {
+	w.ln.unreserve(w.cost)
+	l.noteHanded()
+	w.ready <- struct{}{}
 }
 
 // deactivate removes ln, whose queue is empty, from its class's active
@@ -1143,14 +1146,10 @@ func (l *Limiter) dispatch() {
 		}
 		l.noteLeft(s - oneWaiting + 1)
 		w := l.dequeue()
-		w.done = true
-		w.handed = l.nanos(l.o.now())
 		if running(s) == 0 {
 			l.turnAfterNone(w.handed)
 		}
-		w.ln.unreserve(w.cost)
-		l.noteHanded()
-		w.ready <- struct{}{}
+		l.hand(w)
 	}
 }
 
@@ -1194,12 +1193,7 @@ func (ln *Lane) overrun(w *waiter) Ticket {
 		l.mu.Unlock()
 		return ln.granted()
 	}
-	ln.unlink(w)
-	ln.finish -= w.inc
-	s := l.state.Add(^uint64(oneWaiting - 2)) // waiting - 1, running + 1
-	l.noteLeft(s)
-	l.mu.Unlock()
-	ln.unreserve(w.cost)
+	s := ln.leave(w, ^uint64(oneWaiting-2)) // waiting - 1, running + 1
 	l.overruns.Add(1)
 	start := l.nanos(l.o.now())
 	if running(s) == 1 {
