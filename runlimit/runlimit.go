@@ -175,10 +175,8 @@ type Limiter struct {
 	epoch  time.Time
 	cpuNow cpu.ThresholdSignal // o.cpu if it tells its utilisation
 
-	// Instants below are ns since epoch; those "plus 1" use 0 for none.
-	// state packs the calls running (low 32 bits) and waiting (high 32
-	// bits): taking a free turn, or returning one nobody waits for, is one
-	// compare-and-swap.
+	// Instants are ns since epoch; "plus 1" leaves 0 for none. state packs
+	// the calls running (low 32 bits) and waiting (high 32 bits).
 	state       atomic.Uint64
 	queuedSince atomic.Int64 // calls waiting without a pause since, plus 1; changed under mu
 	cpuSince    atomic.Int64 // CPU seen busy without a break since, plus 1 (lookCPU)
@@ -212,9 +210,8 @@ type Limiter struct {
 	lastServed   [admission.Classes]float64 // each class's turns in the last interval
 	starved      [admission.Classes]int     // intervals in a row the classes below waited unserved
 
-	// The flows tracked by name, a map replaced (never changed) under
-	// flowsMu; noVictim is the interval (openedAt) in which none could be
-	// forgotten to make room.
+	// flows is replaced (never changed) under flowsMu; noVictim is the
+	// interval (openedAt) in which no flow could be forgotten (addFlow).
 	flowsMu   sync.Mutex
 	flows     atomic.Pointer[map[string]*Flow]
 	overflow  *Flow // OverflowFlow; under flowsMu
@@ -233,32 +230,27 @@ type Limiter struct {
 	probes   atomic.Uint64
 	rebases  atomic.Uint64
 	overruns atomic.Uint64
-	// For spike: turns asked for (a guard's counted where the transport
-	// admitted or refused them; streams admitted left out) and ended since
-	// New; their marks when the previous ([0]) and current ([1]) interval
-	// opened, at markedAt (written under upd); doneRate, turns ended per
-	// ns smoothed (carriedGain), float64 bits.
+	// For spike (spikeTurns): turns asked for and ended since New, their
+	// marks when the previous [0] and current [1] interval opened, and
+	// turns ended per ns smoothed (float64 bits).
 	offered, finished         paddedInt
 	offeredMark, finishedMark [2]atomic.Int64
 	markedAt                  [2]atomic.Int64
 	doneRate                  atomic.Uint64
-	// intervalWork: the calls the limit runs in an interval at the last
-	// interval's baselines, at least minOverruns (overload.OverrunOf).
-	intervalWork atomic.Int64
-	refusedOn    [overload.Spike + 1]atomic.Uint64 // by kind; runlimit's kinds end at Spike
-	unrefused    atomic.Uint64
-	slacked      atomic.Uint64
-	updates      atomic.Uint64
-	learned      learnCounts
+	intervalWork              atomic.Int64                      // calls the limit runs in an interval (markRates)
+	refusedOn                 [overload.Spike + 1]atomic.Uint64 // by kind; runlimit's kinds end at Spike
+	unrefused                 atomic.Uint64
+	slacked                   atomic.Uint64
+	updates                   atomic.Uint64
+	learned                   learnCounts
 
-	// noneSince: when the last turn ended with none left, plus 1 (0 while
-	// a turn is held); noneRan: ns with no turn held before it (noneRun);
-	// noneMark: noneRun at the last noteRoom, under upd.
+	// When the last turn ended with none left, plus 1, and the ns with no
+	// turn held before it (noneRun); noneMark: noneRun at the last noteRoom.
 	noneSince, noneRan atomic.Int64
 	noneMark           int64
 
-	// Calls handed a turn after waiting, and their lag to run, ns
-	// (noteLag), in the interval; plag*, those a probe measures.
+	// Calls handed a turn in the interval and their lag to run (noteLag);
+	// plag*, a probe's.
 	lagN, lagSum   paddedInt
 	plagN, plagSum atomic.Int64
 
@@ -273,8 +265,7 @@ const (
 	oneWaiting  = 1 << 32
 )
 
-// paddedInt is an atomic counter alone on its cache line, so that
-// counters written by different calls do not share one.
+// paddedInt is an atomic counter alone on its cache line.
 type paddedInt struct {
 	atomic.Int64
 	_ [56]byte
@@ -325,8 +316,7 @@ func New(opts ...Option) (*Limiter, error) {
 
 func (l *Limiter) nanos(t time.Time) int64 { return int64(t.Sub(l.epoch)) }
 
-// afterFunc runs f after d on the Limiter's clock (unless in-package
-// tests simulate it), and returns what stops it.
+// afterFunc runs f after d on the Limiter's clock; stop stops it.
 func (l *Limiter) afterFunc(d time.Duration, f func()) (stop func() bool) {
 	if l.o.after != nil {
 		return l.o.after(d, f)
@@ -458,8 +448,7 @@ func (l *Limiter) Flow(name string) *Flow {
 	return l.overflow
 }
 
-// lookup returns the flow of name if it has one, else the flow
-// UnservedFlow. It neither locks nor allocates.
+// lookup returns the flow of name, else UnservedFlow, without a lock.
 func (l *Limiter) lookup(name string) *Flow {
 	if f, ok := (*l.flows.Load())[name]; ok {
 		f.touch()
@@ -468,8 +457,8 @@ func (l *Limiter) lookup(name string) *Flow {
 	return l.unserved
 }
 
-// addFlow returns the flow of name, creating it, in place of the idlest
-// flow at the cap; nil at the cap with no flow to forget.
+// addFlow returns the flow of name, creating it (in place of the idlest
+// at the cap); nil at the cap with no flow to forget.
 func (l *Limiter) addFlow(name string) *Flow {
 	opened := l.openedAt.Load()
 	if l.noVictim.Load() == opened {
@@ -506,8 +495,8 @@ func (l *Limiter) addFlow(name string) *Flow {
 	return f
 }
 
-// idlest is the least recently used flow of m with no call in it, unused
-// since the interval that opened at opened; nil if none is.
+// idlest is the least recently used flow of m with no call, unused since
+// opened; nil if none is.
 func idlest(m map[string]*Flow, opened int64) *Flow {
 	var best *Flow
 	for _, f := range m {
@@ -538,20 +527,18 @@ func newFlow(l *Limiter, name string) *Flow {
 // touch marks the flow as used in the current interval.
 func (f *Flow) touch() { f.l.markUsed(&f.used) }
 
-// markUsed sets used to the start of the current interval, storing at
-// most once per interval.
+// markUsed sets used to the current interval's start.
 func (l *Limiter) markUsed(used *atomic.Int64) {
 	if opened := l.openedAt.Load(); used.Load() != opened {
 		used.Store(opened)
 	}
 }
 
-// idle reports whether the flow has no call in it: none admitted by a
-// guard and not finished, none waiting in one of its lanes.
+// idle reports whether the flow has no call admitted or waiting.
 func (f *Flow) idle() bool { return f.calls.Load() == 0 && f.eachLanes((*classLanes).idle) }
 
-// eachLanes calls fn with the lanes of calls of no tenant, then of each
-// tenant, until fn returns false; it reports whether none did.
+// eachLanes calls fn with each tenant's lanes until fn returns false; it
+// reports whether none did.
 func (f *Flow) eachLanes(fn func(*classLanes) bool) bool {
 	if !fn(&f.lanes) {
 		return false
@@ -591,8 +578,7 @@ func (l *Limiter) tracked(extra int) []*Flow {
 // allFlows returns every flow: those tracked, then the shared ones.
 func (l *Limiter) allFlows() []*Flow { return l.appendShared(l.tracked(2)) }
 
-// appendShared appends to out the flow of unserved names, then the
-// overflow flow if there is one (SharedFlows).
+// appendShared appends the shared flows to out (SharedFlows).
 func (l *Limiter) appendShared(out []*Flow) []*Flow {
 	out = append(out, l.unserved)
 	l.flowsMu.Lock()
@@ -626,9 +612,8 @@ type Flow struct {
 	tenants  tenantShards
 	overflow atomic.Pointer[tenantLanes]
 
-	// Under Limiter.upd: completions per ns, smoothed (carriedGain;
-	// Limiter.low), and the baseline service time, ns (0 until the first
-	// interval), which baseNs gives readers outside upd.
+	// Under Limiter.upd: completions per ns, smoothed (Limiter.low), and
+	// the baseline, ns, which baseNs gives readers outside upd.
 	rate   float64
 	base   float64
 	baseNs atomic.Int64
@@ -665,9 +650,8 @@ func (f *Flow) QueueTarget() time.Duration {
 	return max(DefaultMinQueueTarget, 3*base)
 }
 
-// work is what one call of the flow asks of the server alone, ns, for a
-// lane's evidence of overload: its baseline, its mean until a baseline is
-// learned (the mean stretches with contention and its tail).
+// work is one call's baseline, ns (its mean until a baseline is
+// learned), for a lane's evidence of overload.
 func (f *Flow) work() float64 {
 	if b := f.baseNs.Load(); b > 0 {
 		return float64(b)
@@ -678,8 +662,8 @@ func (f *Flow) work() float64 {
 // cost is the weight of one call of the flow in fair queueing, ns.
 func (f *Flow) cost() float64 { return float64(max(f.svc.Load(), int64(time.Microsecond))) }
 
-// staleAfter is the least time without a call teaching a flow its service
-// time after which that time is not held against a call's deadline.
+// staleAfter: a service time not taught for this long (at least) is not
+// held against a deadline.
 const staleAfter = time.Second
 
 // ServiceTimeAt returns the service time a deadline is judged against at
@@ -698,9 +682,8 @@ func (f *Flow) ServiceTimeAt(now time.Time) time.Duration {
 	return st
 }
 
-// yields reports whether a call of the flow yields the processor when its
-// turn starts: unless its baseline (its mean before) is known and shorter
-// than shortCall.
+// yields reports whether a call of the flow yields the processor at its
+// turn: unless its baseline (its mean before) is under shortCall.
 func (f *Flow) yields() bool {
 	st := f.baseNs.Load()
 	if st == 0 {
@@ -716,8 +699,7 @@ const shortCall = 200 * time.Microsecond
 // class Critical, may be admitted to wait for a turn (see Lane.Admissible).
 func (f *Flow) Admissible() bool { return f.lanes[admission.Critical.Index()].Admissible() }
 
-// learnMean teaches the flow's mean a call of svc ns that ended at end
-// (lastOK is rewritten at most once a millisecond).
+// learnMean teaches the flow's mean a call of svc ns that ended at end.
 func (f *Flow) learnMean(svc, end int64) {
 	if end-f.lastOK.Load() > int64(time.Millisecond) {
 		f.lastOK.Store(end)
@@ -793,9 +775,8 @@ func (f *Flow) Acquire(ctx context.Context) (Ticket, error) {
 	return f.lanes[admission.Critical.Index()].Acquire(ctx)
 }
 
-// wait waits for the turn of w, a waiter of ln just queued, until ctx
-// ends or its wait runs out (waitLimit, expired: why is what a refusal
-// then was made on).
+// wait waits for the turn of w, just queued, until ctx ends or its wait
+// runs out (expired, which gives why).
 func (ln *Lane) wait(ctx context.Context, w *waiter) (t Ticket, why overload.Reading, err error) {
 	limit := ln.waitLimit(ln.f.l.nanos(ln.f.l.o.now()))
 	if w.timer == nil {
@@ -807,8 +788,7 @@ func (ln *Lane) wait(ctx context.Context, w *waiter) (t Ticket, why overload.Rea
 	select {
 	case <-w.ready:
 		timer.Stop()
-		// The handoff made this goroutine the next to run: let the
-		// transport's goroutines go first. The turn starts after it.
+		// Let the transport's goroutines run first; the turn starts after.
 		if ln.f.yields() {
 			runtime.Gosched()
 		}
@@ -825,8 +805,7 @@ func (ln *Lane) wait(ctx context.Context, w *waiter) (t Ticket, why overload.Rea
 	return Ticket{}, why, err
 }
 
-// waiter returns a waiter for a call of ln that holds a reservation that
-// added cost: one that waited before, or a new one.
+// waiter returns a waiter, recycled or new, for a call of ln of cost.
 func (l *Limiter) waiter(ln *Lane, cost int64) *waiter {
 	w, _ := l.waiters.Get().(*waiter)
 	if w == nil {
@@ -836,30 +815,26 @@ func (l *Limiter) waiter(ln *Lane, cost int64) *waiter {
 	return w
 }
 
-// recycle keeps w, whose wait ended with its turn (its one send arrived,
-// its timer stopped), for a later wait. A waiter that gave up may still
-// be sent a turn (release sends after it unlocks): never recycle one.
+// recycle keeps w, which got its turn, for a later wait. Never recycle
+// one that gave up: release may still send it a turn.
 func (l *Limiter) recycle(w *waiter) {
 	w.ln, w.next = nil, nil
 	l.waiters.Put(w)
 }
 
-// started is the ticket of w, a waiter of ln handed its turn, whose call
-// begins to run now, noting its lag since the handover.
+// started is the ticket of w, handed its turn, noting its lag to run.
 func (ln *Lane) started(w *waiter) Ticket {
 	t := ln.granted()
 	ln.f.l.noteLag(t.start, t.start-w.handed)
 	return t
 }
 
-// waitLimit is how long a call of ln that begins to wait at now waits for
-// its turn before it expires: its patience and its grace.
+// waitLimit is how long a call that begins to wait at now waits.
 func (ln *Lane) waitLimit(now int64) time.Duration { return ln.patience() + ln.grace(now) }
 
-// enqueue takes a free turn (nobody waiting) for a call of ln holding a
-// reservation that added cost, ending it; or queues the call and returns
-// its waiter, whose ready channel tells of its turn (the reservation ends
-// then) unless the caller gives up first (giveUp).
+// enqueue takes a free turn for a call of ln holding a reservation of
+// cost, ending it; or queues the call and returns its waiter, told of its
+// turn on ready (the reservation ends then) unless it gives up (giveUp).
 func (ln *Lane) enqueue(cost int64) (Ticket, *waiter) {
 	f := ln.f
 	l := f.l
@@ -899,8 +874,8 @@ func (ln *Lane) enqueue(cost int64) (Ticket, *waiter) {
 	return Ticket{}, w
 }
 
-// noteLag records that a call handed its turn began to run lag ns later,
-// at start.
+// noteLag records a call that began to run at start, lag ns after its
+// turn was handed to it.
 func (l *Limiter) noteLag(start, lag int64) {
 	lag = max(lag, 0)
 	l.lagN.Add(1)
@@ -916,8 +891,7 @@ func (l *Limiter) noteLag(start, lag int64) {
 // granted is the ticket of a waiter of ln that was handed its turn now.
 func (ln *Lane) granted() Ticket { return Ticket{f: ln.f, ln: ln, start: ln.f.l.nanos(ln.f.l.o.now())} }
 
-// giveUp removes a waiter whose caller gave up, ending its reservation;
-// if the turn was handed to it meanwhile, it passes the turn on.
+// giveUp removes w, whose caller gave up, passing on a turn handed to it.
 func (ln *Lane) giveUp(w *waiter) {
 	l := ln.f.l
 	l.mu.Lock()
@@ -929,9 +903,8 @@ func (ln *Lane) giveUp(w *waiter) {
 	ln.leave(w, ^uint64(oneWaiting-1)) // waiting - 1
 }
 
-// leave takes w, not handed a turn, out of ln's queue, adding delta to
-// the state, and returns the state then. Needs Limiter.mu, which it
-// unlocks.
+// leave takes w out of ln's queue, adds delta to the state and returns
+// it. Needs Limiter.mu, which it unlocks.
 func (ln *Lane) leave(w *waiter, delta uint64) uint64 {
 	l := ln.f.l
 	ln.unlink(w)
@@ -1014,8 +987,7 @@ func (l *Limiter) release(poll bool, end int64) {
 	}
 }
 
-// noteHanded notes the least and most work still waiting after a turn
-// passed on in the interval (noteSlack).
+// noteHanded notes the work still waiting after a handover (noteSlack).
 func (l *Limiter) noteHanded() {
 	var q int64
 	for i := range l.work {
@@ -1036,8 +1008,7 @@ func storeMax(a *atomic.Int64, v int64) {
 	}
 }
 
-// took notes a free turn taken at now from state s, and returns its
-// start.
+// took notes a free turn taken at now from state s; it returns its start.
 func (l *Limiter) took(s uint64, now time.Time) int64 {
 	storeMax(&l.peak, running(s)+1)
 	start := l.nanos(now)
@@ -1054,21 +1025,18 @@ func (l *Limiter) turnAfterNone(now int64) {
 	}
 }
 
-// noneRun returns the ns with no turn held from the Limiter's start to
-// now.
+// noneRun returns the ns with no turn held from New to now.
 func (l *Limiter) noneRun(now int64) int64 {
 	n := l.noneRan.Load()
-	// noneSince may be set while a turn runs (taken before the release
-	// noted it): the next release overwrites it.
+	// noneSince may be stale while a turn runs: the next release fixes it.
 	if z := l.noneSince.Load(); z > 0 && running(l.state.Load()) == 0 {
 		n += max(now-(z-1), 0)
 	}
 	return n
 }
 
-// passesOver reports whether the highest class with calls waiting is
-// below a class whose turns ended in this interval or the last. Needs mu
-// and at least one waiting call.
+// passesOver reports whether the highest class waiting is below one whose
+// turns ended in this interval or the last. Needs mu and a call waiting.
 func (l *Limiter) passesOver() bool {
 	ci := admission.Classes - 1
 	for len(l.active[ci]) == 0 {
@@ -1083,9 +1051,9 @@ func (l *Limiter) passesOver() bool {
 	return false
 }
 
-// dequeue removes the next waiting call, handing it its turn now: of the
-// highest class with calls waiting, the one with the smallest start tag.
-// Needs mu and at least one waiting call.
+// dequeue removes the next waiting call (of the highest class waiting,
+// the smallest start tag), handing it its turn. Needs mu and a call
+// waiting.
 func (l *Limiter) dequeue() *waiter {
 	ci := admission.Classes - 1
 	for len(l.active[ci]) == 0 {
@@ -1117,8 +1085,7 @@ func (l *Limiter) hand(w *waiter) {
 	w.ready <- struct{}{}
 }
 
-// deactivate removes ln, whose queue is empty, from its class's active
-// list. Needs mu.
+// deactivate removes ln, empty, from its class's active list. Needs mu.
 func (l *Limiter) deactivate(ln *Lane) {
 	ci := ln.class.Index()
 	active := l.active[ci]
@@ -1133,8 +1100,7 @@ func (l *Limiter) deactivate(ln *Lane) {
 	}
 }
 
-// dispatch hands free turns to waiting calls after the limit grew. Needs
-// mu.
+// dispatch hands turns the limit freed to waiting calls. Needs mu.
 func (l *Limiter) dispatch() {
 	for {
 		s := l.state.Load()
@@ -1153,17 +1119,15 @@ func (l *Limiter) dispatch() {
 	}
 }
 
-// noteLeft notes the state s after a call left the queue, with a turn,
-// beyond the limit or none: the queue ended if none waits
-// (docs/runlimit.md, "noteLeft"). Needs mu.
+// noteLeft ends the standing queue if none waits in s, the state after a
+// call left the queue (docs/runlimit.md, "noteLeft"). Needs mu.
 func (l *Limiter) noteLeft(s uint64) {
 	if waiting(s) == 0 {
 		l.queuedSince.Store(0)
 	}
 }
 
-// markRates starts a new interval for spiking, m being the interval that
-// ended. Needs upd.
+// markRates starts spike's new interval after m. Needs upd.
 func (l *Limiter) markRates(m *sample) {
 	finished := l.finished.Load()
 	if at := l.markedAt[1].Load(); m.end > at {
@@ -1183,9 +1147,8 @@ func (l *Limiter) markRates(m *sample) {
 	}
 }
 
-// overrun gives w's call, whose wait ran out without evidence of
-// overload, a turn beyond the limit (or the turn handed to it meanwhile):
-// a limit that binds then was learned too low.
+// overrun gives w, whose wait ran out without evidence of overload, a
+// turn beyond the limit, or the turn handed to it meanwhile.
 func (ln *Lane) overrun(w *waiter) Ticket {
 	l := ln.f.l
 	l.mu.Lock()
