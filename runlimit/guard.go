@@ -27,18 +27,15 @@ const (
 
 // NewGuard adapts l to the admission contract, with one flow per method
 // and, in each, one lane per tenant and class. At admission it refuses a
-// call whose lane is full, on evidence of overload, and reserves a place
-// for the others, which lapses after one or two of l's intervals without
-// the handler asking for its turn. When the handler is about to start
-// (admission.Starter) it judges the lane again for a call whose place
-// lapsed (ReasonQueueFull), waits for the call's turn, refuses the call
-// if the wait ran out (ReasonTimeout) or its deadline can no longer be
-// met (ReasonTooLate), and yields the CPU once unless the flow's calls
-// are shorter than 200µs. Finish returns the turn and teaches l the
+// call whose lane is full, on evidence of overload (ReasonQueueFull), and
+// reserves a place for the others, which lapses after one or two of l's
+// intervals without the handler asking for its turn. At the handler's
+// start (admission.Starter) it waits for the call's turn, refusing the
+// call if the wait ran out (ReasonTimeout) or its deadline can no longer
+// be met (ReasonTooLate). Finish returns the turn and teaches l the
 // service time of a call that succeeded, or that it failed by overload.
-// Streams: see the package doc. A name gets a flow of its own only once
-// a call of it has succeeded; until then its calls share UnservedFlow,
-// never learned from. docs/runlimit.md, "NewGuard", argues each choice.
+// Streams: see the package doc. A name's calls share UnservedFlow until
+// one of them succeeds. docs/runlimit.md, "NewGuard", gives each rule.
 // The guard is safe for concurrent use. It panics if l is nil.
 func NewGuard(name string, l *Limiter) admission.Guard {
 	if l == nil {
@@ -69,14 +66,11 @@ const (
 	unturned  = 1 << 60 // a stream that runs without a turn, since the rest of Value
 	valueOf   = unturned - 1
 	uncounted = 1 << 59 // a reservation counted in no slot of its lane: it never lapses
-	// tapOffered: a reservation counted for spiking at admission, as a
-	// unary call; a stream the transport told as one only at its
-	// handler's start is then uncounted (beforeStreamTurn).
+	// tapOffered: counted for spiking at admission, as a unary call.
 	tapOffered = 1 << 62
 )
 
-// placeOf is the Value of a permit of a reservation of generation gen
-// that added us µs, counted in its lane's slot or not.
+// placeOf is the Value of a permit of a reservation (see tapIn).
 func placeOf(gen, us uint64, counted bool) uint64 {
 	v := reserved | gen<<tapWorkBits | us
 	if !counted {
@@ -85,9 +79,8 @@ func placeOf(gen, us uint64, counted bool) uint64 {
 	return v
 }
 
-// claim takes the reservation of a call of ln the guard admitted, holding
-// p, at now: ok is false if it lapsed (lapse ended it); otherwise it is
-// the call's still, and added cost.
+// claim takes the reservation p holds at now, of cost; ok is false if it
+// lapsed.
 func (ln *Lane) claim(p admission.Permit, now time.Time) (cost int64, ok bool) {
 	gen, us := p.Value>>tapWorkBits&tapGenMask, p.Value&tapWorkMask
 	if p.Value&uncounted == 0 && !ln.tapOut(gen, us, ln.tapGen(ln.f.l.nanos(now))) {
@@ -96,8 +89,7 @@ func (ln *Lane) claim(p admission.Permit, now time.Time) (cost int64, ok bool) {
 	return int64(us) * int64(time.Microsecond), true
 }
 
-// release ends the reservation of a call of ln the guard admitted,
-// holding p, that will not ask for its turn, unless it lapsed.
+// release ends the reservation p holds, unless it lapsed.
 func (ln *Lane) release(p admission.Permit, now time.Time) {
 	if cost, ok := ln.claim(p, now); ok {
 		ln.unreserve(cost)
@@ -116,12 +108,9 @@ func (g *guard) Admit(c admission.Call) admission.Decision {
 	ln.lapse(gen)
 	why, ok := ln.fits(c.Now, false)
 	if !c.Stream || !ok {
-		// A call counts for spiking once, here, where the transport
-		// reads it (see Limiter.spikeTurns): not when its handler asks
-		// for its turn, which on a saturated processor waits behind the
-		// handlers already running, so that arrivals counted there are
-		// paced by the completions they are to be weighed against.
-		// A stream admitted is not: it opens for work of unknown length.
+		// Counted where the transport reads the call, not paced by the
+		// handlers running; not a stream admitted (docs/runlimit.md, "a
+		// spike").
 		g.l.offered.Add(1)
 	}
 	if !ok {
@@ -136,9 +125,8 @@ func (g *guard) Admit(c admission.Call) admission.Decision {
 	return admission.Grant(admission.Permit{Ref: ln, Value: v})
 }
 
-// reserveAt is the reservation, adding cost, of a call c of ln the guard
-// admitted holding p, as its handler starts: its place, or if that
-// lapsed a new one judged as at admission (else ok is false, refused d).
+// reserveAt is the reservation of c holding p as its handler starts: its
+// place, or if that lapsed a new one judged again (else refused, d).
 func (g *guard) reserveAt(c admission.Call, ln *Lane, p admission.Permit) (cost int64, d admission.Decision, ok bool) {
 	if cost, ok = ln.claim(p, c.Now); ok {
 		return cost, admission.Decision{}, true
@@ -152,8 +140,7 @@ func (g *guard) reserveAt(c admission.Call, ln *Lane, p admission.Permit) (cost 
 	return ln.reserve(), admission.Decision{}, true
 }
 
-// holding is d with a permit that holds ln and nothing else, so that
-// Finish finds the call's flow.
+// holding is d with a permit that holds only ln, for Finish.
 func holding(d admission.Decision, ln *Lane) admission.Decision {
 	d.Permit = admission.Permit{Ref: ln}
 	return d
@@ -170,16 +157,14 @@ func (g *guard) Start(c admission.Call, p admission.Permit) admission.Decision {
 		return holding(refusal(err, why, target), ln)
 	}
 	if d = g.turned(c, ln, t); !d.Refused && ln.f.yields() {
-		// Let the transport's goroutines that wait for the CPU read and
-		// write before the handler.
+		// Let the transport's goroutines run before the handler.
 		runtime.Gosched()
 	}
 	return d
 }
 
-// beforeTurn is Start up to a unary call's wait for its turn: decided,
-// with d, for a permit not of this guard's, a stream, and a call refused
-// by reserveAt; otherwise the call of ln holds a reservation of cost.
+// beforeTurn is Start up to a unary call's wait: decided, with d, unless
+// the call of ln holds a reservation of cost.
 func (g *guard) beforeTurn(c admission.Call, p admission.Permit) (ln *Lane, cost int64, d admission.Decision, decided bool) {
 	ln, _ = p.Ref.(*Lane)
 	if ln == nil || p.Value&reserved == 0 {
@@ -195,10 +180,9 @@ func (g *guard) beforeTurn(c admission.Call, p admission.Permit) (ln *Lane, cost
 	return ln, cost, admission.Decision{}, false
 }
 
-// take gives a call of ln holding a reservation of cost its turn at now,
-// waiting under ctx (nil: none) if none is free, and ends the
-// reservation; a stream's wait may end with errNoTurn, a refused one with
-// ErrTimeout and why, the evidence it was refused on (expired).
+// take gives a call holding a reservation of cost its turn, waiting
+// under ctx (nil: none) if need be: errNoTurn for a stream, ErrTimeout
+// refused on why (expired), or ctx's error.
 func (ln *Lane) take(ctx context.Context, now time.Time, cost int64, stream bool) (Ticket, overload.Reading, error) {
 	t, w := ln.takeNow(now, cost, stream)
 	if w == nil {
@@ -210,8 +194,7 @@ func (ln *Lane) take(ctx context.Context, now time.Time, cost int64, stream bool
 	return ln.wait(ctx, w)
 }
 
-// takeNow is take without the wait: the call's turn, or else its waiter,
-// queued (see enqueue).
+// takeNow is take without the wait: the turn, or the waiter queued.
 func (ln *Lane) takeNow(now time.Time, cost int64, stream bool) (Ticket, *waiter) {
 	if t, ok := ln.f.tryAcquire(now); ok {
 		ln.unreserve(cost)
@@ -225,8 +208,7 @@ func (ln *Lane) takeNow(now time.Time, cost int64, stream bool) (Ticket, *waiter
 	return t, w
 }
 
-// startStream gives a stream of ln the guard admitted holding p its
-// turn, if it takes one (see NewGuard).
+// startStream gives a stream holding p its turn, if it takes one.
 func (g *guard) startStream(c admission.Call, ln *Lane, p admission.Permit) admission.Decision {
 	if d, decided := g.beforeStreamTurn(c, ln, p); decided {
 		return d
@@ -244,8 +226,7 @@ func (g *guard) startStream(c admission.Call, ln *Lane, p admission.Permit) admi
 	return d
 }
 
-// beforeStreamTurn is startStream up to the stream's wait for its turn:
-// decided is true, with the decision d, for a stream that takes no turn.
+// beforeStreamTurn decides, with d, a stream that takes no turn.
 func (g *guard) beforeStreamTurn(c admission.Call, ln *Lane, p admission.Permit) (d admission.Decision, decided bool) {
 	if p.Value&tapOffered != 0 {
 		g.l.offered.Add(-1) // admitted before the transport knew the method's calls as streams
@@ -266,9 +247,8 @@ func (g *guard) unturned(c admission.Call, ln *Lane) admission.Decision {
 	return admission.Grant(admission.Permit{Ref: ln, Value: unturned | uint64(max(g.l.nanos(c.Now), 0))})
 }
 
-// streamTurned is the decision for a stream c of ln whose wait for a turn
-// ended with t and err (refused on why), its flow's queue target being
-// target; turned reports whether it holds a turn.
+// streamTurned decides a stream whose wait ended with t and err (refused
+// on why); turned reports whether it holds a turn.
 func (g *guard) streamTurned(c admission.Call, ln *Lane, t Ticket, why overload.Reading, err error, target time.Duration) (d admission.Decision, turned bool) {
 	if errors.Is(err, errNoTurn) {
 		return g.unturned(c, ln), false
@@ -328,8 +308,6 @@ func finishTurn(t Ticket, c admission.Call, o admission.Outcome) {
 		t.Release()
 		return
 	}
-	// The service time runs from the turn: it includes the wait for the
-	// CPU after the yield, which grows with the calls holding turns.
+	// The service time runs from the turn, the yield's wait included.
 	t.Done(c.Now.Add(o.Duration), o.Overload)
-
 }

@@ -69,8 +69,8 @@ func (ln *Lane) Waiting() int { return int(ln.count.Load() - ln.tappedNow()) }
 // for its turn yet.
 func (ln *Lane) Held() int { return int(ln.count.Load()) }
 
-// reserve counts a call admitted to wait for a turn, and returns the cost
-// it added to its class's work: end it with unreserve(cost).
+// reserve counts a call admitted to wait and returns the cost it added
+// to its class's work: end it with unreserve(cost).
 func (ln *Lane) reserve() int64 { return ln.reserveCost(int64(ln.f.cost())) }
 
 // reserveCost is reserve, adding cost ns.
@@ -109,13 +109,10 @@ func (ln *Lane) Admissible() bool {
 	return ln.admissible(0, ln.queued(ln.tapGen(l.nanos(l.o.now())), false))
 }
 
-// queued is the places in the lane that its bound counts at generation
-// gen: Held, less the places a guard reserved in an earlier generation
-// whose handlers have not asked for their turn (a handler reaches its
-// turn far sooner than an interval, but for a request body the client has
-// not sent: the client's delay, not a queue for a turn), and for a call
-// whose handler asks for its turn now (ready), less every such place
-// (none of those calls can run before it). It may read below zero.
+// queued is the places the lane's bound counts at generation gen: Held,
+// less the guard's places of an earlier generation not yet asked for
+// (late request bodies: docs/runlimit.md, "NewGuard"), or with ready (a
+// handler asking now) less all not asked for. It may read below zero.
 func (ln *Lane) queued(gen uint64, ready bool) int64 {
 	q := ln.count.Load()
 	for i := range ln.tapped {
@@ -127,8 +124,7 @@ func (ln *Lane) queued(gen uint64, ready bool) int64 {
 	return q
 }
 
-// admissible is Admissible for q places queued (Lane.queued), with extra
-// ns of work more in the bound.
+// admissible is Admissible for q places queued, extra ns more in bound.
 func (ln *Lane) admissible(extra float64, q int64) bool {
 	if q <= 0 {
 		return true
@@ -164,12 +160,10 @@ func (ln *Lane) admissible(extra float64, q int64) bool {
 	return float64(q) < max(2, math.Ceil((budget/f.cost()+2)*share))
 }
 
-// A place the guard reserves at admission (Admit) that its handler has
-// not asked a turn for lapses once its generation (the Limiter's
-// intervals since its epoch) is two behind: a late request body is the
-// client's delay, not the server's queue (docs/runlimit.md, "NewGuard").
-// The places are counted in two slots by generation, each one word: its
-// generation, its count and the work they added, in µs.
+// A place the guard reserves at admission that its handler has not asked
+// a turn for lapses once its generation (intervals since the epoch) is
+// two behind (docs/runlimit.md, "NewGuard"). Two slots by generation,
+// each one word: generation, count and the work they added, µs.
 const (
 	tapGenBits  = 24
 	tapNBits    = 16
@@ -180,15 +174,13 @@ const (
 	tapOne      = 1 << tapWorkBits // one reservation more in a slot
 )
 
-// tapGen is the generation of a reservation made at now ns since the
-// Limiter's epoch.
+// tapGen is the generation of a reservation made at now.
 func (ln *Lane) tapGen(now int64) uint64 {
 	return uint64(max(now, 0)/int64(ln.f.l.o.interval)) & tapGenMask
 }
 
-// tapLive reports whether a reservation of generation gen has not lapsed
-// at generation now: gen is now or the one before, or up to two after (a
-// now read a little before another call's).
+// tapLive reports whether a reservation of generation gen is live at now:
+// gen is now, the one before, or up to two after (a now read earlier).
 func tapLive(gen, now uint64) bool {
 	d := (now - gen) & tapGenMask
 	return d <= 1 || d >= tapGenMask-1
@@ -218,10 +210,9 @@ func (ln *Lane) lapse(now uint64) {
 	}
 }
 
-// tapIn reserves a place for a call admitted at generation gen (after
-// lapse) that adds us µs (its flow's cost, rounded up), and reports in
-// which generation's slot it is counted; uncounted (a slot full), it
-// never lapses.
+// tapIn reserves a place at generation gen (after lapse) of us µs, and
+// the generation it is counted in; uncounted (a slot full), it never
+// lapses.
 func (ln *Lane) tapIn(gen uint64) (in, us uint64, counted bool) {
 	us = min(uint64(ln.f.cost()+float64(time.Microsecond)-1)/uint64(time.Microsecond), tapWorkMask)
 	ln.reserveCost(int64(us) * int64(time.Microsecond))
@@ -249,9 +240,8 @@ func (ln *Lane) tapIn(gen uint64) (in, us uint64, counted bool) {
 	}
 }
 
-// tapOut takes the reservation of a call admitted at generation gen that
-// added us µs out of its slot at generation now, reporting whether it is
-// still the call's (lapse did not end it).
+// tapOut takes a reservation of gen and us µs out of its slot at now,
+// reporting whether it was still the call's (not lapsed).
 func (ln *Lane) tapOut(gen, us, now uint64) bool {
 	if !tapLive(gen, now) {
 		ln.lapse(now)
@@ -280,9 +270,8 @@ func (ln *Lane) tappedNow() int64 {
 	return n
 }
 
-// patience is how long a call of the lane admitted now waits for its turn
-// before it gives up (ErrTimeout): twice its flow's queue target, or
-// roomyPatience times it while the lane's class leaves room.
+// patience is how long a call waits before ErrTimeout: twice its flow's
+// queue target, roomyPatience times it while its class leaves room.
 func (ln *Lane) patience() time.Duration {
 	if ln.f.l.roomy[ln.class.Index()].Load() && ln.f.l.on(ruleRoomy) {
 		return roomyPatience * ln.f.QueueTarget()
@@ -290,9 +279,8 @@ func (ln *Lane) patience() time.Duration {
 	return 2 * ln.f.QueueTarget()
 }
 
-// roomyPatience is a call's patience, in queue targets, in a class that
-// leaves room: all its calls are served in the end, so a long wait is a
-// burst that passes.
+// roomyPatience: a class that leaves room serves all its calls in the
+// end, so a long wait is a burst that passes.
 const roomyPatience = 8
 
 // Acquire takes a turn for a call of the lane, waiting if every turn is
@@ -344,8 +332,7 @@ type tenantLanes struct {
 	used  atomic.Int64 // start of the interval of its last admission, ns since the Limiter's epoch
 }
 
-// tenantShards is a flow's tenants, spread over shards each under its own
-// read-write lock, taken for reading to find a known tenant.
+// tenantShards is a flow's tenants, in shards under read-write locks.
 type tenantShards struct {
 	seed   maphash.Seed
 	shards [64]tenantShard
@@ -419,8 +406,7 @@ func (f *Flow) overflowLanes() *tenantLanes {
 	return f.overflow.Load()
 }
 
-// sweepTenants forgets the tenants of every flow whose lanes have been
-// empty and unused for tenantIdle, as of now. Needs upd.
+// sweepTenants forgets tenants empty and unused for tenantIdle. Needs upd.
 func (l *Limiter) sweepTenants(flows []*Flow, now int64) {
 	for _, f := range flows {
 		for i := range f.tenants.shards {
@@ -439,7 +425,6 @@ func (l *Limiter) sweepTenants(flows []*Flow, now int64) {
 
 // forget drops the tenants of a flow no longer tracked (addFlow) from the
 // Limiter's count. Needs Limiter.flowsMu.
-
 func (f *Flow) forget() {
 	f.gone.Store(true)
 	for i := range f.tenants.shards {

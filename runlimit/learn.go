@@ -189,15 +189,14 @@ func (s *learner) spaced(now int64, o *options) bool {
 	return now-s.lastProbe >= probeSpacing*int64(o.interval)
 }
 
-// startProbe is s with a probe of kind at limit (within the floor) started
-// at now from est, prompted by r, and the step that starts it.
+// startProbe starts a probe of kind at limit (within the floor), from
+// est, prompted by r.
 func (s learner) startProbe(now int64, kind probeKind, est float64, limit int, r float64, o *options) (learner, step) {
 	s.probe = probeState{kind: kind, saved: est, limit: max(o.floor, limit), started: now, r: r}
 	return s, step{start: true, probe: kind}
 }
 
-// decide moves the learner on from the interval m measured: it starts a
-// probe, or sets the limit. No probe runs.
+// decide moves the learner on from the interval m, no probe running.
 func (s learner) decide(m *sample, o *options) (learner, step) {
 	if lower, ok := s.baselineProbeDue(m, o); ok {
 		return s.startProbe(m.end, probeBaseline, s.est, lower, 1, o)
@@ -304,8 +303,7 @@ type probed struct {
 	cpuSat       bool
 }
 
-// probeDone reports whether the probe, at now, measured enough calls or
-// ran too long.
+// probeDone reports whether the probe measured enough or ran too long.
 func (s *learner) probeDone(now, n int64, o *options) bool {
 	return n >= probeSamples || now-s.probe.started >= max(int64(probeTimeoutMin), probeTimeoutIntervals*int64(o.interval))
 }
@@ -401,8 +399,7 @@ func (c *probeCounts) stats() ProbeStats {
 		Rebased: c.rebased.Load(), Abandoned: c.abandoned.Load(), Empty: c.empty.Load()}
 }
 
-// update closes the interval ending at end and reconsiders the limit.
-// Needs upd.
+// update closes the interval ending at end. Needs upd.
 func (l *Limiter) update(end int64) {
 	flows := l.allFlows()
 	if l.lr.probe.kind != probeNone {
@@ -522,8 +519,7 @@ func (l *Limiter) causeCount(cause MoveCause, kind probeKind) *atomic.Uint64 {
 	return nil
 }
 
-// startProbe lowers the limit to the probe's (l.lr.probe), starting its
-// count anew. Needs upd.
+// startProbe lowers the limit to l.lr.probe's, counting anew. Needs upd.
 func (l *Limiter) startProbe(kind probeKind, flows []*Flow) {
 	l.learned.probe[kind].started.Add(1)
 	for _, f := range flows {
@@ -553,8 +549,7 @@ func (l *Limiter) noteProbe(f *Flow, start, end, svc int64) {
 	}
 }
 
-// closes reports whether the interval ending at end has measured enough
-// to close (see minSamples). Needs upd.
+// closes reports whether the interval ending at end closes. Needs upd.
 func (l *Limiter) closes(flows []*Flow, end int64) bool {
 	var total int64
 	for _, f := range flows {
@@ -563,9 +558,8 @@ func (l *Limiter) closes(flows []*Flow, end int64) bool {
 	return total >= minSamples || end-l.opened >= int64(maxOpen)
 }
 
-// measure takes the counters of the interval ending at end, starting them
-// anew, and lowers each flow's baseline to its mean service time if that
-// is shorter. Needs upd.
+// measure takes the interval's counters, starting them anew, and lowers
+// each flow's baseline to its mean if shorter. Needs upd.
 func (l *Limiter) measure(flows []*Flow, end int64) sample {
 	m := sample{end: end}
 	if o := l.overruns.Load(); o != l.seenOverruns {
@@ -596,9 +590,8 @@ func (l *Limiter) measure(flows []*Flow, end int64) sample {
 	return m
 }
 
-// apply sets the limit to est, within the bounds, for cause (of a probe
-// of kind probe: its end), and hands turns that a larger limit frees to
-// waiting calls. Needs upd.
+// apply sets the limit to est, within the bounds, for cause (of probe's
+// end), and hands out the turns it frees. Needs upd.
 func (l *Limiter) apply(est float64, cause MoveCause, probe probeKind) {
 	l.lr.est = min(max(est, float64(l.low())), float64(l.o.ceiling))
 	n := int64(l.lr.est)
@@ -615,7 +608,6 @@ func (l *Limiter) apply(est float64, cause MoveCause, probe probeKind) {
 // recent completions kept running at once at their baselines (Σ rate ×
 // base, Little's law), rounded up; a lower limit would refuse a load the
 // server carries. A probe may go below it. Needs upd.
-
 func (l *Limiter) low() int {
 	carried := l.unserved.rate * l.unserved.base
 	for _, f := range *l.flows.Load() {

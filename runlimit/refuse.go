@@ -9,12 +9,10 @@ import (
 	"github.com/levee-go/levee/internal/overload"
 )
 
-// The decision to refuse a call, in one place: a call is refused for want
-// of a turn only on evidence of overload, since a limit learned from
-// service times can be wrong. The Limiter's atomics are read into facts;
-// each rule of evidence judges them through internal/overload, which keeps
-// its invariant and thresholds; judge decides from the first that holds.
-// docs/runlimit.md argues each rule.
+// The decision to refuse a call, in one place: for want of a turn only
+// on evidence of overload, since a learned limit can be wrong. The
+// Limiter's atomics are read into facts; each rule of evidence judges them
+// through internal/overload (invariants, thresholds); judge decides.
 
 // Names here of internal/overload's thresholds.
 const (
@@ -23,13 +21,12 @@ const (
 	minOverruns      = overload.MinExcess
 )
 
-// facts are what a Limiter shows of overload at an instant, read from its
-// atomics (read), and of one call's lane if lane is set.
+// facts are what a Limiter shows of overload at an instant (read), and of
+// one call's lane if lane is set.
 type facts struct {
 	off uint32 // rules switched off (ablation.go)
-	// The CPU signal (WithCPU): one that tells its utilisation (hasUtil)
-	// has had it at or above cpuThreshold for busyFor ns (lookCPU), -1 if
-	// not now; one that tells only Saturated is taken as it says.
+	// A signal with utilisation (hasUtil) busy for busyFor ns (lookCPU),
+	// -1 if not now; one with only Saturated is taken as it says.
 	hasCPU, hasUtil, saturated bool
 	util, cpuThreshold         float64
 	busyFor                    int64
@@ -175,8 +172,7 @@ func judge(at point, c call, v *facts) (verdict, overload.Reading) {
 	return admit, overload.Reading{}
 }
 
-// read is what the Limiter shows at now, and ln's queue if ln is not nil.
-// It only reads.
+// read is what the Limiter shows at now, with ln's queue if not nil.
 func (l *Limiter) read(ln *Lane, now int64) facts {
 	v := facts{off: l.o.off, hasCPU: l.o.cpu != nil, busyFor: -1, queuedFor: -1, sustained: l.sustained()}
 	if ln != nil {
@@ -220,8 +216,8 @@ func (l *Limiter) readCPU(v *facts, now int64) {
 	}
 }
 
-// lookCPU looks at the CPU signal at now: its busy time starts at the
-// first look that finds it busy, and ends at the first that does not.
+// lookCPU starts the CPU's busy time at a look that finds it busy, and
+// ends it at one that does not.
 func (l *Limiter) lookCPU(now int64) {
 	n := l.cpuNow
 	if n == nil {
@@ -257,8 +253,7 @@ func (l *Limiter) overloadedAt(now int64) bool {
 	return v.first().Holds
 }
 
-// look is read at now for a call of ln (nil: the Limiter's own), after a
-// look at the CPU signal (lookCPU).
+// look is read after lookCPU.
 func (l *Limiter) look(ln *Lane, now int64) facts {
 	l.lookCPU(now)
 	return l.read(ln, now)
@@ -267,8 +262,7 @@ func (l *Limiter) look(ln *Lane, now int64) facts {
 // refuseOn counts a refusal made on the evidence of e.
 func (l *Limiter) refuseOn(e overload.Reading) { l.refusedOn[e.Kind].Add(1) }
 
-// admit reserves a place for a call of ln at now (end it with
-// unreserve(cost)) unless judge refuses it.
+// admit reserves a place for a call of ln unless judge refuses it.
 func (ln *Lane) admit(now time.Time) (cost int64, ok bool) {
 	if _, ok := ln.fits(now, false); !ok {
 		ln.f.l.offered.Add(1)
@@ -284,10 +278,8 @@ func refuseFor(e overload.Reading, cause admission.Cause, reason string, retry t
 	return d
 }
 
-// fits reports whether judge admits a call of ln at now; if not, why is
-// the evidence it was refused on. ready: the call is a guard's whose
-// place lapsed, judged again as its handler asks for its turn, so that
-// the places of calls that have not asked yet do not count (Lane.queued).
+// fits reports whether judge admits a call of ln at now, else why; ready:
+// a guard's call whose place lapsed, as its handler asks (Lane.queued).
 func (ln *Lane) fits(now time.Time, ready bool) (why overload.Reading, ok bool) {
 	l := ln.f.l
 	at := l.nanos(now)
@@ -310,9 +302,8 @@ func (ln *Lane) fits(now time.Time, ready bool) (why overload.Reading, ok bool) 
 	return why, true
 }
 
-// expired ends the wait of w, a waiter of ln whose patience ran out, as
-// judge decides: beyond the limit, without a turn, or ErrTimeout with why,
-// the evidence judge refused it on (not a read after).
+// expired ends the wait of w as judge decides: beyond the limit, without
+// a turn, or ErrTimeout with why, the evidence judge refused it on.
 func (ln *Lane) expired(w *waiter) (t Ticket, why overload.Reading, err error) {
 	l := ln.f.l
 	v := l.look(ln, l.nanos(l.o.now()))
@@ -329,8 +320,7 @@ func (ln *Lane) expired(w *waiter) (t Ticket, why overload.Reading, err error) {
 	return Ticket{}, e, ErrTimeout
 }
 
-// grace is how much longer than its patience a call of ln that begins to
-// wait at now may wait: the slack, under overload.
+// grace is the slack, under overload: a wait's time beyond its patience.
 func (ln *Lane) grace(now int64) time.Duration {
 	l := ln.f.l
 	s := l.slack.Load()
@@ -343,8 +333,8 @@ func (ln *Lane) grace(now int64) time.Duration {
 	return time.Duration(s)
 }
 
-// turned is the decision for a unary call c of ln that got its turn t:
-// refused, its turn given back, if its deadline can no longer be met.
+// turned refuses a unary call that got its turn t, giving it back, if its
+// deadline can no longer be met.
 func (g *guard) turned(c admission.Call, ln *Lane, t Ticket) admission.Decision {
 	f := ln.f
 	cl := call{hasDeadline: !c.Deadline.IsZero()}
@@ -359,8 +349,7 @@ func (g *guard) turned(c admission.Call, ln *Lane, t Ticket) admission.Decision 
 	return admission.Grant(admission.Permit{Ref: ln, Value: turn | uint64(max(t.start, 0))})
 }
 
-// refusal is the decision for a call whose wait for a turn ended with
-// err, refused on why (expired), its flow's queue target being target.
+// refusal is the decision for a wait that ended with err, refused on why.
 func refusal(err error, why overload.Reading, target time.Duration) admission.Decision {
 	if errors.Is(err, ErrTimeout) {
 		return refuseFor(why, admission.CauseRunWaitExpired, ReasonTimeout, target)
@@ -372,7 +361,6 @@ func refusal(err error, why overload.Reading, target time.Duration) admission.De
 // Overloaded weighs them (cpu, left out without a CPU signal; overrun;
 // standing; spike). It only reads, is safe for concurrent use, and
 // allocates: call it from a debug page, not per call.
-
 func (l *Limiter) Signals(now time.Time) []Signal {
 	v := l.read(nil, l.nanos(now))
 	var out []Signal
