@@ -32,15 +32,13 @@
 // Calls that find every turn taken wait in their lane: one per flow (a
 // method), tenant and criticality class (Flow.Lane). Turns go to the
 // highest class with calls waiting; within a class, lanes share them by
-// start-time fair queueing, each call weighted by its flow's service time
-// over its tenant's weight (WithTenantWeights). Tenants and flows are
-// bounded in number (WithMaxTenants, WithMaxFlows) and forgotten when
+// start-time fair queueing (Lane, WithTenantWeights). Tenants and flows
+// are bounded in number (WithMaxTenants, WithMaxFlows) and forgotten when
 // idle. A transport admits only the calls that should start within half
-// their flow's queue target (Lane.Admissible; three baselines, at least
-// 5ms, or WithQueueTarget), and a call that waited twice its target is
-// refused. Under overload, a server that sat idle between clumps of
-// arrivals lets its lanes queue that idle time's work beyond their bound
-// (Stats.Slack).
+// their flow's queue target (Lane.Admissible, Flow.QueueTarget), and a
+// call that waited twice its target is refused.
+// Under overload, a server that sat idle between clumps of arrivals lets
+// its lanes queue that idle time's work beyond their bound (Stats.Slack).
 //
 // On a saturated processor, a turn about to pass to a lower class first
 // waits (on Linux) for the runtime's next poll of the network, and a call

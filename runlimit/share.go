@@ -14,11 +14,10 @@ const (
 	starvedAfter = 3    // intervals of lower classes waiting unserved that end a class's room
 )
 
-// noteRoom records, over the interval that ends at end, in which the
-// calls that finished held their turns for busy ns in all, whether the
-// server was full and, for each class, whether it and the classes above
-// it left room (bursts, not a standing queue: see Lane.Admissible), and
-// moves the slack (noteSlack). Needs upd, and shareClasses first.
+// noteRoom records, for the interval ending at end whose calls held
+// their turns busy ns, whether the server was full and which classes left
+// room (Lane.Admissible), and moves the slack. Needs upd, after
+// shareClasses.
 func (l *Limiter) noteRoom(busy float64, end int64) {
 	// The turns handed out (the limit), not the estimate.
 	wall := float64(end - l.opened)
@@ -94,7 +93,6 @@ func (l *Limiter) noteSlack(busy, wall float64, end int64) {
 
 // shareClasses sets each class's share of the interval's turns that the
 // classes above it left, and starts counting anew. Needs upd.
-
 func (l *Limiter) shareClasses() {
 	var served [len(l.served)]float64
 	var total float64
@@ -120,8 +118,7 @@ func (l *Limiter) shareClasses() {
 	l.recent.Store(recent)
 }
 
-// stoodSince reports whether calls have waited without a pause since at
-// least t, ns since epoch.
+// stoodSince reports whether calls have waited without a pause since t.
 func (l *Limiter) stoodSince(t int64) bool {
 	q := l.queuedSince.Load()
 	return q != 0 && q-1 <= t

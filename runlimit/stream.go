@@ -6,20 +6,14 @@ import (
 	"time"
 )
 
-// Streams (see the package doc): a server-streaming call holds its turn
-// for at most streamHold; a flow whose streams stay open takes no turn
-// for them.
-
-// errNoTurn: a stream's wait for a turn ran out without evidence of
-// overload; it runs without a turn, not beyond the limit, so that streams
-// waiting for events are no overrun (which is evidence of overload).
+// errNoTurn: a stream's wait ran out without evidence of overload; it
+// runs without a turn, not beyond the limit, so that it is no overrun.
 var errNoTurn = errors.New("runlimit: a stream runs without a turn")
 
 const (
 	streamHoldMul = 2 // a stream holds its turn for at most this many queue targets
-	// At a score (streams that outlived their hold, less those that did
-	// not, within ±streamLongMax) of streamLongAt a flow's streams take
-	// no turn.
+	// At a score (Flow.streamScore, within ±streamLongMax) of
+	// streamLongAt a flow's streams take no turn.
 	streamLongAt  = 4
 	streamLongMax = 8
 )
@@ -27,8 +21,7 @@ const (
 // streamHold is how long a stream of f holds its turn at most.
 func (f *Flow) streamHold() time.Duration { return streamHoldMul * f.QueueTarget() }
 
-// streamsStayOpen reports whether f's streams stay open past their hold:
-// they take no turn.
+// streamsStayOpen reports whether f's streams outlive their hold.
 func (f *Flow) streamsStayOpen() bool { return f.streamScore.Load() >= streamLongAt }
 
 // noteStream counts a stream of f that stayed open past its hold (long)
@@ -54,8 +47,7 @@ type streamTurn struct {
 	state atomic.Bool // the turn was given back
 }
 
-// holdStream makes t a stream's turn, given back after f's hold at the
-// latest.
+// holdStream makes t a stream's turn, given back after its hold.
 func holdStream(t Ticket) *streamTurn {
 	t.stream = true
 	st := &streamTurn{t: t}
@@ -77,9 +69,8 @@ func (st *streamTurn) expire() {
 	}
 }
 
-// finish ends the stream within its hold: its turn is given back and,
-// if learn, its time learned as a service time, by nf if not nil (the
-// name got a flow of its own as it ended).
+// finish gives the turn back within its hold and, if learn, teaches its
+// time, to nf if not nil (the name got a flow as it ended).
 func (st *streamTurn) finish(nf *Flow, learn, overload bool) {
 	if !st.state.CompareAndSwap(false, true) {
 		return
@@ -97,9 +88,8 @@ func (st *streamTurn) finish(nf *Flow, learn, overload bool) {
 	st.t.Done(f.l.o.now(), overload)
 }
 
-// finishUnturned counts a stream of f that ran without a turn from start
-// (ns since the Limiter's epoch) to now, if it ended within its hold.
-
+// finishUnturned counts a stream that ran without a turn from start if it
+// ended within its hold.
 func (f *Flow) finishUnturned(start int64) {
 	if f.l.nanos(f.l.o.now())-start < int64(f.streamHold()) {
 		f.noteStream(false)
