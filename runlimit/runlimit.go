@@ -433,8 +433,7 @@ func (l *Limiter) Stats() Stats {
 // with no flow to forget, it returns OverflowFlow. It allocates only when
 // it creates a flow.
 func (l *Limiter) Flow(name string) *Flow {
-	if f, ok := (*l.flows.Load())[name]; ok {
-		f.touch()
+	if f := l.lookup(name); f != l.unserved {
 		return f
 	}
 	if f := l.addFlow(name); f != nil {
