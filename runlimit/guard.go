@@ -32,7 +32,8 @@ const (
 // intervals without the handler asking for its turn. At the handler's
 // start (admission.Starter) it waits for the call's turn, refusing the
 // call if the wait ran out (ReasonTimeout) or its deadline can no longer
-// be met (ReasonTooLate). Finish returns the turn and teaches l the
+// be met (ReasonTooLate), and yields the CPU once unless the flow's calls
+// are shorter than 200µs. Finish returns the turn and teaches l the
 // service time of a call that succeeded, or that it failed by overload.
 // Streams: see the package doc. A name's calls share UnservedFlow until
 // one of them succeeds. docs/runlimit.md, "NewGuard", gives each rule.

@@ -25,8 +25,9 @@ const (
 // one call's lane if lane is set.
 type facts struct {
 	off uint32 // rules switched off (ablation.go)
-	// A signal with utilisation (hasUtil) busy for busyFor ns (lookCPU),
-	// -1 if not now; one with only Saturated is taken as it says.
+	// A signal with utilisation (hasUtil) at or above cpuThreshold for
+	// busyFor ns (lookCPU), -1 if not now; one with only Saturated is
+	// taken as it says.
 	hasCPU, hasUtil, saturated bool
 	util, cpuThreshold         float64
 	busyFor                    int64
