@@ -28,6 +28,7 @@ test: tidy vet build staticcheck benchmods
 	@# tests of the scheduler's order, which the race detector randomises.
 	$(GO) test -count=1 -run 'Flood' ./ratelimit
 	$(GO) test -count=1 -run 'TestAdmittedPathAllocations' ./connectguard
+	$(GO) test -count=1 ./internal/netpoll
 	$(GO) test -count=1 -run 'TestWaitedTurnYieldsFirst|TestShortWaitedTurnDoesNotYield|TestShortCallStartsWithoutYielding|TestTurnWaitsForUnreadRequest|TestOneTurnForHandlersSharingOneProcessor' ./runlimit
 	@# The simulated table at full size (a few rows under the race detector).
 	$(GO) test -count=1 -run 'TestSimShapes|TestSimAblation' ./runlimit
