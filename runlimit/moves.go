@@ -7,7 +7,8 @@ import (
 )
 
 // MoveCause says why the learner moved the limit (docs/runlimit-learner.md
-// describes each move).
+// describes each move). The zero MoveCause, "", is no cause: a Limiter
+// records a move it names no cause for as MoveOther, never as "".
 type MoveCause string
 
 // The causes of the limit's moves.
@@ -36,7 +37,11 @@ const (
 	MoveOther MoveCause = "other"
 )
 
-// Move is one move of the limit, a plain value.
+// Move is one move of the limit, copied out by Limiter.Moves or given to
+// OnMove's function: a plain value with no lock of its own, safe to keep
+// and to read from any goroutine. The zero Move is no move (0 to 0 at the
+// zero time, no cause), which a Limiter never reports: its moves change
+// the limit.
 type Move struct {
 	At       time.Time // when the limit moved, on the Limiter's clock
 	From, To int       // the limit before and after

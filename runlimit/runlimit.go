@@ -348,8 +348,12 @@ func (l *Limiter) Running() int { return int(running(l.state.Load())) }
 // Waiting returns the calls waiting for a turn.
 func (l *Limiter) Waiting() int { return int(waiting(l.state.Load())) }
 
-// Stats are a Limiter's counters since New, a plain value (the zero value
-// counts nothing).
+// Stats are a Limiter's state and its counters since New, copied out by
+// Limiter.Stats: a plain value with no lock of its own, safe to copy and
+// to read from several goroutines, not to write from several at once.
+// Each figure is read on its own: calls that end meanwhile may be in one
+// and not in another. The zero Stats counts nothing; its Limit, 0, is one
+// no Limiter has.
 type Stats struct {
 	Limit     int    // the current limit
 	Running   int    // calls holding a turn
@@ -389,15 +393,17 @@ type Stats struct {
 }
 
 // EvidenceStats count refusals by the evidence of overload they were made
-// on (Limiter.Overloaded names each rule). A plain value.
+// on (Limiter.Overloaded names each rule). A plain value, safe to read
+// from several goroutines as Stats is; the zero value is no refusal.
 type EvidenceStats struct {
 	CPU, Overrun, Standing, Lane, Spike uint64
 }
 
 // ProbeStats count the probes of one kind, which lower the limit for a
-// while to measure service times with less contention. A plain value.
-// Every probe that ended is counted once as Kept, Undone, Abandoned or
-// Empty.
+// while to measure service times with less contention. A plain value,
+// safe to read from several goroutines as Stats is; the zero value is no
+// probe started. Every probe that ended is counted once as Kept, Undone,
+// Abandoned or Empty.
 type ProbeStats struct {
 	Started   uint64
 	Kept      uint64 // the limit ended lower than before the probe
@@ -706,8 +712,12 @@ func (f *Flow) learnMean(svc, end int64) {
 	ewma.Update(&f.svc, svc)
 }
 
-// Ticket is one call's turn. Finish it once with Done or Release. The zero
-// Ticket holds nothing.
+// Ticket is one call's turn. Finish it once with Done or Release, from
+// any goroutine: a Ticket is a plain value, and its copies hold the same
+// turn, so finish only one of them. A turn finished twice is returned
+// twice, which corrupts the Limiter's count of calls running. The zero
+// Ticket holds nothing: Done and Release do nothing, and Start is the
+// zero time.
 type Ticket struct {
 	f      *Flow
 	ln     *Lane // the lane whose class the turn counts for; nil: Critical

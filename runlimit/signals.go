@@ -9,7 +9,10 @@ import (
 
 // Signal is one of a Limiter's signals of overload at an instant: its
 // measure, the level at which it is evidence, and whether it is
-// (Limiter.Overloaded is whether any is).
+// (Limiter.Overloaded is whether any is). Limiter.Signals copies it out: a
+// plain value with no lock of its own, safe to keep and to read from any
+// goroutine. The zero Signal names no signal (admission.EvidenceNone, 0
+// against 0) and does not hold.
 type Signal struct {
 	// Evidence names the signal, as a refusal made on it does: cpu,
 	// overrun, standing or spike.
