@@ -258,10 +258,11 @@ type limiterGuard interface {
 
 // Status reads the page's sources now.
 func (p *Page) Status() Status {
-	now := time.Now()
-	if p.now != nil {
-		now = p.now()
+	clock := p.now
+	if clock == nil { // the zero Page
+		clock = time.Now
 	}
+	now := clock()
 	st := Status{Time: now, RunLimits: []RunLimit{}, Signals: []Signal{}, RefusalCounts: []RefusalCount{}, Refusals: p.refusals()}
 	var sheds []admission.Guard
 	if e := p.src.Engine; e != nil {
