@@ -142,6 +142,9 @@ type probeState struct {
 	r       float64   // the stretch that prompted it; for probeLag, the lag, ns
 	limit   int
 	started int64
+	// floored: the probe's limit is the load the interval carried
+	// (sample.needed), above the fraction it meant to try.
+	floored bool
 }
 
 // learner is the learner's state, a value; under Limiter.upd.
@@ -199,7 +202,9 @@ func (s learner) startProbe(now int64, kind probeKind, est float64, limit int, r
 // decide moves the learner on from the interval m, no probe running.
 func (s learner) decide(m *sample, o *options) (learner, step) {
 	if lower, ok := s.baselineProbeDue(m, o); ok {
-		return s.startProbe(m.end, probeBaseline, s.est, lower, 1, o)
+		s, st := s.startProbe(m.end, probeBaseline, s.est, lower, 1, o)
+		s.probe.floored = lower > int(s.est*probeFraction)
+		return s, st
 	}
 	if m.overran && o.on(ruleOverranSkip) {
 		// Service times of more calls at once than the limit.
@@ -327,8 +332,14 @@ func (s learner) endProbe(now int64, pm probed, o *options) (learner, step) {
 	}
 	switch p.kind {
 	case probeBaseline:
-		if pr < rebaseTrigger {
+		switch {
+		case pr < rebaseTrigger:
 			undo.baselines = lowerBaselines
+		case p.floored:
+			// Held up by the load it had to carry, the probe ran as many
+			// calls at once as before: its stretch says nothing of the
+			// baseline (the calls may queue at a pool all the same).
+			undo.baselines = keepBaselines
 		}
 	case probeStretch:
 		if pr < rebaseTrigger {

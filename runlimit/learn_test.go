@@ -194,3 +194,38 @@ func TestNoLearningWhileOverrun(t *testing.T) {
 		}
 	}
 }
+
+// TestFlooredBaselineProbeMovesNoBaseline: a first-baseline probe that
+// the load's need held above half the limit ran about as many calls at
+// once as the limit: a stretch it measures (a queue for a pool, under a
+// load above the capacity) moves no baseline. One the fraction set moves
+// them, as before.
+func TestFlooredBaselineProbeMovesNoBaseline(t *testing.T) {
+	o := options{floor: 1, ceiling: DefaultCeiling, procs: 2, interval: DefaultInterval}
+	base := float64(10 * time.Millisecond)
+	for _, tt := range []struct {
+		name    string
+		asked   float64 // turns asked for, per ns
+		floored bool
+		want    baselineOp
+	}{
+		{"held up by the load's need", 1500 / 1e9, true, keepBaselines}, // needs 15 of 16
+		{"at half the limit", 200 / 1e9, false, rebaseline},            // needs 2
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			s := learner{est: 16, phase: phaseSteady}
+			m := sample{end: int64(time.Second), weight: 20, ratios: 20, bases: 20 * base, asked: tt.asked}
+			s, st := s.decide(&m, &o)
+			if !st.start || s.probe.kind != probeBaseline {
+				t.Fatalf("decide: step %+v, probe %+v, want a baseline probe started", st, s.probe)
+			}
+			if s.probe.floored != tt.floored {
+				t.Fatalf("probe %+v: floored = %v, want %v", s.probe, s.probe.floored, tt.floored)
+			}
+			_, end := s.endProbe(2*int64(time.Second), probed{n: probeSamples, stretch: 2, hasBase: true}, &o)
+			if end.cause != MoveProbeUndone || end.baselines != tt.want {
+				t.Errorf("endProbe at a stretch of 2: cause %v, baselines %v, want undone with %v", end.cause, end.baselines, tt.want)
+			}
+		})
+	}
+}
