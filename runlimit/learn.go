@@ -202,9 +202,9 @@ func (s learner) startProbe(now int64, kind probeKind, est float64, limit int, r
 // decide moves the learner on from the interval m, no probe running.
 func (s learner) decide(m *sample, o *options) (learner, step) {
 	if lower, ok := s.baselineProbeDue(m, o); ok {
-		s, st := s.startProbe(m.end, probeBaseline, s.est, lower, 1, o)
-		s.probe.floored = lower > int(s.est*probeFraction)
-		return s, st
+		next, st := s.startProbe(m.end, probeBaseline, s.est, lower, 1, o)
+		next.probe.floored = lower > int(s.est*probeFraction)
+		return next, st
 	}
 	if m.overran && o.on(ruleOverranSkip) {
 		// Service times of more calls at once than the limit.

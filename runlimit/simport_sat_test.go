@@ -75,8 +75,8 @@ func TestSimNoDriftInFourMinutes(t *testing.T) {
 	if hi > 16 {
 		t.Errorf("limit went from %d up to %d (low %d) in 4 minutes of steady load; want it to stay near the pool size", limit0, hi, lo)
 	}
-	// The same probe rebases once the measured window began (see
-	// TestSimSettlesNearPoolSizeForIOBound).
+	// The first-baseline probe, held up by the load's need, moves no
+	// baseline (see TestSimSettlesNearPoolSizeForIOBound).
 	if st.Rebases != 0 {
 		t.Errorf("Stats().Rebases = %d over steady load, want 0", st.Rebases)
 	}
