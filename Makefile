@@ -1,7 +1,7 @@
 # levee build and test targets. `make test` is what CI runs (.ci/run).
 GO ?= go
 
-.PHONY: test vet tidy build staticcheck benchmods tools layers race bench proto fuzz soak
+.PHONY: test fmt vet tidy build staticcheck benchmods tools layers race bench proto fuzz soak
 
 # staticcheck at a pinned release (v0.8.2 is staticcheck 2026.2.2), run
 # through the Go module proxy: nothing to install beyond Go itself. Raise
@@ -20,7 +20,7 @@ TEST_MODULES := conformance/connectsuite
 ## the race detector. Packages run one at a time (-p 1): the demo's
 ## end-to-end test pins server processes to CPUs and measures their
 ## goodput, which other packages' tests would steal from.
-test: tidy vet build staticcheck benchmods
+test: fmt tidy vet build staticcheck benchmods
 	$(GO) test -race -count=1 -p 1 ./...
 	@for m in $(TEST_MODULES); do echo "cd $$m && $(GO) test -race -count=1 ./..."; (cd $$m && $(GO) test -race -count=1 ./...) || exit 1; done
 	@# Full-size memory tests that the race detector makes too slow,
@@ -30,8 +30,13 @@ test: tidy vet build staticcheck benchmods
 	$(GO) test -count=1 -run 'TestAdmittedPathAllocations' ./connectguard
 	$(GO) test -count=1 ./internal/netpoll
 	$(GO) test -count=1 -run 'TestWaitedTurnYieldsFirst|TestShortWaitedTurnDoesNotYield|TestShortCallStartsWithoutYielding|TestTurnWaitsForUnreadRequest|TestOneTurnForHandlersSharingOneProcessor' ./runlimit
-	@# The simulated table at full size (a few rows under the race detector).
+	@# The simulated table at full size, and its bounds on seeds 2-4 (a few
+	@# rows under the race detector).
 	$(GO) test -count=1 -run 'TestSimShapes|TestSimAblation' ./runlimit
+
+## fmt: fail, naming the files, when a Go file is not as gofmt writes it.
+fmt:
+	@out=$$("$$($(GO) env GOROOT)/bin/gofmt" -l .); if [ -n "$$out" ]; then echo "gofmt -l: not formatted:"; echo "$$out"; exit 1; fi
 
 vet:
 	$(GO) vet ./...
