@@ -138,8 +138,14 @@ func overloadOf(sh sim.Shape, load float64) sim.Shape {
 	return sh
 }
 
-// run simulates row against a fresh simPreset made with opts.
+// run simulates row with seed simSeed against a fresh simPreset made
+// with opts.
 func (row simRow) run(t testing.TB, opts ...Option) (*sim.Result, *simPreset) {
+	return row.runSeed(t, simSeed, opts...)
+}
+
+// runSeed is run with seed.
+func (row simRow) runSeed(t testing.TB, seed uint64, opts ...Option) (*sim.Result, *simPreset) {
 	sh := row.shape
 	po := presetOpts{opts: opts}
 	if row.told > 0 {
@@ -149,7 +155,7 @@ func (row simRow) run(t testing.TB, opts ...Option) (*sim.Result, *simPreset) {
 	if *simTrace != "" && strings.HasPrefix(row.name, *simTrace) {
 		p.trace = tracer(t, row.name, p, clk, sh.Method)
 	}
-	res, err := sim.Run(sh, p, simSeed, clk)
+	res, err := sim.Run(sh, p, seed, clk)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -228,24 +234,7 @@ func TestSimShapes(t *testing.T) {
 	names := make([]string, len(rows))
 	figs := make([]sim.Figures, len(rows))
 	for i, row := range rows {
-		r, p := row.run(t)
-		f := r.Figures()
-		names[i], figs[i] = row.name, f
-		st := p.l.Stats()
-		check := func(bound string, ok bool, format string, args ...any) {
-			t.Helper()
-			msg := fmt.Sprintf("%s: %s (limit %d, refused on %+v)", row.name, fmt.Sprintf(format, args...), st.Limit, st.RefusedOn)
-			checkKnown(t, row.known, row.name, bound, ok, msg)
-		}
-		check(boundGoodput, f.Goodput >= simKept*f.Ceiling, "spike goodput %.1f%% of capacity, want >= %.0f%% of the ceiling %.1f%%", 100*f.Goodput, 100*simKept, 100*f.Ceiling)
-		normal, high := r.Phase(sim.Normal), r.Phase(sim.High)
-		refusedLater := normal.Refused + normal.TooShort - normal.RefusedFirst
-		check(boundNormal, refusedLater == 0 && (row.cold || row.startup || normal.RefusedFirst == 0), "refused at 0.5x %d calls (%d in the first second), want none (but in a cold start's first second)", normal.Refused+normal.TooShort, normal.RefusedFirst)
-		check(boundHigh, high.Refused+high.TooShort == 0, "refused at 0.7x %d calls, want none", high.Refused+high.TooShort)
-		check(boundRecovery, f.Recovery >= simRecovered, "recovery's first second served %.1f%%, want >= %.0f%%", 100*f.Recovery, 100*simRecovered)
-		check(boundRefusalP99, f.RefusalP99 <= simRefusalP99, "refusal p99 %v, want <= %v", f.RefusalP99, simRefusalP99)
-		check(boundSuccessP99, f.SuccessP99Spike <= simSuccessP99(row.shape), "success p99 in the spike %v, want <= %v", f.SuccessP99Spike, simSuccessP99(row.shape))
-		check(boundTimedOut, f.TimedOutSpike == 0, "%.1f%% of the spike's calls timed out, want none", 100*f.TimedOutSpike)
+		names[i], figs[i] = row.name, checkRow(t, row, simSeed, row.known)
 	}
 	var b strings.Builder
 	sim.WriteTable(&b, names, figs)
@@ -266,6 +255,81 @@ func TestSimShapes(t *testing.T) {
 	b.Reset()
 	sim.WriteTable(&b, names, figs)
 	t.Logf("open, not held to the bounds:\n%s", b.String())
+}
+
+// otherSeedsKnown are the bounds that rows break on seeds other than
+// simSeed, by a known defect of the library, by seed and row (the marks
+// of simRow.known are seed 1's). Each must stay broken, so that a fix
+// shows and its mark must go (docs/ablation.md, "Other seeds").
+var otherSeedsKnown = map[uint64]map[string]map[string]string{
+	2: {"io pool 2, 1ms": {boundGoodput: "a CPU probe's cut kept at the spike's start"}},
+	3: {
+		"io pool 2, 1ms":   {boundGoodput: "a CPU probe's cut kept at the spike's start"},
+		"twokinds":         {boundHigh: headOfLine},
+		"twokinds told 2x": {boundHigh: headOfLine},
+		"cores2":           {boundHigh: laneOfFewCalls},
+		"io pool 32, 50ms": {boundSuccessP99: "not diagnosed: 633ms against 603ms"},
+	},
+	4: {
+		"io pool 2, 1ms": {boundGoodput: "a CPU probe's cut kept at the spike's start"},
+		"heavytail":      {boundHigh: headOfLine},
+		"cores2":         {boundHigh: laneOfFewCalls},
+	},
+}
+
+// The defects otherSeedsKnown names.
+const (
+	// One processor, CPU-bound calls: the limit settles at one turn, and
+	// calls wait first come, first served. With costly calls among them
+	// (twokinds' 15ms, heavytail's lognormal tail) the mean wait at 0.7x
+	// is several mean service times (M/G/1: ρE[S²]/2E[S](1−ρ), 11ms for
+	// heavytail's 2ms mean), so a few wait past the queue target and are
+	// refused once their turn comes (Late).
+	headOfLine = "at one turn per processor, calls wait behind costly ones past the queue target at 0.7x"
+	// Calls of 40ms on two processors: an interval's work is a few calls,
+	// and at 0.7x a Poisson burst queues more than that in a lane now and
+	// then (M/D/2 at 0.7: a few percent of arrivals find eight waiting).
+	laneOfFewCalls = "a lane's bound of an interval's work is a few long calls, which a burst at 0.7x exceeds"
+)
+
+// TestSimShapesOtherSeeds holds TestSimShapes' rows to the same bounds on
+// seeds 2 to 4: a bound that holds on one seed only is one run of one
+// shape.
+func TestSimShapesOtherSeeds(t *testing.T) {
+	for seed := uint64(2); seed <= 4; seed++ {
+		for _, row := range simRows() {
+			checkRow(t, row, seed, otherSeedsKnown[seed][row.name])
+		}
+	}
+}
+
+// checkRow runs row with seed and checks it against every bound of
+// TestSimShapes, known naming those it breaks by a known defect, and
+// returns its figures.
+func checkRow(t *testing.T, row simRow, seed uint64, known map[string]string) sim.Figures {
+	t.Helper()
+	r, p := row.runSeed(t, seed)
+	f := r.Figures()
+	st := p.l.Stats()
+	name := row.name
+	if seed != simSeed {
+		name = fmt.Sprintf("%s (seed %d)", row.name, seed)
+	}
+	check := func(bound string, ok bool, format string, args ...any) {
+		t.Helper()
+		msg := fmt.Sprintf("%s: %s (limit %d, refused on %+v)", name, fmt.Sprintf(format, args...), st.Limit, st.RefusedOn)
+		checkKnown(t, known, name, bound, ok, msg)
+	}
+	check(boundGoodput, f.Goodput >= simKept*f.Ceiling, "spike goodput %.1f%% of capacity, want >= %.0f%% of the ceiling %.1f%%", 100*f.Goodput, 100*simKept, 100*f.Ceiling)
+	normal, high := r.Phase(sim.Normal), r.Phase(sim.High)
+	refusedLater := normal.Refused + normal.TooShort - normal.RefusedFirst
+	check(boundNormal, refusedLater == 0 && (row.cold || row.startup || normal.RefusedFirst == 0), "refused at 0.5x %d calls (%d in the first second), want none (but in a cold start's first second)", normal.Refused+normal.TooShort, normal.RefusedFirst)
+	check(boundHigh, high.Refused+high.TooShort == 0, "refused at 0.7x %d calls, want none", high.Refused+high.TooShort)
+	check(boundRecovery, f.Recovery >= simRecovered, "recovery's first second served %.1f%%, want >= %.0f%%", 100*f.Recovery, 100*simRecovered)
+	check(boundRefusalP99, f.RefusalP99 <= simRefusalP99, "refusal p99 %v, want <= %v", f.RefusalP99, simRefusalP99)
+	check(boundSuccessP99, f.SuccessP99Spike <= simSuccessP99(row.shape), "success p99 in the spike %v, want <= %v", f.SuccessP99Spike, simSuccessP99(row.shape))
+	check(boundTimedOut, f.TimedOutSpike == 0, "%.1f%% of the spike's calls timed out, want none", 100*f.TimedOutSpike)
+	return f
 }
 
 // A fixed seed gives a bit-identical result through the preset too: the
