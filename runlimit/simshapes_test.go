@@ -279,13 +279,13 @@ var otherSeedsKnown = map[uint64]map[string]map[string]string{
 
 // The defects otherSeedsKnown names.
 const (
-	// One processor, CPU-bound calls: the limit settles at one turn, and
-	// calls wait first come, first served. With costly calls among them
-	// (twokinds' 15ms, heavytail's lognormal tail) the mean wait at 0.7x
-	// is several mean service times (M/G/1: ρE[S²]/2E[S](1−ρ), 11ms for
-	// heavytail's 2ms mean), so a few wait past the queue target and are
-	// refused once their turn comes (Late).
-	headOfLine = "at one turn per processor, calls wait behind costly ones past the queue target at 0.7x"
+	// Calls scheduled in the 0.7x phase's last milliseconds wait behind a
+	// costly call (twokinds' 15ms, heavytail's tail) at one turn on one
+	// processor when the spike begins; past the queue target when its
+	// evidence shows (16.015-16.04s), they are refused on it. Refusals
+	// in overload, counted in the phase the calls were scheduled in: the
+	// oldest waiters go first where the newest could.
+	headOfLine = "the 0.7x phase's last calls, waiting behind a costly one when the spike begins, refused on its evidence"
 	// Calls of 40ms on two processors: an interval's work is a few calls,
 	// and at 0.7x a Poisson burst queues more than that in a lane now and
 	// then (M/D/2 at 0.7: a few percent of arrivals find eight waiting).
