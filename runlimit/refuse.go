@@ -38,6 +38,7 @@ type facts struct {
 	offered, finished          float64 // turns asked for and ended over the last interval and this one (spikeTurns)
 	lane                       bool
 	laneWork, intervalRun      float64 // the work queued in the lane, and what the limit runs in an interval, ns
+	laneCalls                  int64   // the calls queued in the lane
 }
 
 func (v *facts) on(r rule) bool { return v.off&(1<<r) == 0 }
@@ -65,7 +66,7 @@ func (v *facts) spike() overload.Reading { return overload.SpikeOf(v.offered, v.
 // laneFull: the lane's queue holds more work (its flow's baseline per
 // call) than the limit runs in an interval; never without a lane.
 func (v *facts) laneFull() overload.Reading {
-	r := overload.LaneOf(v.laneWork, v.intervalRun)
+	r := overload.LaneOf(v.laneWork, v.intervalRun, v.laneCalls)
 	r.Holds = r.Holds && v.lane
 	return r
 }
@@ -178,7 +179,8 @@ func (l *Limiter) read(ln *Lane, now int64) facts {
 	v := facts{off: l.o.off, hasCPU: l.o.cpu != nil, busyFor: -1, queuedFor: -1, sustained: l.sustained()}
 	if ln != nil {
 		v.lane = true
-		v.laneWork = float64(ln.count.Load()) * ln.f.work()
+		v.laneCalls = ln.count.Load()
+		v.laneWork = float64(v.laneCalls) * ln.f.work()
 		v.intervalRun = float64(l.limit.Load()) * float64(l.o.interval)
 	}
 	l.readCPU(&v, now)

@@ -267,13 +267,11 @@ var otherSeedsKnown = map[uint64]map[string]map[string]string{
 		"io pool 2, 1ms":   {boundGoodput: "a CPU probe's cut kept at the spike's start"},
 		"twokinds":         {boundHigh: headOfLine},
 		"twokinds told 2x": {boundHigh: headOfLine},
-		"cores2":           {boundHigh: laneOfFewCalls},
 		"io pool 32, 50ms": {boundSuccessP99: "not diagnosed: 633ms against 603ms"},
 	},
 	4: {
 		"io pool 2, 1ms": {boundGoodput: "a CPU probe's cut kept at the spike's start"},
 		"heavytail":      {boundHigh: headOfLine},
-		"cores2":         {boundHigh: laneOfFewCalls},
 	},
 }
 
@@ -286,10 +284,6 @@ const (
 	// in overload, counted in the phase the calls were scheduled in: the
 	// oldest waiters go first where the newest could.
 	headOfLine = "the 0.7x phase's last calls, waiting behind a costly one when the spike begins, refused on its evidence"
-	// Calls of 40ms on two processors: an interval's work is a few calls,
-	// and at 0.7x a Poisson burst queues more than that in a lane now and
-	// then (M/D/2 at 0.7: a few percent of arrivals find eight waiting).
-	laneOfFewCalls = "a lane's bound of an interval's work is a few long calls, which a burst at 0.7x exceeds"
 )
 
 // TestSimShapesOtherSeeds holds TestSimShapes' rows to the same bounds on

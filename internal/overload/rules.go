@@ -29,8 +29,9 @@ const (
 	// overloaded.
 	CPUFloor = 0.95
 	// MinExcess: the least excess of calls in the overrun and spike
-	// rules. In processor sharing at a load ρ below capacity, n calls or
-	// more are present a share ρⁿ of the time: 20 hardly ever are.
+	// rules, and the fewest calls a full lane holds. In processor sharing
+	// at a load ρ below capacity, n calls or more are present a share ρⁿ
+	// of the time: 20 hardly ever are.
 	MinExcess = 20
 	// SpikeRatio: a spike asks for turns this many times as fast as turns
 	// end, or faster; a server below its capacity ends about as many
@@ -110,14 +111,18 @@ func SpikeOf(offered, finished float64) Reading {
 	return Reading{Kind: Spike, Value: offered, Threshold: bound, Holds: offered >= bound}
 }
 
-// LaneOf: a lane's queue holds work ns of work (its calls times its
-// flow's baseline per call), and the limit runs intervalRun ns of work
-// in an interval (the limit times the interval); the lane is full at
-// intervalRun or more. Invariant: such a queue cannot drain within an
-// interval; waiting for a standing queue to show would admit a spike's
-// worth of calls. Value and Threshold: in milliseconds.
-func LaneOf(work, intervalRun float64) Reading {
-	return Reading{Kind: Lane, Value: work / ms, Threshold: intervalRun / ms, Holds: work >= intervalRun}
+// LaneOf: a lane's queue holds calls calls and work ns of work (its
+// calls times its flow's baseline per call), and the limit runs
+// intervalRun ns of work in an interval (the limit times the interval);
+// the lane is full at intervalRun or more, with MinExcess calls or more.
+// Invariant: such a queue cannot drain within an interval; waiting for a
+// standing queue to show would admit a spike's worth of calls. But where
+// an interval's work is a few long calls (40ms on two processors: five),
+// a load well below capacity queues that many now and then: a queue of
+// n calls or more is there a share ρⁿ of the time at a load ρ (see
+// MinExcess). Value and Threshold: in milliseconds.
+func LaneOf(work, intervalRun float64, calls int64) Reading {
+	return Reading{Kind: Lane, Value: work / ms, Threshold: intervalRun / ms, Holds: work >= intervalRun && calls >= MinExcess}
 }
 
 // # The memory shedder's rules (memshed)
