@@ -64,7 +64,8 @@ func (v *facts) standing() overload.Reading {
 func (v *facts) spike() overload.Reading { return overload.SpikeOf(v.offered, v.finished) }
 
 // laneFull: the lane's queue holds more work (its flow's baseline per
-// call) than the limit runs in an interval; never without a lane.
+// call) than the limit runs in an interval, in overload.MinExcess calls
+// or more; never without a lane.
 func (v *facts) laneFull() overload.Reading {
 	r := overload.LaneOf(v.laneWork, v.intervalRun, v.laneCalls)
 	r.Holds = r.Holds && v.lane
