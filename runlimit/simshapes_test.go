@@ -75,10 +75,7 @@ func simRows() []simRow {
 			inUse := 0.5 * sh.Capacity(false) * q.Seconds() // connections in use at 0.5x
 			row := simRow{name: fmt.Sprintf("io pool %d, %v", conns, q), shape: sh, startup: inUse > 8}
 			if conns == 2 && q == time.Millisecond {
-				// Overruns at the spike's start stretch the service time;
-				// a CPU probe reads it as time-sharing and keeps a cut of
-				// the limit below what the pool and the processor run.
-				row.known = map[string]string{boundGoodput: "a CPU probe's cut kept at the spike's start"}
+				row.known = map[string]string{boundGoodput: cpuProbeKept}
 			}
 			rows = append(rows, row)
 		}
@@ -262,21 +259,25 @@ func TestSimShapes(t *testing.T) {
 // of simRow.known are seed 1's). Each must stay broken, so that a fix
 // shows and its mark must go (docs/ablation.md, "Other seeds").
 var otherSeedsKnown = map[uint64]map[string]map[string]string{
-	2: {"io pool 2, 1ms": {boundGoodput: "a CPU probe's cut kept at the spike's start"}},
+	2: {"io pool 2, 1ms": {boundGoodput: cpuProbeKept}},
 	3: {
-		"io pool 2, 1ms":   {boundGoodput: "a CPU probe's cut kept at the spike's start"},
+		"io pool 2, 1ms":   {boundGoodput: cpuProbeKept},
 		"twokinds":         {boundHigh: headOfLine},
 		"twokinds told 2x": {boundHigh: headOfLine},
 		"io pool 32, 50ms": {boundSuccessP99: "not diagnosed: 633ms against 603ms"},
 	},
 	4: {
-		"io pool 2, 1ms": {boundGoodput: "a CPU probe's cut kept at the spike's start"},
+		"io pool 2, 1ms": {boundGoodput: cpuProbeKept},
 		"heavytail":      {boundHigh: headOfLine},
 	},
 }
 
-// The defects otherSeedsKnown names.
+// The defects the marks of simRow.known and otherSeedsKnown name.
 const (
+	// Overruns at the spike's start stretch the service time; a CPU
+	// probe reads it as time-sharing and keeps a cut of the limit below
+	// what the pool and the processor run.
+	cpuProbeKept = "a CPU probe's cut kept at the spike's start"
 	// Calls scheduled in the 0.7x phase's last milliseconds wait behind a
 	// costly call (twokinds' 15ms, heavytail's tail) at one turn on one
 	// processor when the spike begins; past the queue target when its
