@@ -16,8 +16,7 @@ const (
 	ruleEvidenceSpike                // overload.Spike: calls ask twice as fast as turns end
 	ruleOverranSkip                  // decide leaves the limit after an interval with overruns
 	ruleProbeBaseline                // the first baseline measured at half the limit
-	ruleProbeStretch                 // a large stretch probes at half the limit
-	ruleProbeCPU                     // a stretch as under time-sharing probes fewer calls
+	ruleProbeCPU                     // a stretch probes fewer calls at once
 	ruleProbeLag                     // a lag to run once handed a turn probes fewer turns
 	ruleCPUHoldsGrowth               // a saturated CPU signal holds the limit's growth off
 	ruleSlowStart                    // before a stretch the limit doubles, not √limit
@@ -30,7 +29,7 @@ const (
 var ruleNames = [rules]string{
 	"evidence: CPU", "evidence: overrun", "evidence: standing queue", "evidence: lane", "evidence: spike",
 	"learner: no decision after overruns",
-	"probe: first baseline", "probe: stretch", "probe: CPU", "probe: lag", "learner: CPU holds growth",
+	"probe: first baseline", "probe: CPU", "probe: lag", "learner: CPU holds growth",
 	"learner: slow start", "slack", "roomy classes",
 }
 

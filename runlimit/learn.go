@@ -13,6 +13,10 @@ import (
 // The gate cpuElsewhere, closed by a cut for the CPU or the lag that did
 // not help with the CPU saturated, stops probeCPU and probeLag until a
 // decision finds the CPU not saturated.
+//
+// probeCPU, named for the time-sharing it was first written for, tests
+// any stretch as the limit's own queue (at processors or at a pool): do
+// fewer calls at once run shorter?
 
 // learnPhase is where the learner stands between probes.
 type learnPhase uint8
@@ -29,8 +33,7 @@ type probeKind uint8
 const (
 	probeNone     probeKind = iota
 	probeBaseline           // measure the first baseline with less contention
-	probeStretch            // service times stretched: ours, or the service's?
-	probeCPU                // the CPU is time-shared: do fewer calls at once help?
+	probeCPU                // service times stretched: do fewer calls at once help?
 	probeLag                // calls wait to run once handed a turn: do fewer turns help?
 	probeKinds
 )
@@ -62,20 +65,21 @@ const (
 	abandonBackoff        = 0.9
 	probeSpacing          = 5   // intervals between probes, without a saturated CPU
 	holdIntervals         = 20  // intervals a kept cut holds growth off
-	probeFraction         = 0.5 // share of the limit the baseline and stretch probes run at
+	probeFraction         = 0.5 // share of the limit the baseline probe runs at
 	rebaseTrigger         = 1.2 // a stretch this large at the lower limit moves the baselines
-	// A stretch of stretchProbeTrigger probes instead of shrinking; a kept
-	// stretch probe leaves stretchCut of the limit.
-	stretchProbeTrigger = 1.5
-	stretchCut          = 0.8
 	// probeCPU: a stretch r above shrinkTrigger, with a Vegas queue at
-	// least timeSharingQueue of limit − 1, tries
-	// est × max(cpuCutMin, cpuCutMargin/r), kept if r falls below cpuKeep.
-	shrinkTrigger    = 1.25
-	timeSharingQueue = 0.5
-	cpuCutMargin     = 1.1
-	cpuCutMin        = 0.25
-	cpuKeep          = 0.8
+	// least timeSharingQueue of limit − 1 or, for a stretch of at least
+	// stretchProbeTrigger, above the Vegas band, tries
+	// est × max(cpuCutMin, cpuCutMargin/r), kept if r falls below cpuKeep
+	// of itself. A cut that serves keepServed of the calls a second served
+	// before is kept so whatever time-sharing explains.
+	shrinkTrigger       = 1.25
+	timeSharingQueue    = 0.5
+	stretchProbeTrigger = 1.5
+	cpuCutMargin        = 1.1
+	cpuCutMin           = 0.25
+	cpuKeep             = 0.8
+	keepServed          = 0.7
 	// probeLag: lagSamples calls whose lag to run exceeds lagTrigger
 	// baselines try est/(1+lag/base) turns, kept if the lag falls below
 	// lagKeep.
@@ -95,6 +99,7 @@ type sample struct {
 	bases   float64 // their flows' baselines, summed, ns
 	svcSum  float64 // their service times, summed, ns
 	asked   float64 // turns asked for in the interval, per ns (Limiter.offered)
+	done    float64 // turns ended per ns, smoothed (Limiter.doneRate)
 	cpuSat  bool    // the CPU signal is saturated and holds growth off
 	overran bool    // calls ran beyond the limit (overrun) in the interval
 }
@@ -145,6 +150,7 @@ type probeState struct {
 	// floored: the probe's limit is the load the interval carried
 	// (sample.needed), above the fraction it meant to try.
 	floored bool
+	rate    float64 // calls finished per ns before the probe (smoothed)
 }
 
 // learner is the learner's state, a value; under Limiter.upd.
@@ -194,15 +200,15 @@ func (s *learner) spaced(now int64, o *options) bool {
 
 // startProbe starts a probe of kind at limit (within the floor), from
 // est, prompted by r.
-func (s learner) startProbe(now int64, kind probeKind, est float64, limit int, r float64, o *options) (learner, step) {
-	s.probe = probeState{kind: kind, saved: est, limit: max(o.floor, limit), started: now, r: r}
+func (s learner) startProbe(m *sample, kind probeKind, est float64, limit int, r float64, o *options) (learner, step) {
+	s.probe = probeState{kind: kind, saved: est, limit: max(o.floor, limit), started: m.end, r: r, rate: m.done}
 	return s, step{start: true, probe: kind}
 }
 
 // decide moves the learner on from the interval m, no probe running.
 func (s learner) decide(m *sample, o *options) (learner, step) {
 	if lower, ok := s.baselineProbeDue(m, o); ok {
-		next, st := s.startProbe(m.end, probeBaseline, s.est, lower, 1, o)
+		next, st := s.startProbe(m, probeBaseline, s.est, lower, 1, o)
 		next.probe.floored = lower > int(s.est*probeFraction)
 		return next, st
 	}
@@ -233,11 +239,9 @@ func (s learner) move(m *sample, o *options) (learner, step) {
 	est, r := s.est, m.stretch()
 	switch {
 	case s.lagProbeDue(m, est, o) && o.on(ruleProbeLag):
-		return s.startProbe(m.end, probeLag, est, lagCut(est, m.lag(), m.base(), o), m.lag(), o)
+		return s.startProbe(m, probeLag, est, lagCut(est, m.lag(), m.base(), o), m.lag(), o)
 	case s.cpuProbeDue(m, est, r, o) && o.on(ruleProbeCPU):
-		return s.startProbe(m.end, probeCPU, est, cpuCut(est, r, o), r, o)
-	case vegasQueue(est, r) > vegasHi(est) && r >= stretchProbeTrigger && s.spaced(m.end, o) && o.on(ruleProbeStretch):
-		return s.startProbe(m.end, probeStretch, est, int(est*probeFraction), r, o)
+		return s.startProbe(m, probeCPU, est, cpuCut(est, r, o), r, o)
 	}
 	return s.vegas(m, est, r, o)
 }
@@ -276,10 +280,13 @@ func cpuCut(est, r float64, o *options) int {
 }
 
 // cpuProbeDue: the gate is open, the stretch above shrinkTrigger with a
-// queue near what time-sharing gives, the cut lowers the limit, and the
-// CPU is saturated or the last probe is probeSpacing intervals old.
+// queue near what time-sharing gives (or, from stretchProbeTrigger, any
+// queue above the Vegas band), the cut lowers the limit, and the CPU is
+// saturated or the last probe is probeSpacing intervals old.
 func (s *learner) cpuProbeDue(m *sample, est, r float64, o *options) bool {
-	return !s.cpuElsewhere && r > shrinkTrigger && vegasQueue(est, r) >= timeSharingQueue*(est-1) &&
+	q := vegasQueue(est, r)
+	queued := q >= timeSharingQueue*(est-1) || q > vegasHi(est) && r >= stretchProbeTrigger
+	return !s.cpuElsewhere && r > shrinkTrigger && queued &&
 		cpuCut(est, r, o) < int(est) && (m.cpuSat || s.spaced(m.end, o))
 }
 
@@ -306,6 +313,7 @@ type probed struct {
 	lagN, lagSum int64   // calls handed a turn, and their lag, ns
 	hasCPU       bool    // a CPU signal, which is saturated (cpuSat) or not
 	cpuSat       bool
+	rate         float64 // calls finished per ns since the calls drained to the probe's limit
 }
 
 // probeDone reports whether the probe measured enough or ran too long.
@@ -341,10 +349,6 @@ func (s learner) endProbe(now int64, pm probed, o *options) (learner, step) {
 			// baseline (the calls may queue at a pool all the same).
 			undo.baselines = keepBaselines
 		}
-	case probeStretch:
-		if pr < rebaseTrigger {
-			return s, step{set: true, est: p.saved * stretchCut, probe: p.kind, cause: MoveProbeKept, baselines: lowerBaselines}
-		}
 	case probeCPU:
 		return s.endCPUProbe(now, p, pm, undo, o)
 	case probeLag:
@@ -358,15 +362,23 @@ func (s learner) endProbe(now int64, pm probed, o *options) (learner, step) {
 	return s, undo
 }
 
-// endCPUProbe ends probe p (undo sets the limit back): slower than
-// time-sharing explains with the CPU not saturated, the service changed
-// (rebase); shorter than cpuKeep of p.r, the cut is kept; no shorter with
-// the CPU saturated, the gate closes; else baselines lowered unless
-// slower (docs/runlimit-learner.md, "How each probe ends").
+// endCPUProbe ends probe p (undo sets the limit back): shorter than
+// cpuKeep of p.r while serving keepServed of the calls a second served
+// before, the cut is kept; else slower than time-sharing explains with
+// the CPU not saturated, the service changed (rebase); else shorter than
+// cpuKeep of p.r, the cut is kept; no shorter with the CPU saturated, the
+// gate closes; else baselines lowered unless slower
+// (docs/runlimit-learner.md, "How each probe ends").
 func (s learner) endCPUProbe(now int64, p probeState, pm probed, undo step, o *options) (learner, step) {
 	pr := pm.stretch
 	shared := max(1, p.r*float64(p.limit)/p.saved) // the stretch time-sharing leaves at p.limit
 	switch {
+	case pr < cpuKeep*p.r && pm.rate >= keepServed*p.rate:
+		// Fewer calls at once served about as many a second, each
+		// shorter: the stretch was the limit's own queue (Little's law),
+		// whatever time-sharing alone explains. A service that slowed
+		// by itself serves fewer at a lower limit.
+		return s.keepCut(now, p, lowerBaselines, o)
 	case pr >= rebaseTrigger*shared && pm.hasCPU && !pm.cpuSat:
 		undo.baselines = rebaseline
 	case pr < cpuKeep*p.r:
@@ -414,7 +426,7 @@ func (c *probeCounts) stats() ProbeStats {
 func (l *Limiter) update(end int64) {
 	flows := l.allFlows()
 	if l.lr.probe.kind != probeNone {
-		if pm := l.probeMeasured(flows); l.lr.probeDone(end, pm.n, &l.o) {
+		if pm := l.probeMeasured(flows, end); l.lr.probeDone(end, pm.n, &l.o) {
 			l.probing.Store(false)
 			l.probes.Add(1)
 			l.peak.Store(running(l.state.Load())) // the peak before the probe says nothing of what follows
@@ -444,14 +456,20 @@ func (l *Limiter) update(end int64) {
 		return // the probe decides when it ends
 	}
 	m.cpuSat = l.o.cpu != nil && l.o.cpu.Saturated() && l.on(ruleCPUHoldsGrowth)
+	m.done = math.Float64frombits(l.doneRate.Load())
 	var st step
 	l.lr, st = l.lr.decide(&m, &l.o)
 	l.applyStep(st, flows)
 }
 
 // probeMeasured is what the running probe measured so far. Needs upd.
-func (l *Limiter) probeMeasured(flows []*Flow) probed {
+func (l *Limiter) probeMeasured(flows []*Flow, now int64) probed {
 	pm := probed{lagN: l.plagN.Load(), lagSum: l.plagSum.Load(), hasCPU: l.o.cpu != nil}
+	// drainedN is stored just after drained: until then, no rate (a cut
+	// is not kept on the calls it served, and the other cases decide).
+	if d, n := l.drained.Load(), l.drainedN.Load(); d != 0 && n >= 0 && now > d {
+		pm.rate = float64(l.finished.Load()-n) / float64(now-d)
+	}
 	var weight, ratios float64
 	for _, f := range flows {
 		pn, psum := f.pn.Load(), f.psum.Load()
@@ -539,6 +557,7 @@ func (l *Limiter) startProbe(kind probeKind, flows []*Flow) {
 	}
 	l.plagN.Store(0)
 	l.plagSum.Store(0)
+	l.drainedN.Store(-1) // before drained, so that a drained without its count reads as not yet
 	l.drained.Store(0)
 	l.probing.Store(true)
 	n := int64(l.lr.probe.limit)
@@ -549,8 +568,8 @@ func (l *Limiter) startProbe(kind probeKind, flows []*Flow) {
 func (l *Limiter) noteProbe(f *Flow, start, end, svc int64) {
 	d := l.drained.Load()
 	if d == 0 {
-		if running(l.state.Load()) <= l.limit.Load() {
-			l.drained.CompareAndSwap(0, end)
+		if running(l.state.Load()) <= l.limit.Load() && l.drained.CompareAndSwap(0, end) {
+			l.drainedN.Store(l.finished.Load())
 		}
 		return
 	}

@@ -12,7 +12,7 @@ import (
 func checkAccounts(t *testing.T, st Stats) {
 	t.Helper()
 	var ended, started, rebased uint64
-	for _, p := range []ProbeStats{st.ProbeBaseline, st.ProbeStretch, st.ProbeCPU, st.ProbeLag} {
+	for _, p := range []ProbeStats{st.ProbeBaseline, st.ProbeCPU, st.ProbeLag} {
 		ended += p.Kept + p.Undone + p.Abandoned + p.Empty
 		started += p.Started
 		rebased += p.Rebased
@@ -154,7 +154,7 @@ func TestNoLearningWhileOverrun(t *testing.T) {
 			t.Fatalf("baseline: Limit() = %d, want 4", got)
 		}
 		r.cpu.saturated = false // no evidence of overload from here on
-		probes := r.l.Stats().ProbeCPU.Started + r.l.Stats().ProbeStretch.Started + r.l.Stats().ProbeLag.Started
+		probes := r.l.Stats().ProbeCPU.Started + r.l.Stats().ProbeLag.Started
 		for end := r.now + time.Second; r.now < end; {
 			var held []Ticket
 			for range 4 {
@@ -176,7 +176,7 @@ func TestNoLearningWhileOverrun(t *testing.T) {
 		}
 		st := r.l.Stats()
 		checkAccounts(t, st)
-		probed := st.ProbeCPU.Started+st.ProbeStretch.Started+st.ProbeLag.Started > probes
+		probed := st.ProbeCPU.Started+st.ProbeLag.Started > probes
 		if overrun {
 			if got := r.l.Limit(); got != 4 || probed {
 				t.Errorf("stretched service times while calls overran: Limit() = %d, probed %t, want 4 and no probe (%+v)", got, probed, st)
@@ -225,6 +225,42 @@ func TestFlooredBaselineProbeMovesNoBaseline(t *testing.T) {
 			_, end := s.endProbe(2*int64(time.Second), probed{n: probeSamples, stretch: 2, hasBase: true}, &o)
 			if end.cause != MoveProbeUndone || end.baselines != tt.want {
 				t.Errorf("endProbe at a stretch of 2: cause %v, baselines %v, want undone with %v", end.cause, end.baselines, tt.want)
+			}
+		})
+	}
+}
+
+// TestCPUCutKeptWhenItServesAsMany: a cpu probe whose calls ran a fifth
+// shorter at the cut, but longer than time-sharing at the cut explains
+// (the stretch that started it read short), is kept when it served about
+// as many calls a second as before (the stretch was the limit's own
+// queue), and moves the baselines when it served fewer (the service
+// slowed by itself: Little's law at a lower limit).
+func TestCPUCutKeptWhenItServesAsMany(t *testing.T) {
+	o := options{floor: 1, ceiling: DefaultCeiling, procs: 1, interval: DefaultInterval}
+	before := 40 / 1e9 // calls a second served before the probe, per ns
+	for _, tt := range []struct {
+		name      string
+		served    float64 // calls a second the probe served, per ns
+		cause     MoveCause
+		baselines baselineOp
+	}{
+		{"as many served", before, MoveProbeKept, lowerBaselines},
+		{"fewer served", 0.4 * before, MoveProbeUndone, rebaseline},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			// Started at a limit of 9 on a stretch of 2.2: the cut is 4,
+			// where time-sharing would leave no stretch (2.2 × 4/9 < 1).
+			s := learner{est: 9, phase: phaseSteady}
+			s.probe = probeState{kind: probeCPU, saved: 9, r: 2.2, limit: 4, started: int64(time.Second), rate: before}
+			pm := probed{n: probeSamples, stretch: 1.5, hasBase: true, hasCPU: true, rate: tt.served}
+			next, st := s.endProbe(2*int64(time.Second), pm, &o)
+			if st.cause != tt.cause || st.baselines != tt.baselines {
+				t.Fatalf("endProbe at a stretch of 1.5, served %.0f/s of %.0f/s: cause %v, baselines %v; want %v, %v",
+					tt.served*1e9, before*1e9, st.cause, st.baselines, tt.cause, tt.baselines)
+			}
+			if kept := st.cause == MoveProbeKept; kept && (st.est != 4 || next.phase != phaseHolding) {
+				t.Errorf("kept cut: limit %v, phase %v; want 4, holding", st.est, next.phase)
 			}
 		})
 	}

@@ -22,8 +22,7 @@ const (
 	// MoveProbeStart: a probe lowered the limit to measure service times
 	// with less contention (Move.Probe names its kind).
 	MoveProbeStart MoveCause = "probe_start"
-	// MoveProbeKept: a probe ended keeping its cut, or a cut of its own
-	// (a stretch probe whose baselines held).
+	// MoveProbeKept: a probe ended keeping its cut.
 	MoveProbeKept MoveCause = "probe_kept"
 	// MoveProbeUndone: a probe ended with the limit back where it was.
 	MoveProbeUndone MoveCause = "probe_undone"
@@ -46,7 +45,7 @@ type Move struct {
 	At       time.Time // when the limit moved, on the Limiter's clock
 	From, To int       // the limit before and after
 	Cause    MoveCause
-	Probe    string // a probe's move: "baseline", "stretch", "cpu" or "lag"; else ""
+	Probe    string // a probe's move: "baseline", "cpu" or "lag"; else ""
 }
 
 // MaxMoves is how many of its last moves a Limiter remembers (Moves).
@@ -70,7 +69,7 @@ type moveRec struct {
 }
 
 // probeNames name the probes as Move.Probe does.
-var probeNames = [probeKinds]string{probeBaseline: "baseline", probeStretch: "stretch", probeCPU: "cpu", probeLag: "lag"}
+var probeNames = [probeKinds]string{probeBaseline: "baseline", probeCPU: "cpu", probeLag: "lag"}
 
 // noteMove records that the limit was set from old to n for cause (of a
 // probe of kind probe; MoveOther if empty), unless n is old. Needs upd.

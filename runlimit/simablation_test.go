@@ -35,6 +35,7 @@ var simVerdicts = []struct {
 	{ruleEvidenceSpike, "cpu", "refusal p99 <= 25ms", func(f sim.Figures) bool { return f.RefusalP99 > simRefusalP99 }},
 	{ruleEvidenceLane, "stream", "refusal p99 <= 25ms", func(f sim.Figures) bool { return f.RefusalP99 > simRefusalP99 }},
 	{ruleSlack, "clumps", "spike goodput >= 90% of the ceiling", func(f sim.Figures) bool { return f.Goodput < simKept*f.Ceiling }},
+	{ruleProbeCPU, "slowdep", "spike goodput >= 90% of the ceiling", func(f sim.Figures) bool { return f.Goodput < simKept*f.Ceiling }},
 }
 
 func TestSimAblation(t *testing.T) {

@@ -168,7 +168,6 @@ func learnerMoves(a, b runlimit.Stats) string {
 		add(kind+"-abandoned", from.Abandoned, to.Abandoned)
 	}
 	probe("baseline", a.ProbeBaseline, b.ProbeBaseline)
-	probe("stretch", a.ProbeStretch, b.ProbeStretch)
 	probe("cpu", a.ProbeCPU, b.ProbeCPU)
 	probe("lag", a.ProbeLag, b.ProbeLag)
 	add("overran", a.Overran, b.Overran)
