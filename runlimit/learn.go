@@ -373,7 +373,7 @@ func (s learner) endCPUProbe(now int64, p probeState, pm probed, undo step, o *o
 	pr := pm.stretch
 	shared := max(1, p.r*float64(p.limit)/p.saved) // the stretch time-sharing leaves at p.limit
 	switch {
-	case pr < cpuKeep*p.r && pm.rate >= keepServed*p.rate:
+	case pr < cpuKeep*p.r && p.rate > 0 && pm.rate >= keepServed*p.rate:
 		// Fewer calls at once served about as many a second, each
 		// shorter: the stretch was the limit's own queue (Little's law),
 		// whatever time-sharing alone explains. A service that slowed

@@ -7,10 +7,8 @@ import (
 	"hash/maphash"
 	"maps"
 	"math"
-	"os"
 	"runtime"
 	"slices"
-	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -280,10 +278,6 @@ func waiting(s uint64) int64 { return int64(s >> 32) }
 // New returns a Limiter, or an error naming every bad option.
 func New(opts ...Option) (*Limiter, error) {
 	o := options{floor: 1, ceiling: DefaultCeiling, initial: max(8, 2*runtime.GOMAXPROCS(0)), procs: runtime.GOMAXPROCS(0), interval: DefaultInterval, maxFlows: DefaultMaxFlows, maxTenants: DefaultMaxTenants, defaultWeight: 1}
-	if v := os.Getenv("LEVEE_OFF"); v != "" {
-		n, _ := strconv.Atoi(v)
-		o.off = uint32(n)
-	}
 	for _, opt := range opts {
 		if opt != nil {
 			opt(&o)
