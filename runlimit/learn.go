@@ -99,7 +99,7 @@ type sample struct {
 	bases   float64 // their flows' baselines, summed, ns
 	svcSum  float64 // their service times, summed, ns
 	asked   float64 // turns asked for in the interval, per ns (Limiter.offered)
-	done    float64 // turns ended per ns, smoothed (Limiter.doneRate)
+	done    float64 // turns ended per ns in the interval (Limiter.markRates)
 	cpuSat  bool    // the CPU signal is saturated and holds growth off
 	overran bool    // calls ran beyond the limit (overrun) in the interval
 }
@@ -150,7 +150,7 @@ type probeState struct {
 	// floored: the probe's limit is the load the interval carried
 	// (sample.needed), above the fraction it meant to try.
 	floored bool
-	rate    float64 // calls finished per ns before the probe (smoothed)
+	rate    float64 // calls finished per ns in the interval before the probe
 }
 
 // learner is the learner's state, a value; under Limiter.upd.
@@ -456,7 +456,6 @@ func (l *Limiter) update(end int64) {
 		return // the probe decides when it ends
 	}
 	m.cpuSat = l.o.cpu != nil && l.o.cpu.Saturated() && l.on(ruleCPUHoldsGrowth)
-	m.done = math.Float64frombits(l.doneRate.Load())
 	var st step
 	l.lr, st = l.lr.decide(&m, &l.o)
 	l.applyStep(st, flows)
@@ -465,10 +464,12 @@ func (l *Limiter) update(end int64) {
 // probeMeasured is what the running probe measured so far. Needs upd.
 func (l *Limiter) probeMeasured(flows []*Flow, now int64) probed {
 	pm := probed{lagN: l.plagN.Load(), lagSum: l.plagSum.Load(), hasCPU: l.o.cpu != nil}
-	// drainedN is stored just after drained: until then, no rate (a cut
-	// is not kept on the calls it served, and the other cases decide).
-	if d, n := l.drained.Load(), l.drainedN.Load(); d != 0 && n >= 0 && now > d {
-		pm.rate = float64(l.finished.Load()-n) / float64(now-d)
+	// n is stored just after at: until then, no rate (a cut is not kept
+	// on the calls it served, and the other cases decide).
+	if dm := l.drain.Load(); dm != nil {
+		if d, n := dm.at.Load(), dm.n.Load(); d != 0 && n >= 0 && now > d {
+			pm.rate = float64(l.finished.Load()-n) / float64(now-d)
+		}
 	}
 	var weight, ratios float64
 	for _, f := range flows {
@@ -557,19 +558,41 @@ func (l *Limiter) startProbe(kind probeKind, flows []*Flow) {
 	}
 	l.plagN.Store(0)
 	l.plagSum.Store(0)
-	l.drainedN.Store(-1) // before drained, so that a drained without its count reads as not yet
-	l.drained.Store(0)
+	dm := new(drainMark)
+	dm.n.Store(-1)
+	l.drain.Store(dm)
 	l.probing.Store(true)
 	n := int64(l.lr.probe.limit)
 	l.noteMove(l.limit.Swap(n), n, MoveProbeStart, kind)
 }
 
+// drainMark is when a probe's calls drained to its limit and how many
+// calls had finished by then. Each probe has its own (startProbe), so a
+// call that read an earlier probe's mark cannot set this one's.
+type drainMark struct {
+	at atomic.Int64 // 0 until the calls drained
+	n  atomic.Int64 // finished at at; -1 until stored, just after at
+}
+
+// drainedAt is when the running probe's calls drained to its limit; 0
+// until then, and when no probe ran.
+func (l *Limiter) drainedAt() int64 {
+	if dm := l.drain.Load(); dm != nil {
+		return dm.at.Load()
+	}
+	return 0
+}
+
 // noteProbe records, during a probe, a call that ended at end.
 func (l *Limiter) noteProbe(f *Flow, start, end, svc int64) {
-	d := l.drained.Load()
+	dm := l.drain.Load()
+	if dm == nil {
+		return
+	}
+	d := dm.at.Load()
 	if d == 0 {
-		if running(l.state.Load()) <= l.limit.Load() && l.drained.CompareAndSwap(0, end) {
-			l.drainedN.Store(l.finished.Load())
+		if running(l.state.Load()) <= l.limit.Load() && dm.at.CompareAndSwap(0, end) {
+			dm.n.Store(l.finished.Load())
 		}
 		return
 	}

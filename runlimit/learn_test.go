@@ -2,8 +2,11 @@ package runlimit
 
 import (
 	"context"
+	"math"
 	"testing"
 	"time"
+
+	"github.com/levee-go/levee/internal/clock/clocktest"
 )
 
 // checkAccounts fails t unless st accounts for every probe: each one that
@@ -263,5 +266,31 @@ func TestCPUCutKeptWhenItServesAsMany(t *testing.T) {
 				t.Errorf("kept cut: limit %v, phase %v; want 4, holding", st.est, next.phase)
 			}
 		})
+	}
+}
+
+// TestDoneRateStartsAtTheFirstInterval: the smoothed rate of calls
+// finished (spike's and a CPU probe's "served as many") reads the first
+// interval's rate after it, not a quarter of it as it did when smoothed
+// from 0 (a probe starting early then kept its cut on a fifth of the
+// calls it served before).
+func TestDoneRateStartsAtTheFirstInterval(t *testing.T) {
+	clk := clocktest.New(time.Unix(1000, 0))
+	l := mustNew(t, WithBounds(4, 4), WithInterval(100*time.Millisecond), withTimers(clk))
+	f := l.Flow("m")
+	for range 20 { // 20 calls of 5ms, one after another: 200 a second
+		tk, ok := f.TryAcquire(clk.Now())
+		if !ok {
+			t.Fatal("TryAcquire with every turn free = false")
+		}
+		clk.Advance(5 * time.Millisecond)
+		tk.Done(clk.Now(), false)
+	}
+	if l.Stats().Updates == 0 {
+		t.Fatalf("no interval closed in 100ms of calls: %+v", l.Stats())
+	}
+	got := math.Float64frombits(l.doneRate.Load()) * float64(time.Second)
+	if got < 190 || got > 210 {
+		t.Errorf("calls finished a second after the first interval = %.1f, want 200", got)
 	}
 }

@@ -226,8 +226,7 @@ type Limiter struct {
 	lr       learner // under upd
 	opened   int64   // start of the current interval; under upd
 	probing  atomic.Bool
-	drained  atomic.Int64 // when a probe's calls drained to its limit; 0 until then
-	drainedN atomic.Int64 // finished when drained was set; -1 from a probe's start until then
+	drain    atomic.Pointer[drainMark] // the running or last probe's; nil before the first
 	probes   atomic.Uint64
 	rebases  atomic.Uint64
 	overruns atomic.Uint64
@@ -894,7 +893,7 @@ func (l *Limiter) noteLag(start, lag int64) {
 	l.lagN.Add(1)
 	l.lagSum.Add(lag)
 	if l.probing.Load() {
-		if d := l.drained.Load(); d != 0 && start >= d {
+		if d := l.drainedAt(); d != 0 && start >= d {
 			l.plagN.Add(1)
 			l.plagSum.Add(lag)
 		}
@@ -1140,13 +1139,19 @@ func (l *Limiter) noteLeft(s uint64) {
 	}
 }
 
-// markRates starts spike's new interval after m. Needs upd.
+// markRates starts spike's new interval after m, and sets m.done. Needs upd.
 func (l *Limiter) markRates(m *sample) {
 	finished := l.finished.Load()
 	if at := l.markedAt[1].Load(); m.end > at {
 		rate := float64(finished-l.finishedMark[1].Load()) / float64(m.end-at)
-		old := math.Float64frombits(l.doneRate.Load())
-		l.doneRate.Store(math.Float64bits(old + carriedGain*(rate-old)))
+		// The first interval's rate starts the smoothed one: from 0, it
+		// would read a quarter of the rate after one interval.
+		done := rate
+		if old := math.Float64frombits(l.doneRate.Load()); at != 0 {
+			done = old + carriedGain*(rate-old)
+		}
+		l.doneRate.Store(math.Float64bits(done))
+		m.done = done
 	}
 	l.offeredMark[0].Store(l.offeredMark[1].Load())
 	l.finishedMark[0].Store(l.finishedMark[1].Load())

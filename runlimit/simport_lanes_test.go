@@ -144,11 +144,9 @@ func TestSimClassesServedInOrderWhileLearning(t *testing.T) {
 					// A busy processor polls the network every 10ms; the
 					// higher class's lane (half a queue target of work)
 					// runs dry between polls, and the lower class's calls
-					// read in the same batch take the turns. The limit
-					// stays at 2, as in TestSimSettlesOnOneTurnForCPUBound.
+					// read in the same batch take the turns.
 					known = map[string]string{
 						"order": "the higher class's lane runs dry between the network's polls",
-						"limit": "the first-baseline probe measures calls beside waiters run over the limit",
 					}
 				}
 				s := share(got, sv.limLo, sv.limHi)
