@@ -272,11 +272,18 @@ func (s learner) vegas(m *sample, est, r float64, o *options) (learner, step) {
 	return s, st
 }
 
-// cpuCut is the limit a probeCPU tries from est for stretch r, at least
-// one call per processor: fewer leave processors idle however much
-// shorter each call runs.
+// cpuCut is the limit a probeCPU tries from est for stretch r, within
+// the floor. From a limit above one call per processor, it keeps one per
+// processor: fewer leave processors idle however much shorter each call
+// runs. At or below one per processor the calls share none, a stretch is
+// no queue of theirs for a processor, and the cut is not held up (a pool
+// smaller than the processors, a dependency that slows).
 func cpuCut(est, r float64, o *options) int {
-	return max(int(est*max(cpuCutMin, cpuCutMargin/r)), o.procs)
+	cut := max(int(est*max(cpuCutMin, cpuCutMargin/r)), o.floor)
+	if est > float64(o.procs) {
+		cut = max(cut, o.procs)
+	}
+	return cut
 }
 
 // cpuProbeDue: the gate is open, the stretch above shrinkTrigger with a
@@ -372,8 +379,11 @@ func (s learner) endProbe(now int64, pm probed, o *options) (learner, step) {
 func (s learner) endCPUProbe(now int64, p probeState, pm probed, undo step, o *options) (learner, step) {
 	pr := pm.stretch
 	shared := max(1, p.r*float64(p.limit)/p.saved) // the stretch time-sharing leaves at p.limit
+	// A cut below one call per processor (cpuCut) asks only whether the
+	// service slowed: kept, it would leave a processor idle.
+	keepable := p.limit >= o.procs
 	switch {
-	case pr < cpuKeep*p.r && p.rate > 0 && pm.rate >= keepServed*p.rate:
+	case keepable && pr < cpuKeep*p.r && p.rate > 0 && pm.rate >= keepServed*p.rate:
 		// Fewer calls at once served about as many a second, each
 		// shorter: the stretch was the limit's own queue (Little's law),
 		// whatever time-sharing alone explains. A service that slowed
@@ -381,7 +391,7 @@ func (s learner) endCPUProbe(now int64, p probeState, pm probed, undo step, o *o
 		return s.keepCut(now, p, lowerBaselines, o)
 	case pr >= rebaseTrigger*shared && pm.hasCPU && !pm.cpuSat:
 		undo.baselines = rebaseline
-	case pr < cpuKeep*p.r:
+	case keepable && pr < cpuKeep*p.r:
 		return s.keepCut(now, p, lowerBaselines, o)
 	case pm.hasCPU && pm.cpuSat:
 		s.cpuElsewhere, undo.closedGate = true, true

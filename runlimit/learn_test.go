@@ -294,3 +294,41 @@ func TestDoneRateStartsAtTheFirstInterval(t *testing.T) {
 		t.Errorf("calls finished a second after the first interval = %.1f, want 200", got)
 	}
 }
+
+// TestCPUCutBelowOneCallPerProcessor: from a limit at or below one call
+// per processor, a CPU probe's cut is not held at one per processor (it
+// was, and a dependency that slowed behind a pool smaller than the
+// processors started no probe: the limit fell below the pool), and a cut
+// below one per processor is never kept, however much shorter and
+// however many calls a second it served; a slower service still moves
+// the baselines.
+func TestCPUCutBelowOneCallPerProcessor(t *testing.T) {
+	o := options{floor: 1, ceiling: DefaultCeiling, procs: 8, interval: DefaultInterval}
+	if got := cpuCut(7, 3, &o); got != 2 {
+		t.Errorf("cpuCut(7, 3) on 8 processors = %d, want 2 (7 × 1.1/3)", got)
+	}
+	if got := cpuCut(12, 3, &o); got != 8 {
+		t.Errorf("cpuCut(12, 3) on 8 processors = %d, want 8 (one call per processor)", got)
+	}
+	before := 40 / 1e9
+	for _, tt := range []struct {
+		name      string
+		stretch   float64 // at the cut
+		cause     MoveCause
+		baselines baselineOp
+	}{
+		{"shorter, as many served", 1.0, MoveProbeUndone, lowerBaselines},
+		{"no shorter", 3.0, MoveProbeUndone, rebaseline},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			s := learner{est: 7, phase: phaseSteady}
+			s.probe = probeState{kind: probeCPU, saved: 7, r: 3, limit: 2, started: int64(time.Second), rate: before}
+			pm := probed{n: probeSamples, stretch: tt.stretch, hasBase: true, hasCPU: true, rate: before}
+			_, st := s.endProbe(2*int64(time.Second), pm, &o)
+			if st.cause != tt.cause || st.baselines != tt.baselines || st.est != 7 {
+				t.Errorf("endProbe of a cut to 2 on 8 processors at a stretch of %v: cause %v, baselines %v, limit %v; want %v, %v, 7",
+					tt.stretch, st.cause, st.baselines, st.est, tt.cause, tt.baselines)
+			}
+		})
+	}
+}

@@ -69,6 +69,17 @@ func simRows() []simRow {
 		{name: "serve", shape: serveShape()},
 		{name: "serve told 2x", shape: serveShape(), told: 2},
 	}
+	// A dependency that slows 3x in the spike, behind a pool smaller
+	// than the processors: the limit falls to one call per processor or
+	// below, where a CPU probe's cut is not held at one per processor.
+	for _, p := range []struct {
+		procs, conns int
+		q            time.Duration
+	}{{8, 2, 5 * time.Millisecond}, {8, 4, 20 * time.Millisecond}} {
+		sh := sim.IOPool(p.conns, p.q)
+		sh.Procs, sh.SlowBy = p.procs, 3
+		rows = append(rows, simRow{name: fmt.Sprintf("slowdep %d procs, pool %d, %v", p.procs, p.conns, p.q), shape: sh})
+	}
 	for _, conns := range []int{2, 4, 8, 16, 32} {
 		for _, q := range []time.Duration{time.Millisecond, 5 * time.Millisecond, 20 * time.Millisecond, 50 * time.Millisecond} {
 			sh := sim.IOPool(conns, q)
@@ -81,7 +92,7 @@ func simRows() []simRow {
 		}
 	}
 	if raceEnabled {
-		return []simRow{rows[0], rows[1], rows[4], rows[len(rows)-17]} // cpu, io, twokinds, a pool of 8 for 1ms queries
+		return []simRow{rows[0], rows[1], rows[4], rows[len(rows)-17]} // cpu, io, twokinds, a pool of 2 for 50ms queries
 	}
 	return rows
 }
