@@ -223,7 +223,7 @@ func TestSimFollowsASlowerDatabaseFromAHighLimit(t *testing.T) {
 // cut below two.
 func TestSimNoCPUCutBelowOneCallPerProcessor(t *testing.T) {
 	sh := sim.Cores2
-	sh.Others = 1
+	sh.Others, sh.ClientCPU = 1, 0 // the other process's thread, the generator's share with it
 	sh.Phases = phases(ph("warm", 10*time.Second, 2), ph("measure", 20*time.Second, 2))
 	r := newPortRun(t, sh, WithBounds(1, 2))
 	seen := r.limits(10*time.Second, 30*time.Second)

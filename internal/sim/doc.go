@@ -55,7 +55,9 @@
 // Shape.Share; closed-loop callers, Shape.Callers), its phases, and
 // what changes under it: a dependency that slows in the spike or from
 // a set instant (Shape.SlowAt), goroutines of another process that take
-// the processors from a set instant (Shape.Others). A Clock lets a test
+// the processors from a set instant (Shape.Others), or a load generator
+// that shares them in proportion to the calls it sends
+// (Shape.ClientCPU). A Clock lets a test
 // look at the Protection at set virtual instants (Clock.After before
 // Run). Run simulates it
 // against a Protection and returns a Result: per phase the calls offered,

@@ -24,6 +24,27 @@ func TestOthersTakeTheirShare(t *testing.T) {
 	}
 }
 
+// A load generator that spends ClientCPU on the server's processors for
+// each call it sends takes the phase's calls a second times that of
+// them: sending 1.5x the capacity of a server of 4ms calls on two
+// processors at a ClientCPU that makes 0.3 of a processor, it leaves the
+// unprotected server 1.7 processors, 0.85 of its capacity.
+func TestClientCPUTakesItsShare(t *testing.T) {
+	sh := Cores2
+	sh.CPU, sh.ClientCPU = 4*time.Millisecond, 0
+	sh = steady(sh, 1.5, 20*time.Second)
+	capacity := sh.Capacity(false)
+	sh.ClientCPU = time.Duration(0.3 / (1.5 * capacity) * float64(time.Second)) // 0.3 processors at 1.5x
+	r := mustRun(t, sh, Unprotected{}, 1)
+	var n int
+	for _, k := range r.Served[2:20] {
+		n += k
+	}
+	if rate, want := float64(n)/18, 0.85*capacity; math.Abs(rate/want-1) > 0.05 {
+		t.Errorf("beside a generator taking 0.3 of 2 processors: served %.0f/s, want %.0f/s (0.85 of the capacity %.0f/s) within 5%%", rate, want, capacity)
+	}
+}
+
 // Closed-loop callers keep at most one call each in flight, and send
 // the next at once: eight callers on eight connections serve the pool's
 // capacity, and no call waits for a connection.

@@ -8,7 +8,8 @@ import "time"
 const OSSlice = 3 * time.Millisecond
 
 // others makes n always-runnable threads of another process share the
-// processors from at on. The operating system runs each processor's
+// processors from at on (n may be a fraction: a share of a thread's
+// time); a later call replaces an earlier one's n from its at. The operating system runs each processor's
 // thread of the process for an OSSlice, then the others' threads for
 // n/procs slices, in turn: a goroutine's CPU work takes longer in wall
 // time, and one made ready while the others run waits for the
@@ -16,11 +17,19 @@ const OSSlice = 3 * time.Millisecond
 // beside the server, or a transport refusing a flood). A processor
 // counts as busy through the others' slices while it runs a goroutine
 // (the machine's CPU is).
-func (s *sched) others(n int, at time.Duration) {
+func (s *sched) others(n float64, at time.Duration) {
 	s.c.at(at, func() {
 		s.othersFrom = at
-		s.othersFor = time.Duration(float64(OSSlice) * float64(n) / float64(len(s.procs)))
+		s.othersFor = time.Duration(float64(OSSlice) * n / float64(len(s.procs)))
 	})
+}
+
+// othersTaking is how many always-runnable threads take u of procs
+// processors (in processors, at most nine tenths of them) from the
+// process's one thread on each: n/(1 + n/procs) = u.
+func othersTaking(u float64, procs int) float64 {
+	u = min(u, 0.9*float64(procs))
+	return u / (1 - u/float64(procs))
 }
 
 // period is the length of one turn of the process's slice and the

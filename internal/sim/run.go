@@ -31,9 +31,14 @@ func Run(sh Shape, p Protection, seed uint64, clk *Clock) (*Result, error) {
 	pool := sh.pool()
 	starts, end := sh.schedule(c, phases, pool)
 	if sh.Others > 0 {
-		s.others(sh.Others, sh.OthersAt)
+		s.others(float64(sh.Others), sh.OthersAt)
 	}
 	capacity := sh.Capacity(false)
+	if sh.ClientCPU > 0 {
+		for i, ph := range phases {
+			s.others(othersTaking(ph.Load*capacity*sh.ClientCPU.Seconds(), sh.Procs), starts[i])
+		}
+	}
 	a := &arrivals{sh: &sh, sv: sv, rng: rng, phases: phases, starts: starts, pool: pool}
 	a.startAll(capacity)
 	observe(&sh, c, s, p, rec, end)

@@ -78,6 +78,12 @@ type Shape struct {
 	// one thread a processor).
 	Others   int
 	OthersAt time.Duration
+	// ClientCPU, if > 0, is the CPU the load generator spends on the
+	// server's processors for each call it sends (bench/peers' cores2,
+	// where it shares them): from each phase's start, threads of
+	// another process, as Others, that take the phase's calls a second
+	// times ClientCPU of the processors. Not with Others.
+	ClientCPU time.Duration
 	// Callers, if > 0, are closed-loop callers of the loaded method until
 	// CallersFor (0: the whole run): each sends its next call as soon as
 	// its last one is answered (after Backoff, if it was refused),
@@ -199,13 +205,14 @@ func (sh Shape) Capacity(slow bool) float64 {
 // slows in the spike) that a protection can serve at most in a spike of
 // load times the capacity, if it refuses the excess at the cheapest,
 // in the transport's tap (Costs.Read and Costs.Refuse a call): the
-// processors' time left by the refusals over CPUPerCall, or the pool's
-// connections over its query, whichever is less.
+// processors' time left by the refusals (and by the load generator,
+// ClientCPU) over CPUPerCall, or the pool's connections over its query,
+// whichever is less.
 func (sh Shape) Ceiling(load float64) float64 {
 	k := sh.costs()
 	capacity, slow := sh.Capacity(false), sh.Capacity(true)
 	refuse := (k.Read + k.Refuse).Seconds()
-	left := float64(sh.Procs) - load*capacity*refuse
+	left := float64(sh.Procs) - load*capacity*(refuse+sh.ClientCPU.Seconds())
 	if sh.SteadyRate > 0 {
 		left -= sh.SteadyRate * (k.Read + k.Start + k.Write + sh.SteadyCPU).Seconds()
 	}
@@ -259,8 +266,12 @@ var (
 		Procs: 1, Method: "/inventory/Allocate", CPU: 900 * time.Microsecond, Cold: 12, ColdFor: 750 * time.Millisecond}
 	Clumps = Shape{Name: "clumps", About: "1ms of CPU a call, the calls of each 50ms arriving together",
 		Procs: 1, Method: "/inventory/Allocate", CPU: time.Millisecond, Clumps: 50 * time.Millisecond}
-	Cores2 = Shape{Name: "cores2", About: "2 processors, 40ms of CPU a call",
-		Procs: 2, Method: "/inventory/Allocate", CPU: 40 * time.Millisecond, Phases: Phases(3)}
+	// Cores2's load generator shares the server's two processors, as on
+	// the machine: 0.2ms of CPU a call sent (its share of them beyond the
+	// calibration's, over the calls a second beyond it, in bench/peers'
+	// spikes: docs/benchmarks.md).
+	Cores2 = Shape{Name: "cores2", About: "2 processors, 40ms of CPU a call, shared with the load generator",
+		Procs: 2, Method: "/inventory/Allocate", CPU: 40 * time.Millisecond, Phases: Phases(3), ClientCPU: 200 * time.Microsecond}
 )
 
 // heavyTailMean is the mean of heavytail's draws, capped at 250ms: the

@@ -38,6 +38,7 @@ func TestCapacityIsWhatTheModelServes(t *testing.T) {
 	// than their work is done, the more the longer the backlog.
 	cores2 := Cores2
 	cores2.CPU = 5 * time.Millisecond
+	cores2.ClientCPU = 0 // the server's capacity alone
 	for _, sh := range []Shape{CPU, IO, TwoKinds, cores2, IOPool(2, 20*time.Millisecond)} {
 		t.Run(sh.Name, func(t *testing.T) {
 			const d = 20 * time.Second

@@ -76,7 +76,7 @@ func (sh Shape) validateFields(v *validation) {
 		{"Costs.Read", sh.Costs.Read}, {"Costs.Refuse", sh.Costs.Refuse}, {"Costs.Start", sh.Costs.Start},
 		{"Costs.Write", sh.Costs.Write}, {"CPU", sh.CPU}, {"MeanCPU", sh.MeanCPU}, {"Query", sh.Query},
 		{"SlowAt", sh.SlowAt}, {"OthersAt", sh.OthersAt}, {"CallersFor", sh.CallersFor}, {"Backoff", sh.Backoff},
-		{"ColdFor", sh.ColdFor}, {"Clumps", sh.Clumps}, {"SteadyCPU", sh.SteadyCPU}, {"Deadline", sh.Deadline},
+		{"ColdFor", sh.ColdFor}, {"Clumps", sh.Clumps}, {"SteadyCPU", sh.SteadyCPU}, {"Deadline", sh.Deadline}, {"ClientCPU", sh.ClientCPU},
 	} {
 		v.duration(d.field, d.d)
 	}
@@ -93,6 +93,9 @@ func (sh Shape) validateFields(v *validation) {
 	v.number("SteadyRate", sh.SteadyRate)
 	v.number("ClientRate", sh.ClientRate)
 	v.share("Share", sh.Share)
+	if sh.ClientCPU > 0 && sh.Others > 0 {
+		v.bad("ClientCPU", "0 with Others", sh.ClientCPU)
+	}
 	if sh.Draw != nil && sh.MeanCPU <= 0 {
 		v.bad("MeanCPU", "> 0 with a Draw", sh.MeanCPU)
 	}

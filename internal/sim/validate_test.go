@@ -54,6 +54,8 @@ func TestRunRefusesABadShape(t *testing.T) {
 		{"Phases[0].Duration", func(sh *Shape) { sh.Phases = []Phase{{Name: Normal, Duration: -time.Second, Load: 0.5}} }},
 		{"Phases[0].Load", func(sh *Shape) { sh.Phases = []Phase{{Name: Normal, Duration: time.Second, Load: math.Inf(1)}} }},
 		{"Sources[0].Load", func(sh *Shape) { sh.Sources = []Source{{Load: -1}} }},
+		{"ClientCPU", func(sh *Shape) { sh.ClientCPU = -time.Microsecond }},
+		{"ClientCPU", func(sh *Shape) { sh.ClientCPU, sh.Others = time.Microsecond, 1 }},
 	} {
 		sh := CPU
 		sh.Phases = short
