@@ -273,7 +273,7 @@ type Shedder struct {
 
 func newShedder(name string, sig memory.Signal, opts []Option) (*Shedder, error) {
 	if sig == nil {
-		panic("memshed: nil Signal")
+		return nil, errors.New("memshed: nil memory.Signal (a memory.Monitor, from memory.NewMonitor)")
 	}
 	o := options{threshold: DefaultThreshold, gcThreshold: DefaultGCThreshold, cooldown: DefaultCooldown, interval: DefaultInterval, retry: DefaultRetryAfter}
 	for _, opt := range opts {
@@ -299,8 +299,7 @@ func newShedder(name string, sig memory.Signal, opts []Option) (*Shedder, error)
 
 // New returns a Shedder named name (its refusals and metrics say so)
 // following sig, with a goroutine that ticks it every interval; Close
-// stops it. It returns an error naming every bad option. It panics if
-// sig is nil.
+// stops it. It returns an error naming every bad option, or a nil sig.
 func New(name string, sig memory.Signal, opts ...Option) (*Shedder, error) {
 	s, err := newShedder(name, sig, opts)
 	if err != nil {

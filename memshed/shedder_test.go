@@ -843,13 +843,15 @@ func TestOptionErrors(t *testing.T) {
 	}
 }
 
-func TestNilSignalPanics(t *testing.T) {
-	defer func() {
-		if recover() == nil {
-			t.Error("NewManual with a nil Signal did not panic")
+// TestNilSignalIsAnError: New and NewManual with a nil Signal return an
+// error that names it, and no Shedder (they panicked before).
+func TestNilSignalIsAnError(t *testing.T) {
+	for name, newFn := range map[string]func(string, memory.Signal, ...Option) (*Shedder, error){"New": New, "NewManual": NewManual} {
+		s, err := newFn("m", nil)
+		if err == nil || s != nil || !strings.Contains(err.Error(), "nil memory.Signal") {
+			t.Errorf("%s with a nil Signal = %v, %v; want no Shedder and an error naming the nil memory.Signal", name, s, err)
 		}
-	}()
-	_, _ = NewManual("m", nil)
+	}
 }
 
 // TestGoroutine: New ticks on its own goroutine and Close stops it (the
