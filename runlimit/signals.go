@@ -33,8 +33,9 @@ type Signal struct {
 	Holds bool
 }
 
-// WaitingLanes returns the lanes of f that hold calls admitted to wait
-// for a turn (Lane.Waiting > 0), at most max of them, in no order: the
+// WaitingLanes returns the lanes of f that hold calls (Lane.Held > 0:
+// admitted to wait for a turn, or their places reserved at the
+// transport's tap), at most max of them, in no order: the
 // lanes of calls of no tenant, then the tenants'. It allocates; call it
 // from a debug page, not per call.
 func (f *Flow) WaitingLanes(max int) []*Lane {
