@@ -99,7 +99,7 @@ type sample struct {
 	bases   float64 // their flows' baselines, summed, ns
 	svcSum  float64 // their service times, summed, ns
 	asked   float64 // turns asked for in the interval, per ns (Limiter.offered)
-	done    float64 // turns ended per ns in the interval (Limiter.markRates)
+	done    float64 // turns ended per ns, smoothed (Limiter.markRates)
 	cpuSat  bool    // the CPU signal is saturated and holds growth off
 	overran bool    // calls ran beyond the limit (overrun) in the interval
 }
@@ -150,7 +150,7 @@ type probeState struct {
 	// floored: the probe's limit is the load the interval carried
 	// (sample.needed), above the fraction it meant to try.
 	floored bool
-	rate    float64 // calls finished per ns in the interval before the probe
+	rate    float64 // calls finished per ns before the probe, smoothed (sample.done)
 }
 
 // learner is the learner's state, a value; under Limiter.upd.
@@ -280,7 +280,7 @@ func (s learner) vegas(m *sample, est, r float64, o *options) (learner, step) {
 // smaller than the processors, a dependency that slows).
 func cpuCut(est, r float64, o *options) int {
 	cut := max(int(est*max(cpuCutMin, cpuCutMargin/r)), o.floor)
-	if est > float64(o.procs) {
+	if int(est) > o.procs {
 		cut = max(cut, o.procs)
 	}
 	return cut
@@ -299,7 +299,8 @@ func (s *learner) cpuProbeDue(m *sample, est, r float64, o *options) bool {
 
 // lagCut is the limit a probeLag tries from est, for a lag of lag ns at a
 // baseline of base ns: est/(1+lag/base), at least one less than est,
-// within the floor, and one call per processor (see cpuCut).
+// within the floor, and one call per processor: a lag with no more calls
+// than processors is a wait for CPU taken elsewhere, which no cut helps.
 func lagCut(est, lag, base float64, o *options) int {
 	return max(o.floor, o.procs, int(max(1, min(est-1, est/(1+lag/base)))))
 }
@@ -568,8 +569,12 @@ func (l *Limiter) startProbe(kind probeKind, flows []*Flow) {
 	}
 	l.plagN.Store(0)
 	l.plagSum.Store(0)
-	dm := new(drainMark)
-	dm.n.Store(-1)
+	dm := &l.marks[0] // the other mark than the last probe's
+	if l.drain.Load() == dm {
+		dm = &l.marks[1]
+	}
+	dm.n.Store(-1) // before at, so that an at without its n reads as not yet
+	dm.at.Store(0)
 	l.drain.Store(dm)
 	l.probing.Store(true)
 	n := int64(l.lr.probe.limit)
@@ -577,8 +582,10 @@ func (l *Limiter) startProbe(kind probeKind, flows []*Flow) {
 }
 
 // drainMark is when a probe's calls drained to its limit and how many
-// calls had finished by then. Each probe has its own (startProbe), so a
-// call that read an earlier probe's mark cannot set this one's.
+// calls had finished by then. Probes use the Limiter's two in turn
+// (startProbe), so a call that read the last probe's mark cannot set
+// this one's; only one delayed across two whole probes (ten intervals
+// at least) could, and it would set a drain time, not a stale count.
 type drainMark struct {
 	at atomic.Int64 // 0 until the calls drained
 	n  atomic.Int64 // finished at at; -1 until stored, just after at

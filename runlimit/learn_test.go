@@ -272,13 +272,26 @@ func TestCPUCutKeptWhenItServesAsMany(t *testing.T) {
 // TestDoneRateStartsAtTheFirstInterval: the smoothed rate of calls
 // finished (spike's and a CPU probe's "served as many") reads the first
 // interval's rate after it, not a quarter of it as it did when smoothed
-// from 0 (a probe starting early then kept its cut on a fifth of the
-// calls it served before).
+// from 0 (a probe starting early then kept its cut on a quarter of the
+// calls it served before); and after an idle start too, whose first
+// interval closes on one call after a second.
 func TestDoneRateStartsAtTheFirstInterval(t *testing.T) {
 	clk := clocktest.New(time.Unix(1000, 0))
 	l := mustNew(t, WithBounds(4, 4), WithInterval(100*time.Millisecond), withTimers(clk))
 	f := l.Flow("m")
-	for range 20 { // 20 calls of 5ms, one after another: 200 a second
+	checkRate(t, l, clk, f, "from the start")
+
+	clk2 := clocktest.New(time.Unix(1000, 0))
+	idle := mustNew(t, WithBounds(4, 4), WithInterval(100*time.Millisecond), withTimers(clk2))
+	clk2.Advance(10 * time.Second)
+	checkRate(t, idle, clk2, idle.Flow("m"), "after 10s idle")
+}
+
+// checkRate runs 60 calls of 5ms on f one after another (200 a second)
+// and checks l's smoothed rate of calls finished.
+func checkRate(t *testing.T, l *Limiter, clk *clocktest.Manual, f *Flow, when string) {
+	t.Helper()
+	for range 60 {
 		tk, ok := f.TryAcquire(clk.Now())
 		if !ok {
 			t.Fatal("TryAcquire with every turn free = false")
@@ -286,12 +299,12 @@ func TestDoneRateStartsAtTheFirstInterval(t *testing.T) {
 		clk.Advance(5 * time.Millisecond)
 		tk.Done(clk.Now(), false)
 	}
-	if l.Stats().Updates == 0 {
-		t.Fatalf("no interval closed in 100ms of calls: %+v", l.Stats())
+	if l.Stats().Updates < 2 {
+		t.Fatalf("%s: fewer than two intervals closed in 300ms of calls: %+v", when, l.Stats())
 	}
 	got := math.Float64frombits(l.doneRate.Load()) * float64(time.Second)
-	if got < 190 || got > 210 {
-		t.Errorf("calls finished a second after the first interval = %.1f, want 200", got)
+	if got < 180 || got > 220 {
+		t.Errorf("%s: calls finished a second after 300ms of 200 a second = %.1f, want 200", when, got)
 	}
 }
 

@@ -221,15 +221,19 @@ type Limiter struct {
 
 	// Learning (learn.go): upd is taken (TryLock) by the call that closes
 	// an interval; next, read by every Done, is when it ends.
-	next     atomic.Int64
-	upd      sync.Mutex
-	lr       learner // under upd
-	opened   int64   // start of the current interval; under upd
-	probing  atomic.Bool
-	drain    atomic.Pointer[drainMark] // the running or last probe's; nil before the first
-	probes   atomic.Uint64
-	rebases  atomic.Uint64
-	overruns atomic.Uint64
+	next    atomic.Int64
+	upd     sync.Mutex
+	lr      learner // under upd
+	opened  int64   // start of the current interval; under upd
+	probing atomic.Bool
+	drain   atomic.Pointer[drainMark] // the running or last probe's (one of marks); nil before the first
+	marks   [2]drainMark              // probes use them in turn (startProbe)
+	// rateSeeded: an interval closed on minSamples calls, and doneRate
+	// smooths from its rate on. Under upd.
+	rateSeeded bool
+	probes     atomic.Uint64
+	rebases    atomic.Uint64
+	overruns   atomic.Uint64
 	// For spike (spikeTurns): turns asked for and ended since New, their
 	// marks when the previous [0] and current [1] interval opened, and
 	// turns ended per ns smoothed (float64 bits).
@@ -1143,13 +1147,16 @@ func (l *Limiter) noteLeft(s uint64) {
 func (l *Limiter) markRates(m *sample) {
 	finished := l.finished.Load()
 	if at := l.markedAt[1].Load(); m.end > at {
-		rate := float64(finished-l.finishedMark[1].Load()) / float64(m.end-at)
-		// The first interval's rate starts the smoothed one: from 0, it
-		// would read a quarter of the rate after one interval.
+		n := finished - l.finishedMark[1].Load()
+		rate := float64(n) / float64(m.end-at)
+		// The first interval that closed on minSamples calls starts the
+		// smoothed rate: from 0, or from an idle start's few calls over
+		// a second, it would read a fraction of the rate for intervals.
 		done := rate
-		if old := math.Float64frombits(l.doneRate.Load()); at != 0 {
+		if old := math.Float64frombits(l.doneRate.Load()); l.rateSeeded {
 			done = old + carriedGain*(rate-old)
 		}
+		l.rateSeeded = l.rateSeeded || n >= minSamples
 		l.doneRate.Store(math.Float64bits(done))
 		m.done = done
 	}
