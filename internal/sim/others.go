@@ -9,14 +9,14 @@ const OSSlice = 3 * time.Millisecond
 
 // others makes n always-runnable threads of another process share the
 // processors from at on (n may be a fraction: a share of a thread's
-// time); a later call replaces an earlier one's n from its at. The operating system runs each processor's
-// thread of the process for an OSSlice, then the others' threads for
-// n/procs slices, in turn: a goroutine's CPU work takes longer in wall
-// time, and one made ready while the others run waits for the
-// process's next slice, whatever runs in the process (a load generator
-// beside the server, or a transport refusing a flood). A processor
-// counts as busy through the others' slices while it runs a goroutine
-// (the machine's CPU is).
+// time); a later call replaces an earlier one's n from its at. The
+// operating system runs each processor's thread of the process for an
+// OSSlice, then the others' threads for n/procs slices, in turn: a
+// goroutine's CPU work takes longer in wall time, and one made ready
+// while the others run waits for the process's next slice, whatever
+// runs in the process (a load generator beside the server, or a
+// transport refusing a flood). A processor counts as busy through the
+// others' slices while it runs a goroutine (the machine's CPU is).
 func (s *sched) others(n float64, at time.Duration) {
 	s.c.at(at, func() {
 		s.othersFrom = at
