@@ -91,6 +91,7 @@ const (
 // sample is what one interval measured, for decide.
 type sample struct {
 	end     int64   // when the interval closed, ns since the epoch
+	span    int64   // how long the interval ran, ns
 	peak    int64   // most calls running at once
 	lagN    int64   // calls handed a turn after waiting (noteLag)
 	lagSum  int64   // how long they took to run once handed it, ns
@@ -111,6 +112,15 @@ func (m *sample) stretch() float64 {
 		return m.ratios / m.weight
 	}
 	return 1
+}
+
+// ran is how many calls ran at once, on average over the interval
+// (Little's law: their service times over its length); 0 without calls.
+func (m *sample) ran() float64 {
+	if m.span <= 0 {
+		return 0
+	}
+	return m.svcSum / float64(m.span)
 }
 
 // base is the calls' mean baseline service time, ns. Needs weight > 0.
@@ -162,6 +172,10 @@ type learner struct {
 	lastProbe    int64 // when the last probe ended, ns since epoch
 	probed       bool  // a probe ended
 	probe        probeState
+	// clean is the most calls that ran at once, on average over an
+	// interval, at their baselines (stretch below shrinkTrigger) since
+	// the baselines last moved up: that many calls queued nowhere.
+	clean float64
 }
 
 // baselineOp is what a step does to the flows' baselines.
@@ -207,6 +221,9 @@ func (s learner) startProbe(m *sample, kind probeKind, est float64, limit int, r
 
 // decide moves the learner on from the interval m, no probe running.
 func (s learner) decide(m *sample, o *options) (learner, step) {
+	if m.weight > 0 && m.stretch() < shrinkTrigger {
+		s.clean = max(s.clean, m.ran())
+	}
 	if lower, ok := s.baselineProbeDue(m, o); ok {
 		next, st := s.startProbe(m, probeBaseline, s.est, lower, 1, o)
 		next.probe.floored = lower > int(s.est*probeFraction)
@@ -331,8 +348,18 @@ func (s *learner) probeDone(now, n int64, o *options) bool {
 
 // endProbe ends the probe at now, from what it measured: abandoned with
 // too few calls, empty with none of a flow with a baseline, else as its
-// kind decides.
+// kind decides. Baselines moved to a slower service forget what ran at
+// the old ones (clean).
 func (s learner) endProbe(now int64, pm probed, o *options) (learner, step) {
+	s, st := s.closeProbe(now, pm, o)
+	if st.baselines == rebaseline {
+		s.clean = 0
+	}
+	return s, st
+}
+
+// closeProbe is endProbe but for clean.
+func (s learner) closeProbe(now int64, pm probed, o *options) (learner, step) {
 	p := s.probe
 	s.probe, s.lastProbe, s.probed = probeState{}, now, true
 	undo := step{set: true, est: p.saved, probe: p.kind, cause: MoveProbeUndone}
@@ -389,17 +416,32 @@ func (s learner) endCPUProbe(now int64, p probeState, pm probed, undo step, o *o
 		// shorter: the stretch was the limit's own queue (Little's law),
 		// whatever time-sharing alone explains. A service that slowed
 		// by itself serves fewer at a lower limit.
-		return s.keepCut(now, p, lowerBaselines, o)
+		return s.keepCut(now, p, s.keptBaselines(p, pm), o)
 	case pr >= rebaseTrigger*shared && pm.hasCPU && !pm.cpuSat:
 		undo.baselines = rebaseline
 	case keepable && pr < cpuKeep*p.r:
-		return s.keepCut(now, p, lowerBaselines, o)
+		return s.keepCut(now, p, s.keptBaselines(p, pm), o)
 	case pm.hasCPU && pm.cpuSat:
 		s.cpuElsewhere, undo.closedGate = true, true
 	case pr < rebaseTrigger:
 		undo.baselines = lowerBaselines
 	}
 	return s, undo
+}
+
+// keptBaselines is what a kept CPU cut does to the baselines: lowers
+// them, unless its calls still ran rebaseTrigger slower than them, with
+// the CPU not saturated, at a limit that ran as many calls at once at
+// their baselines before (clean). Then no queue of the limit's explains
+// the stretch, nor does time-sharing: the service is slower at that
+// many calls (a dependency slowed), and the baselines move to it. Left
+// on the old baselines, Vegas reads the slower service as a queue and
+// shrinks the limit below what the dependency runs at once.
+func (s learner) keptBaselines(p probeState, pm probed) baselineOp {
+	if pm.hasCPU && !pm.cpuSat && pm.stretch >= rebaseTrigger && float64(p.limit) <= math.Ceil(s.clean) {
+		return rebaseline
+	}
+	return lowerBaselines
 }
 
 // keepCut ends probe p by keeping its limit, holding growth off for
@@ -631,7 +673,7 @@ func (l *Limiter) closes(flows []*Flow, end int64) bool {
 // measure takes the interval's counters, starting them anew, and lowers
 // each flow's baseline to its mean if shorter. Needs upd.
 func (l *Limiter) measure(flows []*Flow, end int64) sample {
-	m := sample{end: end}
+	m := sample{end: end, span: end - l.opened}
 	if o := l.overruns.Load(); o != l.seenOverruns {
 		l.seenOverruns, m.overran = o, true
 	}

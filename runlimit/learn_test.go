@@ -345,3 +345,60 @@ func TestCPUCutBelowOneCallPerProcessor(t *testing.T) {
 		})
 	}
 }
+
+// TestCPUCutKeptOnASlowerServiceMovesTheBaselines: a CPU probe's cut kept
+// while its calls still ran three times their baselines, with the CPU
+// idle, moves the baselines to the probe's mean when the flow ran as many
+// calls at once at its baselines before (a dependency slowed: left on the
+// old baselines, Vegas read the slower service as a queue and shrank the
+// limit below the pool), and only lowers them otherwise: the cut may
+// still sit above the bottleneck, or the CPU's time-sharing explains the
+// stretch. A rebase forgets what ran clean at the old baselines.
+func TestCPUCutKeptOnASlowerServiceMovesTheBaselines(t *testing.T) {
+	o := options{floor: 1, ceiling: DefaultCeiling, procs: 1, interval: DefaultInterval}
+	before := 266 / 1e9
+	for _, tt := range []struct {
+		name      string
+		clean     float64 // calls that ran at once at their baselines
+		cpuSat    bool
+		baselines baselineOp
+	}{
+		{"eight ran clean", 7.9, false, rebaseline},
+		{"four ran clean", 4, false, lowerBaselines},
+		{"CPU saturated", 7.9, true, lowerBaselines},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			s := learner{est: 32, phase: phaseSteady, clean: tt.clean}
+			s.probe = probeState{kind: probeCPU, saved: 32, r: 11, limit: 8, started: int64(time.Second), rate: before}
+			pm := probed{n: probeSamples, stretch: 2.9, hasBase: true, hasCPU: true, cpuSat: tt.cpuSat, rate: before}
+			next, st := s.endProbe(2*int64(time.Second), pm, &o)
+			if st.cause != MoveProbeKept || st.est != 8 || st.baselines != tt.baselines {
+				t.Fatalf("endProbe of a cut from 32 to 8 at a stretch of 2.9 (from 11), %v ran clean, CPU saturated %t: cause %v, limit %v, baselines %v; want kept, 8, %v",
+					tt.clean, tt.cpuSat, st.cause, st.est, st.baselines, tt.baselines)
+			}
+			if want := map[bool]float64{true: 0, false: tt.clean}[tt.baselines == rebaseline]; next.clean != want {
+				t.Errorf("clean after the probe = %v, want %v", next.clean, want)
+			}
+		})
+	}
+}
+
+// TestCleanIsWhatRanAtTheBaselines: an interval's calls at their
+// baselines raise what ran clean to the calls that ran at once on
+// average in it (Little's law); a stretched interval leaves it.
+func TestCleanIsWhatRanAtTheBaselines(t *testing.T) {
+	o := options{floor: 1, ceiling: DefaultCeiling, procs: 1, interval: DefaultInterval}
+	s := learner{est: 16, phase: phaseSteady, clean: 3}
+	// 80 calls of 10ms in 100ms: 8 at once, at their baseline.
+	m := sample{end: int64(time.Second), span: int64(100 * time.Millisecond), weight: 80, ratios: 80, bases: 80 * 1e7, svcSum: 80 * 1e7}
+	s, _ = s.decide(&m, &o)
+	if s.clean != 8 {
+		t.Fatalf("after an interval of 8 calls at once at their baselines: clean = %v, want 8", s.clean)
+	}
+	// 80 calls of 30ms in 100ms, baselines 10ms: stretched.
+	m = sample{end: 2 * int64(time.Second), span: int64(100 * time.Millisecond), weight: 80, ratios: 240, bases: 80 * 1e7, svcSum: 80 * 3e7}
+	s, _ = s.decide(&m, &o)
+	if s.clean != 8 {
+		t.Errorf("after a stretched interval of 24 calls at once: clean = %v, want 8 (unchanged)", s.clean)
+	}
+}

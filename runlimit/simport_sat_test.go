@@ -199,20 +199,16 @@ func TestSimFollowsASlowerDatabaseFromAHighLimit(t *testing.T) {
 	if high < 12 {
 		t.Fatalf("eight callers for eight connections: Limit() = %d, want it above the pool (it grows while reached without a stretch)", high)
 	}
-	// The collapse on a pool: the limit doubles to 32 at the
-	// spike's first interval and 85 calls overrun it; a CPU probe starts
-	// with the processor a quarter busy, and keeps its cut while the
-	// overruns drain (8, then 5); shrinks on the stale 10ms baseline take
-	// it to 3, a second probe rebases on 30ms at 1, and the limit climbs
-	// back to 5, then 7, below the pool.
-	const collapse = "a CPU probe, started with the CPU a quarter busy, keeps its cut while the spike's overruns drain"
-	known := map[string]string{"throughput": collapse, "limit": collapse}
 	rate, want := r.served("slow", -1), 0.9*8/0.030
-	checkPort(t, known, "throughput", rate >= want, "throughput in the 3s after the change %.0f/s, want >= %.0f (90%% of what the slower pool serves); lowest limit %d, stats %+v", rate, want, lo, *st)
+	if rate < want {
+		t.Errorf("throughput in the 3s after the change %.0f/s, want >= %.0f (90%% of what the slower pool serves); lowest limit %d, stats %+v", rate, want, lo, *st)
+	}
 	if base < 27*time.Millisecond || base > 33*time.Millisecond {
 		t.Errorf("3s after the database turned 3x slower: Baseline() = %v, want about 30ms", base)
 	}
-	checkPort(t, known, "limit", lo >= 6, "limit fell to %d after the change (outside probes), want it to stay near the pool size (8); stats %+v", lo, *st)
+	if lo < 6 {
+		t.Errorf("limit fell to %d after the change (outside probes), want it to stay near the pool size (8); stats %+v", lo, *st)
+	}
 }
 
 // TestSimNoCPUCutBelowOneCallPerProcessor (was
