@@ -22,6 +22,7 @@ const (
 	ruleSlowStart                    // before a stretch the limit doubles, not √limit
 	ruleSlack                        // lanes queue the slack of the server's idle time
 	ruleRoomy                        // a class that leaves room queues bursts longer
+	ruleHoldKept                     // a kept cut holds the limit's growth off for a while
 	rules
 )
 
@@ -30,7 +31,7 @@ var ruleNames = [rules]string{
 	"evidence: CPU", "evidence: overrun", "evidence: standing queue", "evidence: lane", "evidence: spike",
 	"learner: no decision after overruns",
 	"probe: first baseline", "probe: CPU", "probe: lag", "learner: CPU holds growth",
-	"learner: slow start", "slack", "roomy classes",
+	"learner: slow start", "slack", "roomy classes", "learner: hold after a kept cut",
 }
 
 // on reports whether rule r is on (it is, but in ablation tests).

@@ -80,6 +80,13 @@ const (
 	cpuCutMin           = 0.25
 	cpuKeep             = 0.8
 	keepServed          = 0.7
+	// A kept CPU cut moves the baselines up (keptBaselines) only on what
+	// ran clean in the last cleanFresh: a dependency's capacity can
+	// change for good (a pool made smaller), and a server whose normal
+	// load ran 8 calls clean an hour ago says nothing of what runs clean
+	// now. Long against a spike's first probes (within a second of it),
+	// short against a deployment's life.
+	cleanFresh = 10 * time.Second
 	// probeLag: lagSamples calls whose lag to run exceeds lagTrigger
 	// baselines try est/(1+lag/base) turns, kept if the lag falls below
 	// lagKeep.
@@ -92,6 +99,7 @@ const (
 type sample struct {
 	end     int64   // when the interval closed, ns since the epoch
 	span    int64   // how long the interval ran, ns
+	fresh   bool    // a flow's first baseline was set from the interval's calls
 	peak    int64   // most calls running at once
 	lagN    int64   // calls handed a turn after waiting (noteLag)
 	lagSum  int64   // how long they took to run once handed it, ns
@@ -115,13 +123,20 @@ func (m *sample) stretch() float64 {
 }
 
 // ran is how many calls ran at once, on average over the interval
-// (Little's law: their service times over its length); 0 without calls.
+// (Little's law: the service times of the calls that finished in it over
+// its length), at most the most that ran at once (the service times may
+// have begun before the interval); 0 without calls.
 func (m *sample) ran() float64 {
 	if m.span <= 0 {
 		return 0
 	}
-	return m.svcSum / float64(m.span)
+	return min(m.svcSum/float64(m.span), float64(m.peak))
 }
+
+// clean reports whether the interval's calls ran at their baselines:
+// stretched less than shrinkTrigger, no flow's first baseline set from
+// them (which would read any contention as none).
+func (m *sample) clean() bool { return m.weight > 0 && !m.fresh && m.stretch() < shrinkTrigger }
 
 // base is the calls' mean baseline service time, ns. Needs weight > 0.
 func (m *sample) base() float64 { return m.bases / m.weight }
@@ -172,10 +187,11 @@ type learner struct {
 	lastProbe    int64 // when the last probe ended, ns since epoch
 	probed       bool  // a probe ended
 	probe        probeState
-	// clean is the most calls that ran at once, on average over an
-	// interval, at their baselines (stretch below shrinkTrigger) since
-	// the baselines last moved up: that many calls queued nowhere.
-	clean float64
+	// clean is the most calls, of all flows, that ran at once on
+	// average over an interval at their baselines (sample.clean), in the
+	// cleanFresh before cleanAt; 0 after the baselines moved up.
+	clean   float64
+	cleanAt int64 // when clean was last raised or restarted, ns since epoch
 }
 
 // baselineOp is what a step does to the flows' baselines.
@@ -221,8 +237,8 @@ func (s learner) startProbe(m *sample, kind probeKind, est float64, limit int, r
 
 // decide moves the learner on from the interval m, no probe running.
 func (s learner) decide(m *sample, o *options) (learner, step) {
-	if m.weight > 0 && m.stretch() < shrinkTrigger {
-		s.clean = max(s.clean, m.ran())
+	if m.clean() {
+		s.noteClean(m)
 	}
 	if lower, ok := s.baselineProbeDue(m, o); ok {
 		next, st := s.startProbe(m, probeBaseline, s.est, lower, 1, o)
@@ -416,17 +432,26 @@ func (s learner) endCPUProbe(now int64, p probeState, pm probed, undo step, o *o
 		// shorter: the stretch was the limit's own queue (Little's law),
 		// whatever time-sharing alone explains. A service that slowed
 		// by itself serves fewer at a lower limit.
-		return s.keepCut(now, p, s.keptBaselines(p, pm), o)
+		return s.keepCut(now, p, s.keptBaselines(now, p, pm), o)
 	case pr >= rebaseTrigger*shared && pm.hasCPU && !pm.cpuSat:
 		undo.baselines = rebaseline
 	case keepable && pr < cpuKeep*p.r:
-		return s.keepCut(now, p, s.keptBaselines(p, pm), o)
+		return s.keepCut(now, p, s.keptBaselines(now, p, pm), o)
 	case pm.hasCPU && pm.cpuSat:
 		s.cpuElsewhere, undo.closedGate = true, true
 	case pr < rebaseTrigger:
 		undo.baselines = lowerBaselines
 	}
 	return s, undo
+}
+
+// noteClean raises clean to what ran at once in the clean interval m, or
+// restarts it there once clean is older than cleanFresh: a most over
+// the last cleanFresh or so.
+func (s *learner) noteClean(m *sample) {
+	if r := m.ran(); r >= s.clean || m.end-s.cleanAt > int64(cleanFresh) {
+		s.clean, s.cleanAt = r, m.end
+	}
 }
 
 // keptBaselines is what a kept CPU cut does to the baselines: lowers
@@ -437,8 +462,9 @@ func (s learner) endCPUProbe(now int64, p probeState, pm probed, undo step, o *o
 // many calls (a dependency slowed), and the baselines move to it. Left
 // on the old baselines, Vegas reads the slower service as a queue and
 // shrinks the limit below what the dependency runs at once.
-func (s learner) keptBaselines(p probeState, pm probed) baselineOp {
-	if pm.hasCPU && !pm.cpuSat && pm.stretch >= rebaseTrigger && float64(p.limit) <= math.Ceil(s.clean) {
+func (s learner) keptBaselines(now int64, p probeState, pm probed) baselineOp {
+	fresh := now-s.cleanAt <= int64(cleanFresh)
+	if pm.hasCPU && !pm.cpuSat && pm.stretch >= rebaseTrigger && fresh && float64(p.limit) <= math.Ceil(s.clean) {
 		return rebaseline
 	}
 	return lowerBaselines
@@ -447,9 +473,12 @@ func (s learner) keptBaselines(p probeState, pm probed) baselineOp {
 // keepCut ends probe p by keeping its limit, holding growth off for
 // holdIntervals from now.
 func (s learner) keepCut(now int64, p probeState, b baselineOp, o *options) (learner, step) {
-	st := step{set: true, est: float64(p.limit), probe: p.kind, cause: MoveProbeKept, baselines: b, held: true}
+	st := step{set: true, est: float64(p.limit), probe: p.kind, cause: MoveProbeKept, baselines: b, held: o.on(ruleHoldKept)}
 	st.endedSlowStart = s.phase == phaseSlowStart
-	s.phase = phaseHolding
+	s.phase = phaseSteady
+	if st.held {
+		s.phase = phaseHolding
+	}
 	s.holdUntil = now + holdIntervals*int64(o.interval)
 	return s, st
 }
@@ -693,6 +722,7 @@ func (l *Limiter) measure(flows []*Flow, end int64) sample {
 		m.svcSum += float64(sum)
 		mean := float64(sum) / float64(n)
 		if f.base == 0 || mean < f.base {
+			m.fresh = m.fresh || f.base == 0
 			f.setBase(mean)
 		}
 		m.ratios += float64(n) * mean / f.base

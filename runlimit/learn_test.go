@@ -348,57 +348,96 @@ func TestCPUCutBelowOneCallPerProcessor(t *testing.T) {
 
 // TestCPUCutKeptOnASlowerServiceMovesTheBaselines: a CPU probe's cut kept
 // while its calls still ran three times their baselines, with the CPU
-// idle, moves the baselines to the probe's mean when the flow ran as many
-// calls at once at its baselines before (a dependency slowed: left on the
-// old baselines, Vegas read the slower service as a queue and shrank the
-// limit below the pool), and only lowers them otherwise: the cut may
-// still sit above the bottleneck, or the CPU's time-sharing explains the
-// stretch. A rebase forgets what ran clean at the old baselines.
+// idle, moves the baselines to the probe's mean when as many calls ran at
+// once at their baselines in the last cleanFresh (a dependency slowed:
+// left on the old baselines, Vegas read the slower service as a queue and
+// shrank the limit below the pool), and only lowers them otherwise: the
+// cut may still sit above the bottleneck, time-sharing may explain the
+// stretch, or what ran clean is too old to say. A rebase forgets it.
 func TestCPUCutKeptOnASlowerServiceMovesTheBaselines(t *testing.T) {
 	o := options{floor: 1, ceiling: DefaultCeiling, procs: 1, interval: DefaultInterval}
 	before := 266 / 1e9
+	now := 100 * int64(time.Second)
 	for _, tt := range []struct {
 		name      string
-		clean     float64 // calls that ran at once at their baselines
+		clean     float64       // calls that ran at once at their baselines
+		cleanAge  time.Duration // how long ago
+		stretch   float64       // at the cut
+		served    float64       // calls a second at the cut, per ns
+		hasCPU    bool
 		cpuSat    bool
 		baselines baselineOp
 	}{
-		{"eight ran clean", 7.9, false, rebaseline},
-		{"four ran clean", 4, false, lowerBaselines},
-		{"CPU saturated", 7.9, true, lowerBaselines},
+		{"eight ran clean", 7.9, time.Second, 2.9, before, true, false, rebaseline},
+		{"seven ran clean", 7, time.Second, 2.9, before, true, false, lowerBaselines}, // ceil(7) < 8
+		{"fewer served", 7.9, time.Second, 2.9, 0.8 * before, true, false, rebaseline},
+		{"four ran clean", 4, time.Second, 2.9, before, true, false, lowerBaselines},
+		{"ran clean long ago", 7.9, cleanFresh + time.Second, 2.9, before, true, false, lowerBaselines},
+		{"no longer stretched", 7.9, time.Second, 1.1, before, true, false, lowerBaselines},
+		{"CPU saturated", 7.9, time.Second, 2.9, before, true, true, lowerBaselines},
+		{"no CPU signal", 7.9, time.Second, 2.9, before, false, false, lowerBaselines},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			s := learner{est: 32, phase: phaseSteady, clean: tt.clean}
-			s.probe = probeState{kind: probeCPU, saved: 32, r: 11, limit: 8, started: int64(time.Second), rate: before}
-			pm := probed{n: probeSamples, stretch: 2.9, hasBase: true, hasCPU: true, cpuSat: tt.cpuSat, rate: before}
-			next, st := s.endProbe(2*int64(time.Second), pm, &o)
-			if st.cause != MoveProbeKept || st.est != 8 || st.baselines != tt.baselines {
-				t.Fatalf("endProbe of a cut from 32 to 8 at a stretch of 2.9 (from 11), %v ran clean, CPU saturated %t: cause %v, limit %v, baselines %v; want kept, 8, %v",
-					tt.clean, tt.cpuSat, st.cause, st.est, st.baselines, tt.baselines)
+			s := learner{est: 32, phase: phaseSteady, clean: tt.clean, cleanAt: now - int64(tt.cleanAge)}
+			s.probe = probeState{kind: probeCPU, saved: 32, r: 11, limit: 8, started: now - int64(time.Second), rate: before}
+			pm := probed{n: probeSamples, stretch: tt.stretch, hasBase: true, hasCPU: tt.hasCPU, cpuSat: tt.cpuSat, rate: tt.served}
+			next, st := s.endProbe(now, pm, &o)
+			want := tt.baselines
+			if st.cause != MoveProbeKept || st.est != 8 || st.baselines != want {
+				t.Fatalf("endProbe of a cut from 32 to 8 at a stretch of %v (from 11), %v ran clean %v ago: cause %v, limit %v, baselines %v; want kept, 8, %v",
+					tt.stretch, tt.clean, tt.cleanAge, st.cause, st.est, st.baselines, want)
 			}
-			if want := map[bool]float64{true: 0, false: tt.clean}[tt.baselines == rebaseline]; next.clean != want {
-				t.Errorf("clean after the probe = %v, want %v", next.clean, want)
+			if wantClean := map[bool]float64{true: 0, false: tt.clean}[want == rebaseline]; next.clean != wantClean {
+				t.Errorf("clean after the probe = %v, want %v", next.clean, wantClean)
 			}
 		})
+	}
+	// An undone CPU probe that moves the baselines forgets clean too.
+	s := learner{est: 32, phase: phaseSteady, clean: 7.9, cleanAt: now}
+	s.probe = probeState{kind: probeCPU, saved: 32, r: 3, limit: 8, started: now - int64(time.Second), rate: before}
+	pm := probed{n: probeSamples, stretch: 3, hasBase: true, hasCPU: true, rate: 0.3 * before}
+	if next, st := s.endProbe(now, pm, &o); st.baselines != rebaseline || next.clean != 0 {
+		t.Errorf("undone CPU probe no shorter, CPU idle: baselines %v, clean %v; want moved, 0", st.baselines, next.clean)
 	}
 }
 
 // TestCleanIsWhatRanAtTheBaselines: an interval's calls at their
 // baselines raise what ran clean to the calls that ran at once on
-// average in it (Little's law); a stretched interval leaves it.
+// average in it (Little's law), at most the most that ran at once; a
+// stretched interval, one that set a flow's first baseline, or one
+// without calls leaves it; a lower figure replaces it only once it is
+// older than cleanFresh.
 func TestCleanIsWhatRanAtTheBaselines(t *testing.T) {
 	o := options{floor: 1, ceiling: DefaultCeiling, procs: 1, interval: DefaultInterval}
-	s := learner{est: 16, phase: phaseSteady, clean: 3}
-	// 80 calls of 10ms in 100ms: 8 at once, at their baseline.
-	m := sample{end: int64(time.Second), span: int64(100 * time.Millisecond), weight: 80, ratios: 80, bases: 80 * 1e7, svcSum: 80 * 1e7}
-	s, _ = s.decide(&m, &o)
-	if s.clean != 8 {
-		t.Fatalf("after an interval of 8 calls at once at their baselines: clean = %v, want 8", s.clean)
+	var clean float64 = 3
+	var cleanAt int64
+	at := func(sec float64) int64 { return int64(sec * float64(time.Second)) }
+	// calls of svc ms, n at once for 100ms, stretched r, peak at once.
+	interval := func(end float64, n, svc, r float64, peak int64) sample {
+		w := n * 100 / svc
+		return sample{end: at(end), span: at(0.1), peak: peak, weight: w, ratios: w * r, bases: w * svc * 1e6 / r, svcSum: w * svc * 1e6}
 	}
-	// 80 calls of 30ms in 100ms, baselines 10ms: stretched.
-	m = sample{end: 2 * int64(time.Second), span: int64(100 * time.Millisecond), weight: 80, ratios: 240, bases: 80 * 1e7, svcSum: 80 * 3e7}
-	s, _ = s.decide(&m, &o)
-	if s.clean != 8 {
-		t.Errorf("after a stretched interval of 24 calls at once: clean = %v, want 8 (unchanged)", s.clean)
+	for _, step := range []struct {
+		name  string
+		m     sample
+		clean float64
+	}{
+		{"8 at once at their baselines", interval(1, 8, 10, 1, 8), 8},
+		{"4 at once at their baselines", interval(1.1, 4, 10, 1, 4), 8},
+		{"24 at once, stretched 3x", interval(1.2, 24, 30, 3, 24), 8},
+		{"long calls finishing together: 20 by their times, 10 at most", interval(1.3, 20, 10, 1, 10), 10},
+		{"a first baseline set", func() sample { m := interval(1.4, 12, 10, 1, 12); m.fresh = true; return m }(), 10},
+		{"no calls", sample{end: at(1.5), span: at(0.1)}, 10},
+		{"an overrun interval at the baselines", func() sample { m := interval(1.6, 11, 10, 1, 11); m.overran = true; return m }(), 11},
+		{"4 at once, later than cleanFresh", interval(1.6+cleanFresh.Seconds()+1, 4, 10, 1, 4), 4},
+	} {
+		// Each interval to a steady learner that probed, as update hands
+		// decide only intervals outside probes.
+		s := learner{est: 16, phase: phaseSteady, probed: true, clean: clean, cleanAt: cleanAt}
+		s, _ = s.decide(&step.m, &o)
+		if s.clean != step.clean {
+			t.Fatalf("after %s: clean = %v, want %v", step.name, s.clean, step.clean)
+		}
+		clean, cleanAt = s.clean, s.cleanAt
 	}
 }
