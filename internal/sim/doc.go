@@ -54,7 +54,8 @@
 // classes or tenants, at their own load or sharing each phase's:
 // Shape.Share; closed-loop callers, Shape.Callers), its phases, and
 // what changes under it: a dependency that slows in the spike or from
-// a set instant (Shape.SlowAt), goroutines of another process that take
+// a set instant (Shape.SlowAt), or whose pool shrinks then
+// (Shape.SlowConns), goroutines of another process that take
 // the processors from a set instant (Shape.Others), or a load generator
 // that shares them in proportion to the calls it sends
 // (Shape.ClientCPU). A Clock lets a test

@@ -66,6 +66,23 @@ func TestCallersAreAClosedLoop(t *testing.T) {
 	}
 }
 
+// A pool that shrinks at SlowAt to SlowConns serves that many queries at
+// once from then on: half its connections, half the calls a second.
+func TestSlowConns(t *testing.T) {
+	sh := IO
+	sh.SlowConns, sh.SlowAt, sh.Deadline = 4, 10*time.Second, time.Hour
+	sh.Phases = []Phase{{Name: Spike, Duration: 20 * time.Second, Load: 1.5}}
+	if got, want := sh.Capacity(true), sh.Capacity(false)/2; math.Abs(got/want-1) > 0.01 {
+		t.Errorf("Capacity(true) = %.0f/s, want %.0f/s (half the pool)", got, want)
+	}
+	r := mustRun(t, sh, Unprotected{}, 1)
+	before := float64(r.Served[8]+r.Served[9]) / 2
+	after := float64(r.Served[15]+r.Served[16]) / 2
+	if math.Abs(after/before-0.5) > 0.05 {
+		t.Errorf("served %.0f/s before the pool went from 8 to 4, %.0f/s after, want half as many", before, after)
+	}
+}
+
 // A query that slows at SlowAt stays slow: what the pool serves falls
 // by SlowBy from then on.
 func TestSlowAt(t *testing.T) {

@@ -92,14 +92,14 @@ func (sh *Shape) pool() *Pool {
 	if sh.Conns <= 0 {
 		return nil
 	}
-	return &Pool{Conns: sh.Conns, Query: sh.Query, SlowBy: sh.SlowBy}
+	return &Pool{Conns: sh.Conns, Query: sh.Query, SlowBy: sh.SlowBy, SlowConns: sh.SlowConns}
 }
 
 // schedule is when each of phases starts, and when the last ends; it
 // schedules on c the slowing of pool (in the spike, or from SlowAt).
 func (sh *Shape) schedule(c *clock, phases []Phase, pool *Pool) (starts []time.Duration, end time.Duration) {
 	starts = make([]time.Duration, len(phases))
-	slows := pool != nil && sh.SlowBy > 1
+	slows := pool != nil && (sh.SlowBy > 1 || sh.SlowConns > 0)
 	for i, ph := range phases {
 		starts[i] = end
 		if ph.Name == Spike && slows && sh.SlowAt == 0 {

@@ -44,10 +44,20 @@ type Pool struct {
 	Query  time.Duration
 	SlowBy float64
 	Slow   bool
+	// SlowConns, if > 0, is how many connections serve while Slow.
+	SlowConns int
 
 	busy  int
 	queue []*Call
 	qhead int
+}
+
+// conns is how many connections serve now.
+func (p *Pool) conns() int {
+	if p.Slow && p.SlowConns > 0 {
+		return p.SlowConns
+	}
+	return p.Conns
 }
 
 func (p *Pool) query() time.Duration {
@@ -332,7 +342,7 @@ func (sv *server) query(c *Call) {
 		sv.end(c, Outcome{Err: true, Overload: true})
 		return
 	}
-	if p.busy < p.Conns {
+	if p.busy < p.conns() {
 		p.busy++
 		sv.hold(c)
 		return
@@ -362,14 +372,19 @@ func (sv *server) hold(c *Call) {
 	})
 }
 
-// release gives a connection back: to the first call waiting for one.
+// release gives a connection back: to the first calls waiting for one, as
+// many as the pool serves now.
 func (sv *server) release(p *Pool) {
-	if w := p.dequeue(); w != nil {
+	p.busy--
+	for p.busy < p.conns() { // none past a pool that shrank; more after it grew back
+		w := p.dequeue()
+		if w == nil {
+			return
+		}
+		p.busy++
 		w.state = running
 		sv.s.ready(w.g) // its continuation is hold
-		return
 	}
-	p.busy--
 }
 
 // after is c's CPU work after its query, then its end.

@@ -68,6 +68,11 @@ type Shape struct {
 	// SlowAt, if > 0, is when the query turns SlowBy times slower for
 	// good, in place of the spike's time (a dependency that degrades).
 	SlowAt time.Duration
+	// SlowConns, if > 0, is how many of the pool's connections serve
+	// while the query is slowed (as SlowBy says when, with or without
+	// SlowBy): a dependency that serves fewer queries at once, not
+	// slower ones. Queries under way when the pool shrinks finish.
+	SlowConns int
 	// Others, if > 0, are threads of another process that want the
 	// processors from OthersAt on (a load generator beside the server, or
 	// a flood's refusals): always runnable, they get their share of each
@@ -192,13 +197,22 @@ func (sh Shape) Capacity(slow bool) float64 {
 	}
 	c := left / sh.CPUPerCall().Seconds()
 	if sh.Conns > 0 {
-		q := sh.Query
-		if slow && sh.SlowBy > 1 {
-			q = time.Duration(float64(q) * sh.SlowBy)
-		}
-		c = min(c, float64(sh.Conns)/q.Seconds())
+		c = min(c, sh.poolRate(slow))
 	}
 	return c
+}
+
+// poolRate is the queries a second the pool serves at most (slow: while
+// slowed, by SlowBy and SlowConns). Needs Conns > 0.
+func (sh Shape) poolRate(slow bool) float64 {
+	q, conns := sh.Query, sh.Conns
+	if slow && sh.SlowBy > 1 {
+		q = time.Duration(float64(q) * sh.SlowBy)
+	}
+	if slow && sh.SlowConns > 0 {
+		conns = sh.SlowConns
+	}
+	return float64(conns) / q.Seconds()
 }
 
 // Ceiling is the share of the capacity (slowed, for a dependency that
@@ -218,11 +232,7 @@ func (sh Shape) Ceiling(load float64) float64 {
 	}
 	x := max(left, 0) / (sh.CPUPerCall().Seconds() - refuse)
 	if sh.Conns > 0 {
-		q := sh.Query
-		if sh.SlowBy > 1 {
-			q = time.Duration(float64(q) * sh.SlowBy)
-		}
-		x = min(x, float64(sh.Conns)/q.Seconds())
+		x = min(x, sh.poolRate(true))
 	}
 	return min(x/slow, 1)
 }

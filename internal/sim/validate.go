@@ -84,7 +84,7 @@ func (sh Shape) validateFields(v *validation) {
 		field string
 		n     int
 	}{
-		{"Conns", sh.Conns}, {"Others", sh.Others}, {"Callers", sh.Callers}, {"Messages", sh.Messages}, {"Clump", sh.Clump},
+		{"Conns", sh.Conns}, {"SlowConns", sh.SlowConns}, {"Others", sh.Others}, {"Callers", sh.Callers}, {"Messages", sh.Messages}, {"Clump", sh.Clump},
 	} {
 		v.count(n.field, n.n)
 	}
@@ -93,6 +93,9 @@ func (sh Shape) validateFields(v *validation) {
 	v.number("SteadyRate", sh.SteadyRate)
 	v.number("ClientRate", sh.ClientRate)
 	v.share("Share", sh.Share)
+	if sh.SlowConns > 0 && sh.Conns == 0 {
+		v.bad("SlowConns", "0 without Conns", sh.SlowConns)
+	}
 	if sh.ClientCPU > 0 && sh.Others > 0 {
 		v.bad("ClientCPU", "0 with Others", sh.ClientCPU)
 	}

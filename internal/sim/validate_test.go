@@ -45,6 +45,8 @@ func TestRunRefusesABadShape(t *testing.T) {
 		{"Costs.Read", func(sh *Shape) { sh.Costs.Read = -1 }},
 		{"Query", func(sh *Shape) { sh.Conns, sh.Query = 2, -time.Millisecond }},
 		{"Conns", func(sh *Shape) { sh.Conns = -1 }},
+		{"SlowConns", func(sh *Shape) { sh.Conns, sh.Query, sh.SlowConns = 2, time.Millisecond, -1 }},
+		{"SlowConns", func(sh *Shape) { sh.SlowConns = 2 }},
 		{"Callers", func(sh *Shape) { sh.Callers = -1 }},
 		{"Backoff", func(sh *Shape) { sh.Callers, sh.Backoff = 1, -time.Millisecond }},
 		{"MeanCPU", func(sh *Shape) { sh.Draw, sh.MeanCPU = HeavyTail.Draw, 0 }},
