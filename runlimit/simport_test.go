@@ -53,6 +53,20 @@ func (r *portRun) limits(from, to time.Duration) map[int]float64 {
 	return seen
 }
 
+// lowestLimit records the lowest limit outside probes (a probe lowers
+// the limit for a while by design), looked at every millisecond from
+// from to to.
+func (r *portRun) lowestLimit(from, to time.Duration) *int {
+	lo := new(int)
+	*lo = 1 << 30
+	r.every(from, to, time.Millisecond, func() {
+		if !r.p.l.probing.Load() {
+			*lo = min(*lo, r.p.l.Limit())
+		}
+	})
+	return lo
+}
+
 // stats records the Limiter's Stats at d.
 func (r *portRun) stats(d time.Duration) *Stats {
 	st := new(Stats)
