@@ -1,5 +1,7 @@
 package runlimit
 
+import "github.com/levee-go/levee/runlimit/internal/learn"
+
 // The rules of evidence and the learner's branches, by name, so that a
 // test can switch one off and see what it buys (docs/ablation.md). A
 // Limiter made by New has every rule on: only in-package tests switch
@@ -14,7 +16,7 @@ const (
 	ruleEvidenceStanding             // overload.Standing: a queue that stood ten intervals
 	ruleEvidenceLane                 // overload.Lane: a lane's queue holds an interval's work
 	ruleEvidenceSpike                // overload.Spike: calls ask twice as fast as turns end
-	ruleOverranSkip                  // decide leaves the limit after an interval with overruns
+	ruleOverranSkip                  // Decide leaves the limit after an interval with overruns
 	ruleProbeBaseline                // the first baseline measured at half the limit
 	ruleProbeCPU                     // a stretch probes fewer calls at once
 	ruleProbeLag                     // a lag to run once handed a turn probes fewer turns
@@ -38,3 +40,23 @@ var ruleNames = [rules]string{
 func (l *Limiter) on(r rule) bool { return l.o.on(r) }
 
 func (o *options) on(r rule) bool { return o.off&(1<<r) == 0 }
+
+// learnBranches are the rules that are branches of the learner.
+var learnBranches = [...]struct {
+	r rule
+	b learn.Branch
+}{
+	{ruleOverranSkip, learn.SkipOverran}, {ruleProbeBaseline, learn.ProbeBaseline}, {ruleProbeCPU, learn.ProbeCPU},
+	{ruleProbeLag, learn.ProbeLag}, {ruleSlowStart, learn.SlowStart}, {ruleHoldKept, learn.HoldKept},
+}
+
+// learnParams are the learner's parameters from o.
+func (o *options) learnParams() learn.Params {
+	p := learn.Params{Floor: o.floor, Procs: o.procs, Interval: o.interval}
+	for _, lb := range learnBranches {
+		if !o.on(lb.r) {
+			p.Off |= 1 << lb.b
+		}
+	}
+	return p
+}

@@ -11,6 +11,7 @@ import (
 	"github.com/levee-go/levee/cpu"
 	"github.com/levee-go/levee/internal/clock/clocktest"
 	"github.com/levee-go/levee/internal/overload"
+	"github.com/levee-go/levee/runlimit/internal/learn"
 )
 
 // A cpu.Monitor tells its utilisation, so that it is evidence of overload
@@ -224,7 +225,7 @@ func TestOverrunByTheLimitIsEvidence(t *testing.T) {
 		serve(t, f, 200) // a server below its capacity: no spike
 		if tc.base > 0 {
 			l.upd.Lock()
-			l.markRates(&sample{weight: 1, bases: float64(tc.base)})
+			l.markRates(&learn.Sample{Weight: 1, Bases: float64(tc.base)})
 			l.upd.Unlock()
 		}
 		var held []Ticket
@@ -416,11 +417,11 @@ func TestSpikingFollowsTheLastTwoIntervals(t *testing.T) {
 		t.Fatalf("spiking() after %d calls asked for a turn and none ended = false, want true", minOverruns)
 	}
 	l.upd.Lock()
-	l.markRates(&sample{})
+	l.markRates(&learn.Sample{})
 	if !spiking(l, l.nanos(time.Now())) {
 		t.Error("spiking() one interval after the calls = false, want true")
 	}
-	l.markRates(&sample{})
+	l.markRates(&learn.Sample{})
 	l.upd.Unlock()
 	if spiking(l, l.nanos(time.Now())) {
 		t.Error("spiking() two intervals after the calls = true, want false")
@@ -564,7 +565,7 @@ func TestCPUEvidenceIsAUtilisationThatLasts(t *testing.T) {
 func TestASpikeIsTwentyMoreThanTwiceTheTurns(t *testing.T) {
 	l := mustNew(t, WithBounds(8, 8), WithInterval(100*time.Millisecond))
 	l.upd.Lock()
-	l.markRates(&sample{weight: 10, bases: 10 * float64(time.Millisecond)})
+	l.markRates(&learn.Sample{Weight: 10, Bases: 10 * float64(time.Millisecond)})
 	l.upd.Unlock()
 	if got := l.intervalWork.Load(); got != 800 {
 		t.Errorf("intervalWork at a limit of 8 and 1ms baselines over 100ms intervals = %d, want 800", got)
@@ -602,7 +603,7 @@ func TestASpikeIsTwentyMoreThanTwiceTheTurns(t *testing.T) {
 		t.Errorf("spiking() with %d asked, 8 ended = false, want true", 2*8+minOverruns)
 	}
 	l.upd.Lock()
-	l.markRates(&sample{weight: 10, bases: 10 * float64(time.Second)})
+	l.markRates(&learn.Sample{Weight: 10, Bases: 10 * float64(time.Second)})
 	l.upd.Unlock()
 	if got := l.intervalWork.Load(); got != minOverruns {
 		t.Errorf("intervalWork at 1s baselines = %d, want the least, %d", got, minOverruns)
@@ -639,7 +640,7 @@ func TestAStallIsNoSpike(t *testing.T) {
 		l.offered.Add(offered)
 		l.finished.Add(finished)
 		l.upd.Lock()
-		l.markRates(&sample{end: k * interval})
+		l.markRates(&learn.Sample{End: k * interval})
 		l.upd.Unlock()
 	}
 	for k := int64(1); k <= 5; k++ {

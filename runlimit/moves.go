@@ -4,6 +4,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/levee-go/levee/runlimit/internal/learn"
 )
 
 // MoveCause says why the learner moved the limit (docs/runlimit-learner.md
@@ -65,15 +67,15 @@ type moveRec struct {
 	at       int64 // ns since the Limiter's epoch
 	from, to int64
 	cause    MoveCause
-	probe    probeKind
+	probe    learn.Kind
 }
 
 // probeNames name the probes as Move.Probe does.
-var probeNames = [probeKinds]string{probeBaseline: "baseline", probeCPU: "cpu", probeLag: "lag"}
+var probeNames = [learn.Kinds]string{learn.BaselineProbe: "baseline", learn.CPUProbe: "cpu", learn.LagProbe: "lag"}
 
 // noteMove records that the limit was set from old to n for cause (of a
 // probe of kind probe; MoveOther if empty), unless n is old. Needs upd.
-func (l *Limiter) noteMove(old, n int64, cause MoveCause, probe probeKind) {
+func (l *Limiter) noteMove(old, n int64, cause MoveCause, probe learn.Kind) {
 	ms := &l.moves
 	if cause == "" {
 		cause = MoveOther
@@ -123,7 +125,7 @@ func (l *Limiter) moveAt(i uint64) (Move, bool) {
 	}
 	r := ms.ring[i%MaxMoves]
 	m := Move{At: l.epoch.Add(time.Duration(r.at)), From: int(r.from), To: int(r.to), Cause: r.cause}
-	if r.probe != probeNone {
+	if r.probe != learn.NoProbe {
 		m.Probe = probeNames[r.probe]
 	}
 	return m, true

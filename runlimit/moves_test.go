@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/levee-go/levee/admission"
+	"github.com/levee-go/levee/runlimit/internal/learn"
 )
 
 // checkMoves fails t unless moves chain (each from where the one before
@@ -105,27 +106,25 @@ func TestMovesRecordEachSettingWithItsCause(t *testing.T) {
 func TestMoveCauses(t *testing.T) {
 	tests := []struct {
 		name  string
-		cause MoveCause
-		probe probeKind
+		cause learn.Cause
+		want  MoveCause
+		probe learn.Kind
 		count func(st Stats) uint64
 	}{
-		{"grow", MoveGrow, probeNone, func(st Stats) uint64 { return st.Grows }},
-		{"shrink", MoveShrink, probeNone, func(st Stats) uint64 { return st.Shrinks }},
-		{"cpu kept", MoveProbeKept, probeCPU, func(st Stats) uint64 { return st.ProbeCPU.Kept }},
-		{"cpu undone", MoveProbeUndone, probeCPU, func(st Stats) uint64 { return st.ProbeCPU.Undone }},
-		{"lag abandoned", MoveProbeAbandoned, probeLag, func(st Stats) uint64 { return st.ProbeLag.Abandoned }},
-		{"baseline empty", MoveProbeEmpty, probeBaseline, func(st Stats) uint64 { return st.ProbeBaseline.Empty }},
-		{"no cause", "", probeNone, nil},
+		{"grow", learn.Grow, MoveGrow, learn.NoProbe, func(st Stats) uint64 { return st.Grows }},
+		{"shrink", learn.Shrink, MoveShrink, learn.NoProbe, func(st Stats) uint64 { return st.Shrinks }},
+		{"cpu kept", learn.Kept, MoveProbeKept, learn.CPUProbe, func(st Stats) uint64 { return st.ProbeCPU.Kept }},
+		{"cpu undone", learn.Undone, MoveProbeUndone, learn.CPUProbe, func(st Stats) uint64 { return st.ProbeCPU.Undone }},
+		{"lag abandoned", learn.Abandoned, MoveProbeAbandoned, learn.LagProbe, func(st Stats) uint64 { return st.ProbeLag.Abandoned }},
+		{"baseline empty", learn.Empty, MoveProbeEmpty, learn.BaselineProbe, func(st Stats) uint64 { return st.ProbeBaseline.Empty }},
+		{"no cause", learn.Other, MoveOther, learn.NoProbe, nil},
 	}
 	for _, tt := range tests {
 		l := mustNew(t, WithBounds(1, 100), WithInitialLimit(10))
 		l.upd.Lock()
-		l.applyStep(step{set: true, est: 20, cause: tt.cause, probe: tt.probe}, nil)
+		l.applyStep(learn.Step{Set: true, Est: 20, Cause: tt.cause, Probe: tt.probe}, nil)
 		l.upd.Unlock()
-		want := tt.cause
-		if want == "" {
-			want = MoveOther
-		}
+		want := tt.want
 		got := l.Moves()
 		if len(got) != 1 || got[0].Cause != want || got[0].From != 10 || got[0].To != 20 || got[0].Probe != probeNames[tt.probe] {
 			t.Errorf("%s: Moves() = %+v, want one move 10 → 20 for %s (probe %q)", tt.name, got, want, probeNames[tt.probe])
@@ -139,8 +138,8 @@ func TestMoveCauses(t *testing.T) {
 	// A setting that leaves the limit as it was is no move.
 	l := mustNew(t, WithBounds(1, 100), WithInitialLimit(10))
 	l.upd.Lock()
-	l.apply(10.5, MoveGrow, probeNone)
-	l.apply(30, "", probeNone)
+	l.apply(10.5, MoveGrow, learn.NoProbe)
+	l.apply(30, "", learn.NoProbe)
 	l.upd.Unlock()
 	if got := l.Moves(); len(got) != 1 || got[0].Cause != MoveOther {
 		t.Errorf("Moves() = %+v, want one move (10 → 30) of no cause", got)
@@ -152,7 +151,7 @@ func TestMovesRingBounded(t *testing.T) {
 	l := mustNew(t, WithBounds(1, 1000), WithInitialLimit(1))
 	l.upd.Lock()
 	for i := range MaxMoves + 10 {
-		l.apply(float64(i+2), MoveGrow, probeNone)
+		l.apply(float64(i+2), MoveGrow, learn.NoProbe)
 	}
 	l.upd.Unlock()
 	got := l.Moves()
@@ -227,7 +226,7 @@ func TestMovesAllocateNothing(t *testing.T) {
 	i := 0
 	n := testing.AllocsPerRun(1000, func() {
 		l.upd.Lock()
-		l.apply(float64(10+i%2), MoveGrow, probeNone)
+		l.apply(float64(10+i%2), MoveGrow, learn.NoProbe)
 		l.upd.Unlock()
 		l.tellMoves()
 		i++

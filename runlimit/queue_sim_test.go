@@ -287,7 +287,7 @@ func rate(served int, d time.Duration) float64 { return float64(served) / d.Seco
 // these bounds by a known defect): handlers that burn 2ms of CPU
 // each, twice as many as the processors serve: at the initial limit of 4
 // a call handed a turn waits for a processor behind the others, which its
-// service time does not show. A probeLag cuts the turns to the
+// service time does not show. A LagProbe cuts the turns to the
 // processors and keeps the cut.
 func TestQSimLagSettlesOnOneTurnPerProcessor(t *testing.T) {
 	for _, procs := range []int{1, 2} {
@@ -317,7 +317,7 @@ func TestQSimLagSettlesOnOneTurnPerProcessor(t *testing.T) {
 // bounds by a known defect): an I/O-bound service (8 connections,
 // 10ms queries) whose processors something else keeps busy, so that a
 // call handed its turn waits 10ms to run whatever the limit, and the CPU
-// is saturated. A probeLag tries fewer turns, finds the lag unchanged and
+// is saturated. A LagProbe tries fewer turns, finds the lag unchanged and
 // undoes the cut; the gate cpuElsewhere closes, so no probe follows while
 // the CPU stays saturated, and the limit stays near the pool size.
 func TestQSimLagFromElsewhereIsUndone(t *testing.T) {

@@ -19,6 +19,7 @@ import (
 	"github.com/levee-go/levee/internal/ewma"
 	"github.com/levee-go/levee/internal/netpoll"
 	"github.com/levee-go/levee/internal/overload"
+	"github.com/levee-go/levee/runlimit/internal/learn"
 )
 
 // Defaults of a Limiter.
@@ -223,8 +224,9 @@ type Limiter struct {
 	// an interval; next, read by every Done, is when it ends.
 	next    atomic.Int64
 	upd     sync.Mutex
-	lr      learner // under upd
-	opened  int64   // start of the current interval; under upd
+	lr      learn.State  // under upd
+	lp      learn.Params // from o
+	opened  int64        // start of the current interval; under upd
 	probing atomic.Bool
 	drain   atomic.Pointer[drainMark] // the running or last probe's (one of marks); nil before the first
 	marks   [2]drainMark              // probes use them in turn (startProbe)
@@ -297,8 +299,8 @@ func New(opts ...Option) (*Limiter, error) {
 	}
 	l := &Limiter{o: o, epoch: o.now()}
 	l.cpuNow, _ = o.cpu.(cpu.ThresholdSignal)
-	l.lr.est = float64(min(max(o.initial, o.floor), o.ceiling))
-	l.limit.Store(int64(l.lr.est))
+	l.lp = o.learnParams()
+	l.limit.Store(int64(min(max(o.initial, o.floor), o.ceiling)))
 	l.flows.Store(&map[string]*Flow{})
 	l.unserved = newFlow(l, UnservedFlow)
 	l.unserved.isUnserved = true
@@ -307,7 +309,7 @@ func New(opts ...Option) (*Limiter, error) {
 	l.noneSince.Store(l.opened + 1)
 	l.leastWork.Store(math.MaxInt64)
 	l.next.Store(l.opened + int64(o.interval))
-	l.lr.lastProbe = l.opened
+	l.lr = learn.Start(float64(l.limit.Load()), l.opened)
 	l.lastSweep = l.opened
 	l.openedAt.Store(l.opened)
 	for i := range l.avail {
@@ -432,8 +434,8 @@ func (l *Limiter) Stats() Stats {
 		RefusedOn: EvidenceStats{CPU: l.refusedOn[overload.CPUBusy].Load(), Overrun: l.refusedOn[overload.Overrun].Load(),
 			Standing: l.refusedOn[overload.Standing].Load(), Lane: l.refusedOn[overload.Lane].Load(),
 			Spike: l.refusedOn[overload.Spike].Load()},
-		ProbeBaseline: c.probe[probeBaseline].stats(),
-		ProbeCPU:      c.probe[probeCPU].stats(), ProbeLag: c.probe[probeLag].stats(),
+		ProbeBaseline: c.probe[learn.BaselineProbe].stats(),
+		ProbeCPU:      c.probe[learn.CPUProbe].stats(), ProbeLag: c.probe[learn.LagProbe].stats(),
 		SlowStartEnded: c.slowStartEnded.Load(), Holds: c.holds.Load(), CPUElsewhere: c.cpuElsewhere.Load(),
 		Overran: c.overran.Load(),
 		Grows:   c.grows.Load(), Shrinks: c.shrinks.Load(),
@@ -1143,12 +1145,12 @@ func (l *Limiter) noteLeft(s uint64) {
 	}
 }
 
-// markRates starts spike's new interval after m, and sets m.done. Needs upd.
-func (l *Limiter) markRates(m *sample) {
+// markRates starts spike's new interval after m, and sets m.Done. Needs upd.
+func (l *Limiter) markRates(m *learn.Sample) {
 	finished := l.finished.Load()
-	if at := l.markedAt[1].Load(); m.end > at {
+	if at := l.markedAt[1].Load(); m.End > at {
 		n := finished - l.finishedMark[1].Load()
-		rate := float64(n) / float64(m.end-at)
+		rate := float64(n) / float64(m.End-at)
 		// The first interval that closed on minSamples calls starts the
 		// smoothed rate: from 0, or from an idle start's few calls over
 		// a second, it would read a fraction of the rate for intervals.
@@ -1156,18 +1158,18 @@ func (l *Limiter) markRates(m *sample) {
 		if old := math.Float64frombits(l.doneRate.Load()); l.rateSeeded {
 			done = old + carriedGain*(rate-old)
 		}
-		l.rateSeeded = l.rateSeeded || n >= minSamples
+		l.rateSeeded = l.rateSeeded || n >= learn.MinSamples
 		l.doneRate.Store(math.Float64bits(done))
-		m.done = done
+		m.Done = done
 	}
 	l.offeredMark[0].Store(l.offeredMark[1].Load())
 	l.finishedMark[0].Store(l.finishedMark[1].Load())
 	l.markedAt[0].Store(l.markedAt[1].Load())
 	l.offeredMark[1].Store(l.offered.Load())
 	l.finishedMark[1].Store(finished)
-	l.markedAt[1].Store(m.end)
-	if m.weight > 0 && m.base() > 0 {
-		work := float64(l.limit.Load()) * float64(l.o.interval) / m.base()
+	l.markedAt[1].Store(m.End)
+	if m.Weight > 0 && m.Base() > 0 {
+		work := float64(l.limit.Load()) * float64(l.o.interval) / m.Base()
 		l.intervalWork.Store(int64(min(max(work, minOverruns), 1<<40)))
 	}
 }

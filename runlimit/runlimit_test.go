@@ -220,7 +220,7 @@ func TestNoteRoomFullAtAFractionalLimit(t *testing.T) {
 		est   float64
 		limit int64
 	}{{3.5, 3}, {10, 5}} {
-		l.lr.est = tt.est
+		l.lr.Est = tt.est
 		l.limit.Store(tt.limit)
 		l.opened = 0
 		l.noteRoom(float64(span)*float64(tt.limit), span) // every turn busy

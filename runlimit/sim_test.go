@@ -213,7 +213,7 @@ func TestSettlesOnOneTurnForCPUBound(t *testing.T) {
 // CPU another part of the process saturates (its calls take twice as
 // long, whatever the limit) keeps its limit near the pool size: cutting it
 // would not shorten the calls. The stretch looks like time-sharing, so a
-// probeCPU tries a cut, finds it does not help with the CPU saturated and
+// CPUProbe tries a cut, finds it does not help with the CPU saturated and
 // undoes it (the gate cpuElsewhere closes); calls as slow at the lower
 // limit move the baseline.
 func TestCPUTakenElsewhereDoesNotCollapseTheLimit(t *testing.T) {
@@ -244,7 +244,7 @@ func TestCPUTakenElsewhereDoesNotCollapseTheLimit(t *testing.T) {
 // pool under a lighter load (eight callers never queue for eight
 // connections), when the database turns 3x slower as a spike starts. At
 // the old limit the calls queue for the pool as well as run slower; a
-// probeCPU's cut removes the queue, but the calls are still 3x their
+// CPUProbe's cut removes the queue, but the calls are still 3x their
 // baseline with the pool to spare: the service changed, the baseline
 // moves, and the limit stays near the pool size instead of holding a
 // cut made for a stretch that was mostly not contention.

@@ -33,7 +33,7 @@ func cpuTwice(t *testing.T, procs int) (*portRun, map[int]float64, *Stats) {
 // TestSimLagSettlesOnOneTurnPerProcessor (was the same name in
 // queue_sim_test.go): handlers that burn 2ms of CPU, twice as many as
 // the processors serve: a call handed a turn waits for a processor
-// behind the others, which its service time does not show. A probeLag
+// behind the others, which its service time does not show. A LagProbe
 // cuts the turns to the processors and keeps the cut.
 func TestSimLagSettlesOnOneTurnPerProcessor(t *testing.T) {
 	for _, procs := range []int{1, 2} {
@@ -42,7 +42,7 @@ func TestSimLagSettlesOnOneTurnPerProcessor(t *testing.T) {
 			var known map[string]string
 			if procs == 2 {
 				// A CPU probe undone first closes the gate cpuElsewhere, and
-				// a CPU saturated by the overload keeps it closed: no probeLag.
+				// a CPU saturated by the overload keeps it closed: no LagProbe.
 				const gate = "the gate cpuElsewhere, closed by a CPU probe, holds off every probeLag"
 				known = map[string]string{"limit": gate, "probeLag": gate}
 			}
@@ -60,7 +60,7 @@ func TestSimLagSettlesOnOneTurnPerProcessor(t *testing.T) {
 // service (2 processors, 8 connections, 10ms queries) whose processors
 // goroutines of another process keep busy, so that a call handed its
 // turn waits to run whatever the limit, and the CPU is saturated. A
-// probeLag tries fewer turns, finds the lag unchanged and undoes the
+// LagProbe tries fewer turns, finds the lag unchanged and undoes the
 // cut; the gate cpuElsewhere closes, so that no probe follows while the
 // CPU stays saturated, and the limit stays near the pool size.
 func TestSimLagFromElsewhereIsUndone(t *testing.T) {
@@ -75,7 +75,7 @@ func TestSimLagFromElsewhereIsUndone(t *testing.T) {
 	r.run()
 	checkAccounts(t, *st)
 	// The limit holds near the pool, but not by the old mechanism: no
-	// probeLag is undone in the lag's first 2s, and the gate stays open.
+	// LagProbe is undone in the lag's first 2s, and the gate stays open.
 	known := map[string]string{"gate": "no probeLag undone in the lag's first 2s; the gate cpuElsewhere stays open"}
 	checkPort(t, known, "gate", mid.ProbeLag.Undone > 0 && mid.CPUElsewhere > 0, "2s of lag from elsewhere: %+v, want a probeLag undone and the gate cpuElsewhere closed", *mid)
 	checkPort(t, known, "probes", st.Probes == mid.Probes, "CPU saturated, gate closed: %d more probes in 10s, want none (%+v)", st.Probes-mid.Probes, *st)

@@ -1,0 +1,211 @@
+package learn
+
+import (
+	"testing"
+	"time"
+)
+
+// TestFlooredBaselineProbeMovesNoBaseline: a first-baseline probe that
+// the load's need held above half the limit ran about as many calls at
+// once as the limit: a stretch it measures (a queue for a pool, under a
+// load above the capacity) moves no baseline. One the fraction set moves
+// them, as before.
+func TestFlooredBaselineProbeMovesNoBaseline(t *testing.T) {
+	o := Params{Floor: 1, Procs: 2, Interval: 100 * time.Millisecond}
+	base := float64(10 * time.Millisecond)
+	for _, tt := range []struct {
+		name    string
+		asked   float64 // turns asked for, per ns
+		floored bool
+		want    Baselines
+	}{
+		{"held up by the load's need", 1500 / 1e9, true, KeepBaselines}, // needs 15 of 16
+		{"at half the limit", 200 / 1e9, false, Rebase},                 // needs 2
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			s := State{Est: 16, phase: phaseSteady}
+			m := Sample{End: int64(time.Second), Weight: 20, Ratios: 20, Bases: 20 * base, Asked: tt.asked}
+			s, st := s.Decide(&m, &o)
+			if !st.Start || s.probe.kind != BaselineProbe {
+				t.Fatalf("decide: step %+v, probe %+v, want a baseline probe started", st, s.probe)
+			}
+			if s.probe.floored != tt.floored {
+				t.Fatalf("probe %+v: floored = %v, want %v", s.probe, s.probe.floored, tt.floored)
+			}
+			_, end := s.EndProbe(2*int64(time.Second), Probed{N: probeSamples, Stretch: 2, HasBase: true}, &o)
+			if end.Cause != Undone || end.Baselines != tt.want {
+				t.Errorf("endProbe at a stretch of 2: cause %v, baselines %v, want undone with %v", end.Cause, end.Baselines, tt.want)
+			}
+		})
+	}
+}
+
+// TestCPUCutKeptWhenItServesAsMany: a cpu probe whose calls ran a fifth
+// shorter at the cut, but longer than time-sharing at the cut explains
+// (the stretch that started it read short), is kept when it served about
+// as many calls a second as before (the stretch was the limit's own
+// queue), and moves the baselines when it served fewer (the service
+// slowed by itself: Little's law at a lower limit).
+func TestCPUCutKeptWhenItServesAsMany(t *testing.T) {
+	o := Params{Floor: 1, Procs: 1, Interval: 100 * time.Millisecond}
+	before := 40 / 1e9 // calls a second served before the probe, per ns
+	for _, tt := range []struct {
+		name      string
+		served    float64 // calls a second the probe served, per ns
+		cause     Cause
+		baselines Baselines
+	}{
+		{"as many served", before, Kept, LowerBaselines},
+		{"fewer served", 0.4 * before, Undone, Rebase},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			// Started at a limit of 9 on a stretch of 2.2: the cut is 4,
+			// where time-sharing would leave no stretch (2.2 × 4/9 < 1).
+			s := State{Est: 9, phase: phaseSteady}
+			s.probe = probeState{kind: CPUProbe, saved: 9, r: 2.2, limit: 4, started: int64(time.Second), rate: before}
+			pm := Probed{N: probeSamples, Stretch: 1.5, HasBase: true, HasCPU: true, Rate: tt.served}
+			next, st := s.EndProbe(2*int64(time.Second), pm, &o)
+			if st.Cause != tt.cause || st.Baselines != tt.baselines {
+				t.Fatalf("endProbe at a stretch of 1.5, served %.0f/s of %.0f/s: cause %v, baselines %v; want %v, %v",
+					tt.served*1e9, before*1e9, st.Cause, st.Baselines, tt.cause, tt.baselines)
+			}
+			if kept := st.Cause == Kept; kept && (st.Est != 4 || next.phase != phaseHolding) {
+				t.Errorf("kept cut: limit %v, phase %v; want 4, holding", st.Est, next.phase)
+			}
+		})
+	}
+}
+
+// TestCPUCutBelowOneCallPerProcessor: from a limit at or below one call
+// per processor, a CPU probe's cut is not held at one per processor (it
+// was, and a dependency that slowed behind a pool smaller than the
+// processors started no probe: the limit fell below the pool), and a cut
+// below one per processor is never kept, however much shorter and
+// however many calls a second it served; a slower service still moves
+// the baselines.
+func TestCPUCutBelowOneCallPerProcessor(t *testing.T) {
+	o := Params{Floor: 1, Procs: 8, Interval: 100 * time.Millisecond}
+	if got := cpuCut(7, 3, &o); got != 2 {
+		t.Errorf("cpuCut(7, 3) on 8 processors = %d, want 2 (7 × 1.1/3)", got)
+	}
+	if got := cpuCut(12, 3, &o); got != 8 {
+		t.Errorf("cpuCut(12, 3) on 8 processors = %d, want 8 (one call per processor)", got)
+	}
+	before := 40 / 1e9
+	for _, tt := range []struct {
+		name      string
+		stretch   float64 // at the cut
+		cause     Cause
+		baselines Baselines
+	}{
+		{"shorter, as many served", 1.0, Undone, LowerBaselines},
+		{"no shorter", 3.0, Undone, Rebase},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			s := State{Est: 7, phase: phaseSteady}
+			s.probe = probeState{kind: CPUProbe, saved: 7, r: 3, limit: 2, started: int64(time.Second), rate: before}
+			pm := Probed{N: probeSamples, Stretch: tt.stretch, HasBase: true, HasCPU: true, Rate: before}
+			_, st := s.EndProbe(2*int64(time.Second), pm, &o)
+			if st.Cause != tt.cause || st.Baselines != tt.baselines || st.Est != 7 {
+				t.Errorf("endProbe of a cut to 2 on 8 processors at a stretch of %v: cause %v, baselines %v, limit %v; want %v, %v, 7",
+					tt.stretch, st.Cause, st.Baselines, st.Est, tt.cause, tt.baselines)
+			}
+		})
+	}
+}
+
+// TestCPUCutKeptOnASlowerServiceMovesTheBaselines: a CPU probe's cut kept
+// while its calls still ran three times their baselines, with the CPU
+// idle, moves the baselines to the probe's mean when as many calls ran at
+// once at their baselines in the last cleanFresh (a dependency slowed:
+// left on the old baselines, Vegas read the slower service as a queue and
+// shrank the limit below the pool), and only lowers them otherwise: the
+// cut may still sit above the bottleneck, time-sharing may explain the
+// stretch, or what ran clean is too old to say. A rebase forgets it.
+func TestCPUCutKeptOnASlowerServiceMovesTheBaselines(t *testing.T) {
+	o := Params{Floor: 1, Procs: 1, Interval: 100 * time.Millisecond}
+	before := 266 / 1e9
+	now := 100 * int64(time.Second)
+	for _, tt := range []struct {
+		name      string
+		clean     float64       // calls that ran at once at their baselines
+		cleanAge  time.Duration // how long ago
+		stretch   float64       // at the cut
+		served    float64       // calls a second at the cut, per ns
+		hasCPU    bool
+		cpuSat    bool
+		baselines Baselines
+	}{
+		{"eight ran clean", 7.9, time.Second, 2.9, before, true, false, Rebase},
+		{"seven ran clean", 7, time.Second, 2.9, before, true, false, LowerBaselines}, // ceil(7) < 8
+		{"fewer served", 7.9, time.Second, 2.9, 0.8 * before, true, false, Rebase},
+		{"four ran clean", 4, time.Second, 2.9, before, true, false, LowerBaselines},
+		{"ran clean long ago", 7.9, cleanFresh + time.Second, 2.9, before, true, false, LowerBaselines},
+		{"no longer stretched", 7.9, time.Second, 1.1, before, true, false, LowerBaselines},
+		{"CPU saturated", 7.9, time.Second, 2.9, before, true, true, LowerBaselines},
+		{"no CPU signal", 7.9, time.Second, 2.9, before, false, false, LowerBaselines},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			s := State{Est: 32, phase: phaseSteady, clean: tt.clean, cleanAt: now - int64(tt.cleanAge)}
+			s.probe = probeState{kind: CPUProbe, saved: 32, r: 11, limit: 8, started: now - int64(time.Second), rate: before}
+			pm := Probed{N: probeSamples, Stretch: tt.stretch, HasBase: true, HasCPU: tt.hasCPU, CPUSat: tt.cpuSat, Rate: tt.served}
+			next, st := s.EndProbe(now, pm, &o)
+			want := tt.baselines
+			if st.Cause != Kept || st.Est != 8 || st.Baselines != want {
+				t.Fatalf("endProbe of a cut from 32 to 8 at a stretch of %v (from 11), %v ran clean %v ago: cause %v, limit %v, baselines %v; want kept, 8, %v",
+					tt.stretch, tt.clean, tt.cleanAge, st.Cause, st.Est, st.Baselines, want)
+			}
+			if wantClean := map[bool]float64{true: 0, false: tt.clean}[want == Rebase]; next.clean != wantClean {
+				t.Errorf("clean after the probe = %v, want %v", next.clean, wantClean)
+			}
+		})
+	}
+	// An undone CPU probe that moves the baselines forgets clean too.
+	s := State{Est: 32, phase: phaseSteady, clean: 7.9, cleanAt: now}
+	s.probe = probeState{kind: CPUProbe, saved: 32, r: 3, limit: 8, started: now - int64(time.Second), rate: before}
+	pm := Probed{N: probeSamples, Stretch: 3, HasBase: true, HasCPU: true, Rate: 0.3 * before}
+	if next, st := s.EndProbe(now, pm, &o); st.Baselines != Rebase || next.clean != 0 {
+		t.Errorf("undone CPU probe no shorter, CPU idle: baselines %v, clean %v; want moved, 0", st.Baselines, next.clean)
+	}
+}
+
+// TestCleanIsWhatRanAtTheBaselines: an interval's calls at their
+// baselines raise what ran clean to the calls that ran at once on
+// average in it (Little's law), at most the most that ran at once; a
+// stretched interval, one that set a flow's first baseline, or one
+// without calls leaves it; a lower figure replaces it only once it is
+// older than cleanFresh.
+func TestCleanIsWhatRanAtTheBaselines(t *testing.T) {
+	o := Params{Floor: 1, Procs: 1, Interval: 100 * time.Millisecond}
+	var clean float64 = 3
+	var cleanAt int64
+	at := func(sec float64) int64 { return int64(sec * float64(time.Second)) }
+	// calls of svc ms, n at once for 100ms, stretched r, peak at once.
+	interval := func(end float64, n, svc, r float64, peak int64) Sample {
+		w := n * 100 / svc
+		return Sample{End: at(end), Span: at(0.1), Peak: peak, Weight: w, Ratios: w * r, Bases: w * svc * 1e6 / r, SvcSum: w * svc * 1e6}
+	}
+	for _, step := range []struct {
+		name  string
+		m     Sample
+		clean float64
+	}{
+		{"8 at once at their baselines", interval(1, 8, 10, 1, 8), 8},
+		{"4 at once at their baselines", interval(1.1, 4, 10, 1, 4), 8},
+		{"24 at once, stretched 3x", interval(1.2, 24, 30, 3, 24), 8},
+		{"long calls finishing together: 20 by their times, 10 at most", interval(1.3, 20, 10, 1, 10), 10},
+		{"a first baseline set", func() Sample { m := interval(1.4, 12, 10, 1, 12); m.Fresh = true; return m }(), 10},
+		{"no calls", Sample{End: at(1.5), Span: at(0.1)}, 10},
+		{"an overrun interval at the baselines", func() Sample { m := interval(1.6, 11, 10, 1, 11); m.Overran = true; return m }(), 11},
+		{"4 at once, later than cleanFresh", interval(1.6+cleanFresh.Seconds()+1, 4, 10, 1, 4), 4},
+	} {
+		// Each interval to a steady learner that probed, as update hands
+		// Decide only intervals outside probes.
+		s := State{Est: 16, phase: phaseSteady, probed: true, clean: clean, cleanAt: cleanAt}
+		s, _ = s.Decide(&step.m, &o)
+		if s.clean != step.clean {
+			t.Fatalf("after %s: clean = %v, want %v", step.name, s.clean, step.clean)
+		}
+		clean, cleanAt = s.clean, s.cleanAt
+	}
+}
