@@ -8,6 +8,7 @@ import (
 
 	"github.com/levee-go/levee/admission"
 	"github.com/levee-go/levee/internal/overload"
+	"github.com/levee-go/levee/runlimit/internal/places"
 )
 
 // Reasons of the guard's refusals.
@@ -73,7 +74,7 @@ const (
 
 // placeOf is the Value of a permit of a reservation (see tapIn).
 func placeOf(gen, us uint64, counted bool) uint64 {
-	v := reserved | gen<<tapWorkBits | us
+	v := reserved | gen<<places.WorkBits | us
 	if !counted {
 		v |= uncounted
 	}
@@ -83,7 +84,7 @@ func placeOf(gen, us uint64, counted bool) uint64 {
 // claim takes the reservation p holds at now, of cost; ok is false if it
 // lapsed.
 func (ln *Lane) claim(p admission.Permit, now time.Time) (cost int64, ok bool) {
-	gen, us := p.Value>>tapWorkBits&tapGenMask, p.Value&tapWorkMask
+	gen, us := p.Value>>places.WorkBits&places.GenMask, p.Value&places.WorkMask
 	if p.Value&uncounted == 0 && !ln.tapOut(gen, us, ln.tapGen(ln.f.l.nanos(now))) {
 		return 0, false
 	}

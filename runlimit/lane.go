@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/levee-go/levee/admission"
+	"github.com/levee-go/levee/runlimit/internal/places"
 )
 
 // Defaults of the tenants a Limiter shares its turns among.
@@ -43,8 +44,8 @@ type Lane struct {
 	class  admission.Criticality
 	weight int64 // fixed point, weightOne = 1
 
-	count  atomic.Int64     // calls reserved (reserve) and not yet given a turn or refused
-	tapped [2]atomic.Uint64 // reservations the guard made not yet asked for a turn, by generation (tapIn)
+	count  atomic.Int64 // calls reserved (reserve) and not yet given a turn or refused
+	tapped places.Slots // reservations the guard made not yet asked for a turn, by generation (tapIn)
 
 	head, tail *waiter // under Limiter.mu
 	finish     float64 // finish tag of the lane's last queued call; under Limiter.mu
@@ -62,7 +63,7 @@ func (ln *Lane) Flow() *Flow { return ln.f }
 // Waiting returns the calls of the lane admitted to wait for a turn that
 // have not yet got one or given up, counting a call a guard admitted only
 // once its handler asks for its turn.
-func (ln *Lane) Waiting() int { return int(ln.count.Load() - ln.tappedNow()) }
+func (ln *Lane) Waiting() int { return int(ln.count.Load() - ln.tapped.Count()) }
 
 // Held returns the places held in the lane, which its bound counts:
 // Waiting, and the calls a guard admitted whose handler has not asked
@@ -114,14 +115,10 @@ func (ln *Lane) Admissible() bool {
 // (late request bodies: docs/runlimit.md, "NewGuard"), or with ready (a
 // handler asking now) less all not asked for. It may read below zero.
 func (ln *Lane) queued(gen uint64, ready bool) int64 {
-	q := ln.count.Load()
-	for i := range ln.tapped {
-		g, n, _ := tapFields(ln.tapped[i].Load())
-		if d := (gen - g) & tapGenMask; ready || (d >= 1 && d < tapGenMask-1) { // not now's, nor a later one's (tapLive)
-			q -= int64(n)
-		}
+	if ready {
+		return ln.count.Load() - ln.tapped.Count()
 	}
-	return q
+	return ln.count.Load() - ln.tapped.Before(gen)
 }
 
 // admissible is Admissible for q places queued, extra ns more in bound.
@@ -162,112 +159,38 @@ func (ln *Lane) admissible(extra float64, q int64) bool {
 
 // A place the guard reserves at admission that its handler has not asked
 // a turn for lapses once its generation (intervals since the epoch) is
-// two behind (docs/runlimit.md, "NewGuard"). Two slots by generation,
-// each one word: generation, count and the work they added, µs.
-const (
-	tapGenBits  = 24
-	tapNBits    = 16
-	tapWorkBits = 24
-	tapGenMask  = 1<<tapGenBits - 1
-	tapNMask    = 1<<tapNBits - 1
-	tapWorkMask = 1<<tapWorkBits - 1
-	tapOne      = 1 << tapWorkBits // one reservation more in a slot
-)
+// two behind: internal/places counts them (docs/runlimit.md, "NewGuard").
 
 // tapGen is the generation of a reservation made at now.
-func (ln *Lane) tapGen(now int64) uint64 {
-	return uint64(max(now, 0)/int64(ln.f.l.o.interval)) & tapGenMask
-}
+func (ln *Lane) tapGen(now int64) uint64 { return places.Gen(now, int64(ln.f.l.o.interval)) }
 
-// tapLive reports whether a reservation of generation gen is live at now:
-// gen is now, the one before, or up to two after (a now read earlier).
-func tapLive(gen, now uint64) bool {
-	d := (now - gen) & tapGenMask
-	return d <= 1 || d >= tapGenMask-1
-}
-
-func tapSlot(gen, n, work uint64) uint64 { return gen<<(tapNBits+tapWorkBits) | n<<tapWorkBits | work }
-
-func tapFields(v uint64) (gen, n, work uint64) {
-	return v >> (tapNBits + tapWorkBits), v >> tapWorkBits & tapNMask, v & tapWorkMask
-}
-
-// lapse ends the reservations of both slots that lapsed at generation now.
-func (ln *Lane) lapse(now uint64) {
-	for i := range ln.tapped {
-		slot := &ln.tapped[i]
-		for {
-			v := slot.Load()
-			gen, n, work := tapFields(v)
-			if n == 0 || tapLive(gen, now) {
-				break
-			}
-			if slot.CompareAndSwap(v, tapSlot(gen, 0, 0)) {
-				ln.unreserveN(int64(n), int64(work)*int64(time.Microsecond))
-				break
-			}
-		}
+// giveBack ends the reservations that lapsed.
+func (ln *Lane) giveBack(l places.Lapsed) {
+	if l.N > 0 {
+		ln.unreserveN(int64(l.N), int64(l.Work)*int64(time.Microsecond))
 	}
 }
+
+// lapse ends the reservations that lapsed at generation now.
+func (ln *Lane) lapse(now uint64) { ln.giveBack(ln.tapped.Lapse(now)) }
 
 // tapIn reserves a place at generation gen (after lapse) of us µs, and
 // the generation it is counted in; uncounted (a slot full), it never
 // lapses.
 func (ln *Lane) tapIn(gen uint64) (in, us uint64, counted bool) {
-	us = min(uint64(ln.f.cost()+float64(time.Microsecond)-1)/uint64(time.Microsecond), tapWorkMask)
+	us = min(uint64(ln.f.cost()+float64(time.Microsecond)-1)/uint64(time.Microsecond), places.WorkMask)
 	ln.reserveCost(int64(us) * int64(time.Microsecond))
-	slot := &ln.tapped[gen&1]
-	for {
-		v := slot.Load()
-		g, n, work := tapFields(v)
-		in = gen
-		switch {
-		case g == gen:
-		case n == 0:
-			work = 0
-		case tapLive(g, gen):
-			in = g // a later generation's: gen was read just before it began
-		default:
-			ln.lapse(gen) // its generation's reservations lapsed
-			continue
-		}
-		if n == tapNMask || work+us > tapWorkMask {
-			return gen, us, false
-		}
-		if slot.CompareAndSwap(v, tapSlot(in, n+1, work+us)) {
-			return in, us, true
-		}
-	}
+	in, counted, lapsed := ln.tapped.In(gen, us)
+	ln.giveBack(lapsed)
+	return in, us, counted
 }
 
-// tapOut takes a reservation of gen and us µs out of its slot at now,
-// reporting whether it was still the call's (not lapsed).
+// tapOut takes a reservation of gen and us µs out at now, reporting
+// whether it was still the call's (not lapsed).
 func (ln *Lane) tapOut(gen, us, now uint64) bool {
-	if !tapLive(gen, now) {
-		ln.lapse(now)
-		return false
-	}
-	slot := &ln.tapped[gen&1]
-	for {
-		v := slot.Load()
-		g, n, work := tapFields(v)
-		if g != gen || n == 0 {
-			return false
-		}
-		if slot.CompareAndSwap(v, tapSlot(gen, n-1, work-min(work, us))) {
-			return true
-		}
-	}
-}
-
-// tappedNow is the reservations counted in the slots, lapsed or not.
-func (ln *Lane) tappedNow() int64 {
-	var n int64
-	for i := range ln.tapped {
-		_, k, _ := tapFields(ln.tapped[i].Load())
-		n += int64(k)
-	}
-	return n
+	ok, lapsed := ln.tapped.Out(gen, us, now)
+	ln.giveBack(lapsed)
+	return ok
 }
 
 // patience is how long a call waits before ErrTimeout: twice its flow's
