@@ -25,6 +25,7 @@ const (
 	ruleSlack                        // lanes queue the slack of the server's idle time
 	ruleRoomy                        // a class that leaves room queues bursts longer
 	ruleHoldKept                     // a kept cut holds the limit's growth off for a while
+	ruleBesideExcess                 // a call that ran beside calls beyond the limit teaches no service time
 	rules
 )
 
@@ -34,6 +35,7 @@ var ruleNames = [rules]string{
 	"learner: no decision after overruns",
 	"probe: first baseline", "probe: CPU", "probe: lag", "learner: CPU holds growth",
 	"learner: slow start", "slack", "roomy classes", "learner: hold after a kept cut",
+	"learner: no service time beside calls beyond the limit",
 }
 
 // on reports whether rule r is on (it is, but in ablation tests).

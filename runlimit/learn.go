@@ -252,9 +252,9 @@ func (l *Limiter) measure(flows []*Flow, end int64) learn.Sample {
 	}
 	m.LagN, m.LagSum = l.lagN.Swap(0), l.lagSum.Swap(0)
 	for _, f := range flows {
-		n, sum := f.n.Swap(0), f.sum.Swap(0)
+		n, sum, nx := f.n.Swap(0), f.sum.Swap(0), f.nx.Swap(0)
 		if d := end - l.opened; d > 0 {
-			f.rate += carriedGain * (float64(n)/float64(d) - f.rate)
+			f.rate += carriedGain * (float64(n+nx)/float64(d) - f.rate)
 		}
 		if n == 0 {
 			continue

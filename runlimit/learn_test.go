@@ -236,3 +236,67 @@ func checkRate(t *testing.T, l *Limiter, clk *clocktest.Manual, f *Flow, when st
 		t.Errorf("%s: calls finished a second after 300ms of 200 a second = %.1f, want 200", when, got)
 	}
 }
+
+// TestNoServiceTimeBesideCallsBeyondTheLimit: a call that ran while more
+// calls ran than the limit (a limit lowered under them, or an overrun)
+// took the time of more calls at once than the limit. It counts for the
+// rate of calls finished and teaches no service time; a call that started
+// once the excess ended does. With the rule off, every call teaches.
+func TestNoServiceTimeBesideCallsBeyondTheLimit(t *testing.T) {
+	const ms = time.Millisecond
+	for _, tc := range []struct {
+		name         string
+		overrun, off bool
+		n, nx        int64
+	}{
+		{name: "limit lowered", n: 1, nx: 2},
+		{name: "overrun", overrun: true, n: 1, nx: 2},
+		{name: "rule off", off: true, n: 3},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t0 := time.Unix(1_700_000_000, 0)
+			var now time.Duration
+			at := func() time.Time { return t0.Add(now) }
+			opts := []Option{WithBounds(1, 2), WithInitialLimit(2), WithInterval(time.Hour), WithQueueTarget(ms), withClock(at)}
+			if tc.off {
+				opts = append(opts, withOff(ruleBesideExcess))
+			}
+			l := mustNew(t, opts...)
+			f := l.Flow("/svc/Call")
+			f.setBase(float64(ms)) // a flow's first service times teach, whatever ran
+			a, ok := f.TryAcquire(at())
+			if !ok {
+				t.Fatal("no turn at a limit of 2")
+			}
+			var b Ticket
+			if tc.overrun {
+				l.limit.Store(1)
+				var err error
+				if b, err = f.Acquire(context.Background()); err != nil { // no evidence of overload: runs beyond the limit
+					t.Fatalf("Acquire = %v, want an overrun", err)
+				}
+			} else if b, ok = f.TryAcquire(at()); !ok {
+				t.Fatal("no second turn at a limit of 2")
+			} else {
+				l.limit.Store(1) // lowered under the two
+			}
+			now = 10 * ms
+			a.Done(at(), false) // two ran at a limit of 1 until here
+			now = 20 * ms
+			b.Done(at(), false) // started before the excess ended
+			now = 30 * ms
+			c, ok := f.TryAcquire(at())
+			if !ok {
+				t.Fatal("no turn with none running")
+			}
+			now = 31 * ms
+			c.Done(at(), false)
+			if n, nx := f.n.Load(), f.nx.Load(); n != tc.n || nx != tc.nx {
+				t.Errorf("calls that taught a service time %d, that did not %d; want %d and %d", n, nx, tc.n, tc.nx)
+			}
+			if want := int64(ms); !tc.off && f.sum.Load() != want {
+				t.Errorf("service time taught %v, want the last call's %v", time.Duration(f.sum.Load()), time.Duration(want))
+			}
+		})
+	}
+}

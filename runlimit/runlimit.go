@@ -183,6 +183,11 @@ type Limiter struct {
 	cpuSince    atomic.Int64 // CPU seen busy without a break since, plus 1 (lookCPU)
 	limit       atomic.Int64
 	peak        atomic.Int64 // most calls running at once in the current interval
+	// excessAt is the last instant more calls ran than the limit (an
+	// overrun, or a limit lowered under them), plus 1; 0: never. A call
+	// that started by then ran beside them: its service time says nothing
+	// of the limit (Ticket.doneAt).
+	excessAt atomic.Int64
 
 	mu     sync.Mutex                 // the lanes' queues, the active lists and the virtual clock
 	vclock float64                    // start tag of the last turn handed out
@@ -612,7 +617,8 @@ type Flow struct {
 	name string
 
 	// Instants are ns since the Limiter's epoch.
-	n, sum      atomic.Int64 // calls finished in the interval, and their service time, ns
+	n, sum      atomic.Int64 // calls finished in the interval within the limit (excessAt), and their service time, ns
+	nx          atomic.Int64 // calls finished in the interval beside calls beyond the limit
 	pn, psum    atomic.Int64 // the same, of the calls a probe measured
 	svc         atomic.Int64 // mean service time (EWMA, weight 1/8), ns; 0 until the first
 	lastOK      atomic.Int64 // when the last call that taught svc ended
@@ -968,11 +974,8 @@ func (l *Limiter) release(poll bool, end int64) {
 		s := l.state.Load()
 		if waiting(s) == 0 {
 			if l.state.CompareAndSwap(s, s-1) {
-				if running(s) == 1 {
-					if end < 0 {
-						end = l.nanos(l.o.now())
-					}
-					l.noneSince.Store(end + 1)
+				if running(s) == 1 || running(s) > l.limit.Load() {
+					l.noteEnd(s, end)
 				}
 				return
 			}
@@ -987,6 +990,7 @@ func (l *Limiter) release(poll bool, end int64) {
 		if running(s) > l.limit.Load() { // the limit shrank: this turn goes away
 			l.state.Add(^uint64(0)) // running - 1
 			l.mu.Unlock()
+			l.noteEnd(s, end)
 			return
 		}
 		if poll && !l.o.noPoll && l.passesOver() {
@@ -1002,6 +1006,20 @@ func (l *Limiter) release(poll bool, end int64) {
 		l.mu.Unlock()
 		l.hand(w)
 		return
+	}
+}
+
+// noteEnd notes a turn returned at end (now if negative) from state s
+// to no other call: the last that ran, or one beyond the limit.
+func (l *Limiter) noteEnd(s uint64, end int64) {
+	if end < 0 {
+		end = l.nanos(l.o.now())
+	}
+	if running(s) == 1 {
+		l.noneSince.Store(end + 1)
+	}
+	if running(s) > l.limit.Load() && l.on(ruleBesideExcess) {
+		storeMax(&l.excessAt, end+1)
 	}
 }
 
@@ -1186,6 +1204,9 @@ func (ln *Lane) overrun(w *waiter) Ticket {
 	s := ln.leave(w, ^uint64(oneWaiting-2)) // waiting - 1, running + 1
 	l.overruns.Add(1)
 	start := l.nanos(l.o.now())
+	if l.on(ruleBesideExcess) {
+		storeMax(&l.excessAt, start+1)
+	}
 	if running(s) == 1 {
 		l.turnAfterNone(start)
 	}
@@ -1230,8 +1251,12 @@ func (t Ticket) doneAt(end int64, overload bool) {
 	l.served[ci].Add(1)
 	switch {
 	case f.isUnserved, overload: // teaches nothing
+	case t.start < l.excessAt.Load() && f.baseNs.Load() > 0:
+		// Ran beside calls beyond the limit: counted, teaches no service
+		// time (a flow's first does: the baseline probe measures it again).
+		f.nx.Add(1)
+		f.learnMean(svc, end)
 	default:
-
 		f.n.Add(1)
 		f.sum.Add(svc)
 		f.learnMean(svc, end)

@@ -189,6 +189,19 @@ func (m *Sample) needed() int {
 // lag is the mean lag of the calls handed a turn, ns. Needs lagN > 0.
 func (m *Sample) lag() float64 { return float64(m.LagSum) / float64(m.LagN) }
 
+// work is the calls' own work, ns: their baseline or, if shorter, their
+// mean service time less the mean lag. A service time runs from the
+// turn, its lag included, so a baseline measured while calls lagged (at
+// more turns than processors) holds that lag, and against it a lag reads
+// as half as large as it is. Needs Weight > 0 and LagN > 0.
+func (m *Sample) work() float64 {
+	w := m.Base()
+	if run := m.SvcSum/m.Weight - m.lag(); run > 0 && run < w {
+		w = run
+	}
+	return w
+}
+
 // vegasQueue is how many calls queue inside the server at limit est when
 // service times stretch by r (TCP Vegas): every call beyond est/r waits.
 func vegasQueue(est, r float64) float64 { return est * (1 - 1/r) }
@@ -319,7 +332,7 @@ func (s State) move(m *Sample, o *Params) (State, Step) {
 	est, r := s.Est, m.stretch()
 	switch {
 	case s.lagProbeDue(m, est, o) && o.on(ProbeLag):
-		return s.startProbe(m, LagProbe, est, lagCut(est, m.lag(), m.Base(), o), m.lag(), o)
+		return s.startProbe(m, LagProbe, est, lagCut(est, m.lag(), m.work(), o), m.lag(), o)
 	case s.cpuProbeDue(m, est, r, o) && o.on(ProbeCPU):
 		return s.startProbe(m, CPUProbe, est, cpuCut(est, r, o), r, o)
 	}
@@ -377,20 +390,22 @@ func (s *State) cpuProbeDue(m *Sample, est, r float64, o *Params) bool {
 		cpuCut(est, r, o) < int(est) && (m.CPUSat || s.spaced(m.End, o))
 }
 
-// lagCut is the limit a LagProbe tries from est, for a lag of lag ns at a
-// baseline of base ns: est/(1+lag/base), at least one less than est,
-// within the floor, and one call per processor: a lag with no more calls
-// than processors is a wait for CPU taken elsewhere, which no cut helps.
-func lagCut(est, lag, base float64, o *Params) int {
-	return max(o.Floor, o.Procs, int(max(1, min(est-1, est/(1+lag/base)))))
+// lagCut is the limit a LagProbe tries from est, for a lag of lag ns on
+// calls of work ns (Sample.work): est/(1+lag/work), at least one less
+// than est, within the floor, and one call per processor: a lag with no
+// more calls than processors is a wait for CPU taken elsewhere, which no
+// cut helps.
+func lagCut(est, lag, work float64, o *Params) int {
+	return max(o.Floor, o.Procs, int(max(1, min(est-1, est/(1+lag/work)))))
 }
 
 // lagProbeDue: the gate is open, lagSamples calls handed a turn waited
-// over lagTrigger baselines to run, the cut lowers the limit, and the CPU
-// is saturated or the last probe is probeSpacing intervals old.
+// over lagTrigger of their work (Sample.work) to run, the cut lowers the
+// limit, and the CPU is saturated or the last probe is probeSpacing
+// intervals old.
 func (s *State) lagProbeDue(m *Sample, est float64, o *Params) bool {
-	return !s.cpuElsewhere && m.LagN >= lagSamples && m.Weight > 0 && m.lag() > lagTrigger*m.Base() &&
-		lagCut(est, m.lag(), m.Base(), o) < int(est) && (m.CPUSat || s.spaced(m.End, o))
+	return !s.cpuElsewhere && m.LagN >= lagSamples && m.Weight > 0 && m.lag() > lagTrigger*m.work() &&
+		lagCut(est, m.lag(), m.work(), o) < int(est) && (m.CPUSat || s.spaced(m.End, o))
 }
 
 // Probed is what a probe measured, for EndProbe.
@@ -453,9 +468,16 @@ func (s State) closeProbe(now int64, pm Probed, o *Params) (State, Step) {
 		if pm.LagN == 0 || float64(pm.LagSum)/float64(pm.LagN) < lagKeep*p.r {
 			return s.keepCut(now, p, KeepBaselines, o)
 		}
-		undo.Baselines = KeepBaselines
+		// Fewer turns did not shorten the wait for a processor: on a
+		// saturated CPU the processors are taken elsewhere (the gate
+		// closes), the service is slower at any limit, and a stretch of
+		// rebaseTrigger moves the baselines, as a CPU probe's end does;
+		// left, Vegas would read it as the limit's own queue.
 		undo.ClosedGate = pm.HasCPU && pm.CPUSat
 		s.cpuElsewhere = s.cpuElsewhere || undo.ClosedGate
+		if !undo.ClosedGate {
+			undo.Baselines = KeepBaselines
+		}
 	}
 	return s, undo
 }

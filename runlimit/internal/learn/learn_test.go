@@ -209,3 +209,61 @@ func TestCleanIsWhatRanAtTheBaselines(t *testing.T) {
 		clean, cleanAt = s.clean, s.cleanAt
 	}
 }
+
+// TestLagReadAgainstTheWork: two turns on one processor, calls of 2ms
+// that wait 1.1ms for it once handed a turn, against a baseline of 3ms
+// measured while they lagged (a service time runs from the turn). Read
+// against the baseline the lag is a third of it, under lagTrigger; read
+// against the work (3ms of service less the 1.1ms lag) it is over half,
+// and a LagProbe tries one turn. With no lag in the baseline (2ms), the
+// same.
+func TestLagReadAgainstTheWork(t *testing.T) {
+	o := Params{Floor: 1, Procs: 1, Interval: 100 * time.Millisecond}
+	ms := float64(time.Millisecond)
+	for _, tt := range []struct {
+		name      string
+		base, svc float64 // ns
+	}{
+		{"baseline holding the lag", 3 * ms, 3 * ms},
+		{"baseline without it", 2 * ms, 3 * ms},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			s := State{Est: 2, phase: phaseSteady, probed: true}
+			m := Sample{End: int64(time.Second), Weight: 20, Ratios: 20 * tt.svc / tt.base, Bases: 20 * tt.base, SvcSum: 20 * tt.svc,
+				LagN: 10, LagSum: int64(10 * 1.1 * ms), CPUSat: true}
+			next, st := s.Decide(&m, &o)
+			if !st.Start || next.probe.kind != LagProbe || next.probe.limit != 1 {
+				t.Errorf("decide: step %+v, probe %+v, want a LagProbe at 1", st, next.probe)
+			}
+		})
+	}
+}
+
+// TestLagProbeUndoneOnASaturatedCPUMovesTheBaselines: a LagProbe whose
+// lag did not fall at fewer turns with the CPU saturated closes the gate
+// (the processors are taken elsewhere) and, its calls still 1.5 times
+// their baselines, moves the baselines to them, as a CPU probe's end on
+// a saturated CPU does: the service is slower at any limit. With the CPU
+// not saturated the baselines stay.
+func TestLagProbeUndoneOnASaturatedCPUMovesTheBaselines(t *testing.T) {
+	o := Params{Floor: 1, Procs: 2, Interval: 100 * time.Millisecond}
+	lag := int64(5 * time.Millisecond)
+	for _, tt := range []struct {
+		name      string
+		sat       bool
+		baselines Baselines
+	}{
+		{"saturated", true, Rebase},
+		{"not saturated", false, KeepBaselines},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			s := State{Est: 12, phase: phaseSteady}
+			s.probe = probeState{kind: LagProbe, saved: 12, r: float64(lag), limit: 7, started: int64(time.Second)}
+			pm := Probed{N: probeSamples, Stretch: 1.5, HasBase: true, LagN: 10, LagSum: 10 * lag, HasCPU: true, CPUSat: tt.sat}
+			next, st := s.EndProbe(2*int64(time.Second), pm, &o)
+			if st.Cause != Undone || st.Baselines != tt.baselines || st.ClosedGate != tt.sat || next.cpuElsewhere != tt.sat {
+				t.Errorf("endProbe: %+v, gate closed %v; want undone, baselines %v, gate closed %v", st, next.cpuElsewhere, tt.baselines, tt.sat)
+			}
+		})
+	}
+}
