@@ -251,8 +251,10 @@ func (l *Limiter) measure(flows []*Flow, end int64) learn.Sample {
 		m.Asked = float64(l.offered.Load()-l.offeredMark[1].Load()) / float64(d)
 	}
 	m.LagN, m.LagSum = l.lagN.Swap(0), l.lagSum.Swap(0)
+	var beside int64
 	for _, f := range flows {
 		n, sum, nx := f.n.Swap(0), f.sum.Swap(0), f.nx.Swap(0)
+		beside += nx
 		if d := end - l.opened; d > 0 {
 			f.rate += carriedGain * (float64(n+nx)/float64(d) - f.rate)
 		}
@@ -269,6 +271,10 @@ func (l *Limiter) measure(flows []*Flow, end int64) learn.Sample {
 		m.Bases += float64(n) * f.base
 		m.Weight += float64(n)
 	}
+	// Every call that finished ran beside calls beyond the limit: the
+	// interval measured nothing of the limit, and no decision is made on
+	// it (as after overruns), not even a growth on no stretch seen.
+	m.Overran = m.Overran || m.Weight == 0 && beside > 0
 	return m
 }
 

@@ -300,3 +300,39 @@ func TestNoServiceTimeBesideCallsBeyondTheLimit(t *testing.T) {
 		})
 	}
 }
+
+// TestNoDecisionOnCallsAllBesideAnExcess: an interval whose calls all ran
+// beside calls beyond the limit (here a limit lowered under them)
+// measured nothing of the limit: the learner leaves it (Stats.Overran
+// counts the interval), where a reached limit with no stretch seen
+// would grow.
+func TestNoDecisionOnCallsAllBesideAnExcess(t *testing.T) {
+	t0 := time.Unix(1_700_000_000, 0)
+	var now time.Duration
+	at := func() time.Time { return t0.Add(now) }
+	l := mustNew(t, WithBounds(1, 16), WithInitialLimit(4), withClock(at))
+	f := l.Flow("/svc/Call")
+	f.setBase(float64(time.Millisecond))
+	var held []Ticket
+	for range 4 {
+		tk, ok := f.TryAcquire(at())
+		if !ok {
+			t.Fatalf("no turn at a limit of 4 with %d running", len(held))
+		}
+		held = append(held, tk)
+	}
+	l.upd.Lock()
+	l.lr.Est = 2
+	l.limit.Store(2) // lowered under the four
+	l.upd.Unlock()
+	now = 2 * time.Second // the interval closes on its age, on the first call to end
+	for _, tk := range held {
+		tk.Done(at(), false)
+	}
+	if got := l.Limit(); got != 2 {
+		t.Errorf("Limit() = %d after an interval of calls all beside an excess, want 2, where it was", got)
+	}
+	if st := l.Stats(); st.Overran != 1 || st.Grows != 0 {
+		t.Errorf("Overran = %d, Grows = %d, want 1 and 0", st.Overran, st.Grows)
+	}
+}

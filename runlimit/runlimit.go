@@ -398,8 +398,9 @@ type Stats struct {
 	// RefusedOn counts the calls refused for want of a turn by the
 	// evidence of overload they were refused on.
 	RefusedOn EvidenceStats
-	// Overran counts intervals with calls run beyond the limit: the
-	// learner left the limit as it was.
+	// Overran counts intervals with calls run beyond the limit, or whose
+	// calls all ran beside such calls: the learner left the limit as it
+	// was.
 	Overran        uint64
 	Grows, Shrinks uint64 // intervals that moved the limit by its queue estimate (TCP Vegas)
 	Flows          int    // flows tracked separately (at most WithMaxFlows)

@@ -158,7 +158,9 @@ func (row simRow) runSeed(t testing.TB, seed uint64, opts ...Option) (*sim.Resul
 	p, clk := newSimPreset(t, &sh, po)
 	if *simTrace != "" && strings.HasPrefix(row.name, *simTrace) {
 		p.trace = tracer(t, row.name, p, clk, sh.Method)
-		p.l.OnMove(func(m Move) { t.Logf("%s %7.3fs move %d -> %d %s %s", row.name, clk.Since().Seconds(), m.From, m.To, m.Cause, m.Probe) })
+		p.l.OnMove(func(m Move) {
+			t.Logf("%s %7.3fs move %d -> %d %s %s", row.name, clk.Since().Seconds(), m.From, m.To, m.Cause, m.Probe)
+		})
 	}
 	res, err := sim.Run(sh, p, seed, clk)
 	if err != nil {
