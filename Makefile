@@ -30,9 +30,9 @@ test: fmt tidy vet build staticcheck benchmods
 	$(GO) test -count=1 -run 'TestAdmittedPathAllocations' ./connectguard
 	$(GO) test -count=1 ./internal/netpoll
 	$(GO) test -count=1 -run 'TestWaitedTurnYieldsFirst|TestShortWaitedTurnDoesNotYield|TestShortCallStartsWithoutYielding|TestTurnWaitsForUnreadRequest|TestOneTurnForHandlersSharingOneProcessor' ./runlimit
-	@# The simulated table at full size, and its bounds on seeds 2-4 (a few
-	@# rows under the race detector).
-	$(GO) test -count=1 -run 'TestSimShapes|TestSimAblation' ./runlimit
+	@# The simulated table at full size, and its bounds and the ported
+	@# tests' on seeds 2-4 (a few rows and one seed under the race detector).
+	$(GO) test -count=1 -run 'TestSimShapes|TestSimAblation|TestSimPortedOtherSeeds' ./runlimit
 
 ## fmt: fail, naming the files, when a Go file is not as gofmt writes it.
 fmt:
