@@ -140,10 +140,10 @@ func checkPort(t *testing.T, known map[string]string, bound string, ok bool, for
 }
 
 // TestSimPortedOtherSeeds holds the ported tests (those that run a
-// portRun) to their bounds on seeds 2 to 4 (2 under the race detector), as TestSimShapesOtherSeeds
-// holds the table's rows: a bound that holds on one seed only is one run
-// of one shape. A bound a seed breaks by a known defect is marked in its
-// test, by seed (portSeed).
+// portRun) to their bounds on seeds 2 to 4 (2 under the race detector),
+// as TestSimShapesOtherSeeds holds the table's rows: a bound that holds
+// on one seed only is one run of one shape. A bound a seed breaks by a
+// known defect is marked in its test, by seed (portSeed).
 func TestSimPortedOtherSeeds(t *testing.T) {
 	last := uint64(4)
 	if raceEnabled {
