@@ -55,13 +55,15 @@ type ceilingResult struct {
 // is not a perfect scheduler). The refused flood is GetStock, a method
 // the server's tap refuses outright (levee-refuse-stock), arriving as the
 // scenario's spike would (Poisson, in clumps for clumps) at (spikeLoad−1)
-// times the capacity; the closed-loop Allocate callers are those of the
-// capacity measurement.
+// times the capacity; the closed-loop callers are those of the capacity
+// measurement, of the scenario's method (on stream, Feed streams: the
+// flood is still of unary calls, refused as the tap refuses a stream's).
+// Mixed and slowdep are skipped: their capacity changes within a run.
 func runCeiling(ctx context.Context, cfg *config, pl *placement, stdout, stderr io.Writer) ([]ceilingResult, error) {
 	var out []ceilingResult
 	for _, sc := range cfg.scenarios {
-		if sc.load == loadStream || sc.mixed || sc.slowSpike {
-			fmt.Fprintf(stderr, "peers: -ceiling: %s skipped (streams, mixed and slowed dependencies are not measured)\n", sc.name)
+		if sc.mixed || sc.slowSpike {
+			fmt.Fprintf(stderr, "peers: -ceiling: %s skipped (mixed and slowed dependencies are not measured)\n", sc.name)
 			continue
 		}
 		pl.enter(sc.server.cores())
@@ -177,7 +179,7 @@ func floodedLoop(ctx context.Context, cfg *config, pl *placement, sc scenario, s
 // writeCeiling writes -ceiling's table.
 func writeCeiling(w io.Writer, cfg *config, rs []ceilingResult) {
 	fmt.Fprintf(w, "### What refusing a %g× spike as early as the transport allows leaves\n\n", cfg.spikeLoad)
-	fmt.Fprintf(w, "Allocate (units of work/s) closed-loop (%d× the capacity measurement's callers) on a server that refuses every GetStock as early as it can (server: levee-refuse-stock in grpc-go's tap, levee-connect-refuse-stock in connectguard's middleware before connect-go reads the body, levee-http-refuse-stock in httpguard's): alone, then while a flood of GetStock at %g× the capacity arrives as the scenario's spike would, in turn, %d flooded windows between %d alone; %v each, after a warm-up of %v. Ceiling: each flooded window as %% of the mean of the two alone beside it, the median of %d.\n\n",
+	fmt.Fprintf(w, "The scenario's calls (Allocate; Feed streams on stream; units of work/s) closed-loop (%d× the capacity measurement's callers) on a server that refuses every GetStock as early as it can (server: levee-refuse-stock in grpc-go's tap, levee-connect-refuse-stock in connectguard's middleware before connect-go reads the body, levee-http-refuse-stock in httpguard's): alone, then while a flood of GetStock at %g× the capacity arrives as the scenario's spike would, in turn, %d flooded windows between %d alone; %v each, after a warm-up of %v. Ceiling: each flooded window as %% of the mean of the two alone beside it, the median of %d.\n\n",
 		cfg.ceilingMul, cfg.spikeLoad-1, ceilingRounds, ceilingRounds+1, cfg.calibrate, cfg.calibrate/4, ceilingRounds)
 	fmt.Fprintln(w, "| scenario | server | capacity, unprotected (/s) | alone (/s) | flooded (/s) | flood (/s) | refused of it (%) | server CPU flooded (% of one) | others on its CPUs (% of one) | generator CPU (% of one) | ceiling, each round (%) | ceiling (%) |")
 	fmt.Fprintln(w, "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
