@@ -19,6 +19,9 @@ type PhaseResult struct {
 	// turn), TooShort for a deadline that could not be met; TimedOut
 	// reached their deadline unanswered.
 	Succeeded, Refused, Late, TooShort, TimedOut int
+	// Killed would have succeeded but were answered once the process had
+	// been killed for memory (Memory): they count as lost.
+	Killed int
 	// RefusedFirst is those refused (either kind) of the calls scheduled
 	// in the phase's first second: at the run's start, a cold start.
 	RefusedFirst int
@@ -67,6 +70,12 @@ type Result struct {
 	// Served is the loaded method's calls that succeeded in each second
 	// of the run, by the time they were answered.
 	Served []int
+	// Killed: the process exceeded its memory limit (Shape.Memory) at
+	// KilledAt, virtual time; PeakMemory is the most it had, a share of
+	// the limit (0 without Memory).
+	Killed     bool
+	KilledAt   time.Duration
+	PeakMemory float64
 }
 
 // Phase returns the loaded method's phase named name.
@@ -179,6 +188,7 @@ type recorder struct {
 	sources [][]PhaseResult
 	cpuUtil []float64
 	served  []int
+	mem     *Memory // nil: memory not modelled
 }
 
 func newRecorder(sh *Shape, phases []Phase) *recorder {
@@ -208,6 +218,10 @@ func (r *recorder) done(c *Call, o outcome, now time.Duration) {
 	p := r.phase(c)
 	if (o == refused || o == late || o == tooShort) && c.Arrived < r.starts[c.phase]+time.Second {
 		p.RefusedFirst++
+	}
+	if o == succeeded && !r.mem.served() {
+		p.Killed++
+		return
 	}
 	switch o {
 	case succeeded:

@@ -45,6 +45,9 @@ func Run(sh Shape, p Protection, seed uint64, clk *Clock) (*Result, error) {
 	c.runUntil(end + min(sh.deadline(), 10*time.Second) + time.Second)
 	res := rec.result(capacity, sh.Capacity(true))
 	res.MeanWork = sh.meanCPU()
+	if m := sh.Memory; m != nil {
+		res.Killed, res.KilledAt, res.PeakMemory = m.killed, m.killedAt, m.peak
+	}
 	for _, ph := range phases {
 		if ph.Name == Spike {
 			res.Ceiling = sh.Ceiling(ph.Load)
@@ -72,6 +75,11 @@ func newServer(sh *Shape, c *clock, s *sched, p Protection, rec *recorder) *serv
 	sv := &server{c: c, s: s, prot: p, costs: sh.costs(), rec: rec}
 	if sh.ClientRate > 0 {
 		sv.bodyGap = time.Duration(float64(time.Second) / sh.ClientRate)
+	}
+	if m := sh.Memory; m != nil {
+		sv.mem = m
+		rec.mem = m
+		m.start(sv)
 	}
 	sv.reader = &g{state: gBlocked}
 	s.step(sv.reader, 0, sv.read)
@@ -128,6 +136,9 @@ func observe(sh *Shape, c *clock, s *sched, p Protection, rec *recorder, end tim
 			// the machine's CPU: the others' threads, always runnable,
 			// keep as many processors busy as they are, at least
 			util = max(util, float64(sh.Others)/float64(sh.Procs))
+		}
+		if m := sh.Memory; m != nil {
+			m.scavenge(ObserveEvery)
 		}
 		p.Observe(c.Time(c.now), min(util, 1))
 		rec.cpu(util)

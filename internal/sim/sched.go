@@ -28,6 +28,7 @@ type g struct {
 	state gstate
 	left  time.Duration
 	then  func()
+	gc    bool // the GC's mark worker (Memory)
 }
 
 // proc is a processor (a P).
@@ -38,6 +39,9 @@ type proc struct {
 	from    time.Duration // when cur last began to run
 	slice   time.Duration // when cur's time slice began
 	busy    time.Duration // CPU time given to goroutines, all told
+	// contested: cur is the GC's worker, and other goroutines were
+	// runnable when its run began.
+	contested bool
 }
 
 // sched is the processors, the global run queue and the network poller.
@@ -54,6 +58,9 @@ type sched struct {
 	// threads run othersFor after each OSSlice of the process's on every
 	// processor (see others); othersFor 0: none.
 	othersFrom, othersFor time.Duration
+	// gcRan is the CPU time the GC's worker ran, gcContested the part of
+	// it that other goroutines waited for (see Memory).
+	gcRan, gcContested time.Duration
 }
 
 func newSched(c *clock, n int) *sched {
@@ -177,6 +184,33 @@ func (s *sched) popGlobal() *g {
 	return gr
 }
 
+// waiting reports whether a goroutine waits to run: in the global queue,
+// next on a processor, or made ready by the network.
+func (s *sched) waiting() bool {
+	if len(s.global) > s.ghead || len(s.netReady) > 0 {
+		return true
+	}
+	for _, p := range s.procs {
+		if p.runnext != nil {
+			return true
+		}
+	}
+	return false
+}
+
+// spawnLow starts a goroutine that runs cpu, then then, at the back of
+// the global queue (or on an idle processor): not next on the running
+// goroutine's processor.
+func (s *sched) spawnLow(gr *g, cpu time.Duration, then func()) {
+	gr.state = gRunnable
+	s.step(gr, cpu, then)
+	if p := s.idle(); p != nil {
+		s.run(p, gr)
+		return
+	}
+	s.pushGlobal(gr)
+}
+
 // idle returns a processor with nothing to run, or nil.
 func (s *sched) idle() *proc {
 	for _, p := range s.procs {
@@ -218,6 +252,7 @@ func (s *sched) run(p *proc, gr *g) {
 func (s *sched) resume(p *proc) {
 	gr := p.cur
 	p.from = s.c.now
+	p.contested = gr.gc && s.waiting()
 	d := min(s.wall(gr.left), p.slice+Quantum-s.c.now)
 	s.c.after(max(d, 0), func() { s.ran(p, gr) })
 }
@@ -227,6 +262,12 @@ func (s *sched) resume(p *proc) {
 func (s *sched) ran(p *proc, gr *g) {
 	d := s.c.now - p.from
 	p.busy += d
+	if gr.gc {
+		s.gcRan += d
+		if p.contested {
+			s.gcContested += d
+		}
+	}
 	gr.left -= s.work(p.from, s.c.now)
 	for gr.left <= 0 && gr.state == gRunning {
 		then := gr.then

@@ -145,6 +145,8 @@ type Call struct {
 	bodyAt  time.Duration // when its request body reaches the server
 	srv     *server
 	token   int // bumped when a wait or a query ends, to drop its stale events
+	// holds: it allocated its Memory.Held, not yet freed.
+	holds bool
 	// yieldBefore: woken after a Wait, it yields once before Resume.
 	yieldBefore bool
 	// answered, if set, is told what the client received (a closed-loop
@@ -183,6 +185,7 @@ type server struct {
 	// handler starts (a cold start).
 	slower func(now time.Duration) float64
 	rec    *recorder
+	mem    *Memory // nil: memory not modelled
 	// bodyGap, if > 0, is the client's time to send one request body
 	// (1/Shape.ClientRate); lastBody is when its last body was sent.
 	bodyGap, lastBody time.Duration
@@ -324,10 +327,16 @@ func (sv *server) resumed(c *Call) {
 // work runs c's handler, its turn taken.
 func (sv *server) work(c *Call) {
 	c.started = sv.c.now
+	var assist time.Duration
+	if m := sv.mem; m != nil {
+		c.holds = true
+		assist = m.alloc()
+	}
 	cpu := c.work.CPU
 	if sv.slower != nil {
 		cpu = time.Duration(float64(cpu) * sv.slower(sv.c.now))
 	}
+	cpu += assist
 	sv.s.step(c.g, cpu, func() { sv.query(c) })
 }
 
@@ -409,6 +418,10 @@ func (sv *server) messages(c *Call, n int) {
 func (sv *server) end(c *Call, o Outcome) {
 	c.state = ended
 	c.Now = sv.now()
+	if c.holds {
+		c.holds = false
+		sv.mem.free()
+	}
 	o.Duration = sv.c.now - c.started
 	if !o.Err && c.result != pending {
 		o.Err, o.Overload = true, true // it ran past its deadline

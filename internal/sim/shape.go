@@ -105,6 +105,10 @@ type Shape struct {
 	// caches to fill).
 	Cold    float64
 	ColdFor time.Duration
+	// Memory, if set, is the server's heap under a memory limit (see
+	// Memory); it keeps the run's state, so a Shape with one is for one
+	// run. nil: memory is not modelled.
+	Memory *Memory
 	// Clumps, if > 0: the calls of each window this long arrive together
 	// at its start.
 	Clumps time.Duration

@@ -102,6 +102,9 @@ func (sh Shape) validateFields(v *validation) {
 	if sh.Draw != nil && sh.MeanCPU <= 0 {
 		v.bad("MeanCPU", "> 0 with a Draw", sh.MeanCPU)
 	}
+	if sh.Memory != nil {
+		sh.Memory.validate(v)
+	}
 }
 
 // validateRun checks that a run of sh, its fields valid, moves on in

@@ -1,0 +1,211 @@
+package sim
+
+import (
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+)
+
+// newMemory is m started on a server of one processor at virtual time 0.
+func newMemory(m *Memory) (*Memory, *clock) {
+	c := &clock{origin: Origin}
+	sv := &server{c: c, s: newSched(c, 1)}
+	m.start(sv)
+	return m, c
+}
+
+// TestMemoryCycles: a cycle runs when the heap's objects reach twice the
+// live heap; it frees the garbage and sets the next goal from the live
+// heap; its marking is the GC worker's, or, while the worker still
+// marks, the allocating call's.
+func TestMemoryCycles(t *testing.T) {
+	m, c := newMemory(&Memory{Limit: 1 << 30, Base: 8 * MiB, Held: MiB, Garbage: MiB, MarkPerMiB: time.Millisecond})
+	if r := m.Read(); r.Goal != 16*MiB || r.Objects != 8*MiB || r.Live != 8*MiB {
+		t.Fatalf("at the start: %+v, want a goal of 16 MiB, 8 MiB of objects, all live", r)
+	}
+	for i := range 3 {
+		if a := m.alloc(); a != 0 {
+			t.Fatalf("allocation %d assists %v below the goal", i+1, a)
+		}
+	}
+	if r := m.Read(); r.Objects != 14*MiB || r.Cycles != 0 || r.Allocs != 6*MiB {
+		t.Fatalf("after 3 calls: %+v, want 14 MiB of objects, no cycle, 6 MiB allocated", r)
+	}
+	// The fourth reaches the goal: 12 MiB live, the garbage freed.
+	if a := m.alloc(); a != 0 {
+		t.Fatalf("the cycle's trigger assists %v with the worker idle", a)
+	}
+	r := m.Read()
+	if r.Objects != 12*MiB || r.Live != 12*MiB || r.Goal != 24*MiB || r.Cycles != 1 || r.GCCPU != 0 {
+		t.Fatalf("after the first cycle: %+v, want 12 MiB of objects all live, a goal of 24 MiB, one cycle not marked yet", r)
+	}
+	if r.HeapMapped != 16*MiB {
+		t.Errorf("HeapMapped = %d MiB, want the 16 MiB the objects reached", r.HeapMapped/MiB)
+	}
+	// Two calls end: their memory is garbage, not freed before a cycle.
+	m.free()
+	m.free()
+	if r := m.Read(); r.Objects != 12*MiB {
+		t.Errorf("objects after two ends = %d MiB, want 12", r.Objects/MiB)
+	}
+	// The worker, never run (the clock stands still), still marks: the
+	// call that reaches the next goal marks its cycle.
+	var assist time.Duration
+	for range 6 {
+		assist += m.alloc()
+	}
+	if r := m.Read(); r.Cycles != 2 || assist != 16*time.Millisecond || r.Objects != 16*MiB || r.GCCPU != assist || r.GCCounted != assist {
+		t.Errorf("second cycle: %+v, assists %v; want 2 cycles, the second marked by its call (16ms of 16 MiB live), all counted", r, assist)
+	}
+	// The worker marks the first cycle's 12 MiB on the idle processor:
+	// idle-priority marking, which the GC's CPU share leaves out.
+	c.runUntil(time.Second)
+	if r := m.Read(); r.GCCPU != 28*time.Millisecond || r.GCCounted != 16*time.Millisecond {
+		t.Errorf("after the worker ran: %+v; want 28ms of marking, 16ms of it counted", r)
+	}
+}
+
+// TestMemoryWorkerContested: the worker's runs while other goroutines
+// wait count in the GC's CPU share.
+func TestMemoryWorkerContested(t *testing.T) {
+	m, c := newMemory(&Memory{Limit: 1 << 30, Base: 8 * MiB, Held: 8 * MiB, MarkPerMiB: time.Millisecond})
+	s := m.sv.s
+	// A goroutine of 15ms takes the one processor; the worker, 16ms of
+	// marking for 16 MiB live, queues behind it. At 10ms the goroutine is
+	// preempted and waits while the worker runs a quantum (counted); it
+	// ends at 25ms, and the worker's last 6ms run alone (idle marking).
+	s.spawn(15*time.Millisecond, func() {})
+	m.alloc()
+	c.runUntil(time.Second)
+	r := m.Read()
+	if r.GCCPU != 16*time.Millisecond {
+		t.Fatalf("GCCPU = %v, want the 16ms of marking", r.GCCPU)
+	}
+	if r.GCCounted != 10*time.Millisecond {
+		t.Errorf("GCCounted = %v, want the 10ms run while a goroutine waited, not the 6ms alone", r.GCCounted)
+	}
+}
+
+// TestMemoryMapped: the heap keeps what its objects reached until the
+// scavenger returns, at ScavengeRate a second, what exceeds a tenth over
+// the goal, or FreeOSMemory returns all it does not use.
+func TestMemoryMapped(t *testing.T) {
+	m, _ := newMemory(&Memory{Limit: 1 << 30, Base: 8 * MiB, Held: 10 * MiB, MarkPerMiB: time.Millisecond})
+	m.alloc() // 18 MiB live, past the goal of 16: a cycle, goal 36
+	m.alloc() // 28 MiB live
+	m.free()
+	m.free()
+	r := m.Read()
+	if r.HeapMapped != 28*MiB || r.Goal != 36*MiB || r.Objects != 28*MiB {
+		t.Fatalf("%+v, want 28 MiB of objects, all mapped, and a goal of 36", r)
+	}
+	m.scavenge(time.Second) // nothing above 1.1 × the goal
+	if got := m.Read().HeapMapped; got != 28*MiB {
+		t.Errorf("scavenged below 1.1 × the goal: %d MiB mapped, want 28", got/MiB)
+	}
+	m.Collect() // the calls ended: Base is all that is live
+	if r := m.Read(); r.Goal != 16*MiB || r.Objects != 8*MiB {
+		t.Fatalf("after Collect: %+v, want a goal of 16 MiB and 8 of objects", r)
+	}
+	m.scavenge(time.Second) // returns ScavengeRate of 28 - 17.6 MiB
+	excess := float64(28*MiB - (16*MiB + 16*MiB/10))
+	want := 28*MiB - uint64(excess*ScavengeRate)
+	if got := m.Read().HeapMapped; got != want {
+		t.Errorf("after a second's scavenging: %d bytes mapped, want %d", got, want)
+	}
+	m.marking = false // the worker's cycle ended
+	m.FreeOSMemory()
+	if r := m.Read(); r.HeapMapped != 8*MiB {
+		t.Errorf("after FreeOSMemory: %d MiB mapped, want the 8 MiB of objects", r.HeapMapped/MiB)
+	}
+}
+
+// TestMemoryKills: a process that exceeds its limit is killed, and what
+// it answers from then on is lost, not served.
+func TestMemoryKills(t *testing.T) {
+	sh := IO
+	sh.Phases = []Phase{{Normal, 2 * time.Second, 0.5, 0}, {Spike, 2 * time.Second, 10, 0}}
+	sh.Memory = &Memory{Limit: 256 * MiB, Base: 16 * MiB, Overhead: 16 * MiB, Held: MiB, MarkPerMiB: time.Millisecond}
+	res, err := Run(sh, Unprotected{}, 1, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sp := res.Phase(Spike)
+	if !res.Killed || res.KilledAt < 2*time.Second || res.PeakMemory <= 1 {
+		t.Fatalf("killed %v at %v, peak %.2f; want killed in the spike, above the limit", res.Killed, res.KilledAt, res.PeakMemory)
+	}
+	if n := res.Phase(Normal); n.Killed != 0 || n.Succeeded == 0 {
+		t.Errorf("normal phase: %d served, %d lost; want served and none lost", n.Succeeded, n.Killed)
+	}
+	if sp.Killed == 0 {
+		t.Errorf("spike: %d lost, want the calls answered after the kill", sp.Killed)
+	}
+	for sec, n := range res.Served {
+		if time.Duration(sec+1)*time.Second > res.KilledAt+time.Second && n != 0 {
+			t.Errorf("second %d after the kill at %v served %d", sec, res.KilledAt, n)
+		}
+	}
+	// The same run without the memory's limit in reach: nothing lost.
+	sh.Memory = &Memory{Limit: 1 << 40, Base: 16 * MiB, Overhead: 16 * MiB, Held: MiB, MarkPerMiB: time.Millisecond}
+	res, err = Run(sh, Unprotected{}, 1, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Killed || res.Phase(Spike).Killed != 0 {
+		t.Errorf("killed %v, %d lost, with a limit out of reach", res.Killed, res.Phase(Spike).Killed)
+	}
+}
+
+// TestMemoryRunIsDeterministic: a shape with memory and a seed give the
+// same result twice.
+func TestMemoryRunIsDeterministic(t *testing.T) {
+	run := func() *Result {
+		sh := CPU
+		sh.Memory = &Memory{Limit: 512 * MiB, Base: 64 * MiB, Overhead: 16 * MiB, Held: 256 << 10, Garbage: MiB, MarkPerMiB: time.Millisecond}
+		res, err := Run(sh, Unprotected{}, 7, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return res
+	}
+	a, b := run(), run()
+	if !reflect.DeepEqual(a, b) {
+		t.Error("two runs of one shape and seed differ")
+	}
+	if a.PeakMemory == 0 {
+		t.Error("PeakMemory 0 with Memory set")
+	}
+}
+
+// TestMemoryValidate: a Memory Run cannot simulate is an error that names
+// its field.
+func TestMemoryValidate(t *testing.T) {
+	for _, tt := range []struct {
+		m    Memory
+		want string
+	}{
+		{Memory{}, "Memory.Limit must be > 0"},
+		{Memory{Limit: 10 * MiB, Base: 8 * MiB, Overhead: 2 * MiB}, "Memory.Base+Memory.Overhead must be below Memory.Limit"},
+		{Memory{Limit: 10 * MiB, MarkPerMiB: -1}, "Memory.MarkPerMiB must be >= 0"},
+	} {
+		sh := CPU
+		m := tt.m
+		sh.Memory = &m
+		err := sh.Validate()
+		if err == nil || !strings.Contains(err.Error(), tt.want) {
+			t.Errorf("Validate of %+v = %v, want an error with %q", tt.m, err, tt.want)
+		}
+	}
+}
+
+// TestMemoryBeforeRun: a Memory not yet run reads zero, and a guard's
+// collection before the run changes nothing.
+func TestMemoryBeforeRun(t *testing.T) {
+	m := &Memory{Limit: 64 * MiB, Base: 8 * MiB}
+	m.Collect()
+	m.FreeOSMemory()
+	if r := m.Read(); r != (MemoryReading{}) {
+		t.Errorf("Read before the run = %+v, want the zero reading", r)
+	}
+}
