@@ -28,8 +28,10 @@ const (
 	// before the OOM killer acts.
 	DefaultThreshold = overload.ProjectedAt
 	// DefaultGCThreshold (0.2) is the GC's share of CPU at and above
-	// which the GC is evidence of overload: a heap held near GOMEMLIMIT
-	// makes the runtime collect ever more often.
+	// which the GC is evidence of overload under a soft limit
+	// (GOMEMLIMIT): a heap held near it makes the runtime collect ever
+	// more often. Without a soft limit the GC's share is no evidence: it
+	// follows the allocation rate, not the room left.
 	DefaultGCThreshold = overload.GCAt
 	// DefaultCooldown is how long pressure must be absent, with no call
 	// refused, before the budget is lifted.
@@ -149,6 +151,7 @@ type options struct {
 	threshold, gcThreshold float64
 	cooldown, interval     time.Duration
 	retry                  time.Duration
+	off                    uint8 // rules switched off (ablation.go); tests only
 }
 
 // WithThreshold sets the Projected share of the limit at which memory
@@ -157,7 +160,8 @@ type options struct {
 func WithThreshold(f float64) Option { return func(o *options) { o.threshold = f } }
 
 // WithGCThreshold sets the GC fraction at which the GC is evidence of
-// overload. Default [DefaultGCThreshold]; f must be in (0, 1].
+// overload under a soft limit (GOMEMLIMIT; without one it is none).
+// Default [DefaultGCThreshold]; f must be in (0, 1].
 func WithGCThreshold(f float64) Option { return func(o *options) { o.gcThreshold = f } }
 
 // WithCooldown sets how long pressure must be absent, with no refusal,
@@ -565,11 +569,13 @@ func (s *Shedder) Tick(now time.Time) {
 		s.fit.update(now, s.allocs(), s.list)
 	}
 	p, u := s.sig.Projected(), s.sig.HardUtilization()
-	s.tickBrake(now, u, p)
+	r := s.heap()
+	s.tickBrake(now, u, p, r)
 	s.smoothGC(now)
 	// The evidence: the memory the process heads for, the GC's share of
-	// CPU, the memory it has, and the brake since the last tick.
-	e := pressure{proj: overload.ProjectedOf(p, s.o.threshold), gc: overload.GCOf(s.gcAvg, s.o.gcThreshold), hard: overload.HardOf(u)}
+	// CPU under a soft limit, the memory it has, and the brake since the
+	// last tick.
+	e := s.o.ablate(pressure{proj: overload.ProjectedOf(p, s.o.threshold), gc: s.gcReading(r), hard: overload.HardOf(u)})
 	braked := s.braked.Swap(false)
 	s.hot = e.holds() || braked
 	s.afterBrake(now, braked)
@@ -601,6 +607,22 @@ func (e pressure) cool() bool {
 // flight, within [MinCut, MaxCut].
 func (e pressure) cutTo() float64 {
 	return min(max(min(e.proj.Headroom(), e.gc.Headroom(), e.hard.Headroom())*(1-Margin), MinCut), MaxCut)
+}
+
+// gcReading is the GC rule's reading: the GC fraction averaged over
+// GCSmoothing against its threshold, under a soft limit (GOMEMLIMIT);
+// without one, a reading that does not hold. Without a soft limit the
+// runtime collects when the heap doubles, however near the hard limit it
+// is: the GC's share of the CPU follows the allocation rate and how busy
+// the processors are, not the room left, so it is no evidence of a
+// shortage of memory (a CPU short of time is the run limit's evidence);
+// under a soft limit the runtime collects ever more often as the live
+// heap nears it. s.mu held.
+func (s *Shedder) gcReading(r heapReading) overload.Reading {
+	if r.softLimit == 0 {
+		return overload.GCOf(0, s.o.gcThreshold)
+	}
+	return overload.GCOf(s.gcAvg, s.o.gcThreshold)
 }
 
 // smoothGC averages the GC fraction over GCSmoothing up to now; the first
@@ -705,14 +727,16 @@ func (s *Shedder) cut(now time.Time, x int64, e pressure) {
 // before it collects, it is what no collection frees — Projected ×
 // HardLimit, or the runtime's live heap and non-heap memory now if more
 // — and the memory in flight counts from what it was when the last GC
-// ended, not from now. s.mu held.
-func (s *Shedder) tickBrake(now time.Time, u, p float64) {
+// ended, not from now. r is the runtime's heap now. s.mu held.
+func (s *Shedder) tickBrake(now time.Time, u, p float64, r heapReading) {
 	l := s.sig.HardLimit()
+	if !s.o.on(ruleBrake) {
+		l = 0 // no limit: the brake never holds
+	}
 	s.limitB.Store(l)
 	if l == 0 {
 		return
 	}
-	r := s.heap()
 	soft := r.softLimit > 0 && float64(r.softLimit) <= BrakeAt*float64(l)
 	s.softOK.Store(soft)
 	flight := s.inflight.Load()
