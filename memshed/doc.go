@@ -13,10 +13,7 @@
 // GC takes (GCFraction). *memory.Monitor satisfies it.
 // Pressure is evidence of overload when Projected reaches the threshold
 // ([DefaultThreshold], 0.85), the GC fraction averaged over
-// [GCSmoothing] reaches [DefaultGCThreshold] (0.2) under a soft limit
-// (GOMEMLIMIT: without one the runtime collects whenever the heap
-// doubles, and the GC's share follows the allocation rate, not the room
-// left), or HardUtilization
+// [GCSmoothing] reaches [DefaultGCThreshold] (0.2), or HardUtilization
 // reaches [EmergencyAt] (0.97). Projected leads: it falls as soon as a GC cycle finds less
 // live memory, where HardUtilization waits for the runtime to give memory
 // back, which without GOMEMLIMIT it does slowly. So when HardUtilization

@@ -139,29 +139,23 @@ func TestNoPressureNoChange(t *testing.T) {
 // TestPressureSetsBudget: the first tick with pressure sets the budget
 // below the memory in flight, in proportion to how far over the
 // threshold the signal is; calls beyond it are refused with ReasonMemory,
-// in the tap (Admit) and at Start. The GC fraction counts under a soft
-// limit (GOMEMLIMIT) only.
+// in the tap (Admit) and at Start.
 func TestPressureSetsBudget(t *testing.T) {
 	tests := []struct {
 		name     string
 		proj, gc float64
-		soft     bool    // a soft limit (GOMEMLIMIT) is set
 		wantCut  float64 // budget / in flight
 	}{
-		{"projected at the threshold", 0.85, 0, false, 0.95},
-		{"projected over", 1, 0, false, 0.85 * 0.95},
-		{"far over: at most halved", 1, 0.9, true, MinCut},
+		{"projected at the threshold", 0.85, 0, 0.95},
+		{"projected over", 1, 0, 0.85 * 0.95},
+		{"far over: at most halved", 1, 0.9, MinCut},
 		// The GC fraction is averaged over GCSmoothing: 0.4 for a second
 		// counts as 0.4 × (1 − 1/e).
-		{"GC over", 0.1, 0.4, true, 0.2 / (0.4 * (1 - 1/math.E)) * 0.95},
-		{"projected over, GC over without a soft limit: the projected cut", 1, 0.9, false, 0.85 * 0.95},
+		{"GC over", 0.1, 0.4, 0.2 / (0.4 * (1 - 1/math.E)) * 0.95},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			s, sig, _ := newTest(t)
-			if tt.soft {
-				s.heap = func() heapReading { return heapReading{softLimit: 1 << 30} }
-			}
 			setCost(s, heavyMethod, 10*MiB)
 			for range 20 {
 				if _, ok := enter(s, call(heavyMethod, admission.Critical)); !ok {
@@ -182,35 +176,6 @@ func TestPressureSetsBudget(t *testing.T) {
 				t.Errorf("Start over the budget = %+v, want refused", d)
 			}
 		})
-	}
-}
-
-// TestGCWithoutSoftLimitIsNoEvidence: without a soft limit the GC's share
-// of the CPU follows the allocation rate, not the room left, so however
-// high it is it sets no budget and refuses nothing.
-func TestGCWithoutSoftLimitIsNoEvidence(t *testing.T) {
-	s, sig, _ := newTest(t)
-	setCost(s, heavyMethod, 10*MiB)
-	for range 20 {
-		if _, ok := enter(s, call(heavyMethod, admission.Critical)); !ok {
-			t.Fatal("refused before any pressure")
-		}
-	}
-	sig.set(0.1, 0.9)
-	for i := 1; i <= 30; i++ {
-		s.Tick(t0.Add(time.Duration(i) * DefaultInterval))
-	}
-	if got := s.Budget(); got != 0 {
-		t.Errorf("Budget() = %d after 3s of a GC fraction of 0.9 without a soft limit, want none", got)
-	}
-	if d := s.Admit(call(heavyMethod, admission.Critical)); d.Refused {
-		t.Errorf("Admit = %+v, want admitted", d)
-	}
-	// The same under a soft limit is evidence.
-	s.heap = func() heapReading { return heapReading{softLimit: 1 << 30} }
-	s.Tick(t0.Add(31 * DefaultInterval))
-	if s.Budget() == 0 {
-		t.Error("no budget under a soft limit with a GC fraction of 0.9, want one")
 	}
 }
 

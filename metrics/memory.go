@@ -113,7 +113,7 @@ func newMemShedCollector(name string, s *memshed.Shedder) *memShedCollector {
 		running:  newDesc("levee_memshed_running_calls", "Calls holding room in the memory budget.", name),
 		refused:  newDesc("levee_memshed_refused_total", "Calls the memory guard refused.", name),
 		eng:      newDesc("levee_memshed_engaged_total", "Times memory pressure made the guard set a budget.", name),
-		pressure: newDesc("levee_memshed_pressure", "1 when the last tick found memory pressure (projected share, or GC fraction under GOMEMLIMIT, at its threshold), else 0.", name),
+		pressure: newDesc("levee_memshed_pressure", "1 when the last tick found memory pressure (projected share or GC fraction at its threshold), else 0.", name),
 		cost:     newDesc("levee_memshed_method_cost_bytes", "Learned memory cost of a call, by method (\"\" for the methods beyond memshed.MaxMethods).", name, "method"),
 	}
 }

@@ -138,10 +138,7 @@ const (
 	// before the OOM killer acts.
 	ProjectedAt = 0.85
 	// GCAt is the default threshold of the GC rule: a heap held near
-	// GOMEMLIMIT makes the runtime collect ever more often. Its owner
-	// reads it under a soft limit only: without one the runtime collects
-	// whenever the heap doubles, and the GC's share follows the
-	// allocation rate.
+	// GOMEMLIMIT makes the runtime collect ever more often.
 	GCAt = 0.2
 	// HardAt is the share of the hard limit the process has at and above
 	// which memory is evidence whatever the runtime plans: the OOM

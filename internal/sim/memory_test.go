@@ -66,15 +66,19 @@ func TestMemoryCycles(t *testing.T) {
 	}
 }
 
-// TestMemoryWorkerContested: the worker's runs while other goroutines
-// wait count in the GC's CPU share.
+// TestMemoryWorkerContested: the worker marks ahead of goroutines that
+// wait for a quarter of the processors' time since its cycle began
+// (counted as the GC's), yields to them beyond, and marks uncounted when
+// none waits (idle-priority marking).
 func TestMemoryWorkerContested(t *testing.T) {
 	m, c := newMemory(&Memory{Limit: 1 << 30, Base: 8 * MiB, Held: 8 * MiB, MarkPerMiB: time.Millisecond})
 	s := m.sv.s
-	// A goroutine of 15ms takes the one processor; the worker, 16ms of
-	// marking for 16 MiB live, queues behind it. At 10ms the goroutine is
-	// preempted and waits while the worker runs a quantum (counted); it
-	// ends at 25ms, and the worker's last 6ms run alone (idle marking).
+	// A goroutine of 15ms takes the one processor at 0; the cycle, 16ms
+	// of marking for 16 MiB live, begins at 0 and its worker queues. At
+	// 10ms the goroutine is preempted and waits: the worker marks ahead
+	// of it until its marking reaches a quarter of the time since 0
+	// (x = (10ms + x)/4: 3.3ms, 3.4 in chunks of 0.1), yields, and marks
+	// the rest once the goroutine has ended, with nothing waiting.
 	s.spawn(15*time.Millisecond, func() {})
 	m.alloc()
 	c.runUntil(time.Second)
@@ -82,8 +86,31 @@ func TestMemoryWorkerContested(t *testing.T) {
 	if r.GCCPU != 16*time.Millisecond {
 		t.Fatalf("GCCPU = %v, want the 16ms of marking", r.GCCPU)
 	}
-	if r.GCCounted != 10*time.Millisecond {
-		t.Errorf("GCCounted = %v, want the 10ms run while a goroutine waited, not the 6ms alone", r.GCCounted)
+	if r.GCCounted != 3400*time.Microsecond {
+		t.Errorf("GCCounted = %v, want 3.4ms: the marking ahead of the waiting goroutine", r.GCCounted)
+	}
+}
+
+// TestMemoryGCShareAgainstMachine: the GC's counted share of the CPU at
+// the held shape's allocation (32 MiB live; each call 1 MiB held for
+// 50ms, 256 KiB of garbage; 1.15ms of marking per MiB, as measured)
+// is within a factor of two of what the machine's runtime reported, at
+// 80, 160 and 224 calls a second (docs/ablation.md, "The memory guard's
+// rules": 2.9, 4.4 and 5.1%), and well under memshed's threshold of 0.2.
+func TestMemoryGCShareAgainstMachine(t *testing.T) {
+	for _, tt := range []struct{ rate, machine float64 }{{80, 0.029}, {160, 0.044}, {224, 0.051}} {
+		sh := Shape{Name: "held allocation", Procs: 1, Method: "/m", CPU: 20 * time.Microsecond, Conns: 1000, Query: 50 * time.Millisecond,
+			Memory: &Memory{Limit: 8 << 30, Base: 32 * MiB, Held: MiB, Garbage: 256 << 10, MarkPerMiB: 1150 * time.Microsecond}}
+		sh.Phases = []Phase{{Normal, 5 * time.Second, tt.rate / sh.Capacity(false), 0}}
+		if _, err := Run(sh, Unprotected{}, 1, nil); err != nil {
+			t.Fatal(err)
+		}
+		r := sh.Memory.Read()
+		share := r.GCCounted.Seconds() / 6 // the phase and the second after it
+		t.Logf("%.0f calls/s: GC %.1f%% of the CPU, %.1f%% counted (machine %.1f%%)", tt.rate, 100*r.GCCPU.Seconds()/6, 100*share, 100*tt.machine)
+		if share < tt.machine/2 || share > 2*tt.machine {
+			t.Errorf("%.0f calls/s: counted GC share %.1f%%, want within a factor of 2 of the machine's %.1f%%", tt.rate, 100*share, 100*tt.machine)
+		}
 	}
 }
 
@@ -135,8 +162,8 @@ func TestMemoryKills(t *testing.T) {
 	if !res.Killed || res.KilledAt < 2*time.Second || res.PeakMemory <= 1 {
 		t.Fatalf("killed %v at %v, peak %.2f; want killed in the spike, above the limit", res.Killed, res.KilledAt, res.PeakMemory)
 	}
-	if n := res.Phase(Normal); n.Killed != 0 || n.Succeeded == 0 {
-		t.Errorf("normal phase: %d served, %d lost; want served and none lost", n.Succeeded, n.Killed)
+	if n := res.Phase(Normal); n.Succeeded < n.Offered*9/10 {
+		t.Errorf("normal phase: %d of %d served (%d lost); want at least 90%%", n.Succeeded, n.Offered, n.Killed)
 	}
 	if sp.Killed == 0 {
 		t.Errorf("spike: %d lost, want the calls answered after the kill", sp.Killed)
@@ -173,9 +200,6 @@ func TestMemoryRunIsDeterministic(t *testing.T) {
 	if !reflect.DeepEqual(a, b) {
 		t.Error("two runs of one shape and seed differ")
 	}
-	if a.PeakMemory == 0 {
-		t.Error("PeakMemory 0 with Memory set")
-	}
 }
 
 // TestMemoryValidate: a Memory Run cannot simulate is an error that names
@@ -188,6 +212,7 @@ func TestMemoryValidate(t *testing.T) {
 		{Memory{}, "Memory.Limit must be > 0"},
 		{Memory{Limit: 10 * MiB, Base: 8 * MiB, Overhead: 2 * MiB}, "Memory.Base+Memory.Overhead must be below Memory.Limit"},
 		{Memory{Limit: 10 * MiB, MarkPerMiB: -1}, "Memory.MarkPerMiB must be >= 0"},
+		{Memory{Limit: 10 * MiB, SoftLimit: 11 * MiB}, "Memory.SoftLimit must be at most Memory.Limit"},
 	} {
 		sh := CPU
 		m := tt.m
@@ -207,5 +232,59 @@ func TestMemoryBeforeRun(t *testing.T) {
 	m.FreeOSMemory()
 	if r := m.Read(); r != (MemoryReading{}) {
 		t.Errorf("Read before the run = %+v, want the zero reading", r)
+	}
+}
+
+// TestMemoryRunsOnce: a Memory keeps its run's state, so a second run of
+// it is an error that says so, not a run that starts dead.
+func TestMemoryRunsOnce(t *testing.T) {
+	sh := HeldMemory()
+	if _, err := Run(sh, Unprotected{}, 1, nil); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Run(sh, Unprotected{}, 1, nil); err == nil || !strings.Contains(err.Error(), "Memory must be a fresh one") {
+		t.Errorf("second Run of one Memory: %v, want an error that it must be fresh", err)
+	}
+}
+
+// TestMemorySoftLimitCollectsMore: under a soft limit the goal leaves the
+// process the limit, so cycles come more often as the live heap nears
+// it, and the heap stays under it.
+func TestMemorySoftLimitCollectsMore(t *testing.T) {
+	m, _ := newMemory(&Memory{Limit: 1 << 30, SoftLimit: 100 * MiB, Base: 40 * MiB, Overhead: 10 * MiB, Held: MiB, MarkPerMiB: time.Millisecond})
+	if r := m.Read(); r.Goal != 80*MiB {
+		t.Fatalf("goal %d MiB at 40 MiB live, want 80 (twice, under the soft limit's 90)", r.Goal/MiB)
+	}
+	for range 10 {
+		m.alloc() // 50 MiB live
+	}
+	m.cycle(false)
+	if r := m.Read(); r.Goal != 90*MiB {
+		t.Errorf("goal %d MiB at 50 MiB live, want 90 (the soft limit less the overhead)", r.Goal/MiB)
+	}
+	for range 45 {
+		m.alloc() // 95 MiB live: past the soft limit's room
+	}
+	m.cycle(false)
+	if r := m.Read(); r.Goal != 96*MiB {
+		t.Errorf("goal %d MiB at 95 MiB live past the soft limit, want 96 (one call's allocation above the live heap)", r.Goal/MiB)
+	}
+}
+
+// TestMemoryGCLimiter: when the GC's counted share reached half the
+// processors over the last look, the soft limit no longer caps the goal
+// (Go's GC CPU limiter), until it falls again.
+func TestMemoryGCLimiter(t *testing.T) {
+	m, _ := newMemory(&Memory{Limit: 1 << 30, SoftLimit: 100 * MiB, Base: 80 * MiB, Overhead: 10 * MiB, MarkPerMiB: time.Millisecond})
+	m.counted += 60 * time.Millisecond // 60% of 100ms
+	m.scavenge(100 * time.Millisecond)
+	m.cycle(false)
+	if r := m.Read(); r.Goal != 160*MiB {
+		t.Errorf("goal %d MiB with the limiter holding, want 160 (twice the live heap)", r.Goal/MiB)
+	}
+	m.scavenge(100 * time.Millisecond) // no GC since: the limiter lets go
+	m.cycle(false)
+	if r := m.Read(); r.Goal != 90*MiB {
+		t.Errorf("goal %d MiB with the limiter off, want 90 (the soft limit less the overhead)", r.Goal/MiB)
 	}
 }

@@ -39,9 +39,6 @@ type proc struct {
 	from    time.Duration // when cur last began to run
 	slice   time.Duration // when cur's time slice began
 	busy    time.Duration // CPU time given to goroutines, all told
-	// contested: cur is the GC's worker, and other goroutines were
-	// runnable when its run began.
-	contested bool
 }
 
 // sched is the processors, the global run queue and the network poller.
@@ -58,9 +55,8 @@ type sched struct {
 	// threads run othersFor after each OSSlice of the process's on every
 	// processor (see others); othersFor 0: none.
 	othersFrom, othersFor time.Duration
-	// gcRan is the CPU time the GC's worker ran, gcContested the part of
-	// it that other goroutines waited for (see Memory).
-	gcRan, gcContested time.Duration
+	// gcRan is the time the GC's worker ran (see Memory).
+	gcRan time.Duration
 }
 
 func newSched(c *clock, n int) *sched {
@@ -184,10 +180,10 @@ func (s *sched) popGlobal() *g {
 	return gr
 }
 
-// waiting reports whether a goroutine waits to run: in the global queue,
-// next on a processor, or made ready by the network.
+// waiting reports whether a goroutine waits to run: in the global queue
+// or next on a processor.
 func (s *sched) waiting() bool {
-	if len(s.global) > s.ghead || len(s.netReady) > 0 {
+	if len(s.global) > s.ghead {
 		return true
 	}
 	for _, p := range s.procs {
@@ -252,7 +248,6 @@ func (s *sched) run(p *proc, gr *g) {
 func (s *sched) resume(p *proc) {
 	gr := p.cur
 	p.from = s.c.now
-	p.contested = gr.gc && s.waiting()
 	d := min(s.wall(gr.left), p.slice+Quantum-s.c.now)
 	s.c.after(max(d, 0), func() { s.ran(p, gr) })
 }
@@ -264,9 +259,6 @@ func (s *sched) ran(p *proc, gr *g) {
 	p.busy += d
 	if gr.gc {
 		s.gcRan += d
-		if p.contested {
-			s.gcContested += d
-		}
 	}
 	gr.left -= s.work(p.from, s.c.now)
 	for gr.left <= 0 && gr.state == gRunning {
