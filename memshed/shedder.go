@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/levee-go/levee/admission"
+	"github.com/levee-go/levee/internal/memruntime"
 	"github.com/levee-go/levee/internal/overload"
 	"github.com/levee-go/levee/memory"
 )
@@ -28,10 +29,8 @@ const (
 	// before the OOM killer acts.
 	DefaultThreshold = overload.ProjectedAt
 	// DefaultGCThreshold (0.2) is the GC's share of CPU at and above
-	// which the GC is evidence of overload under a soft limit
-	// (GOMEMLIMIT): a heap held near it makes the runtime collect ever
-	// more often. Without a soft limit the GC's share is no evidence: it
-	// follows the allocation rate, not the room left.
+	// which the GC is evidence of overload: a heap held near GOMEMLIMIT
+	// makes the runtime collect ever more often.
 	DefaultGCThreshold = overload.GCAt
 	// DefaultCooldown is how long pressure must be absent, with no call
 	// refused, before the budget is lifted.
@@ -160,8 +159,7 @@ type options struct {
 func WithThreshold(f float64) Option { return func(o *options) { o.threshold = f } }
 
 // WithGCThreshold sets the GC fraction at which the GC is evidence of
-// overload under a soft limit (GOMEMLIMIT; without one it is none).
-// Default [DefaultGCThreshold]; f must be in (0, 1].
+// overload. Default [DefaultGCThreshold]; f must be in (0, 1].
 func WithGCThreshold(f float64) Option { return func(o *options) { o.gcThreshold = f } }
 
 // WithCooldown sets how long pressure must be absent, with no refusal,
@@ -289,6 +287,14 @@ func newShedder(name string, sig memory.Signal, opts []Option) (*Shedder, error)
 		return nil, err
 	}
 	s := &Shedder{name: name, sig: sig, o: o, budget: off, allocs: readAllocs(), now: time.Now, shrink: debug.FreeOSMemory, collect: runtime.GC, heap: readHeap()}
+	if rt, ok := sig.(memruntime.Runtime); ok {
+		// A simulation's runtime, in place of this process's.
+		s.allocs, s.shrink, s.collect = rt.Allocated, rt.FreeOSMemory, rt.Collect
+		s.heap = func() heapReading {
+			h := rt.Heap()
+			return heapReading{objects: h.Objects, mapped: h.Mapped, heapMapped: h.HeapMapped, softLimit: h.SoftLimit, live: h.Live, cycles: h.Cycles}
+		}
+	}
 	for i := range s.limits {
 		s.limits[i].Store(off)
 	}
@@ -569,13 +575,11 @@ func (s *Shedder) Tick(now time.Time) {
 		s.fit.update(now, s.allocs(), s.list)
 	}
 	p, u := s.sig.Projected(), s.sig.HardUtilization()
-	r := s.heap()
-	s.tickBrake(now, u, p, r)
+	s.tickBrake(now, u, p)
 	s.smoothGC(now)
 	// The evidence: the memory the process heads for, the GC's share of
-	// CPU under a soft limit, the memory it has, and the brake since the
-	// last tick.
-	e := s.o.ablate(pressure{proj: overload.ProjectedOf(p, s.o.threshold), gc: s.gcReading(r), hard: overload.HardOf(u)})
+	// CPU, the memory it has, and the brake since the last tick.
+	e := s.o.ablate(pressure{proj: overload.ProjectedOf(p, s.o.threshold), gc: overload.GCOf(s.gcAvg, s.o.gcThreshold), hard: overload.HardOf(u)})
 	braked := s.braked.Swap(false)
 	s.hot = e.holds() || braked
 	s.afterBrake(now, braked)
@@ -607,22 +611,6 @@ func (e pressure) cool() bool {
 // flight, within [MinCut, MaxCut].
 func (e pressure) cutTo() float64 {
 	return min(max(min(e.proj.Headroom(), e.gc.Headroom(), e.hard.Headroom())*(1-Margin), MinCut), MaxCut)
-}
-
-// gcReading is the GC rule's reading: the GC fraction averaged over
-// GCSmoothing against its threshold, under a soft limit (GOMEMLIMIT);
-// without one, a reading that does not hold. Without a soft limit the
-// runtime collects when the heap doubles, however near the hard limit it
-// is: the GC's share of the CPU follows the allocation rate and how busy
-// the processors are, not the room left, so it is no evidence of a
-// shortage of memory (a CPU short of time is the run limit's evidence);
-// under a soft limit the runtime collects ever more often as the live
-// heap nears it. s.mu held.
-func (s *Shedder) gcReading(r heapReading) overload.Reading {
-	if r.softLimit == 0 {
-		return overload.GCOf(0, s.o.gcThreshold)
-	}
-	return overload.GCOf(s.gcAvg, s.o.gcThreshold)
 }
 
 // smoothGC averages the GC fraction over GCSmoothing up to now; the first
@@ -727,8 +715,8 @@ func (s *Shedder) cut(now time.Time, x int64, e pressure) {
 // before it collects, it is what no collection frees — Projected ×
 // HardLimit, or the runtime's live heap and non-heap memory now if more
 // — and the memory in flight counts from what it was when the last GC
-// ended, not from now. r is the runtime's heap now. s.mu held.
-func (s *Shedder) tickBrake(now time.Time, u, p float64, r heapReading) {
+// ended, not from now. s.mu held.
+func (s *Shedder) tickBrake(now time.Time, u, p float64) {
 	l := s.sig.HardLimit()
 	if !s.o.on(ruleBrake) {
 		l = 0 // no limit: the brake never holds
@@ -737,6 +725,7 @@ func (s *Shedder) tickBrake(now time.Time, u, p float64, r heapReading) {
 	if l == 0 {
 		return
 	}
+	r := s.heap()
 	soft := r.softLimit > 0 && float64(r.softLimit) <= BrakeAt*float64(l)
 	s.softOK.Store(soft)
 	flight := s.inflight.Load()

@@ -10,6 +10,7 @@ import (
 	"github.com/levee-go/levee/deadline"
 	"github.com/levee-go/levee/internal/overload"
 	"github.com/levee-go/levee/internal/sim"
+	"github.com/levee-go/levee/memshed"
 	"github.com/levee-go/levee/ratelimit"
 )
 
@@ -25,6 +26,10 @@ type simPreset struct {
 	dl     *deadline.Guard
 	bucket admission.Guard // nil without a told capacity
 	mon    *cpu.Monitor
+	// mem is the preset's memory guard, after the run limit (nil
+	// without presetOpts.memory), following memSig.
+	mem    *memshed.Shedder
+	memSig *sim.MemorySignal
 	// waiting are the calls whose waiter waits for its turn, in the
 	// order they began to wait.
 	waiting []*sim.Call
@@ -41,6 +46,9 @@ type presetOpts struct {
 	maxRate float64
 	// limiter options after the preset's.
 	opts []Option
+	// memory: the preset's memory guard (memshed) on the shape's Memory,
+	// as the preset adds one under a memory limit.
+	memory bool
 }
 
 // simCall is what a simPreset keeps of one call.
@@ -51,6 +59,7 @@ type simCall struct {
 	ln     *Lane
 	w      *waiter
 	target time.Duration // a stream's flow's queue target when it asked for its turn
+	mem    admission.Permit
 }
 
 func newSimPreset(t testing.TB, sh *sim.Shape, po presetOpts) (*simPreset, *sim.Clock) {
@@ -95,6 +104,12 @@ func newSimPreset(t testing.TB, sh *sim.Shape, po presetOpts) (*simPreset, *sim.
 		}
 		p.bucket = ratelimit.NewGuard("rate", b)
 	}
+	if po.memory {
+		p.memSig = sim.NewMemorySignal(sh.Memory, sh.Procs)
+		if p.mem, err = memshed.NewManual("memory", p.memSig); err != nil {
+			t.Fatal(err)
+		}
+	}
 	return p, clk
 }
 
@@ -118,6 +133,13 @@ func (p *simPreset) Admit(c *sim.Call) bool {
 		return false
 	}
 	sc.run = d.Permit
+	if p.mem != nil {
+		if d := p.mem.Admit(sc.c); d.Refused {
+			p.run.Finish(sc.c, sc.run, admission.Outcome{Skipped: true})
+			p.skipped(sc)
+			return false
+		}
+	}
 	return true
 }
 
@@ -197,6 +219,16 @@ func (p *simPreset) after(c *sim.Call, sc *simCall, d admission.Decision, yield 
 		return sim.Decision{Verdict: sim.Refuse, TooShort: d.DeadlineTooShort}
 	}
 	sc.run = d.Permit
+	if p.mem != nil {
+		// The memory guard's Start, after the turn (admission.CostMemory).
+		md := p.mem.Start(sc.c, admission.Permit{})
+		if md.Refused {
+			p.refusedAtStart(sc, d.Permit)
+			p.wake()
+			return sim.Decision{Verdict: sim.Refuse}
+		}
+		sc.mem = md.Permit
+	}
 	if p.onTurn != nil {
 		p.onTurn(c)
 	}
@@ -251,6 +283,9 @@ func (p *simPreset) Finish(c *sim.Call, o sim.Outcome) {
 		out.Err = errOverload
 		out.Overload = o.Overload
 	}
+	if p.mem != nil {
+		p.mem.Finish(sc.c, sc.mem, out)
+	}
 	p.run.Finish(sc.c, sc.run, out)
 	if p.bucket != nil {
 		p.bucket.Finish(sc.c, admission.Permit{}, out)
@@ -261,6 +296,10 @@ func (p *simPreset) Finish(c *sim.Call, o sim.Outcome) {
 
 func (p *simPreset) Observe(now time.Time, util float64) {
 	_ = p.mon.Update(now, util)
+	if p.mem != nil {
+		p.memSig.Sample()
+		p.mem.Tick(now)
+	}
 	if p.trace != nil {
 		p.trace(p.clk.Since(), util)
 	}
