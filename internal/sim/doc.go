@@ -69,14 +69,15 @@
 // Shape, a seed and a deterministic Protection give a bit-identical
 // Result.
 //
-// A Shape with Memory has a heap under a hard memory limit (a cgroup's)
-// without GOMEMLIMIT: calls allocate and hold memory, Go's collector
-// runs at GOGC=100 and its marking costs CPU on the processors, the
-// runtime keeps freed memory until its scavenger returns it, and a
-// process past its limit is killed (see Memory).
+// A Shape with Memory has a heap under a hard memory limit (a cgroup's),
+// and GOMEMLIMIT if Memory.SoftLimit is set: calls allocate and hold
+// memory, Go's collector runs at GOGC=100 (more often near a soft limit)
+// and its marking costs CPU on the processors, the runtime keeps freed
+// memory until its scavenger returns it, and a process past its limit
+// is killed (see Memory).
 //
 // What it leaves out: the client's side of the network (a response is
 // received when its write ends; HEADERS are sent on time, even by a
 // client short of CPU), the collector of a shape without Memory (but a
-// cold start's slower calls, Shape.Cold), GOMEMLIMIT, and the kernel.
+// cold start's slower calls, Shape.Cold), and the kernel.
 package sim

@@ -6,7 +6,8 @@ import "time"
 const MiB = 1 << 20
 
 // Memory is a server's heap under a memory limit the kernel enforces (a
-// cgroup's), with Go's garbage collector at GOGC=100 and no GOMEMLIMIT.
+// cgroup's), with Go's garbage collector at GOGC=100 and, if SoftLimit is
+// set, GOMEMLIMIT.
 // Set it on a Shape (Shape.Memory) for one run; it keeps the run's state,
 // which a Protection reads (Read) and acts on (Collect, FreeOSMemory), as
 // a memory guard reads runtime/metrics. Its zero value is not usable:
@@ -151,8 +152,8 @@ func (m *Memory) start(sv *server) {
 
 // setGoal sets the next cycle's goal from the live heap: twice it (at
 // least minGoal); under a soft limit at most what leaves the process
-// the limit, but never below the live heap, unless the GC's CPU limiter
-// holds.
+// the limit, but at least one call's allocation above the live heap,
+// unless the GC's CPU limiter holds.
 func (m *Memory) setGoal() {
 	m.goal = max(2*m.live, minGoal)
 	if m.SoftLimit > 0 && !m.limited {
@@ -258,10 +259,12 @@ func (m *Memory) mark(cpu time.Duration) {
 // and updates the GC's CPU limiter.
 func (m *Memory) scavenge(dt time.Duration) {
 	m.limit(dt)
-	keep := max(m.objects, m.goal+m.goal/10)
 	if m.SoftLimit > 0 && m.mapped+m.Overhead > m.SoftLimit {
-		keep = m.objects // returned at once to stay under the soft limit
+		m.mapped = m.objects // returned at once to stay under the soft limit
+		m.note()
+		return
 	}
+	keep := max(m.objects, m.goal+m.goal/10)
 	if m.mapped > keep {
 		m.mapped -= uint64(float64(m.mapped-keep) * min(ScavengeRate*dt.Seconds(), 1))
 	}
@@ -298,6 +301,11 @@ func (m *Memory) note() {
 	}
 }
 
+// markPerMiB is the marking's CPU per MiB of a pointer-rich live heap
+// measured on the development machine (a forced cycle at GOMAXPROCS=1:
+// 1.11–1.27ms; docs/ablation.md).
+const markPerMiB = 1150 * time.Microsecond
+
 // HeldMemory is a shape whose memory runs out in a spike: an I/O-bound
 // server (500µs of CPU, then one of 16 connections for 50ms) whose calls
 // each hold 1 MiB from their start to their end (and drop 256 KiB more),
@@ -307,7 +315,7 @@ func (m *Memory) note() {
 func HeldMemory() Shape {
 	return Shape{Name: "held", About: "pool 16 x 50ms, 1 MiB held a call, 512 MiB limit", Procs: 1, Method: "/inventory/Allocate",
 		CPU: 500 * time.Microsecond, Conns: 16, Query: 50 * time.Millisecond,
-		Memory: &Memory{Limit: 512 * MiB, Base: 32 * MiB, Overhead: 16 * MiB, Held: MiB, Garbage: 256 << 10, MarkPerMiB: time.Millisecond}}
+		Memory: &Memory{Limit: 512 * MiB, Base: 32 * MiB, Overhead: 16 * MiB, Held: MiB, Garbage: 256 << 10, MarkPerMiB: markPerMiB}}
 }
 
 // BigCallMemory is HeldMemory with fewer, bigger calls: 8 connections
@@ -330,7 +338,7 @@ func BigCallMemory() Shape {
 func GCMemory() Shape {
 	return Shape{Name: "gc", About: "1ms CPU, 200 MiB cache, 576 KiB a call, 1 GiB limit", Procs: 1, Method: "/inventory/Allocate",
 		CPU:    time.Millisecond,
-		Memory: &Memory{Limit: 1024 * MiB, Base: 200 * MiB, Overhead: 16 * MiB, Held: 64 << 10, Garbage: 512 << 10, MarkPerMiB: time.Millisecond}}
+		Memory: &Memory{Limit: 1024 * MiB, Base: 200 * MiB, Overhead: 16 * MiB, Held: 64 << 10, Garbage: 512 << 10, MarkPerMiB: markPerMiB}}
 }
 
 // WithSoftLimit returns sh with a soft limit (Memory.SoftLimit) of share

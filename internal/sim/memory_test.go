@@ -288,3 +288,19 @@ func TestMemoryGCLimiter(t *testing.T) {
 		t.Errorf("goal %d MiB with the limiter off, want 90 (the soft limit less the overhead)", r.Goal/MiB)
 	}
 }
+
+// TestMemoryTwoProcessors: on two processors the GC's worker marks and
+// ends (it yields only to goroutines that could run in its place, never
+// spinning at one instant), and a cycle's marking costs what it should.
+func TestMemoryTwoProcessors(t *testing.T) {
+	sh := HeldMemory()
+	sh.Procs = 2
+	sh.Phases = []Phase{{Normal, 2 * time.Second, 0.5, 0}, {Spike, time.Second, 3, 0}}
+	if _, err := Run(sh, Unprotected{}, 1, nil); err != nil {
+		t.Fatal(err)
+	}
+	r := sh.Memory.Read()
+	if r.Cycles == 0 || r.GCCPU == 0 || r.GCCounted > r.GCCPU {
+		t.Errorf("%+v: want cycles, their marking, and the counted part of it at most all of it", r)
+	}
+}

@@ -180,18 +180,11 @@ func (s *sched) popGlobal() *g {
 	return gr
 }
 
-// waiting reports whether a goroutine waits to run: in the global queue
-// or next on a processor.
+// waiting reports whether a goroutine waits in the global queue or next
+// on the processor whose goroutine runs now: those the GC's worker
+// yields to (one next on another processor runs there whatever it does).
 func (s *sched) waiting() bool {
-	if len(s.global) > s.ghead {
-		return true
-	}
-	for _, p := range s.procs {
-		if p.runnext != nil {
-			return true
-		}
-	}
-	return false
+	return len(s.global) > s.ghead || (s.on != nil && s.on.runnext != nil)
 }
 
 // spawnLow starts a goroutine that runs cpu, then then, at the back of
