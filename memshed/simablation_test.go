@@ -22,10 +22,9 @@ import (
 // at its start (a run limit that learned the processors' worth of
 // calls), so that the CPU's overload is not the Shedder's to handle.
 type simShed struct {
-	s       *Shedder
-	sig     *sim.MemorySignal
-	limit   int
-	running int
+	s     *Shedder
+	sig   *sim.MemorySignal
+	fixed *fixedLimit // nil: no run limit in front
 }
 
 // simShedCall is what a simShed keeps of one call.
@@ -39,7 +38,10 @@ var errSimOverload = errors.New("sim: overloaded")
 
 func newSimShed(t testing.TB, sh *sim.Shape, limit int, off ...rule) *simShed {
 	t.Helper()
-	p := &simShed{sig: sim.NewMemorySignal(sh.Memory, sh.Procs), limit: limit}
+	p := &simShed{sig: sim.NewMemorySignal(sh.Memory, sh.Procs)}
+	if limit > 0 {
+		p.fixed = &fixedLimit{limit: limit}
+	}
 	s, err := NewManual("memory", p.sig, func(o *options) {
 		for _, r := range off {
 			o.off |= 1 << r
@@ -61,15 +63,17 @@ func (p *simShed) Admit(c *sim.Call) bool {
 func (p *simShed) Start(c *sim.Call) sim.Decision {
 	sc := c.Ref.(*simShedCall)
 	sc.c.Now = c.Now
-	if p.limit > 0 && p.running >= p.limit {
+	if p.fixed != nil && p.fixed.Start(c).Verdict == sim.Refuse {
 		return sim.Decision{Verdict: sim.Refuse}
 	}
 	d := p.s.Start(sc.c, admission.Permit{})
 	if d.Refused {
+		if p.fixed != nil {
+			p.fixed.Finish(c, sim.Outcome{})
+		}
 		return sim.Decision{Verdict: sim.Refuse}
 	}
 	sc.permit, sc.ran = d.Permit, true
-	p.running++
 	return sim.Decision{}
 }
 
@@ -82,7 +86,9 @@ func (p *simShed) Finish(c *sim.Call, o sim.Outcome) {
 	if !sc.ran {
 		return
 	}
-	p.running--
+	if p.fixed != nil {
+		p.fixed.Finish(c, o)
+	}
 	out := admission.Outcome{Overload: o.Overload, Duration: o.Duration}
 	if o.Err {
 		out.Err = errSimOverload
@@ -164,7 +170,8 @@ func runMem(t testing.TB, ms memShape, arm memArm, seed uint64) memFigures {
 	return memFigures{Figures: res.Figures(), killed: res.Killed, killedAt: res.KilledAt, peak: res.PeakMemory}
 }
 
-// fixedLimit is simShed's fixed run limit alone.
+// fixedLimit is a fixed run limit: a call that finds limit calls
+// running is refused at its start. Alone, or in front of a simShed.
 type fixedLimit struct {
 	sim.Unprotected
 	limit, running int
