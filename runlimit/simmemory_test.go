@@ -75,3 +75,41 @@ func TestSimPresetMemory(t *testing.T) {
 		}
 	}
 }
+
+// TestSimDemoMemory is `levee demo -scenario memory` simulated: the
+// unprotected server and the preset without its memory (no soft limit,
+// no memory guard: `-memory-guard=false`) are killed; the preset, with
+// its soft limit and memory guard, is alive and serves the pool, as on
+// the machine (docs/memory.md). Where the two differ, it prints: the
+// simulated memory guard refuses some calls at 0.5x and 0.7x that the
+// machine's did not (docs/ablation.md, "The memory guard beside the
+// machine").
+func TestSimDemoMemory(t *testing.T) {
+	for seed := uint64(1); seed <= 3; seed++ {
+		sh := sim.DemoMemory()
+		clk := &sim.Clock{}
+		res, err := sim.Run(sh, sim.Unprotected{}, seed, clk)
+		if err != nil {
+			t.Fatal(err)
+		}
+		unprotected := memRun{f: res.Figures(), killed: res.Killed, killedAt: res.KilledAt, peak: res.PeakMemory}
+		run := func(sh sim.Shape, memory bool) memRun {
+			p, clk := newSimPreset(t, &sh, presetOpts{memory: memory})
+			res, err := sim.Run(sh, p, seed, clk)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return memRun{f: res.Figures(), killed: res.Killed, killedAt: res.KilledAt, peak: res.PeakMemory}
+		}
+		alone := run(sim.DemoMemory(), false)
+		softOnly := run(sim.WithSoftLimit(sim.DemoMemory(), 0.9), false)
+		preset := run(sim.WithSoftLimit(sim.DemoMemory(), 0.9), true)
+		t.Logf("seed %d: unprotected %v; run limit alone %v; soft limit, no guard %v; preset %v", seed, unprotected, alone, softOnly, preset)
+		if !unprotected.killed || !alone.killed {
+			t.Errorf("seed %d: unprotected %v, the run limit alone %v; want both killed, as on the machine", seed, unprotected, alone)
+		}
+		if preset.killed || preset.f.Goodput < 0.9 {
+			t.Errorf("seed %d: the preset %v; want alive, at least 90%% in the spike", seed, preset)
+		}
+	}
+}

@@ -49,6 +49,10 @@ type presetOpts struct {
 	// memory: the preset's memory guard (memshed) on the shape's Memory,
 	// as the preset adds one under a memory limit.
 	memory bool
+	// noCooldown: the CPU monitor is saturated only while its smoothed
+	// utilisation is at its threshold (cpu.WithCooldown(0)), not for the
+	// cpu package's cooldown after (the ablation of the cooldown).
+	noCooldown bool
 }
 
 // simCall is what a simPreset keeps of one call.
@@ -68,7 +72,11 @@ func newSimPreset(t testing.TB, sh *sim.Shape, po presetOpts) (*simPreset, *sim.
 	// The preset's CPU monitor (internal/preset: sampled every 100ms,
 	// smoothed over 200ms, the cpu package's threshold and cooldown),
 	// fed by the simulator.
-	mon, err := cpu.NewManual(cpu.WithSmoothing(200 * time.Millisecond))
+	monOpts := []cpu.Option{cpu.WithSmoothing(200 * time.Millisecond)}
+	if po.noCooldown {
+		monOpts = append(monOpts, cpu.WithCooldown(0))
+	}
+	mon, err := cpu.NewManual(monOpts...)
 	if err != nil {
 		t.Fatal(err)
 	}

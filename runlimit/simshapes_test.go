@@ -150,8 +150,13 @@ func (row simRow) run(t testing.TB, opts ...Option) (*sim.Result, *simPreset) {
 
 // runSeed is run with seed.
 func (row simRow) runSeed(t testing.TB, seed uint64, opts ...Option) (*sim.Result, *simPreset) {
+	return row.runPreset(t, seed, presetOpts{opts: opts})
+}
+
+// runPreset is runSeed with the preset made with po (its maxRate set from
+// row.told).
+func (row simRow) runPreset(t testing.TB, seed uint64, po presetOpts) (*sim.Result, *simPreset) {
 	sh := row.shape
-	po := presetOpts{opts: opts}
 	if row.told > 0 {
 		po.maxRate = row.told * sh.Capacity(false)
 	}

@@ -11,7 +11,11 @@ import (
 	"sync"
 	"time"
 
+	"google.golang.org/grpc"
+
+	"github.com/levee-go/levee/examples/inventory"
 	"github.com/levee-go/levee/internal/harness/loadgen"
+	"github.com/levee-go/levee/internal/harness/target"
 )
 
 // ceilingResult is what -ceiling measured on one scenario's server: the
@@ -36,8 +40,10 @@ type ceilingResult struct {
 	Ratios     []float64 `json:"ratios_pct"`
 	CeilingPct float64   `json:"ceiling_pct"`
 	// FloodRate is the GetStock/s offered, FloodRefused the share of
-	// them refused in each flooded window (%).
+	// them refused in each flooded window (%); Retries the attempts of
+	// the flood's retry policy (-ceiling-retries; 0: none).
 	FloodRate    float64   `json:"flood_rate"`
+	Retries      int       `json:"flood_retries"`
 	FloodRefused []float64 `json:"flood_refused_pct"`
 	// ServerCPU and OthersCPU are the server's CPU and anything else's on
 	// its CPUs in each flooded window, % of one CPU; GeneratorCPU this
@@ -93,7 +99,7 @@ func ceilingOne(ctx context.Context, cfg *config, pl *placement, sc scenario, m 
 		return ceilingResult{}, err
 	}
 	defer stop()
-	flood, err := dialEndpoint(ctx, srv, refuse)
+	flood, err := dialFlood(ctx, cfg, srv, refuse)
 	if err != nil {
 		return ceilingResult{}, err
 	}
@@ -104,7 +110,7 @@ func ceilingOne(ctx context.Context, cfg *config, pl *placement, sc scenario, m 
 	}
 	defer closeR()
 
-	res := ceilingResult{Scenario: sc.name, Server: refuse.name, Capacity: m.work, FloodRate: (cfg.spikeLoad - 1) * m.capacity}
+	res := ceilingResult{Scenario: sc.name, Server: refuse.name, Capacity: m.work, FloodRate: (cfg.spikeLoad - 1) * m.capacity, Retries: cfg.ceilRetries}
 	closedLoop := func() (float64, error) {
 		_, work, err := calibrate(ctx, r.request(), sc.load, cfg.ceilingMul*sc.calWorkers, cfg.calibrate/4, cfg.calibrate)
 		return work, err
@@ -132,6 +138,19 @@ func ceilingOne(ctx context.Context, cfg *config, pl *placement, sc scenario, m 
 	fmt.Fprintf(stderr, "peers: %s on %s: ceiling %.0f%% (closed-loop alone %.0f/s, under %.0f refused GetStock/s %.0f/s; ratios %.0f%%)\n",
 		sc.name, refuse.name, res.CeilingPct, res.Alone, res.FloodRate, res.Flooded, res.Ratios)
 	return res, nil
+}
+
+// dialFlood connects to the server of -ceiling for its flood: as
+// dialEndpoint, but a gRPC flood with -ceiling-retries has a retry policy
+// of that many attempts, as a client's service config gives one.
+func dialFlood(ctx context.Context, cfg *config, srv *server, refuse protection) (endpoint, error) {
+	if cfg.ceilRetries == 0 || refuse.http != nil {
+		return dialEndpoint(ctx, srv, refuse)
+	}
+	policy := fmt.Sprintf(`{"methodConfig": [{"name": [{"service": %q}], "retryPolicy": {"maxAttempts": %d, "initialBackoff": "0.01s", "maxBackoff": "0.01s", "backoffMultiplier": 1, "retryableStatusCodes": ["RESOURCE_EXHAUSTED", "UNAVAILABLE"]}}]}`,
+		inventory.ServiceName, cfg.ceilRetries)
+	t, err := target.DialOptions(ctx, srv.addr, 1, serverStartTimeout, grpc.WithDefaultServiceConfig(policy))
+	return endpoint{grpc: t}, err
 }
 
 // ceilingRounds is how many flooded windows -ceiling measures, each
@@ -181,6 +200,9 @@ func writeCeiling(w io.Writer, cfg *config, rs []ceilingResult) {
 	fmt.Fprintf(w, "### What refusing a %g× spike as early as the transport allows leaves\n\n", cfg.spikeLoad)
 	fmt.Fprintf(w, "The scenario's calls (Allocate; Feed streams on stream; units of work/s) closed-loop (%d× the capacity measurement's callers) on a server that refuses every GetStock as early as it can (server: levee-refuse-stock in grpc-go's tap, levee-connect-refuse-stock in connectguard's middleware before connect-go reads the body, levee-http-refuse-stock in httpguard's): alone, then while a flood of GetStock at %g× the capacity arrives as the scenario's spike would, in turn, %d flooded windows between %d alone; %v each, after a warm-up of %v. Ceiling: each flooded window as %% of the mean of the two alone beside it, the median of %d.\n\n",
 		cfg.ceilingMul, cfg.spikeLoad-1, ceilingRounds, ceilingRounds+1, cfg.calibrate, cfg.calibrate/4, ceilingRounds)
+	if cfg.ceilRetries > 0 {
+		fmt.Fprintf(w, "The flood's clients retry a refused GetStock (grpc-go's retry policy, %d attempts, 10ms apart, on RESOURCE_EXHAUSTED and UNAVAILABLE) unless the refusal's pushback says not to; the flood's rate counts calls, not attempts.\n\n", cfg.ceilRetries)
+	}
 	fmt.Fprintln(w, "| scenario | server | capacity, unprotected (/s) | alone (/s) | flooded (/s) | flood (/s) | refused of it (%) | server CPU flooded (% of one) | others on its CPUs (% of one) | generator CPU (% of one) | ceiling, each round (%) | ceiling (%) |")
 	fmt.Fprintln(w, "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
 	for _, r := range rs {

@@ -63,6 +63,7 @@ type config struct {
 	jsonOut     string
 	ceiling     bool
 	ceilingMul  int
+	ceilRetries int
 	peak        bool
 	peakCallers int
 	peakRate    float64
@@ -108,6 +109,7 @@ func parse(args []string, stderr io.Writer) (*config, error) {
 	dbConns := fs.Int("db-conns", 0, "the io scenario's database `connections` (0: its 8): with -db-latency, an I/O-bound server with a pool of another size")
 	dbLatency := fs.Duration("db-latency", 0, "the io scenario's query `time` (0: its 10ms)")
 	fs.IntVar(&cfg.ceilingMul, "ceiling-callers", 4, "-ceiling's closed-loop callers, as a `multiple` of the capacity measurement's: enough to keep the server busy while the load generator also sends the flood (clumps: 4), not so many that long CPU-bound calls time-share (cores2: 1)")
+	fs.IntVar(&cfg.ceilRetries, "ceiling-retries", 0, "-ceiling's flood from grpc-go clients with a retry policy of this many `attempts` (2-5) on RESOURCE_EXHAUSTED and UNAVAILABLE, 10ms apart, as a service config gives one (0: no retries)")
 	fs.BoolVar(&cfg.peak, "peak", false, "instead of the runs, measure what each protection costs a server that is not overloaded, on a near-free handler: closed loop at -peak-callers, then the server's CPU at -peak-rate, over -peak-rounds (-scenarios is ignored; -protections defaults to "+peakDefaultProtections+")")
 	fs.IntVar(&cfg.peakCallers, "peak-callers", 64, "-peak's closed-loop `callers`")
 	fs.Float64Var(&cfg.peakRate, "peak-rate", 4000, "-peak's fixed `rate` in calls/s, open-loop: well under the server's capacity")
@@ -194,6 +196,9 @@ func parse(args []string, stderr io.Writer) (*config, error) {
 	}
 	if cfg.ceilingMul < 1 {
 		return nil, fmt.Errorf("-ceiling-callers must be >= 1, got %d", cfg.ceilingMul)
+	}
+	if r := cfg.ceilRetries; r != 0 && (r < 2 || r > 5) {
+		return nil, fmt.Errorf("-ceiling-retries must be 0 or 2-5 (grpc-go's most attempts), got %d", r)
 	}
 	if cfg.warmup < 0 {
 		return nil, fmt.Errorf("-warmup must be >= 0, got %v", cfg.warmup)

@@ -309,6 +309,29 @@ func TestCeiling(t *testing.T) {
 	}
 }
 
+// TestCeilingRetries: -ceiling with a flood from retrying clients says so
+// and still has the flood refused, its calls counted once each.
+func TestCeilingRetries(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts server processes")
+	}
+	out, _, rows := runTables(t, "-ceiling", "-scenarios", "cpu", "-ceiling-retries", "3",
+		"-calibrate", "500ms", "-spike-load", "3", "-cgroup=false")
+	if !strings.Contains(out, "retry policy, 3 attempts") {
+		t.Errorf("the table does not name the flood's retry policy:\n%s", out)
+	}
+	if len(rows) != 2 || !strings.HasPrefix(rows[1], "| cpu | levee-refuse-stock |") {
+		t.Fatalf("table lines %q, want the header and the cpu row", rows)
+	}
+	cells := strings.Split(strings.Trim(rows[1], "| "), " | ")
+	for _, f := range strings.Split(cells[6], ", ") {
+		if v, err := strconv.ParseFloat(f, 64); err != nil || v < 80 || v > 100 {
+			t.Errorf("refused of the flood = %q, want every round near 100%% of its calls", cells[6])
+			break
+		}
+	}
+}
+
 func TestParse(t *testing.T) {
 	tests := []struct {
 		name    string
@@ -326,6 +349,9 @@ func TestParse(t *testing.T) {
 		{name: "negative warm-up", give: []string{"-warmup", "-1s"}, want: "-warmup must be >= 0"},
 		{name: "stray argument", give: []string{"cpu"}, want: "unexpected arguments"},
 		{name: "no ceiling callers", give: []string{"-ceiling", "-ceiling-callers", "0"}, want: "-ceiling-callers must be >= 1"},
+		{name: "ceiling retries", give: []string{"-ceiling", "-ceiling-retries", "3"}, wantRun: len(scenarios)},
+		{name: "one ceiling attempt", give: []string{"-ceiling", "-ceiling-retries", "1"}, want: "-ceiling-retries must be 0 or 2-5"},
+		{name: "six ceiling attempts", give: []string{"-ceiling", "-ceiling-retries", "6"}, want: "-ceiling-retries must be 0 or 2-5"},
 		{name: "not a ceiling server", give: []string{"-ceiling", "-protections", "levee"}, want: "levee is not a server of -ceiling"},
 		{name: "connect-go", give: []string{"-scenarios", "cpu,io", "-protections", "levee,levee-connect,none-connect"}, wantRun: 6},
 		{name: "a pool", give: []string{"-scenarios", "io,cpu", "-protections", "levee", "-db-conns", "2", "-db-latency", "20ms"}, wantRun: 2},

@@ -66,6 +66,22 @@ func TestMemoryCycles(t *testing.T) {
 	}
 }
 
+// TestMemoryNoScan: with NoScan a cycle marks Base alone, whatever the
+// calls hold; an assist costs Base's marking.
+func TestMemoryNoScan(t *testing.T) {
+	m, _ := newMemory(&Memory{Limit: 1 << 30, Base: 8 * MiB, Held: MiB, Garbage: MiB, MarkPerMiB: time.Millisecond, NoScan: true})
+	for range 4 { // the fourth reaches the 16 MiB goal: a cycle, the worker's
+		m.alloc()
+	}
+	var assist time.Duration
+	for range 6 { // the next goal (24 MiB) while the worker still marks
+		assist += m.alloc()
+	}
+	if r := m.Read(); r.Cycles != 2 || assist != 8*time.Millisecond || r.Live != 18*MiB {
+		t.Errorf("%+v, assists %v; want 2 cycles, the second marking Base's 8 MiB alone (8ms) with 18 MiB live", r, assist)
+	}
+}
+
 // TestMemoryWorkerContested: the worker marks ahead of goroutines that
 // wait for a quarter of the processors' time since its cycle began
 // (counted as the GC's), yields to them beyond, and marks uncounted when

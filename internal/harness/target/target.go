@@ -37,13 +37,19 @@ type Target struct {
 
 // Dial connects to addr over n connections (plaintext: levee talks to
 // loopback) and waits until the server's health service answers SERVING,
-// at most readyTimeout.
+// at most readyTimeout. Its connections do not retry: the load generator
+// counts its own retries.
 func Dial(ctx context.Context, addr string, n int, readyTimeout time.Duration) (*Target, error) {
+	return DialOptions(ctx, addr, n, readyTimeout, grpc.WithDisableRetry())
+}
+
+// DialOptions is Dial with opts in place of grpc.WithDisableRetry: a
+// client's retry policy (grpc.WithDefaultServiceConfig), say.
+func DialOptions(ctx context.Context, addr string, n int, readyTimeout time.Duration, opts ...grpc.DialOption) (*Target, error) {
 	t := &Target{addr: addr}
+	opts = append([]grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}, opts...)
 	for range n {
-		cc, err := grpc.NewClient(addr,
-			grpc.WithTransportCredentials(insecure.NewCredentials()),
-			grpc.WithDisableRetry()) // the load generator counts its own retries
+		cc, err := grpc.NewClient(addr, opts...)
 		if err != nil {
 			t.Close()
 			return nil, fmt.Errorf("target %s: %w", addr, err)
