@@ -79,8 +79,9 @@ func TestSimPresetMemory(t *testing.T) {
 // TestSimDemoMemory is `levee demo -scenario memory` simulated: the
 // unprotected server and the preset without its memory (no soft limit,
 // no memory guard: `-memory-guard=false`) are killed; the preset, with
-// its soft limit and memory guard, is alive and serves the pool, as on
-// the machine (docs/memory.md). It prints the rest: the memory guard's
+// its soft limit and memory guard, is alive and serves the pool. On the
+// machine (docs/memory.md) the first and last hold in every run, the
+// second in one run of two. It prints the rest: the memory guard's
 // refusals at 0.5x and 0.7x after slow start takes the limit past the
 // pool, which the machine makes in some runs and not in others
 // (docs/ablation.md, "The memory guard beside the machine").
