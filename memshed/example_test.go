@@ -60,6 +60,9 @@ func Example() {
 	}
 	_, ok = start(admission.Sheddable)
 	fmt.Println("sheddable admitted:", ok)
+	for _, r := range calls[3:] { // the others finish: nothing holds memory
+		s.Finish(r.c, r.p, admission.Outcome{})
+	}
 	_, ok = start(admission.Critical)
 	fmt.Println("critical admitted:", ok)
 	// Output:
