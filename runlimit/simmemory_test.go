@@ -16,6 +16,11 @@ type memRun struct {
 	peak     float64
 }
 
+// memRunOf is what res came to.
+func memRunOf(res *sim.Result) memRun {
+	return memRun{f: res.Figures(), killed: res.Killed, killedAt: res.KilledAt, peak: res.PeakMemory}
+}
+
 func (r memRun) String() string {
 	k := ""
 	if r.killed {
@@ -47,7 +52,7 @@ func TestSimPresetMemory(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		r := memRun{f: res.Figures(), killed: res.Killed, killedAt: res.KilledAt, peak: res.PeakMemory}
+		r := memRunOf(res)
 		t.Logf("%s, memory guard %t, seed %d: %v", sh.Name, memory, seed, r)
 		return r
 	}
@@ -93,14 +98,14 @@ func TestSimDemoMemory(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		unprotected := memRun{f: res.Figures(), killed: res.Killed, killedAt: res.KilledAt, peak: res.PeakMemory}
+		unprotected := memRunOf(res)
 		run := func(sh sim.Shape, memory bool) memRun {
 			p, clk := newSimPreset(t, &sh, presetOpts{memory: memory})
 			res, err := sim.Run(sh, p, seed, clk)
 			if err != nil {
 				t.Fatal(err)
 			}
-			return memRun{f: res.Figures(), killed: res.Killed, killedAt: res.KilledAt, peak: res.PeakMemory}
+			return memRunOf(res)
 		}
 		alone := run(sim.DemoMemory(), false)
 		softOnly := run(sim.WithSoftLimit(sim.DemoMemory(), 0.9), false)
