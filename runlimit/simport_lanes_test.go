@@ -18,12 +18,11 @@ func cpuWork(procs int, work time.Duration) sim.Shape {
 
 // cpuTwice runs 2ms CPU-bound calls on procs processors at twice their
 // capacity for 15s, from a limit of 4, and returns the run, the share of
-// the time at each limit from 10s to 15s and the Stats at 15s, checked;
-// opts follow the initial limit.
-func cpuTwice(t *testing.T, procs int, opts ...Option) (*portRun, map[int]float64, *Stats) {
+// the time at each limit from 10s to 15s and the Stats at 15s, checked.
+func cpuTwice(t *testing.T, procs int) (*portRun, map[int]float64, *Stats) {
 	sh := cpuWork(procs, 2*time.Millisecond)
 	sh.Phases = phases(ph("warm", 5*time.Second, 2), ph("measure", 5*time.Second, 2), ph("settled", 5*time.Second, 2))
-	r := newPortRun(t, sh, append([]Option{WithInitialLimit(4)}, opts...)...)
+	r := newPortRun(t, sh, WithInitialLimit(4))
 	got := r.limits(10*time.Second, 15*time.Second)
 	st := r.stats(15 * time.Second)
 	r.run()

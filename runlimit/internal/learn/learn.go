@@ -105,9 +105,8 @@ const (
 	// least timeSharingQueue of limit − 1 or, for a stretch of at least
 	// stretchProbeTrigger, above the Vegas band, tries
 	// est × max(cpuCutMin, cpuCutMargin/r), kept if r falls below cpuKeep
-	// of itself, unless the cut served fewer than keepServed of the calls
-	// a second served before with the CPU to spare. A cut that serves
-	// keepServed of them is kept so whatever time-sharing explains.
+	// of itself. A cut that serves keepServed of the calls a second served
+	// before is kept so whatever time-sharing explains.
 	shrinkTrigger       = 1.25
 	timeSharingQueue    = 0.5
 	stretchProbeTrigger = 1.5
@@ -487,9 +486,8 @@ func (s State) closeProbe(now int64, pm Probed, o *Params) (State, Step) {
 // cpuKeep of p.r while serving keepServed of the calls a second served
 // before, the cut is kept; else slower than time-sharing explains with
 // the CPU not saturated, the service changed (rebase); else shorter than
-// cpuKeep of p.r, the cut is kept unless it served fewer calls a second
-// with the CPU to spare (servedFewerOnSpareCPU); no shorter with the CPU
-// saturated, the gate closes; else baselines lowered unless slower
+// cpuKeep of p.r, the cut is kept; no shorter with the CPU saturated, the
+// gate closes; else baselines lowered unless slower
 // (docs/runlimit-learner.md, "How each probe ends").
 func (s State) endCPUProbe(now int64, p probeState, pm Probed, undo Step, o *Params) (State, Step) {
 	pr := pm.Stretch
@@ -506,7 +504,7 @@ func (s State) endCPUProbe(now int64, p probeState, pm Probed, undo Step, o *Par
 		return s.keepCut(now, p, s.keptBaselines(now, p, pm), o)
 	case pr >= rebaseTrigger*shared && pm.HasCPU && !pm.CPUSat:
 		undo.Baselines = Rebase
-	case keepable && pr < cpuKeep*p.r && !servedFewerOnSpareCPU(p, pm):
+	case keepable && pr < cpuKeep*p.r:
 		return s.keepCut(now, p, s.keptBaselines(now, p, pm), o)
 	case pm.HasCPU && pm.CPUSat:
 		s.cpuElsewhere, undo.ClosedGate = true, true
@@ -514,21 +512,6 @@ func (s State) endCPUProbe(now int64, p probeState, pm Probed, undo Step, o *Par
 		undo.Baselines = LowerBaselines
 	}
 	return s, undo
-}
-
-// servedFewerOnSpareCPU reports whether probe p's cut served fewer
-// calls a second than keepServed of those served before it (both rates
-// measured) with the CPU not saturated. Its calls ran shorter, but with
-// processors to spare no time-sharing explains their stretch before, so
-// the cut removed no queue for them; by Little's law a lower limit that
-// serves fewer runs fewer calls at once than the service does, and kept
-// it throttles a load the server carries (a stretch that passed by
-// itself: a pause of the process, a collection). On a saturated CPU the
-// shorter calls are time-sharing's relief, whatever the rate measured
-// over a probe's few calls, and without a CPU signal nothing says the
-// processors were spare: the cut is kept there as before.
-func servedFewerOnSpareCPU(p probeState, pm Probed) bool {
-	return pm.HasCPU && !pm.CPUSat && p.rate > 0 && pm.Rate > 0 && pm.Rate < keepServed*p.rate
 }
 
 // noteClean raises clean to what ran at once in the clean interval m, or

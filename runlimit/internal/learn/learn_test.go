@@ -76,50 +76,6 @@ func TestCPUCutKeptWhenItServesAsMany(t *testing.T) {
 	}
 }
 
-// TestCPUCutThatServedFewerOnASpareCPUIsUndone: a CPU probe whose calls
-// ran shorter but that served fewer calls a second than keepServed of
-// those served before is undone when the CPU had processors to spare: a
-// stretch that passed by itself (a server on one processor at half load,
-// its calls 1.98 times their baselines for an interval, cut from 8.6 to
-// 4 below its pool of 8, served 45 calls a second of the 73 that
-// arrived). It was kept, and the queue that then stood at the cut was
-// refused. On a saturated CPU, or with no rate measured or no CPU
-// signal, the shorter calls keep the cut as before.
-func TestCPUCutThatServedFewerOnASpareCPUIsUndone(t *testing.T) {
-	o := Params{Floor: 1, Procs: 1, Interval: 100 * time.Millisecond}
-	before := 73 / 1e9
-	for _, tt := range []struct {
-		name           string
-		hasCPU, cpuSat bool
-		served         float64
-		cause          Cause
-		baselines      Baselines
-	}{
-		{"fewer served, CPU to spare", true, false, 45 / 1e9, Undone, LowerBaselines},
-		{"as many served, CPU to spare", true, false, 70 / 1e9, Kept, LowerBaselines},
-		{"fewer served, CPU saturated", true, true, 45 / 1e9, Kept, LowerBaselines},
-		{"no rate measured, CPU to spare", true, false, 0, Kept, LowerBaselines},
-		{"fewer served, no CPU signal", false, false, 45 / 1e9, Kept, LowerBaselines},
-	} {
-		t.Run(tt.name, func(t *testing.T) {
-			s := State{Est: 8.6, phase: phaseSteady}
-			s.probe = probeState{kind: CPUProbe, saved: 8.6, r: 1.98, limit: 4, started: int64(time.Second), rate: before}
-			pm := Probed{N: probeSamples, Stretch: 1.0, HasBase: true, HasCPU: tt.hasCPU, CPUSat: tt.cpuSat, Rate: tt.served}
-			_, st := s.EndProbe(2*int64(time.Second), pm, &o)
-			if st.Cause != tt.cause || st.Baselines != tt.baselines {
-				t.Fatalf("cause %v, baselines %v; want %v, %v", st.Cause, st.Baselines, tt.cause, tt.baselines)
-			}
-			want := 8.6
-			if tt.cause == Kept {
-				want = 4
-			}
-			if st.Est != want {
-				t.Errorf("limit %v, want %v", st.Est, want)
-			}
-		})
-	}
-}
-
 // TestCPUCutBelowOneCallPerProcessor: from a limit at or below one call
 // per processor, a CPU probe's cut is not held at one per processor (it
 // was, and a dependency that slowed behind a pool smaller than the
