@@ -52,6 +52,18 @@ type ceilingResult struct {
 	ServerCPU    []float64 `json:"server_cpu_pct"`
 	OthersCPU    []float64 `json:"others_cpu_pct"`
 	GeneratorCPU []float64 `json:"generator_cpu_pct"`
+	// FloodRefusalP50 and FloodRefusalP99 are the latency of the flood's
+	// refusals in each flooded window, ms, as the load generator reads
+	// it (from each call's schedule); AloneRefusalP50 and
+	// AloneRefusalP99 that of the same flood in one window with no
+	// closed loop beside it: the least time a refusal in this transport
+	// takes at this rate and in these arrivals on this machine, handlers
+	// or no handlers — a bound on a protection's refusal p99 that no
+	// protection refusing there can go below.
+	FloodRefusalP50 []float64 `json:"flood_refusal_p50_ms"`
+	FloodRefusalP99 []float64 `json:"flood_refusal_p99_ms"`
+	AloneRefusalP50 float64   `json:"alone_refusal_p50_ms"`
+	AloneRefusalP99 float64   `json:"alone_refusal_p99_ms"`
 }
 
 // runCeiling measures, for each scenario, how much of its capacity a
@@ -135,10 +147,41 @@ func ceilingOne(ctx context.Context, cfg *config, pl *placement, sc scenario, m 
 	sorted := slices.Clone(res.Ratios)
 	slices.Sort(sorted)
 	res.CeilingPct = sorted[len(sorted)/2]
-	fmt.Fprintf(stderr, "peers: %s on %s: ceiling %.0f%% (closed-loop alone %.0f/s, under %.0f refused GetStock/s %.0f/s; ratios %.0f%%)\n",
-		sc.name, refuse.name, res.CeilingPct, res.Alone, res.FloodRate, res.Flooded, res.Ratios)
+	alone, err := runFlood(ctx, cfg, sc, flood, res.FloodRate)
+	if err != nil {
+		return ceilingResult{}, err
+	}
+	res.AloneRefusalP50, res.AloneRefusalP99 = millis(alone.Refusal.P50), millis(alone.Refusal.P99)
+	fmt.Fprintf(stderr, "peers: %s on %s: ceiling %.0f%% (closed-loop alone %.0f/s, under %.0f refused GetStock/s %.0f/s; ratios %.0f%%); the flood's refusal p99 %.1f ms beside the closed loop, %.1f ms alone\n",
+		sc.name, refuse.name, res.CeilingPct, res.Alone, res.FloodRate, res.Flooded, res.Ratios, res.FloodRefusalP99, res.AloneRefusalP99)
 	return res, nil
 }
+
+// runFlood runs the flood of -ceiling alone, for as long as a flooded
+// window lasts, and returns what its phase measured.
+func runFlood(ctx context.Context, cfg *config, sc scenario, flood endpoint, rate float64) (loadgen.PhaseResult, error) {
+	gen, err := floodGen(cfg, sc, flood, rate)
+	if err != nil {
+		return loadgen.PhaseResult{}, err
+	}
+	g := <-runInBackground(ctx, gen)
+	if g.err != nil {
+		return loadgen.PhaseResult{}, g.err
+	}
+	return phaseNamed(g.res, "flood"), nil
+}
+
+// floodGen is the generator of -ceiling's flood: GetStock at rate/s as
+// the scenario's spike would arrive, from a flooded window's closed
+// loop's warm-up to its end.
+func floodGen(cfg *config, sc scenario, flood endpoint, rate float64) (*loadgen.Generator, error) {
+	span := cfg.calibrate/4 + cfg.calibrate
+	return loadgen.New(flood.getStockCall(), []loadgen.Phase{{Name: "flood", Duration: span + 100*time.Millisecond, Rate: rate}},
+		loadgen.WithArrivals(loadgen.Poisson), loadgen.WithDeadline(cfg.deadline), loadgen.WithClumps(sc.clumps), loadgen.WithSeed(3))
+}
+
+// millis is d in milliseconds.
+func millis(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
 
 // dialFlood connects to the server of -ceiling for its flood: as
 // dialEndpoint, but a gRPC flood with -ceiling-retries has a retry policy
@@ -165,9 +208,7 @@ const ceilingRounds = 3
 // res the CPU and the share refused of the flood.
 func floodedLoop(ctx context.Context, cfg *config, pl *placement, sc scenario, srv *server, flood endpoint, closedLoop func() (float64, error), rate float64, res *ceilingResult) (float64, error) {
 	// The flood runs from the closed loop's warm-up to its end.
-	span := cfg.calibrate/4 + cfg.calibrate
-	gen, err := loadgen.New(flood.getStockCall(), []loadgen.Phase{{Name: "flood", Duration: span + 100*time.Millisecond, Rate: rate}},
-		loadgen.WithArrivals(loadgen.Poisson), loadgen.WithDeadline(cfg.deadline), loadgen.WithClumps(sc.clumps), loadgen.WithSeed(3))
+	gen, err := floodGen(cfg, sc, flood, rate)
 	if err != nil {
 		return 0, err
 	}
@@ -191,6 +232,8 @@ func floodedLoop(ctx context.Context, cfg *config, pl *placement, sc scenario, s
 	}
 	if ph := phaseNamed(g.res, "flood"); ph.Offered > 0 {
 		res.FloodRefused = append(res.FloodRefused, pct(float64(ph.RefusedTotal()), float64(ph.Offered)))
+		res.FloodRefusalP50 = append(res.FloodRefusalP50, millis(ph.Refusal.P50))
+		res.FloodRefusalP99 = append(res.FloodRefusalP99, millis(ph.Refusal.P99))
 	}
 	return f, nil
 }
@@ -198,16 +241,21 @@ func floodedLoop(ctx context.Context, cfg *config, pl *placement, sc scenario, s
 // writeCeiling writes -ceiling's table.
 func writeCeiling(w io.Writer, cfg *config, rs []ceilingResult) {
 	fmt.Fprintf(w, "### What refusing a %g× spike as early as the transport allows leaves\n\n", cfg.spikeLoad)
-	fmt.Fprintf(w, "The scenario's calls (Allocate; Feed streams on stream; units of work/s) closed-loop (%d× the capacity measurement's callers) on a server that refuses every GetStock as early as it can (server: levee-refuse-stock in grpc-go's tap, levee-connect-refuse-stock in connectguard's middleware before connect-go reads the body, levee-http-refuse-stock in httpguard's): alone, then while a flood of GetStock at %g× the capacity arrives as the scenario's spike would, in turn, %d flooded windows between %d alone; %v each, after a warm-up of %v. Ceiling: each flooded window as %% of the mean of the two alone beside it, the median of %d.\n\n",
+	fmt.Fprintf(w, "The scenario's calls (Allocate; Feed streams on stream; units of work/s) closed-loop (%d× the capacity measurement's callers) on a server that refuses every GetStock as early as it can (server: levee-refuse-stock in grpc-go's tap, levee-connect-refuse-stock in connectguard's middleware before connect-go reads the body, levee-http-refuse-stock in httpguard's): alone, then while a flood of GetStock at %g× the capacity arrives as the scenario's spike would, in turn, %d flooded windows between %d alone; %v each, after a warm-up of %v. Ceiling: each flooded window as %% of the mean of the two alone beside it, the median of %d. The flood's refusals: their latency from each call's schedule (p50 / p99, ms) in each flooded window, and in one more window of the flood alone, after the rounds, with no calls beside it (the least a refusal there takes at that rate on this machine).\n\n",
 		cfg.ceilingMul, cfg.spikeLoad-1, ceilingRounds, ceilingRounds+1, cfg.calibrate, cfg.calibrate/4, ceilingRounds)
 	if cfg.ceilRetries > 0 {
 		fmt.Fprintf(w, "The flood's clients retry a refused GetStock (grpc-go's retry policy, %d attempts, 10ms apart, on RESOURCE_EXHAUSTED and UNAVAILABLE) unless the refusal's pushback says not to; the flood's rate counts calls, not attempts.\n\n", cfg.ceilRetries)
 	}
-	fmt.Fprintln(w, "| scenario | server | capacity, unprotected (/s) | alone (/s) | flooded (/s) | flood (/s) | refused of it (%) | server CPU flooded (% of one) | others on its CPUs (% of one) | generator CPU (% of one) | ceiling, each round (%) | ceiling (%) |")
-	fmt.Fprintln(w, "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+	fmt.Fprintln(w, "| scenario | server | capacity, unprotected (/s) | alone (/s) | flooded (/s) | flood (/s) | refused of it (%) | server CPU flooded (% of one) | others on its CPUs (% of one) | generator CPU (% of one) | ceiling, each round (%) | ceiling (%) | flood refused in, each round: p50 / p99 (ms) | flood alone refused in: p50 / p99 (ms) |")
+	fmt.Fprintln(w, "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
 	for _, r := range rs {
-		fmt.Fprintf(w, "| %s | %s | %.0f | %s | %s | %.0f | %s | %s | %s | %s | %s | %.0f |\n",
-			r.Scenario, r.Server, r.Capacity, list(r.Alone, 0), list(r.Flooded, 0), r.FloodRate, list(r.FloodRefused, 1), list(r.ServerCPU, 0), list(r.OthersCPU, 0), list(r.GeneratorCPU, 0), list(r.Ratios, 0), r.CeilingPct)
+		rounds := make([]string, len(r.FloodRefusalP50))
+		for i := range rounds {
+			rounds[i] = fmt.Sprintf("%.1f / %.1f", r.FloodRefusalP50[i], r.FloodRefusalP99[i])
+		}
+		fmt.Fprintf(w, "| %s | %s | %.0f | %s | %s | %.0f | %s | %s | %s | %s | %s | %.0f | %s | %.1f / %.1f |\n",
+			r.Scenario, r.Server, r.Capacity, list(r.Alone, 0), list(r.Flooded, 0), r.FloodRate, list(r.FloodRefused, 1), list(r.ServerCPU, 0), list(r.OthersCPU, 0), list(r.GeneratorCPU, 0), list(r.Ratios, 0), r.CeilingPct,
+			strings.Join(rounds, ", "), r.AloneRefusalP50, r.AloneRefusalP99)
 	}
 	fmt.Fprintln(w)
 }

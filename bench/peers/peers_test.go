@@ -306,6 +306,25 @@ func TestCeiling(t *testing.T) {
 		if len(ratios) != ceilingRounds || cells[11] != strconv.FormatFloat(ratios[len(ratios)/2], 'f', 0, 64) {
 			t.Errorf("%s: ceiling %q, rounds %v: want %d rounds and their median", prefix, cells[11], ratios, ceilingRounds)
 		}
+		rounds := strings.Split(cells[12], ", ")
+		if len(rounds) != ceilingRounds {
+			t.Errorf("%s: the flood's refusal latency %q, want one p50 / p99 a round (%d)", prefix, cells[12], ceilingRounds)
+		}
+		for _, c := range append(rounds, cells[13]) {
+			checkP50P99(t, prefix, c)
+		}
+	}
+}
+
+// checkP50P99 fails unless cell is "p50 / p99", two positive numbers of
+// ms, the first no larger than the second.
+func checkP50P99(t *testing.T, prefix, cell string) {
+	t.Helper()
+	p50s, p99s, ok := strings.Cut(cell, " / ")
+	p50, err50 := strconv.ParseFloat(p50s, 64)
+	p99, err99 := strconv.ParseFloat(p99s, 64)
+	if !ok || err50 != nil || err99 != nil || !(p50 > 0) || p50 > p99 {
+		t.Errorf("%s: refusal latency %q, want p50 / p99 in ms, 0 < p50 <= p99", prefix, cell)
 	}
 }
 
