@@ -114,7 +114,7 @@ func tracePreset(p *protect.Server, loaded string, w io.Writer, done <-chan stru
 	defer t.Stop()
 	start := time.Now()
 	var last runlimit.Stats
-	lastRefused, lastAdmitted := map[string]uint64{}, map[string]uint64{}
+	lastRefused, lastAdmitted, lastReason := map[string]uint64{}, map[string]uint64{}, map[string]uint64{}
 	for {
 		select {
 		case <-done:
@@ -143,11 +143,34 @@ func tracePreset(p *protect.Server, loaded string, w io.Writer, done <-chan stru
 			}
 			lastRefused[k], lastAdmitted[k] = g.Refused, g.Admitted
 		}
+		line += refusalReasons(p.Engine().RefusalCounts(), lastReason)
 		line += learnerMoves(last, st)
 		line += reads.take()
 		fmt.Fprintln(w, line)
 		last = st
 	}
+}
+
+// refusalReasons names the refusals counted since last (updated), by
+// guard, reason and evidence (run:RUN_QUEUE_FULL/spike: refused at
+// admission, run:RUN_WAIT_EXPIRED/spike: after a wait for a turn):
+// " reasons" and each with its count, or "" if there was none.
+func refusalReasons(counts []decide.RefusalCount, last map[string]uint64) string {
+	var s string
+	for _, c := range counts {
+		k := c.Guard + ":" + string(c.Reason)
+		if c.Evidence != admission.EvidenceNone {
+			k += "/" + c.Evidence.String()
+		}
+		if d := c.Count - last[k]; d > 0 {
+			s += fmt.Sprintf(" %s+%d", k, d)
+		}
+		last[k] = c.Count
+	}
+	if s == "" {
+		return ""
+	}
+	return " reasons" + s
 }
 
 // learnerMoves names the run limit's learner moves between a and b
