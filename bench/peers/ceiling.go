@@ -56,10 +56,10 @@ type ceilingResult struct {
 	// refusals in each flooded window, ms, as the load generator reads
 	// it (from each call's schedule); AloneRefusalP50 and
 	// AloneRefusalP99 that of the same flood in one window with no
-	// closed loop beside it: the least time a refusal in this transport
-	// takes at this rate and in these arrivals on this machine, handlers
-	// or no handlers — a bound on a protection's refusal p99 that no
-	// protection refusing there can go below.
+	// closed loop beside it: about the least time a refusal in this
+	// transport takes at this rate and in these arrivals on this
+	// machine, with no handler to share the CPU with (a measurement,
+	// which moves from run to run, not a bound).
 	FloodRefusalP50 []float64 `json:"flood_refusal_p50_ms"`
 	FloodRefusalP99 []float64 `json:"flood_refusal_p99_ms"`
 	AloneRefusalP50 float64   `json:"alone_refusal_p50_ms"`
@@ -241,7 +241,7 @@ func floodedLoop(ctx context.Context, cfg *config, pl *placement, sc scenario, s
 // writeCeiling writes -ceiling's table.
 func writeCeiling(w io.Writer, cfg *config, rs []ceilingResult) {
 	fmt.Fprintf(w, "### What refusing a %g× spike as early as the transport allows leaves\n\n", cfg.spikeLoad)
-	fmt.Fprintf(w, "The scenario's calls (Allocate; Feed streams on stream; units of work/s) closed-loop (%d× the capacity measurement's callers) on a server that refuses every GetStock as early as it can (server: levee-refuse-stock in grpc-go's tap, levee-connect-refuse-stock in connectguard's middleware before connect-go reads the body, levee-http-refuse-stock in httpguard's): alone, then while a flood of GetStock at %g× the capacity arrives as the scenario's spike would, in turn, %d flooded windows between %d alone; %v each, after a warm-up of %v. Ceiling: each flooded window as %% of the mean of the two alone beside it, the median of %d. The flood's refusals: their latency from each call's schedule (p50 / p99, ms) in each flooded window, and in one more window of the flood alone, after the rounds, with no calls beside it (the least a refusal there takes at that rate on this machine).\n\n",
+	fmt.Fprintf(w, "The scenario's calls (Allocate; Feed streams on stream; units of work/s) closed-loop (%d× the capacity measurement's callers) on a server that refuses every GetStock as early as it can (server: levee-refuse-stock in grpc-go's tap, levee-connect-refuse-stock in connectguard's middleware before connect-go reads the body, levee-http-refuse-stock in httpguard's): alone, then while a flood of GetStock at %g× the capacity arrives as the scenario's spike would, in turn, %d flooded windows between %d alone; %v each, after a warm-up of %v. Ceiling: each flooded window as %% of the mean of the two alone beside it, the median of %d. The flood's refusals: their latency from each call's schedule (p50 / p99, ms) in each flooded window, and in one more window of the flood alone, after the rounds, with no calls beside it (about the least a refusal there takes at that rate on this machine).\n\n",
 		cfg.ceilingMul, cfg.spikeLoad-1, ceilingRounds, ceilingRounds+1, cfg.calibrate, cfg.calibrate/4, ceilingRounds)
 	if cfg.ceilRetries > 0 {
 		fmt.Fprintf(w, "The flood's clients retry a refused GetStock (grpc-go's retry policy, %d attempts, 10ms apart, on RESOURCE_EXHAUSTED and UNAVAILABLE) unless the refusal's pushback says not to; the flood's rate counts calls, not attempts.\n\n", cfg.ceilRetries)
