@@ -28,6 +28,10 @@ const (
 	DefaultMinQueueTarget = 5 * time.Millisecond   // the least queue target a flow gets
 	DefaultMaxFlows       = 256                    // how many flows a Limiter tracks separately
 	DefaultCeiling        = 1000                   // the largest limit a Limiter learns
+	// MaxDuration is the longest interval and queue target New accepts
+	// (WithInterval, WithQueueTarget), as a policy file's: the waits and
+	// holds made of them stay far from overflowing a time.Duration.
+	MaxDuration = time.Hour
 )
 
 // OverflowFlow is the name of the flow that Limiter.Flow returns for a
@@ -84,12 +88,13 @@ func WithBounds(floor, ceiling int) Option {
 func WithInitialLimit(n int) Option { return func(o *options) { o.initial = n } }
 
 // WithInterval sets how often the limit is reconsidered. Default
-// DefaultInterval; New fails unless it is > 0.
+// DefaultInterval; New fails unless 0 < d <= MaxDuration.
 func WithInterval(d time.Duration) Option { return func(o *options) { o.interval = d } }
 
 // WithQueueTarget fixes the queue target of every flow: the longest a call
 // may wait for its turn. Default 0: each flow's is three times its learned
-// service time, at least DefaultMinQueueTarget. New fails if d < 0.
+// service time, at least DefaultMinQueueTarget. New fails unless
+// 0 <= d <= MaxDuration.
 func WithQueueTarget(d time.Duration) Option { return func(o *options) { o.target = d } }
 
 // WithCPU gives the Limiter a CPU signal (*cpu.Monitor is one): while it
@@ -143,8 +148,8 @@ func (o *options) validate() error {
 	check(o.maxTenants < 1, "WithMaxTenants: n must be >= 1, got %d", o.maxTenants)
 	errs = append(errs, o.validateWeights()...)
 	check(o.floor < 1 || o.ceiling < o.floor, "WithBounds: want 1 <= floor <= ceiling, got floor %d, ceiling %d", o.floor, o.ceiling)
-	check(o.interval <= 0, "WithInterval: interval must be > 0, got %v", o.interval)
-	check(o.target < 0, "WithQueueTarget: target must be >= 0, got %v", o.target)
+	check(o.interval <= 0 || o.interval > MaxDuration, "WithInterval: interval must be > 0 and <= %v, got %v", MaxDuration, o.interval)
+	check(o.target < 0 || o.target > MaxDuration, "WithQueueTarget: target must be >= 0 and <= %v, got %v", MaxDuration, o.target)
 	check(o.maxFlows < 1, "WithMaxFlows: n must be >= 1, got %d", o.maxFlows)
 	return errors.Join(errs...)
 }

@@ -3,6 +3,7 @@ package runlimit
 import (
 	"context"
 	"errors"
+	"math"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -33,8 +34,10 @@ func TestNewRejectsBadOptions(t *testing.T) {
 	}{
 		{"zero floor", []Option{WithBounds(0, 10)}, []string{"runlimit: WithBounds: want 1 <= floor <= ceiling, got floor 0, ceiling 10"}},
 		{"ceiling below floor", []Option{WithBounds(5, 4)}, []string{"got floor 5, ceiling 4"}},
-		{"interval", []Option{WithInterval(0)}, []string{"runlimit: WithInterval: interval must be > 0, got 0s"}},
-		{"target", []Option{WithQueueTarget(-time.Millisecond)}, []string{"runlimit: WithQueueTarget: target must be >= 0, got -1ms"}},
+		{"interval", []Option{WithInterval(0)}, []string{"runlimit: WithInterval: interval must be > 0 and <= 1h0m0s, got 0s"}},
+		{"huge interval", []Option{WithInterval(math.MaxInt64)}, []string{"runlimit: WithInterval: interval must be > 0 and <= 1h0m0s, got 2562047h47m16.854775807s"}},
+		{"target", []Option{WithQueueTarget(-time.Millisecond)}, []string{"runlimit: WithQueueTarget: target must be >= 0 and <= 1h0m0s, got -1ms"}},
+		{"huge target", []Option{WithQueueTarget(MaxDuration + 1)}, []string{"runlimit: WithQueueTarget: target must be >= 0 and <= 1h0m0s, got 1h0m0.000000001s"}},
 		{"flows", []Option{WithMaxFlows(0)}, []string{"runlimit: WithMaxFlows: n must be >= 1, got 0"}},
 		{"all at once", []Option{WithBounds(0, 0), WithInterval(-1), WithMaxFlows(-1)}, []string{"WithBounds", "WithInterval", "WithMaxFlows"}},
 	}
@@ -50,6 +53,25 @@ func TestNewRejectsBadOptions(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestLongestQueueTargetWaits: at the longest queue target New accepts,
+// the waits and holds made of it are still long, not wrapped around to
+// the negative (which ran every queued call beyond the limit at once).
+func TestLongestQueueTargetWaits(t *testing.T) {
+	l := mustNew(t, WithBounds(1, 1), WithQueueTarget(MaxDuration), WithInterval(MaxDuration))
+	f := l.Flow("m")
+	ln := f.Lane("", admission.Critical)
+	for _, roomy := range []bool{false, true} {
+		l.roomy[ln.class.Index()].Store(roomy)
+		l.slack.Store(int64(MaxDuration))
+		if p, w := ln.patience(), ln.waitLimit(l.nanos(l.o.now())); p < 2*MaxDuration || w < p {
+			t.Errorf("roomy %v: patience %v, wait limit %v; want at least twice %v", roomy, p, w, MaxDuration)
+		}
+	}
+	if h := f.streamHold(); h < MaxDuration {
+		t.Errorf("streamHold() = %v, want at least %v", h, MaxDuration)
 	}
 }
 
