@@ -117,17 +117,20 @@ type callState struct {
 	rule    *decide.Compiled
 	call    admission.Call
 	permits admission.Permits
-	phase   uint8
+	phase   atomic.Uint32
 	req     http.Request // r with this context: what the handler gets
 }
 
-// The phases of a callState. The middleware and the interceptor run on
-// one goroutine (connect-go calls its handler in ServeHTTP), so the
-// phase needs no atomics.
+// The phases of a callState. connect-go calls its handler in ServeHTTP,
+// so the middleware and the interceptor usually run on one goroutine; but
+// a handler between them (http.TimeoutHandler, say) may run the rest on
+// another and return first. So the interceptor takes the call from the
+// middleware by compare-and-swap, and from then on finishes it itself,
+// panic or not; the middleware abandons only a call nobody took.
 const (
-	phaseAdmitted uint8 = iota // admitted by the middleware
-	phaseRunning               // started by the interceptor
-	phaseDone                  // finished or refused
+	phaseAdmitted uint32 = iota // admitted by the middleware
+	phaseRunning                // taken by the interceptor
+	phaseDone                   // finished or refused
 )
 
 type stateKey struct{}
@@ -144,7 +147,7 @@ func (st *callState) Value(key any) any {
 // stateOf returns the call g's middleware admitted in ctx, or nil.
 func (g *Guard) stateOf(ctx context.Context) *callState {
 	st, ok := ctx.Value(stateKey{}).(*callState)
-	if !ok || st.guard != g || st.phase != phaseAdmitted {
+	if !ok || st.guard != g || st.phase.Load() != phaseAdmitted {
 		return nil
 	}
 	return st
@@ -202,18 +205,13 @@ func (m *middleware) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	next.ServeHTTP(w, &st.req)
 }
 
-// leave finishes a call the middleware admitted when the interceptor did
-// not: connect-go refused it before its handler (an unknown procedure, a
-// body it could not read or decode, a client that left), or its handler
-// panicked.
+// leave abandons a call the middleware admitted that the interceptor
+// did not take: connect-go refused it before its handler (an unknown
+// procedure, a body it could not read or decode, a client that left), or
+// a handler between them returned without calling on.
 func (g *Guard) leave(st *callState) {
-	switch st.phase {
-	case phaseAdmitted:
-		st.phase = phaseDone
+	if st.phase.CompareAndSwap(phaseAdmitted, phaseDone) {
 		st.rule.Abandon(&st.call, &st.permits)
-	case phaseRunning:
-		st.phase = phaseDone
-		st.rule.Finish(&st.call, &st.permits, admission.Outcome{Err: errHandlerPanicked})
 	}
 }
 
@@ -319,13 +317,15 @@ func (i interceptor) WrapUnary(next connect.UnaryFunc) connect.UnaryFunc {
 			return next(ctx, req)
 		}
 		g.kinds.note(spec.Procedure, decide.Unary)
-		if st := g.stateOf(ctx); st != nil {
+		if st := g.take(ctx); st != nil {
 			c, err := g.start(ctx, st, decide.Unary)
 			if err != nil {
 				return nil, err
 			}
-			res, err := next(ctx, req)
-			g.end(ctx, st, &c, err)
+			err = errHandlerPanicked
+			defer func() { g.end(ctx, st, &c, err) }()
+			var res connect.AnyResponse
+			res, err = next(ctx, req)
 			return res, err
 		}
 		rule := g.engine.Match(spec.Procedure)
@@ -362,13 +362,14 @@ func (i interceptor) WrapStreamingHandler(next connect.StreamingHandlerFunc) con
 		spec := conn.Spec()
 		kind := kindOf(spec.StreamType)
 		g.kinds.note(spec.Procedure, kind)
-		if st := g.stateOf(ctx); st != nil {
+		if st := g.take(ctx); st != nil {
 			c, err := g.start(ctx, st, kind)
 			if err != nil {
 				return err
 			}
+			err = errHandlerPanicked
+			defer func() { g.end(ctx, st, &c, err) }()
 			err = next(ctx, conn)
-			g.end(ctx, st, &c, err)
 			return err
 		}
 		rule := g.engine.Match(spec.Procedure)
@@ -395,7 +396,17 @@ func (i interceptor) WrapStreamingHandler(next connect.StreamingHandlerFunc) con
 	}
 }
 
-// start moves a call the middleware admitted to its handler: the rule's
+// take takes the call g's middleware admitted in ctx from it, if there is
+// one that the middleware has not abandoned: the interceptor finishes it
+// from then on.
+func (g *Guard) take(ctx context.Context) *callState {
+	if st := g.stateOf(ctx); st != nil && st.phase.CompareAndSwap(phaseAdmitted, phaseRunning) {
+		return st
+	}
+	return nil
+}
+
+// start moves a call the interceptor took to its handler: the rule's
 // rechecks and Starter guards (its turn to run). It returns the call as
 // the handler runs it, or the refusal, with the call finished.
 func (g *Guard) start(ctx context.Context, st *callState, kind decide.Kind) (admission.Call, error) {
@@ -406,20 +417,19 @@ func (g *Guard) start(ctx context.Context, st *callState, kind decide.Kind) (adm
 	c.Queued = now.Sub(c.Now)
 	c.Now = now
 	if i, d := st.rule.Start(&c, &st.permits); i >= 0 {
-		st.phase = phaseDone
+		st.phase.Store(phaseDone)
 		return c, g.refusalError(g.engine.Refuse(st.rule, i, d, &c, now))
 	}
-	st.phase = phaseRunning
-	st.call = c // what the middleware finishes if the handler panics
 	if st.rule.HasStarters() {
 		c.Now = g.clock.Now() // the handler starts after its turn: see outcome
 	}
 	return c, nil
 }
 
-// end finishes a call the middleware admitted and whose handler ran.
+// end finishes a call the interceptor took and whose handler ran (or
+// panicked: errHandlerPanicked).
 func (g *Guard) end(ctx context.Context, st *callState, c *admission.Call, err error) {
-	st.phase = phaseDone
+	st.phase.Store(phaseDone)
 	st.rule.Finish(c, &st.permits, g.outcome(ctx, st.rule, c, err))
 }
 

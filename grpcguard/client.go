@@ -221,7 +221,17 @@ func (c *Client) attempt(ctx context.Context, e *clientEntry, target, method str
 			opts, md = box.opts, &box.md
 		}
 	}
+	// A panic below (an interceptor chained after this one, a codec)
+	// that a caller recovers from gives back what the guards granted, with
+	// no verdict: a breaker's half-open probe must not stay taken.
+	invoked := false
+	defer func() {
+		if !invoked {
+			e.chain.Abandon(&call, &permits)
+		}
+	}()
 	err = invoker(ctx, method, req, reply, cc, opts...)
+	invoked = true
 	learn := md
 	if !c.o.trailer {
 		learn = nil // read for the retry only
@@ -321,7 +331,14 @@ func (c *Client) streamCall(ctx context.Context, desc *grpc.StreamDesc, cc *grpc
 	if i, d := e.chain.Enter(&s.call, &s.permits); i >= 0 {
 		return nil, e.refusal(i, d)
 	}
+	opened := false
+	defer func() {
+		if !opened { // the streamer panicked: as attempt's invoker
+			e.chain.Abandon(&s.call, &s.permits)
+		}
+	}()
 	cs, err := streamer(ctx, desc, cc, method, opts...)
+	opened = true
 	if err != nil {
 		c.finish(e, &s.call, &s.permits, err, nil)
 		return nil, err

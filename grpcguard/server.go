@@ -459,8 +459,9 @@ func (s *Server) unary(ctx context.Context, req any, info *grpc.UnaryServerInfo,
 	r.Fill(callFacts(ctx, info.FullMethod, decide.Unary), s.now(), &c)
 	var permits admission.Permits
 	if i, d := r.Enter(&c, &permits); i >= 0 {
-		rf := r.Refusal(i, d, c.Key)
-		s.record(&c, rf)
+		// No tap refused first: this refusal can carry the trailer that
+		// tells a client not to retry, as a tapped call's does at Start.
+		rf := s.engine.Refuse(r, i, d, &c, c.Now)
 		setPushback(ctx, nil, pushback(rf))
 		return nil, refusalStatus(ctx, rf).Err()
 	}
@@ -499,6 +500,9 @@ func (s *Server) stream(srv any, ss grpc.ServerStream, info *grpc.StreamServerIn
 	ip, ok := s.streams.enter(ctx)
 	if !ok {
 		code := decide.ResourceExhausted
+		if r := s.engine.Match(info.FullMethod); r != nil {
+			code = r.Code() // a cap refuses with its rule's code, tap or not
+		}
 		c := admission.Call{Method: info.FullMethod, Now: s.now(), Class: admission.Critical}
 		if tapped {
 			c.Class = tc.class
@@ -536,8 +540,7 @@ func (s *Server) stream(srv any, ss grpc.ServerStream, info *grpc.StreamServerIn
 	var c admission.Call
 	var permits admission.Permits
 	if i, d := s.enter(ctx, r, info.FullMethod, kind, &c, &permits); i >= 0 {
-		rf := r.Refusal(i, d, c.Key)
-		s.record(&c, rf)
+		rf := s.engine.Refuse(r, i, d, &c, c.Now) // as the unary path's
 		setPushback(ctx, ss, pushback(rf))
 		return refusalStatus(ctx, rf).Err()
 	}

@@ -160,7 +160,8 @@ func WithObserver(o decide.Observer) Option { return func(opts *options) { opts.
 // no turn of the run limit and its lifetime is never learned as a service
 // time; this cap is what keeps a client that opens streams without end
 // from exhausting the server's memory. A stream beyond it is refused with
-// RESOURCE_EXHAUSTED (grpcguard.ReasonTooManyStreams). Default
+// the preset's code (RESOURCE_EXHAUSTED unless WithCode) and
+// grpcguard.ReasonTooManyStreams. Default
 // grpcguard.DefaultMaxStreams and grpcguard.DefaultMaxStreamsPerPeer. New
 // fails on a negative number.
 func WithStreamLimits(max, perPeer int) Option {
