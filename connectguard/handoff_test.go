@@ -16,6 +16,21 @@ import (
 	"github.com/levee-go/levee/internal/guardtest"
 )
 
+// forcedGuard is a Guard whose one rule holds one guardtest.Forced.
+func forcedGuard(t *testing.T) (*guardtest.Forced, *Guard) {
+	t.Helper()
+	fg := &guardtest.Forced{}
+	e, err := decide.New([]decide.Rule{{Name: "forced", Guards: []admission.Guard{fg}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	g, err := New(e)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return fg, g
+}
+
 // TestHandlerOnAnotherGoroutineIsFinishedOnce: a handler between the
 // middleware and connect-go's (http.TimeoutHandler) runs the call on a
 // goroutine of its own and returns when its time is up, while the
@@ -24,15 +39,7 @@ import (
 // "handler panicked" (which gave a run limit back one more turn than it
 // took, and raced on the call's phase).
 func TestHandlerOnAnotherGoroutineIsFinishedOnce(t *testing.T) {
-	fg := &guardtest.Forced{}
-	e, err := decide.New([]decide.Rule{{Name: "handoff", Guards: []admission.Guard{fg}}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	g, err := New(e)
-	if err != nil {
-		t.Fatal(err)
-	}
+	fg, g := forcedGuard(t)
 	release, returned := make(chan struct{}), make(chan struct{})
 	// Outside the guard's interceptor: told once it has finished the call.
 	after := connect.UnaryInterceptorFunc(func(next connect.UnaryFunc) connect.UnaryFunc {
@@ -87,15 +94,7 @@ func TestHandlerOnAnotherGoroutineIsFinishedOnce(t *testing.T) {
 // middleware is finished once, as panicked (the interceptor finishes it
 // as the panic passes; the middleware finds it taken).
 func TestPanickingHandlerIsFinishedOnce(t *testing.T) {
-	fg := &guardtest.Forced{}
-	e, err := decide.New([]decide.Rule{{Name: "panics", Guards: []admission.Guard{fg}}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	g, err := New(e)
-	if err != nil {
-		t.Fatal(err)
-	}
+	fg, g := forcedGuard(t)
 	mux := http.NewServeMux()
 	mux.Handle(procUnary, connect.NewUnaryHandler(procUnary, func(context.Context, *connect.Request[msg]) (*connect.Response[msg], error) {
 		panic("handler bug")

@@ -66,27 +66,9 @@ func TestStreamCapRefusesWithTheRulesCode(t *testing.T) {
 		if !tapped {
 			opts = interceptorsOnly(s)
 		}
-		env := startServer(t, &testService{}, true, opts)
-		ctx, cancel := context.WithCancel(context.Background())
-		open, err := env.client.FullDuplexCall(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := open.Send(&testgrpc.StreamingOutputCallRequest{}); err != nil {
-			t.Fatal(err)
-		}
-		if _, err := open.Recv(); err != nil {
-			t.Fatalf("tap %v: first stream: %v", tapped, err)
-		}
-		second, err := env.client.FullDuplexCall(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		_, err = second.Recv()
-		got := readRefusal(err, second.Trailer())
+		got, err := secondStream(t, startServer(t, &testService{}, true, opts))
 		if got.code != codes.Unavailable || got.info.GetReason() != string(decide.ReasonTooManyStreams) {
 			t.Errorf("tap %v: second stream beyond the cap of 1: %v, ErrorInfo %v; want UNAVAILABLE, TOO_MANY_STREAMS", tapped, err, got.info)
 		}
-		cancel()
 	}
 }

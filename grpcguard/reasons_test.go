@@ -236,6 +236,24 @@ func TestEveryReasonOnTheWire(t *testing.T) {
 func TestStreamCapReasonOnTheWire(t *testing.T) {
 	s := mustServer(t, []decide.Rule{{Guards: []admission.Guard{&recorder{}}}}, WithStreamLimits(1, 0))
 	env := startServer(t, &testService{}, true, s.ServerOptions())
+	got, err := secondStream(t, env)
+	if got.code != codes.ResourceExhausted || got.info == nil || got.info.GetReason() != string(decide.ReasonTooManyStreams) ||
+		got.info.GetMetadata()["guard"] != StreamGuardName || got.info.GetMetadata()["evidence"] != "limit" {
+		t.Fatalf("second stream: %v, ErrorInfo %v; want RESOURCE_EXHAUSTED, TOO_MANY_STREAMS by %q on limit", err, got.info, StreamGuardName)
+	}
+	if got.retry != streamRetryAfter || len(got.pushback) != 1 || got.pushback[0] != "1000" {
+		t.Errorf("second stream: RetryInfo %v, pushback %q; want %v and [1000]", got.retry, got.pushback, streamRetryAfter)
+	}
+	want := []decide.RefusalCount{{Guard: StreamGuardName, Reason: decide.ReasonTooManyStreams, Evidence: admission.EvidenceLimit, Count: 1}}
+	if counts := s.Engine().RefusalCounts(); len(counts) != 1 || counts[0] != want[0] {
+		t.Errorf("RefusalCounts() = %+v, want %+v", counts, want)
+	}
+}
+
+// secondStream opens a stream on env and, while it is open, a second one,
+// and returns how the second was refused (failing t if it was not).
+func secondStream(t *testing.T, env *testEnv) (wireRefusal, error) {
+	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	open, err := env.client.FullDuplexCall(ctx)
@@ -256,18 +274,7 @@ func TestStreamCapReasonOnTheWire(t *testing.T) {
 	if err == io.EOF || err == nil {
 		t.Fatalf("second stream beyond the cap of 1: %v, want refused", err)
 	}
-	got := readRefusal(err, second.Trailer())
-	if got.code != codes.ResourceExhausted || got.info == nil || got.info.GetReason() != string(decide.ReasonTooManyStreams) ||
-		got.info.GetMetadata()["guard"] != StreamGuardName || got.info.GetMetadata()["evidence"] != "limit" {
-		t.Fatalf("second stream: %v, ErrorInfo %v; want RESOURCE_EXHAUSTED, TOO_MANY_STREAMS by %q on limit", err, got.info, StreamGuardName)
-	}
-	if got.retry != streamRetryAfter || len(got.pushback) != 1 || got.pushback[0] != "1000" {
-		t.Errorf("second stream: RetryInfo %v, pushback %q; want %v and [1000]", got.retry, got.pushback, streamRetryAfter)
-	}
-	want := []decide.RefusalCount{{Guard: StreamGuardName, Reason: decide.ReasonTooManyStreams, Evidence: admission.EvidenceLimit, Count: 1}}
-	if counts := s.Engine().RefusalCounts(); len(counts) != 1 || counts[0] != want[0] {
-		t.Errorf("RefusalCounts() = %+v, want %+v", counts, want)
-	}
+	return readRefusal(err, second.Trailer()), err
 }
 
 // TestSustainedReasonOnTheWire: once refusals are sustained, a refusal
