@@ -194,8 +194,28 @@ func (ch *Chain) HasStarters() bool { return len(ch.starters) > 0 }
 // Admit runs the guards on c, which the caller keeps alive until the call
 // is finished; ps must be zero. It returns -1 when every guard admitted
 // (or the chain is in shadow mode), else the index of the refusing guard
-// and its decision, with earlier guards' grants given back.
+// and its decision, with earlier guards' grants given back. A guard that
+// panics has the earlier guards' grants given back too (as skipped), and
+// its panic goes on.
 func (ch *Chain) Admit(c *Call, ps *Permits) (refused int, d Decision) {
+	decided := false
+	defer ch.unwind(c, ps, &decided)
+	refused, d = ch.admit(c, ps)
+	decided = true
+	return refused, d
+}
+
+// unwind gives back, as skipped, what the guards granted a call whose
+// Admit, Recheck or Start panicked (decided false), and lets the panic go
+// on: a guard of one's own that panics behind a server's recovery must not
+// keep a bulkhead's slot or a breaker's half-open probe for good.
+func (ch *Chain) unwind(c *Call, ps *Permits, decided *bool) {
+	if !*decided {
+		ch.unhold(c, ps)
+	}
+}
+
+func (ch *Chain) admit(c *Call, ps *Permits) (refused int, d Decision) {
 	for i, g := range ch.guards {
 		bit := uint32(1) << i
 		if f := ch.fast[i]; f != nil {
@@ -229,10 +249,13 @@ func (ch *Chain) Admit(c *Call, ps *Permits) (refused int, d Decision) {
 // Enter admits c where it runs: Admit, then the Starter guards. When it
 // returns -1 the call has passed and must be finished with Finish.
 func (ch *Chain) Enter(c *Call, ps *Permits) (refused int, d Decision) {
-	i, d := ch.Admit(c, ps)
+	decided := false
+	defer ch.unwind(c, ps, &decided) // as Admit's
+	i, d := ch.admit(c, ps)
 	if i < 0 && len(ch.starters) > 0 {
 		i, d = ch.start(c, ps)
 	}
+	decided = true
 	if i < 0 {
 		ch.passed.Add(1)
 	}
@@ -244,10 +267,13 @@ func (ch *Chain) Enter(c *Call, ps *Permits) (refused int, d Decision) {
 // and c.Queued should say when that is and how long the call waited. When
 // it returns -1 the call has passed and must be finished with Finish.
 func (ch *Chain) Start(c *Call, ps *Permits) (refused int, d Decision) {
+	decided := false
+	defer ch.unwind(c, ps, &decided) // as Admit's
 	i, d := ch.recheckAt(c, ps)
 	if i < 0 {
 		i, d = ch.start(c, ps)
 	}
+	decided = true
 	if i < 0 {
 		ch.passed.Add(1)
 	}
@@ -312,15 +338,35 @@ func (ch *Chain) shadowed(i int) bool {
 // the call as skipped.
 func (ch *Chain) rollback(i int, c *Call, ps *Permits) {
 	ch.counters[i].refused.Add(1)
-	ch.finish(c, ps, Outcome{Skipped: true})
+	ch.unhold(c, ps)
+}
+
+// unhold finishes, as skipped, the guards that admitted the call, which
+// then holds nothing (so that a panic on the way finishes none twice).
+func (ch *Chain) unhold(c *Call, ps *Permits) {
+	mask := ps.mask
+	ps.mask = 0
+	ch.finishBelow(len(ch.guards), mask, c, ps, Outcome{Skipped: true})
 }
 
 func (ch *Chain) finish(c *Call, ps *Permits, o Outcome) {
-	mask := ps.mask
+	ch.finishBelow(len(ch.guards), ps.mask, c, ps, o)
+}
+
+// finishBelow finishes the guards before n of mask (those that admitted
+// the call), last first. When one's Finish panics, those before it are
+// finished all the same, and the panic goes on.
+func (ch *Chain) finishBelow(n int, mask uint32, c *Call, ps *Permits, o Outcome) {
 	if !o.Skipped {
 		mask &^= ch.quiet
 	}
-	for i := len(ch.guards) - 1; i >= 0; i-- {
+	i := n - 1
+	defer func() {
+		if i >= 0 { // guard i's Finish panicked
+			ch.finishBelow(i, mask, c, ps, o)
+		}
+	}()
+	for ; i >= 0; i-- {
 		if mask&(1<<i) == 0 {
 			continue
 		}

@@ -103,6 +103,13 @@ var (
 // route (mux.Handle(pattern, g.Middleware(h))), so that the request's
 // route pattern names its flow, or give WithFlow. A request whose flow no
 // rule governs (exempt, or no default rule) goes to next as it is.
+//
+// A call is finished when next returns: install the middleware inside a
+// handler that runs the rest of the request on another goroutine and
+// returns first (http.TimeoutHandler(g.Middleware(h), d, msg), not
+// g.Middleware(http.TimeoutHandler(h, d, msg)), which gives a turn or a
+// slot back while h still runs), and know that a handler that hijacks
+// the connection and returns holds nothing after it returns.
 func (g *Guard) Middleware(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		flow := g.flowOf(r)

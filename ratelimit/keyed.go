@@ -364,23 +364,39 @@ func (k *Keyed) Stats() KeyedStats {
 	return KeyedStats{Keys: k.Len(), Evicted: k.evicted.Load(), Overflows: k.overflows.Load()}
 }
 
-// Tokens returns the tokens available to key at instant now (the burst for a
-// key without a bucket).
+// Tokens returns the tokens available to key at instant now: its bucket's,
+// the shared overflow bucket's while the key has none and its shard is at
+// its cap (WithMaxKeys), else the burst.
 func (k *Keyed) Tokens(key string, now time.Time) float64 {
 	c := k.cfg.Load()
 	t := clampNow(int64(now.Sub(k.epoch)))
-	sh := &k.shards[maphash.String(k.seed, key)&k.mask]
-	sh.mu.RLock()
-	defer sh.mu.RUnlock()
-	if b := sh.m[key]; b != nil {
-		tat, _ := unpack(b.Load())
+	if tat, ok := k.tatOf(key); ok {
 		return c.tokens(tat, t)
 	}
 	return float64(c.burstEff)
 }
 
+// tatOf returns the theoretical arrival time of the bucket that decides
+// key (its own, or the overflow bucket while its shard has no room), and
+// false for a key a new bucket of its own would decide.
+func (k *Keyed) tatOf(key string) (int64, bool) {
+	sh := &k.shards[maphash.String(k.seed, key)&k.mask]
+	sh.mu.RLock()
+	defer sh.mu.RUnlock()
+	b := sh.m[key]
+	if b == nil && len(sh.m) >= k.perShard {
+		b = &k.overflow // no room for the key: the shared bucket decides it (insert)
+	}
+	if b == nil {
+		return 0, false
+	}
+	tat, _ := unpack(b.Load())
+	return tat, true
+}
+
 // RetryAfter returns how long after instant now n tokens will be available
-// to key, as Limiter.RetryAfter does.
+// to key, as Limiter.RetryAfter does: from the bucket that decides it, as
+// Tokens reads it.
 func (k *Keyed) RetryAfter(key string, now time.Time, n int) time.Duration {
 	c := k.cfg.Load()
 	t := clampNow(int64(now.Sub(k.epoch)))
@@ -390,14 +406,10 @@ func (k *Keyed) RetryAfter(key string, now time.Time, n int) time.Duration {
 	if n > c.burstEff {
 		return time.Duration(1<<63 - 1)
 	}
-	sh := &k.shards[maphash.String(k.seed, key)&k.mask]
-	sh.mu.RLock()
-	b := sh.m[key]
-	var tat int64 = farPast
-	if b != nil {
-		tat, _ = unpack(b.Load())
+	tat, ok := k.tatOf(key)
+	if !ok {
+		tat = farPast
 	}
-	sh.mu.RUnlock()
 	ct := c.clock(t)
 	wait := max(tat, ct) + int64(n)*c.interval - ct - c.tau
 	switch {

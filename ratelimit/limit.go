@@ -66,7 +66,11 @@ func newBucketConfig(r Limit, b int, scale float64) bucketConfig {
 // derive computes the effective quantities from limit, burst and scale.
 func (c *bucketConfig) derive() {
 	c.inf, c.frozen = false, false
-	c.burstEff = int(math.Floor(float64(c.burst)*c.scale + 1e-9))
+	// Clamped as a float: a burst near math.MaxInt scales to 2^63 or
+	// more, which converts to an int as the platform pleases (amd64:
+	// math.MinInt64, which would read as a burst of 1). maxTau caps it
+	// below in any case.
+	c.burstEff = int(min(math.Floor(float64(c.burst)*c.scale+1e-9), float64(maxTau)))
 	if c.burstEff < 1 {
 		c.burstEff = 1
 	}
