@@ -428,10 +428,16 @@ func (ls *leases) expire(now int64) {
 		for id, lz := range *sh.m.Load() {
 			lz.mu.Lock()
 			t := lz.tokens.Load()
-			if lz.expires != 0 && now >= lz.expires && t > 0 {
-				ls.dropped.Add(uint64(t))
-				lz.tokens.Add(-t)
-				t = 0
+			if lz.expires != 0 && now >= lz.expires {
+				// Taken in one step against a take (one atomic add, no
+				// lock): a token is either spent or dropped, never both.
+				for ; t > 0; t = lz.tokens.Load() {
+					if lz.tokens.CompareAndSwap(t, 0) {
+						ls.dropped.Add(uint64(t))
+						t = 0
+						break
+					}
+				}
 			}
 			if t == lz.seen && !lz.queued.Load() {
 				lz.idle++

@@ -22,6 +22,10 @@ import (
 //
 // It returns {tokens taken, µs until one more token is there, tokens
 // left}; all or nothing, a refusal takes 0 and says when n will be there.
+// A TAT more than tau ahead, which no take leaves (Redis's clock stepped
+// back, or the burst shrank), is an empty bucket: it is set to now + tau,
+// so that no call waits longer than an empty bucket's refill, however far
+// the clock stepped.
 // Taking k tokens moves the TAT k × T later; the key expires when the
 // bucket would be full again, so idle keys cost Redis nothing. Redis 5 and
 // later replicate a script's effects, so reading TIME before a write is
@@ -39,6 +43,10 @@ else
 end
 local tat = tonumber(redis.call('GET', KEYS[1]))
 if not tat or tat < now then tat = now end
+if tat - now > tau then
+  tat = now + tau
+  redis.call('SET', KEYS[1], string.format('%d', tat), 'PX', math.ceil(tau / 1000))
+end
 if ARGV[4] == '1' then
   n = math.max(0, math.min(n, math.floor((tau - (tat - now)) / T)))
 end
