@@ -103,6 +103,9 @@ type Monitor struct {
 	err     error
 
 	loop saturation.Loop // the sampler; never started on a manual monitor
+	// failing counts the samples failed in a row (sample): a source
+	// failing for saturation.StaleAfter's worth of them is forgotten.
+	failing int
 }
 
 // newMonitor applies and validates opts.
@@ -159,6 +162,12 @@ func NewManual(opts ...Option) (*Monitor, error) {
 	return newMonitor(nil, opts)
 }
 
+// stale reports whether the samples failed in a row span
+// saturation.StaleAfter. m.mu held.
+func (m *Monitor) stale() bool {
+	return time.Duration(m.failing)*m.opts.interval >= saturation.StaleAfter(m.opts.interval, m.opts.cooldown)
+}
+
 // sample reads the source once and feeds the result.
 func (m *Monitor) sample() {
 	s, err := m.src.Sample()
@@ -166,9 +175,15 @@ func (m *Monitor) sample() {
 	if err != nil {
 		m.errs++
 		m.err = err
+		// A source that fails for good (its cgroup removed) must not
+		// leave its last reading, saturated perhaps, in force forever.
+		if m.failing++; m.stale() {
+			m.level.Forget()
+		}
 		m.mu.Unlock()
 		return
 	}
+	m.failing = 0
 	prev := m.prev
 	m.prev = s
 	m.samples++

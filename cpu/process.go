@@ -1,12 +1,14 @@
 package cpu
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/levee-go/levee/internal/sysfile"
@@ -132,13 +134,14 @@ func (s *process) readWait() error {
 		return fmt.Errorf("cpu: process: %w", err)
 	}
 	clear(s.next)
+	var add time.Duration // s.wait moves only if every thread was read
 	for _, n := range names {
 		tid, err := strconv.Atoi(n)
 		if err != nil {
 			continue
 		}
 		delay, err := s.readSchedstat(filepath.Join(s.tasks, n, "schedstat"))
-		if sysfile.NotExist(err) {
+		if threadGone(err) {
 			continue // the thread exited meanwhile
 		}
 		if err != nil {
@@ -147,14 +150,22 @@ func (s *process) readWait() error {
 		s.next[tid] = delay
 		if s.primed {
 			if inc := delay - s.prev[tid]; inc > 0 {
-				s.wait += inc
+				add += inc
 			}
 		}
 	}
+	s.wait += add
 	s.prev, s.next = s.next, s.prev
 	s.primed = true
 	s.files.Forget() // the schedstat files of threads that exited
 	return nil
+}
+
+// threadGone reports whether err says a thread's file is gone: not found
+// (its directory went), or ESRCH (a file kept open on a thread that
+// exited reads so).
+func threadGone(err error) bool {
+	return sysfile.NotExist(err) || errors.Is(err, syscall.ESRCH)
 }
 
 func (s *process) readSchedstat(name string) (time.Duration, error) {

@@ -342,7 +342,11 @@ func (s *Server) Tick(now time.Time) {
 		case d.goaway && !d.graceEnd.IsZero() && !now.Before(d.graceEnd):
 			d.graceEnd = time.Time{}
 			s.stats.GraceExpired++
-			go sh.srv.Stop() // the GracefulStop above then returns
+			s.wg.Add(1) // as the GracefulStop's: Stop and GracefulStop wait for it
+			go func() {
+				defer s.wg.Done()
+				sh.srv.Stop() // the GracefulStop above then returns
+			}()
 		}
 	}
 	if !s.overload.Saturated() {

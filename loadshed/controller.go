@@ -127,7 +127,9 @@ func (c *Controller) Scale() float64 {
 // targets if it changed, and returns it.
 //
 // A NaN utilisation is an error: the reading is ignored and the scale
-// returned is the current one. If targets refuse the scale, the error
+// returned is the current one. Any other is clamped into [0, 1] (a signal
+// of one's own that divides by zero reads +Inf), so that no reading
+// leaves a policy's averages infinite or NaN. If targets refuse the scale, the error
 // joins theirs, each naming the target's index; the Controller's scale
 // and the other targets still move, and a refusing target is offered the
 // scale again at the next change. Either error also reaches the
@@ -141,6 +143,7 @@ func (c *Controller) Observe(now time.Time, utilization float64, saturated bool)
 		}
 		return s, err
 	}
+	utilization = min(max(utilization, 0), 1)
 	var err error
 	c.mu.Lock()
 	from := c.Scale()

@@ -139,6 +139,9 @@ type Monitor struct {
 	err      error
 
 	loop saturation.Loop // the sampler; never started on a manual monitor
+	// failing counts the samples failed in a row (sample): a source
+	// failing for saturation.StaleAfter's worth of them is forgotten.
+	failing int
 }
 
 func newMonitor(src Source, opts []Option) (*Monitor, error) {
@@ -195,6 +198,12 @@ func NewManual(opts ...Option) (*Monitor, error) {
 	return newMonitor(nil, opts)
 }
 
+// stale reports whether the samples failed in a row span
+// saturation.StaleAfter. m.mu held.
+func (m *Monitor) stale() bool {
+	return time.Duration(m.failing)*m.opts.interval >= saturation.StaleAfter(m.opts.interval, m.opts.cooldown)
+}
+
 // sample reads the source once and observes the result.
 func (m *Monitor) sample() {
 	s, err := m.src.Sample()
@@ -203,10 +212,30 @@ func (m *Monitor) sample() {
 	if err != nil {
 		m.errs++
 		m.err = err
+		if m.failing++; m.stale() {
+			m.forget()
+		}
 		return
 	}
+	m.failing = 0
 	m.err = nil
 	m.observeSample(s)
+}
+
+// forget drops the readings of a source that stopped answering (its
+// cgroup removed, say): a reading it can no longer renew is no evidence,
+// so every figure a guard reads goes back to what it was before the first
+// sample. The next sample starts anew. m.mu held.
+func (m *Monitor) forget() {
+	m.level.Forget()
+	m.proj.Store(0)
+	m.hardU.Store(0)
+	m.hardL.Store(0)
+	m.hardAt = hardSample{}
+	m.gc.Store(0)
+	m.gcRaw, m.gcSmooth, m.haveGC = 0, 0, false
+	m.cycleGC, m.cycleCPU = 0, 0
+	m.havePrev = false
 }
 
 // Observe feeds one sample, as the sampler does with each reading of its

@@ -109,14 +109,16 @@ func (g *Guard) Recheck(c admission.Call) admission.Decision {
 }
 
 // observe closes the current interval if it is over — judging it by its
-// minimum — and folds one delay sample taken at now into the interval that
-// is then current.
+// minimum, unless a whole interval without a call followed it — and folds
+// one delay sample taken at now into the interval that is then current.
 func (g *Guard) observe(now, delay int64) {
 	st := g.start.Load()
 	if (st == math.MinInt64 || now-st >= g.interval) && g.start.CompareAndSwap(st, now) {
 		m := g.minDelay.Swap(math.MaxInt64)
 		if st != math.MinInt64 {
-			over := overload.QueueDelayOf(m, g.target).Holds
+			// A whole interval after it with no call at all: whatever
+			// queue stood in it has drained since.
+			over := overload.QueueDelayOf(m, g.target).Holds && now-st < 2*g.interval
 			if over && !g.overloaded.Swap(true) {
 				g.episodes.Add(1)
 			} else if !over {

@@ -3,6 +3,7 @@ package statuspage
 import (
 	"cmp"
 	"encoding/json"
+	"math"
 	"net/http"
 	"slices"
 	"strings"
@@ -174,7 +175,7 @@ type Flow struct {
 	// the places they hold (runlimit.Lane.Held), including calls whose
 	// handler has not asked for its turn yet.
 	Waiting int `json:"waiting"`
-	// Lanes are the lanes with calls waiting, at most MaxLanes.
+	// Lanes are the lanes with calls waiting, the MaxLanes busiest.
 	Lanes []Lane `json:"lanes,omitempty"`
 }
 
@@ -328,10 +329,15 @@ func runLimit(name string, l *runlimit.Limiter) RunLimit {
 	}
 	all := make([]flowAt, 0, len(flows))
 	for _, f := range flows {
-		lanes := f.WaitingLanes(MaxLanes)
+		// Every lane counts in Waiting; the page shows the busiest.
+		lanes := f.WaitingLanes(math.MaxInt)
 		w := 0
 		for _, ln := range lanes {
 			w += ln.Held()
+		}
+		if len(lanes) > MaxLanes {
+			slices.SortFunc(lanes, func(a, b *runlimit.Lane) int { return cmp.Compare(b.Held(), a.Held()) })
+			lanes = lanes[:MaxLanes]
 		}
 		if f.ServiceTime() == 0 && w == 0 && (f.Name() == runlimit.UnservedFlow || f.Name() == runlimit.OverflowFlow) {
 			continue // a shared flow no call used

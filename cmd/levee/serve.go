@@ -109,8 +109,15 @@ func (c *cli) serve(ctx context.Context, args []string) error {
 	if *dbLatency < 0 {
 		return usageError("-db-latency must be >= 0, got %v", *dbLatency)
 	}
-	if err := cf.check(*unprotected, *policyFile != "" || *recipe != recipePreset, *transport); err != nil {
+	notPreset := *policyFile != "" || *recipe != recipePreset
+	if err := cf.check(*unprotected, notPreset, *transport); err != nil {
 		return err
+	}
+	if (*unprotected || notPreset) && *tenantHeader != "" {
+		return usageError("-tenant-header works with the preset recipe only (not -unprotected, -recipe %s or -policy): a policy file names its tenants' header in its tenants section", recipeStatic)
+	}
+	if (*unprotected || notPreset) && !*memGuard {
+		return usageError("-memory-guard=false works with the preset recipe only (not -unprotected, -recipe %s or -policy)", recipeStatic)
 	}
 	if *withPprof && *metricsAddr == "" {
 		return usageError("-pprof needs -metrics-addr: the profiles are served there")

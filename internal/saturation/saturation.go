@@ -60,6 +60,25 @@ func (l *Level) Observe(now time.Time, v float64) {
 	}
 }
 
+// Forget drops what the observations said: the utilisation reads 0 and
+// the flag is down, as before the first, and the next observation starts
+// anew. For a source that stopped answering: a reading it can no longer
+// renew is no evidence. The owner's lock must be held.
+func (l *Level) Forget() {
+	l.have, l.smoothed, l.raw = false, 0, 0
+	l.rule = overload.Cooldown{}
+	l.util.Store(0)
+	l.sat.Store(false)
+}
+
+// StaleAfter is how long a monitor sampling every interval, with a
+// cooldown, keeps its last reading while its source fails: the cooldown
+// (a saturated reading would have lasted that long anyway) and at least
+// three intervals.
+func StaleAfter(interval, cooldown time.Duration) time.Duration {
+	return max(cooldown, 3*interval)
+}
+
 // Utilization returns the smoothed utilisation; 0 before the first
 // observation. It is a single atomic load.
 func (l *Level) Utilization() float64 { return math.Float64frombits(l.util.Load()) }
