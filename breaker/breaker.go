@@ -376,19 +376,29 @@ func (b *Breaker) newEpoch(s State, now int64) *epoch {
 		}
 	case StateOpen:
 		b.trips++
-		e.until = now + int64(b.openWait())
+		e.until = later(now, b.openWait())
 		if b.o.openProbes > 0 {
 			e.open = &trickle{}
 		}
 	case StateHalfOpen:
 		e.probe = &probes{}
 		if b.o.halfOpenMaxWait > 0 {
-			e.until = now + int64(b.o.halfOpenMaxWait)
+			e.until = later(now, b.o.halfOpenMaxWait)
 		}
 	default:
 		b.trips = 0
 	}
 	return e
+}
+
+// later is d after now, at most math.MaxInt64: a wait of
+// time.Duration(math.MaxInt64), "for ever", must not wrap to the past
+// (which turned open and half-open into each other without end).
+func later(now int64, d time.Duration) int64 {
+	if d > 0 && now > math.MaxInt64-int64(d) {
+		return math.MaxInt64
+	}
+	return now + int64(d)
 }
 
 // openWait is the wait in open for the current trip count. b.mu is held.

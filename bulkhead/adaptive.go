@@ -84,6 +84,7 @@ type Adaptive struct {
 	lastProbe  time.Time
 
 	probing    bool
+	probeOn    atomic.Bool // probing, for lapse's check without mu
 	drained    bool
 	probeLimit int
 	probeStart time.Time
@@ -244,6 +245,7 @@ func (a *Adaptive) apply(n int) {
 // Needs mu.
 func (a *Adaptive) startProbe(now time.Time) {
 	a.probing, a.drained = true, false
+	a.probeOn.Store(true)
 	a.probeStart = now
 	a.saved = a.est
 	a.probeLimit = max(a.floor, int(a.est)/4, 1)
@@ -253,6 +255,28 @@ func (a *Adaptive) startProbe(now time.Time) {
 		a.drained, a.drainedAt = true, now
 	}
 	a.apply(a.probeLimit)
+}
+
+// lapse ends, at now, a probe that outlived its interval with no timed
+// call to end it: the guard calls it when it refuses a call. Holders that
+// finish untimed (streams: Release) can fill the probe's quarter limit,
+// and then no timed call is admitted to end the probe, which would keep
+// the limit cut for as long as they stay. It takes no lock unless a probe
+// runs.
+func (a *Adaptive) lapse(now time.Time) {
+	if !a.probeOn.Load() {
+		return
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if now.Before(a.last) {
+		now = a.last
+	} else {
+		a.last = now
+	}
+	if a.probing && now.Sub(a.probeStart) >= a.probeInterval {
+		a.endProbe(now) // abandoned
+	}
 }
 
 // probeSample records one finished call during a probe. Needs mu.
@@ -281,6 +305,7 @@ func (a *Adaptive) probeSample(now time.Time, latency time.Duration, err error, 
 
 func (a *Adaptive) endProbe(now time.Time) {
 	a.probing = false
+	a.probeOn.Store(false)
 	a.probedOnce = true
 	a.lastProbe = now
 	a.probes.Add(1)

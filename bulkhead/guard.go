@@ -59,8 +59,11 @@ func (g *slotGuard) Admit(c admission.Call) admission.Decision {
 	return g.Refusal(c)
 }
 
-func (g *slotGuard) AdmitFast(time.Time, string) (admission.Permit, bool) {
+func (g *slotGuard) AdmitFast(now time.Time, _ string) (admission.Permit, bool) {
 	p, ok := g.c.tryAcquire()
+	if !ok && g.c.ad != nil {
+		g.c.ad.lapse(now)
+	}
 	return toAdmission(p), ok
 }
 

@@ -156,10 +156,20 @@ func compileRule(r Rule, old *ruleSet) (*Compiled, error) {
 
 // sameGuard reports whether a and b are the same guard: equal values of
 // one comparable type (a guard that is not comparable is never the same,
-// rather than a panic).
-func sameGuard(a, b admission.Guard) bool {
+// rather than a panic). A type may be comparable and a value of it not
+// (a struct whose interface field holds a func, map or slice: == panics
+// then), so the comparison recovers.
+func sameGuard(a, b admission.Guard) (same bool) {
 	ta := reflect.TypeOf(a)
-	return ta == reflect.TypeOf(b) && ta != nil && ta.Comparable() && a == b
+	if ta != reflect.TypeOf(b) || ta == nil || !ta.Comparable() {
+		return false
+	}
+	defer func() {
+		if recover() != nil {
+			same = false
+		}
+	}()
+	return a == b
 }
 
 // ruleSet selects the rule of a method.

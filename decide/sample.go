@@ -40,11 +40,15 @@ func (s *sampler) allow(now int64) bool {
 	}
 	for {
 		tat := s.tat.Load()
-		if tat != 0 && now < tat-s.slack {
+		// More than a burst ahead: the wall clock stepped back (events
+		// only ever move it a burst ahead), which must not stop the
+		// samples for the whole step. Start anew.
+		stepped := tat != 0 && tat-now > s.slack+s.every
+		if tat != 0 && !stepped && now < tat-s.slack {
 			return false
 		}
 		base := tat
-		if tat == 0 || now > tat {
+		if tat == 0 || stepped || now > tat {
 			base = now
 		}
 		next := base + s.every

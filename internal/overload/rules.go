@@ -260,10 +260,12 @@ type Run struct {
 // long the run has lasted against SustainedAfter, in milliseconds (0 for
 // the first of a run), and whether refusals are sustained.
 func (r *Run) Note(t int64) Reading {
-	if last := r.last.Load(); last == 0 || t-last > int64(SustainedGap) {
-		// A new run: its start is stored before its first refusal, so
-		// that a refusal that finds this one finds the new start, never
-		// the start of a run that ended.
+	if last := r.last.Load(); last == 0 || t-last > int64(SustainedGap) || t < r.first.Load() {
+		// A new run (or the wall clock stepped back before the run's
+		// start, which must not leave it unsustained for the whole
+		// step): its start is stored before its first refusal, so that a
+		// refusal that finds this one finds the new start, never the
+		// start of a run that ended.
 		r.first.Store(t)
 		r.last.Store(t)
 		return Reading{Kind: Sustained, Threshold: float64(SustainedAfter) / ms}
