@@ -154,11 +154,7 @@ func (a *Adaptive) Stats() Stats { return a.c.stats() }
 func (a *Adaptive) observe(now time.Time, latency time.Duration, err error, inflight int) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	if now.Before(a.last) {
-		now = a.last
-	} else {
-		a.last = now
-	}
+	now = a.advance(now)
 	if a.probing {
 		a.probeSample(now, latency, err, inflight)
 		return
@@ -257,6 +253,16 @@ func (a *Adaptive) startProbe(now time.Time) {
 	a.apply(a.probeLimit)
 }
 
+// advance moves the Adaptive's clock to now and returns it, or returns
+// the latest time already seen if now is earlier. Needs mu.
+func (a *Adaptive) advance(now time.Time) time.Time {
+	if now.Before(a.last) {
+		return a.last
+	}
+	a.last = now
+	return now
+}
+
 // lapse ends, at now, a probe that outlived its interval with no timed
 // call to end it: the guard calls it when it refuses a call. Holders that
 // finish untimed (streams: Release) can fill the probe's quarter limit,
@@ -269,11 +275,7 @@ func (a *Adaptive) lapse(now time.Time) {
 	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	if now.Before(a.last) {
-		now = a.last
-	} else {
-		a.last = now
-	}
+	now = a.advance(now)
 	if a.probing && now.Sub(a.probeStart) >= a.probeInterval {
 		a.endProbe(now) // abandoned
 	}
