@@ -346,27 +346,19 @@ func (ch *Chain) rollback(i int, c *Call, ps *Permits) {
 func (ch *Chain) unhold(c *Call, ps *Permits) {
 	mask := ps.mask
 	ps.mask = 0
-	ch.finishBelow(len(ch.guards), mask, c, ps, Outcome{Skipped: true})
+	ch.finishMask(mask, c, ps, Outcome{Skipped: true})
 }
 
-func (ch *Chain) finish(c *Call, ps *Permits, o Outcome) {
-	ch.finishBelow(len(ch.guards), ps.mask, c, ps, o)
-}
+func (ch *Chain) finish(c *Call, ps *Permits, o Outcome) { ch.finishMask(ps.mask, c, ps, o) }
 
-// finishBelow finishes the guards before n of mask (those that admitted
-// the call), last first. When one's Finish panics, those before it are
-// finished all the same, and the panic goes on.
-func (ch *Chain) finishBelow(n int, mask uint32, c *Call, ps *Permits, o Outcome) {
+// finishMask finishes the guards of mask (those that admitted the call),
+// last first. It has no deferred safety net, which would cost every call
+// (Finish must not panic: see Guard).
+func (ch *Chain) finishMask(mask uint32, c *Call, ps *Permits, o Outcome) {
 	if !o.Skipped {
 		mask &^= ch.quiet
 	}
-	i := n - 1
-	defer func() {
-		if i >= 0 { // guard i's Finish panicked
-			ch.finishBelow(i, mask, c, ps, o)
-		}
-	}()
-	for ; i >= 0; i-- {
+	for i := len(ch.guards) - 1; i >= 0; i-- {
 		if mask&(1<<i) == 0 {
 			continue
 		}

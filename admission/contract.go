@@ -163,7 +163,10 @@ type Outcome struct {
 // Admit decides on one call. Every admitted call is finished exactly once
 // with Finish, with the Permit its Admit (or Start) gave. Both must be
 // safe for concurrent use, and should neither block nor allocate on the
-// admitted path.
+// admitted path. A Chain survives a guard whose Admit, Recheck or Start
+// panics (it gives back what the guards before it granted, and the panic
+// goes on), not one whose Finish does: Finish must not panic, or the
+// guards finished after it in the chain keep what they granted.
 type Guard interface {
 	// Name identifies the guard in refusal messages, logs and metrics.
 	Name() string
