@@ -73,7 +73,11 @@ type epoch struct {
 type trickle struct {
 	asked atomic.Uint64
 	_     [56]byte
-	sums  atomic.Uint64 // packed calls, failures, slow calls of finished probes
+	// The finished probes' calls, failures and slow calls, each its own
+	// counter: failures pile up for as long as the breaker stays open,
+	// beyond what a packed triple's fields hold, and nothing here needs
+	// the three read as one.
+	calls, fails, slow atomic.Uint64
 }
 
 type timeWindow struct {
@@ -237,7 +241,9 @@ func (b *Breaker) record(e *epoch, start int64, err error, d time.Duration) {
 		}
 	case e.open != nil:
 		// A probe of the trickle: one success ends the wait in open.
-		e.open.sums.Add(contrib[c])
+		e.open.calls.Add(1)
+		e.open.fails.Add(uint64(c >> 1 & 1))
+		e.open.slow.Add(uint64(c >> 2 & 1))
 		if c == codeCall {
 			b.transition(e, StateHalfOpen, b.end(start, d))
 		}
@@ -439,8 +445,7 @@ func (e *epoch) recorded() totals {
 		c, f, s := unpack(e.probe.sums.Load())
 		return totals{uint64(c), uint64(f), uint64(s)}
 	case e.open != nil:
-		c, f, s := unpack(e.open.sums.Load())
-		return totals{uint64(c), uint64(f), uint64(s)}
+		return totals{e.open.calls.Load(), e.open.fails.Load(), e.open.slow.Load()}
 	}
 	return totals{}
 }

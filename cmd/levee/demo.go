@@ -159,11 +159,12 @@ func (c *cli) demo(ctx context.Context, args []string) error {
 	}
 	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	context.AfterFunc(ctx, stop) // after the first signal, a second ends the process
 	res, err := cfg.scenario.Run(ctx, c.env(), cfg.settings)
+	if ctx.Err() != nil { // a run cut short may return no error: its report is not the scenario's
+		return errors.New("interrupted")
+	}
 	if err != nil {
-		if ctx.Err() != nil {
-			return errors.New("interrupted")
-		}
 		return err
 	}
 	return scenario.Write(c.stdout, res, cfg.out, cfg.jsonOut)

@@ -173,6 +173,7 @@ func (c *cli) load(ctx context.Context, args []string) error {
 
 	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	context.AfterFunc(ctx, stop) // after the first signal, a second ends the process
 	t, err := target.Dial(ctx, *addr, lf.conns, c.readyTimeout)
 	if err != nil {
 		return err
@@ -212,7 +213,7 @@ func (c *cli) load(ctx context.Context, args []string) error {
 		}
 		fmt.Fprintf(c.stderr, "wrote %s\n", *htmlOut)
 	}
-	if runErr != nil && ctx.Err() != nil {
+	if ctx.Err() != nil { // even once the schedule had ended: its last calls were cut short
 		return fmt.Errorf("interrupted; the report covers the part that ran")
 	}
 	return runErr
