@@ -38,6 +38,11 @@
 // and [Monitor.Saturated] with one atomic load each. It becomes saturated
 // when the smoothed utilisation reaches the threshold (0.8) and stays so
 // until it has been below it for the cooldown (5 s), so limits scaled on
-// it do not flap. [NewManual] gives a monitor driven by
-// [Monitor.Update] alone, for tests and for callers with their own signal.
+// it do not flap. A sample that fails changes nothing but the monitor's
+// Stats (Errors, Err); once failures in a row span the cooldown (and
+// three intervals), the monitor forgets its reading and reads 0, not
+// saturated, as before its first sample: a reading its source can no
+// longer renew (its cgroup removed, say) is no evidence. [NewManual]
+// gives a monitor driven by [Monitor.Update] alone, for tests and for
+// callers with their own signal.
 package cpu

@@ -44,6 +44,11 @@
 // stays so until it has been below it for the cooldown (5 s). Options
 // are those of package cpu's Monitor (interval, smoothing, threshold,
 // cooldown); smoothing is off by default, as memory in use is a level
-// and the OOM killer does not average. [NewManual] gives a monitor driven
-// by [Monitor.Observe] and [Monitor.Update] alone.
+// and the OOM killer does not average. A sample that fails changes
+// nothing but the monitor's Stats (Errors, Err); once failures in a row
+// span the cooldown (and three intervals), the monitor forgets every
+// reading (utilisation, projection, hard limit, GC fraction) as package
+// cpu's does: a reading its source can no longer renew is no evidence.
+// [NewManual] gives a monitor driven by [Monitor.Observe] and
+// [Monitor.Update] alone.
 package memory
