@@ -3,12 +3,12 @@ package runlimit
 import (
 	"context"
 	"hash/maphash"
-	"math"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/levee-go/levee/admission"
+	"github.com/levee-go/levee/runlimit/internal/fair"
 	"github.com/levee-go/levee/runlimit/internal/places"
 )
 
@@ -30,7 +30,7 @@ const (
 const OverflowTenant = "*"
 
 // weightOne is a weight of 1 in fixed point.
-const weightOne = 1024
+const weightOne = fair.One
 
 // Lane is the queue of one tenant's calls of one flow in one criticality
 // class. Turns go first to the highest class with calls waiting; within a
@@ -76,11 +76,7 @@ func (ln *Lane) reserve() int64 { return ln.reserveCost(int64(ln.f.cost())) }
 
 // reserveCost is reserve, adding cost ns.
 func (ln *Lane) reserveCost(cost int64) int64 {
-	l := ln.f.l
-	l.work[ln.class.Index()].Add(cost)
-	if ln.count.Add(1) == 2 {
-		l.backlogged[ln.class.Index()].Add(ln.weight)
-	}
+	ln.f.l.sh.Reserve(ln.class.Index(), &ln.count, ln.weight, cost)
 	return cost
 }
 
@@ -89,11 +85,7 @@ func (ln *Lane) unreserve(cost int64) { ln.unreserveN(1, cost) }
 
 // unreserveN ends n reservations that added cost in all.
 func (ln *Lane) unreserveN(n, cost int64) {
-	l := ln.f.l
-	l.work[ln.class.Index()].Add(-cost)
-	if q := ln.count.Add(-n); q <= 1 && q+n >= 2 {
-		l.backlogged[ln.class.Index()].Add(-ln.weight)
-	}
+	ln.f.l.sh.Unreserve(ln.class.Index(), &ln.count, ln.weight, n, cost)
 }
 
 // Admissible reports whether a new call of the lane may be admitted to
@@ -127,34 +119,8 @@ func (ln *Lane) admissible(extra float64, q int64) bool {
 		return true
 	}
 	f := ln.f
-	l := f.l
-	ci := ln.class.Index()
-	roomy := l.roomy[ci].Load() && l.on(ruleRoomy)
-	horizon := f.QueueTarget() / 2
-	if roomy {
-		horizon *= 2
-	}
-	budget := float64(l.limit.Load()) * float64(horizon)
-	if ci < admission.Classes-1 {
-		var above int64
-		for k := ci + 1; k < admission.Classes; k++ {
-			above += l.work[k].Load()
-		}
-		budget = budget*math.Float64frombits(l.avail[ci].Load()) - float64(above)
-		if budget <= 0 {
-			return false
-		}
-	}
-	budget += extra
-	share := 1.0
-	if bw := l.backlogged[ci].Load(); bw > 0 && !roomy && !l.notFull.Load() {
-		if q < 2 {
-			bw += ln.weight // not counted yet: would be, with one more
-		}
-		share = float64(ln.weight) / float64(max(bw, ln.weight))
-	}
-	// Two calls at least, so that the lane stays backlogged.
-	return float64(q) < max(2, math.Ceil((budget/f.cost()+2)*share))
+	return f.l.sh.Fits(fair.Lane{Class: ln.class.Index(), Queued: q, Weight: ln.weight, Limit: f.l.limit.Load(),
+		Horizon: float64(f.QueueTarget() / 2), Cost: f.cost()}, extra)
 }
 
 // A place the guard reserves at admission that its handler has not asked
@@ -196,7 +162,7 @@ func (ln *Lane) tapOut(gen, us, now uint64) bool {
 // patience is how long a call waits before ErrTimeout: twice its flow's
 // queue target, roomyPatience times it while its class leaves room.
 func (ln *Lane) patience() time.Duration {
-	if ln.f.l.roomy[ln.class.Index()].Load() && ln.f.l.on(ruleRoomy) {
+	if ln.f.l.sh.Roomy(ln.class.Index()) {
 		return roomyPatience * ln.f.QueueTarget()
 	}
 	return 2 * ln.f.QueueTarget()

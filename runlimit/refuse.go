@@ -292,7 +292,7 @@ func (ln *Lane) fits(now time.Time, ready bool) (why overload.Reading, ok bool) 
 		return why, true // judge admits a call that fits: no facts to read
 	}
 	v := l.look(ln, at)
-	s := l.slack.Load()
+	s := l.sh.Slack()
 	c := call{slackFits: s != 0 && ln.admissible(float64(s), q)}
 	switch verdict, e := judge(atAdmission, c, &v); verdict {
 	case refuseFull:
@@ -327,7 +327,7 @@ func (ln *Lane) expired(w *waiter) (t Ticket, why overload.Reading, err error) {
 // grace is the slack, under overload: a wait's time beyond its patience.
 func (ln *Lane) grace(now int64) time.Duration {
 	l := ln.f.l
-	s := l.slack.Load()
+	s := l.sh.Slack()
 	if s <= 0 || !l.on(ruleSlack) {
 		return 0
 	}

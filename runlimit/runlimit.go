@@ -19,6 +19,7 @@ import (
 	"github.com/levee-go/levee/internal/ewma"
 	"github.com/levee-go/levee/internal/netpoll"
 	"github.com/levee-go/levee/internal/overload"
+	"github.com/levee-go/levee/runlimit/internal/fair"
 	"github.com/levee-go/levee/runlimit/internal/learn"
 )
 
@@ -198,28 +199,14 @@ type Limiter struct {
 	vclock float64                    // start tag of the last turn handed out
 	active [admission.Classes][]*Lane // lanes with waiting calls, by class
 
-	// Sharing among classes and lanes (see Lane.Admissible), by class:
-	work       [admission.Classes]paddedInt     // cost of the calls reserved or waiting, ns
-	backlogged [admission.Classes]paddedInt     // weights of the lanes with two calls or more
-	served     [admission.Classes]paddedInt     // turns that ended in the interval
-	avail      [admission.Classes]atomic.Uint64 // float64: share of the turns higher classes left over the last interval
-	roomy      [admission.Classes]atomic.Bool   // lower classes got some of the turns of the last few intervals: the class has bursts, no standing queue
-	notFull    atomic.Bool                      // the turns were busy less than fullBusy of the last interval
-	slack      atomic.Int64                     // work, ns, lanes may queue beyond their bound under overload: grown by the server's idle time (noteRoom)
-	leastWork  atomic.Int64                     // least work, ns, waiting at a turn handed on in the interval; math.MaxInt64 if none was (noteHanded)
-	mostWork   atomic.Int64                     // most work, ns, waiting at a turn handed on in the interval (noteHanded)
-	openedAt   atomic.Int64                     // opened, for readers outside upd
+	sh       fair.Shares  // how classes and lanes share the turns (Lane.Admissible, the slack)
+	openedAt atomic.Int64 // opened, for readers outside upd
 
 	tenantCount atomic.Int64
 
-	// Under upd: noteRoom and noteSlack's memory.
+	// Under upd.
 	lastSweep    int64
-	seenOverruns uint64                     // Stats.Overruns at the last interval closed
-	wasOverload  bool                       // evidence of overload when the last interval closed
-	seeded       bool                       // the slack holds a queue seen below capacity, not yet confirmed under overload
-	servedAvg    [admission.Classes]float64 // each class's turns per interval, smoothed (roomDecay)
-	lastServed   [admission.Classes]float64 // each class's turns in the last interval
-	starved      [admission.Classes]int     // intervals in a row the classes below waited unserved
+	seenOverruns uint64 // Stats.Overruns at the last interval closed
 
 	// flows is replaced (never changed) under flowsMu; noVictim is the
 	// interval (openedAt) in which no flow could be forgotten (addFlow).
@@ -270,7 +257,6 @@ type Limiter struct {
 	lagN, lagSum   paddedInt
 	plagN, plagSum atomic.Int64
 
-	recent  atomic.Uint32  // bit i: class i had turns end in the last interval
 	net     netpoll.Waiter // a turn's wait for the network poller (release)
 	waiters sync.Pool      // waiters handed their turn, for reuse (recycle)
 	moves   moves
@@ -317,15 +303,11 @@ func New(opts ...Option) (*Limiter, error) {
 	l.noVictim.Store(-1)
 	l.opened = l.nanos(l.o.now())
 	l.noneSince.Store(l.opened + 1)
-	l.leastWork.Store(math.MaxInt64)
 	l.next.Store(l.opened + int64(o.interval))
 	l.lr = learn.Start(float64(l.limit.Load()), l.opened)
 	l.lastSweep = l.opened
 	l.openedAt.Store(l.opened)
-	for i := range l.avail {
-		l.avail[i].Store(math.Float64bits(1))
-	}
-	l.notFull.Store(true)
+	l.sh.Init(!o.on(ruleRoomy))
 	l.intervalWork.Store(minOverruns)
 	return l, nil
 }
@@ -441,7 +423,7 @@ func (l *Limiter) Stats() Stats {
 		Updates: l.updates.Load(), Probes: l.probes.Load(), Rebases: l.rebases.Load(),
 		Overruns: l.overruns.Load(), Unrefused: l.unrefused.Load(), Slacked: l.slacked.Load(),
 		NoneRunning: time.Duration(l.noneRun(l.nanos(l.o.now()))),
-		Slack:       time.Duration(l.slack.Load()),
+		Slack:       time.Duration(l.sh.Slack()),
 		RefusedOn: EvidenceStats{CPU: l.refusedOn[overload.CPUBusy].Load(), Overrun: l.refusedOn[overload.Overrun].Load(),
 			Standing: l.refusedOn[overload.Standing].Load(), Lane: l.refusedOn[overload.Lane].Load(),
 			Spike: l.refusedOn[overload.Spike].Load()},
@@ -1029,22 +1011,7 @@ func (l *Limiter) noteEnd(s uint64, end int64) {
 	}
 }
 
-// noteHanded notes the work still waiting after a handover (noteSlack).
-func (l *Limiter) noteHanded() {
-	var q int64
-	for i := range l.work {
-		q += l.work[i].Load()
-	}
-	storeMin(&l.leastWork, q)
-	storeMax(&l.mostWork, q)
-}
-
-// storeMin and storeMax lower or raise a to v.
-func storeMin(a *atomic.Int64, v int64) {
-	for m := a.Load(); v < m && !a.CompareAndSwap(m, v); m = a.Load() {
-	}
-}
-
+// storeMax raises a to v.
 func storeMax(a *atomic.Int64, v int64) {
 	for m := a.Load(); v > m && !a.CompareAndSwap(m, v); m = a.Load() {
 	}
@@ -1084,13 +1051,7 @@ func (l *Limiter) passesOver() bool {
 	for len(l.active[ci]) == 0 {
 		ci--
 	}
-	recent := l.recent.Load()
-	for c := ci + 1; c < admission.Classes; c++ {
-		if recent&(1<<c) != 0 || l.served[c].Load() > 0 {
-			return true
-		}
-	}
-	return false
+	return l.sh.PassesOver(ci)
 }
 
 // dequeue removes the next waiting call (of the highest class waiting,
@@ -1123,7 +1084,7 @@ func (l *Limiter) dequeue() *waiter {
 // hand ends the reservation of w, handed its turn, and wakes it.
 func (l *Limiter) hand(w *waiter) {
 	w.ln.unreserve(w.cost)
-	l.noteHanded()
+	l.sh.Handed()
 	w.ready <- struct{}{}
 }
 
@@ -1254,7 +1215,7 @@ func (t Ticket) doneAt(end int64, overload bool) {
 	if t.ln != nil {
 		ci = t.ln.class.Index()
 	}
-	l.served[ci].Add(1)
+	l.sh.Served(ci)
 	switch {
 	case f.isUnserved, overload: // teaches nothing
 	case t.start < l.excessAt.Load() && f.baseNs.Load() > 0:

@@ -13,6 +13,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/levee-go/levee/admission"
+	"github.com/levee-go/levee/runlimit/internal/fair"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -64,8 +65,8 @@ func TestLongestQueueTargetWaits(t *testing.T) {
 	f := l.Flow("m")
 	ln := f.Lane("", admission.Critical)
 	for _, roomy := range []bool{false, true} {
-		l.roomy[ln.class.Index()].Store(roomy)
-		l.slack.Store(int64(MaxDuration))
+		l.sh.SetRoomy(ln.class.Index(), roomy)
+		l.sh.SetSlack(int64(MaxDuration))
 		if p, w := ln.patience(), ln.waitLimit(l.nanos(l.o.now())); p < 2*MaxDuration || w < p {
 			t.Errorf("roomy %v: patience %v, wait limit %v; want at least twice %v", roomy, p, w, MaxDuration)
 		}
@@ -181,7 +182,7 @@ func TestAdmissibleBoundsTheQueue(t *testing.T) {
 			want            bool
 		}{{0, 0, true}, {5, 0, true}, {6, 0, false}, {3, 2, true}, {3, 3, false}, {9, 0, false}}},
 	} {
-		l.roomy[ci].Store(tt.roomy)
+		l.sh.SetRoomy(ci, tt.roomy)
 		for _, q := range tt.cases {
 			crit(f).count.Store(q.queued + q.pending)
 			if got := f.Admissible(); got != q.want {
@@ -213,20 +214,20 @@ func TestNoteRoom(t *testing.T) {
 	} {
 		l := mustNew(t, WithBounds(2, 2))
 		for range 30 { // the smoothed counts settle
-			l.served[shed].Store(tt.servedShed)
-			l.served[crit].Store(tt.other)
+			l.sh.SetServed(shed, tt.servedShed)
+			l.sh.SetServed(crit, tt.other)
 			l.shareClasses()
 		}
 		span := int64(time.Second)
 		l.opened = 0
 		l.noteRoom(tt.busy*float64(span)*float64(l.limit.Load()), span)
-		if got := l.roomy[shed].Load(); got != tt.wantShed {
+		if got := l.sh.Roomy(shed); got != tt.wantShed {
 			t.Errorf("%s: sheddable roomy = %v, want %v", tt.name, got, tt.wantShed)
 		}
-		if got := l.roomy[crit].Load(); got != tt.wantCr {
+		if got := l.sh.Roomy(crit); got != tt.wantCr {
 			t.Errorf("%s: critical roomy = %v, want %v", tt.name, got, tt.wantCr)
 		}
-		if got := !l.notFull.Load(); got != tt.wantFull {
+		if got := l.sh.Full(); got != tt.wantFull {
 			t.Errorf("%s: full = %v, want %v", tt.name, got, tt.wantFull)
 		}
 	}
@@ -246,39 +247,39 @@ func TestNoteRoomFullAtAFractionalLimit(t *testing.T) {
 		l.limit.Store(tt.limit)
 		l.opened = 0
 		l.noteRoom(float64(span)*float64(tt.limit), span) // every turn busy
-		if l.notFull.Load() {
+		if !l.sh.Full() {
 			t.Errorf("est %v, limit %d, every turn busy: notFull, want full", tt.est, tt.limit)
 		}
 	}
 }
 
 // TestNoteRoomStarved: a lower class that had its share of the turns
-// over the last few intervals but got none in the last starvedAfter ones
+// over the last few intervals but got none in the last fair.StarvedAfter ones
 // while calls of it waited is starved: the class above leaves no room any
 // more.
 func TestNoteRoomStarved(t *testing.T) {
 	l := mustNew(t, WithBounds(2, 2))
 	shed, crit := admission.Sheddable.Index(), admission.Critical.Index()
 	for range 30 {
-		l.served[shed].Store(40)
-		l.served[crit].Store(60)
+		l.sh.SetServed(shed, 40)
+		l.sh.SetServed(crit, 60)
 		l.shareClasses()
 	}
-	l.served[crit].Store(100)
+	l.sh.SetServed(crit, 100)
 	l.shareClasses()
 	l.opened = 0
 	l.noteRoom(0.5*float64(time.Second), int64(time.Second))
-	if !l.roomy[crit].Load() {
+	if !l.sh.Roomy(crit) {
 		t.Fatalf("sheddable served in the smoothed counts, none waiting: critical not roomy, want roomy")
 	}
-	l.work[shed].Add(int64(5 * time.Millisecond)) // a sheddable call waits
-	for i := 1; i <= starvedAfter; i++ {
+	l.sh.AddWork(shed, int64(5*time.Millisecond)) // a sheddable call waits
+	for i := 1; i <= fair.StarvedAfter; i++ {
 		l.noteRoom(0.5*float64(time.Second), int64(time.Second))
-		if got, want := l.roomy[crit].Load(), i < starvedAfter; got != want {
+		if got, want := l.sh.Roomy(crit), i < fair.StarvedAfter; got != want {
 			t.Errorf("sheddable waiting and served nothing for %d intervals: critical roomy %v, want %v", i, got, want)
 		}
 	}
-	l.work[shed].Add(-int64(5 * time.Millisecond))
+	l.sh.AddWork(shed, -int64(5*time.Millisecond))
 }
 
 // TestAdmissibleShareOnlyWhenFull: lanes of a class are held to their
@@ -291,20 +292,20 @@ func TestAdmissibleShareOnlyWhenFull(t *testing.T) {
 	ci := admission.Critical.Index()
 	a, b := f.Lane("a", admission.Critical), f.Lane("b", admission.Critical)
 	b.count.Store(5)
-	l.backlogged[ci].Store(2 * weightOne) // a and b both backlogged
+	l.sh.SetBacklogged(ci, 2*weightOne) // a and b both backlogged
 	a.count.Store(6)
-	l.roomy[ci].Store(false)
-	l.notFull.Store(false)
+	l.sh.SetRoomy(ci, false)
+	l.sh.SetFull(true)
 	if a.Admissible() {
 		t.Errorf("full server, two lanes backlogged, 6 waiting: Admissible, want held to half of 10")
 	}
-	l.notFull.Store(true)
+	l.sh.SetFull(false)
 	if !a.Admissible() {
 		t.Errorf("server not full, 6 waiting: not Admissible, want the whole 10")
 	}
 	a.count.Store(0)
 	b.count.Store(0)
-	l.backlogged[ci].Store(0)
+	l.sh.SetBacklogged(ci, 0)
 }
 
 // crit is the lane of f's calls of no tenant and class Critical.
@@ -535,8 +536,8 @@ func TestStressTurnsBalance(t *testing.T) {
 			}
 		}
 	}
-	for i := range l.work {
-		if w, b := l.work[i].Load(), l.backlogged[i].Load(); w != 0 || b != 0 {
+	for i := range admission.Classes {
+		if w, b := l.sh.Work(i), l.sh.Backlogged(i); w != 0 || b != 0 {
 			t.Errorf("class %d: work %d, backlogged weight %d after every call; want 0, 0", i, w, b)
 		}
 	}
@@ -705,7 +706,7 @@ func TestGuardPlacesLapse(t *testing.T) {
 	}
 	g.Finish(c, ps[2], admission.Outcome{Skipped: true})
 	g.Finish(c, d2.Permit, admission.Outcome{Skipped: true})
-	if n, w, work := ln.count.Load(), ln.Waiting(), l.work[ln.class.Index()].Load(); n != 0 || w != 0 || work != 0 {
+	if n, w, work := ln.count.Load(), ln.Waiting(), l.sh.Work(ln.class.Index()); n != 0 || w != 0 || work != 0 {
 		t.Errorf("after every call: %d places, %d waiting, work %d; want 0, 0, 0", n, w, work)
 	}
 }

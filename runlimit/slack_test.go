@@ -102,7 +102,7 @@ func TestSlackOfIdleTimeUnderOverload(t *testing.T) {
 		end := l.nanos(clk.Now())
 		l.noteRoom(float64(busy), end)
 		l.opened = end
-		return time.Duration(l.slack.Load())
+		return time.Duration(l.sh.Slack())
 	}
 	ms := time.Millisecond
 	cpu := &fakeCPU{saturated: true} // evidence of overload
@@ -165,7 +165,7 @@ func queueLimiter(t *testing.T, cpu cpu.Signal) (*Limiter, *Flow, *clocktest.Man
 		end := l.nanos(clk.Now())
 		l.noteRoom(float64(interval), end)
 		l.opened = end
-		return time.Duration(l.slack.Load())
+		return time.Duration(l.sh.Slack())
 	}
 	l.opened = l.nanos(clk.Now())
 	return l, f, clk, closeInterval
@@ -200,7 +200,7 @@ func TestSlackShrinksByTheQueueThatStood(t *testing.T) {
 	for l.Waiting() < 4 {
 		time.Sleep(time.Millisecond)
 	}
-	l.slack.Store(int64(60 * ms))
+	l.sh.SetSlack(int64(60 * ms))
 	if s := closeInterval(); s != 60*ms {
 		t.Fatalf("calls waited throughout, no turn passed on: slack %v, want 60ms kept", s)
 	}
