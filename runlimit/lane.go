@@ -47,8 +47,7 @@ type Lane struct {
 	count  atomic.Int64 // calls reserved (reserve) and not yet given a turn or refused
 	tapped places.Slots // reservations the guard made not yet asked for a turn, by generation (tapIn)
 
-	head, tail *waiter // under Limiter.mu
-	finish     float64 // finish tag of the lane's last queued call; under Limiter.mu
+	line fair.Line[*waiter] // its waiting calls; under Limiter.mu
 }
 
 // Tenant returns the lane's tenant ("" for calls of no tenant).
@@ -119,7 +118,7 @@ func (ln *Lane) admissible(extra float64, q int64) bool {
 		return true
 	}
 	f := ln.f
-	return f.l.sh.Fits(fair.Lane{Class: ln.class.Index(), Queued: q, Weight: ln.weight, Limit: f.l.limit.Load(),
+	return f.l.sh.Fits(fair.Bound{Class: ln.class.Index(), Queued: q, Weight: ln.weight, Limit: f.l.limit.Load(),
 		Horizon: float64(f.QueueTarget() / 2), Cost: f.cost()}, extra)
 }
 
@@ -201,7 +200,8 @@ type classLanes [admission.Classes]Lane
 
 func (cl *classLanes) init(f *Flow, tenant string, weight int64) {
 	for i := range cl {
-		cl[i] = Lane{f: f, tenant: tenant, class: admission.Criticality(i) + admission.Sheddable, weight: weight}
+		class := admission.Criticality(i) + admission.Sheddable
+		cl[i] = Lane{f: f, tenant: tenant, class: class, weight: weight, line: fair.NewLine[*waiter](class.Index())}
 	}
 }
 

@@ -195,9 +195,8 @@ type Limiter struct {
 	// of the limit (Ticket.doneAt).
 	excessAt atomic.Int64
 
-	mu     sync.Mutex                 // the lanes' queues, the active lists and the virtual clock
-	vclock float64                    // start tag of the last turn handed out
-	active [admission.Classes][]*Lane // lanes with waiting calls, by class
+	mu sync.Mutex          // the lanes' queues (q)
+	q  fair.Queue[*waiter] // the waiting calls, in the order they get turns
 
 	sh       fair.Shares  // how classes and lanes share the turns (Lane.Admissible, the slack)
 	openedAt atomic.Int64 // opened, for readers outside upd
@@ -763,11 +762,9 @@ func (f *Flow) tryAcquire(now time.Time) (Ticket, bool) {
 
 // waiter is a call waiting for its turn.
 type waiter struct {
-	next   *waiter
+	it     fair.Item[*waiter] // in its lane's line (Lane.line); it.V is the waiter
 	ln     *Lane
-	cost   int64   // what its reservation added to its class's work
-	tag    float64 // start tag (fair queueing)
-	inc    float64 // what it added to its lane's finish tag
+	cost   int64 // what its reservation added to its class's work
 	ready  chan struct{}
 	timer  clock.Timer // bounds the wait; made on the waiter's first wait
 	done   bool        // handed a turn, under Limiter.mu
@@ -821,16 +818,17 @@ func (ln *Lane) wait(ctx context.Context, w *waiter) (t Ticket, why overload.Rea
 func (l *Limiter) waiter(ln *Lane, cost int64) *waiter {
 	w, _ := l.waiters.Get().(*waiter)
 	if w == nil {
-		return &waiter{ln: ln, cost: cost, ready: make(chan struct{}, 1)}
+		w = &waiter{ready: make(chan struct{}, 1)}
 	}
 	*w = waiter{ln: ln, cost: cost, ready: w.ready, timer: w.timer}
+	w.it.V = w
 	return w
 }
 
 // recycle keeps w, which got its turn, for a later wait. Never recycle
 // one that gave up: release may still send it a turn.
 func (l *Limiter) recycle(w *waiter) {
-	w.ln, w.next = nil, nil
+	w.ln = nil
 	l.waiters.Put(w)
 }
 
@@ -871,17 +869,7 @@ func (ln *Lane) enqueue(cost int64) (Ticket, *waiter) {
 		}
 	}
 	w := l.waiter(ln, cost)
-	w.tag = max(l.vclock, ln.finish)
-	w.inc = f.cost() * weightOne / float64(ln.weight)
-	ln.finish = w.tag + w.inc
-	if ln.tail == nil {
-		ln.head = w
-		ci := ln.class.Index()
-		l.active[ci] = append(l.active[ci], ln)
-	} else {
-		ln.tail.next = w
-	}
-	ln.tail = w
+	l.q.Push(&ln.line, &w.it, f.cost()*weightOne/float64(ln.weight))
 	l.mu.Unlock()
 	return Ticket{}, w
 }
@@ -919,35 +907,12 @@ func (ln *Lane) giveUp(w *waiter) {
 // it. Needs Limiter.mu, which it unlocks.
 func (ln *Lane) leave(w *waiter, delta uint64) uint64 {
 	l := ln.f.l
-	ln.unlink(w)
-	ln.finish -= w.inc // later calls of the lane must not wait for its tag
+	l.q.Remove(&w.it) // later calls of the lane no longer wait for its tag
 	s := l.state.Add(delta)
 	l.noteLeft(s)
 	l.mu.Unlock()
 	ln.unreserve(w.cost)
 	return s
-}
-
-// unlink removes w from ln's queue. Needs Limiter.mu.
-func (ln *Lane) unlink(w *waiter) {
-	var prev *waiter
-	for c := ln.head; c != nil; prev, c = c, c.next {
-		if c != w {
-			continue
-		}
-		if prev == nil {
-			ln.head = c.next
-		} else {
-			prev.next = c.next
-		}
-		if ln.tail == c {
-			ln.tail = prev
-		}
-		if ln.head == nil {
-			ln.f.l.deactivate(ln)
-		}
-		return
-	}
 }
 
 // pollWait is the least a turn waits for the network poller (release).
@@ -1047,35 +1012,14 @@ func (l *Limiter) noneRun(now int64) int64 {
 // passesOver reports whether the highest class waiting is below one whose
 // turns ended in this interval or the last. Needs mu and a call waiting.
 func (l *Limiter) passesOver() bool {
-	ci := admission.Classes - 1
-	for len(l.active[ci]) == 0 {
-		ci--
-	}
-	return l.sh.PassesOver(ci)
+	return l.sh.PassesOver(l.q.Highest())
 }
 
 // dequeue removes the next waiting call (of the highest class waiting,
 // the smallest start tag), handing it its turn. Needs mu and a call
 // waiting.
 func (l *Limiter) dequeue() *waiter {
-	ci := admission.Classes - 1
-	for len(l.active[ci]) == 0 {
-		ci--
-	}
-	active := l.active[ci]
-	best := active[0]
-	for _, ln := range active[1:] {
-		if ln.head.tag < best.head.tag {
-			best = ln
-		}
-	}
-	w := best.head
-	best.head = w.next
-	if best.head == nil {
-		best.tail = nil
-		l.deactivate(best)
-	}
-	l.vclock = max(l.vclock, w.tag)
+	w := l.q.Pop().V
 	w.done = true
 	w.handed = l.nanos(l.o.now())
 	return w
@@ -1086,21 +1030,6 @@ func (l *Limiter) hand(w *waiter) {
 	w.ln.unreserve(w.cost)
 	l.sh.Handed()
 	w.ready <- struct{}{}
-}
-
-// deactivate removes ln, empty, from its class's active list. Needs mu.
-func (l *Limiter) deactivate(ln *Lane) {
-	ci := ln.class.Index()
-	active := l.active[ci]
-	for i, a := range active {
-		if a == ln {
-			last := len(active) - 1
-			active[i] = active[last]
-			active[last] = nil
-			l.active[ci] = active[:last]
-			return
-		}
-	}
 }
 
 // dispatch hands turns the limit freed to waiting calls. Needs mu.

@@ -112,8 +112,8 @@ func (s *Shares) Full() bool { return !s.notFull.Load() }
 // overload: 0 unless the server sat idle between clumps of arrivals.
 func (s *Shares) Slack() int64 { return s.slack.Load() }
 
-// Lane is what Fits reads of one lane and its flow.
-type Lane struct {
+// Bound is what Fits reads of one lane and its flow.
+type Bound struct {
 	Class   int     // its class's index
 	Queued  int64   // the places its bound counts
 	Weight  int64   // its weight, fixed point (One = 1)
@@ -130,7 +130,7 @@ const One = 1024
 // that start within its horizon (twice it while its class leaves room),
 // after higher classes, plus two, of which a backlogged lane gets its
 // weight's share while the server is full.
-func (s *Shares) Fits(ln Lane, extra float64) bool {
+func (s *Shares) Fits(ln Bound, extra float64) bool {
 	if ln.Queued <= 0 {
 		return true
 	}

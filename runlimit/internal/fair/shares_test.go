@@ -48,8 +48,8 @@ func TestFits(t *testing.T) {
 	ms := float64(time.Millisecond)
 	crit, shed := admission.Critical.Index(), admission.Sheddable.Index()
 	// 2 turns x 5ms (half a 10ms target) / 5ms, plus 2: 4.
-	base := Lane{Class: crit, Weight: One, Limit: 2, Horizon: 5 * ms, Cost: 5 * ms}
-	most := func(s *Shares, ln Lane, extra float64) int64 {
+	base := Bound{Class: crit, Weight: One, Limit: 2, Horizon: 5 * ms, Cost: 5 * ms}
+	most := func(s *Shares, ln Bound, extra float64) int64 {
 		for q := int64(1); q < 1000; q++ {
 			ln.Queued = q
 			if !s.Fits(ln, extra) {
