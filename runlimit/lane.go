@@ -2,8 +2,6 @@ package runlimit
 
 import (
 	"context"
-	"hash/maphash"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -221,18 +219,6 @@ type tenantLanes struct {
 	used  atomic.Int64 // start of the interval of its last admission, ns since the Limiter's epoch
 }
 
-// tenantShards is a flow's tenants, in shards under read-write locks.
-type tenantShards struct {
-	seed   maphash.Seed
-	shards [64]tenantShard
-}
-
-type tenantShard struct {
-	mu sync.RWMutex
-	m  map[string]*tenantLanes
-	_  [40]byte // a shard a cache line
-}
-
 // Lane returns the lane of tenant's calls of class on f. Calls of no
 // tenant have tenant "". A name longer than MaxTenantLen, and tenants
 // beyond the Limiter's cap (WithMaxTenants), share the lanes of
@@ -246,41 +232,31 @@ func (f *Flow) Lane(tenant string, class admission.Criticality) *Lane {
 	if len(tenant) > MaxTenantLen {
 		return &f.overflowLanes().lanes[ci]
 	}
-	l := f.l
-	s := &f.tenants.shards[maphash.String(f.tenants.seed, tenant)&63]
-	s.mu.RLock()
-	tl := s.m[tenant]
-	s.mu.RUnlock()
+	tl := f.tenants.Get(tenant)
 	if tl == nil {
-		tl = f.newTenant(s, tenant)
+		tl = f.newTenant(tenant)
 	}
-	l.markUsed(&tl.used)
+	f.l.markUsed(&tl.used)
 	return &tl.lanes[ci]
 }
 
-func (f *Flow) newTenant(s *tenantShard, tenant string) *tenantLanes {
+// newTenant adds tenant's lanes to f, unless f is forgotten or the
+// Limiter tracks as many tenants as it may: then OverflowTenant's.
+func (f *Flow) newTenant(tenant string) *tenantLanes {
 	l := f.l
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if tl := s.m[tenant]; tl != nil {
-		return tl
-	}
-	if f.gone.Load() { // forgotten (addFlow): its tenants are neither counted nor swept
-		return f.overflowLanes()
-	}
-
-	if l.tenantCount.Add(1) > int64(l.o.maxTenants) {
-		l.tenantCount.Add(-1)
-		return f.overflowLanes()
-	}
-	if s.m == nil {
-		s.m = map[string]*tenantLanes{}
-	}
-	tl := new(tenantLanes)
-	tl.lanes.init(f, tenant, max(1, int64(l.TenantWeight(tenant)*weightOne)))
-	tl.used.Store(l.openedAt.Load())
-	s.m[tenant] = tl
-	return tl
+	return f.tenants.Add(tenant, func() (*tenantLanes, bool) {
+		if f.gone.Load() { // forgotten (addFlow): its tenants are neither counted nor swept
+			return f.overflowLanes(), false
+		}
+		if l.tenantCount.Add(1) > int64(l.o.maxTenants) {
+			l.tenantCount.Add(-1)
+			return f.overflowLanes(), false
+		}
+		tl := new(tenantLanes)
+		tl.lanes.init(f, tenant, max(1, int64(l.TenantWeight(tenant)*weightOne)))
+		tl.used.Store(l.openedAt.Load())
+		return tl, true
+	})
 }
 
 func (f *Flow) overflowLanes() *tenantLanes {
@@ -297,18 +273,9 @@ func (f *Flow) overflowLanes() *tenantLanes {
 
 // sweepTenants forgets tenants empty and unused for tenantIdle. Needs upd.
 func (l *Limiter) sweepTenants(flows []*Flow, now int64) {
+	idle := func(tl *tenantLanes) bool { return now-tl.used.Load() >= int64(tenantIdle) && tl.lanes.idle() }
 	for _, f := range flows {
-		for i := range f.tenants.shards {
-			s := &f.tenants.shards[i]
-			s.mu.Lock()
-			for name, tl := range s.m {
-				if now-tl.used.Load() >= int64(tenantIdle) && tl.lanes.idle() {
-					delete(s.m, name)
-					l.tenantCount.Add(-1)
-				}
-			}
-			s.mu.Unlock()
-		}
+		l.tenantCount.Add(-int64(f.tenants.Sweep(idle)))
 	}
 }
 
@@ -316,13 +283,7 @@ func (l *Limiter) sweepTenants(flows []*Flow, now int64) {
 // Limiter's count. Needs Limiter.flowsMu.
 func (f *Flow) forget() {
 	f.gone.Store(true)
-	for i := range f.tenants.shards {
-		s := &f.tenants.shards[i]
-		s.mu.Lock()
-		f.l.tenantCount.Add(-int64(len(s.m)))
-		s.m = nil
-		s.mu.Unlock()
-	}
+	f.l.tenantCount.Add(-int64(f.tenants.Clear()))
 }
 
 // Tenants returns how many tenants the Limiter tracks separately, over

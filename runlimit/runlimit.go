@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"hash/maphash"
 	"maps"
 	"math"
 	"runtime"
@@ -526,7 +525,7 @@ func (l *Limiter) Baseline(name string) time.Duration {
 func newFlow(l *Limiter, name string) *Flow {
 	f := &Flow{l: l, name: name}
 	f.lanes.init(f, "", weightOne)
-	f.tenants.seed = maphash.MakeSeed()
+	f.tenants.Init()
 	return f
 }
 
@@ -552,18 +551,7 @@ func (f *Flow) eachLanes(fn func(*classLanes) bool) bool {
 	if tl := f.overflow.Load(); tl != nil && !fn(&tl.lanes) {
 		return false
 	}
-	for i := range f.tenants.shards {
-		s := &f.tenants.shards[i]
-		s.mu.RLock()
-		for _, tl := range s.m {
-			if !fn(&tl.lanes) {
-				s.mu.RUnlock()
-				return false
-			}
-		}
-		s.mu.RUnlock()
-	}
-	return true
+	return f.tenants.Each(func(tl *tenantLanes) bool { return fn(&tl.lanes) })
 }
 
 // Flows returns the flows tracked separately (not OverflowFlow and
@@ -616,7 +604,7 @@ type Flow struct {
 	gone        atomic.Bool  // forgotten (addFlow): its new tenants are not counted
 
 	lanes    classLanes // calls of no tenant, by class
-	tenants  tenantShards
+	tenants  fair.Tenants[tenantLanes]
 	overflow atomic.Pointer[tenantLanes]
 
 	// Under Limiter.upd: completions per ns, smoothed (Limiter.low), and
