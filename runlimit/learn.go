@@ -17,25 +17,10 @@ const (
 	carriedGain = 0.25
 )
 
-// learnCounts are the learner's counters, for Stats.
-type learnCounts struct {
-	probe          [learn.Kinds]probeCounts
-	slowStartEnded atomic.Uint64
-	holds          atomic.Uint64
-	cpuElsewhere   atomic.Uint64
-	overran        atomic.Uint64
-	grows          atomic.Uint64
-	shrinks        atomic.Uint64
-}
-
-// probeCounts count the probes of one kind, for Stats.
-type probeCounts struct {
-	started, kept, undone, rebased, abandoned, empty atomic.Uint64
-}
-
-func (c *probeCounts) stats() ProbeStats {
-	return ProbeStats{Started: c.started.Load(), Kept: c.kept.Load(), Undone: c.undone.Load(),
-		Rebased: c.rebased.Load(), Abandoned: c.abandoned.Load(), Empty: c.empty.Load()}
+// stats is c as ProbeStats.
+func stats(c *learn.ProbeCounts) ProbeStats {
+	return ProbeStats{Started: c.Started.Load(), Kept: c.Kept.Load(), Undone: c.Undone.Load(),
+		Rebased: c.Rebased.Load(), Abandoned: c.Abandoned.Load(), Empty: c.Empty.Load()}
 }
 
 // update closes the interval ending at end. Needs upd.
@@ -109,19 +94,7 @@ func (l *Limiter) probeMeasured(flows []*Flow, now int64) learn.Probed {
 // applyStep counts st, moves the flows' baselines as it says, and sets
 // the limit or starts a probe. Needs upd.
 func (l *Limiter) applyStep(st learn.Step, flows []*Flow) {
-	c := &l.learned
-	pc := &c.probe[st.Probe]
-	count := func(b bool, n *atomic.Uint64) {
-		if b {
-			n.Add(1)
-		}
-	}
-	count(st.Overran, &c.overran)
-	count(st.ClosedGate, &c.cpuElsewhere)
-	count(st.Held, &c.holds)
-	count(st.EndedSlowStart, &c.slowStartEnded)
-	count(st.Baselines == learn.Rebase, &l.rebases)
-	count(st.Baselines == learn.Rebase, &pc.rebased)
+	l.learned.Note(st)
 	if st.Start {
 		l.startProbe(st.Probe, flows)
 		return
@@ -138,9 +111,6 @@ func (l *Limiter) applyStep(st learn.Step, flows []*Flow) {
 			f.setBase(mean)
 		}
 	}
-	if n := l.causeCount(st.Cause, st.Probe); n != nil {
-		n.Add(1)
-	}
 	l.apply(st.Est, moveCauses[st.Cause], st.Probe)
 }
 
@@ -150,30 +120,8 @@ var moveCauses = [...]MoveCause{
 	learn.Undone: MoveProbeUndone, learn.Abandoned: MoveProbeAbandoned, learn.Empty: MoveProbeEmpty,
 }
 
-// causeCount is the counter of a move for cause, of a probe of kind.
-func (l *Limiter) causeCount(cause learn.Cause, kind learn.Kind) *atomic.Uint64 {
-	c := &l.learned
-	pc := &c.probe[kind]
-	switch cause {
-	case learn.Grow:
-		return &c.grows
-	case learn.Shrink:
-		return &c.shrinks
-	case learn.Kept:
-		return &pc.kept
-	case learn.Undone:
-		return &pc.undone
-	case learn.Abandoned:
-		return &pc.abandoned
-	case learn.Empty:
-		return &pc.empty
-	}
-	return nil
-}
-
 // startProbe lowers the limit to l.lr.probe's, counting anew. Needs upd.
 func (l *Limiter) startProbe(kind learn.Kind, flows []*Flow) {
-	l.learned.probe[kind].started.Add(1)
 	for _, f := range flows {
 		f.pn.Store(0)
 		f.psum.Store(0)

@@ -229,7 +229,6 @@ type Limiter struct {
 	// smooths from its rate on. Under upd.
 	rateSeeded bool
 	probes     atomic.Uint64
-	rebases    atomic.Uint64
 	overruns   atomic.Uint64
 	// For spike (spikeTurns): turns asked for and ended since New, their
 	// marks when the previous [0] and current [1] interval opened, and
@@ -243,7 +242,7 @@ type Limiter struct {
 	unrefused                 atomic.Uint64
 	slacked                   atomic.Uint64
 	updates                   atomic.Uint64
-	learned                   learnCounts
+	learned                   learn.Counts
 
 	// When the last turn ended with none left, plus 1, and the ns with no
 	// turn held before it (noneRun); noneMark: noneRun at the last noteRoom.
@@ -418,18 +417,17 @@ func (l *Limiter) Stats() Stats {
 	s := l.state.Load()
 	c := &l.learned
 	return Stats{Limit: l.Limit(), Running: int(running(s)), Waiting: int(waiting(s)),
-		Updates: l.updates.Load(), Probes: l.probes.Load(), Rebases: l.rebases.Load(),
+		Updates: l.updates.Load(), Probes: l.probes.Load(), Rebases: c.Rebases.Load(),
 		Overruns: l.overruns.Load(), Unrefused: l.unrefused.Load(), Slacked: l.slacked.Load(),
 		NoneRunning: time.Duration(l.noneRun(l.nanos(l.o.now()))),
 		Slack:       time.Duration(l.sh.Slack()),
 		RefusedOn: EvidenceStats{CPU: l.refusedOn[overload.CPUBusy].Load(), Overrun: l.refusedOn[overload.Overrun].Load(),
 			Standing: l.refusedOn[overload.Standing].Load(), Lane: l.refusedOn[overload.Lane].Load(),
 			Spike: l.refusedOn[overload.Spike].Load()},
-		ProbeBaseline: c.probe[learn.BaselineProbe].stats(),
-		ProbeCPU:      c.probe[learn.CPUProbe].stats(), ProbeLag: c.probe[learn.LagProbe].stats(),
-		SlowStartEnded: c.slowStartEnded.Load(), Holds: c.holds.Load(), CPUElsewhere: c.cpuElsewhere.Load(),
-		Overran: c.overran.Load(),
-		Grows:   c.grows.Load(), Shrinks: c.shrinks.Load(),
+		ProbeBaseline: stats(&c.Probe[learn.BaselineProbe]),
+		ProbeCPU:      stats(&c.Probe[learn.CPUProbe]), ProbeLag: stats(&c.Probe[learn.LagProbe]),
+		SlowStartEnded: c.SlowStartEnded.Load(), Holds: c.Holds.Load(), CPUElsewhere: c.CPUElsewhere.Load(),
+		Overran: c.Overran.Load(), Grows: c.Grows.Load(), Shrinks: c.Shrinks.Load(),
 		Flows: len(*l.flows.Load()), Forgotten: l.forgotten.Load()}
 }
 
