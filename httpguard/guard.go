@@ -110,6 +110,11 @@ var (
 // g.Middleware(http.TimeoutHandler(h, d, msg)), which gives a turn or a
 // slot back while h still runs), and know that a handler that hijacks
 // the connection and returns holds nothing after it returns.
+//
+// A request is admitted and started in one step (admission.Chain.Enter):
+// with no wait between an earlier admission and its handler, no guard's
+// Recheck (admission.Rechecker) is called, and a queuedelay guard refuses
+// no request. docs/http.md says more.
 func (g *Guard) Middleware(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		flow := g.flowOf(r)
