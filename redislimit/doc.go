@@ -44,7 +44,10 @@
 //
 // Every round trip is bounded by a timeout (WithTimeout, 100 ms). A call
 // whose answer does not come in time, or fails, is decided by a local
-// fallback: a bucket per key at this replica's share of the shared rate.
+// fallback: a bucket per key at this replica's share of the shared rate
+// and burst. A batch (AllowN) larger than that bucket but within the
+// shared burst is refused with the probe interval as its retry delay: it
+// waits for Redis, which can allow it, and is never refused for good.
 // Each replica learns its share from heartbeats in Redis (every second: a
 // sorted set of replica ids scored by expiry, in Redis's clock, and a hash
 // of their recent rates of calls): it is the replica's share of the

@@ -226,7 +226,7 @@ func (g *fastLeasedGuard) Refusal(c admission.Call) admission.Decision {
 	id := g.id("", c.Key)
 	var retry time.Duration
 	if g.l.br.StateAt(now) != breaker.StateClosed {
-		retry = g.l.local.RetryAfter(id.name(), now, 1)
+		retry = g.l.localRetry(id.name(), now, 1)
 	} else {
 		retry = time.Duration(g.l.interval)
 		if lz := g.l.ls.get(id); lz != nil {

@@ -114,6 +114,7 @@ type lease struct {
 	rate    float64 // the replica's recent rate on the bucket, tokens/s
 	seen    int64   // tokens at the sweeper's last look, to find idle leases
 	idle    int     // sweeps since tokens last moved
+	gone    bool    // forgotten by the sweeper: never refilled again
 	_       [32]byte
 }
 
@@ -241,7 +242,12 @@ func (l *Limiter) leased(ctx context.Context, id leaseID, lz *lease) (Result, *l
 		l.refused.Add(1)
 		return Result{RetryAfter: time.Duration(l.interval)}, nil
 	}
-	if err := l.refill(lz); err != nil {
+	if err := l.refill(lz); err == errForgotten {
+		// The sweeper forgot the lease after this call found it: a batch
+		// put in it now would be lost (no call finds it, no expiry drops
+		// it). The key's next call makes a fresh lease.
+		return l.direct(ctx, id.name(), 1), nil
+	} else if err != nil {
 		return l.fallback(id.name(), now, 1), nil
 	}
 	if n, ok := l.take(lz); ok {
@@ -256,8 +262,8 @@ func (l *Limiter) leased(ctx context.Context, id leaseID, lz *lease) (Result, *l
 // spent returns the tokens taken from leases since New: those granted,
 // less those dropped and those in hand. It reads every lease, for Stats,
 // so that the admitted path counts nothing beyond its one atomic add. A
-// lease is forgotten only when it holds no token, so forgotten leases
-// need no account.
+// lease is forgotten only when it holds no token, and is never refilled
+// after (refill), so forgotten leases need no account.
 func (ls *leases) spent() uint64 {
 	// Read the counters before the tokens: a refill adds its tokens
 	// before it counts them, so a read racing one errs low. A read racing
@@ -288,9 +294,14 @@ func (ls *leases) spent() uint64 {
 
 func (ls *leases) mono(t time.Time) int64 { return int64(t.Sub(ls.epoch)) }
 
+// errForgotten is refill's error for a lease the sweeper has forgotten.
+var errForgotten = errors.New("redislimit: lease forgotten")
+
 // refill tops lz up from Redis, through the breaker, sizing the batch from
 // the replica's recent traffic on the bucket; lz.queued must be set, and
-// is cleared, or kept while the refill is scheduled for later.
+// is cleared, or kept while the refill is scheduled for later. It asks
+// nothing of Redis for a lease the sweeper has forgotten (errForgotten):
+// a call may still hold one, but its batch would be lost.
 func (l *Limiter) refill(lz *lease) error {
 	now := l.o.now()
 	mono := l.ls.mono(now)
@@ -303,6 +314,9 @@ func (l *Limiter) refill(lz *lease) error {
 	defer lz.queued.Store(false)
 	lz.mu.Lock()
 	defer lz.mu.Unlock()
+	if lz.gone {
+		return errForgotten
+	}
 	held := max(lz.tokens.Load(), 0)
 	if lz.last != 0 {
 		elapsed := float64(mono-lz.last) / 1e9
@@ -445,6 +459,11 @@ func (ls *leases) expire(now int64) {
 				lz.seen, lz.idle = t, 0
 			}
 			if lz.idle > idlePasses && t <= 0 {
+				// Marked under lz.mu, before it leaves the table: a refill
+				// (which holds lz.mu) either came before, and its tokens
+				// are in t, or finds the lease gone and asks Redis for
+				// nothing.
+				lz.gone = true
 				idle = append(idle, id)
 			}
 			lz.mu.Unlock()

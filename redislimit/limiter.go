@@ -28,7 +28,10 @@ type Result struct {
 	Allowed bool
 	// RetryAfter is, for a refused call, how long until the tokens asked
 	// for are there (admission.Never when they never can be: more than the
-	// burst); 0 for an allowed call.
+	// shared burst); 0 for an allowed call. The local fallback, whose
+	// bucket holds this replica's share of the burst (or WithLocalBurst),
+	// refuses more than its bucket holds, though within the shared burst,
+	// with the probe interval (WithProbe): those calls wait for Redis.
 	RetryAfter time.Duration
 	// Remaining is how many whole tokens the bucket holds after the
 	// decision.
@@ -230,7 +233,11 @@ func (l *Limiter) Allow(ctx context.Context, key string) Result { return l.Allow
 
 // AllowN reports whether n calls of key may go ahead now, and takes their
 // tokens if so. With n <= 0 it allows and takes nothing; with n above the
-// burst it refuses with RetryAfter admission.Never, without asking Redis.
+// burst it refuses with RetryAfter admission.Never, without asking Redis,
+// and only then: n within the burst that the local fallback's smaller
+// bucket can never hold is refused by the fallback with the probe interval
+// (WithProbe) as RetryAfter, since the shared limit can allow them once
+// Redis answers again.
 //
 // It asks Redis in one round trip, bounded by the timeout (WithTimeout)
 // alone: calls that start within the same tenth of the timeout share one
@@ -340,7 +347,20 @@ func (l *Limiter) fallback(key string, now time.Time, n int) Result {
 		return Result{Allowed: true, Remaining: int(l.local.Tokens(key, now)), Local: true}
 	}
 	l.localRefused.Add(1)
-	return Result{RetryAfter: l.local.RetryAfter(key, now, n), Local: true}
+	return Result{RetryAfter: l.localRetry(key, now, n), Local: true}
+}
+
+// localRetry is the retry delay of the fallback's refusal of n calls of
+// key (n within the shared burst): when its bucket will hold n tokens, or,
+// when it never will (n above its burst: the shared burst × this
+// replica's share, or WithLocalBurst), the probe interval: the shared
+// bucket can hold them, so the calls wait for Redis, which the limiter
+// probes that often while it is sick, not for ever.
+func (l *Limiter) localRetry(key string, now time.Time, n int) time.Duration {
+	if d := l.local.RetryAfter(key, now, n); d != admission.Never {
+		return d
+	}
+	return l.o.probe
 }
 
 // Replicas returns how many replicas share the limit: as configured
