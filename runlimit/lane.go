@@ -273,9 +273,16 @@ func (f *Flow) overflowLanes() *tenantLanes {
 
 // sweepTenants forgets tenants empty and unused for tenantIdle. Needs upd.
 func (l *Limiter) sweepTenants(flows []*Flow, now int64) {
-	idle := func(tl *tenantLanes) bool { return now-tl.used.Load() >= int64(tenantIdle) && tl.lanes.idle() }
+	// Counted out one by one, under the shard's lock, as they go.
+	idle := func(tl *tenantLanes) bool {
+		if now-tl.used.Load() < int64(tenantIdle) || !tl.lanes.idle() {
+			return false
+		}
+		l.tenantCount.Add(-1)
+		return true
+	}
 	for _, f := range flows {
-		l.tenantCount.Add(-int64(f.tenants.Sweep(idle)))
+		f.tenants.Sweep(idle)
 	}
 }
 
@@ -283,7 +290,10 @@ func (l *Limiter) sweepTenants(flows []*Flow, now int64) {
 // Limiter's count. Needs Limiter.flowsMu.
 func (f *Flow) forget() {
 	f.gone.Store(true)
-	f.l.tenantCount.Add(-int64(f.tenants.Clear()))
+	f.tenants.Sweep(func(*tenantLanes) bool {
+		f.l.tenantCount.Add(-1)
+		return true
+	})
 }
 
 // Tenants returns how many tenants the Limiter tracks separately, over

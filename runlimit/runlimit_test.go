@@ -248,7 +248,7 @@ func TestNoteRoomFullAtAFractionalLimit(t *testing.T) {
 		l.opened = 0
 		l.noteRoom(float64(span)*float64(tt.limit), span) // every turn busy
 		if !l.sh.Full() {
-			t.Errorf("est %v, limit %d, every turn busy: notFull, want full", tt.est, tt.limit)
+			t.Errorf("est %v, limit %d, every turn busy: not full, want full", tt.est, tt.limit)
 		}
 	}
 }

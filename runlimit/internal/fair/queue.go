@@ -15,7 +15,9 @@ type Queue[T any] struct {
 }
 
 // Line is one lane's queue of waiting calls, in one class. Make it with
-// NewLine; the zero Line is a line of the lowest class.
+// NewLine; the zero Line is a line of the lowest class. A Line must not
+// be copied once a call has waited in it: its calls and its Queue point
+// to it.
 type Line[T any] struct {
 	head, tail *Item[T]
 	finish     float64 // finish tag of the line's last queued call
@@ -25,7 +27,8 @@ type Line[T any] struct {
 // NewLine returns an empty line of class ci.
 func NewLine[T any](ci int) Line[T] { return Line[T]{class: ci} }
 
-// Item is one waiting call of a line; V is the owner's.
+// Item is one waiting call of a line; V is the owner's. An Item is in
+// at most one line at a time and must not be copied while it is.
 type Item[T any] struct {
 	next *Item[T]
 	line *Line[T]

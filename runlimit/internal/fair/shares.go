@@ -1,14 +1,18 @@
-// Package fair keeps how a Limiter shares its turns among criticality
-// classes and lanes: the work each class holds reserved or waiting, the
-// share of the turns the classes above left each class, which classes
-// leave room, whether the turns were full, and the slack of the server's
-// idle time. From these, Shares.Fits bounds the calls a lane may hold
-// waiting (docs/runlimit.md, "Lane.Admissible" and "The slack", argue
-// each rule).
+// Package fair keeps how runlimit's Limiter shares its turns among
+// criticality classes, tenants and lanes, in three parts:
 //
-// Shares is written by its owner: the counts by any goroutine (lock-free),
-// the interval's close (Share, Close) by one at a time. It allocates
-// nothing.
+//   - Shares: the work each class holds reserved or waiting, the share of
+//     the turns the classes above left each class, which classes leave
+//     room, whether the turns were full, and the slack of the server's
+//     idle time; from these, Shares.Fits bounds the calls a lane may hold
+//     waiting (docs/runlimit.md, "Lane.Admissible" and "The slack", argue
+//     each rule). Its counts are lock-free; the interval's close (Share,
+//     Close) runs under its owner's lock. It allocates nothing.
+//   - Queue: which waiting call gets the next turn (start-time fair
+//     queueing within a class, the highest class first), under its
+//     owner's lock.
+//   - Tenants: a table of a flow's tenants, sharded under read-write
+//     locks.
 package fair
 
 import (
@@ -77,7 +81,7 @@ func (s *Shares) Init(noRoomy bool) {
 }
 
 // Reserve counts a call of class ci, of cost ns, admitted to wait in a
-// lane of weight whose count of calls is count.
+// lane of weight whose count of calls is count: it adds one to *count.
 func (s *Shares) Reserve(ci int, count *atomic.Int64, weight, cost int64) {
 	s.work[ci].Add(cost)
 	if count.Add(1) == 2 {
@@ -85,7 +89,8 @@ func (s *Shares) Reserve(ci int, count *atomic.Int64, weight, cost int64) {
 	}
 }
 
-// Unreserve ends n reservations of Reserve that added cost ns in all.
+// Unreserve ends n reservations of Reserve that added cost ns in all,
+// taking n from *count.
 func (s *Shares) Unreserve(ci int, count *atomic.Int64, weight, n, cost int64) {
 	s.work[ci].Add(-cost)
 	if q := count.Add(-n); q <= 1 && q+n >= 2 {
@@ -101,8 +106,10 @@ func (s *Shares) Work(ci int) int64 { return s.work[ci].Load() }
 func (s *Shares) Backlogged(ci int) int64 { return s.backlogged[ci].Load() }
 
 // Roomy reports whether class ci leaves room: the classes below it got
-// some of the turns of the last few intervals, so its queue is a burst
-// that passes, not a standing one.
+// some of the turns of the last few intervals (smoothed), and those with
+// calls waiting were not left without a turn for StarvedAfter intervals
+// in a row, so its queue is a burst that passes, not a standing one.
+// Never with the rule switched off (Init's noRoomy).
 func (s *Shares) Roomy(ci int) bool { return s.roomy[ci].Load() && !s.noRoomy }
 
 // Full reports whether the turns were busy fullBusy of the last interval.
@@ -154,9 +161,6 @@ func (s *Shares) Fits(ln Bound, extra float64) bool {
 	budget += extra
 	share := 1.0
 	if bw := s.backlogged[ci].Load(); bw > 0 && !roomy && !s.notFull.Load() {
-		if ln.Queued < 2 {
-			bw += ln.Weight // not counted yet: would be, with one more
-		}
 		share = float64(ln.Weight) / float64(max(bw, ln.Weight))
 	}
 	// Two calls at least, so that the lane stays backlogged.

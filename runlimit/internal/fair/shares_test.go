@@ -29,9 +29,19 @@ func TestReserveCountsBackloggedLanes(t *testing.T) {
 	if got := s.Work(ci); got != 30 {
 		t.Errorf("work %d, want 30", got)
 	}
-	s.Unreserve(ci, &count, 3*One, 2, 20) // 3 → 1
+	s.Unreserve(ci, &count, 3*One, 1, 10) // 3 → 2
+	if b := s.Backlogged(ci); b != 3*One {
+		t.Errorf("after 1 of 3 ended: backlogged %d, want %d", b, 3*One)
+	}
+	s.Unreserve(ci, &count, 3*One, 1, 10) // 2 → 1
 	if b, w := s.Backlogged(ci), s.Work(ci); b != 0 || w != 10 {
 		t.Errorf("after 2 of 3 ended: backlogged %d, work %d; want 0, 10", b, w)
+	}
+	s.Reserve(ci, &count, 3*One, 10)
+	s.Reserve(ci, &count, 3*One, 10)
+	s.Unreserve(ci, &count, 3*One, 2, 20) // 3 → 1 at once
+	if b, w := s.Backlogged(ci), s.Work(ci); b != 0 || w != 10 {
+		t.Errorf("after 2 of 3 ended at once: backlogged %d, work %d; want 0, 10", b, w)
 	}
 	s.Unreserve(ci, &count, 3*One, 1, 10)
 	if b, w, n := s.Backlogged(ci), s.Work(ci), count.Load(); b != 0 || w != 0 || n != 0 {
@@ -72,9 +82,18 @@ func TestFits(t *testing.T) {
 	if got := most(s, base, 0); got != 6 {
 		t.Errorf("class leaves room: first refused %d, want 6 (a whole target)", got)
 	}
-	if got := most(newShares(true), base, 0); got != 4 {
+	off := newShares(true)
+	off.SetRoomy(crit, true)
+	if got := most(off, base, 0); got != 4 {
 		t.Errorf("roomy switched off: first refused %d, want 4", got)
 	}
+	s.SetBacklogged(crit, 2*One)
+	s.SetFull(true)
+	if got := most(s, base, 0); got != 6 {
+		t.Errorf("full, two lanes backlogged, the class leaving room: first refused %d, want 6 (no share)", got)
+	}
+	s.SetBacklogged(crit, 0)
+	s.SetFull(false)
 	s.SetRoomy(crit, false)
 	// A lower class: the class above holds 5ms of work and took half the
 	// turns: 2 x 5ms x 0.5 - 5ms = 0 left: refused from the first queued.
@@ -171,6 +190,12 @@ func TestCloseRoomAndFull(t *testing.T) {
 		if got, want := s.Roomy(crit), i < StarvedAfter; got != want {
 			t.Errorf("sheddable waiting and served nothing for %d intervals: critical roomy %v, want %v", i, got, want)
 		}
+	}
+	s.SetServed(shed, 1) // served again: no longer starved
+	s.Share()
+	s.Close(half)
+	if !s.Roomy(crit) {
+		t.Errorf("sheddable served again: critical not roomy, want roomy")
 	}
 	full := half
 	full.Busy = 1800 * ms

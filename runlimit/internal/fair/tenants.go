@@ -17,7 +17,7 @@ type Tenants[V any] struct {
 type tenantShard[V any] struct {
 	mu sync.RWMutex
 	m  map[string]*V
-	_  [40]byte // a shard a cache line
+	_  [32]byte // a shard a cache line
 }
 
 // Init makes t an empty table.
@@ -37,8 +37,8 @@ func (t *Tenants[V]) Get(name string) *V {
 }
 
 // Add returns name's entry, or if it has none, what mk returns, which
-// becomes its entry if add: mk runs under the shard's lock, so at most
-// one entry is made for a name.
+// becomes its entry if add: mk runs under the shard's write lock, so at
+// most one entry is made for a name; it must not call t.
 func (t *Tenants[V]) Add(name string, mk func() (v *V, add bool)) *V {
 	s := t.shard(name)
 	s.mu.Lock()
@@ -57,7 +57,7 @@ func (t *Tenants[V]) Add(name string, mk func() (v *V, add bool)) *V {
 }
 
 // Sweep removes the entries drop reports true for, and returns how many
-// it removed.
+// it removed. drop runs under a shard's write lock: it must not call t.
 func (t *Tenants[V]) Sweep(drop func(*V) bool) (n int) {
 	for i := range t.shards {
 		s := &t.shards[i]
@@ -68,18 +68,6 @@ func (t *Tenants[V]) Sweep(drop func(*V) bool) (n int) {
 				n++
 			}
 		}
-		s.mu.Unlock()
-	}
-	return n
-}
-
-// Clear removes every entry, and returns how many it removed.
-func (t *Tenants[V]) Clear() (n int) {
-	for i := range t.shards {
-		s := &t.shards[i]
-		s.mu.Lock()
-		n += len(s.m)
-		s.m = nil
 		s.mu.Unlock()
 	}
 	return n

@@ -42,9 +42,9 @@ func TestTenantsAddOnce(t *testing.T) {
 	}
 }
 
-// TestTenantsSweepClearEach: Sweep removes what its function drops and
-// counts it; Each visits every entry until told to stop; Clear empties.
-func TestTenantsSweepClearEach(t *testing.T) {
+// TestTenantsSweepEach: Sweep removes what its function drops and counts
+// it; Each visits every entry until told to stop.
+func TestTenantsSweepEach(t *testing.T) {
 	var tt Tenants[int]
 	tt.Init()
 	for i := range 100 {
@@ -70,7 +70,7 @@ func TestTenantsSweepClearEach(t *testing.T) {
 	if tt.Each(func(*int) bool { calls++; return false }) || calls != 1 {
 		t.Errorf("Each told to stop: %d calls, want 1 and false", calls)
 	}
-	if n := tt.Clear(); n != 50 || tt.Get("0") != nil {
-		t.Errorf("Clear removed %d (want 50); Get(\"0\") = %v after", n, tt.Get("0"))
+	if n := tt.Sweep(func(*int) bool { return true }); n != 50 || tt.Get("0") != nil {
+		t.Errorf("Sweep of every entry removed %d (want 50); Get(\"0\") = %v after", n, tt.Get("0"))
 	}
 }

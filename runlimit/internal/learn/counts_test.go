@@ -14,7 +14,8 @@ func TestCountsNote(t *testing.T) {
 	c.Note(Step{Set: true, Cause: Undone, Probe: LagProbe, ClosedGate: true})
 	c.Note(Step{Set: true, Cause: Abandoned, Probe: BaselineProbe})
 	c.Note(Step{Set: true, Cause: Empty, Probe: BaselineProbe})
-	c.Note(Step{Cause: Grow}) // not set: no move
+	c.Note(Step{Cause: Grow})                         // not set: no move
+	c.Note(Step{Start: true, Set: true, Cause: Grow}) // a probe's start: no move
 	cpu, lag, base := &c.Probe[CPUProbe], &c.Probe[LagProbe], &c.Probe[BaselineProbe]
 	for _, tt := range []struct {
 		name      string
