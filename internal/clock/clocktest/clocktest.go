@@ -2,6 +2,7 @@
 package clocktest
 
 import (
+	"cmp"
 	"slices"
 	"sync"
 	"time"
@@ -17,6 +18,7 @@ type Manual struct {
 	mu     sync.Mutex
 	now    time.Time
 	timers []*timer // pending, in no order
+	armed  uint64   // timers armed so far (timer.seq)
 }
 
 var _ clock.Clock = (*Manual)(nil)
@@ -34,27 +36,47 @@ func (c *Manual) Now() time.Time {
 // Advance moves the clock d forward (backward if d is negative) and
 // fires the timers whose instant it reached, earliest first: a
 // NewTimer's channel receives the instant, an AfterFunc's function runs
-// on the caller's goroutine before Advance returns.
+// on the caller's goroutine before Advance returns. A timer that a
+// function run before it (or another goroutine) stops or resets is not
+// fired, as with time.Timer; one armed while Advance runs waits for the
+// next Advance.
 func (c *Manual) Advance(d time.Duration) {
 	c.mu.Lock()
 	c.now = c.now.Add(d)
 	now := c.now
-	var due []*timer
-	c.timers = slices.DeleteFunc(c.timers, func(t *timer) bool {
-		if t.at.After(now) {
-			return false
+	type arming struct {
+		t   *timer
+		at  time.Time
+		seq uint64
+	}
+	var due []arming
+	for _, t := range c.timers {
+		if !t.at.After(now) {
+			due = append(due, arming{t, t.at, t.seq})
 		}
-		due = append(due, t)
-		return true
-	})
+	}
 	c.mu.Unlock()
-	slices.SortStableFunc(due, func(a, b *timer) int { return a.at.Compare(b.at) })
-	for _, t := range due {
-		if t.f != nil {
-			t.f()
+	slices.SortFunc(due, func(a, b arming) int {
+		if n := a.at.Compare(b.at); n != 0 {
+			return n
+		}
+		return cmp.Compare(a.seq, b.seq)
+	})
+	for _, a := range due {
+		c.mu.Lock()
+		// Still armed as it was when Advance found it due: not stopped,
+		// nor reset, by a function fired before it or another goroutine.
+		if a.t.seq != a.seq || !a.t.remove() {
+			c.mu.Unlock()
 			continue
 		}
-		t.c <- t.at
+		if a.t.f == nil {
+			a.t.send(a.at)
+			c.mu.Unlock()
+			continue
+		}
+		c.mu.Unlock()
+		a.t.f()
 	}
 }
 
@@ -81,22 +103,39 @@ func (c *Manual) AfterFunc(d time.Duration, f func()) clock.Timer {
 func (c *Manual) add(d time.Duration, t *timer) clock.Timer {
 	t.m = c
 	c.mu.Lock()
-	t.at = c.now.Add(d)
-	if d <= 0 && t.f == nil {
-		c.mu.Unlock()
-		t.c <- t.at
-		return t
-	}
-	c.timers = append(c.timers, t)
-	c.mu.Unlock()
+	defer c.mu.Unlock()
+	c.arm(d, t)
 	return t
 }
 
+// arm makes t fire at now + d: at once for a channel timer when d <= 0,
+// else when Advance reaches that instant. Needs the clock's lock.
+func (c *Manual) arm(d time.Duration, t *timer) {
+	t.at = c.now.Add(d)
+	c.armed++
+	t.seq = c.armed
+	if d <= 0 && t.f == nil {
+		t.send(t.at)
+		return
+	}
+	c.timers = append(c.timers, t)
+}
+
 type timer struct {
-	m  *Manual
-	at time.Time
-	c  chan time.Time
-	f  func()
+	m   *Manual
+	at  time.Time // guarded by m.mu, as seq
+	seq uint64    // which arming of the clock's this is
+	c   chan time.Time
+	f   func()
+}
+
+// send delivers at on t's channel, which has room: a value from before
+// t was last armed was drained by Reset. Needs the clock's lock.
+func (t *timer) send(at time.Time) {
+	select {
+	case t.c <- at:
+	default:
+	}
 }
 
 func (t *timer) C() <-chan time.Time { return t.c }
@@ -122,6 +161,7 @@ func (t *timer) remove() bool {
 // pending.
 func (t *timer) Reset(d time.Duration) bool {
 	t.m.mu.Lock()
+	defer t.m.mu.Unlock()
 	pending := t.remove()
 	if t.c != nil {
 		select {
@@ -129,7 +169,6 @@ func (t *timer) Reset(d time.Duration) bool {
 		default:
 		}
 	}
-	t.m.mu.Unlock()
-	t.m.add(d, t)
+	t.m.arm(d, t)
 	return pending
 }

@@ -3,6 +3,8 @@ package clocktest
 import (
 	"testing"
 	"time"
+
+	"github.com/levee-go/levee/internal/clock"
 )
 
 func TestTimersFireWhenAdvancePassesThem(t *testing.T) {
@@ -69,5 +71,41 @@ func TestTimersFireWhenAdvancePassesThem(t *testing.T) {
 	case <-now.C():
 	default:
 		t.Fatal("NewTimer(0) did not fire at once")
+	}
+}
+
+// A timer that a function fired earlier by the same Advance resets (or
+// stops) is not fired with its old instant: since Go 1.23 no value from
+// before a Reset is received after it (clock.Timer), and a waiter that
+// reuses its timer (runlimit's) must not read a stale expiry.
+func TestResetByAnEarlierTimerLeavesNoStaleValue(t *testing.T) {
+	c := New(time.Unix(100, 0))
+	var reset, stopped clock.Timer
+	var resetPending, stopPending bool
+	c.AfterFunc(10*time.Millisecond, func() {
+		resetPending = reset.Reset(time.Hour)
+		stopPending = stopped.Stop()
+	})
+	reset = c.NewTimer(10 * time.Millisecond)
+	stopped = c.NewTimer(10 * time.Millisecond)
+	c.Advance(10 * time.Millisecond)
+	if !resetPending || !stopPending {
+		t.Errorf("Reset, Stop of timers not yet fired = %v, %v, want true, true", resetPending, stopPending)
+	}
+	select {
+	case at := <-reset.C():
+		t.Fatalf("timer reset to 1h by a function of the same instant fired with its old instant %v", at)
+	default:
+	}
+	select {
+	case at := <-stopped.C():
+		t.Fatalf("timer stopped by a function of the same instant fired with %v", at)
+	default:
+	}
+	c.Advance(time.Hour)
+	select {
+	case <-reset.C():
+	default:
+		t.Fatal("timer reset to 1h did not fire an hour later")
 	}
 }
