@@ -42,7 +42,8 @@ type Server struct {
 	skus   []string              // catalogue order; fixed after NewServer
 	stock  map[string]*skuStock  // by SKU; the set of keys is fixed after NewServer
 	orders map[string]orderState // remembered orders by id
-	ring   []string              // order ids in arrival order, oldest at head
+	ring   []string              // order ids in arrival order, oldest at head; grows to memory
+	memory int                   // order ids remembered at most (WithOrderMemory)
 	head   int                   // index of the oldest id in ring
 	count  int                   // ids in ring
 
@@ -111,7 +112,7 @@ func NewServer(opts ...Option) (*Server, error) {
 		skus:       o.skus,
 		stock:      make(map[string]*skuStock, len(o.stock)),
 		orders:     make(map[string]orderState),
-		ring:       make([]string, o.orderMemory),
+		memory:     o.orderMemory,
 		now:        time.Now,
 		allocSize:  o.allocSize,
 	}
@@ -234,10 +235,11 @@ func hold(size int64) []byte {
 }
 
 // remember records an applied order, forgetting the oldest one when the
-// memory is full. Its stock, if still allocated, becomes committed. Called
-// with s.mu held.
+// memory is full. Its stock, if still allocated, becomes committed. The
+// ring grows with the orders up to the memory, which may be far larger
+// than a server ever sees. Called with s.mu held.
 func (s *Server) remember(id string, o orderState) {
-	if s.count == len(s.ring) {
+	if s.count == s.memory {
 		oldID := s.ring[s.head]
 		old := s.orders[oldID]
 		if !old.released {
@@ -250,7 +252,7 @@ func (s *Server) remember(id string, o orderState) {
 		s.head = (s.head + 1) % len(s.ring)
 		s.forgotten.Add(1)
 	} else {
-		s.ring[(s.head+s.count)%len(s.ring)] = id
+		s.ring = append(s.ring, id) // head is 0 until the ring is full
 		s.count++
 	}
 	s.orders[id] = o

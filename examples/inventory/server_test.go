@@ -3,6 +3,7 @@ package inventory
 import (
 	"context"
 	"fmt"
+	"math"
 	"net"
 	"runtime"
 	"runtime/metrics"
@@ -474,6 +475,41 @@ func TestOrderMemoryForgetsOldest(t *testing.T) {
 	}
 	if st := srv.Stats(); st.Forgotten != 3 || st.Allocated != 5 || st.Replayed != 1 {
 		t.Errorf("Stats Forgotten/Allocated/Replayed = %d/%d/%d, want 3/5/1", st.Forgotten, st.Allocated, st.Replayed)
+	}
+}
+
+// TestHugeOrderMemory: an order memory as large as an int holds (the
+// caller's "never forget") is a bound, not memory taken up front: before,
+// NewServer made the whole ring at once and panicked (makeslice: len out of
+// range), or asked for 16 bytes an id up front, where the options
+// promise an error for a bad value and take any n >= 1.
+func TestHugeOrderMemory(t *testing.T) {
+	var srv *Server
+	func() {
+		defer func() {
+			if r := recover(); r != nil {
+				t.Fatalf("NewServer(WithOrderMemory(math.MaxInt)) panicked: %v", r)
+			}
+		}()
+		var err error
+		srv, err = NewServer(WithStock("A", 100), WithWorkIterations(0), WithOrderMemory(math.MaxInt))
+		if err != nil {
+			t.Fatalf("NewServer(WithOrderMemory(math.MaxInt)) = %v, want a server", err)
+		}
+	}()
+	ctx := context.Background()
+	for i := range 5 {
+		if _, err := srv.Allocate(ctx, &inventoryv1.AllocateRequest{Sku: "A", Quantity: 1, OrderId: strconv.Itoa(i)}); err != nil {
+			t.Fatalf("Allocate(%d) = %v, want success", i, err)
+		}
+	}
+	// Every order is remembered: a retry of the first is replayed.
+	resp, err := srv.Allocate(ctx, &inventoryv1.AllocateRequest{Sku: "A", Quantity: 1, OrderId: "0"})
+	if err != nil || resp.GetRemaining() != 99 {
+		t.Fatalf("retry of Allocate(0) = %v, %v, want the first answer (99 remaining)", resp, err)
+	}
+	if st := srv.Stats(); st.Forgotten != 0 || st.Replayed != 1 {
+		t.Errorf("Stats Forgotten/Replayed = %d/%d, want 0/1", st.Forgotten, st.Replayed)
 	}
 }
 
