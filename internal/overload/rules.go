@@ -211,7 +211,8 @@ func QueueDelayOf(minDelay, target int64) Reading {
 
 // Cooldown is the saturation of a smoothed utilisation: it holds from the
 // observation that reaches its threshold until the cooldown has passed
-// since the last one at or above it. Invariant: a utilisation that
+// since the last one at or above it (or since an observation made before
+// that one, when the clock stepped back). Invariant: a utilisation that
 // swings about its threshold saturates once, not at every swing. The
 // zero value holds nothing and has seen nothing. It is not safe for
 // concurrent use: its owner serialises Observe.
@@ -225,8 +226,15 @@ type Cooldown struct {
 func (c *Cooldown) Observe(now time.Time, v, threshold float64, cooldown time.Duration) Reading {
 	if v >= threshold {
 		c.lastAbove, c.holds = now, true
-	} else if c.holds && now.Sub(c.lastAbove) >= cooldown {
-		c.holds = false
+	} else if c.holds {
+		if now.Before(c.lastAbove) {
+			// The clock stepped back: the cooldown counts from now, not
+			// from an instant the clock will reach only after the step.
+			c.lastAbove = now
+		}
+		if now.Sub(c.lastAbove) >= cooldown {
+			c.holds = false
+		}
 	}
 	return Reading{Kind: Saturated, Value: v, Threshold: threshold, Holds: c.holds}
 }

@@ -21,6 +21,10 @@ import (
 // average (an observation covering dt moves the value by the fraction
 // 1 − exp(−dt/tau) of the difference); 0 disables smoothing.
 //
+// An observation made before the last one seen (a wall clock that stepped
+// back) does not move the smoothed value, and the observations after it
+// are timed from it.
+//
 // Set the three settings before the first Observe; the zero value
 // (threshold 0) is saturated by any observation. Observe and the fields'
 // readers other than Utilization and Saturated need the owner's lock;
@@ -50,9 +54,10 @@ func (l *Level) Observe(now time.Time, v float64) {
 		a := 1 - math.Exp(-float64(dt)/float64(l.Smoothing))
 		l.smoothed += a * (v - l.smoothed)
 	}
-	if !l.have || now.After(l.last) {
-		l.last = now
-	}
+	// An observation earlier than the last covers no time, but the next
+	// is timed from it: a clock that stepped back must not keep the value
+	// as it was until the clock is back where it was.
+	l.last = now
 	l.have = true
 	l.util.Store(math.Float64bits(l.smoothed))
 	if r := l.rule.Observe(now, l.smoothed, l.Threshold, l.Cooldown); r.Holds != l.sat.Load() {

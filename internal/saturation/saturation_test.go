@@ -63,3 +63,49 @@ func TestLoopCloses(t *testing.T) {
 	l.Close()
 	l.Close()
 }
+
+// TestLevelAfterBackwardClockStep: observations timed by a wall clock
+// that stepped back (an NTP step, a VM restored from a snapshot: times
+// without a monotonic reading, as a manual monitor's caller may pass to
+// Update) move the level from the step on. Before, every observation
+// earlier than the latest seen was dropped from the smoothing, and a
+// cooldown under way counted from an instant in the future: the level
+// kept its reading, saturated, for as long as the clock had stepped.
+func TestLevelAfterBackwardClockStep(t *testing.T) {
+	const step = -time.Hour
+	for _, tc := range []struct {
+		name      string
+		smoothing time.Duration
+		// observations before the step, 250 ms apart from t0
+		before []float64
+	}{
+		// The smoothed value is above the threshold at the step.
+		{"saturated, smoothed", time.Second, []float64{1}},
+		// Below the threshold at the step, within the cooldown.
+		{"cooling down", 0, []float64{1, 0.1}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			l := &Level{Smoothing: tc.smoothing, Threshold: 0.8, Cooldown: time.Second}
+			ms := 0
+			for _, v := range tc.before {
+				l.Observe(at(ms), v)
+				ms += 250
+			}
+			if !l.Saturated() {
+				t.Fatalf("Saturated() = false before the step, want true")
+			}
+			// Ten seconds of idle observations, every 250 ms, after the
+			// clock stepped back an hour: ten cooldowns and ten time
+			// constants.
+			for end := ms + 10_000; ms < end; ms += 250 {
+				l.Observe(at(ms).Add(step), 0)
+			}
+			if l.Saturated() {
+				t.Errorf("Saturated() = true after 10 s of idle observations past a step back of %v, want false", -step)
+			}
+			if u := l.Utilization(); u > 0.01 {
+				t.Errorf("Utilization() = %v after 10 s of idle observations past a step back of %v, want about 0", u, -step)
+			}
+		})
+	}
+}
