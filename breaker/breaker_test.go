@@ -288,8 +288,12 @@ func TestNewErrors(t *testing.T) {
 	}{
 		{"count window", []Option{WithCountWindow(0)}, []string{"breaker: WithCountWindow: size must be in [1, 1000000], got 0"}},
 		{"count window too big", []Option{WithCountWindow(1_000_001)}, []string{"breaker: WithCountWindow: size must be in [1, 1000000], got 1000001"}},
-		{"time window bins", []Option{WithTimeWindow(time.Second, 0)}, []string{"breaker: WithTimeWindow: want size > 0, bins >= 1 and size/bins >= 1ms, got 1s and 0 bins"}},
-		{"time window size", []Option{WithTimeWindow(-time.Second, 10)}, []string{"breaker: WithTimeWindow: want size > 0, bins >= 1 and size/bins >= 1ms, got -1s and 10 bins"}},
+		{"time window bins", []Option{WithTimeWindow(time.Second, 0)}, []string{"breaker: WithTimeWindow: want size > 0, bins in [1, 10000] and size/bins >= 1ms, got 1s and 0 bins"}},
+		{"time window size", []Option{WithTimeWindow(-time.Second, 10)}, []string{"breaker: WithTimeWindow: want size > 0, bins in [1, 10000] and size/bins >= 1ms, got -1s and 10 bins"}},
+		{"time window bins above the bound", []Option{WithTimeWindow(time.Hour, 10_001)}, []string{"breaker: WithTimeWindow: want size > 0, bins in [1, 10000] and size/bins >= 1ms, got 1h0m0s and 10001 bins"}},
+		{"time window of a day in 1ms bins", []Option{WithTimeWindow(24*time.Hour, 86_400_000)}, []string{"breaker: WithTimeWindow: want size > 0, bins in [1, 10000] and size/bins >= 1ms, got 24h0m0s and 86400000 bins"}},
+		{"time window bins beyond any memory", []Option{WithTimeWindow(time.Duration(math.MaxInt64), 1<<40)}, []string{"breaker: WithTimeWindow: want size > 0, bins in [1, 10000] and size/bins >= 1ms, got 2562047h47m16.854775807s and 1099511627776 bins"}},
+		{"time window bins overridden by a count window still checked", []Option{WithTimeWindow(time.Hour, 10_001), WithCountWindow(100)}, []string{"breaker: WithTimeWindow: want size > 0, bins in [1, 10000] and size/bins >= 1ms, got 1h0m0s and 10001 bins"}},
 		{"failure rate", []Option{WithFailureRate(150)}, []string{"breaker: WithFailureRate: percent must be in (0, 100], got 150"}},
 		{"failure rate NaN", []Option{WithFailureRate(math.NaN())}, []string{"breaker: WithFailureRate: percent must be in (0, 100], got NaN"}},
 		{"slow threshold", []Option{WithSlowCalls(0, 50)}, []string{"breaker: WithSlowCalls: threshold must be > 0, got 0s"}},
@@ -324,6 +328,19 @@ func TestNewErrors(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestTimeWindowMaxBins: a time window of 10,000 bins, the bound
+// (window.MaxBins), is accepted and gets that many bins.
+func TestTimeWindowMaxBins(t *testing.T) {
+	b := mustNew(t, WithTimeWindow(10*time.Second, 10_000))
+	tw := b.cur.Load().tw
+	if tw == nil {
+		t.Fatal("WithTimeWindow(10s, 10000): closed epoch has no time window")
+	}
+	if tw.bins.Len() != 10_000 || tw.bins.Width() != time.Millisecond {
+		t.Fatalf("WithTimeWindow(10s, 10000): %d bins of %v, want 10000 of 1ms", tw.bins.Len(), tw.bins.Width())
 	}
 }
 

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"math"
 	"time"
+
+	"github.com/levee-go/levee/internal/window"
 )
 
 // Option configures a Breaker. Each option documents its default; the
@@ -61,8 +63,8 @@ func (o *options) validate() error {
 	if o.countSize < 1 || o.countSize > maxCountWindow {
 		bad("WithCountWindow: size must be in [1, %d], got %d", maxCountWindow, o.countSize)
 	}
-	if o.timeSet && (o.timeBins < 1 || o.timeSize <= 0 || o.timeSize/time.Duration(o.timeBins) < time.Millisecond) {
-		bad("WithTimeWindow: want size > 0, bins >= 1 and size/bins >= 1ms, got %v and %d bins", o.timeSize, o.timeBins)
+	if o.timeSet && (o.timeBins < 1 || o.timeBins > window.MaxBins || o.timeSize <= 0 || o.timeSize/time.Duration(o.timeBins) < time.Millisecond) {
+		bad("WithTimeWindow: want size > 0, bins in [1, %d] and size/bins >= 1ms, got %v and %d bins", window.MaxBins, o.timeSize, o.timeBins)
 	}
 	if !(o.failRate > 0 && o.failRate <= 100) {
 		bad("WithFailureRate: percent must be in (0, 100], got %v", o.failRate)
@@ -116,7 +118,8 @@ func WithCountWindow(size int) Option {
 // kept in bins buckets of size/bins each (a time-based sliding window; a
 // call counts in the bucket of the time it finished). Resilience4j uses one
 // bucket per second. Default: a count window of 100 calls. It needs
-// size > 0, bins >= 1 and size/bins >= 1ms.
+// size > 0, bins in [1, 10_000] and size/bins >= 1ms (10,000 buckets of
+// 1s cover 2h46m; a longer window takes wider buckets).
 //
 // Recording into a time window takes a short lock; the count window is
 // lock-free.

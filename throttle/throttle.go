@@ -56,8 +56,8 @@ func (o *options) validate() error {
 	if o.minRequests < 0 {
 		errs = append(errs, fmt.Errorf("throttle: WithMinRequests: n must be >= 0, got %d", o.minRequests))
 	}
-	if o.bins < 1 || o.size <= 0 || o.size/time.Duration(o.bins) < time.Millisecond {
-		errs = append(errs, fmt.Errorf("throttle: WithWindow: want size > 0, bins >= 1 and size/bins >= 1ms, got %v and %d bins", o.size, o.bins))
+	if o.bins < 1 || o.bins > window.MaxBins || o.size <= 0 || o.size/time.Duration(o.bins) < time.Millisecond {
+		errs = append(errs, fmt.Errorf("throttle: WithWindow: want size > 0, bins in [1, %d] and size/bins >= 1ms, got %v and %d bins", window.MaxBins, o.size, o.bins))
 	}
 	if o.random == nil {
 		errs = append(errs, errors.New("throttle: WithRandom: random source must not be nil"))
@@ -87,7 +87,8 @@ func WithMinRequests(n int) Option {
 
 // WithWindow sets the sliding window over which requests and accepts are
 // counted, kept in bins bins of size/bins each. Default 2 minutes in 120
-// bins. It needs size > 0, bins >= 1 and size/bins >= 1ms.
+// bins. It needs size > 0, bins in [1, 10_000] and size/bins >= 1ms
+// (10,000 bins of 1s cover 2h46m; a longer window takes wider bins).
 func WithWindow(size time.Duration, bins int) Option {
 	return func(o *options) { o.size, o.bins = size, bins }
 }

@@ -356,14 +356,17 @@ func TestNewErrors(t *testing.T) {
 		{name: "K below 1", give: []Option{WithK(0.5)}, want: []string{"throttle: WithK: k must be >= 1 and finite, got 0.5"}},
 		{name: "K NaN", give: []Option{WithK(math.NaN())}, want: []string{"throttle: WithK: k must be >= 1 and finite, got NaN"}},
 		{name: "K Inf", give: []Option{WithK(math.Inf(1))}, want: []string{"throttle: WithK: k must be >= 1 and finite, got +Inf"}},
-		{name: "window", give: []Option{WithWindow(time.Minute, 0)}, want: []string{"throttle: WithWindow: want size > 0, bins >= 1 and size/bins >= 1ms, got 1m0s and 0 bins"}},
-		{name: "bins too fine", give: []Option{WithWindow(time.Second, 10000)}, want: []string{"throttle: WithWindow: want size > 0, bins >= 1 and size/bins >= 1ms, got 1s and 10000 bins"}},
+		{name: "window", give: []Option{WithWindow(time.Minute, 0)}, want: []string{"throttle: WithWindow: want size > 0, bins in [1, 10000] and size/bins >= 1ms, got 1m0s and 0 bins"}},
+		{name: "bins too fine", give: []Option{WithWindow(time.Second, 10000)}, want: []string{"throttle: WithWindow: want size > 0, bins in [1, 10000] and size/bins >= 1ms, got 1s and 10000 bins"}},
+		{name: "bins above the bound", give: []Option{WithWindow(time.Hour, 10_001)}, want: []string{"throttle: WithWindow: want size > 0, bins in [1, 10000] and size/bins >= 1ms, got 1h0m0s and 10001 bins"}},
+		{name: "a day in 1ms bins", give: []Option{WithWindow(24*time.Hour, 86_400_000)}, want: []string{"throttle: WithWindow: want size > 0, bins in [1, 10000] and size/bins >= 1ms, got 24h0m0s and 86400000 bins"}},
+		{name: "bins beyond any memory", give: []Option{WithWindow(time.Duration(math.MaxInt64), 1<<40)}, want: []string{"throttle: WithWindow: want size > 0, bins in [1, 10000] and size/bins >= 1ms, got 2562047h47m16.854775807s and 1099511627776 bins"}},
 		{name: "random", give: []Option{WithRandom(nil)}, want: []string{"throttle: WithRandom: random source must not be nil"}},
 		{name: "negative minimum", give: []Option{WithMinRequests(-1)}, want: []string{"throttle: WithMinRequests: n must be >= 0, got -1"}},
 		{name: "all", give: []Option{WithK(0), WithMinRequests(-5), WithWindow(-time.Second, 1), WithRandom(nil)}, want: []string{
 			"WithK: k must be >= 1 and finite, got 0",
 			"WithMinRequests: n must be >= 0, got -5",
-			"WithWindow: want size > 0, bins >= 1 and size/bins >= 1ms, got -1s and 1 bins",
+			"WithWindow: want size > 0, bins in [1, 10000] and size/bins >= 1ms, got -1s and 1 bins",
 			"WithRandom: random source must not be nil",
 		}},
 	}
@@ -379,6 +382,15 @@ func TestNewErrors(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestWindowMaxBins: a window of 10,000 bins, the bound
+// (window.MaxBins), is accepted and gets that many bins.
+func TestWindowMaxBins(t *testing.T) {
+	th := mustNew(t, WithWindow(10*time.Second, 10_000))
+	if th.bins.Len() != 10_000 || th.bins.Width() != time.Millisecond {
+		t.Fatalf("WithWindow(10s, 10000): %d bins of %v, want 10000 of 1ms", th.bins.Len(), th.bins.Width())
 	}
 }
 

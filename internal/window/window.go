@@ -34,11 +34,26 @@ type Bins struct {
 	total   Sums
 }
 
+// MaxBins is the most bins a window may have. The owners' options
+// (breaker.WithTimeWindow, throttle.WithWindow) refuse more with an error;
+// New panics, as its owners validate first.
+//
+// The ring is allocated whole, 24 bytes a bin (240 KB at the bound), and a
+// breaker allocates a fresh one each time it closes; and an Add after a
+// pause shorter than the window clears every bin the pause skipped, under
+// its owner's lock, so the bound also caps that work at 10,000 bins (tens
+// of microseconds). 10,000 one-second bins — Resilience4j's bin width —
+// cover 2h46m, far longer than the windows these owners judge (the
+// throttle's default is 120 bins); a longer window takes wider bins.
+// Without a bound, a day in 1 ms bins asked for 2 GB.
+const MaxBins = 10_000
+
 // New returns a window of the given size split into n bins of size/n each.
-// It panics if size/n is not at least one nanosecond or n < 1.
+// It panics if n is not in [1, MaxBins] or size/n is not at least one
+// nanosecond.
 func New(size time.Duration, n int) *Bins {
-	if n < 1 {
-		panic(fmt.Sprintf("window: bins must be >= 1, got %d", n))
+	if n < 1 || n > MaxBins {
+		panic(fmt.Sprintf("window: bins must be in [1, %d], got %d", MaxBins, n))
 	}
 	if size <= 0 || size/time.Duration(n) <= 0 {
 		panic(fmt.Sprintf("window: size must be >= bins nanoseconds, got size %v for %d bins", size, n))

@@ -93,7 +93,8 @@ func TestNewPanics(t *testing.T) {
 		n    int
 		want string
 	}{
-		{name: "zero bins", size: time.Second, n: 0, want: "window: bins must be >= 1, got 0"},
+		{name: "zero bins", size: time.Second, n: 0, want: "window: bins must be in [1, 10000], got 0"},
+		{name: "bins above MaxBins", size: time.Hour, n: 10_001, want: "window: bins must be in [1, 10000], got 10001"},
 		{name: "zero size", size: 0, n: 1, want: "window: size must be"},
 		{name: "bins finer than 1ns", size: 3, n: 4, want: "window: size must be"},
 	}
