@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
+	"path"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -159,25 +160,35 @@ func (p Parser) CgroupPaths(root string) (CgroupPaths, error) {
 	return c, nil
 }
 
-// CgroupDir locates the directory of the cgroup at path (as listed in
+// CgroupDir locates the directory of the cgroup at cgPath (as listed in
 // /proc/self/cgroup) under mount m. It returns the directory, the mount
 // point directory, and whether the cgroup is the root of the whole
-// hierarchy (it then holds every process of the host).
-func (p Parser) CgroupDir(root string, m Mount, path string) (dir, top string, isRoot bool, err error) {
-	rel := path
+// hierarchy (it then holds every process of the host). cgPath is cleaned
+// first; one whose ".." climb above the hierarchy's root (the kernel
+// writes such a path for a cgroup outside the process's cgroup
+// namespace), or that is not under the mount's root, is not under the
+// mount point and is refused with an error matching p.ErrNotMounted.
+func (p Parser) CgroupDir(root string, m Mount, cgPath string) (dir, top string, isRoot bool, err error) {
+	clean := path.Clean(strings.TrimPrefix(cgPath, "/"))
+	if clean == ".." || strings.HasPrefix(clean, "../") {
+		return "", "", false, fmt.Errorf("%w: cgroup path %q is outside the hierarchy (it climbs above its root), so outside the mount at %s",
+			p.ErrNotMounted, cgPath, m.Point)
+	}
+	clean = path.Join("/", clean)
+	rel := clean
 	if m.Root != "/" {
 		switch {
-		case path == m.Root:
+		case clean == m.Root:
 			rel = "/"
-		case strings.HasPrefix(path, m.Root+"/"):
-			rel = path[len(m.Root):]
+		case strings.HasPrefix(clean, m.Root+"/"):
+			rel = clean[len(m.Root):]
 		default:
 			return "", "", false, fmt.Errorf("%w: cgroup path %q is outside the root %q of the mount at %s",
-				p.ErrNotMounted, path, m.Root, m.Point)
+				p.ErrNotMounted, cgPath, m.Root, m.Point)
 		}
 	}
 	top = filepath.Join(root, m.Point)
-	return filepath.Join(top, rel), top, path == "/" && m.Root == "/", nil
+	return filepath.Join(top, rel), top, clean == "/" && m.Root == "/", nil
 }
 
 // FindMount returns the first of mounts of type fstype that has
