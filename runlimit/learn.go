@@ -2,7 +2,6 @@ package runlimit
 
 import (
 	"math"
-	"sync/atomic"
 	"time"
 
 	"github.com/levee-go/levee/runlimit/internal/learn"
@@ -28,7 +27,7 @@ func (l *Limiter) update(end int64) {
 	flows := l.allFlows()
 	if l.lr.Probing() != learn.NoProbe {
 		if pm := l.probeMeasured(flows, end); l.lr.ProbeDone(end, pm.N, &l.lp) {
-			l.probing.Store(false)
+			l.probe.Stop()
 			l.probes.Add(1)
 			l.peak.Store(running(l.state.Load())) // the peak before the probe says nothing of what follows
 			var st learn.Step
@@ -64,14 +63,11 @@ func (l *Limiter) update(end int64) {
 
 // probeMeasured is what the running probe measured so far. Needs upd.
 func (l *Limiter) probeMeasured(flows []*Flow, now int64) learn.Probed {
-	pm := learn.Probed{LagN: l.plagN.Load(), LagSum: l.plagSum.Load(), HasCPU: l.o.cpu != nil}
-	// n is stored just after at: until then, no rate (a cut is not kept
-	// on the calls it served, and the other cases Decide).
-	if dm := l.drain.Load(); dm != nil {
-		if d, n := dm.at.Load(), dm.n.Load(); d != 0 && n >= 0 && now > d {
-			pm.Rate = float64(l.finished.Load()-n) / float64(now-d)
-		}
-	}
+	pm := learn.Probed{HasCPU: l.o.cpu != nil}
+	pm.LagN, pm.LagSum = l.probe.Lag()
+	// No rate until the drain's count is in (a cut is not kept on the
+	// calls it served, and the other cases Decide).
+	pm.Rate = l.probe.Rate(now, l.finished.Load)
 	var weight, ratios float64
 	for _, f := range flows {
 		pn, psum := f.pn.Load(), f.psum.Load()
@@ -126,53 +122,15 @@ func (l *Limiter) startProbe(kind learn.Kind, flows []*Flow) {
 		f.pn.Store(0)
 		f.psum.Store(0)
 	}
-	l.plagN.Store(0)
-	l.plagSum.Store(0)
-	dm := &l.marks[0] // the other mark than the last probe's
-	if l.drain.Load() == dm {
-		dm = &l.marks[1]
-	}
-	dm.n.Store(-1) // before at, so that an at without its n reads as not yet
-	dm.at.Store(0)
-	l.drain.Store(dm)
-	l.probing.Store(true)
+	l.probe.Start()
 	n := int64(l.lr.ProbeLimit())
 	l.noteMove(l.limit.Swap(n), n, MoveProbeStart, kind)
 }
 
-// drainMark is when a probe's calls drained to its limit and how many
-// calls had finished by then. Probes use the Limiter's two in turn
-// (startProbe), so a call that read the last probe's mark cannot set
-// this one's; only one delayed across two whole probes (ten intervals
-// at least) could, and it would set a drain time, not a stale count.
-type drainMark struct {
-	at atomic.Int64 // 0 until the calls drained
-	n  atomic.Int64 // finished at at; -1 until stored, just after at
-}
-
-// drainedAt is when the running probe's calls drained to its limit; 0
-// until then, and when no probe ran.
-func (l *Limiter) drainedAt() int64 {
-	if dm := l.drain.Load(); dm != nil {
-		return dm.at.Load()
-	}
-	return 0
-}
-
 // noteProbe records, during a probe, a call that ended at end.
 func (l *Limiter) noteProbe(f *Flow, start, end, svc int64) {
-	dm := l.drain.Load()
-	if dm == nil {
-		return
-	}
-	d := dm.at.Load()
-	if d == 0 {
-		if running(l.state.Load()) <= l.limit.Load() && dm.at.CompareAndSwap(0, end) {
-			dm.n.Store(l.finished.Load())
-		}
-		return
-	}
-	if start >= d {
+	drained := func() bool { return running(l.state.Load()) <= l.limit.Load() }
+	if l.probe.Ended(start, end, drained, l.finished.Load) {
 		f.pn.Add(1)
 		f.psum.Add(svc)
 	}

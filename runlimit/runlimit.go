@@ -217,14 +217,12 @@ type Limiter struct {
 
 	// Learning (learn.go): upd is taken (TryLock) by the call that closes
 	// an interval; next, read by every Done, is when it ends.
-	next    atomic.Int64
-	upd     sync.Mutex
-	lr      learn.State  // under upd
-	lp      learn.Params // from o
-	opened  int64        // start of the current interval; under upd
-	probing atomic.Bool
-	drain   atomic.Pointer[drainMark] // the running or last probe's (one of marks); nil before the first
-	marks   [2]drainMark              // probes use them in turn (startProbe)
+	next   atomic.Int64
+	upd    sync.Mutex
+	lr     learn.State  // under upd
+	lp     learn.Params // from o
+	opened int64        // start of the current interval; under upd
+	probe  learn.Run    // what a running probe measures besides service times
 	// rateSeeded: an interval closed on minSamples calls, and doneRate
 	// smooths from its rate on. Under upd.
 	rateSeeded bool
@@ -249,10 +247,8 @@ type Limiter struct {
 	noneSince, noneRan atomic.Int64
 	noneMark           int64
 
-	// Calls handed a turn in the interval and their lag to run (noteLag);
-	// plag*, a probe's.
-	lagN, lagSum   paddedInt
-	plagN, plagSum atomic.Int64
+	// Calls handed a turn in the interval and their lag to run (noteLag).
+	lagN, lagSum paddedInt
 
 	net     netpoll.Waiter // a turn's wait for the network poller (release)
 	waiters sync.Pool      // waiters handed their turn, for reuse (recycle)
@@ -866,12 +862,7 @@ func (l *Limiter) noteLag(start, lag int64) {
 	lag = max(lag, 0)
 	l.lagN.Add(1)
 	l.lagSum.Add(lag)
-	if l.probing.Load() {
-		if d := l.drainedAt(); d != 0 && start >= d {
-			l.plagN.Add(1)
-			l.plagSum.Add(lag)
-		}
-	}
+	l.probe.NoteLag(start, lag)
 }
 
 // granted is the ticket of a waiter of ln that was handed its turn now.
@@ -1142,7 +1133,7 @@ func (t Ticket) doneAt(end int64, overload bool) {
 		f.n.Add(1)
 		f.sum.Add(svc)
 		f.learnMean(svc, end)
-		if l.probing.Load() {
+		if l.probe.On() {
 			l.noteProbe(f, t.start, end, svc)
 		}
 	}

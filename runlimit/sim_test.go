@@ -261,7 +261,7 @@ func TestFollowsASlowerDatabaseFromAHighLimit(t *testing.T) {
 	before := s.done
 	lo := s.l.Limit()
 	s.run(3*time.Second, func() {
-		if !s.l.probing.Load() { // a probe lowers the limit for a while by design
+		if !s.l.probe.On() { // a probe lowers the limit for a while by design
 			lo = min(lo, s.l.Limit())
 		}
 	})

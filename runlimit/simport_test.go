@@ -60,7 +60,7 @@ func (r *portRun) lowestLimit(from, to time.Duration) *int {
 	lo := new(int)
 	*lo = 1 << 30
 	r.every(from, to, time.Millisecond, func() {
-		if !r.p.l.probing.Load() {
+		if !r.p.l.probe.On() {
 			*lo = min(*lo, r.p.l.Limit())
 		}
 	})

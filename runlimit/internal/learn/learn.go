@@ -3,8 +3,9 @@
 // probe measured, Probed) each give the next State and a Step: the limit
 // to set, a probe to start, what the flows' baselines do, and why. It
 // reads no clock and reaches no Limiter: runlimit's Limiter.update
-// gathers the inputs and applies the steps, and Counts (atomic counters,
-// for its Stats) counts them. docs/runlimit-learner.md draws the machine
+// gathers the inputs and applies the steps; Counts (atomic counters, for
+// its Stats) counts them, and Run measures a running probe from the calls
+// as they end. docs/runlimit-learner.md draws the machine
 // and argues each threshold.
 //
 // The gate cpuElsewhere, closed by a cut for the CPU or the lag that did
