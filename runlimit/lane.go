@@ -41,6 +41,10 @@ type Lane struct {
 	tenant string
 	class  admission.Criticality
 	weight int64 // fixed point, weightOne = 1
+	// Every call writes count and tapped, and reads the fields above: a
+	// cache line between them keeps one processor's writes from taking
+	// the others' reads' line away (false sharing; docs/cost.md).
+	_ [cacheLine]byte
 
 	count  atomic.Int64 // calls reserved (reserve) and not yet given a turn or refused
 	tapped places.Slots // reservations the guard made not yet asked for a turn, by generation (tapIn)

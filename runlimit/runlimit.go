@@ -182,8 +182,12 @@ type Limiter struct {
 	cpuNow cpu.ThresholdSignal // o.cpu if it tells its utilisation
 
 	// Instants are ns since epoch; "plus 1" leaves 0 for none. state packs
-	// the calls running (low 32 bits) and waiting (high 32 bits).
+	// the calls running (low 32 bits) and waiting (high 32 bits); every
+	// call changes it twice, so it has a cache line of its own, away from
+	// what every call only reads (o, epoch, limit: see Lane).
+	_           [cacheLine]byte
 	state       atomic.Uint64
+	_           [cacheLine]byte
 	queuedSince atomic.Int64 // calls waiting without a pause since, plus 1; changed under mu
 	cpuSince    atomic.Int64 // CPU seen busy without a break since, plus 1 (lookCPU)
 	limit       atomic.Int64
@@ -260,10 +264,14 @@ const (
 	oneWaiting  = 1 << 32
 )
 
+// cacheLine is the size of a cache line on the processors Go runs on
+// most (amd64, arm64), in bytes.
+const cacheLine = 64
+
 // paddedInt is an atomic counter alone on its cache line.
 type paddedInt struct {
 	atomic.Int64
-	_ [56]byte
+	_ [cacheLine - 8]byte
 }
 
 func running(s uint64) int64 { return int64(s & runningMask) }
@@ -582,19 +590,24 @@ func (l *Limiter) appendShared(out []*Flow) []*Flow {
 // Lane). Get one with Limiter.Flow; the zero Flow is not usable. It is safe
 // for concurrent use.
 type Flow struct {
-	l    *Limiter
-	name string
+	l          *Limiter
+	name       string
+	isUnserved bool // UnservedFlow: never learned from
 
+	// What every call writes, a cache line away from what every call
+	// reads (above and below): see Lane.
+	_ [cacheLine]byte
 	// Instants are ns since the Limiter's epoch.
-	n, sum      atomic.Int64 // calls finished in the interval within the limit (excessAt), and their service time, ns
+	n, sum atomic.Int64 // calls finished in the interval within the limit (excessAt), and their service time, ns
+	svc    atomic.Int64 // mean service time (EWMA, weight 1/8), ns; 0 until the first
+	calls  atomic.Int64 // calls a guard admitted and has not finished
+	lastOK atomic.Int64 // when the last call that taught svc ended
+	_      [cacheLine]byte
+
 	nx          atomic.Int64 // calls finished in the interval beside calls beyond the limit
 	pn, psum    atomic.Int64 // the same, of the calls a probe measured
-	svc         atomic.Int64 // mean service time (EWMA, weight 1/8), ns; 0 until the first
-	lastOK      atomic.Int64 // when the last call that taught svc ended
 	streamScore atomic.Int32 // streams that outlived their hold, less those that did not
-	calls       atomic.Int64 // calls a guard admitted and has not finished
 	used        atomic.Int64 // start of the last interval the flow was looked up in
-	isUnserved  bool         // UnservedFlow: never learned from
 	gone        atomic.Bool  // forgotten (addFlow): its new tenants are not counted
 
 	lanes    classLanes // calls of no tenant, by class
