@@ -73,7 +73,9 @@ func (n *Waiter) init() {
 
 // Wait parks the caller in the network poller until a poll at least d
 // from now, and reports whether it did: it does not while another
-// goroutine waits, or if the timerfd cannot be made, armed or read. It
+// goroutine waits, or if the timerfd cannot be made, armed or read. A d
+// of 0 or less waits for the next poll (the timer is armed 1ns ahead: a
+// zero expiry would disarm it, and the wait would never end). It
 // allocates nothing.
 func (n *Waiter) Wait(d time.Duration) bool {
 	if !n.busy.CompareAndSwap(false, true) {
@@ -84,8 +86,8 @@ func (n *Waiter) Wait(d time.Duration) bool {
 	if n.f == nil {
 		return false
 	}
-	// No interval, first expiry d from now.
-	spec := unix.ItimerSpec{Value: unix.NsecToTimespec(int64(d))}
+	// No interval, first expiry d from now, and never 0: that disarms.
+	spec := unix.ItimerSpec{Value: unix.NsecToTimespec(max(int64(d), 1))}
 	for range waitTries {
 		if err := unix.TimerfdSettime(n.fd, 0, &spec, nil); err != nil {
 			return false
