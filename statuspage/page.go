@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"math"
 	"net/http"
+	"reflect"
 	"slices"
 	"strings"
 	"sync"
@@ -74,8 +75,23 @@ type Page struct {
 	n    uint64 // refusals kept since New; the next goes to ring[n%MaxRefusals]
 }
 
-// New returns the page of src.
-func New(src Sources) *Page { return &Page{src: src, now: time.Now} }
+// New returns the page of src. A CPU or Memory source that holds a nil
+// pointer (a nil *cpu.Monitor) is nil too: it is left off the page.
+func New(src Sources) *Page {
+	if isNilPointer(src.CPU) {
+		src.CPU = nil
+	}
+	if isNilPointer(src.Memory) {
+		src.Memory = nil
+	}
+	return &Page{src: src, now: time.Now}
+}
+
+// isNilPointer reports whether v holds a nil pointer.
+func isNilPointer(v any) bool {
+	rv := reflect.ValueOf(v)
+	return rv.Kind() == reflect.Pointer && rv.IsNil()
+}
 
 // Record keeps ev among the last refusals. It takes the page's lock for
 // a copy and allocates nothing (a method or tenant longer than
