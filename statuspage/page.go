@@ -422,7 +422,9 @@ func boolValue(b bool) float64 {
 }
 
 // ServeHTTP writes the page: text (text/plain), or JSON with
-// ?format=json. Any other format is a 400.
+// ?format=json. Any other format is a 400. A page JSON cannot carry (a
+// figure that is NaN or infinite, from a signal of one's own) is a 500
+// that says so; the text form shows it.
 func (p *Page) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	switch format := r.URL.Query().Get("format"); format {
 	case "", "text":
@@ -430,11 +432,14 @@ func (p *Page) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Cache-Control", "no-store")
 		_ = WriteText(w, p.Status())
 	case "json":
+		b, err := json.MarshalIndent(p.Status(), "", "  ")
+		if err != nil {
+			http.Error(w, "statuspage: the page has no JSON form now (see its text form): "+err.Error(), http.StatusInternalServerError)
+			return
+		}
 		w.Header().Set("Content-Type", "application/json")
 		w.Header().Set("Cache-Control", "no-store")
-		enc := json.NewEncoder(w)
-		enc.SetIndent("", "  ")
-		_ = enc.Encode(p.Status())
+		_, _ = w.Write(append(b, '\n'))
 	default:
 		http.Error(w, "statuspage: format must be text or json, got "+quote(format), http.StatusBadRequest)
 	}
