@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"reflect"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -17,7 +18,8 @@ import (
 // Controller's lock: it must be quick and must not call the Controller.
 // It returns an error, and keeps its previous scale, if it refuses f; the
 // Controller reports that error (see Controller.Observe) and carries on.
-// A nil Target is a programming error: New panics on it.
+// A nil Target (nil, or a nil pointer) is a programming error: New
+// panics on it.
 type Target interface {
 	SetScaleAt(now time.Time, f float64) error
 }
@@ -93,13 +95,14 @@ type Controller struct {
 // The scale starts at the policy's ceiling (1 unless AIMD.Ceiling is set)
 // and is first applied at the first observation. It returns an error
 // naming every invalid policy field and its value. A nil policy or a nil
-// target is a programming error, not a value to validate: New panics.
+// target (nil, or a nil pointer such as a nil *ratelimit.Limiter) is a
+// programming error, not a value to validate: New panics.
 func New(p Policy, targets []Target, opts ...Option) (*Controller, error) {
 	if p == nil {
 		panic("loadshed: New with nil Policy")
 	}
 	for i, t := range targets {
-		if t == nil {
+		if t == nil || isNilPointer(t) {
 			panic(fmt.Sprintf("loadshed: target %d is nil", i))
 		}
 	}
@@ -229,4 +232,11 @@ func (c *Controller) Close() {
 	}
 	close(stop)
 	<-done
+}
+
+// isNilPointer reports whether v holds a nil pointer: an interface that
+// is not nil, whose methods would still panic.
+func isNilPointer(v any) bool {
+	rv := reflect.ValueOf(v)
+	return rv.Kind() == reflect.Pointer && rv.IsNil()
 }

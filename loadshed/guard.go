@@ -22,9 +22,10 @@ type Scaler interface{ Scale() float64 }
 // calls), and refuses the rest with retryAfter as the delay. Use it to shed
 // by the CPU signal without a rate to scale; to scale token buckets
 // instead, give them to the Controller as targets. It panics if src is
-// nil.
+// nil or a nil pointer (a nil *Controller), whose Scale would panic on
+// every call.
 func NewGuard(name string, src Scaler, retryAfter time.Duration) admission.Guard {
-	if src == nil {
+	if src == nil || isNilPointer(src) {
 		panic("loadshed: NewGuard: nil Scaler")
 	}
 	return &shedGuard{name: name, src: src, retry: retryAfter}
