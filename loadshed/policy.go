@@ -93,7 +93,8 @@ func (r *stepRunner) next(_ time.Time, _, _ float64, saturated bool) float64 {
 // not.
 type AIMD struct {
 	// Threshold is the utilisation the scale is steered below; set it to
-	// the cpu.Monitor's threshold. In (0, 1]; default 0.8.
+	// the cpu.Monitor's threshold. In (0.05, 1]: the increase aims 0.05
+	// below it. Default 0.8.
 	Threshold float64
 	// Decrease is the factor applied on each decrease, in (0, 1).
 	// Default 0.75.
@@ -155,6 +156,11 @@ func (p AIMD) validate() error {
 		checkUnit("AIMD", "Threshold", p.Threshold),
 		checkUnit("AIMD", "Ceiling", p.Ceiling),
 		checkUnit("AIMD", "Floor", p.Floor),
+	}
+	if errs[0] == nil && p.Threshold <= aimdMargin {
+		// The target, aimdMargin below it, leaves no headroom: the
+		// scale could never rise after a decrease.
+		errs[0] = fmt.Errorf("loadshed: AIMD: Threshold must be above %v (the margin its increase aims below it by), got %v", aimdMargin, p.Threshold)
 	}
 	if errs[1] == nil && errs[2] == nil && p.Floor > p.Ceiling {
 		errs = append(errs, fmt.Errorf("loadshed: AIMD: Floor %v is above Ceiling %v", p.Floor, p.Ceiling))
