@@ -102,7 +102,8 @@ const (
 	// share one. A method gets its own once a call of it has run and
 	// succeeded (a client chooses the names it sends, and a transport
 	// admits calls of names its server does not serve); until then its
-	// calls share that one too.
+	// calls share that one too. The calls of an empty method name always
+	// do: the shared one's name is "" (Stats.Methods).
 	MaxMethods = 32
 )
 
@@ -561,7 +562,8 @@ func (s *Shedder) Finish(c admission.Call, p admission.Permit, o admission.Outco
 	}
 	s.inflight.Add(-int64(p.Value))
 	s.running.Add(-1)
-	if m, _ := p.Ref.(*method); m == s.shared && !o.Skipped && o.Err == nil && len(*s.methods.Load()) < MaxMethods {
+	// The shared entry's name is "": a call of that name stays in it.
+	if m, _ := p.Ref.(*method); m == s.shared && c.Method != "" && !o.Skipped && o.Err == nil && len(*s.methods.Load()) < MaxMethods {
 		s.lookup(c.Method)
 	}
 }
