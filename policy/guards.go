@@ -155,7 +155,8 @@ var guardTypes = map[GuardType]*guardType{
 		params: []param{
 			{name: "policy", kind: pString, str: func(g *Guard) *string { return &g.ShedPolicy }, enum: []string{"aimd", "step"}},
 			{name: "factor", kind: pFloat, float: func(g *Guard) *float64 { return &g.Factor }, lo: 0, hi: 1, open: true},
-			{name: "threshold", kind: pFloat, float: func(g *Guard) *float64 { return &g.Threshold }, lo: 0, hi: 1, open: true},
+			// Above 0.05: loadshed.AIMD's increase aims that far below it.
+			{name: "threshold", kind: pFloat, float: func(g *Guard) *float64 { return &g.Threshold }, lo: 0.05, hi: 1, open: true},
 			pRetryAfter},
 		fill: func(g *Guard, given map[string]bool) {
 			if !given["policy"] {

@@ -171,7 +171,7 @@ type Guard struct {
 	ProbeInterval  time.Duration // adaptive_bulkhead: default 10s
 	ShedPolicy     string        // loadshed: "aimd" (default) or "step"
 	Factor         float64       // loadshed step: scale while saturated, default 0.2
-	Threshold      float64       // loadshed aimd: utilisation steered below, default 0.8
+	Threshold      float64       // loadshed aimd: utilisation steered below, in (0.05, 1], default 0.8
 	Margin         float64       // deadline: factor on the service time, default 1
 	Target         time.Duration // queuedelay: default 5ms
 	Interval       time.Duration // queuedelay: default 100ms; runlimit: default 100ms
