@@ -3,6 +3,7 @@ package goaway
 import (
 	"errors"
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"net"
 	"sync"
@@ -355,17 +356,35 @@ func (s *Server) Tick(now time.Time) {
 	}
 	if s.since.IsZero() {
 		s.since = now
-		s.due = now.Add(s.opts.sustain + time.Duration(s.rand()*float64(s.opts.every)))
+		s.due = now.Add(addSat(s.opts.sustain, scale(s.rand(), s.opts.every)))
 	}
 	if now.Before(s.due) {
 		return
 	}
-	s.due = now.Add(time.Duration((0.5 + s.rand()) * float64(s.opts.every)))
+	s.due = now.Add(scale(0.5+s.rand(), s.opts.every))
 	if len(s.draining) >= s.opts.shards {
 		s.stats.Skipped++
 		return
 	}
 	s.drainOldest(now)
+}
+
+// scale returns f × d for f, d >= 0, math.MaxInt64 when that does not
+// fit a Duration (a float64 beyond the int64 range does not convert).
+func scale(f float64, d time.Duration) time.Duration {
+	if p := f * float64(d); p < math.MaxInt64 {
+		return time.Duration(p)
+	}
+	return math.MaxInt64
+}
+
+// addSat returns a + b for a, b >= 0, math.MaxInt64 when the sum
+// overflows.
+func addSat(a, b time.Duration) time.Duration {
+	if a > math.MaxInt64-b {
+		return math.MaxInt64
+	}
+	return a + b
 }
 
 // drainOldest puts a new shard in the place of the oldest one, which

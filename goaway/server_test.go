@@ -3,6 +3,7 @@ package goaway
 import (
 	"context"
 	"errors"
+	"math"
 	"net"
 	"strings"
 	"sync"
@@ -436,5 +437,46 @@ func TestTicker(t *testing.T) {
 	}
 	if err := s.Serve(lis); !errors.Is(err, ErrServerStopped) {
 		t.Errorf("second Serve() = %v, want ErrServerStopped", err)
+	}
+}
+
+// TestHugeDurations: a sustain or an interval too long to ever pass (up
+// to math.MaxInt64) means no round, or no second round: the sums and
+// products of the schedule saturate instead of wrapping into the past.
+func TestHugeDurations(t *testing.T) {
+	tests := []struct {
+		name  string
+		opts  []Option
+		draws []float64
+		want  uint64 // Drains after a day of overload
+	}{
+		{"sustain", []Option{WithSustain(math.MaxInt64), WithEvery(10 * time.Second)}, []float64{0.5}, 0},
+		{"every", []Option{WithSustain(0), WithEvery(math.MaxInt64)}, []float64{0, 0.9}, 1},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var over flag
+			over.Store(true)
+			s, err := NewServer(func() *grpc.Server { return grpc.NewServer() }, &over, append([]Option{WithShards(2)}, tt.opts...)...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer s.Stop()
+			s.manual = true
+			draws := tt.draws
+			s.rand = func() float64 { // the draws, then the last one again
+				v := draws[0]
+				if len(draws) > 1 {
+					draws = draws[1:]
+				}
+				return v
+			}
+			for _, at := range []time.Duration{0, time.Second, time.Hour, 24 * time.Hour} {
+				s.Tick(t0.Add(at))
+			}
+			if got := s.Stats().Drains; got != tt.want {
+				t.Errorf("Stats().Drains after a day of overload = %d, want %d", got, tt.want)
+			}
+		})
 	}
 }
