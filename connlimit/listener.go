@@ -213,7 +213,8 @@ func (l *Listener) MaxConns() int { return int(l.max.Load()) }
 
 // RateLimiter returns the token bucket of [WithRate], for changing its
 // rate and burst while serving (SetLimit, SetBurst, SetScale), or nil
-// when there is none.
+// when there is none. In [Hold] mode an Accept waiting for a token sees
+// a change within 100 ms.
 func (l *Listener) RateLimiter() *ratelimit.Limiter { return l.rate }
 
 // Accept waits for and returns the next connection within the caps. With
@@ -328,6 +329,10 @@ func (l *Listener) notePeak() {
 	}
 }
 
+// rateRecheck is the longest a held Accept sleeps before it reads the
+// rate limiter again.
+const rateRecheck = 100 * time.Millisecond
+
 // waitRoom blocks until the cap has room and a token is due, or the
 // listener is closed.
 func (l *Listener) waitRoom() error {
@@ -352,7 +357,10 @@ func (l *Listener) waitRoom() error {
 		if wait <= 0 {
 			return nil
 		}
-		t := time.NewTimer(wait)
+		// The rate may change meanwhile (RateLimiter's SetLimit, SetBurst,
+		// SetScale), which signals nothing: look again at least every
+		// rateRecheck rather than sleep out a wait an old rate gave.
+		t := time.NewTimer(min(wait, rateRecheck))
 		select {
 		case <-t.C:
 		case <-l.freed: // SetMaxConns or a close: look again

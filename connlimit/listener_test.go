@@ -339,3 +339,30 @@ func TestModeString(t *testing.T) {
 		}
 	}
 }
+
+// TestHoldRateRaised: an Accept held for a token sees a rate raised
+// through RateLimiter while it waits, instead of sleeping out the wait
+// the old rate gave it (an hour here).
+func TestHoldRateRaised(t *testing.T) {
+	l := newLoopback(t, WithMode(Hold), WithRate(ratelimit.Every(time.Hour), 1))
+	a := startAccept(l)
+	dial(t, l)
+	s1 := a.next(t) // the only token of the hour
+	defer s1.Close()
+	c2 := dial(t, l)
+	select {
+	case c := <-a.conns:
+		c.Close()
+		t.Fatal("Accept returned a second connection within the hour in Hold mode")
+	case <-time.After(50 * time.Millisecond): // Accept now waits for the next token
+	}
+	if err := l.RateLimiter().SetLimit(1000); err != nil {
+		t.Fatal(err)
+	}
+	s2 := a.next(t)
+	s2.Write([]byte("x"))
+	if refused(t, c2) {
+		t.Fatal("the held connection was refused after the rate was raised")
+	}
+	s2.Close()
+}
