@@ -6,6 +6,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"net"
+	"slices"
 	"sync"
 	"time"
 
@@ -115,11 +116,11 @@ func (o *options) validate() error {
 // reopen them).
 //
 // build is called once per shard by NewServer and once per GOAWAY round
-// for the replacement; it must register the same services on each
-// server, with the same options, and share state the services keep (one
-// health.Server for all, say): a client may land on any shard. Options
-// and interceptors built once and passed to every grpc.NewServer keep
-// their limits server-wide.
+// for the replacement; it must return a new grpc.Server each time,
+// register the same services on each, with the same options, and share
+// state the services keep (one health.Server for all, say): a client may
+// land on any shard. Options and interceptors built once and passed to
+// every grpc.NewServer keep their limits server-wide.
 //
 // Create a Server with [NewServer]; the zero value is not usable. It is
 // safe for concurrent use. By default it has [DefaultShards] shards,
@@ -165,8 +166,9 @@ type shard struct {
 
 // NewServer builds the shards and returns a Server that will serve them
 // on the listener given to Serve. It returns an error naming every bad
-// option value, or if build returns nil. It panics if build or overload
-// is nil: those are programming errors, not values.
+// option value, or if build returns nil or a server it returned before
+// for another shard. It panics if build or overload is nil: those are
+// programming errors, not values.
 func NewServer(build func() *grpc.Server, overload Overload, opts ...Option) (*Server, error) {
 	if build == nil || overload == nil {
 		panic("goaway: NewServer with nil build or overload")
@@ -201,10 +203,23 @@ func NewServer(build func() *grpc.Server, overload Overload, opts ...Option) (*S
 	return s, nil
 }
 
+var errInUse = errors.New("goaway: build returned a *grpc.Server already in use; it must build a new one each call")
+
 func (s *Server) newShard() (*shard, error) {
 	srv := s.build()
 	if srv == nil {
 		return nil, errors.New("goaway: build returned a nil *grpc.Server")
+	}
+	// A server shared by two shards would be drained with both: the
+	// round's GracefulStop would close every shard at once.
+	inUse := func(sh *shard) bool { return sh.srv == srv }
+	if slices.ContainsFunc(s.shards, inUse) {
+		return nil, errInUse
+	}
+	for sh := range s.draining {
+		if inUse(sh) {
+			return nil, errInUse
+		}
 	}
 	s.gen++
 	sh := &shard{srv: srv, lis: newChanListener(), gen: s.gen}
@@ -470,7 +485,7 @@ type Stats struct {
 	Drains        uint64    // GOAWAY rounds: shards drained
 	Skipped       uint64    // rounds due but not started: WithShards shards were already draining
 	GraceExpired  uint64    // drained shards stopped at the end of their grace
-	BuildErrors   uint64    // rounds not started because build returned nil
+	BuildErrors   uint64    // rounds not started because build returned nil or a server in use
 	OverloadSince time.Time // start of the current overload, zero when none
 }
 

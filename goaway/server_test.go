@@ -480,3 +480,37 @@ func TestHugeDurations(t *testing.T) {
 		})
 	}
 }
+
+// TestBuildSameServer: a build that returns a server it returned before
+// (one grpc.Server for every shard) is an error, not a Server whose first
+// round GracefulStops every shard at once and leaves Serve spinning over
+// closed shards, serving nothing.
+func TestBuildSameServer(t *testing.T) {
+	var over flag
+	srv := grpc.NewServer()
+	defer srv.Stop()
+	s, err := NewServer(func() *grpc.Server { return srv }, &over, WithShards(2))
+	if s != nil || err == nil || !strings.Contains(err.Error(), "goaway: build returned a *grpc.Server already in use") {
+		t.Fatalf("NewServer(build returning one server) = %v, %v; want an error saying so", s, err)
+	}
+
+	var built []*grpc.Server
+	s, err = NewServer(func() *grpc.Server {
+		if len(built) == 2 { // the round's replacement: a shard's server again
+			return built[0]
+		}
+		built = append(built, grpc.NewServer())
+		return built[len(built)-1]
+	}, &over, WithShards(2), WithSustain(0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Stop()
+	s.manual = true
+	s.rand = func() float64 { return 0 }
+	over.Store(true)
+	s.Tick(t0) // a round is due at once; its replacement is refused
+	if st := s.Stats(); st.BuildErrors != 1 || st.Drains != 0 {
+		t.Errorf("Stats() after a round whose build returned a shard's server = %+v, want BuildErrors 1, Drains 0", st)
+	}
+}
