@@ -140,7 +140,9 @@ func (b *Budget) TryRetry() bool { return b.TryRetryAt(b.now()) }
 // TryRetryAt reports whether a retry may be made at now: whether, with
 // it, the retries over the window ending at now are at most ratio × the
 // requests plus WithMinRetries's n. A retry it allows is counted; one it
-// refuses is not (the caller gives up on the call).
+// refuses is not (the caller gives up on the call). An instant a whole
+// window or more before the latest one seen (a clock that stepped back)
+// counts in, and is judged by, the newer window its bins hold.
 func (b *Budget) TryRetryAt(now time.Time) bool {
 	bin := b.bin(now)
 	w := &b.retries[mod(bin, b.n)]
@@ -149,7 +151,12 @@ func (b *Budget) TryRetryAt(now time.Time) bool {
 		b.refused.Add(1)
 		return false
 	}
-	req, ret := b.totals(bin)
+	// The retry is counted in the bin of stamp: bin itself, or the newer
+	// bin its word held when now is a whole window or more behind the
+	// latest time seen (the clock stepped back). It is judged with the
+	// window that holds it, or it would not count against itself, nor
+	// the retries and requests counted with it.
+	req, ret := b.totals(bin + int64((stamp-uint64(bin))&stampMask))
 	if float64(ret) <= b.ratio*float64(req)+float64(b.min) {
 		b.granted.Add(1)
 		return true
