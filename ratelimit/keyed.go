@@ -261,7 +261,7 @@ func (k *Keyed) evictLocked(sh *keyedShard, c *bucketConfig, now, idle int64) in
 	var n int
 	for key, b := range sh.m {
 		tat, _ := unpack(b.Load())
-		if c.inf || tat+idle <= t {
+		if c.inf || t-tat >= idle { // not tat+idle <= t: idle may be near MaxInt64
 			delete(sh.m, key)
 			n++
 		}
