@@ -2,6 +2,7 @@ package bulkhead
 
 import (
 	"context"
+	"errors"
 	"runtime"
 	"time"
 
@@ -125,7 +126,10 @@ func fromAdmission(ap admission.Permit) Permit {
 // instead of sharing the CPU with the others in time slices: the latency of
 // a call stays its service time plus an orderly wait. A call that cannot
 // get its turn (queue full, maximum wait, caller gone) is refused before
-// any work, with ReasonRunQueue. It panics if b is nil.
+// any work, with ReasonRunQueue: for want of room or time with
+// admission.CauseConcurrencyLimited and a retry delay of retryAfter, and
+// for a caller gone with admission.CauseCallerCanceled and none. It panics
+// if b is nil.
 func NewRunGuard(name string, b *Bulkhead, retryAfter time.Duration) admission.Guard {
 	if b == nil {
 		panic("bulkhead: NewRunGuard: nil Bulkhead")
@@ -156,6 +160,10 @@ func (g *runGuard) Start(c admission.Call, _ admission.Permit) admission.Decisio
 	}
 	p, err := g.b.Acquire(ctx)
 	if err != nil {
+		if !errors.Is(err, ErrFull) && !errors.Is(err, ErrTimeout) {
+			// The caller gave up (its context ended): no limit refused it.
+			return admission.RefuseFor(admission.CauseCallerCanceled, admission.EvidenceNone, ReasonRunQueue, 0)
+		}
 		return admission.RefuseFor(admission.CauseConcurrencyLimited, admission.EvidenceLimit, ReasonRunQueue, g.retry)
 	}
 	// A turn handed over by a finishing handler makes this goroutine the
