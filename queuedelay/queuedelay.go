@@ -111,9 +111,12 @@ func (g *Guard) Recheck(c admission.Call) admission.Decision {
 // observe closes the current interval if it is over — judging it by its
 // minimum, unless a whole interval without a call followed it — and folds
 // one delay sample taken at now into the interval that is then current.
+// An instant an interval or more before the current interval's start (the
+// clock stepped back) closes it too, or it would stay open, and its
+// episode on, until the clock came back to it.
 func (g *Guard) observe(now, delay int64) {
 	st := g.start.Load()
-	if (st == math.MinInt64 || now-st >= g.interval) && g.start.CompareAndSwap(st, now) {
+	if (st == math.MinInt64 || now-st >= g.interval || st-now >= g.interval) && g.start.CompareAndSwap(st, now) {
 		m := g.minDelay.Swap(math.MaxInt64)
 		if st != math.MinInt64 {
 			// A whole interval after it with no call at all: whatever
