@@ -166,7 +166,14 @@ func convert(old, nc *bucketConfig, tat, now int64) int64 {
 	}
 	// tokens = burstOld − debt/ivlOld; newDebt = (burstNew − min(burstNew, tokens)) × ivlNew.
 	scaled := mulDivCeil(debt, nc.interval, old.interval)
-	nd := scaled + (int64(nc.burstEff)-int64(old.burstEff))*nc.interval
+	// nd = scaled + (burstNew − burstOld) × ivlNew. A rise of the burst
+	// adds at most the new tau; a fall by more than maxDebt's worth of new
+	// intervals leaves no debt whatever the old one, and its product, which
+	// may overflow (a huge burst whose rate is lowered), is not taken.
+	var nd int64
+	if diff := int64(nc.burstEff) - int64(old.burstEff); diff >= 0 || -diff <= maxDebt/nc.interval {
+		nd = scaled + diff*nc.interval
+	}
 	nd = min(max(nd, 0), maxDebt)
 	return nc.clock(now) + nd
 }
