@@ -142,7 +142,7 @@ func NewKeyed(r Limit, b int, opts ...KeyedOption) (*Keyed, error) {
 		seed:     maphash.MakeSeed(),
 		mask:     uint64(n - 1),
 		shards:   make([]keyedShard, n),
-		perShard: (o.maxKeys + n - 1) / n,
+		perShard: (o.maxKeys-1)/n + 1, // rounded up; maxKeys+n-1 overflows for math.MaxInt
 		idle:     int64(o.idle),
 		epoch:    time.Now(),
 	}
