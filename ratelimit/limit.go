@@ -12,7 +12,8 @@ import (
 type Limit float64
 
 // Inf is the infinite rate limit: it allows all events, even when the
-// requested count exceeds the burst.
+// requested count exceeds the burst. A Limit of +Inf (math.Inf(1)) is
+// infinite too.
 const Inf = Limit(math.MaxFloat64)
 
 // Every converts a minimum time interval between events to a Limit.
@@ -74,7 +75,7 @@ func (c *bucketConfig) derive() {
 	if c.burstEff < 1 {
 		c.burstEff = 1
 	}
-	if c.limit == Inf {
+	if c.limit == Inf || math.IsInf(float64(c.limit), 1) { // +Inf is no finite rate either
 		c.inf = true
 		c.interval, c.tau = 1, int64(c.burstEff)
 		return
