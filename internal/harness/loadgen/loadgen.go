@@ -300,7 +300,7 @@ func (r *run) schedule(ctx context.Context) error {
 			k := 0
 			next := phaseStart
 			if r.g.opts.arrivals == Poisson {
-				next += time.Duration(r.rng.ExpFloat64() * interval)
+				next = advance(phaseStart, r.rng.ExpFloat64()*interval, end)
 			}
 			for next < end {
 				at := next
@@ -317,9 +317,9 @@ func (r *run) schedule(ctx context.Context) error {
 				r.launch(ctx, at, i)
 				k++
 				if r.g.opts.arrivals == Poisson {
-					next += time.Duration(r.rng.ExpFloat64() * interval)
+					next = advance(next, r.rng.ExpFloat64()*interval, end)
 				} else {
-					next = phaseStart + time.Duration(float64(k)*interval)
+					next = advance(phaseStart, float64(k)*interval, end)
 				}
 			}
 		}
@@ -332,6 +332,16 @@ func (r *run) schedule(ctx context.Context) error {
 	}
 	r.rec.closeAll()
 	return nil
+}
+
+// advance returns the offset off nanoseconds after base, or end if that
+// is not before end. off may be more than a time.Duration holds (the gap
+// of a very low rate), which converted would wrap to a negative offset.
+func advance(base time.Duration, off float64, end time.Duration) time.Duration {
+	if off >= float64(end-base) {
+		return end
+	}
+	return base + time.Duration(off)
 }
 
 // preciseWindow is how close to a request's start the scheduler stops

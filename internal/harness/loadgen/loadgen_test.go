@@ -732,3 +732,35 @@ func TestParseCode(t *testing.T) {
 		}
 	}
 }
+
+// TestTinyRateEndsOnSchedule: a rate so low that the gap between two
+// requests does not fit in a time.Duration (about 292 years) offers at
+// most the phase's first request, and the run goes on with its schedule;
+// the gap must not wrap around to a negative offset, which left the
+// scheduler waiting about 292 years for the next request.
+func TestTinyRateEndsOnSchedule(t *testing.T) {
+	for _, arr := range []Arrivals{Constant, Poisson} {
+		t.Run(arr.String(), func(t *testing.T) {
+			phases := []Phase{
+				{Name: "tiny", Duration: 100 * time.Millisecond, Rate: 1e-14},
+				{Name: "after", Duration: 100 * time.Millisecond, Rate: 20},
+			}
+			g, err := New(ok, phases, WithArrivals(arr))
+			if err != nil {
+				t.Fatal(err)
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			res, err := g.Run(ctx)
+			if err != nil {
+				t.Fatalf("Run() error = %v (offered %d), want the 200ms schedule to end by itself", err, res.Total.Offered)
+			}
+			if got := res.Phases[0].Offered; got > 1 {
+				t.Errorf("Phases[0].Offered = %d, want at most 1", got)
+			}
+			if arr == Constant && res.Phases[1].Offered != 2 {
+				t.Errorf("Phases[1].Offered = %d, want 2", res.Phases[1].Offered)
+			}
+		})
+	}
+}
