@@ -149,8 +149,8 @@ func (c *cli) load(ctx context.Context, args []string) error {
 		}
 		phases = []loadgen.Phase{{Name: "load", Duration: *duration, Rate: *rate}}
 	}
-	if *capacity < 0 {
-		return usageError("-capacity must be >= 0, got %v", *capacity)
+	if !(*capacity >= 0 && *capacity <= 1e9) { // NaN and Inf too
+		return usageError("-capacity must be in 0..1e9 calls/s (0: unknown), got %v", *capacity)
 	}
 	var md []string
 	if *tenant != "" {

@@ -69,6 +69,8 @@ func TestBadInputIsOneLineAndNonZero(t *testing.T) {
 		{name: "load bad retry code", give: []string{"load", "-retries", "2", "-retry-on", "NOPE"}, wantCode: exitUsage, want: `-retry-on: unknown status code "NOPE"`},
 		{name: "load bad criticality", give: []string{"load", "-criticality", "urgent"}, wantCode: exitUsage, want: `-criticality: want critical_plus, critical, sheddable_plus or sheddable, got "urgent"`},
 		{name: "load empty tenant header", give: []string{"load", "-tenant", "A", "-tenant-header", ""}, wantCode: exitUsage, want: "-tenant-header must not be empty with -tenant"},
+		{name: "load NaN capacity", give: []string{"load", "-capacity", "NaN"}, wantCode: exitUsage, want: "-capacity must be"},
+		{name: "load infinite capacity", give: []string{"load", "-capacity", "+Inf"}, wantCode: exitUsage, want: "-capacity must be"},
 		{name: "load zero deadline", give: []string{"load", "-deadline", "0s"}, wantCode: exitUsage, want: "-deadline must be > 0"},
 		{name: "load extra argument", give: []string{"load", "now"}, wantCode: exitUsage, want: `unexpected argument "now"`},
 		{name: "demo negative spike", give: []string{"demo", "-spike", "-1s"}, wantCode: exitUsage, want: "-spike must be > 0, got -1s"},
