@@ -154,10 +154,18 @@ func (c *cli) load(ctx context.Context, args []string) error {
 	}
 	var md []string
 	if *tenant != "" {
-		if *tenantHeader == "" {
+		key := strings.ToLower(*tenantHeader)
+		if key == "" {
 			return usageError("-tenant-header must not be empty with -tenant")
 		}
-		md = append(md, strings.ToLower(*tenantHeader), *tenant)
+		// What grpc-go accepts in metadata: it fails every call otherwise.
+		if strings.Trim(key, "abcdefghijklmnopqrstuvwxyz0123456789-_.") != "" {
+			return usageError("-tenant-header: %q is not a gRPC metadata key: want letters, digits, '-', '_' or '.'", *tenantHeader)
+		}
+		if strings.IndexFunc(*tenant, func(r rune) bool { return r < 0x20 || r > 0x7e }) >= 0 {
+			return usageError("-tenant: must be printable ASCII (gRPC metadata), got %q", *tenant)
+		}
+		md = append(md, key, *tenant)
 	}
 	if *crit != "" {
 		class, ok := admission.ParseCriticality(*crit)

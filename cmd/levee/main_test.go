@@ -71,6 +71,8 @@ func TestBadInputIsOneLineAndNonZero(t *testing.T) {
 		{name: "load empty tenant header", give: []string{"load", "-tenant", "A", "-tenant-header", ""}, wantCode: exitUsage, want: "-tenant-header must not be empty with -tenant"},
 		{name: "load NaN capacity", give: []string{"load", "-capacity", "NaN"}, wantCode: exitUsage, want: "-capacity must be"},
 		{name: "load infinite capacity", give: []string{"load", "-capacity", "+Inf"}, wantCode: exitUsage, want: "-capacity must be"},
+		{name: "load tenant header with a space", give: []string{"load", "-tenant", "A", "-tenant-header", "x tenant"}, wantCode: exitUsage, want: `-tenant-header: "x tenant" is not a gRPC metadata key`},
+		{name: "load tenant not printable", give: []string{"load", "-tenant", "caf\u00e9"}, wantCode: exitUsage, want: "-tenant: must be printable ASCII"},
 		{name: "load zero deadline", give: []string{"load", "-deadline", "0s"}, wantCode: exitUsage, want: "-deadline must be > 0"},
 		{name: "load extra argument", give: []string{"load", "now"}, wantCode: exitUsage, want: `unexpected argument "now"`},
 		{name: "demo negative spike", give: []string{"demo", "-spike", "-1s"}, wantCode: exitUsage, want: "-spike must be > 0, got -1s"},
