@@ -84,18 +84,25 @@ func displayName(arg string) string {
 	return arg
 }
 
-// readPolicy reads a policy file, or stdin for "-".
+// readPolicy reads a policy file, or stdin for "-": at most one byte
+// more than a policy may have, for Decode to refuse a larger one.
 func (c *cli) readPolicy(arg string) (name string, data []byte, err error) {
+	name, in := arg, c.stdin
 	if arg == "-" {
-		in := c.stdin
+		name = "<stdin>"
 		if in == nil {
 			in = os.Stdin
 		}
-		data, err = io.ReadAll(io.LimitReader(in, policyfile.MaxFileSize+1))
-		return "<stdin>", data, err
+	} else {
+		f, err := os.Open(arg)
+		if err != nil {
+			return arg, nil, err
+		}
+		defer f.Close()
+		in = f
 	}
-	data, err = os.ReadFile(arg)
-	return arg, data, err
+	data, err = io.ReadAll(io.LimitReader(in, policyfile.MaxFileSize+1))
+	return name, data, err
 }
 
 // fileProtection runs the policy file at path for `levee serve -policy`:

@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"syscall"
 	"testing"
@@ -209,5 +210,31 @@ func TestServePolicy(t *testing.T) {
 		}
 	case <-time.After(shutdownGrace + 2*time.Second):
 		t.Fatal("serve did not shut down")
+	}
+}
+
+// TestPolicyCheckBigFileReadsALittle: a FILE far larger than a policy
+// may be (a wrong path, /dev/zero) is refused after reading just past
+// MaxFileSize, as from stdin, not read into memory whole.
+func TestPolicyCheckBigFileReadsALittle(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "huge.yaml")
+	f, err := os.Create(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const size = 256 << 20 // sparse: no disk used
+	if err := f.Truncate(size); err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	code, _, stderr := runPolicy(t, "", "check", path)
+	runtime.ReadMemStats(&after)
+	if code != exitFail || !strings.Contains(stderr, "at most 1048576 allowed") {
+		t.Errorf("policy check huge.yaml: exit %d, stderr %q; want 1 and the size error", code, stderr)
+	}
+	if read := after.TotalAlloc - before.TotalAlloc; read > 32<<20 {
+		t.Errorf("policy check of a %d MiB file allocated %d MiB, want a few: it read the whole file", size>>20, read>>20)
 	}
 }
