@@ -18,6 +18,7 @@ import (
 	"net/http"
 	"os"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -214,6 +215,48 @@ func (r *redis) stop() {
 	}
 }
 
+// fleetKeys matches the keys of the fleet limit of `levee serve -redis`:
+// redislimit's default prefix, then the limit's name.
+const fleetKeys = "levee:fleet:*"
+
+// cleanSlate gives a pass no bucket, no heartbeat and no command counted.
+// The demo's own redis-server it empties (FLUSHALL) and resets (CONFIG
+// RESETSTAT). A Redis given with -redis may hold others' data: it deletes
+// only the fleet limit's keys, and returns the commands counted so far,
+// for the pass to subtract.
+func (r *redis) cleanSlate() (baseline int64, err error) {
+	if r.proc != nil {
+		for _, cmd := range [][]string{{"FLUSHALL"}, {"CONFIG", "RESETSTAT"}} {
+			if _, err := redisproc.Do(r.addr, cmd...); err != nil {
+				return 0, fmt.Errorf("redis %s: %v", strings.Join(cmd, " "), err)
+			}
+		}
+		return 0, nil
+	}
+	for cursor := "0"; ; {
+		v, err := redisproc.Do(r.addr, "SCAN", cursor, "MATCH", fleetKeys, "COUNT", "1000")
+		if err != nil {
+			return 0, fmt.Errorf("redis SCAN: %v", err)
+		}
+		// The reply, flattened: the next cursor, then the keys.
+		parts := strings.Split(v, "\n")
+		cursor = parts[0]
+		if keys := slices.DeleteFunc(parts[1:], func(k string) bool { return k == "" }); len(keys) > 0 {
+			if _, err := redisproc.Do(r.addr, append([]string{"DEL"}, keys...)...); err != nil {
+				return 0, fmt.Errorf("redis DEL: %v", err)
+			}
+		}
+		if cursor == "0" {
+			break
+		}
+	}
+	n, err := r.commands()
+	if err != nil {
+		return 0, fmt.Errorf("redis INFO: %v", err)
+	}
+	return n, nil
+}
+
 // scriptCommands are the commands redislimit's scripts run: INFO
 // commandstats counts them again beside the EVALSHA that ran them, and
 // redislimit never sends them itself.
@@ -320,11 +363,9 @@ func (c *config) phases(p pass, i int, outage bool) []loadgen.Phase {
 
 func (c *config) runPass(ctx context.Context, env scenario.Env, s scenario.Settings, plan scenario.CPUPlan, rd *redis, p pass) (passResult, error) {
 	out := passResult{pass: p}
-	// A clean slate: no bucket, no heartbeat, no command counted.
-	for _, cmd := range [][]string{{"FLUSHALL"}, {"CONFIG", "RESETSTAT"}} {
-		if _, err := redisproc.Do(rd.addr, cmd...); err != nil {
-			return out, fmt.Errorf("redis %s: %v", strings.Join(cmd, " "), err)
-		}
+	baseline, err := rd.cleanSlate()
+	if err != nil {
+		return out, err
 	}
 	args := []string{"-cpu-work", CPUWork.String(), "-redis", rd.addr, "-fleet-rate", strconv.FormatFloat(c.rate, 'f', -1, 64),
 		"-fleet-burst", strconv.Itoa(c.burst()), "-tenant-header", TenantHeader}
@@ -390,7 +431,7 @@ func (c *config) runPass(ctx context.Context, env scenario.Env, s scenario.Setti
 	if err != nil {
 		return out, fmt.Errorf("redis INFO: %v", err)
 	}
-	out.commands = before + after
+	out.commands = before + after - baseline
 	fleet := fleetMeasure(runs)
 	for i := range runs {
 		runs[i].Measures = []report.Measure{fleet}
