@@ -539,3 +539,25 @@ func TestDependencyFlags(t *testing.T) {
 		t.Errorf("parseDemo(-fault flood) for the overload scenario error = %v, want nil", err)
 	}
 }
+
+// TestDemoSmallCapacityGuess: -capacity-guess may be any multiple in
+// [0, 1000]; a small one tells the protected server a bound below 0.05
+// calls/s, which must reach levee serve -capacity as a number > 0. It
+// was rounded to "0.0", which levee serve refuses: the demo failed after
+// the whole unprotected run.
+func TestDemoSmallCapacityGuess(t *testing.T) {
+	c, _, stderr := testCLI(t)
+	cfg, err := c.parseDemo([]string{"-capacity", "100", "-capacity-guess", "0.0001", "-cpu-work", "1ms",
+		"-normal", "100ms", "-spike", "100ms", "-recovery", "100ms", "-out", "", "-quiet"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.settings.Drain, cfg.settings.StopGrace = 500*time.Millisecond, 500*time.Millisecond
+	res, err := cfg.scenario.Run(context.Background(), c.env(), cfg.settings)
+	if err != nil {
+		t.Fatalf("Run() error = %v; stderr:\n%s", err, stderr)
+	}
+	if got := len(res.Comparison.Runs); got != 2 {
+		t.Errorf("%d runs, want the unprotected and the protected one", got)
+	}
+}

@@ -229,7 +229,8 @@ func run(ctx context.Context, env scenario.Env, s scenario.Settings, w workload)
 	// under the same load.
 	protectedArgs := append(w.args(), w.protectedArgs()...)
 	if s.CapacityGuess > 0 {
-		protectedArgs = append(protectedArgs, "-capacity", strconv.FormatFloat(res.Capacity*s.CapacityGuess, 'f', 1, 64))
+		// Not rounded: a small bound must stay > 0, as levee serve wants.
+		protectedArgs = append(protectedArgs, "-capacity", strconv.FormatFloat(res.Capacity*s.CapacityGuess, 'g', -1, 64))
 	}
 	if s.Recipe != "" {
 		protectedArgs = append(protectedArgs, "-recipe", s.Recipe)
