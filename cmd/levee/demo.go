@@ -134,6 +134,18 @@ func (c *cli) parseDemo(args []string) (*demoConfig, error) {
 	if !(s.SpikeLoad > 0) || s.SpikeLoad > 1000 {
 		return nil, usageError("-spike-load must be in (0, 1000], got %v", s.SpikeLoad)
 	}
+	if !cfg.capacity.auto {
+		// The phases' rates, at most what levee load takes for -rate: the
+		// generator cannot keep up with more.
+		for _, l := range []struct {
+			name string
+			v    float64
+		}{{"spike-load", s.SpikeLoad}, {"normal-load", s.NormalLoad}} {
+			if r := cfg.capacity.value * l.v; r > 1e7 {
+				return nil, usageError("-capacity %g with -%s %g asks for %g calls/s, more than the load generator's 1e7", cfg.capacity.value, l.name, l.v, r)
+			}
+		}
+	}
 	s.Capacity, s.MeasureCapacity = cfg.capacity.value, cfg.capacity.auto
 	s.CalibrationWorkers = 8
 	s.Drain, s.StopGrace = stats.DefaultDrain, 2*time.Second

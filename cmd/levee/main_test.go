@@ -561,3 +561,30 @@ func TestDemoSmallCapacityGuess(t *testing.T) {
 		t.Errorf("%d runs, want the unprotected and the protected one", got)
 	}
 }
+
+// TestDemoRatesBounded: a given -capacity sizes the phases' rates; one
+// that asks the load generator for more than levee load's bound on -rate
+// (1e7 calls/s) is a usage error, not a run that cannot keep up with its
+// schedule (at -capacity 1e9 the spike was 1e10 calls/s, and a 3 s
+// schedule had not ended after 40 s).
+func TestDemoRatesBounded(t *testing.T) {
+	tests := []struct {
+		give []string
+		want string // "" for no error
+	}{
+		{give: []string{"-capacity", "1e9"}, want: "-capacity 1e+09 with -spike-load 10 asks for 1e+10 calls/s"},
+		{give: []string{"-capacity", "1e6", "-spike-load", "1", "-normal-load", "20"}, want: "-capacity 1e+06 with -normal-load 20 asks for 2e+07 calls/s"},
+		{give: []string{"-capacity", "1e6"}},
+		{give: []string{"-capacity", "auto", "-spike-load", "1000"}},
+	}
+	for _, tt := range tests {
+		c, _, _ := testCLI(t)
+		_, err := c.parseDemo(tt.give)
+		switch {
+		case tt.want == "" && err != nil:
+			t.Errorf("parseDemo(%q) error = %v, want nil", tt.give, err)
+		case tt.want != "" && (!errors.Is(err, errUsage) || !strings.Contains(err.Error(), tt.want)):
+			t.Errorf("parseDemo(%q) error = %v, want a usage error containing %q", tt.give, err, tt.want)
+		}
+	}
+}
