@@ -122,6 +122,9 @@ func (c *cli) parseDemo(args []string) (*demoConfig, error) {
 			return nil, err
 		}
 	}
+	if s.Normal > maxSchedule || s.Spike > maxSchedule || s.Recovery > maxSchedule || s.Normal+s.Spike+s.Recovery > maxSchedule {
+		return nil, usageError("-normal, -spike and -recovery must add up to at most %v, got %v, %v and %v", maxSchedule, s.Normal, s.Spike, s.Recovery)
+	}
 	if !(s.NormalLoad > 0) || s.NormalLoad > 1000 {
 		return nil, usageError("-normal-load must be in (0, 1000], got %v", s.NormalLoad)
 	}

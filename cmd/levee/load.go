@@ -91,6 +91,11 @@ func (f *loadFlags) options(progress io.Writer) ([]loadgen.Option, error) {
 	return opts, nil
 }
 
+// maxSchedule bounds the schedule of a run: the load generator keeps a
+// tally of about 0.7 KiB for each of its seconds (some 450 MB for a
+// week), and asked for years it ran out of memory.
+const maxSchedule = 7 * 24 * time.Hour
+
 // parsePhases parses "name:duration:rate,..." (e.g.
 // "normal:10s:100,spike:10s:2000").
 func parsePhases(s string) ([]loadgen.Phase, error) {
@@ -112,6 +117,17 @@ func parsePhases(s string) ([]loadgen.Phase, error) {
 			return nil, usageError("-phases: phase %q: rate must be a number of calls/s in 0..1e7, got %q", fields[0], fields[2])
 		}
 		phases = append(phases, loadgen.Phase{Name: fields[0], Duration: d, Rate: rate})
+	}
+	var total time.Duration
+	hours := 0.0 // the sum, which may not fit a Duration
+	for _, p := range phases {
+		hours += p.Duration.Hours()
+		if p.Duration <= maxSchedule && total <= maxSchedule {
+			total += p.Duration
+		}
+	}
+	if hours > maxSchedule.Hours() || total > maxSchedule {
+		return nil, usageError("-phases: the schedule must be at most %v, got %gh", maxSchedule, hours)
 	}
 	return phases, nil
 }
@@ -143,6 +159,9 @@ func (c *cli) load(ctx context.Context, args []string) error {
 	} else {
 		if err := positive("duration", *duration); err != nil {
 			return err
+		}
+		if *duration > maxSchedule {
+			return usageError("-duration must be at most %v, got %v", maxSchedule, *duration)
 		}
 		if !(*rate >= 0 && *rate <= 1e7) {
 			return usageError("-rate must be in 0..1e7 calls/s, got %v", *rate)
