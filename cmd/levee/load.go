@@ -14,6 +14,7 @@ import (
 	"google.golang.org/grpc/codes"
 
 	"github.com/levee-go/levee/admission"
+	"github.com/levee-go/levee/cmd/levee/internal/scenario"
 	"github.com/levee-go/levee/decide"
 	"github.com/levee-go/levee/internal/harness/loadgen"
 	"github.com/levee-go/levee/internal/harness/report"
@@ -91,10 +92,8 @@ func (f *loadFlags) options(progress io.Writer) ([]loadgen.Option, error) {
 	return opts, nil
 }
 
-// maxSchedule bounds the schedule of a run: the load generator keeps a
-// tally of about 0.7 KiB for each of its seconds (some 450 MB for a
-// week), and asked for years it ran out of memory.
-const maxSchedule = 7 * 24 * time.Hour
+// maxSchedule bounds the schedule of a run (see scenario.MaxSchedule).
+const maxSchedule = scenario.MaxSchedule
 
 // parsePhases parses "name:duration:rate,..." (e.g.
 // "normal:10s:100,spike:10s:2000").

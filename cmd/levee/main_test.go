@@ -524,6 +524,7 @@ func TestDependencyFlags(t *testing.T) {
 		{name: "open probes every call", give: []string{"-open-probes", "1"}, want: "-open-probes must be 0 (none) or in [2, 1000000], got 1"},
 		{name: "negative open probes", give: []string{"-open-probes", "-5"}, want: "-open-probes must be 0 (none) or in [2, 1000000], got -5"},
 		{name: "too rare open probes", give: []string{"-open-probes", "2000000"}, want: "-open-probes must be 0 (none) or in [2, 1000000], got 2000000"},
+		{name: "huge incident", give: []string{"-incident", "100000h"}, want: "-incident must be at most 168h0m0s, got 100000h0m0s"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -590,5 +591,17 @@ func TestDemoRatesBounded(t *testing.T) {
 		case tt.want != "" && (!errors.Is(err, errUsage) || !strings.Contains(err.Error(), tt.want)):
 			t.Errorf("parseDemo(%q) error = %v, want a usage error containing %q", tt.give, err, tt.want)
 		}
+	}
+}
+
+// TestFleetWindowBounded: the fleet scenario's passes run three
+// -fleet-window phases; a window so long that the schedule would exceed
+// a week is a usage error (at -fleet-window 100000h the load generator
+// ran out of memory).
+func TestFleetWindowBounded(t *testing.T) {
+	c, _, _ := testCLI(t)
+	_, err := c.parseDemo([]string{"-scenario", "fleet", "-fleet-window", "100000h"})
+	if want := "-fleet-window must be at most 56h0m0s"; !errors.Is(err, errUsage) || !strings.Contains(err.Error(), want) {
+		t.Errorf("parseDemo(-scenario fleet -fleet-window 100000h) error = %v, want a usage error containing %q", err, want)
 	}
 }

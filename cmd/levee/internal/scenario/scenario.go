@@ -54,6 +54,12 @@ type Env struct {
 	ReadyTimeout time.Duration
 }
 
+// MaxSchedule bounds the schedule of a run: the load generator keeps a
+// tally of about 0.7 KiB for each of its seconds (some 450 MB for a
+// week), and asked for years it ran out of memory. A scenario's flags
+// that size its phases keep within it.
+const MaxSchedule = 7 * 24 * time.Hour
+
 // Settings are the demo's common settings, from the flags of `levee demo`.
 // The zero value is not runnable: the command fills every field.
 type Settings struct {

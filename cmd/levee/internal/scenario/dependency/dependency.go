@@ -108,6 +108,9 @@ func (d *config) check() error {
 			return fmt.Errorf("-%s must be > 0, got %v", f.name, f.v)
 		}
 	}
+	if d.incident > scenario.MaxSchedule {
+		return fmt.Errorf("-incident must be at most %v, got %v", scenario.MaxSchedule, d.incident)
+	}
 	if d.throttleWin < 0 || d.throttleWin > 0 && d.throttleWin < 10*time.Millisecond {
 		return fmt.Errorf("-throttle-window must be 0 (no throttle) or >= 10ms, got %v", d.throttleWin)
 	}

@@ -121,6 +121,9 @@ func (c *config) flags(fs *flag.FlagSet) func() error {
 		if c.window < 100*time.Millisecond {
 			errs = append(errs, fmt.Errorf("-fleet-window must be >= 100ms, got %v", c.window))
 		}
+		if c.window > scenario.MaxSchedule/3 { // three windows a pass
+			errs = append(errs, fmt.Errorf("-fleet-window must be at most %v, got %v", scenario.MaxSchedule/3, c.window))
+		}
 		if o := c.balanceORCA; o != "" && o != "cpus" && o != "run-limit" && o != ORCAPool {
 			if n, err := strconv.Atoi(o); err != nil || n < 1 {
 				errs = append(errs, fmt.Errorf("-fleet-balance-orca must be cpus, run-limit, %s or a number >= 1, got %q", ORCAPool, o))
