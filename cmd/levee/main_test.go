@@ -605,3 +605,38 @@ func TestFleetWindowBounded(t *testing.T) {
 		t.Errorf("parseDemo(-scenario fleet -fleet-window 100000h) error = %v, want a usage error containing %q", err, want)
 	}
 }
+
+// TestServeInterruptedWhileEstimating: Ctrl-C while levee serve -recipe
+// static times its handler to estimate the capacity (15 runs of
+// -cpu-work) ends it at once. The signal was caught there and ignored
+// until the estimate was done (34 s at -cpu-work 2s), and the server then
+// started listening before it stopped.
+func TestServeInterruptedWhileEstimating(t *testing.T) {
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(exe, "serve", "-addr", "127.0.0.1:0", "-recipe", "static", "-cpu-work", "1s")
+	cmd.Env = append(os.Environ(), childEnvVar+"=1")
+	var out scenariotest.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	time.Sleep(time.Second) // well into the estimate
+	if err := cmd.Process.Signal(os.Interrupt); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-done:
+	case <-time.After(5 * time.Second):
+		_ = cmd.Process.Kill()
+		<-done
+		t.Fatalf("levee serve -recipe static -cpu-work 1s still running 5s after SIGINT; output:\n%s", &out)
+	}
+	if strings.Contains(out.String(), scenario.ListeningPrefix) {
+		t.Errorf("levee serve started listening after SIGINT:\n%s", &out)
+	}
+}

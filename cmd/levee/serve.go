@@ -131,9 +131,6 @@ func (c *cli) serve(ctx context.Context, args []string) error {
 		}
 	}
 
-	ctx, stopSignals := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
-	defer stopSignals()
-
 	work := inventory.WithCPUWork(*cpuWork)
 	if *workIterations >= 0 {
 		work = inventory.WithWorkIterations(*workIterations)
@@ -159,6 +156,12 @@ func (c *cli) serve(ctx context.Context, args []string) error {
 		}
 		capHow = "estimated"
 	}
+
+	// Signals are caught from here on: until now (the estimate may take
+	// 15 runs of -cpu-work) nothing needs stopping, and Ctrl-C ends the
+	// process at once.
+	ctx, stopSignals := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
+	defer stopSignals()
 
 	if err := cf.limitFDs(); err != nil {
 		return err
