@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"io"
+	"math"
 	"net"
 	"strconv"
 	"sync/atomic"
@@ -79,8 +80,8 @@ func (f fleetFlags) check(rateGiven bool) error {
 	if !(f.rate > 0) || f.rate > 1e6 {
 		return usageError("-fleet-rate must be in (0, 1e6] calls/s, got %v", f.rate)
 	}
-	if f.burst < 0 {
-		return usageError("-fleet-burst must be >= 0 (0: a tenth of a second's worth), got %d", f.burst)
+	if f.burst < 0 || f.burst > math.MaxInt32 { // redislimit's bounds
+		return usageError("-fleet-burst must be in 0..%d (0: a tenth of a second's worth), got %d", math.MaxInt32, f.burst)
 	}
 	return nil
 }
