@@ -641,3 +641,37 @@ func TestServeInterruptedWhileEstimating(t *testing.T) {
 		t.Errorf("levee serve started listening after SIGINT:\n%s", &out)
 	}
 }
+
+// TestServeBadTenantHeader: a -tenant-header that no client can send
+// (not a gRPC metadata key with -transport grpc, not an HTTP header name,
+// not ASCII) is a usage error: the server used to run with every call
+// keyed to no tenant, its fair sharing silently off.
+func TestServeBadTenantHeader(t *testing.T) {
+	for _, give := range [][]string{
+		{"-tenant-header", "x tenant"},
+		{"-tenant-header", "x!tenant"},
+		{"-tenant-header", "ſ-tenant", "-transport", "http"},
+		{"-tenant-header", "x:tenant", "-transport", "connect"},
+	} {
+		c, _, stderr := testCLI(t)
+		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+		code := c.run(ctx, append([]string{"serve", "-addr", "127.0.0.1:0", "-cpu-work", "1ms"}, give...))
+		cancel()
+		if msg := stderr.String(); code != exitUsage || !strings.Contains(msg, "-tenant-header: ") {
+			t.Errorf("serve %q: exit %d, stderr %q; want 2 and an error naming -tenant-header", give, code, msg)
+		}
+	}
+	// What clients can send is fine, in any case.
+	for _, give := range [][]string{
+		{"-tenant-header", "X-Tenant_ID.v1"},
+		{"-tenant-header", "x!tenant", "-transport", "http"},
+	} {
+		c, _, stderr := testCLI(t)
+		ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
+		code := c.run(ctx, append([]string{"serve", "-addr", "127.0.0.1:0", "-cpu-work", "1ms"}, give...))
+		cancel()
+		if code != exitOK {
+			t.Errorf("serve %q: exit %d, stderr %q; want 0 (serving until the context ends)", give, code, stderr)
+		}
+	}
+}

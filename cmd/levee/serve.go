@@ -116,6 +116,9 @@ func (c *cli) serve(ctx context.Context, args []string) error {
 	if (*unprotected || notPreset) && *tenantHeader != "" {
 		return usageError("-tenant-header works with the preset recipe only (not -unprotected, -recipe %s or -policy): a policy file names its tenants' header in its tenants section", recipeStatic)
 	}
+	if *tenantHeader != "" && !headerNameOK(*tenantHeader, *transport) {
+		return usageError("-tenant-header: no client of -transport %s can send a header called %q", *transport, *tenantHeader)
+	}
 	if (*unprotected || notPreset) && !*memGuard {
 		return usageError("-memory-guard=false works with the preset recipe only (not -unprotected, -recipe %s or -policy)", recipeStatic)
 	}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"strings"
 	"time"
 
 	"connectrpc.com/connect"
@@ -32,6 +33,18 @@ func checkTransport(name string) error {
 		return nil
 	}
 	return usageError("-transport must be %s, %s or %s, got %q", transportGRPC, transportConnect, transportHTTP, name)
+}
+
+// headerNameOK reports whether clients of transport can send a header
+// called name, in any case: with grpc a gRPC metadata key ([0-9a-z-_.]
+// once lowercased, as grpc-go wants), over HTTP a header field name (an
+// RFC 9110 token).
+func headerNameOK(name, transport string) bool {
+	chars := "abcdefghijklmnopqrstuvwxyz0123456789-_."
+	if transport != transportGRPC {
+		chars += "!#$%&'*+^`|~"
+	}
+	return name != "" && strings.Trim(strings.ToLower(name), chars) == ""
 }
 
 // rpcServer is the inventory service served through one transport.
