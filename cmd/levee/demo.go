@@ -111,6 +111,9 @@ func (c *cli) parseDemo(args []string) (*demoConfig, error) {
 			return nil, usageError("%v", err)
 		}
 	}
+	if sameFile(cfg.jsonOut, cfg.out) {
+		return nil, usageError("-json and -out name the same file %q", cfg.jsonOut)
+	}
 	if s.CPUWork <= 0 {
 		return nil, usageError("-cpu-work must be > 0 (the demo needs a CPU-bound handler), got %v", s.CPUWork)
 	}

@@ -6,6 +6,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"syscall"
@@ -92,6 +93,12 @@ func (f *loadFlags) options(progress io.Writer) ([]loadgen.Option, error) {
 	return opts, nil
 }
 
+// sameFile reports whether two output flags name one file (not "-",
+// stdout): the second written would replace the first.
+func sameFile(a, b string) bool {
+	return a != "" && a != "-" && b != "" && b != "-" && filepath.Clean(a) == filepath.Clean(b)
+}
+
 // maxSchedule bounds the schedule of a run (see scenario.MaxSchedule).
 const maxSchedule = scenario.MaxSchedule
 
@@ -166,6 +173,9 @@ func (c *cli) load(ctx context.Context, args []string) error {
 			return usageError("-rate must be in 0..1e7 calls/s, got %v", *rate)
 		}
 		phases = []loadgen.Phase{{Name: "load", Duration: *duration, Rate: *rate}}
+	}
+	if sameFile(*jsonOut, *htmlOut) {
+		return usageError("-json and -html name the same file %q", *htmlOut)
 	}
 	if !(*capacity >= 0 && *capacity <= 1e9) { // NaN and Inf too
 		return usageError("-capacity must be in 0..1e9 calls/s (0: unknown), got %v", *capacity)

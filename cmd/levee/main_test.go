@@ -77,6 +77,7 @@ func TestBadInputIsOneLineAndNonZero(t *testing.T) {
 		{name: "load huge phases", give: []string{"load", "-phases", "a:100h:1,b:100h:1"}, wantCode: exitUsage, want: "-phases: the schedule must be at most 168h0m0s, got 200h"},
 		{name: "load overflowing phases", give: []string{"load", "-phases", "a:2562047h:1,b:2562047h:1"}, wantCode: exitUsage, want: "-phases: the schedule must be at most 168h0m0s"},
 		{name: "demo huge spike", give: []string{"demo", "-spike", "100000h"}, wantCode: exitUsage, want: "-normal, -spike and -recovery must add up to at most 168h0m0s"},
+		{name: "load json and html to one file", give: []string{"load", "-json", "out/r", "-html", "./out/r"}, wantCode: exitUsage, want: `-json and -html name the same file "./out/r"`},
 		{name: "load zero deadline", give: []string{"load", "-deadline", "0s"}, wantCode: exitUsage, want: "-deadline must be > 0"},
 		{name: "load extra argument", give: []string{"load", "now"}, wantCode: exitUsage, want: `unexpected argument "now"`},
 		{name: "demo negative spike", give: []string{"demo", "-spike", "-1s"}, wantCode: exitUsage, want: "-spike must be > 0, got -1s"},
@@ -673,5 +674,19 @@ func TestServeBadTenantHeader(t *testing.T) {
 		if code != exitOK {
 			t.Errorf("serve %q: exit %d, stderr %q; want 0 (serving until the context ends)", give, code, stderr)
 		}
+	}
+}
+
+// TestDemoOutputsDistinct: -out and -json naming one file is a usage
+// error: the JSON used to overwrite the HTML report after the whole run,
+// under the line "wrote FILE".
+func TestDemoOutputsDistinct(t *testing.T) {
+	c, _, _ := testCLI(t)
+	_, err := c.parseDemo([]string{"-out", "r.html", "-json", "./r.html"})
+	if want := `-json and -out name the same file "./r.html"`; !errors.Is(err, errUsage) || !strings.Contains(err.Error(), want) {
+		t.Errorf("parseDemo(-out r.html -json ./r.html) error = %v, want a usage error containing %q", err, want)
+	}
+	if _, err := c.parseDemo([]string{"-out", "", "-json", ""}); err != nil {
+		t.Errorf("parseDemo(-out \"\" -json \"\") error = %v, want nil: no file at all", err)
 	}
 }
