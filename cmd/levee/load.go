@@ -79,6 +79,9 @@ func (f *loadFlags) options(progress io.Writer) ([]loadgen.Option, error) {
 		}
 		retryCodes = append(retryCodes, c)
 	}
+	if f.retries > 0 && len(retryCodes) == 0 { // the generator would retry its default codes
+		return nil, usageError("-retry-on names no status code, with -retries %d", f.retries)
+	}
 	opts := []loadgen.Option{
 		loadgen.WithDeadline(f.deadline),
 		loadgen.WithArrivals(arr),

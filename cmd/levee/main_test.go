@@ -78,6 +78,7 @@ func TestBadInputIsOneLineAndNonZero(t *testing.T) {
 		{name: "load overflowing phases", give: []string{"load", "-phases", "a:2562047h:1,b:2562047h:1"}, wantCode: exitUsage, want: "-phases: the schedule must be at most 168h0m0s"},
 		{name: "demo huge spike", give: []string{"demo", "-spike", "100000h"}, wantCode: exitUsage, want: "-normal, -spike and -recovery must add up to at most 168h0m0s"},
 		{name: "load json and html to one file", give: []string{"load", "-json", "out/r", "-html", "./out/r"}, wantCode: exitUsage, want: `-json and -html name the same file "./out/r"`},
+		{name: "load retries on no code", give: []string{"load", "-retries", "2", "-retry-on", " , "}, wantCode: exitUsage, want: `-retry-on names no status code, with -retries 2`},
 		{name: "load zero deadline", give: []string{"load", "-deadline", "0s"}, wantCode: exitUsage, want: "-deadline must be > 0"},
 		{name: "load extra argument", give: []string{"load", "now"}, wantCode: exitUsage, want: `unexpected argument "now"`},
 		{name: "demo negative spike", give: []string{"demo", "-spike", "-1s"}, wantCode: exitUsage, want: "-spike must be > 0, got -1s"},
