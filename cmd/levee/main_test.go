@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
 	"testing"
@@ -689,5 +690,25 @@ func TestDemoOutputsDistinct(t *testing.T) {
 	}
 	if _, err := c.parseDemo([]string{"-out", "", "-json", ""}); err != nil {
 		t.Errorf("parseDemo(-out \"\" -json \"\") error = %v, want nil: no file at all", err)
+	}
+}
+
+// TestServeAllocPerCallOverMemory: an -alloc-per-call larger than this
+// machine's memory is a usage error. The server used to start, and its
+// first Allocate crashed it: "fatal error: runtime: out of memory", or
+// above Go's largest allocation (256 TiB, while -alloc-per-call takes up
+// to 1 PiB) "panic: runtime error: makeslice: len out of range".
+func TestServeAllocPerCallOverMemory(t *testing.T) {
+	if runtime.GOOS != "linux" {
+		t.Skip("the machine's memory is read on Linux")
+	}
+	for _, size := range []string{"300000GiB", "65536GiB"} {
+		c, _, stderr := testCLI(t)
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		code := c.run(ctx, []string{"serve", "-addr", "127.0.0.1:0", "-cpu-work", "1ms", "-alloc-per-call", size})
+		cancel()
+		if msg := stderr.String(); code != exitUsage || !strings.Contains(msg, "-alloc-per-call "+size+" is more than this machine's memory") {
+			t.Errorf("serve -alloc-per-call %s: exit %d, stderr %q; want 2 and an error naming -alloc-per-call", size, code, msg)
+		}
 	}
 }

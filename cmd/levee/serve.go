@@ -106,6 +106,10 @@ func (c *cli) serve(ctx context.Context, args []string) error {
 	if *stockWork < 0 {
 		return usageError("-stock-work must be >= 0, got %v", *stockWork)
 	}
+	if mem := machineMemory(); mem > 0 && uint64(allocPerCall.Bytes) > mem {
+		return usageError("-alloc-per-call %s is more than this machine's memory (%s): the first Allocate would crash the server",
+			scenario.FormatSize(allocPerCall.Bytes), scenario.FormatSize(int64(mem)))
+	}
 	if *dbLatency < 0 {
 		return usageError("-db-latency must be >= 0, got %v", *dbLatency)
 	}
