@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"os"
 	"regexp"
 	"sort"
 	"strconv"
@@ -20,6 +21,18 @@ import (
 
 // MaxFileSize is the largest policy file Decode reads.
 const MaxFileSize = 1 << 20
+
+// ReadFile reads the policy file at path for Decode: at most one byte
+// more than MaxFileSize, so that Decode refuses a larger file (or a
+// device that never ends) without it being read whole.
+func ReadFile(path string) ([]byte, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	return io.ReadAll(io.LimitReader(f, MaxFileSize+1))
+}
 
 // Limits of numbers in a policy file.
 const (

@@ -131,7 +131,7 @@ func NewReloader(path string, opts ...Option) (*Reloader, error) {
 	if r.o.logf == nil {
 		r.o.logf = log.Printf
 	}
-	data, err := os.ReadFile(path)
+	data, err := ReadFile(path)
 	if err != nil {
 		return nil, fmt.Errorf("policy: %w", err)
 	}
@@ -246,7 +246,7 @@ func (r *Reloader) reload(force bool) error {
 	if r.closed {
 		return errors.New("policy: Reloader is closed")
 	}
-	data, err := os.ReadFile(r.path)
+	data, err := ReadFile(r.path)
 	if err == nil && !force && bytes.Equal(data, r.lastBytes) {
 		return nil
 	}

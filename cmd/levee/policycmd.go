@@ -87,22 +87,16 @@ func displayName(arg string) string {
 // readPolicy reads a policy file, or stdin for "-": at most one byte
 // more than a policy may have, for Decode to refuse a larger one.
 func (c *cli) readPolicy(arg string) (name string, data []byte, err error) {
-	name, in := arg, c.stdin
-	if arg == "-" {
-		name = "<stdin>"
-		if in == nil {
-			in = os.Stdin
-		}
-	} else {
-		f, err := os.Open(arg)
-		if err != nil {
-			return arg, nil, err
-		}
-		defer f.Close()
-		in = f
+	if arg != "-" {
+		data, err = policyfile.ReadFile(arg)
+		return arg, data, err
+	}
+	in := c.stdin
+	if in == nil {
+		in = os.Stdin
 	}
 	data, err = io.ReadAll(io.LimitReader(in, policyfile.MaxFileSize+1))
-	return name, data, err
+	return "<stdin>", data, err
 }
 
 // fileProtection runs the policy file at path for `levee serve -policy`:
