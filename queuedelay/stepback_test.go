@@ -18,12 +18,7 @@ func TestEpisodeEndsAfterClockStepsBack(t *testing.T) {
 	g := mustNew(t, 5*time.Millisecond, 100*time.Millisecond)
 	t0 := g.epoch.Add(2 * time.Hour)
 	ms := time.Millisecond
-	g.Recheck(admission.Call{Now: t0, Queued: 10 * ms})
-	g.Recheck(admission.Call{Now: t0.Add(100 * ms), Queued: 20 * ms}) // episode begins
-	g.Recheck(admission.Call{Now: t0.Add(150 * ms), Queued: 30 * ms})
-	if !g.Overloaded() {
-		t.Fatal("no episode after two intervals above target")
-	}
+	startEpisode(t, g, t0)
 	back := t0.Add(-time.Hour)
 	for i, q := range []time.Duration{4 * ms, 3 * ms, 4 * ms} { // a whole interval under target
 		if d := g.Recheck(admission.Call{Now: back.Add(time.Duration(i) * 50 * ms), Queued: q}); d.Refused {
