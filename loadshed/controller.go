@@ -4,12 +4,12 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"reflect"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/levee-go/levee/cpu"
+	"github.com/levee-go/levee/internal/nilness"
 )
 
 // A Target is a limit that can be scaled: the Controller calls SetScaleAt
@@ -102,7 +102,7 @@ func New(p Policy, targets []Target, opts ...Option) (*Controller, error) {
 		panic("loadshed: New with nil Policy")
 	}
 	for i, t := range targets {
-		if t == nil || isNilPointer(t) {
+		if nilness.Is(t) {
 			panic(fmt.Sprintf("loadshed: target %d is nil", i))
 		}
 	}
@@ -232,11 +232,4 @@ func (c *Controller) Close() {
 	}
 	close(stop)
 	<-done
-}
-
-// isNilPointer reports whether v holds a nil pointer: an interface that
-// is not nil, whose methods would still panic.
-func isNilPointer(v any) bool {
-	rv := reflect.ValueOf(v)
-	return rv.Kind() == reflect.Pointer && rv.IsNil()
 }

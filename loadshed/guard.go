@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/levee-go/levee/admission"
+	"github.com/levee-go/levee/internal/nilness"
 )
 
 // ReasonShed is the refusal of NewGuard.
@@ -25,7 +26,7 @@ type Scaler interface{ Scale() float64 }
 // nil or a nil pointer (a nil *Controller), whose Scale would panic on
 // every call.
 func NewGuard(name string, src Scaler, retryAfter time.Duration) admission.Guard {
-	if src == nil || isNilPointer(src) {
+	if nilness.Is(src) {
 		panic("loadshed: NewGuard: nil Scaler")
 	}
 	return &shedGuard{name: name, src: src, retry: retryAfter}

@@ -6,6 +6,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/levee-go/levee/breaker"
+	"github.com/levee-go/levee/internal/nilness"
 )
 
 // FleetStats are the counters of a rate limit shared by a fleet of
@@ -69,7 +70,7 @@ const (
 // leases' refills, dropped tokens and count. The source is read at scrape
 // time only.
 func (r *Registry) AddFleet(name string, s FleetSource) error {
-	if isNil(s) {
+	if nilness.Is(s) {
 		return fmt.Errorf("%w: AddFleet(%q): nil FleetSource", ErrInvalid, name)
 	}
 	return r.add("fleet", "AddFleet", name, newFleetCollector(name, s))

@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"reflect"
 	"sync"
 	"time"
 	"unicode/utf8"
@@ -19,6 +18,7 @@ import (
 	"github.com/levee-go/levee/bulkhead"
 	"github.com/levee-go/levee/cpu"
 	"github.com/levee-go/levee/decide"
+	"github.com/levee-go/levee/internal/nilness"
 	"github.com/levee-go/levee/ratelimit"
 	"github.com/levee-go/levee/retrybudget"
 	"github.com/levee-go/levee/runlimit"
@@ -150,7 +150,7 @@ func (r *Registry) Gather() ([]*dto.MetricFamily, error) {
 // Prometheus client's error if the collector is invalid or collides with one
 // already registered.
 func (r *Registry) Register(c prometheus.Collector) error {
-	if isNil(c) {
+	if nilness.Is(c) {
 		return fmt.Errorf("%w: Register: nil collector", ErrInvalid)
 	}
 	return r.reg.Register(c)
@@ -164,7 +164,7 @@ func (r *Registry) Register(c prometheus.Collector) error {
 // refused in its tap whose grpc-go deadline timers are still armed
 // (levee_tap_refusals_pending). A Registry takes one Server.
 func (r *Registry) AddServer(s ServerSource) error {
-	if isNil(s) {
+	if nilness.Is(s) {
 		return fmt.Errorf("%w: AddServer: nil ServerSource", ErrInvalid)
 	}
 	return r.addSingle(&r.server, "AddServer: a server", newServerCollector(s).withLeftovers(s, r.clock).withRefusals(s))
@@ -175,7 +175,7 @@ func (r *Registry) AddServer(s ServerSource) error {
 // recorder (levee_orca_misordered_total; see grpcguard.ORCA.Misordered).
 // A Registry takes one.
 func (r *Registry) AddORCA(o ORCASource) error {
-	if isNil(o) {
+	if nilness.Is(o) {
 		return fmt.Errorf("%w: AddORCA: nil ORCASource", ErrInvalid)
 	}
 	return r.addSingle(&r.orca, "AddORCA: an ORCA", newORCACollector(o))
@@ -188,7 +188,7 @@ func (r *Registry) AddORCA(o ORCASource) error {
 // takes one Client; export the breaker or throttle of a pair of interest
 // with AddBreaker or AddThrottle.
 func (r *Registry) AddClient(c StatsSource) error {
-	if isNil(c) {
+	if nilness.Is(c) {
 		return fmt.Errorf("%w: AddClient: nil StatsSource", ErrInvalid)
 	}
 	return r.addSingle(&r.client, "AddClient: a client", newClientCollector(c))
@@ -208,7 +208,7 @@ func (r *Registry) AddCPU(m *cpu.Monitor) error {
 // AddScale exports s.Scale() as levee_loadshed_scale{name}: the scale factor
 // a load-shedding controller (a *loadshed.Controller) applies to its limits.
 func (r *Registry) AddScale(name string, s Scaler) error {
-	if isNil(s) {
+	if nilness.Is(s) {
 		return fmt.Errorf("%w: AddScale(%q): nil Scaler", ErrInvalid, name)
 	}
 	return r.add("scale", "AddScale", name, newScaleCollector(name, s))
@@ -318,21 +318,6 @@ func (r *Registry) addSingle(taken *bool, what string, c prometheus.Collector) e
 	}
 	*taken = true
 	return nil
-}
-
-// isNil reports whether v is nil or an interface holding a nil pointer (a
-// nil *loadshed.Controller passed as a Scaler), which would panic at scrape
-// time.
-func isNil(v any) bool {
-	if v == nil {
-		return true
-	}
-	rv := reflect.ValueOf(v)
-	switch rv.Kind() {
-	case reflect.Pointer, reflect.Map, reflect.Slice, reflect.Func, reflect.Interface, reflect.Chan:
-		return rv.IsNil()
-	}
-	return false
 }
 
 // AddRunLimit exports a learned run limit: the limit, the calls running

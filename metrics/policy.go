@@ -4,6 +4,8 @@ import (
 	"fmt"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/levee-go/levee/internal/nilness"
 )
 
 // PolicySource is a hot-reloaded policy, such as a *policy.Reloader;
@@ -22,7 +24,7 @@ type PolicySource interface {
 // policy changed and an alert fires on a rejected file. A Registry takes
 // one PolicySource.
 func (r *Registry) AddPolicy(p PolicySource) error {
-	if isNil(p) {
+	if nilness.Is(p) {
 		return fmt.Errorf("%w: AddPolicy: nil PolicySource", ErrInvalid)
 	}
 	return r.addSingle(&r.policy, "AddPolicy: a policy", newPolicyCollector(p))

@@ -80,7 +80,6 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"reflect"
 	"runtime"
 	"strings"
 	"sync"
@@ -93,6 +92,7 @@ import (
 	"github.com/levee-go/levee/deadline"
 	"github.com/levee-go/levee/decide"
 	"github.com/levee-go/levee/grpcguard"
+	"github.com/levee-go/levee/internal/nilness"
 	"github.com/levee-go/levee/internal/preset"
 	"github.com/levee-go/levee/memory"
 	"github.com/levee-go/levee/memshed"
@@ -331,7 +331,7 @@ func (o *options) validate() error {
 		errs = append(errs, errors.New("protect: WithTenants: nil key"))
 	}
 	for i, g := range o.guards {
-		if isNilGuard(g) {
+		if nilness.Is(g) {
 			errs = append(errs, fmt.Errorf("protect: WithGuard: guard %d is nil", i))
 		}
 	}
@@ -467,9 +467,6 @@ func New(opts ...Option) (*Server, error) {
 	return p, nil
 }
 
-// isNilGuard reports whether g is nil or holds a nil pointer.
-func isNilGuard(g admission.Guard) bool { return g == nil || isNilPointer(g) }
-
 // procs is the CPUs the Go scheduler runs goroutines on, read when a load
 // report is made (GOMAXPROCS follows the container's CPU limit).
 type procs struct{}
@@ -602,22 +599,16 @@ func (p *Server) MemoryGuard() *memshed.Shedder { return p.memShed }
 func (p *Server) DebugHandler() http.Handler {
 	p.pageOnce.Do(func() {
 		src := statuspage.Sources{Engine: p.engine}
-		if c, ok := p.cpuSignal.(cpu.ThresholdSignal); ok && !isNilPointer(c) {
+		if c, ok := p.cpuSignal.(cpu.ThresholdSignal); ok && !nilness.Is(c) {
 			src.CPU = c
 		}
-		if m, ok := p.memSignal.(statuspage.MemorySignal); ok && !isNilPointer(m) {
+		if m, ok := p.memSignal.(statuspage.MemorySignal); ok && !nilness.Is(m) {
 			src.Memory = m
 		}
 		p.page = statuspage.New(src)
 		p.engine.SetObserver(p.page.Observer(p.observer))
 	})
 	return p.page
-}
-
-// isNilPointer reports whether v holds a nil pointer.
-func isNilPointer(v any) bool {
-	rv := reflect.ValueOf(v)
-	return rv.Kind() == reflect.Pointer && rv.IsNil()
 }
 
 // Register adds the protection's metrics to reg: decisions by rule, guard

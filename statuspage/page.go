@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"math"
 	"net/http"
-	"reflect"
 	"slices"
 	"strings"
 	"sync"
@@ -14,6 +13,7 @@ import (
 	"github.com/levee-go/levee/admission"
 	"github.com/levee-go/levee/cpu"
 	"github.com/levee-go/levee/decide"
+	"github.com/levee-go/levee/internal/nilness"
 	"github.com/levee-go/levee/memshed"
 	"github.com/levee-go/levee/runlimit"
 )
@@ -78,19 +78,13 @@ type Page struct {
 // New returns the page of src. A CPU or Memory source that holds a nil
 // pointer (a nil *cpu.Monitor) is nil too: it is left off the page.
 func New(src Sources) *Page {
-	if isNilPointer(src.CPU) {
+	if nilness.Is(src.CPU) {
 		src.CPU = nil
 	}
-	if isNilPointer(src.Memory) {
+	if nilness.Is(src.Memory) {
 		src.Memory = nil
 	}
 	return &Page{src: src, now: time.Now}
-}
-
-// isNilPointer reports whether v holds a nil pointer.
-func isNilPointer(v any) bool {
-	rv := reflect.ValueOf(v)
-	return rv.Kind() == reflect.Pointer && rv.IsNil()
 }
 
 // Record keeps ev among the last refusals. It takes the page's lock for

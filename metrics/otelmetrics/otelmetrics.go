@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"reflect"
 	"sync"
 	"time"
 	"unicode/utf8"
@@ -16,6 +15,7 @@ import (
 	"github.com/levee-go/levee/bulkhead"
 	"github.com/levee-go/levee/cpu"
 	"github.com/levee-go/levee/decide"
+	"github.com/levee-go/levee/internal/nilness"
 	"github.com/levee-go/levee/ratelimit"
 	"github.com/levee-go/levee/retrybudget"
 	"github.com/levee-go/levee/runlimit"
@@ -129,7 +129,7 @@ func (r *Registry) Close() error {
 // (levee.handler.starts), and for a RefusalSource its refusals by guard,
 // reason and evidence (levee.refusals). A Registry takes one Server.
 func (r *Registry) AddServer(s ServerSource) error {
-	if isNil(s) {
+	if nilness.Is(s) {
 		return fmt.Errorf("%w: AddServer: nil ServerSource", ErrInvalid)
 	}
 	return r.add("server", "AddServer", "", func(b *builder) callback {
@@ -166,7 +166,7 @@ type tapLeftovers interface {
 // report alone (levee.orca.misordered; see grpcguard.ORCA.Misordered).
 // A Registry takes one.
 func (r *Registry) AddORCA(o ORCASource) error {
-	if isNil(o) {
+	if nilness.Is(o) {
 		return fmt.Errorf("%w: AddORCA: nil ORCASource", ErrInvalid)
 	}
 	return r.add("orca", "AddORCA", "", func(b *builder) callback { return newORCA(b, o) })
@@ -176,7 +176,7 @@ func (r *Registry) AddORCA(o ORCASource) error {
 // Client (levee.client.decisions); the levee.rule attribute holds
 // "target method". A Registry takes one Client.
 func (r *Registry) AddClient(c StatsSource) error {
-	if isNil(c) {
+	if nilness.Is(c) {
 		return fmt.Errorf("%w: AddClient: nil StatsSource", ErrInvalid)
 	}
 	return r.add("client", "AddClient", "", func(b *builder) callback {
@@ -197,7 +197,7 @@ func (r *Registry) AddCPU(m *cpu.Monitor) error {
 
 // AddScale exports s.Scale() as levee.loadshed.scale{levee.name}.
 func (r *Registry) AddScale(name string, s Scaler) error {
-	if isNil(s) {
+	if nilness.Is(s) {
 		return fmt.Errorf("%w: AddScale(%q): nil Scaler", ErrInvalid, name)
 	}
 	return r.add("scale", "AddScale", name, func(b *builder) callback { return newScale(b, name, s) })
@@ -320,18 +320,4 @@ func (r *Registry) add(kind, method, name string, build func(*builder) callback)
 	r.regs = append(r.regs, reg)
 	r.names[key] = true
 	return nil
-}
-
-// isNil reports whether v is nil or an interface holding a nil pointer,
-// which would panic at collection time.
-func isNil(v any) bool {
-	if v == nil {
-		return true
-	}
-	rv := reflect.ValueOf(v)
-	switch rv.Kind() {
-	case reflect.Pointer, reflect.Map, reflect.Slice, reflect.Func, reflect.Interface, reflect.Chan:
-		return rv.IsNil()
-	}
-	return false
 }
