@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/levee-go/levee/admission"
+	"github.com/levee-go/levee/internal/cacheline"
 	"github.com/levee-go/levee/internal/ewma"
 )
 
@@ -108,7 +109,7 @@ type Guard struct {
 type method struct {
 	svc  atomic.Int64 // service time, ns; 0 until the first sample
 	last atomic.Int64 // when the last sample ended, ns since the Guard's epoch
-	_    [48]byte
+	_    [cacheline.Size - 16]byte
 }
 
 // New returns a Guard, or an error naming every bad option.

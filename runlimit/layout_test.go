@@ -26,12 +26,12 @@ func TestHotFieldsApart(t *testing.T) {
 		{"Limiter.cpuNow..Limiter.state", unsafe.Offsetof(l.cpuNow) + unsafe.Sizeof(l.cpuNow), unsafe.Offsetof(l.state)},
 		{"Limiter.state..Limiter.limit", unsafe.Offsetof(l.state) + unsafe.Sizeof(l.state), unsafe.Offsetof(l.limit)},
 	} {
-		if gap := c.next - c.readEnd; c.next < c.readEnd || gap < cacheLine {
+		if gap := c.next - c.readEnd; c.next < c.readEnd || gap < uintptr(cacheLine) {
 			t.Errorf("%s: %d bytes apart, want at least %d", c.name, int(c.next)-int(c.readEnd), cacheLine)
 		}
 	}
 	// The hot fields of a flow share one line's worth of bytes.
-	if span := unsafe.Offsetof(f.lastOK) + unsafe.Sizeof(f.lastOK) - unsafe.Offsetof(f.n); span > cacheLine {
+	if span := unsafe.Offsetof(f.lastOK) + unsafe.Sizeof(f.lastOK) - unsafe.Offsetof(f.n); span > uintptr(cacheLine) {
 		t.Errorf("Flow's written fields span %d bytes, want at most %d", span, cacheLine)
 	}
 }

@@ -14,6 +14,7 @@ import (
 
 	"github.com/levee-go/levee/admission"
 	"github.com/levee-go/levee/cpu"
+	"github.com/levee-go/levee/internal/cacheline"
 	"github.com/levee-go/levee/internal/clock"
 	"github.com/levee-go/levee/internal/ewma"
 	"github.com/levee-go/levee/internal/netpoll"
@@ -264,9 +265,9 @@ const (
 	oneWaiting  = 1 << 32
 )
 
-// cacheLine is the size of a cache line on the processors Go runs on
-// most (amd64, arm64), in bytes.
-const cacheLine = 64
+// cacheLine is the size of a cache line on the architecture built for,
+// in bytes.
+const cacheLine = cacheline.Size
 
 // paddedInt is an atomic counter alone on its cache line.
 type paddedInt struct {
