@@ -59,16 +59,17 @@ const (
 //
 // Create one with NewAdaptive; it starts at WithInitialLimit (default 20).
 // The zero value has a limit of 0 and refuses every call. An Adaptive is
-// safe for concurrent use. TryAcquire takes no lock and allocates nothing;
-// finishing a permit allocates nothing but takes a short lock to record
-// the sample.
+// safe for concurrent use. TryAcquire allocates nothing and takes no lock
+// (but to refuse a call while a probe runs); finishing a permit allocates
+// nothing but takes a short lock to record the sample.
 type Adaptive struct {
 	c core
 
 	floor, ceiling int
 	latencyCeiling time.Duration
 	probeInterval  time.Duration
-	noDrain        bool // test only: probe without draining (the drift-prone way)
+	noDrain        bool             // test only: probe without draining (the drift-prone way)
+	now            func() time.Time // the process's clock (time.Now); tests replace it
 
 	minLatency atomic.Int64
 	probes     atomic.Uint64
@@ -88,6 +89,7 @@ type Adaptive struct {
 	drained    bool
 	probeLimit int
 	probeStart time.Time
+	probeWall  time.Time // a.now() when the probe started
 	drainedAt  time.Time
 	saved      float64
 }
@@ -113,6 +115,7 @@ func NewAdaptive(opts ...Option) (*Adaptive, error) {
 		ceiling:        o.ceiling,
 		latencyCeiling: o.latencyCeiling,
 		probeInterval:  o.probeInterval,
+		now:            time.Now,
 		est:            float64(initial),
 	}
 	a.c.ad = a
@@ -122,13 +125,27 @@ func NewAdaptive(opts ...Option) (*Adaptive, error) {
 
 // TryAcquire admits the call if a slot is free under the current limit
 // and nobody is queued, and otherwise returns ok == false at once. It
-// never blocks, takes no lock and allocates nothing. Finish the call with
-// Permit.Done (or DoneAt) so the limit can learn from it.
-func (a *Adaptive) TryAcquire() (p Permit, ok bool) { return a.c.tryAcquire() }
+// never blocks and allocates nothing; it takes no lock, but to refuse a
+// call while a probe runs: then it ends the probe (abandoned) if the probe
+// has run for a probe interval by the process's clock, as the guard's
+// refusals do, so that holders that finish with Release cannot keep the
+// probe's limit for good. Finish the call with Permit.Done (or DoneAt) so
+// the limit can learn from it.
+func (a *Adaptive) TryAcquire() (p Permit, ok bool) {
+	p, ok = a.c.tryAcquire()
+	if !ok {
+		a.lapseUntimed()
+	}
+	return p, ok
+}
 
 // Acquire is Bulkhead.Acquire for the adaptive limit: FIFO wait within the
 // queue bound and maximum wait, ErrFull, ErrTimeout and ctx errors alike.
-func (a *Adaptive) Acquire(ctx context.Context) (Permit, error) { return a.c.acquire(ctx) }
+// While a probe runs, it first ends the probe if TryAcquire would.
+func (a *Adaptive) Acquire(ctx context.Context) (Permit, error) {
+	a.lapseUntimed()
+	return a.c.acquire(ctx)
+}
 
 // Limit returns the current limit (lower than usual while a probe runs).
 func (a *Adaptive) Limit() int { return int(a.c.limit.Load()) }
@@ -242,7 +259,7 @@ func (a *Adaptive) apply(n int) {
 func (a *Adaptive) startProbe(now time.Time) {
 	a.probing, a.drained = true, false
 	a.probeOn.Store(true)
-	a.probeStart = now
+	a.probeStart, a.probeWall = now, a.now()
 	a.saved = a.est
 	a.probeLimit = max(a.floor, int(a.est)/4, 1)
 	a.n, a.sum = 0, 0
@@ -278,6 +295,24 @@ func (a *Adaptive) lapse(now time.Time) {
 	now = a.advance(now)
 	if a.probing && now.Sub(a.probeStart) >= a.probeInterval {
 		a.endProbe(now) // abandoned
+	}
+}
+
+// lapseUntimed is lapse for TryAcquire and Acquire, which are given no
+// time: it measures the probe's age on the process's clock, from the
+// reading taken when the probe started, and ends it at its start on the
+// Adaptive's clock plus that age. So a simulation that drives the
+// Adaptive through DoneAt at instants of its own is not moved to the
+// process's time, and its probes end on its own clock unless one takes
+// a whole interval of real time. It takes no lock unless a probe runs.
+func (a *Adaptive) lapseUntimed() {
+	if !a.probeOn.Load() {
+		return
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if age := a.now().Sub(a.probeWall); a.probing && age >= a.probeInterval {
+		a.endProbe(a.advance(a.probeStart.Add(age))) // abandoned
 	}
 }
 

@@ -1,10 +1,12 @@
 package bulkhead
 
 import (
+	"context"
 	"testing"
 	"time"
 
 	"github.com/levee-go/levee/admission"
+	"github.com/levee-go/levee/internal/clock/clocktest"
 )
 
 // TestProbeEndsBehindUntimedHolders: a probe cuts an adaptive bulkhead's
@@ -46,5 +48,71 @@ func TestProbeEndsBehindUntimedHolders(t *testing.T) {
 	}
 	if _, ok := g.AdmitFast(t0.Add(20*time.Second), ""); !ok {
 		t.Errorf("a unary call was refused at limit %d with %d streams open", a.Limit(), len(streams))
+	}
+}
+
+// TestProbeEndsOnTheRawPath is TestProbeEndsBehindUntimedHolders for a
+// user of Adaptive's own TryAcquire and Acquire, which carry no time:
+// once the probe has run for its interval by the process's clock, the
+// next TryAcquire it refuses (as the guard's refusal does) or the next
+// Acquire (before it decides) ends it, and the limit comes back. Before,
+// only a finished call (DoneAt) or the guard's refusal ended a probe, and
+// holders that finish untimed kept its quarter limit for as long as they
+// stayed.
+func TestProbeEndsOnTheRawPath(t *testing.T) {
+	for _, how := range []string{"TryAcquire", "Acquire"} {
+		t.Run(how, func(t *testing.T) {
+			clk := clocktest.New(t0)
+			a := primed(t, 20, 10*time.Millisecond, WithProbeInterval(10*time.Second))
+			a.now = clk.Now
+			acquire := func() (Permit, bool) {
+				if how == "TryAcquire" {
+					return a.TryAcquire()
+				}
+				p, err := a.Acquire(context.Background())
+				return p, err == nil
+			}
+			var held []Permit
+			for range 6 {
+				p, ok := a.TryAcquire()
+				if !ok {
+					t.Fatal("a holder was refused")
+				}
+				held = append(held, p)
+			}
+			// A window of timed calls a probe interval on starts a probe.
+			clk.Advance(10 * time.Second)
+			window(t, a, clk.Now(), 14, 10*time.Millisecond, nil)
+			if !a.probeOn.Load() {
+				t.Fatalf("no probe started (limit %d)", a.Limit())
+			}
+			cut := a.Limit()
+			clk.Advance(time.Second)
+			if _, ok := acquire(); ok {
+				t.Fatalf("%s admitted a call at the probe's limit %d with %d holders", how, cut, len(held))
+			}
+			if !a.probeOn.Load() {
+				t.Fatal("the probe ended within its interval")
+			}
+			// The probe's interval passes on the clock; no call finishes.
+			clk.Advance(9 * time.Second)
+			p, ok := acquire()
+			if ok {
+				held = append(held, p)
+			} else if how == "Acquire" {
+				t.Error("Acquire was refused after the probe's interval; want the probe ended before it decides")
+			}
+			if a.probeOn.Load() || a.Limit() <= cut {
+				t.Fatalf("after its interval, the probe is on: %v, limit %d (cut to %d); want it ended, the limit back", a.probeOn.Load(), a.Limit(), cut)
+			}
+			if p, ok := acquire(); !ok {
+				t.Errorf("%s refused a call at limit %d with %d holders", how, a.Limit(), len(held))
+			} else {
+				held = append(held, p)
+			}
+			for _, p := range held {
+				p.Release()
+			}
+		})
 	}
 }

@@ -67,7 +67,9 @@ type simSample struct {
 }
 
 func newSimServer(a *Adaptive, workers int, service time.Duration) *simServer {
-	return &simServer{a: a, t0: time.Unix(1_000_000, 0), workers: workers, service: service, rng: rand.New(rand.NewPCG(1, 2))}
+	s := &simServer{a: a, t0: time.Unix(1_000_000, 0), workers: workers, service: service, rng: rand.New(rand.NewPCG(1, 2))}
+	a.now = func() time.Time { return s.t0.Add(s.now) } // the process's clock is the simulation's
+	return s
 }
 
 func (s *simServer) start(c *simCall) {
