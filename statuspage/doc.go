@@ -24,8 +24,8 @@
 // policy file's reloads. Its memory is bounded: the ring, at most
 // MaxFlows flows a run limit and MaxLanes lanes a flow, the run limit's
 // own ring of moves, and the engine's bounded refusal series. A method
-// name or tenant a client sent is shortened to MaxNameLen bytes; the text
-// form quotes them.
+// name or tenant a client sent is shortened to at most MaxNameLen bytes,
+// between two characters; the text form quotes them.
 //
 // It imports nothing of gRPC: any front-end on a decide.Engine has it.
 package statuspage

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"sync"
 	"time"
+	"unicode/utf8"
 
 	"github.com/levee-go/levee/admission"
 	"github.com/levee-go/levee/cpu"
@@ -29,7 +30,8 @@ const (
 	// flow.
 	MaxLanes = 16
 	// MaxNameLen is the longest method name or tenant a Page keeps, in
-	// bytes; a longer one is cut, and ends with "...".
+	// bytes; a longer one is cut between two UTF-8 characters, and ends
+	// with "...".
 	MaxNameLen = 256
 )
 
@@ -124,12 +126,23 @@ func (p *Page) Observer(next decide.Observer) decide.Observer {
 	return next
 }
 
-// cut shortens s to MaxNameLen bytes.
+// cut shortens s to at most MaxNameLen bytes, ending with "...": it keeps
+// the longest prefix of at most MaxNameLen-3 bytes that does not end
+// inside a UTF-8 character, so that valid UTF-8 stays valid (bytes that
+// are not UTF-8 may still be cut anywhere). It allocates once, for the
+// result.
 func cut(s string) string {
 	if len(s) <= MaxNameLen {
 		return s
 	}
-	return s[:MaxNameLen-3] + "..."
+	i := MaxNameLen - 3
+	for j := i; j > i-utf8.UTFMax; j-- {
+		if utf8.RuneStart(s[j]) {
+			i = j
+			break
+		}
+	}
+	return s[:i] + "..."
 }
 
 // Status is what the page shows, at one instant: its JSON form. Each
