@@ -14,13 +14,17 @@ const ReasonShed = "shedding load while CPU is saturated"
 
 // Scaler is what NewGuard reads: anything with a current admission scale
 // in (0, 1]. *Controller satisfies it (and so does a Target such as
-// *ratelimit.Limiter).
+// *ratelimit.Limiter). NewGuard reads a NaN scale as 1 (see NewGuard).
 type Scaler interface{ Scale() float64 }
 
 // NewGuard adapts a scale to the admission contract: while src's scale is
 // below 1 the guard admits that fraction of calls, spread evenly (a credit
 // accumulator, not a coin toss, so the share is exact over any run of
-// calls), and refuses the rest with retryAfter as the delay. Use it to shed
+// calls), and refuses the rest with retryAfter as the delay. A scale of 1
+// or more admits every call, one of 0 or less refuses every call, and a
+// NaN scale (a Scaler of one's own: Controller.Scale never reads NaN) is
+// no evidence of overload: the call is admitted as at 1, and the share
+// resumes where it was once the scale is a number again. Use it to shed
 // by the CPU signal without a rate to scale; to scale token buckets
 // instead, give them to the Controller as targets. It panics if src is
 // nil or a nil pointer (a nil *Controller), whose Scale would panic on
@@ -56,7 +60,9 @@ func (g *shedGuard) Admit(c admission.Call) admission.Decision {
 
 func (g *shedGuard) AdmitFast(time.Time, string) (admission.Permit, bool) {
 	s := g.src.Scale()
-	if s >= 1 {
+	if !(s < 1) {
+		// 1 or more: nothing to shed. Or NaN (a Scaler of one's own):
+		// no evidence of overload, and no credit to add.
 		return admission.Permit{}, true
 	}
 	// Rounded up, so that a scale of 1/n admits exactly every n-th call.
