@@ -72,6 +72,11 @@ func WithCheck(d time.Duration) Option { return func(o *options) { o.check = d }
 // it had: d after its GOAWAY, its remaining connections are closed and
 // their calls fail (grpc.Server.Stop), as keepalive's
 // MaxConnectionAgeGrace does.
+// The bound holds through the Server's GracefulStop: a shard drained
+// before it is still stopped d after its GOAWAY (sent by GracefulStop
+// when no check had sent it yet; the grace then starts at the next
+// check). It does not bound the shards in the rotation, whose calls
+// GracefulStop waits for as grpc.Server.GracefulStop does.
 // Default 0: no bound, calls finish however long they take; at most
 // as many shards as WithShards may be draining at once, and no round
 // starts beyond that. d must be >= 0.
@@ -141,13 +146,15 @@ type Server struct {
 	rr       int
 	lis      net.Listener
 	serving  bool
-	stopped  bool
+	stopped  bool      // Stop or GracefulStop began
+	halted   bool      // and every shard is stopped: Tick does nothing
 	since    time.Time // start of the current overload; zero when none
 	due      time.Time // next GOAWAY round
 	stats    Stats
 
 	wg   sync.WaitGroup // shard Serve goroutines, drains, the ticker
-	stop chan struct{}
+	stop chan struct{}  // closed when a stop begins
+	halt chan struct{}  // closed when every shard is stopped; ends the ticker
 }
 
 // drain is the state of a drained shard.
@@ -155,6 +162,8 @@ type drain struct {
 	at       time.Time // when it was taken out of the rotation
 	goaway   bool      // GracefulStop called
 	graceEnd time.Time // when it is stopped; zero: not bounded (or done)
+	// GracefulStop sent its GOAWAY; its grace starts at the next Tick.
+	graceNext bool
 }
 
 // shard is one grpc.Server and the listener that feeds it.
@@ -180,6 +189,7 @@ func NewServer(build func() *grpc.Server, overload Overload, opts ...Option) (*S
 		rand:     rand.Float64,
 		draining: map[*shard]*drain{},
 		stop:     make(chan struct{}),
+		halt:     make(chan struct{}),
 	}
 	for _, o := range opts {
 		if o != nil {
@@ -320,7 +330,7 @@ func (s *Server) tick() {
 	defer t.Stop()
 	for {
 		select {
-		case <-s.stop:
+		case <-s.halt: // not s.stop: a GracefulStop still ends graces
 			return
 		case now := <-t.C:
 			s.Tick(now)
@@ -333,16 +343,20 @@ func (s *Server) tick() {
 // the drained shards whose grace ended by now. Serve's goroutine calls it
 // every check interval; it is exported as the explicit-time form of that
 // decision, for tests and for callers with their own scheduling.
-// Instants must not go backwards.
+// Instants must not go backwards. During a GracefulStop it only ends
+// graces; after a stop it does nothing.
 func (s *Server) Tick(now time.Time) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.stopped {
+	if s.halted {
 		return
 	}
 	for sh, d := range s.draining {
 		switch {
-		case !d.goaway && now.After(d.at):
+		case d.graceNext:
+			d.graceNext = false
+			d.graceEnd = now.Add(s.opts.grace)
+		case !d.goaway && !s.stopped && now.After(d.at):
 			d.goaway = true
 			if s.opts.grace > 0 {
 				d.graceEnd = now.Add(s.opts.grace)
@@ -364,6 +378,9 @@ func (s *Server) Tick(now time.Time) {
 				sh.srv.Stop() // the GracefulStop above then returns
 			}()
 		}
+	}
+	if s.stopped {
+		return
 	}
 	if !s.overload.Saturated() {
 		s.since, s.due = time.Time{}, time.Time{}
@@ -432,9 +449,11 @@ func (s *Server) drainOldest(now time.Time) {
 }
 
 // GracefulStop stops accepting, sends GOAWAY on every connection of
-// every shard and waits for their calls to finish (and for shards being
-// drained), as grpc.Server.GracefulStop does. Stop, from another
-// goroutine, cuts it short.
+// every shard and waits for their calls to finish, as
+// grpc.Server.GracefulStop does, with no bound for the shards in the
+// rotation. A shard drained by a round keeps its [WithGrace] bound: the
+// checks go on until GracefulStop returns, and stop it at the end of its
+// grace. Stop, from another goroutine, cuts it short.
 func (s *Server) GracefulStop() { s.stopAll(true) }
 
 // Stop closes the listener and every connection of every shard at once;
@@ -454,8 +473,12 @@ func (s *Server) stopAll(graceful bool) {
 	for _, sh := range s.shards {
 		servers = append(servers, sh.srv)
 	}
-	for sh := range s.draining {
+	for sh, d := range s.draining {
 		servers = append(servers, sh.srv)
+		if graceful && !d.goaway {
+			// Its GOAWAY is the GracefulStop below.
+			d.goaway, d.graceNext = true, s.opts.grace > 0
+		}
 	}
 	s.mu.Unlock()
 	var wg sync.WaitGroup
@@ -471,6 +494,13 @@ func (s *Server) stopAll(graceful bool) {
 		}()
 	}
 	wg.Wait()
+	s.mu.Lock()
+	if !s.halted {
+		s.halted = true
+		close(s.halt)
+		clear(s.draining) // every shard is stopped
+	}
+	s.mu.Unlock()
 	s.wg.Wait()
 }
 

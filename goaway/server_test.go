@@ -244,35 +244,44 @@ func TestTickSteps(t *testing.T) {
 	}
 }
 
+// drainedWithStream returns a fixture of two shards and a grace of 30 s
+// whose oldest shard holds the one connection, with a watch stream open
+// on it, and was taken out of the rotation by a round at t0+1s; its
+// GOAWAY is not sent yet, and no further round comes.
+func drainedWithStream(t *testing.T) (*fixture, healthpb.Health_WatchClient) {
+	t.Helper()
+	var over flag
+	over.Store(true)
+	f := newFixture(t, &over, WithShards(2), WithSustain(0), WithEvery(time.Second), WithGrace(30*time.Second))
+	_, hc := f.client(t) // the first connection: shard 0, the oldest
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	w, err := hc.Watch(ctx, &healthpb.HealthCheckRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := w.Recv(); err != nil {
+		t.Fatal(err)
+	}
+	f.s.Tick(t0)                  // since t0; due at t0 + 0.5 s
+	f.s.Tick(t0.Add(time.Second)) // round 1: shard 0 leaves the rotation
+	over.Store(false)             // no further round
+	return f, w
+}
+
 // TestGraceAndSkip: a watch stream keeps its drained shard draining until
 // the grace ends; then it is cut with UNAVAILABLE. Without a grace, no
 // more than WithShards shards drain at once: further rounds are skipped.
 func TestGraceAndSkip(t *testing.T) {
 	t.Run("grace", func(t *testing.T) {
-		var over flag
-		over.Store(true)
-		f := newFixture(t, &over, WithShards(2), WithSustain(0), WithEvery(time.Second), WithGrace(30*time.Second))
-		_, hc := f.client(t) // the first connection: shard 0, the oldest
-		ctx, cancel := context.WithCancel(context.Background())
-		defer cancel()
-		w, err := hc.Watch(ctx, &healthpb.HealthCheckRequest{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if _, err := w.Recv(); err != nil {
-			t.Fatal(err)
-		}
-		f.s.Tick(t0)                      // since t0; due at t0 + 0.5 s
-		f.s.Tick(t0.Add(time.Second))     // round 1
-		over.Store(false)                 // no further round
+		f, w := drainedWithStream(t)
 		f.s.Tick(t0.Add(2 * time.Second)) // GOAWAY; grace ends at t0+32s
 		f.s.Tick(t0.Add(31 * time.Second))
 		if st := f.s.Stats(); st.Draining != 1 || st.GraceExpired != 0 {
 			t.Fatalf("before the grace ends: Stats() = %+v, want Draining 1, GraceExpired 0", st)
 		}
 		f.s.Tick(t0.Add(32 * time.Second))
-		_, err = w.Recv()
-		if status.Code(err) != codes.Unavailable {
+		if _, err := w.Recv(); status.Code(err) != codes.Unavailable {
 			t.Errorf("watch stream after the grace: Recv() = %v, want code Unavailable", err)
 		}
 		waitFor(t, "the drained shard to stop", func() bool { return f.s.Stats().Draining == 0 })
@@ -337,6 +346,52 @@ func TestGracefulStop(t *testing.T) {
 	}
 	if err := f.s.Serve(lis); !errors.Is(err, ErrServerStopped) {
 		t.Errorf("Serve() after GracefulStop = %v, want ErrServerStopped", err)
+	}
+}
+
+// TestGracefulStopKeepsGrace: a shard drained by a round keeps its
+// WithGrace bound through the Server's GracefulStop. A watch stream on it
+// is cut when the grace ends, and GracefulStop returns then instead of
+// waiting for the stream for ever: Ticks during the stop still end
+// graces. A drained shard whose GOAWAY no Tick had sent yet gets it from
+// GracefulStop, and its grace from the next Tick.
+func TestGracefulStopKeepsGrace(t *testing.T) {
+	for _, tt := range []struct {
+		name        string
+		goawayFirst bool // the round's GOAWAY goes out before GracefulStop
+	}{{"after its GOAWAY", true}, {"before its GOAWAY", false}} {
+		t.Run(tt.name, func(t *testing.T) {
+			f, w := drainedWithStream(t)
+			if tt.goawayFirst {
+				f.s.Tick(t0.Add(2 * time.Second)) // its GOAWAY; grace ends at t0+32s
+			}
+			stopped := make(chan struct{})
+			go func() { f.s.GracefulStop(); close(stopped) }()
+			waitFor(t, "GracefulStop to begin", f.s.isStopped)
+			if !tt.goawayFirst {
+				f.s.Tick(t0.Add(2 * time.Second)) // GracefulStop sent the GOAWAY; grace ends at t0+32s
+			}
+			f.s.Tick(t0.Add(31 * time.Second))
+			select {
+			case <-stopped:
+				t.Fatal("GracefulStop returned before the grace of a shard with a stream ended")
+			case <-time.After(20 * time.Millisecond):
+			}
+			f.s.Tick(t0.Add(32 * time.Second))
+			select {
+			case <-stopped:
+			case <-time.After(10 * time.Second):
+				f.s.Stop() // let the test end
+				<-stopped
+				t.Fatal("GracefulStop still waited 10 s after the drained shard's grace ended")
+			}
+			if _, err := w.Recv(); status.Code(err) != codes.Unavailable {
+				t.Errorf("watch stream after the grace: Recv() = %v, want code Unavailable", err)
+			}
+			if st := f.s.Stats(); st.GraceExpired != 1 || st.Draining != 0 {
+				t.Errorf("Stats() after GracefulStop = %+v, want GraceExpired 1, Draining 0", st)
+			}
+		})
 	}
 }
 
