@@ -153,7 +153,8 @@ type Listener struct {
 	peerMu sync.Mutex
 	peers  map[netip.Addr]int // open connections by client; only clients with one
 
-	freed     chan struct{} // Hold: a slot was freed (buffered, 1)
+	freed     chan struct{} // Hold: a place was freed or the cap raised (buffered, 1)
+	sleepers  atomic.Int32  // Hold: Accepts waiting on freed for a place
 	closed    chan struct{}
 	closeOnce sync.Once
 }
@@ -221,17 +222,24 @@ func (l *Listener) RateLimiter() *ratelimit.Limiter { return l.rate }
 // [Refuse] it closes every connection beyond them as it arrives; with
 // [Hold] it waits, without accepting, until one fits the cap on open
 // connections and the rate (a connection beyond its client's cap is
-// refused either way). It returns the inner listener's errors as they
+// refused either way); of several goroutines held in Accept, as many
+// wake as places open. It returns the inner listener's errors as they
 // are, and net.ErrClosed after Close.
 func (l *Listener) Accept() (net.Conn, error) {
+	woke := false // waited for a place: hands the wake-up on once it has one
 	for {
 		if l.mode == Hold {
-			if err := l.waitRoom(); err != nil {
+			w, err := l.waitRoom()
+			if err != nil {
 				return nil, err
 			}
+			woke = woke || w
 		}
 		c, err := l.inner.Accept()
 		if err != nil {
+			if woke {
+				l.handOn()
+			}
 			select {
 			case <-l.closed:
 				return nil, net.ErrClosed
@@ -245,6 +253,9 @@ func (l *Listener) Accept() (net.Conn, error) {
 			continue
 		}
 		l.accepted.Add(1)
+		if woke {
+			l.handOn()
+		}
 		if !counted && !peer.IsValid() {
 			return c, nil
 		}
@@ -334,41 +345,73 @@ func (l *Listener) notePeak() {
 const rateRecheck = 100 * time.Millisecond
 
 // waitRoom blocks until the cap has room and a token is due, or the
-// listener is closed.
-func (l *Listener) waitRoom() error {
+// listener is closed. It reports whether it waited for a place under the
+// cap.
+func (l *Listener) waitRoom() (woke bool, err error) {
 	for {
 		select {
 		case <-l.closed:
-			return net.ErrClosed
+			return woke, net.ErrClosed
 		default:
 		}
 		if max := l.max.Load(); max > 0 && l.open.Load() >= max {
-			select {
-			case <-l.freed:
-			case <-l.closed:
-				return net.ErrClosed
+			if err := l.sleep(); err != nil {
+				return woke, err
 			}
+			woke = true
 			continue
 		}
 		if l.rate == nil {
-			return nil
+			return woke, nil
 		}
 		wait := l.rate.RetryAfter(l.now(), 1)
 		if wait <= 0 {
-			return nil
+			return woke, nil
 		}
 		// The rate may change meanwhile (RateLimiter's SetLimit, SetBurst,
 		// SetScale), which signals nothing: look again at least every
 		// rateRecheck rather than sleep out a wait an old rate gave.
+		// It does not take a wake-up meant for an Accept waiting for a
+		// place.
 		t := time.NewTimer(min(wait, rateRecheck))
 		select {
 		case <-t.C:
-		case <-l.freed: // SetMaxConns or a close: look again
-			t.Stop()
 		case <-l.closed:
 			t.Stop()
-			return net.ErrClosed
+			return woke, net.ErrClosed
 		}
+	}
+}
+
+// sleep waits until a place may have been freed (or the cap raised), or
+// the listener is closed; the caller looks again. One freed place wakes
+// one sleeper; if more opened at once (SetMaxConns raising the cap,
+// closes before anyone slept, whose signals fill freed's one slot), the
+// woken Accept hands the wake-up on once it has its place (handOn), so
+// that as many sleepers wake as there are places, and no more: the
+// others stay held.
+func (l *Listener) sleep() error {
+	l.sleepers.Add(1)
+	defer l.sleepers.Add(-1)
+	// A place freed before this sleeper was counted signalled nothing:
+	// look again now that signalFreed will see it.
+	if max := l.max.Load(); max == 0 || l.open.Load() < max {
+		return nil
+	}
+	select {
+	case <-l.freed:
+		return nil
+	case <-l.closed:
+		return net.ErrClosed
+	}
+}
+
+// handOn wakes another Accept waiting for a place if there is still room:
+// called by an Accept that was woken, once it has taken its place (or
+// given up on it).
+func (l *Listener) handOn() {
+	if max := l.max.Load(); max == 0 || l.open.Load() < max {
+		l.signalFreed()
 	}
 }
 
@@ -377,7 +420,12 @@ func (l *Listener) release() {
 	l.signalFreed()
 }
 
+// signalFreed wakes one Accept waiting for a place, if any waits: a load
+// when none does (a close in Refuse mode, or in Hold below the cap).
 func (l *Listener) signalFreed() {
+	if l.sleepers.Load() == 0 {
+		return
+	}
 	select {
 	case l.freed <- struct{}{}:
 	default:

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"io"
 	"net"
+	"runtime"
 	"strings"
 	"sync/atomic"
 	"syscall"
@@ -365,4 +366,77 @@ func TestHoldRateRaised(t *testing.T) {
 		t.Fatal("the held connection was refused after the rate was raised")
 	}
 	s2.Close()
+}
+
+// heldAccepts returns how many goroutines wait in waitRoom for a place or
+// a token, parked (not running), from the goroutines' stacks.
+func heldAccepts() int {
+	buf := make([]byte, 1<<20)
+	buf = buf[:runtime.Stack(buf, true)]
+	n := 0
+	for _, g := range strings.Split(string(buf), "\n\n") {
+		if strings.Contains(g, "connlimit.(*Listener).waitRoom") && strings.Contains(g, " [select") {
+			n++
+		}
+	}
+	return n
+}
+
+// TestHoldWakesEveryPlace: several goroutines held in Accept at the cap
+// (a pool of workers, each serving the connection it got before it calls
+// Accept again); when two places open at once (SetMaxConns raising the
+// cap by two), two of them wake and two waiting clients are served, not
+// one while a place stays free.
+func TestHoldWakesEveryPlace(t *testing.T) {
+	l := newLoopback(t, WithMaxConns(1), WithMode(Hold))
+	dial(t, l)
+	first, err := l.Accept()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer first.Close()
+	const workers = 3
+	got := make(chan net.Conn, workers)
+	errs := make(chan error, workers)
+	for range workers {
+		go func() { // one Accept each: the worker would serve what it got
+			c, err := l.Accept()
+			if err != nil {
+				errs <- err
+				return
+			}
+			got <- c
+		}()
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for heldAccepts() < workers {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d of %d Accepts held after 5 s", heldAccepts(), workers)
+		}
+		time.Sleep(time.Millisecond)
+	}
+	if err := l.SetMaxConns(3); err != nil {
+		t.Fatal(err)
+	}
+	dial(t, l)
+	dial(t, l)
+	for i := range 2 {
+		select {
+		case c := <-got:
+			defer c.Close()
+		case <-time.After(5 * time.Second):
+			t.Fatalf("%d of 2 clients served within 5 s of two places opening; Stats() = %+v", i, l.Stats())
+		}
+	}
+	dial(t, l) // beyond the cap: held
+	select {
+	case c := <-got:
+		c.Close()
+		t.Fatal("a fourth connection accepted under SetMaxConns(3) in Hold mode")
+	case <-time.After(50 * time.Millisecond):
+	}
+	l.Close()
+	if err := <-errs; !errors.Is(err, net.ErrClosed) {
+		t.Errorf("the Accept still held at Close = %v, want net.ErrClosed", err)
+	}
 }
