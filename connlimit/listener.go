@@ -124,8 +124,11 @@ func (o *options) validate() error {
 // of grpc.Server.Serve.
 //
 // A connection returned by Accept is wrapped so that its Close frees its
-// place; the wrapper keeps SyscallConn (for socket options) and NetConn
-// returns the original. Without a cap on open connections (in all or per
+// place; the wrapper keeps SyscallConn (for socket options) and, when the
+// accepted connection has it, CloseWrite (net/http's server half-closes
+// a connection before closing it, so that a client still writing does
+// not lose the last response to a reset), and NetConn returns the
+// original. Without a cap on open connections (in all or per
 // peer), Accept returns the original connection unwrapped. One consequence of the wrapper:
 // grpc-go sets TCP_USER_TIMEOUT (its keepalive timeout) only on a
 // *net.TCPConn, so on a capped listener a dead peer with unacknowledged
@@ -258,6 +261,9 @@ func (l *Listener) Accept() (net.Conn, error) {
 		}
 		if !counted && !peer.IsValid() {
 			return c, nil
+		}
+		if _, ok := c.(closeWriter); ok {
+			return &closeWriteConn{conn{Conn: c, l: l, counted: counted, peer: peer}}, nil
 		}
 		return &conn{Conn: c, l: l, counted: counted, peer: peer}, nil
 	}
@@ -520,3 +526,15 @@ func (c *conn) SyscallConn() (syscall.RawConn, error) {
 	}
 	return nil, fmt.Errorf("connlimit: %T has no SyscallConn", c.Conn)
 }
+
+// closeWriter is the half-close of a *net.TCPConn, a *net.UnixConn or a
+// *tls.Conn, which servers find by a type assertion.
+type closeWriter interface{ CloseWrite() error }
+
+// closeWriteConn is a conn whose connection has CloseWrite; Accept
+// returns it instead of a conn for such a connection, so that the
+// wrapper has CloseWrite exactly when the connection has.
+type closeWriteConn struct{ conn }
+
+// CloseWrite shuts down the writing side of the connection.
+func (c *closeWriteConn) CloseWrite() error { return c.Conn.(closeWriter).CloseWrite() }

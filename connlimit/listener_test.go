@@ -440,3 +440,65 @@ func TestHoldWakesEveryPlace(t *testing.T) {
 		t.Errorf("the Accept still held at Close = %v, want net.ErrClosed", err)
 	}
 }
+
+// pipeListener is a listener whose Accept returns c, one end of
+// net.Pipe: a connection without CloseWrite.
+type pipeListener struct {
+	net.Listener
+	c net.Conn
+}
+
+func (p pipeListener) Accept() (net.Conn, error) { return p.c, nil }
+
+// TestCloseWrite: under a cap the wrapper keeps CloseWrite of a
+// connection that has it, the half-close net/http's server sends before
+// closing a connection whose client may still be writing, so that its
+// last response is not lost to a reset; a connection without it (a
+// pipe) gets no CloseWrite from the wrapper.
+func TestCloseWrite(t *testing.T) {
+	l := newLoopback(t, WithMaxConns(1))
+	a := startAccept(l)
+	c := dial(t, l)
+	s := a.next(t)
+	cw, ok := s.(interface{ CloseWrite() error })
+	if !ok {
+		s.Close()
+		t.Fatalf("capped Accept() returned %T, without the CloseWrite of *net.TCPConn", s)
+	}
+	if _, err := s.Write([]byte("x")); err != nil {
+		t.Fatal(err)
+	}
+	if err := cw.CloseWrite(); err != nil {
+		t.Fatalf("CloseWrite() = %v", err)
+	}
+	c.SetReadDeadline(time.Now().Add(5 * time.Second))
+	if b, err := io.ReadAll(c); string(b) != "x" || err != nil {
+		t.Errorf("client read %q, %v after the server's CloseWrite; want \"x\" and EOF", b, err)
+	}
+	if _, err := c.Write([]byte("y")); err != nil { // half-closed: the client still writes
+		t.Fatal(err)
+	}
+	var b [1]byte
+	if _, err := io.ReadFull(s, b[:]); err != nil || b[0] != 'y' {
+		t.Errorf("server read %q, %v after its CloseWrite; want \"y\"", b[:], err)
+	}
+	s.Close()
+	if got := l.Open(); got != 0 {
+		t.Errorf("after Close: Open() = %d, want 0", got)
+	}
+
+	ps, pc := net.Pipe()
+	defer pc.Close()
+	pl, err := NewListener(pipeListener{newLoopback(t), ps}, WithMaxConns(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pl.Close()
+	wc, err := pl.Accept()
+	if _, ok := wc.(interface{ CloseWrite() error }); ok || err != nil {
+		t.Errorf("Accept() of a pipe = %T, %v; want the wrapper without CloseWrite, which the pipe has not", wc, err)
+	}
+	if err == nil {
+		wc.Close()
+	}
+}
