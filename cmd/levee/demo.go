@@ -3,10 +3,7 @@ package main
 import (
 	"context"
 	"errors"
-	"os"
-	"os/signal"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/levee-go/levee/cmd/levee/internal/scenario"
@@ -175,9 +172,8 @@ func (c *cli) demo(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
+	ctx, stop := signalContext(ctx)
 	defer stop()
-	context.AfterFunc(ctx, stop) // after the first signal, a second ends the process
 	res, err := cfg.scenario.Run(ctx, c.env(), cfg.settings)
 	if ctx.Err() != nil { // a run cut short may return no error: its report is not the scenario's
 		return errors.New("interrupted")

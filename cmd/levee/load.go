@@ -4,12 +4,9 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"os"
-	"os/signal"
 	"path/filepath"
 	"strconv"
 	"strings"
-	"syscall"
 	"time"
 
 	"google.golang.org/grpc/codes"
@@ -210,9 +207,8 @@ func (c *cli) load(ctx context.Context, args []string) error {
 		return err
 	}
 
-	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
+	ctx, stop := signalContext(ctx)
 	defer stop()
-	context.AfterFunc(ctx, stop) // after the first signal, a second ends the process
 	t, err := target.Dial(ctx, *addr, lf.conns, c.readyTimeout)
 	if err != nil {
 		return err

@@ -21,8 +21,10 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"os/signal"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/levee-go/levee/internal/harness/loadgen"
@@ -131,6 +133,17 @@ func (c *cli) run(ctx context.Context, args []string) int {
 		fmt.Fprintf(c.stderr, "levee %s: %s\n", args[0], oneLine(err.Error()))
 		return exitFail
 	}
+}
+
+// signalContext returns a context that the first SIGINT or SIGTERM
+// cancels, for a command to stop gracefully. Once it is done (by a signal
+// or by ctx) the signals are no longer caught: a second one ends the
+// process at once (Go's default action), in the middle of a graceful stop
+// the operator does not want to wait for. stop releases them earlier.
+func signalContext(ctx context.Context) (_ context.Context, stop context.CancelFunc) {
+	ctx, stop = signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
+	context.AfterFunc(ctx, stop)
+	return ctx, stop
 }
 
 // oneLine folds a message onto one line.

@@ -8,12 +8,9 @@ import (
 	"net"
 	"net/http"
 	"net/http/pprof"
-	"os"
-	"os/signal"
 	"runtime"
 	"strconv"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/levee-go/levee/cmd/levee/internal/capacity"
@@ -166,8 +163,9 @@ func (c *cli) serve(ctx context.Context, args []string) error {
 
 	// Signals are caught from here on: until now (the estimate may take
 	// 15 runs of -cpu-work) nothing needs stopping, and Ctrl-C ends the
-	// process at once.
-	ctx, stopSignals := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
+	// process at once. A second signal, during the graceful stop, ends it at
+	// once.
+	ctx, stopSignals := signalContext(ctx)
 	defer stopSignals()
 
 	if err := cf.limitFDs(); err != nil {

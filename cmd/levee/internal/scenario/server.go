@@ -128,6 +128,12 @@ func (s *Server) Stop(grace time.Duration) {
 	}
 }
 
+// Signal sends sig to the server's process; SIGTERM (or SIGINT) asks it
+// to stop gracefully, as Stop does, without waiting.
+func (s *Server) Signal(sig os.Signal) error {
+	return s.cmd.Process.Signal(sig)
+}
+
 // ExitedCleanly reports whether the server has exited with status 0.
 func (s *Server) ExitedCleanly() bool {
 	select {
