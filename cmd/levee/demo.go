@@ -55,7 +55,11 @@ func orList(names []string) string {
 }
 
 func (c *cli) parseDemo(args []string) (*demoConfig, error) {
-	reg, err := demoScenarios()
+	scenarios := c.scenarios
+	if scenarios == nil {
+		scenarios = demoScenarios
+	}
+	reg, err := scenarios()
 	if err != nil {
 		return nil, err
 	}
@@ -76,7 +80,7 @@ func (c *cli) parseDemo(args []string) (*demoConfig, error) {
 	fs.StringVar(&s.Recipe, "recipe", recipePreset, "the protected server's `recipe`: preset (the library's protect.New) or static (a fixed chain sized from the capacity; firstwave: its deprecated name)")
 	fs.StringVar(&s.Transport, "transport", transportGRPC, "both servers' `transport`: grpc (grpc-go) or connect (connect-go, reached through its gRPC protocol); connect with the overload, io, mixed and tenants scenarios")
 	fs.StringVar(&cfg.out, "out", "levee-report.html", "HTML report `file` (empty: none)")
-	fs.StringVar(&cfg.jsonOut, "json", "", "also write both runs' full results as JSON to this `file`")
+	fs.StringVar(&cfg.jsonOut, "json", "", "also write both runs' full results as JSON to this `file` (-: to stdout, and the tables to stderr)")
 	cfg.loadFlags.register(fs, "poisson")
 	checks := make(map[string]func() error)
 	for _, sc := range reg.All() {
@@ -181,5 +185,5 @@ func (c *cli) demo(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	return scenario.Write(c.stdout, res, cfg.out, cfg.jsonOut)
+	return scenario.Write(c.stdout, c.stderr, res, cfg.out, cfg.jsonOut)
 }

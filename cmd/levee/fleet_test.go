@@ -224,7 +224,7 @@ func TestFleetDemoEndToEnd(t *testing.T) {
 	if err != nil {
 		t.Fatalf("Run() error = %v; stderr:\n%s", err, stderr)
 	}
-	if err := scenario.Write(c.stdout, res, cfg.out, cfg.jsonOut); err != nil {
+	if err := scenario.Write(c.stdout, c.stderr, res, cfg.out, cfg.jsonOut); err != nil {
 		t.Fatalf("Write() error = %v", err)
 	}
 	var names []string

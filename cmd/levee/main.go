@@ -27,6 +27,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/levee-go/levee/cmd/levee/internal/scenario"
 	"github.com/levee-go/levee/internal/harness/loadgen"
 	"github.com/levee-go/levee/protect"
 )
@@ -51,6 +52,9 @@ type cli struct {
 	// presetOptions are added to the options of `levee serve`'s preset:
 	// tests force its signals through them.
 	presetOptions []protect.Option
+	// scenarios returns the scenarios of `levee demo`; nil:
+	// demoScenarios. Tests run the command around a scenario of their own.
+	scenarios func() (*scenario.Registry, error)
 }
 
 func newCLI() *cli {

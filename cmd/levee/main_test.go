@@ -379,7 +379,7 @@ func TestDemoEndToEnd(t *testing.T) {
 	if err != nil {
 		t.Fatalf("Run() error = %v; stderr:\n%s", err, stderr)
 	}
-	if err := scenario.Write(c.stdout, res, cfg.out, cfg.jsonOut); err != nil {
+	if err := scenario.Write(c.stdout, c.stderr, res, cfg.out, cfg.jsonOut); err != nil {
 		t.Fatalf("Write() error = %v", err)
 	}
 
@@ -482,7 +482,7 @@ func runShortDemo(t *testing.T, c *cli, args ...string) *scenario.Result {
 	if err != nil {
 		t.Fatalf("Run() error = %v; stderr:\n%s", err, c.stderr)
 	}
-	if err := scenario.Write(c.stdout, res, cfg.out, cfg.jsonOut); err != nil {
+	if err := scenario.Write(c.stdout, c.stderr, res, cfg.out, cfg.jsonOut); err != nil {
 		t.Fatal(err)
 	}
 	return res

@@ -204,10 +204,16 @@ func (r *Registry) Names() []string {
 	return names
 }
 
-// Write prints res's side-by-side tables to w and writes its HTML report
-// to htmlPath and its runs as JSON to jsonPath ("-": to w), each unless
-// empty.
-func Write(w io.Writer, res *Result, htmlPath, jsonPath string) error {
+// Write prints res's side-by-side tables to stdout and writes its HTML
+// report to htmlPath and its runs as JSON to jsonPath ("-": to stdout),
+// each unless empty. With jsonPath "-" stdout is the JSON alone, for a
+// program to read: the tables, and the line that names the HTML report,
+// go to stderr.
+func Write(stdout, stderr io.Writer, res *Result, htmlPath, jsonPath string) error {
+	w := stdout
+	if jsonPath == "-" {
+		w = stderr
+	}
 	fmt.Fprintln(w)
 	if err := report.WriteTable(w, res.Comparison); err != nil {
 		return err
@@ -224,7 +230,7 @@ func Write(w io.Writer, res *Result, htmlPath, jsonPath string) error {
 			Measured bool         `json:"capacity_measured"`
 			Runs     []report.Run `json:"runs"`
 		}{res.Capacity, res.Measured, res.Comparison.Runs}
-		if err := report.WriteJSONFile(jsonPath, w, doc); err != nil {
+		if err := report.WriteJSONFile(jsonPath, stdout, doc); err != nil {
 			return err
 		}
 	}

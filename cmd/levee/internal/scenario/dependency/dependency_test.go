@@ -164,7 +164,7 @@ func TestDependencyDemoEndToEnd(t *testing.T) {
 	if err != nil {
 		t.Fatalf("run() error = %v; stderr:\n%s", err, stderr.String())
 	}
-	if err := scenario.Write(&stdout, res, out, ""); err != nil {
+	if err := scenario.Write(&stdout, &stderr, res, out, ""); err != nil {
 		t.Fatalf("Write() error = %v", err)
 	}
 
