@@ -3,6 +3,8 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -70,5 +72,65 @@ func TestDemoJSONToStdoutIsJSON(t *testing.T) {
 	c.scenarios = cannedScenarios(&ran)
 	if code := c.run(context.Background(), []string{"demo", "-out", ""}); code != exitOK || !strings.Contains(stdout.String(), `phase 1/1 "spike"`) {
 		t.Errorf("levee demo exited %d with stdout %q, want 0 and the table", code, stdout)
+	}
+}
+
+// TestDemoOutputsCheckedFirst: a -out or -json levee demo cannot write is
+// a usage error naming the flag before the demo runs. It was found out
+// after the demo, minutes of work lost. The check leaves no file behind,
+// and does not truncate a report already there.
+func TestDemoOutputsCheckedFirst(t *testing.T) {
+	dir := t.TempDir()
+	missing := filepath.Join(dir, "no such dir", "r")
+	type outputCase struct {
+		name string
+		give []string
+		want string
+	}
+	tests := []outputCase{
+		{name: "out in a missing directory", give: []string{"-out", missing}, want: "-out " + missing + ": "},
+		{name: "json in a missing directory", give: []string{"-out", "", "-json", missing}, want: "-json " + missing + ": "},
+		{name: "out a directory", give: []string{"-out", dir}, want: "-out " + dir + ": "},
+		{name: "json a directory", give: []string{"-out", "", "-json", dir}, want: "-json " + dir + ": "},
+	}
+	if os.Geteuid() != 0 { // root writes in any directory
+		ro := filepath.Join(dir, "read-only")
+		if err := os.Mkdir(ro, 0o500); err != nil {
+			t.Fatal(err)
+		}
+		tests = append(tests, outputCase{name: "out in a read-only directory", give: []string{"-out", filepath.Join(ro, "r.html")}, want: "-out " + filepath.Join(ro, "r.html") + ": permission denied"})
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var ran int
+			c, _, stderr := testCLI(t)
+			c.scenarios = cannedScenarios(&ran)
+			code := c.run(context.Background(), append([]string{"demo"}, tt.give...))
+			if msg := stderr.String(); code != exitUsage || ran != 0 || !strings.Contains(msg, "levee demo: "+tt.want) {
+				t.Errorf("levee demo %q: exit %d after %d runs, stderr %q; want 2 before any run, and an error containing %q", tt.give, code, ran, msg, tt.want)
+			}
+		})
+	}
+
+	// A writable -out and -json: the check leaves nothing behind when the
+	// run fails, and an existing file as it was.
+	fresh, old := filepath.Join(dir, "fresh.json"), filepath.Join(dir, "old.html")
+	if err := os.WriteFile(old, []byte("last run's report"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	c, _, stderr := testCLI(t)
+	c.scenarios = func() (*scenario.Registry, error) {
+		return scenario.NewRegistry(scenario.Scenario{Name: "failing", Run: func(context.Context, scenario.Env, scenario.Settings) (*scenario.Result, error) {
+			return nil, errors.New("server crashed")
+		}})
+	}
+	if code := c.run(context.Background(), []string{"demo", "-out", old, "-json", fresh}); code != exitFail {
+		t.Errorf("levee demo with a failing run: exit %d, want 1; stderr:\n%s", code, stderr)
+	}
+	if _, err := os.Stat(fresh); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("-json %s after a failed run: stat error %v, want no such file", fresh, err)
+	}
+	if b, err := os.ReadFile(old); err != nil || string(b) != "last run's report" {
+		t.Errorf("-out %s after a failed run = %q, %v; want it untouched", old, b, err)
 	}
 }
