@@ -6,6 +6,8 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -132,5 +134,28 @@ func TestDemoOutputsCheckedFirst(t *testing.T) {
 	}
 	if b, err := os.ReadFile(old); err != nil || string(b) != "last run's report" {
 		t.Errorf("-out %s after a failed run = %q, %v; want it untouched", old, b, err)
+	}
+}
+
+// TestDemoDocListsScenarios: the scenario table of docs/demo.md names
+// every scenario of levee demo -scenario, in its order, and no other. It
+// left out memory.
+func TestDemoDocListsScenarios(t *testing.T) {
+	const page = "../../docs/demo.md"
+	b, err := os.ReadFile(page)
+	if err != nil {
+		t.Fatal(err)
+	}
+	intro, _, _ := strings.Cut(string(b), "\n## ") // the table is above the first section
+	var got []string
+	for _, m := range regexp.MustCompile("(?m)^\\| `([^`]+)`").FindAllStringSubmatch(intro, -1) {
+		got = append(got, m[1])
+	}
+	reg, err := demoScenarios()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := reg.Names(); !slices.Equal(got, want) {
+		t.Errorf("%s's scenario table lists %q, want %q", page, got, want)
 	}
 }
