@@ -3,8 +3,6 @@ package main
 import (
 	"context"
 	"errors"
-	"io/fs"
-	"os"
 	"strings"
 	"time"
 
@@ -180,10 +178,8 @@ func (c *cli) demo(ctx context.Context, args []string) error {
 	}
 	// The report is written after minutes of work: a path it cannot be
 	// written to is found out now.
-	for _, o := range []struct{ flag, path string }{{"out", cfg.out}, {"json", cfg.jsonOut}} {
-		if err := checkWritable(o.path); err != nil {
-			return usageError("-%s %s: %v", o.flag, o.path, err)
-		}
+	if err := checkOutputs(outputFlag{"out", cfg.out}, outputFlag{"json", cfg.jsonOut}); err != nil {
+		return err
 	}
 	ctx, stop := signalContext(ctx)
 	defer stop()
@@ -195,30 +191,4 @@ func (c *cli) demo(ctx context.Context, args []string) error {
 		return err
 	}
 	return scenario.Write(c.stdout, c.stderr, res, cfg.out, cfg.jsonOut)
-}
-
-// checkWritable returns why the file path cannot be written, nil if it
-// can or path is "" (no file) or "-" (stdout). It opens the file for
-// writing without truncating it, and removes it again if it made it.
-func checkWritable(path string) error {
-	if path == "" || path == "-" {
-		return nil
-	}
-	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
-	made := err == nil
-	if errors.Is(err, fs.ErrExist) {
-		f, err = os.OpenFile(path, os.O_WRONLY|os.O_CREATE, 0o644)
-	}
-	if err != nil {
-		var pe *fs.PathError
-		if errors.As(err, &pe) {
-			return pe.Err // the flag's message names the path
-		}
-		return err
-	}
-	err = f.Close()
-	if made {
-		err = errors.Join(err, os.Remove(path))
-	}
-	return err
 }

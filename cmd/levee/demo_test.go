@@ -83,25 +83,7 @@ func TestDemoJSONToStdoutIsJSON(t *testing.T) {
 // and does not truncate a report already there.
 func TestDemoOutputsCheckedFirst(t *testing.T) {
 	dir := t.TempDir()
-	missing := filepath.Join(dir, "no such dir", "r")
-	type outputCase struct {
-		name string
-		give []string
-		want string
-	}
-	tests := []outputCase{
-		{name: "out in a missing directory", give: []string{"-out", missing}, want: "-out " + missing + ": "},
-		{name: "json in a missing directory", give: []string{"-out", "", "-json", missing}, want: "-json " + missing + ": "},
-		{name: "out a directory", give: []string{"-out", dir}, want: "-out " + dir + ": "},
-		{name: "json a directory", give: []string{"-out", "", "-json", dir}, want: "-json " + dir + ": "},
-	}
-	if os.Geteuid() != 0 { // root writes in any directory
-		ro := filepath.Join(dir, "read-only")
-		if err := os.Mkdir(ro, 0o500); err != nil {
-			t.Fatal(err)
-		}
-		tests = append(tests, outputCase{name: "out in a read-only directory", give: []string{"-out", filepath.Join(ro, "r.html")}, want: "-out " + filepath.Join(ro, "r.html") + ": permission denied"})
-	}
+	tests := unwritableOutputs(t, dir, []string{"-out"}, []string{"-out", "", "-json"})
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			var ran int

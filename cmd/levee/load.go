@@ -2,8 +2,11 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
+	"io/fs"
+	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -97,6 +100,47 @@ func (f *loadFlags) options(progress io.Writer) ([]loadgen.Option, error) {
 // stdout): the second written would replace the first.
 func sameFile(a, b string) bool {
 	return a != "" && a != "-" && b != "" && b != "-" && filepath.Clean(a) == filepath.Clean(b)
+}
+
+// outputFlag is an output flag of a command and the file it names.
+type outputFlag struct{ flag, path string }
+
+// checkOutputs returns a usage error naming the first flag whose file
+// cannot be written (see checkWritable), nil if every one can. Commands
+// call it before their run, whose result would be lost.
+func checkOutputs(outs ...outputFlag) error {
+	for _, o := range outs {
+		if err := checkWritable(o.path); err != nil {
+			return usageError("-%s %s: %v", o.flag, o.path, err)
+		}
+	}
+	return nil
+}
+
+// checkWritable returns why the file path cannot be written, nil if it
+// can or path is "" (no file) or "-" (stdout). It opens the file for
+// writing without truncating it, and removes it again if it made it.
+func checkWritable(path string) error {
+	if path == "" || path == "-" {
+		return nil
+	}
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
+	made := err == nil
+	if errors.Is(err, fs.ErrExist) {
+		f, err = os.OpenFile(path, os.O_WRONLY|os.O_CREATE, 0o644)
+	}
+	if err != nil {
+		var pe *fs.PathError
+		if errors.As(err, &pe) {
+			return pe.Err // the flag's message names the path
+		}
+		return err
+	}
+	err = f.Close()
+	if made {
+		err = errors.Join(err, os.Remove(path))
+	}
+	return err
 }
 
 // maxSchedule bounds the schedule of a run (see scenario.MaxSchedule).
@@ -204,6 +248,11 @@ func (c *cli) load(ctx context.Context, args []string) error {
 	}
 	opts, err := lf.options(c.stderr)
 	if err != nil {
+		return err
+	}
+	// The result is written after the run: a path it cannot be written to
+	// is found out now.
+	if err := checkOutputs(outputFlag{"json", *jsonOut}, outputFlag{"html", *htmlOut}); err != nil {
 		return err
 	}
 
