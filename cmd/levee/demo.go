@@ -79,7 +79,7 @@ func (c *cli) parseDemo(args []string) (*demoConfig, error) {
 	fs.Float64Var(&s.CapacityGuess, "capacity-guess", 0, "tell the protected server this `multiple` of the capacity as an upper bound (0: tell it nothing, it learns; the static recipe needs one and gets 1 by default)")
 	fs.StringVar(&s.Recipe, "recipe", recipePreset, "the protected server's `recipe`: preset (the library's protect.New) or static (a fixed chain sized from the capacity; firstwave: its deprecated name)")
 	fs.StringVar(&s.Transport, "transport", transportGRPC, "both servers' `transport`: grpc (grpc-go) or connect (connect-go, reached through its gRPC protocol); connect with the overload, io, mixed and tenants scenarios")
-	fs.StringVar(&cfg.out, "out", "levee-report.html", "HTML report `file` (empty: none)")
+	fs.StringVar(&cfg.out, "out", "levee-report.html", "HTML report `file` (-: to stdout, and the tables to stderr; empty: none)")
 	fs.StringVar(&cfg.jsonOut, "json", "", "also write both runs' full results as JSON to this `file` (-: to stdout, and the tables to stderr)")
 	cfg.loadFlags.register(fs, "poisson")
 	checks := make(map[string]func() error)
@@ -114,6 +114,9 @@ func (c *cli) parseDemo(args []string) (*demoConfig, error) {
 	}
 	if sameFile(cfg.jsonOut, cfg.out) {
 		return nil, usageError("-json and -out name the same file %q", cfg.jsonOut)
+	}
+	if cfg.out == "-" && cfg.jsonOut == "-" {
+		return nil, usageError("-out - and -json - both write to stdout: name a file for one of them")
 	}
 	if s.CPUWork <= 0 {
 		return nil, usageError("-cpu-work must be > 0 (the demo needs a CPU-bound handler), got %v", s.CPUWork)

@@ -41,39 +41,75 @@ func cannedScenarios(ran *int) func() (*scenario.Registry, error) {
 	}
 }
 
+// runCannedDemo runs levee demo with args on the canned scenario, and
+// fails the test unless it exits 0 after one run.
+func runCannedDemo(t *testing.T, args ...string) (stdout, stderr string) {
+	t.Helper()
+	var ran int
+	c, out, errOut := testCLI(t)
+	c.scenarios = cannedScenarios(&ran)
+	if code := c.run(context.Background(), append([]string{"demo"}, args...)); code != exitOK || ran != 1 {
+		t.Fatalf("levee demo %q exited %d after %d runs, want 0 after 1; stderr:\n%s", args, code, ran, errOut)
+	}
+	return out.String(), errOut.String()
+}
+
 // TestDemoJSONToStdoutIsJSON: with -json -, levee demo's stdout is the
 // JSON alone, for `levee demo -json - | jq`; the table and the "wrote"
 // line go to stderr, beside the demo's progress. The table came first on
 // stdout, and jq failed on it.
 func TestDemoJSONToStdoutIsJSON(t *testing.T) {
-	var ran int
-	c, stdout, stderr := testCLI(t)
-	c.scenarios = cannedScenarios(&ran)
 	out := filepath.Join(t.TempDir(), "r.html")
-	if code := c.run(context.Background(), []string{"demo", "-json", "-", "-out", out}); code != exitOK || ran != 1 {
-		t.Fatalf("levee demo -json - exited %d after %d runs, want 0 after 1; stderr:\n%s", code, ran, stderr)
-	}
+	stdout, stderr := runCannedDemo(t, "-json", "-", "-out", out)
 	var doc struct {
 		Capacity float64          `json:"capacity"`
 		Runs     []map[string]any `json:"runs"`
 	}
-	if err := json.Unmarshal([]byte(stdout.String()), &doc); err != nil {
+	if err := json.Unmarshal([]byte(stdout), &doc); err != nil {
 		t.Fatalf("stdout of levee demo -json - is not JSON: %v\n%s", err, stdout)
 	}
 	if doc.Capacity != 100 || len(doc.Runs) != 2 {
 		t.Errorf("JSON capacity %v with %d runs, want 100 with 2", doc.Capacity, len(doc.Runs))
 	}
 	for _, want := range []string{`phase 1/1 "spike"`, "unprotected", "wrote " + out} {
-		if !strings.Contains(stderr.String(), want) {
+		if !strings.Contains(stderr, want) {
 			t.Errorf("stderr lacks %q:\n%s", want, stderr)
 		}
 	}
 
 	// Without -json -, stdout has the table, as before.
-	c, stdout, _ = testCLI(t)
+	if stdout, _ = runCannedDemo(t, "-out", ""); !strings.Contains(stdout, `phase 1/1 "spike"`) {
+		t.Errorf("levee demo: stdout %q, want the table", stdout)
+	}
+}
+
+// TestDemoHTMLToStdout: -out - writes the HTML report to stdout, as
+// -json - does the JSON, for `levee demo -out - > r.html` or a pipe; the
+// tables go to stderr, beside the demo's progress. It wrote a file named
+// "-". With -json - too, both would share stdout: a usage error.
+func TestDemoHTMLToStdout(t *testing.T) {
+	t.Chdir(t.TempDir()) // where a file named "-" would be written
+	jsonPath := filepath.Join(t.TempDir(), "r.json")
+	stdout, stderr := runCannedDemo(t, "-out", "-", "-json", jsonPath)
+	if !strings.HasPrefix(stdout, "<!doctype html>") || !strings.HasSuffix(stdout, "</html>\n") {
+		t.Errorf("stdout of levee demo -out - is not the HTML report alone:\n%s", stdout)
+	}
+	if _, err := os.Stat("-"); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf(`levee demo -out - left a file named "-" (stat error %v)`, err)
+	}
+	if _, err := os.Stat(jsonPath); err != nil {
+		t.Errorf("-json %s: %v", jsonPath, err)
+	}
+	if !strings.Contains(stderr, `phase 1/1 "spike"`) || strings.Contains(stderr, "wrote -") {
+		t.Errorf("stderr of levee demo -out - lacks the table, or names a file \"-\":\n%s", stderr)
+	}
+
+	var ran int
+	c, _, errOut := testCLI(t)
 	c.scenarios = cannedScenarios(&ran)
-	if code := c.run(context.Background(), []string{"demo", "-out", ""}); code != exitOK || !strings.Contains(stdout.String(), `phase 1/1 "spike"`) {
-		t.Errorf("levee demo exited %d with stdout %q, want 0 and the table", code, stdout)
+	want := "levee demo: -out - and -json - both write to stdout"
+	if code := c.run(context.Background(), []string{"demo", "-out", "-", "-json", "-"}); code != exitUsage || ran != 0 || !strings.Contains(errOut.String(), want) {
+		t.Errorf("levee demo -out - -json -: exit %d after %d runs, stderr %q; want 2 before any run, and %q", code, ran, errOut, want)
 	}
 }
 

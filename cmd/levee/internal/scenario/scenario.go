@@ -205,20 +205,29 @@ func (r *Registry) Names() []string {
 }
 
 // Write prints res's side-by-side tables to stdout and writes its HTML
-// report to htmlPath and its runs as JSON to jsonPath ("-": to stdout),
-// each unless empty. With jsonPath "-" stdout is the JSON alone, for a
-// program to read: the tables, and the line that names the HTML report,
-// go to stderr.
+// report to htmlPath and its runs as JSON to jsonPath, each unless empty;
+// either path, not both, may be "-": stdout. Then stdout is the report or
+// the JSON alone, for a program to read: the tables, and the line that
+// names the HTML report, go to stderr.
 func Write(stdout, stderr io.Writer, res *Result, htmlPath, jsonPath string) error {
+	if htmlPath == "-" && jsonPath == "-" {
+		return errors.New("the HTML report and the JSON cannot both go to stdout")
+	}
 	w := stdout
-	if jsonPath == "-" {
+	if htmlPath == "-" || jsonPath == "-" {
 		w = stderr
 	}
 	fmt.Fprintln(w)
 	if err := report.WriteTable(w, res.Comparison); err != nil {
 		return err
 	}
-	if htmlPath != "" {
+	switch htmlPath {
+	case "":
+	case "-":
+		if err := report.WriteHTML(stdout, res.Comparison); err != nil {
+			return fmt.Errorf("writing HTML report: %w", err)
+		}
+	default:
 		if err := report.WriteHTMLFile(htmlPath, res.Comparison); err != nil {
 			return err
 		}
