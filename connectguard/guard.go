@@ -34,10 +34,15 @@ type options struct {
 	handlerOpts []connect.HandlerOption
 }
 
-// WithHandlerOptions gives the Middleware's error writer the handler
-// options the guarded handlers have that change how an error is written
-// or a request classified (connect.WithRequireConnectProtocolHeader,
-// connect.WithCodec): see connect.NewErrorWriter. Default: none.
+// WithHandlerOptions gives the Middleware's error writer
+// (connect.NewErrorWriter) the handler options of the guarded handlers.
+// Of those, connect.WithCodec changes what the Middleware writes: its
+// codec named "proto" marshals the status of a gRPC or gRPC-Web refusal
+// (Grpc-Status-Details-Bin). connect.WithRequireConnectProtocolHeader
+// changes how the error writer classifies a request, not the refusal: a
+// Connect unary request without the Connect-Protocol-Version header,
+// which the handlers answer INVALID_ARGUMENT, is refused in unprefixed
+// Connect JSON, as one with it. Default: none.
 func WithHandlerOptions(opts ...connect.HandlerOption) Option {
 	return func(o *options) { o.handlerOpts = append(o.handlerOpts, opts...) }
 }

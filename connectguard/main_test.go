@@ -100,9 +100,9 @@ func (r *recorder) last() int {
 	return r.statuses[len(r.statuses)-1]
 }
 
-// newGuard returns a Guard on an engine of one rule of g, keyed and
-// tenanted by x-tenant-id, with code.
-func newGuard(t testing.TB, code decide.Code, g admission.Guard) *Guard {
+// newGuard returns a Guard with opts on an engine of one rule of g, keyed
+// and tenanted by x-tenant-id, with code.
+func newGuard(t testing.TB, code decide.Code, g admission.Guard, opts ...Option) *Guard {
 	t.Helper()
 	e, err := decide.New([]decide.Rule{{
 		Name:   "forced",
@@ -114,7 +114,7 @@ func newGuard(t testing.TB, code decide.Code, g admission.Guard) *Guard {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cg, err := New(e)
+	cg, err := New(e, opts...)
 	if err != nil {
 		t.Fatal(err)
 	}
