@@ -20,11 +20,7 @@ import (
 func forcedGuard(t *testing.T) (*guardtest.Forced, *Guard) {
 	t.Helper()
 	fg := &guardtest.Forced{}
-	e, err := decide.New([]decide.Rule{{Name: "forced", Guards: []admission.Guard{fg}}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	g, err := New(e)
+	g, err := New(guardtest.Engine(t, decide.Rule{Name: "forced", Guards: []admission.Guard{fg}}))
 	if err != nil {
 		t.Fatal(err)
 	}

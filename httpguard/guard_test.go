@@ -325,3 +325,23 @@ func TestAdmittedPathAllocatesNothing(t *testing.T) {
 		t.Errorf("the admitted path allocates %v times per request, want 0", allocs)
 	}
 }
+
+// Engine returns the engine the Guard was made on: the one whose rules
+// decide its calls, which counts its refusals.
+func TestEngine(t *testing.T) {
+	fg := &guardtest.Forced{}
+	fg.Set(refused, admission.Decision{})
+	e := guardtest.Engine(t, decide.Rule{Name: "forced", Guards: []admission.Guard{fg}})
+	g, err := New(e)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if g.Engine() != e {
+		t.Fatalf("Engine() = %p, want the engine given to New, %p", g.Engine(), e)
+	}
+	w := httptest.NewRecorder()
+	g.Middleware(http.NotFoundHandler()).ServeHTTP(w, httptest.NewRequest(http.MethodGet, "/", nil))
+	if c := g.Engine().RefusalCounts(); w.Code != http.StatusTooManyRequests || len(c) != 1 || c[0].Guard != "forced" || c[0].Count != 1 {
+		t.Errorf("HTTP %d, Engine().RefusalCounts() = %+v; want 429 and one refusal by forced", w.Code, c)
+	}
+}

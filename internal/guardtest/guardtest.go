@@ -1,7 +1,8 @@
 // Package guardtest holds the test doubles of levee's front-end tests: a
 // guard whose decisions a test sets, one that admits everything, a
 // cleartext HTTP/2 server and client, a response writer that discards;
-// and a run limit taught a baseline (LearnBaseline).
+// an engine of given rules (Engine) and a run limit taught a baseline
+// (LearnBaseline).
 package guardtest
 
 import (
@@ -18,6 +19,17 @@ import (
 	"github.com/levee-go/levee/decide"
 	"github.com/levee-go/levee/runlimit"
 )
+
+// Engine returns an engine of rules (decide.New), failing tb if they are
+// not valid.
+func Engine(tb testing.TB, rules ...decide.Rule) *decide.Engine {
+	tb.Helper()
+	e, err := decide.New(rules)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return e
+}
 
 // LearnBaseline runs n calls of method on l one at a time, each taking d,
 // at explicit instants from now, so that l learns a baseline of d for
