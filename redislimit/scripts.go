@@ -8,28 +8,8 @@ import (
 	"github.com/redis/rueidis"
 )
 
-// gcraScript is the generic cell rate algorithm on one key, in Redis's
-// clock. The key holds the theoretical arrival time (TAT) in microseconds
-// of Redis's TIME; the bucket is full when it is absent or in the past.
-//
-//	KEYS[1]  the bucket
-//	ARGV[1]  T, the emission interval: µs per token
-//	ARGV[2]  tau, the burst tolerance: burst × T
-//	ARGV[3]  n, the tokens asked for (1 ≤ n ≤ burst)
-//	ARGV[4]  "1" to take as many as there are, up to n (a lease); "0" for
-//	         all or nothing
-//	ARGV[5]  optional: the instant in µs, for tests; TIME otherwise
-//
-// It returns {tokens taken, µs until one more token is there, tokens
-// left}; all or nothing, a refusal takes 0 and says when n will be there.
-// A TAT more than tau ahead, which no take leaves (Redis's clock stepped
-// back, or the burst shrank), is an empty bucket: it is set to now + tau,
-// so that no call waits longer than an empty bucket's refill, however far
-// the clock stepped.
-// Taking k tokens moves the TAT k × T later; the key expires when the
-// bucket would be full again, so idle keys cost Redis nothing. Redis 5 and
-// later replicate a script's effects, so reading TIME before a write is
-// allowed.
+// gcraScript is the direct mode's script: see Script, whose doc gives
+// its keys, arguments and reply.
 const gcraScript = `
 local T = tonumber(ARGV[1])
 local tau = tonumber(ARGV[2])
@@ -133,7 +113,27 @@ func (s *script) exec(ctx context.Context, c rueidis.Client, keys []string, args
 	return r, false
 }
 
-// Script returns the Lua source of the direct mode's script (see the
-// package documentation for its keys and arguments), for a tool that loads
-// it ahead of time (SCRIPT LOAD) or compares it with another.
+// Script returns the Lua source of the direct mode's script, for a tool
+// that loads it ahead of time (SCRIPT LOAD) or compares it with another.
+// It is the generic cell rate algorithm on one key, in Redis's clock. The
+// key holds the theoretical arrival time (TAT) in microseconds of Redis's
+// TIME; the bucket is full when it is absent or in the past.
+//
+//	KEYS[1]  the bucket (Limiter.Key)
+//	ARGV[1]  T, the emission interval: µs per token (10⁶ ÷ rate, rounded up)
+//	ARGV[2]  tau, the burst tolerance: burst × T
+//	ARGV[3]  n, the tokens asked for (1 ≤ n ≤ burst)
+//	ARGV[4]  "1" to take as many as there are, up to n (a lease); "0" for
+//	         all or nothing
+//	ARGV[5]  optional: the instant in µs, for tests; TIME otherwise
+//
+// It returns {tokens taken, µs until one more token is there, tokens
+// left}; all or nothing, a refusal takes 0 and says when n will be there.
+// A TAT more than tau ahead, which no take leaves (Redis's clock stepped
+// back, or the burst shrank), is an empty bucket: it is set to now + tau,
+// so that no call waits longer than an empty bucket's refill, however far
+// the clock stepped. Taking k tokens moves the TAT k × T later; the key
+// expires when the bucket would be full again, so idle keys cost Redis
+// nothing. Redis 5 and later replicate a script's effects, so reading
+// TIME before a write is allowed.
 func Script() string { return gcraScript }
