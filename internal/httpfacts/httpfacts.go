@@ -89,22 +89,6 @@ func Header(h http.Header, name string) (string, bool) {
 	return v[0], true
 }
 
-// HeaderMap is the decide.Lookup of bare headers (http.Header, as
-// connect-go's interceptors see them): it has no peer and no verified
-// identity.
-type HeaderMap http.Header
-
-// Header returns the first value of header name (lower case).
-func (h HeaderMap) Header(_ context.Context, name string) (string, bool) {
-	return Header(http.Header(h), name)
-}
-
-// Peer returns nil.
-func (HeaderMap) Peer(context.Context) net.Addr { return nil }
-
-// VerifiedLeaf returns nil.
-func (HeaderMap) VerifiedLeaf(context.Context) *x509.Certificate { return nil }
-
 // maxNames bounds the canonical names remembered. The names asked come
 // from rules and key functions, not from clients, so a handful is usual.
 const maxNames = 256

@@ -12,10 +12,7 @@ import (
 	"github.com/levee-go/levee/decide"
 )
 
-var (
-	_ decide.Lookup = Request{}
-	_ decide.Lookup = HeaderMap(nil)
-)
+var _ decide.Lookup = Request{}
 
 func TestRequestLookup(t *testing.T) {
 	r := httptest.NewRequest(http.MethodPost, "/pkg.Svc/M", nil)

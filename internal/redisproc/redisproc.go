@@ -88,9 +88,6 @@ func FreePort() (int, error) {
 // Addr returns the server's address, "127.0.0.1:port".
 func (p *Process) Addr() string { return net.JoinHostPort("127.0.0.1", strconv.Itoa(p.port)) }
 
-// Port returns the server's port.
-func (p *Process) Port() int { return p.port }
-
 func (p *Process) start() error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -159,9 +156,6 @@ func (p *Process) Restart() error {
 	}
 	return fmt.Errorf("restart: %w", err)
 }
-
-// Do sends one command to the server; see the function Do.
-func (p *Process) Do(args ...string) (string, error) { return Do(p.Addr(), args...) }
 
 // Info returns the value of field in the given INFO section of the reply
 // of the server at addr ("used_memory" in "memory"), or "" if absent.

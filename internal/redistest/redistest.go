@@ -69,9 +69,6 @@ func FreePort() (int, error) { return redisproc.FreePort() }
 // Addr returns the server's address, "127.0.0.1:port".
 func (s *Server) Addr() string { return s.p.Addr() }
 
-// Port returns the server's port.
-func (s *Server) Port() int { return s.p.Port() }
-
 // Stop kills the server (SIGKILL: as a crash would) and waits for it to
 // exit. Stopping a stopped server does nothing.
 func (s *Server) Stop() { s.p.Stop() }
@@ -104,17 +101,6 @@ func Ping(addr string) error { return redisproc.Ping(addr) }
 // Do sends one command to the Redis server at addr on a new connection and
 // returns its reply as Server.Do does.
 func Do(addr string, args ...string) (string, error) { return redisproc.Do(addr, args...) }
-
-// Info returns the value of field in the given INFO section of the
-// server's reply ("used_memory" in "memory"), or "" if absent.
-func (s *Server) Info(section, field string) string {
-	s.tb.Helper()
-	v, err := redisproc.Info(s.Addr(), section, field)
-	if err != nil {
-		s.tb.Fatalf("redistest: INFO %s: %v", section, err)
-	}
-	return v
-}
 
 // CommandCalls returns how many times the server ran cmd (lower case:
 // "evalsha") since it started or since CONFIG RESETSTAT, from INFO

@@ -100,15 +100,18 @@ type RetryPolicy struct {
 type Option func(*options)
 
 type options struct {
-	arrivals     Arrivals
-	deadline     time.Duration
-	maxInFlight  int
-	retry        RetryPolicy
-	refusalCodes []codes.Code
-	progress     io.Writer
-	seed         uint64
-	clumps       time.Duration
+	arrivals    Arrivals
+	deadline    time.Duration
+	maxInFlight int
+	retry       RetryPolicy
+	progress    io.Writer
+	seed        uint64
+	clumps      time.Duration
 }
+
+// refusalCodes are the status codes counted as refusals (a server
+// declining work) rather than failures.
+var refusalCodes = []codes.Code{codes.ResourceExhausted, codes.Unavailable}
 
 // WithArrivals sets how requests are spaced. Default Constant.
 func WithArrivals(a Arrivals) Option { return func(o *options) { o.arrivals = a } }
@@ -123,13 +126,6 @@ func WithMaxInFlight(n int) Option { return func(o *options) { o.maxInFlight = n
 
 // WithRetry sets the client retry policy. Default: no retries.
 func WithRetry(p RetryPolicy) Option { return func(o *options) { o.retry = p } }
-
-// WithRefusalCodes sets the status codes counted as refusals (a server
-// declining work) rather than failures. Default RESOURCE_EXHAUSTED and
-// UNAVAILABLE.
-func WithRefusalCodes(c ...codes.Code) Option {
-	return func(o *options) { o.refusalCodes = append([]codes.Code(nil), c...) }
-}
 
 // WithProgress makes Run write one progress line a second to w (usually
 // os.Stderr). Default: no progress output.
@@ -168,11 +164,10 @@ type Generator struct {
 // option is out of range.
 func New(call CallFunc, phases []Phase, opts ...Option) (*Generator, error) {
 	o := options{
-		arrivals:     Constant,
-		deadline:     time.Second,
-		maxInFlight:  10000,
-		refusalCodes: []codes.Code{codes.ResourceExhausted, codes.Unavailable},
-		seed:         1,
+		arrivals:    Constant,
+		deadline:    time.Second,
+		maxInFlight: 10000,
+		seed:        1,
 	}
 	for _, opt := range opts {
 		if opt != nil {
@@ -224,9 +219,6 @@ func New(call CallFunc, phases []Phase, opts ...Option) (*Generator, error) {
 		clock:  realClock{},
 	}, nil
 }
-
-// Phases returns a copy of the generator's schedule.
-func (g *Generator) Phases() []Phase { return append([]Phase(nil), g.phases...) }
 
 // Run drives the schedule and returns its results once every started
 // request has finished. Requests start on schedule whatever happens to
@@ -283,7 +275,7 @@ func newRun(g *Generator) *run {
 		rng:   rand.New(rand.NewPCG(g.opts.seed, 0x6c65766565)),
 		total: total,
 	}
-	r.rec = newRecorder(g.phases, total, g.opts.refusalCodes)
+	r.rec = newRecorder(g.phases, total, refusalCodes)
 	return r
 }
 

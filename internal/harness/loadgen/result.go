@@ -72,7 +72,8 @@ type Stats struct {
 	// Succeeded is the number that returned no error.
 	Succeeded int64 `json:"succeeded"`
 	// Refused counts the requests that ended with one of the refusal
-	// codes (see WithRefusalCodes), by code name ("ResourceExhausted").
+	// codes, RESOURCE_EXHAUSTED and UNAVAILABLE, by code name
+	// ("ResourceExhausted").
 	Refused map[string]int64 `json:"refused,omitempty"`
 	// TimedOut is the number that ended with DEADLINE_EXCEEDED.
 	TimedOut int64 `json:"timed_out"`
