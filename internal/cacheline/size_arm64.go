@@ -1,0 +1,3 @@
+package cacheline
+
+const size = 128

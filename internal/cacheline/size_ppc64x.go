@@ -1,0 +1,5 @@
+//go:build ppc64 || ppc64le
+
+package cacheline
+
+const size = 128
