@@ -189,7 +189,7 @@ func (c *cli) load(ctx context.Context, args []string) error {
 	duration := fs.Duration("duration", 10*time.Second, "how long to run (ignored with -phases)")
 	phasesFlag := fs.String("phases", "", "schedule as `name:duration:rate,...` (e.g. normal:10s:100,spike:10s:2000)")
 	jsonOut := fs.String("json", "", "write the full result as JSON to this `file` (-: to stdout, instead of the table)")
-	htmlOut := fs.String("html", "", "write an HTML report to this `file`")
+	htmlOut := fs.String("html", "", "write an HTML report to this `file` (-: to stdout, instead of the table)")
 	statsAddr := fs.String("stats", "", "HTTP `address` of the server's /stats (its -metrics-addr), to report wasted work and CPU")
 	capacity := fs.Float64("capacity", 0, "server capacity in calls/s, to show goodput as a share of it (0: unknown)")
 	tenant := fs.String("tenant", "", "send this tenant `id` with every call, in the -tenant-header (mixes: run one levee load per tenant)")
@@ -220,6 +220,9 @@ func (c *cli) load(ctx context.Context, args []string) error {
 	}
 	if sameFile(*jsonOut, *htmlOut) {
 		return usageError("-json and -html name the same file %q", *htmlOut)
+	}
+	if *jsonOut == "-" && *htmlOut == "-" {
+		return usageError("-json - and -html - both write to stdout: name a file for one of them")
 	}
 	if !(*capacity >= 0 && *capacity <= 1e9) { // NaN and Inf too
 		return usageError("-capacity must be in 0..1e9 calls/s (0: unknown), got %v", *capacity)
@@ -281,7 +284,7 @@ func (c *cli) load(ctx context.Context, args []string) error {
 	}
 	run.Name = *addr
 	cmp := &report.Comparison{Title: "levee load " + *addr, Capacity: *capacity, Runs: []report.Run{run}}
-	if *jsonOut != "-" { // with -json - stdout carries the JSON alone
+	if *jsonOut != "-" && *htmlOut != "-" { // else stdout carries the JSON or the report alone
 		if err := report.WriteTable(c.stdout, cmp); err != nil {
 			return err
 		}
@@ -291,7 +294,13 @@ func (c *cli) load(ctx context.Context, args []string) error {
 			return err
 		}
 	}
-	if *htmlOut != "" {
+	switch *htmlOut {
+	case "":
+	case "-":
+		if err := report.WriteHTML(c.stdout, cmp); err != nil {
+			return fmt.Errorf("writing HTML report: %w", err)
+		}
+	default:
 		if err := report.WriteHTMLFile(*htmlOut, cmp); err != nil {
 			return err
 		}

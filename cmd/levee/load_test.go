@@ -117,3 +117,27 @@ func TestLoadOutputsCheckedFirst(t *testing.T) {
 		t.Errorf("-html %s: %v", fresh, err)
 	}
 }
+
+// TestLoadHTMLToStdout: levee load -html - writes the HTML report alone
+// on stdout, instead of the table, as -json - does the JSON; it wrote a
+// file named "-". -json - with -html - is a usage error.
+func TestLoadHTMLToStdout(t *testing.T) {
+	_, addr := startInventory(t)
+	dir := t.TempDir()
+	t.Chdir(dir) // a file named "-" would land here
+	run := []string{"load", "-target", addr, "-duration", "200ms", "-rate", "50", "-quiet"}
+	c, stdout, stderr := testCLI(t)
+	if code := c.run(context.Background(), append(run, "-html", "-")); code != exitOK {
+		t.Fatalf("levee load -html -: exit %d, want 0; stderr:\n%s", code, stderr)
+	}
+	if out := stdout.String(); !strings.HasPrefix(strings.TrimSpace(out), "<!doctype html>") || !strings.HasSuffix(strings.TrimSpace(out), "</html>") {
+		t.Errorf("stdout of levee load -html - is not the HTML report alone:\n%.300s", out)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "-")); err == nil {
+		t.Error(`levee load -html - wrote a file named "-"`)
+	}
+	c, _, stderr = testCLI(t)
+	if code := c.run(context.Background(), append(run, "-json", "-", "-html", "-")); code != exitUsage || !strings.Contains(stderr.String(), "both write to stdout") {
+		t.Errorf("levee load -json - -html -: exit %d, stderr %q; want 2 and a usage error", code, stderr)
+	}
+}
