@@ -158,6 +158,7 @@ type Listener struct {
 
 	freed     chan struct{} // Hold: a place was freed or the cap raised (buffered, 1)
 	sleepers  atomic.Int32  // Hold: Accepts waiting on freed for a place
+	claims    atomic.Int64  // Hold: Accepts that saw room and have not yet taken a place or given up
 	closed    chan struct{}
 	closeOnce sync.Once
 }
@@ -229,20 +230,16 @@ func (l *Listener) RateLimiter() *ratelimit.Limiter { return l.rate }
 // wake as places open. It returns the inner listener's errors as they
 // are, and net.ErrClosed after Close.
 func (l *Listener) Accept() (net.Conn, error) {
-	woke := false // waited for a place: hands the wake-up on once it has one
 	for {
 		if l.mode == Hold {
-			w, err := l.waitRoom()
-			if err != nil {
+			if err := l.waitRoom(); err != nil {
 				return nil, err
 			}
-			woke = woke || w
+			l.claims.Add(1)
 		}
 		c, err := l.inner.Accept()
 		if err != nil {
-			if woke {
-				l.handOn()
-			}
+			l.unclaim()
 			select {
 			case <-l.closed:
 				return nil, net.ErrClosed
@@ -251,14 +248,12 @@ func (l *Listener) Accept() (net.Conn, error) {
 			return nil, err
 		}
 		counted, peer, ok := l.admit(c)
+		l.unclaim() // after admit's place, if any, is counted in open
 		if !ok {
 			refuse(c)
 			continue
 		}
 		l.accepted.Add(1)
-		if woke {
-			l.handOn()
-		}
 		if !counted && !peer.IsValid() {
 			return c, nil
 		}
@@ -351,28 +346,26 @@ func (l *Listener) notePeak() {
 const rateRecheck = 100 * time.Millisecond
 
 // waitRoom blocks until the cap has room and a token is due, or the
-// listener is closed. It reports whether it waited for a place under the
-// cap.
-func (l *Listener) waitRoom() (woke bool, err error) {
+// listener is closed.
+func (l *Listener) waitRoom() error {
 	for {
 		select {
 		case <-l.closed:
-			return woke, net.ErrClosed
+			return net.ErrClosed
 		default:
 		}
 		if max := l.max.Load(); max > 0 && l.open.Load() >= max {
 			if err := l.sleep(); err != nil {
-				return woke, err
+				return err
 			}
-			woke = true
 			continue
 		}
 		if l.rate == nil {
-			return woke, nil
+			return nil
 		}
 		wait := l.rate.RetryAfter(l.now(), 1)
 		if wait <= 0 {
-			return woke, nil
+			return nil
 		}
 		// The rate may change meanwhile (RateLimiter's SetLimit, SetBurst,
 		// SetScale), which signals nothing: look again at least every
@@ -384,7 +377,7 @@ func (l *Listener) waitRoom() (woke bool, err error) {
 		case <-t.C:
 		case <-l.closed:
 			t.Stop()
-			return woke, net.ErrClosed
+			return net.ErrClosed
 		}
 	}
 }
@@ -393,7 +386,7 @@ func (l *Listener) waitRoom() (woke bool, err error) {
 // the listener is closed; the caller looks again. One freed place wakes
 // one sleeper; if more opened at once (SetMaxConns raising the cap,
 // closes before anyone slept, whose signals fill freed's one slot), the
-// woken Accept hands the wake-up on once it has its place (handOn), so
+// woken Accept hands the wake-up on once it has its place (unclaim), so
 // that as many sleepers wake as there are places, and no more: the
 // others stay held.
 func (l *Listener) sleep() error {
@@ -412,11 +405,19 @@ func (l *Listener) sleep() error {
 	}
 }
 
-// handOn wakes another Accept waiting for a place if there is still room:
-// called by an Accept that was woken, once it has taken its place (or
-// given up on it).
-func (l *Listener) handOn() {
-	if max := l.max.Load(); max == 0 || l.open.Load() < max {
+// unclaim ends the claim of a Hold Accept that saw room, once it has
+// taken its place (or given up on it), and wakes an Accept waiting for a
+// place if room is left that no other Accept has claimed: an Accept
+// already woken for a place and waiting in the inner Accept for a client
+// will take that place, and waking another for it would get the next
+// client refused at the cap instead of held. Every claim ends here, so the
+// last to end sees the room the others left.
+func (l *Listener) unclaim() {
+	if l.mode != Hold {
+		return
+	}
+	claims := l.claims.Add(-1)
+	if max := l.max.Load(); max == 0 || l.open.Load()+claims < max {
 		l.signalFreed()
 	}
 }

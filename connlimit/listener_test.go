@@ -6,6 +6,7 @@ import (
 	"net"
 	"runtime"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"testing"
@@ -500,5 +501,120 @@ func TestCloseWrite(t *testing.T) {
 	}
 	if err == nil {
 		wc.Close()
+	}
+}
+
+// chanListener is an inner listener whose Accept returns the connections
+// sent on conns, and counts the goroutines waiting in it.
+type chanListener struct {
+	conns    chan net.Conn
+	inAccept atomic.Int32
+	closed   chan struct{}
+	once     sync.Once
+}
+
+func newChanListener() *chanListener {
+	return &chanListener{conns: make(chan net.Conn, 8), closed: make(chan struct{})}
+}
+
+func (c *chanListener) Accept() (net.Conn, error) {
+	c.inAccept.Add(1)
+	defer c.inAccept.Add(-1)
+	select {
+	case conn := <-c.conns:
+		return conn, nil
+	case <-c.closed:
+		return nil, net.ErrClosed
+	}
+}
+
+func (c *chanListener) Close() error   { c.once.Do(func() { close(c.closed) }); return nil }
+func (c *chanListener) Addr() net.Addr { return &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1)} }
+
+// pipeConn returns one end of a net.Pipe whose other end is closed at the
+// end of the test.
+func pipeConn(t *testing.T) net.Conn {
+	a, b := net.Pipe()
+	t.Cleanup(func() { a.Close(); b.Close() })
+	return a
+}
+
+// waitCond polls cond for up to 5 s.
+func waitCond(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	for deadline := time.Now().Add(5 * time.Second); !cond(); time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: not within 5 s", what)
+		}
+	}
+}
+
+// TestHoldWakesNoMoreThanPlaces: a held Accept woken for a freed place
+// hands the wake-up on only for a place no other Accept is already
+// heading for. Two places free one after the other wake two Accepts, which
+// wait in the inner Accept for clients; when the first is served, the
+// second place is the other woken Accept's, so the third stays held, and
+// a third client waits in the accept queue instead of being refused
+// (reset) at the cap.
+func TestHoldWakesNoMoreThanPlaces(t *testing.T) {
+	inner := newChanListener()
+	l, err := NewListener(inner, WithMaxConns(2), WithMode(Hold))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	var open [2]net.Conn
+	for i := range open {
+		inner.conns <- pipeConn(t)
+		if open[i], err = l.Accept(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	const workers = 3
+	got := make(chan net.Conn, workers)
+	errs := make(chan error, workers)
+	for range workers {
+		go func() {
+			c, err := l.Accept()
+			if err != nil {
+				errs <- err
+				return
+			}
+			got <- c
+		}()
+	}
+	waitCond(t, "3 Accepts held", func() bool { return l.sleepers.Load() == workers })
+	open[0].Close()
+	waitCond(t, "one Accept woken into the inner Accept", func() bool {
+		return inner.inAccept.Load() == 1 && l.sleepers.Load() == workers-1
+	})
+	open[1].Close()
+	waitCond(t, "two Accepts woken into the inner Accept", func() bool {
+		return inner.inAccept.Load() == 2 && l.sleepers.Load() == workers-2
+	})
+	inner.conns <- pipeConn(t)
+	c1 := <-got
+	defer c1.Close()
+	// One place is left, and one Accept already waits for a client to
+	// take it: the third must stay held.
+	for deadline := time.Now().Add(500 * time.Millisecond); time.Now().Before(deadline); time.Sleep(time.Millisecond) {
+		if l.sleepers.Load() != 1 {
+			t.Errorf("a third Accept woke for two places (%d in the inner Accept)", inner.inAccept.Load())
+			break
+		}
+	}
+	inner.conns <- pipeConn(t)
+	c2 := <-got
+	defer c2.Close()
+	inner.conns <- pipeConn(t) // beyond the cap: held in the queue
+	time.Sleep(100 * time.Millisecond)
+	if st := l.Stats(); st.RefusedCap != 0 {
+		t.Errorf("Hold mode refused %d connections at the cap; want them held", st.RefusedCap)
+	}
+	l.Close()
+	for range workers - 2 {
+		if err := <-errs; !errors.Is(err, net.ErrClosed) {
+			t.Errorf("the Accept still held at Close = %v, want net.ErrClosed", err)
+		}
 	}
 }
