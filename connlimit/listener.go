@@ -3,6 +3,7 @@ package connlimit
 import (
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/netip"
 	"sync"
@@ -125,9 +126,10 @@ func (o *options) validate() error {
 //
 // A connection returned by Accept is wrapped so that its Close frees its
 // place; the wrapper keeps SyscallConn (for socket options) and, when the
-// accepted connection has it, CloseWrite (net/http's server half-closes
+// accepted connection has them, CloseWrite (net/http's server half-closes
 // a connection before closing it, so that a client still writing does
-// not lose the last response to a reset), and NetConn returns the
+// not lose the last response to a reset) and ReadFrom (through which
+// net/http writes a file's body with sendfile), and NetConn returns the
 // original. Without a cap on open connections (in all or per
 // peer), Accept returns the original connection unwrapped. One consequence of the wrapper:
 // grpc-go sets TCP_USER_TIMEOUT (its keepalive timeout) only on a
@@ -257,10 +259,7 @@ func (l *Listener) Accept() (net.Conn, error) {
 		if !counted && !peer.IsValid() {
 			return c, nil
 		}
-		if _, ok := c.(closeWriter); ok {
-			return &closeWriteConn{conn{Conn: c, l: l, counted: counted, peer: peer}}, nil
-		}
-		return &conn{Conn: c, l: l, counted: counted, peer: peer}, nil
+		return l.wrap(c, counted, peer), nil
 	}
 }
 
@@ -539,3 +538,32 @@ type closeWriteConn struct{ conn }
 
 // CloseWrite shuts down the writing side of the connection.
 func (c *closeWriteConn) CloseWrite() error { return c.Conn.(closeWriter).CloseWrite() }
+
+// tcpConn is a closeWriteConn whose connection is also an io.ReaderFrom,
+// as a *net.TCPConn is: net/http's server writes a file's body through
+// ReadFrom (sendfile or splice, without copying it through the process)
+// when the connection has it.
+type tcpConn struct{ closeWriteConn }
+
+// ReadFrom writes what r reads to the connection, through the
+// connection's own ReadFrom.
+func (c *tcpConn) ReadFrom(r io.Reader) (int64, error) { return c.Conn.(io.ReaderFrom).ReadFrom(r) }
+
+// wrap returns c in the wrapper that frees its places, with the optional
+// methods c has that servers look for: CloseWrite, and ReadFrom beside it
+// (a *net.TCPConn).
+func (l *Listener) wrap(c net.Conn, counted bool, peer netip.Addr) net.Conn {
+	_, half := c.(closeWriter)
+	_, rf := c.(io.ReaderFrom)
+	switch {
+	case half && rf:
+		w := &tcpConn{}
+		w.Conn, w.l, w.counted, w.peer = c, l, counted, peer
+		return w
+	case half:
+		w := &closeWriteConn{}
+		w.Conn, w.l, w.counted, w.peer = c, l, counted, peer
+		return w
+	}
+	return &conn{Conn: c, l: l, counted: counted, peer: peer}
+}

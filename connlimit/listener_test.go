@@ -1,9 +1,12 @@
 package connlimit
 
 import (
+	"bytes"
 	"errors"
 	"io"
 	"net"
+	"os"
+	"path/filepath"
 	"runtime"
 	"strings"
 	"sync"
@@ -616,5 +619,44 @@ func TestHoldWakesNoMoreThanPlaces(t *testing.T) {
 		if err := <-errs; !errors.Is(err, net.ErrClosed) {
 			t.Errorf("the Accept still held at Close = %v, want net.ErrClosed", err)
 		}
+	}
+}
+
+// TestReadFrom: a capped connection of a *net.TCPConn keeps its ReadFrom,
+// through which net/http's server writes a file's body (sendfile) when the
+// connection has it; the wrapper hid it, and the body was copied through
+// the process. A file written through it arrives whole.
+func TestReadFrom(t *testing.T) {
+	l := newLoopback(t, WithMaxConns(1))
+	a := startAccept(l)
+	c := dial(t, l)
+	s := a.next(t)
+	defer s.Close()
+	rf, ok := s.(io.ReaderFrom)
+	if !ok {
+		t.Fatalf("capped Accept() returned %T, without the ReadFrom of *net.TCPConn", s)
+	}
+	want := bytes.Repeat([]byte("levee "), 100_000)
+	path := filepath.Join(t.TempDir(), "body")
+	if err := os.WriteFile(path, want, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan []byte, 1)
+	go func() {
+		c.SetReadDeadline(time.Now().Add(5 * time.Second))
+		b, _ := io.ReadAll(c)
+		got <- b
+	}()
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if n, err := rf.ReadFrom(f); n != int64(len(want)) || err != nil {
+		t.Errorf("ReadFrom(file) = %d, %v; want %d, nil", n, err, len(want))
+	}
+	s.Close()
+	if b := <-got; !bytes.Equal(b, want) {
+		t.Errorf("client read %d bytes, want the file's %d", len(b), len(want))
 	}
 }

@@ -74,7 +74,7 @@ func TestMaxConnsPerPeerOnly(t *testing.T) {
 	a := startAccept(l)
 	dialFrom(t, l, "127.0.0.1")
 	s := a.next(t)
-	if _, ok := s.(*closeWriteConn); !ok { // the wrapper of a *net.TCPConn
+	if _, ok := s.(*tcpConn); !ok { // the wrapper of a *net.TCPConn
 		t.Fatalf("Accept() under a cap per client = %T, want the wrapper", s)
 	}
 	s.Close()
