@@ -240,15 +240,22 @@ func cpuSamples(ctx context.Context, pid int, start, d, every time.Duration) []f
 	return out
 }
 
-// median returns the median of vs (the upper one of an even count), or
-// 0 for none.
+// median returns the median of vs (the mean of the middle two of an
+// even count), or 0 for none. Not the upper one of an even count: that
+// is the larger of two rounds' calls/s ratio and of their CPU ratio, so
+// that -peak-rounds 2, 4, 20… read the closed loop's ratio high (towards
+// its target) and the CPU's high (away from its).
 func median(vs []float64) float64 {
 	if len(vs) == 0 {
 		return 0
 	}
 	s := slices.Clone(vs)
 	slices.Sort(s)
-	return s[len(s)/2]
+	n := len(s)
+	if n%2 == 0 {
+		return (s[n/2-1] + s[n/2]) / 2
+	}
+	return s[n/2]
 }
 
 // writePeak writes -peak's table.

@@ -90,6 +90,36 @@ func TestPeakRatios(t *testing.T) {
 	}
 }
 
+// TestPeakMedianEven: over an even number of rounds -peak's medians are
+// the mean of the middle two, not the upper one, which read the closed
+// loop's ratio and the CPU's ratio each at the larger of the two.
+func TestPeakMedianEven(t *testing.T) {
+	cfg := &config{peakCallers: 64, peakRate: 4000, peakRounds: 2, peakWindow: 8 * time.Second, peakCores: 1}
+	rs := []peakResult{{Protection: "none", Label: "none"}, {Protection: "levee", Label: "levee preset"}}
+	for _, round := range []map[string]peakRound{
+		{"none": {Closed: 100, CPU: 10, ClosedCPU: 50}, "levee": {Closed: 90, CPU: 12, ClosedCPU: 54}},
+		{"none": {Closed: 100, CPU: 10, ClosedCPU: 50}, "levee": {Closed: 100, CPU: 10, ClosedCPU: 50}},
+	} {
+		for i := range rs {
+			rs[i].Rounds = append(rs[i].Rounds, round[rs[i].Protection])
+		}
+		addRatios(rs, round)
+	}
+	var b bytes.Buffer
+	writePeak(&b, cfg, "here", rs)
+	for _, line := range strings.Split(b.String(), "\n") {
+		if !strings.HasPrefix(line, "| levee preset |") {
+			continue
+		}
+		// Rounds' ratios: closed 0.90 and 1.00, CPU 1.20 and 1.00.
+		if c := strings.Split(strings.Trim(line, "| "), " | "); c[1] != "95 (0.95)" || c[3] != "11.0 (1.10)" {
+			t.Errorf("levee row %q: want closed 95 (0.95) and CPU 11.0 (1.10), the means of the two rounds", c)
+		}
+		return
+	}
+	t.Fatalf("no levee row in:\n%s", b.String())
+}
+
 // TestMain lets the test binary serve as the benchmark's server processes,
 // as the command's own binary does.
 func TestMain(m *testing.M) {
