@@ -129,7 +129,10 @@ func addRatios(res []peakResult, round map[string]peakRound) {
 		if b, c := perCall(base.ClosedCPU, base.Closed), perCall(r.ClosedCPU, r.Closed); b > 0 && c > 0 {
 			res[i].ClosedCostRatio = append(res[i].ClosedCostRatio, c/b)
 		}
-		if base.CPU > 0 { // 0: under a tick in a tiny window
+		// 0: under a tick in a tiny window; -1: not read (the server
+		// gone, or no /proc), which as a ratio of -0.1 would pull the
+		// median down, towards the target.
+		if base.CPU > 0 && r.CPU > 0 {
 			res[i].CPURatio = append(res[i].CPURatio, r.CPU/base.CPU)
 		}
 	}
@@ -174,6 +177,14 @@ func peakOne(ctx context.Context, cfg *config, pl *placement, sc scenario, m mea
 	wg.Wait()
 	if g.err != nil {
 		return peakRound{}, g.err
+	}
+	// A server that died is not a cheap one: its CPU stops counting (or
+	// reads -1) and its calls fail, none of which fails loadgen's Run,
+	// nor the closed loop once one call has succeeded.
+	select {
+	case <-srv.exited:
+		return peakRound{}, fmt.Errorf("%s server exited during the measurement: %v", p.name, srv.waitErr)
+	default:
 	}
 	ph := phaseNamed(g.res, "fixed")
 	out.Offered, out.Refused = ph.Offered, ph.RefusedTotal()

@@ -120,6 +120,20 @@ func TestPeakMedianEven(t *testing.T) {
 	t.Fatalf("no levee row in:\n%s", b.String())
 }
 
+// TestPeakRatiosUnread: a round whose server CPU could not be read (-1)
+// gives no CPU ratio; it gave a negative one, which pulled the median
+// down.
+func TestPeakRatiosUnread(t *testing.T) {
+	rs := []peakResult{{Protection: "none"}, {Protection: "levee"}}
+	addRatios(rs, map[string]peakRound{"none": {Closed: 100, CPU: 10}, "levee": {Closed: 90, CPU: -1}})
+	if got := rs[1].CPURatio; len(got) != 0 {
+		t.Errorf("CPU ratio %v from a reading of -1, want none", got)
+	}
+	if got := rs[1].ClosedRatio; len(got) != 1 || got[0] != 0.9 {
+		t.Errorf("closed ratio %v, want [0.9]", got)
+	}
+}
+
 // TestMain lets the test binary serve as the benchmark's server processes,
 // as the command's own binary does.
 func TestMain(m *testing.M) {
