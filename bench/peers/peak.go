@@ -146,7 +146,8 @@ func peakOne(ctx context.Context, cfg *config, pl *placement, sc scenario, m mea
 		return peakRound{}, err
 	}
 	defer stop()
-	r, closeR, err := dialRequester(sc.load, alloc, srv.addr, fmt.Sprintf("peak-%s-%d", p.name, time.Now().UnixNano()))
+	closedID, openID := peakRunIDs()
+	r, closeR, err := dialRequester(sc.load, alloc, srv.addr, closedID)
 	if err != nil {
 		return peakRound{}, err
 	}
@@ -163,7 +164,7 @@ func peakOne(ctx context.Context, cfg *config, pl *placement, sc scenario, m mea
 	if n := cl.calls * cfg.peakWindow.Seconds(); n > 0 && w.reads >= 0 {
 		out.ClosedReads, out.ClosedWrites = float64(w.reads)/n, float64(w.writes)/n
 	}
-	gen, err := loadgen.New(alloc.allocateCall(fmt.Sprintf("peak-open-%s-%d", p.name, time.Now().UnixNano())),
+	gen, err := loadgen.New(alloc.allocateCall(openID),
 		[]loadgen.Phase{{Name: "fixed", Duration: warm + cfg.peakWindow + 100*time.Millisecond, Rate: cfg.peakRate}},
 		loadgen.WithArrivals(loadgen.Poisson), loadgen.WithDeadline(cfg.deadline), loadgen.WithSeed(5))
 	if err != nil {
@@ -189,6 +190,19 @@ func peakOne(ctx context.Context, cfg *config, pl *placement, sc scenario, m mea
 	ph := phaseNamed(g.res, "fixed")
 	out.Offered, out.Refused = ph.Offered, ph.RefusedTotal()
 	return out, nil
+}
+
+// peakRunIDs returns the prefixes of the order ids of the closed loop and
+// of the open loop on one server: distinct (each loop numbers its calls
+// from 1, and an order id seen before is a replay, which the inventory
+// answers without applying it), and as long for every protection. They
+// held the protection's name, so that one protection's calls carried
+// longer ids than another's, on the wire both ways and in the server's
+// memory of orders: ratelimit-never's 11 bytes more than none's, in the
+// open loop 51 bytes against 40, a larger allocation size class.
+func peakRunIDs() (closed, open string) {
+	now := time.Now().UnixNano()
+	return fmt.Sprintf("peak-c-%d", now), fmt.Sprintf("peak-o-%d", now)
 }
 
 // serverWindow is what measureWindow read of a server over a window:

@@ -134,6 +134,20 @@ func TestPeakRatiosUnread(t *testing.T) {
 	}
 }
 
+// TestPeakRunIDs: the order ids of -peak's two loops on one server are
+// distinct, and as long whatever the protection (they held its name).
+func TestPeakRunIDs(t *testing.T) {
+	closed, open := peakRunIDs()
+	if closed == open || len(closed) != len(open) {
+		t.Errorf("peakRunIDs() = %q, %q: want two distinct prefixes of one length", closed, open)
+	}
+	for _, p := range splitList(peakDefaultProtections) {
+		if strings.Contains(closed, p) || strings.Contains(open, p) {
+			t.Errorf("peakRunIDs() = %q, %q: holds the protection %q", closed, open, p)
+		}
+	}
+}
+
 // TestMain lets the test binary serve as the benchmark's server processes,
 // as the command's own binary does.
 func TestMain(m *testing.M) {
