@@ -283,11 +283,22 @@ func median(vs []float64) float64 {
 	return s[n/2]
 }
 
+// unevenOrder is what the table says of the protections' order when
+// rounds rotations of n protections do not put each in each place
+// equally often ("" when they do): the machine drifts over a run, and
+// the first place of the first round is the run's first server.
+func unevenOrder(rounds, n int) string {
+	if n < 2 || rounds%n == 0 {
+		return ""
+	}
+	return fmt.Sprintf(" (unevenly: %d rounds of %d protections do not put each in each place equally often; a multiple of %d rounds does)", rounds, n, n)
+}
+
 // writePeak writes -peak's table.
 func writePeak(w io.Writer, cfg *config, where string, rs []peakResult) {
 	fmt.Fprintf(w, "### What protection costs a server that is not overloaded\n\n")
-	fmt.Fprintf(w, "Allocate on a server with a near-free handler (%d SHA-256 round), GOMAXPROCS=%d (%s): closed loop at %d callers, then open loop (Poisson) at %g calls/s, each for %v after a warm-up of %v; every protection on a fresh server in each of %d rounds, their order rotated. Medians over the rounds; ratios to the unprotected server of the same round (their median).\n\n",
-		peakWork, max(1, cfg.peakCores), where, cfg.peakCallers, cfg.peakRate, cfg.peakWindow, cfg.peakWindow/4, cfg.peakRounds)
+	fmt.Fprintf(w, "Allocate on a server with a near-free handler (%d SHA-256 round), GOMAXPROCS=%d (%s): closed loop at %d callers, then open loop (Poisson) at %g calls/s, each for %v after a warm-up of %v; every protection on a fresh server in each of %d rounds, their order rotated%s. Medians over the rounds; ratios to the unprotected server of the same round (their median).\n\n",
+		peakWork, max(1, cfg.peakCores), where, cfg.peakCallers, cfg.peakRate, cfg.peakWindow, cfg.peakWindow/4, cfg.peakRounds, unevenOrder(cfg.peakRounds, len(rs)))
 	fmt.Fprintf(w, "| protection | closed loop, %d callers: calls/s (ratio) | refused closed-loop | server CPU at %g calls/s, %% of one (ratio) | CPU per call (µs) | CPU each second (%%, min–max) | refused at %g/s | rounds: calls/s | rounds: CPU %% | closed loop: server CPU, %% of one | closed loop: server CPU per call, µs (ratio) | closed loop: server reads / writes per call | closed loop: machine busy, %% of one |\n",
 		cfg.peakCallers, cfg.peakRate, cfg.peakRate)
 	fmt.Fprintln(w, "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")

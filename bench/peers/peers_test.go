@@ -148,6 +148,23 @@ func TestPeakRunIDs(t *testing.T) {
 	}
 }
 
+// TestPeakUnevenOrder: the table says when the rounds do not put each
+// protection in each place equally often.
+func TestPeakUnevenOrder(t *testing.T) {
+	rs := []peakResult{{Protection: "none", Label: "none"}, {Protection: "levee", Label: "levee preset"}}
+	for _, tc := range []struct {
+		rounds int
+		uneven bool
+	}{{1, true}, {2, false}, {3, true}, {20, false}} {
+		cfg := &config{peakCallers: 64, peakRate: 4000, peakRounds: tc.rounds, peakWindow: 8 * time.Second, peakCores: 1}
+		var b bytes.Buffer
+		writePeak(&b, cfg, "here", rs)
+		if got := strings.Contains(b.String(), "unevenly"); got != tc.uneven {
+			t.Errorf("%d rounds of 2: says unevenly %v, want %v:\n%s", tc.rounds, got, tc.uneven, b.String())
+		}
+	}
+}
+
 // TestMain lets the test binary serve as the benchmark's server processes,
 // as the command's own binary does.
 func TestMain(m *testing.M) {
