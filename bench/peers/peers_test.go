@@ -49,17 +49,11 @@ func TestPeak(t *testing.T) {
 	}
 }
 
-// TestPeakRatios: -peak's ratios are each round's figure over the
-// unprotected server's of the same round, and the table gives their
-// median, whatever the order the protections ran in.
-func TestPeakRatios(t *testing.T) {
-	cfg := &config{peakCallers: 64, peakRate: 4000, peakRounds: 3, peakWindow: 8 * time.Second, peakCores: 1}
-	rs := []peakResult{{Protection: "levee", Label: "levee preset"}, {Protection: "none", Label: "none"}}
-	for _, round := range []map[string]peakRound{
-		{"none": {Closed: 100, CPU: 10, ClosedCPU: 50}, "levee": {Closed: 90, CPU: 12, ClosedCPU: 54}},
-		{"none": {Closed: 200, CPU: 20, ClosedCPU: 80}, "levee": {Closed: 190, CPU: 21, ClosedCPU: 95}},
-		{"none": {Closed: 100, CPU: 10, ClosedCPU: 50}, "levee": {Closed: 80, CPU: 13, ClosedCPU: 40}},
-	} {
+// peakTable adds rounds to rs, each protection's figures and its ratios
+// to the same round's unprotected ones, as -peak does, and returns the
+// table writePeak writes of them.
+func peakTable(cfg *config, rs []peakResult, rounds ...map[string]peakRound) *bytes.Buffer {
+	for _, round := range rounds {
 		for i := range rs {
 			rs[i].Rounds = append(rs[i].Rounds, round[rs[i].Protection])
 		}
@@ -67,6 +61,20 @@ func TestPeakRatios(t *testing.T) {
 	}
 	var b bytes.Buffer
 	writePeak(&b, cfg, "here", rs)
+	return &b
+}
+
+// TestPeakRatios: -peak's ratios are each round's figure over the
+// unprotected server's of the same round, and the table gives their
+// median, whatever the order the protections ran in.
+func TestPeakRatios(t *testing.T) {
+	cfg := &config{peakCallers: 64, peakRate: 4000, peakRounds: 3, peakWindow: 8 * time.Second, peakCores: 1}
+	rs := []peakResult{{Protection: "levee", Label: "levee preset"}, {Protection: "none", Label: "none"}}
+	b := peakTable(cfg, rs,
+		map[string]peakRound{"none": {Closed: 100, CPU: 10, ClosedCPU: 50}, "levee": {Closed: 90, CPU: 12, ClosedCPU: 54}},
+		map[string]peakRound{"none": {Closed: 200, CPU: 20, ClosedCPU: 80}, "levee": {Closed: 190, CPU: 21, ClosedCPU: 95}},
+		map[string]peakRound{"none": {Closed: 100, CPU: 10, ClosedCPU: 50}, "levee": {Closed: 80, CPU: 13, ClosedCPU: 40}},
+	)
 	row := func(prefix string) []string {
 		for _, line := range strings.Split(b.String(), "\n") {
 			if strings.HasPrefix(line, prefix) {
@@ -96,17 +104,10 @@ func TestPeakRatios(t *testing.T) {
 func TestPeakMedianEven(t *testing.T) {
 	cfg := &config{peakCallers: 64, peakRate: 4000, peakRounds: 2, peakWindow: 8 * time.Second, peakCores: 1}
 	rs := []peakResult{{Protection: "none", Label: "none"}, {Protection: "levee", Label: "levee preset"}}
-	for _, round := range []map[string]peakRound{
-		{"none": {Closed: 100, CPU: 10, ClosedCPU: 50}, "levee": {Closed: 90, CPU: 12, ClosedCPU: 54}},
-		{"none": {Closed: 100, CPU: 10, ClosedCPU: 50}, "levee": {Closed: 100, CPU: 10, ClosedCPU: 50}},
-	} {
-		for i := range rs {
-			rs[i].Rounds = append(rs[i].Rounds, round[rs[i].Protection])
-		}
-		addRatios(rs, round)
-	}
-	var b bytes.Buffer
-	writePeak(&b, cfg, "here", rs)
+	b := peakTable(cfg, rs,
+		map[string]peakRound{"none": {Closed: 100, CPU: 10, ClosedCPU: 50}, "levee": {Closed: 90, CPU: 12, ClosedCPU: 54}},
+		map[string]peakRound{"none": {Closed: 100, CPU: 10, ClosedCPU: 50}, "levee": {Closed: 100, CPU: 10, ClosedCPU: 50}},
+	)
 	for _, line := range strings.Split(b.String(), "\n") {
 		if !strings.HasPrefix(line, "| levee preset |") {
 			continue
