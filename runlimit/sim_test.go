@@ -1,6 +1,7 @@
 package runlimit
 
 import (
+	"fmt"
 	"testing"
 	"time"
 )
@@ -235,6 +236,49 @@ func TestCPUTakenElsewhereDoesNotCollapseTheLimit(t *testing.T) {
 	}
 	if st.ProbeCPU.Kept != before.ProbeCPU.Kept || st.ProbeLag.Started != before.ProbeLag.Started {
 		t.Errorf("CPU saturated elsewhere: %+v, want no probeCPU kept and no probeLag (before: %+v)", st, before)
+	}
+}
+
+// TestKeptCutBelowThePoolGrowsBack: an I/O-bound service (8
+// connections, 50ms queries) at half load, limit 8, when a flood starts:
+// the flood's first 200ms, something else on the CPU stretches the
+// queries by 2× or 2.65× (the memory demo's server measured 1.5–2.65
+// at a spike's first interval); after, the CPU stays saturated (the
+// flood's refusals) but the queries run at their time. A CPU probe in
+// the first interval cuts the limit to 3–5 and, its calls shorter and
+// serving about as many a second as the stretched interval did, keeps
+// the cut. The limit must grow back to the pool once the hold is over,
+// with the CPU still saturated: at the cut the server serves a fraction
+// of what its pool can.
+func TestKeptCutBelowThePoolGrowsBack(t *testing.T) {
+	for _, stretch := range []float64{1, 1.65} {
+		t.Run(fmt.Sprintf("stretched by %.2f", stretch), func(t *testing.T) {
+			io := &ioBound{conns: 8, query: 50 * time.Millisecond}
+			s := newSim(t, io, WithInitialLimit(8))
+			s.demand = 4
+			s.run(5*time.Second, nil)
+			if l := s.l.Limit(); l != 8 {
+				t.Fatalf("four callers for eight connections: Limit() = %d, want 8", l)
+			}
+			s.demand = 0
+			io.flood, io.floodStretch = true, stretch
+			s.run(200*time.Millisecond, nil)
+			io.floodStretch = 0.02
+			before := s.done
+			got := s.limits(5 * time.Second)
+			st := s.l.Stats()
+			checkAccounts(t, st)
+			if st.ProbeCPU.Kept == 0 {
+				t.Fatalf("%+v: want the CPU probe's cut kept (the case this test is about)", st)
+			}
+			capacity := 8 / (1.02 * 0.050)
+			if r := float64(s.done-before) / 5; r < 0.7*capacity {
+				t.Errorf("served %.0f/s in the 5s after, want >= 70%% of the pool's %.0f/s (limits %v)", r, capacity, got)
+			}
+			if sh := share(got, 8, 1000); sh < 0.4 {
+				t.Errorf("limit at the pool (8) or above for %.0f%% of the 5s after (limits %v), want >= 40%%", 100*sh, got)
+			}
+		})
 	}
 }
 

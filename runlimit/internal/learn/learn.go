@@ -235,9 +235,13 @@ type State struct {
 	phase        learnPhase
 	cpuElsewhere bool  // the gate (see above) is closed
 	holdUntil    int64 // phaseHolding ends at this instant, ns since epoch
-	lastProbe    int64 // when the last probe ended, ns since epoch
-	probed       bool  // a probe ended
-	probe        probeState
+	// regrow is the limit a probe's kept cut came from, 0 once the limit
+	// is back at it: growth with the CPU saturated may go back there
+	// (mayGrow).
+	regrow    float64
+	lastProbe int64 // when the last probe ended, ns since epoch
+	probed    bool  // a probe ended
+	probe     probeState
 	// clean is the most calls, of all flows, that ran at once on
 	// average over an interval at their baselines (Sample.clean), in the
 	// cleanFresh before cleanAt; 0 after the baselines moved up.
@@ -342,8 +346,9 @@ func (s State) move(m *Sample, o *Params) (State, Step) {
 }
 
 // vegas shrinks the limit by shrinkGain of the queue above the Vegas
-// band, or grows a reached limit below it, unless the CPU is saturated or
-// the learner holds; a queue above the low edge ends slow start.
+// band, or grows a reached limit below it, unless the learner holds or
+// the CPU is saturated (mayGrow); a queue above the low edge ends slow
+// start.
 func (s State) vegas(m *Sample, est, r float64, o *Params) (State, Step) {
 	queue := vegasQueue(est, r)
 	lo, hi := vegasBand(est)
@@ -352,12 +357,18 @@ func (s State) vegas(m *Sample, est, r float64, o *Params) (State, Step) {
 	case queue > hi:
 		st.Cause = Shrink
 		est -= max(1, (queue-hi)*shrinkGain)
-	case queue <= lo && m.Peak >= int64(s.Est) && !m.CPUSat && s.phase != phaseHolding:
+	case queue <= lo && m.Peak >= int64(s.Est) && s.mayGrow(m, o) && s.phase != phaseHolding:
 		st.Cause = Grow
 		if s.phase == phaseSlowStart && o.on(SlowStart) {
 			est *= slowStartGrowth
 		} else {
 			est += max(1, math.Sqrt(est))
+		}
+		if m.CPUSat {
+			est = min(est, s.regrow)
+		}
+		if est >= s.regrow {
+			s.regrow = 0
 		}
 	}
 	if queue > lo {
@@ -365,6 +376,25 @@ func (s State) vegas(m *Sample, est, r float64, o *Params) (State, Step) {
 	}
 	st.Est = est
 	return s, st
+}
+
+// mayGrow reports whether Vegas may grow the limit: the CPU is not
+// saturated; or it is, and the limit is above one call per processor and
+// below the one a kept cut came from (regrow), growth stopping there.
+//
+// On processors the limit's own calls saturate, more calls at once only
+// share them: throughput is already processors/service time, and at one
+// call per processor Vegas sees no queue to stop it. But a kept cut is a
+// judgement of one probe against the interval before it: a CPU busy
+// with something else (refusing a flood, a GC) that stretched that
+// interval and not the probe's makes an I/O-bound server's cut look like
+// the limit's own queue removed, and the cut, below what its pool runs
+// at once, serves a fraction of what it can. The limit the cut came from
+// ran with the CPU saturated before, so going back to it adds no load
+// the processors did not carry; if the calls then stretch, Vegas or the
+// next probe cuts again.
+func (s *State) mayGrow(m *Sample, o *Params) bool {
+	return !m.CPUSat || int(s.Est) > o.Procs && s.Est < s.regrow
 }
 
 // cpuCut is the limit a CPUProbe tries from est for stretch r, within
@@ -551,5 +581,6 @@ func (s State) keepCut(now int64, p probeState, b Baselines, o *Params) (State, 
 		s.phase = phaseHolding
 	}
 	s.holdUntil = now + holdIntervals*int64(o.Interval)
+	s.regrow = p.saved
 	return s, st
 }

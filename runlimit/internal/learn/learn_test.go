@@ -267,3 +267,50 @@ func TestLagProbeUndoneOnASaturatedCPUMovesTheBaselines(t *testing.T) {
 		})
 	}
 }
+
+// TestKeptCutGrowsBackWithTheCPUSaturated: a CPU cut kept from 8 to 3
+// (a probe judged against an interval that something else stretched),
+// its hold over, calls at their baselines at the limit, the CPU
+// saturated: Vegas grows the limit back to 8 and no further while the
+// CPU stays saturated; at one call per processor it does not grow; a
+// limit that never had a cut kept does not grow on a saturated CPU.
+func TestKeptCutGrowsBackWithTheCPUSaturated(t *testing.T) {
+	o := Params{Floor: 1, Procs: 1, Interval: 100 * time.Millisecond}
+	ms := float64(time.Millisecond)
+	at := func(s State, n int) *Sample {
+		// n calls finished at their 50ms baselines, the limit reached.
+		return &Sample{End: s.holdUntil + int64(n)*int64(o.Interval), Span: int64(o.Interval), Peak: int64(s.Est),
+			Weight: 10, Ratios: 10, Bases: 10 * 50 * ms, SvcSum: 10 * 50 * ms, CPUSat: true}
+	}
+	s := State{Est: 8, phase: phaseSteady}
+	s.probe = probeState{kind: CPUProbe, saved: 8, r: 2.6, limit: 3, started: int64(time.Second), rate: 60 / 1e9}
+	s, st := s.EndProbe(2*int64(time.Second), Probed{N: probeSamples, Stretch: 1, HasBase: true, HasCPU: true, CPUSat: true, Rate: 55 / 1e9}, &o)
+	if st.Cause != Kept || st.Est != 3 {
+		t.Fatalf("probe from 8 to 3, calls at their baselines, as many served: cause %v, limit %v; want kept at 3", st.Cause, st.Est)
+	}
+	s.Est = st.Est
+	var grew []float64
+	for i := 1; i <= 6; i++ {
+		s, st = s.Decide(at(s, i), &o)
+		if st.Set {
+			s.Est = st.Est
+		}
+		grew = append(grew, s.Est)
+	}
+	if s.Est != 8 {
+		t.Errorf("CPU saturated, calls at their baselines at a kept cut of 3 from 8: limits %v, want back at 8 and no higher", grew)
+	}
+
+	for _, tt := range []struct {
+		name string
+		s    State
+	}{
+		{"no cut kept", State{Est: 3, phase: phaseSteady}},
+		{"one call per processor", State{Est: 1, phase: phaseSteady, regrow: 8}},
+	} {
+		s, st := tt.s.Decide(at(tt.s, 1), &o)
+		if st.Set && st.Est > tt.s.Est || s.Est > tt.s.Est {
+			t.Errorf("%s, CPU saturated: limit %v grew to %v, want no growth", tt.name, tt.s.Est, st.Est)
+		}
+	}
+}
