@@ -188,8 +188,8 @@ func (c *cli) load(ctx context.Context, args []string) error {
 	rate := fs.Float64("rate", 100, "calls/s (ignored with -phases)")
 	duration := fs.Duration("duration", 10*time.Second, "how long to run (ignored with -phases)")
 	phasesFlag := fs.String("phases", "", "schedule as `name:duration:rate,...` (e.g. normal:10s:100,spike:10s:2000)")
-	jsonOut := fs.String("json", "", "write the full result as JSON to this `file` (-: to stdout, instead of the table)")
-	htmlOut := fs.String("html", "", "write an HTML report to this `file` (-: to stdout, instead of the table)")
+	jsonOut := fs.String("json", "", "write the full result as JSON to this `file` (-: to stdout, and the table to stderr)")
+	htmlOut := fs.String("html", "", "write an HTML report to this `file` (-: to stdout, and the table to stderr)")
 	statsAddr := fs.String("stats", "", "HTTP `address` of the server's /stats (its -metrics-addr), to report wasted work and CPU")
 	capacity := fs.Float64("capacity", 0, "server capacity in calls/s, to show goodput as a share of it (0: unknown)")
 	tenant := fs.String("tenant", "", "send this tenant `id` with every call, in the -tenant-header (mixes: run one levee load per tenant)")
@@ -284,10 +284,12 @@ func (c *cli) load(ctx context.Context, args []string) error {
 	}
 	run.Name = *addr
 	cmp := &report.Comparison{Title: "levee load " + *addr, Capacity: *capacity, Runs: []report.Run{run}}
-	if *jsonOut != "-" && *htmlOut != "-" { // else stdout carries the JSON or the report alone
-		if err := report.WriteTable(c.stdout, cmp); err != nil {
-			return err
-		}
+	tables := c.stdout
+	if *jsonOut == "-" || *htmlOut == "-" { // stdout carries the JSON or the report alone
+		tables = c.stderr
+	}
+	if err := report.WriteTable(tables, cmp); err != nil {
+		return err
 	}
 	if *jsonOut != "" {
 		if err := report.WriteJSONFile(*jsonOut, c.stdout, run.Result); err != nil {

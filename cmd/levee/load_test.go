@@ -102,8 +102,8 @@ func TestLoadOutputsCheckedFirst(t *testing.T) {
 		})
 	}
 
-	// -json - with an -html file: the JSON alone on stdout, the report in
-	// its file.
+	// -json - with an -html file: the JSON alone on stdout, the table on
+	// stderr, the report in its file.
 	fresh := filepath.Join(dir, "r.html")
 	c, stdout, stderr := testCLI(t)
 	if code := c.run(context.Background(), append(run, "-json", "-", "-html", fresh)); code != exitOK {
@@ -113,14 +113,18 @@ func TestLoadOutputsCheckedFirst(t *testing.T) {
 	if err := json.Unmarshal([]byte(stdout.String()), &res); err != nil || len(res.Phases) != 1 {
 		t.Errorf("stdout of levee load -json - is not the result's JSON (%v):\n%s", err, stdout)
 	}
+	if !strings.Contains(stderr.String(), "phase 1/1") {
+		t.Errorf("levee load -json -: the table is not on stderr:\n%s", stderr)
+	}
 	if _, err := os.Stat(fresh); err != nil {
 		t.Errorf("-html %s: %v", fresh, err)
 	}
 }
 
 // TestLoadHTMLToStdout: levee load -html - writes the HTML report alone
-// on stdout, instead of the table, as -json - does the JSON; it wrote a
-// file named "-". -json - with -html - is a usage error.
+// on stdout and the table on stderr, as -json - does the JSON (and as
+// levee demo does); it wrote a file named "-", then dropped the table.
+// -json - with -html - is a usage error.
 func TestLoadHTMLToStdout(t *testing.T) {
 	_, addr := startInventory(t)
 	dir := t.TempDir()
@@ -132,6 +136,9 @@ func TestLoadHTMLToStdout(t *testing.T) {
 	}
 	if out := stdout.String(); !strings.HasPrefix(strings.TrimSpace(out), "<!doctype html>") || !strings.HasSuffix(strings.TrimSpace(out), "</html>") {
 		t.Errorf("stdout of levee load -html - is not the HTML report alone:\n%.300s", out)
+	}
+	if !strings.Contains(stderr.String(), "phase 1/1") {
+		t.Errorf("levee load -html -: the table is not on stderr:\n%s", stderr)
 	}
 	if _, err := os.Stat(filepath.Join(dir, "-")); err == nil {
 		t.Error(`levee load -html - wrote a file named "-"`)
