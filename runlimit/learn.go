@@ -56,6 +56,7 @@ func (l *Limiter) update(end int64) {
 		return // the probe decides when it ends
 	}
 	m.CPUSat = l.o.cpu != nil && l.o.cpu.Saturated() && l.on(ruleCPUHoldsGrowth)
+	m.CPURoom = m.CPUSat && l.cpuNow != nil && l.cpuNow.Utilization() < l.cpuNow.Threshold()
 	var st learn.Step
 	l.lr, st = l.lr.Decide(&m, &l.lp)
 	l.applyStep(st, flows)

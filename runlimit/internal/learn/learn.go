@@ -146,6 +146,7 @@ type Sample struct {
 	Asked   float64 // turns asked for in the interval, per ns (runlimit's Limiter.offered)
 	Done    float64 // turns ended per ns, smoothed (runlimit's Limiter.markRates)
 	CPUSat  bool    // the CPU signal is saturated and holds growth off
+	CPURoom bool    // CPUSat, the utilisation below the signal's threshold now: saturated by its cooldown
 	Overran bool    // calls ran beyond the limit (overrun) in the interval
 }
 
@@ -379,22 +380,24 @@ func (s State) vegas(m *Sample, est, r float64, o *Params) (State, Step) {
 }
 
 // mayGrow reports whether Vegas may grow the limit: the CPU is not
-// saturated; or it is, and the limit is above one call per processor and
-// below the one a kept cut came from (regrow), growth stopping there.
+// saturated; or it is by its signal's cooldown alone (CPURoom), and the
+// limit is above one call per processor and below the one a kept cut
+// came from (regrow), growth stopping there.
 //
 // On processors the limit's own calls saturate, more calls at once only
 // share them: throughput is already processors/service time, and at one
 // call per processor Vegas sees no queue to stop it. But a kept cut is a
-// judgement of one probe against the interval before it: a CPU busy
-// with something else (refusing a flood, a GC) that stretched that
-// interval and not the probe's makes an I/O-bound server's cut look like
-// the limit's own queue removed, and the cut, below what its pool runs
-// at once, serves a fraction of what it can. The limit the cut came from
-// ran with the CPU saturated before, so going back to it adds no load
-// the processors did not carry; if the calls then stretch, Vegas or the
-// next probe cuts again.
+// judgement of one probe against the interval before it, which the
+// processors' contention at a spike's start (the flood's refusals
+// beside the calls) may have stretched and the cut relieved: an
+// I/O-bound server's cut then sits below what its pool runs at once,
+// with the processors no longer busy, while the signal stays saturated
+// for its cooldown. The limit the cut came from ran on these processors
+// before, so going back to it adds no load they did not carry; if the
+// calls then stretch, Vegas or the next probe cuts again. With the
+// processors busy now, the cut holds.
 func (s *State) mayGrow(m *Sample, o *Params) bool {
-	return !m.CPUSat || int(s.Est) > o.Procs && s.Est < s.regrow
+	return !m.CPUSat || m.CPURoom && int(s.Est) > o.Procs && s.Est < s.regrow
 }
 
 // cpuCut is the limit a CPUProbe tries from est for stretch r, within

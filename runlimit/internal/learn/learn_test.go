@@ -269,18 +269,20 @@ func TestLagProbeUndoneOnASaturatedCPUMovesTheBaselines(t *testing.T) {
 }
 
 // TestKeptCutGrowsBackWithTheCPUSaturated: a CPU cut kept from 8 to 3
-// (a probe judged against an interval that something else stretched),
-// its hold over, calls at their baselines at the limit, the CPU
-// saturated: Vegas grows the limit back to 8 and no further while the
-// CPU stays saturated; at one call per processor it does not grow; a
-// limit that never had a cut kept does not grow on a saturated CPU.
+// (a probe judged against an interval whose contention it relieved),
+// its hold over, calls at their baselines at the limit, the CPU signal
+// saturated by its cooldown alone (utilisation below its threshold):
+// Vegas grows the limit back to 8 and no further while the signal stays
+// saturated. It does not grow with the processors busy now, at one call
+// per processor, or without a kept cut.
 func TestKeptCutGrowsBackWithTheCPUSaturated(t *testing.T) {
 	o := Params{Floor: 1, Procs: 1, Interval: 100 * time.Millisecond}
 	ms := float64(time.Millisecond)
-	at := func(s State, n int) *Sample {
-		// n calls finished at their 50ms baselines, the limit reached.
+	at := func(s State, n int, room bool) *Sample {
+		// Ten calls finished at their 50ms baselines, the limit reached,
+		// n intervals after the hold.
 		return &Sample{End: s.holdUntil + int64(n)*int64(o.Interval), Span: int64(o.Interval), Peak: int64(s.Est),
-			Weight: 10, Ratios: 10, Bases: 10 * 50 * ms, SvcSum: 10 * 50 * ms, CPUSat: true}
+			Weight: 10, Ratios: 10, Bases: 10 * 50 * ms, SvcSum: 10 * 50 * ms, CPUSat: true, CPURoom: room}
 	}
 	s := State{Est: 8, phase: phaseSteady}
 	s.probe = probeState{kind: CPUProbe, saved: 8, r: 2.6, limit: 3, started: int64(time.Second), rate: 60 / 1e9}
@@ -291,7 +293,7 @@ func TestKeptCutGrowsBackWithTheCPUSaturated(t *testing.T) {
 	s.Est = st.Est
 	var grew []float64
 	for i := 1; i <= 6; i++ {
-		s, st = s.Decide(at(s, i), &o)
+		s, st = s.Decide(at(s, i, true), &o)
 		if st.Set {
 			s.Est = st.Est
 		}
@@ -304,12 +306,17 @@ func TestKeptCutGrowsBackWithTheCPUSaturated(t *testing.T) {
 	for _, tt := range []struct {
 		name string
 		s    State
+		room bool
 	}{
-		{"no cut kept", State{Est: 3, phase: phaseSteady}},
-		{"one call per processor", State{Est: 1, phase: phaseSteady, regrow: 8}},
+		{"no cut kept", State{Est: 3, phase: phaseSteady, probed: true}, true},
+		{"one call per processor", State{Est: 1, phase: phaseSteady, probed: true, regrow: 8}, true},
+		{"processors busy now", State{Est: 3, phase: phaseSteady, probed: true, regrow: 8}, false},
 	} {
-		s, st := tt.s.Decide(at(tt.s, 1), &o)
-		if st.Set && st.Est > tt.s.Est || s.Est > tt.s.Est {
+		s, st := tt.s.Decide(at(tt.s, 1, tt.room), &o)
+		if !st.Set {
+			t.Fatalf("%s: step %+v, want a Vegas decision", tt.name, st)
+		}
+		if st.Est > tt.s.Est || s.Est > tt.s.Est {
 			t.Errorf("%s, CPU saturated: limit %v grew to %v, want no growth", tt.name, tt.s.Est, st.Est)
 		}
 	}
