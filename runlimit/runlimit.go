@@ -99,11 +99,14 @@ func WithInterval(d time.Duration) Option { return func(o *options) { o.interval
 func WithQueueTarget(d time.Duration) Option { return func(o *options) { o.target = d } }
 
 // WithCPU gives the Limiter a CPU signal (*cpu.Monitor is one): while it
-// says Saturated the limit never grows. A signal that also tells its
+// says Saturated the limit does not grow. A signal that also tells its
 // threshold (cpu.ThresholdSignal) is evidence of overload
 // (Limiter.Overloaded) once its utilisation stayed at or above
 // max(threshold, 0.95) for ten intervals; one that does not, while
-// Saturated. Default none (the limit follows service times alone).
+// Saturated. With such a signal saturated by its cooldown alone (its
+// utilisation below the threshold now), a limit that a probe's kept cut
+// lowered may grow back to where it was. Default none (the limit
+// follows service times alone).
 func WithCPU(c cpu.Signal) Option { return func(o *options) { o.cpu = c } }
 
 // WithMaxFlows caps the flows tracked separately, so that memory stays
