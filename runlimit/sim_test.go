@@ -239,17 +239,6 @@ func TestCPUTakenElsewhereDoesNotCollapseTheLimit(t *testing.T) {
 	}
 }
 
-// utilCPU is a CPU signal that tells its utilisation against a
-// threshold of 0.8, as cpu.Monitor does, set by the test.
-type utilCPU struct {
-	util      float64
-	saturated bool
-}
-
-func (c *utilCPU) Utilization() float64 { return c.util }
-func (c *utilCPU) Saturated() bool      { return c.saturated }
-func (c *utilCPU) Threshold() float64   { return 0.8 }
-
 // TestKeptCutBelowThePoolGrowsBack: an I/O-bound service (8
 // connections, 50ms queries) at half load, limit 8, when a flood starts:
 // for its first 200ms the processors, busy with the calls and the
@@ -267,7 +256,7 @@ func TestKeptCutBelowThePoolGrowsBack(t *testing.T) {
 		for _, after := range []float64{0.7, 0.95} {
 			t.Run(fmt.Sprintf("stretched by %.2f, utilisation %.2f after", stretch, after), func(t *testing.T) {
 				io := &ioBound{conns: 8, query: 50 * time.Millisecond}
-				sig := &utilCPU{util: 0.3}
+				sig := &busyCPU{utilization: 0.3}
 				s := newSim(t, io, WithInitialLimit(8), WithCPU(sig))
 				s.demand = 4
 				s.run(5*time.Second, nil)
@@ -276,10 +265,10 @@ func TestKeptCutBelowThePoolGrowsBack(t *testing.T) {
 				}
 				s.demand = 0
 				io.flood, io.floodStretch = true, stretch
-				sig.util, sig.saturated = 0.9, true
+				sig.utilization, sig.saturated = 0.9, true
 				s.run(200*time.Millisecond, nil)
 				io.floodStretch = 0.02
-				sig.util = after
+				sig.utilization = after
 				before := s.done
 				got := s.limits(5 * time.Second)
 				st := s.l.Stats()
