@@ -26,6 +26,7 @@ const (
 	ruleRoomy                        // a class that leaves room queues bursts longer
 	ruleHoldKept                     // a kept cut holds the limit's growth off for a while
 	ruleBesideExcess                 // a call that ran beside calls beyond the limit teaches no service time
+	ruleKeepOnStretch                // a CPU probe's cut is kept on its shorter calls alone
 	rules
 )
 
@@ -36,6 +37,7 @@ var ruleNames = [rules]string{
 	"probe: first baseline", "probe: CPU", "probe: lag", "learner: CPU holds growth",
 	"learner: slow start", "slack", "roomy classes", "learner: hold after a kept cut",
 	"learner: no service time beside calls beyond the limit",
+	"probe: CPU cut kept on its shorter calls alone",
 }
 
 // on reports whether rule r is on (it is, but in ablation tests).
@@ -50,6 +52,7 @@ var learnBranches = [...]struct {
 }{
 	{ruleOverranSkip, learn.SkipOverran}, {ruleProbeBaseline, learn.ProbeBaseline}, {ruleProbeCPU, learn.ProbeCPU},
 	{ruleProbeLag, learn.ProbeLag}, {ruleSlowStart, learn.SlowStart}, {ruleHoldKept, learn.HoldKept},
+	{ruleKeepOnStretch, learn.KeepOnStretch},
 }
 
 // learnParams are the learner's parameters from o.

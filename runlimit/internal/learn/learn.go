@@ -41,6 +41,7 @@ const (
 	ProbeLag                    // a lag to run once handed a turn probes fewer turns
 	SlowStart                   // before a stretch the limit doubles, not √limit
 	HoldKept                    // a kept cut holds the limit's growth off for a while
+	KeepOnStretch               // a CPU probe's cut is kept on its shorter calls alone
 )
 
 func (o *Params) on(b Branch) bool { return o.Off&(1<<b) == 0 }
@@ -539,7 +540,12 @@ func (s State) endCPUProbe(now int64, p probeState, pm Probed, undo Step, o *Par
 		return s.keepCut(now, p, s.keptBaselines(now, p, pm), o)
 	case pr >= rebaseTrigger*shared && pm.HasCPU && !pm.CPUSat:
 		undo.Baselines = Rebase
-	case keepable && pr < cpuKeep*p.r:
+	case keepable && pr < cpuKeep*p.r && o.on(KeepOnStretch):
+		// Shorter calls, fewer served a second: by Little's law a cut
+		// below what the server runs at once reads so too. Kept all the
+		// same, it holds the calls at once (and a memory-bound server's
+		// heap) down (docs/ablation.md, "probe: CPU cut kept on its
+		// shorter calls alone").
 		return s.keepCut(now, p, s.keptBaselines(now, p, pm), o)
 	case pm.HasCPU && pm.CPUSat:
 		s.cpuElsewhere, undo.ClosedGate = true, true
