@@ -277,7 +277,6 @@ var otherSeedsKnown = map[uint64]map[string]map[string]string{
 	3: {
 		"twokinds":         {boundHigh: headOfLine},
 		"twokinds told 2x": {boundHigh: headOfLine},
-		"io pool 32, 50ms": {boundSuccessP99: rebasedAbovePool},
 	},
 	4: {
 		"heavytail": {boundHigh: headOfLine},
@@ -293,13 +292,6 @@ const (
 	// in overload, counted in the phase the calls were scheduled in: the
 	// oldest waiters go first where the newest could.
 	headOfLine = "the 0.7x phase's last calls, waiting behind a costly one when the spike begins, refused on its evidence"
-	// At the spike's start the limit doubles to 128 and a CPU probe cuts
-	// it to 80, still above the pool of 32, on a stretch read before the
-	// calls filled the new limit (1.6 where 4 is the pool's queue). Its
-	// calls queue at the pool (2.4 times their baseline), which reads as
-	// a slower service: the baselines move to 125ms for 50ms of work, and
-	// Vegas then holds the limit near 90, three pools' worth.
-	rebasedAbovePool = "a CPU probe's cut above the pool rebased the baselines on the pool's queue"
 )
 
 // TestSimShapesOtherSeeds holds TestSimShapes' rows to the same bounds on

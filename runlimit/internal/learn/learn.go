@@ -42,6 +42,7 @@ const (
 	SlowStart                   // before a stretch the limit doubles, not √limit
 	HoldKept                    // a kept cut holds the limit's growth off for a while
 	KeepOnStretch               // a CPU probe's cut is kept on its shorter calls alone
+	GrowOnRan                   // a reached limit grows only from calls that ran half of it at once
 )
 
 func (o *Params) on(b Branch) bool { return o.Off&(1<<b) == 0 }
@@ -93,6 +94,7 @@ const (
 	vegasLow, vegasLowMin, vegasHigh, vegasHighMin = 0.1, 0.5, 0.2, 1
 	shrinkGain                                     = 0.5 // share of the queue above the band a shrink removes, at least a turn
 	slowStartGrowth                                = 2   // a reached limit's factor before any stretch; √limit is added after
+	growRan                                        = 0.5 // a limit counts as reached when its calls ran this share of it on average
 
 	probeSamples = 8 // calls a probe measures before it ends
 	// A probe short of probeSamples after max(probeTimeoutMin,
@@ -359,7 +361,7 @@ func (s State) vegas(m *Sample, est, r float64, o *Params) (State, Step) {
 	case queue > hi:
 		st.Cause = Shrink
 		est -= max(1, (queue-hi)*shrinkGain)
-	case queue <= lo && m.Peak >= int64(s.Est) && s.mayGrow(m, o) && s.phase != phaseHolding:
+	case queue <= lo && s.reached(m, o) && s.mayGrow(m, o) && s.phase != phaseHolding:
 		st.Cause = Grow
 		if s.phase == phaseSlowStart && o.on(SlowStart) {
 			est *= slowStartGrowth
@@ -378,6 +380,17 @@ func (s State) vegas(m *Sample, est, r float64, o *Params) (State, Step) {
 	}
 	st.Est = est
 	return s, st
+}
+
+// reached reports whether the interval m reached the limit: as many
+// calls ran at once at some moment, and on average (Sample.ran) at least
+// growRan of it. A stretch read from calls that ran at a fraction of the
+// limit says nothing of the limit: at a spike's start the calls that
+// fill the limit have not finished, the interval's finished ones ran at
+// the load before, and growth on them (slow start doubles) lets in a
+// queue that no measured stretch has shown yet.
+func (s State) reached(m *Sample, o *Params) bool {
+	return m.Peak >= int64(s.Est) && (!o.on(GrowOnRan) || m.ran() >= growRan*s.Est)
 }
 
 // mayGrow reports whether Vegas may grow the limit: the CPU is not

@@ -123,6 +123,42 @@ func TestCPUCutKeptOnItsShorterCallsAlone(t *testing.T) {
 	}
 }
 
+// TestGrowsOnlyFromCallsThatRanAtTheLimit: a limit reached at one moment
+// of an interval (Peak) grows only if the interval's calls ran at least
+// growRan of it at once on average (Little's law over the calls that
+// finished): at a spike's start the calls that fill the limit have not
+// finished, and those that have ran at the load before, at their
+// baselines; slow start doubled the limit on them, into a queue no
+// stretch had shown yet. With the branch GrowOnRan off it grows.
+func TestGrowsOnlyFromCallsThatRanAtTheLimit(t *testing.T) {
+	ms := float64(time.Millisecond)
+	for _, tt := range []struct {
+		name  string
+		calls float64 // 50ms calls that finished in the 100ms interval, at their baselines
+		off   bool
+		want  float64
+	}{
+		{"half the limit ran", 32, false, 64},   // 16 at once of 32
+		{"a quarter of it ran", 16, false, 32},  // 8 at once of 32: no growth
+		{"a quarter, branch off", 16, true, 64}, // doubles on the peak alone
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			o := Params{Floor: 1, Procs: 1, Interval: 100 * time.Millisecond}
+			if tt.off {
+				o.Off = 1 << GrowOnRan
+			}
+			s := State{Est: 32, phase: phaseSlowStart, probed: true}
+			m := &Sample{End: 10 * int64(time.Second), Span: int64(o.Interval), Peak: 32,
+				Weight: tt.calls, Ratios: tt.calls, Bases: tt.calls * 50 * ms, SvcSum: tt.calls * 50 * ms}
+			_, st := s.Decide(m, &o)
+			if !st.Set || st.Est != tt.want {
+				t.Errorf("limit 32 reached, %v calls of 50ms finished in 100ms (%v at once): step %+v, want the limit at %v",
+					tt.calls, m.ran(), st, tt.want)
+			}
+		})
+	}
+}
+
 // TestCPUCutBelowOneCallPerProcessor: from a limit at or below one call
 // per processor, a CPU probe's cut is not held at one per processor (it
 // was, and a dependency that slowed behind a pool smaller than the
