@@ -26,7 +26,6 @@ const (
 	ruleRoomy                        // a class that leaves room queues bursts longer
 	ruleHoldKept                     // a kept cut holds the limit's growth off for a while
 	ruleBesideExcess                 // a call that ran beside calls beyond the limit teaches no service time
-	ruleKeepOnStretch                // a CPU probe's cut is kept on its shorter calls alone
 	ruleGrowOnRan                    // a reached limit grows only from calls that ran half of it at once
 	rules
 )
@@ -38,7 +37,6 @@ var ruleNames = [rules]string{
 	"probe: first baseline", "probe: CPU", "probe: lag", "learner: CPU holds growth",
 	"learner: slow start", "slack", "roomy classes", "learner: hold after a kept cut",
 	"learner: no service time beside calls beyond the limit",
-	"probe: CPU cut kept on its shorter calls alone",
 	"learner: growth needs half the limit run on average",
 }
 
@@ -54,7 +52,7 @@ var learnBranches = [...]struct {
 }{
 	{ruleOverranSkip, learn.SkipOverran}, {ruleProbeBaseline, learn.ProbeBaseline}, {ruleProbeCPU, learn.ProbeCPU},
 	{ruleProbeLag, learn.ProbeLag}, {ruleSlowStart, learn.SlowStart}, {ruleHoldKept, learn.HoldKept},
-	{ruleKeepOnStretch, learn.KeepOnStretch}, {ruleGrowOnRan, learn.GrowOnRan},
+	{ruleGrowOnRan, learn.GrowOnRan},
 }
 
 // learnParams are the learner's parameters from o.

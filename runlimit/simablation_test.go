@@ -36,7 +36,6 @@ var simVerdicts = []struct {
 	{ruleEvidenceLane, "stream", "refusal p99 <= 25ms", func(f sim.Figures) bool { return f.RefusalP99 > simRefusalP99 }},
 	{ruleSlack, "clumps", "spike goodput >= 90% of the ceiling", func(f sim.Figures) bool { return f.Goodput < simKept*f.Ceiling }},
 	{ruleProbeCPU, "slowdep", "spike goodput >= 90% of the ceiling", func(f sim.Figures) bool { return f.Goodput < simKept*f.Ceiling }},
-	{ruleBesideExcess, "io pool 2, 1ms", "spike goodput >= 90% of the ceiling", func(f sim.Figures) bool { return f.Goodput < simKept*f.Ceiling }},
 }
 
 func TestSimAblation(t *testing.T) {

@@ -41,7 +41,6 @@ const (
 	ProbeLag                    // a lag to run once handed a turn probes fewer turns
 	SlowStart                   // before a stretch the limit doubles, not √limit
 	HoldKept                    // a kept cut holds the limit's growth off for a while
-	KeepOnStretch               // a CPU probe's cut is kept on its shorter calls alone
 	GrowOnRan                   // a reached limit grows only from calls that ran half of it at once
 )
 
@@ -110,8 +109,8 @@ const (
 	// least timeSharingQueue of limit − 1 or, for a stretch of at least
 	// stretchProbeTrigger, above the Vegas band, tries
 	// est × max(cpuCutMin, cpuCutMargin/r), kept if r falls below cpuKeep
-	// of itself. A cut that serves keepServed of the calls a second served
-	// before is kept so whatever time-sharing explains.
+	// of itself while the cut serves keepServed of the calls a second
+	// served before, whatever time-sharing explains.
 	shrinkTrigger       = 1.25
 	timeSharingQueue    = 0.5
 	stretchProbeTrigger = 1.5
@@ -534,10 +533,12 @@ func (s State) closeProbe(now int64, pm Probed, o *Params) (State, Step) {
 // endCPUProbe ends probe p (undo sets the limit back): shorter than
 // cpuKeep of p.r while serving keepServed of the calls a second served
 // before, the cut is kept; else slower than time-sharing explains with
-// the CPU not saturated, the service changed (rebase); else shorter than
-// cpuKeep of p.r, the cut is kept; no shorter with the CPU saturated, the
-// gate closes; else baselines lowered unless slower
-// (docs/runlimit-learner.md, "How each probe ends").
+// the CPU not saturated, the service changed (rebase); else with the CPU
+// saturated the gate closes; else baselines lowered unless slower
+// (docs/runlimit-learner.md, "How each probe ends"). A cut whose calls
+// ran shorter but that served fewer a second is undone: by Little's law
+// it cut into what the server runs at once (a pool it fell below), not
+// into a queue of the limit's own.
 func (s State) endCPUProbe(now int64, p probeState, pm Probed, undo Step, o *Params) (State, Step) {
 	pr := pm.Stretch
 	shared := max(1, p.r*float64(p.limit)/p.saved) // the stretch time-sharing leaves at p.limit
@@ -553,13 +554,6 @@ func (s State) endCPUProbe(now int64, p probeState, pm Probed, undo Step, o *Par
 		return s.keepCut(now, p, s.keptBaselines(now, p, pm), o)
 	case pr >= rebaseTrigger*shared && pm.HasCPU && !pm.CPUSat:
 		undo.Baselines = Rebase
-	case keepable && pr < cpuKeep*p.r && o.on(KeepOnStretch):
-		// Shorter calls, fewer served a second: by Little's law a cut
-		// below what the server runs at once reads so too. Kept all the
-		// same, it holds the calls at once (and a memory-bound server's
-		// heap) down (docs/ablation.md, "probe: CPU cut kept on its
-		// shorter calls alone").
-		return s.keepCut(now, p, s.keptBaselines(now, p, pm), o)
 	case pm.HasCPU && pm.CPUSat:
 		s.cpuElsewhere, undo.ClosedGate = true, true
 	case pr < rebaseTrigger:

@@ -1,7 +1,6 @@
 package learn
 
 import (
-	"fmt"
 	"testing"
 	"time"
 )
@@ -77,49 +76,43 @@ func TestCPUCutKeptWhenItServesAsMany(t *testing.T) {
 	}
 }
 
-// TestCPUCutKeptOnItsShorterCallsAlone: a CPU probe's cut whose calls ran
-// shorter than cpuKeep of the stretch that started it is kept even when
-// it served under keepServed of the calls a second served before, or
-// when no rate was measured before; with the branch KeepOnStretch off
-// (the ablation's switch) it is undone, the gate closing on a saturated
-// CPU.
-func TestCPUCutKeptOnItsShorterCallsAlone(t *testing.T) {
+// TestCPUCutThatServedFewerIsUndone: a CPU probe's cut whose calls ran
+// shorter but that served under keepServed of the calls a second served
+// before is undone: by Little's law a cut of the limit's own queue serves
+// as many, and one that serves fewer fell below what the server runs at
+// once (an I/O-bound server's pool). It was kept on its shorter calls
+// alone, and held. With the CPU saturated the gate closes; with no rate
+// measured before, nothing to compare, the cut is undone too.
+func TestCPUCutThatServedFewerIsUndone(t *testing.T) {
 	before := 160 / 1e9 // a pool of 8 for 50 ms queries, per ns
 	for _, tt := range []struct {
-		name   string
-		rate   float64 // calls a second served before the probe, per ns
-		served float64 // at the cut
-		cpuSat bool
+		name      string
+		rate      float64 // calls a second served before the probe, per ns
+		served    float64 // at the cut
+		cpuSat    bool
+		baselines Baselines
 	}{
-		{"half served, CPU idle", before, 0.5 * before, false},
-		{"half served, CPU saturated", before, 0.5 * before, true},
-		{"nothing measured before", 0, before, false},
+		{"half served, CPU idle", before, 0.5 * before, false, LowerBaselines},
+		{"half served, CPU saturated", before, 0.5 * before, true, KeepBaselines},
+		{"nothing measured before", 0, before, false, LowerBaselines},
 	} {
-		for _, off := range []bool{false, true} {
-			t.Run(fmt.Sprintf("%s/off=%v", tt.name, off), func(t *testing.T) {
-				o := Params{Floor: 1, Procs: 1, Interval: 100 * time.Millisecond}
-				if off {
-					o.Off = 1 << KeepOnStretch
-				}
-				// Started at a limit of 8 on a stretch of 2: the cut is 4,
-				// whose calls ran at their baselines (stretch 1 < 0.8 × 2).
-				s := State{Est: 8, phase: phaseSteady}
-				s.probe = probeState{kind: CPUProbe, saved: 8, r: 2, limit: 4, started: int64(time.Second), rate: tt.rate}
-				pm := Probed{N: probeSamples, Stretch: 1, HasBase: true, HasCPU: true, CPUSat: tt.cpuSat, Rate: tt.served}
-				next, st := s.EndProbe(2*int64(time.Second), pm, &o)
-				want, est := Kept, 4.0
-				if off {
-					want, est = Undone, 8
-				}
-				if st.Cause != want || st.Est != est {
-					t.Fatalf("endProbe of a cut from 8 to 4, shorter, served %.0f/s of %.0f/s: cause %v, limit %v; want %v, %v",
-						tt.served*1e9, tt.rate*1e9, st.Cause, st.Est, want, est)
-				}
-				if gate := off && tt.cpuSat; next.cpuElsewhere != gate || (!off && next.phase != phaseHolding) {
-					t.Errorf("after: gate closed %v, phase %v; want gate closed %v, holding if kept", next.cpuElsewhere, next.phase, gate)
-				}
-			})
-		}
+		t.Run(tt.name, func(t *testing.T) {
+			o := Params{Floor: 1, Procs: 1, Interval: 100 * time.Millisecond}
+			// Started at a limit of 8 on a stretch of 2: the cut is 4, whose
+			// calls ran at their baselines (stretch 1 < 0.8 × 2).
+			s := State{Est: 8, phase: phaseSteady}
+			s.probe = probeState{kind: CPUProbe, saved: 8, r: 2, limit: 4, started: int64(time.Second), rate: tt.rate}
+			pm := Probed{N: probeSamples, Stretch: 1, HasBase: true, HasCPU: true, CPUSat: tt.cpuSat, Rate: tt.served}
+			next, st := s.EndProbe(2*int64(time.Second), pm, &o)
+			if st.Cause != Undone || st.Est != 8 || st.Baselines != tt.baselines {
+				t.Fatalf("endProbe of a cut from 8 to 4, shorter, served %.0f/s of %.0f/s: cause %v, limit %v, baselines %v; want undone, 8, %v",
+					tt.served*1e9, tt.rate*1e9, st.Cause, st.Est, st.Baselines, tt.baselines)
+			}
+			if next.phase == phaseHolding || next.cpuElsewhere != tt.cpuSat || st.ClosedGate != tt.cpuSat {
+				t.Errorf("after the undone cut: phase %v, gate closed %v (step %v); want not holding, gate closed %v",
+					next.phase, next.cpuElsewhere, st.ClosedGate, tt.cpuSat)
+			}
+		})
 	}
 }
 
