@@ -22,8 +22,33 @@ import (
 // of the call that gave the turn up) run before it, where the handoff
 // alone would run the call first.
 func TestWaitedTurnYieldsFirst(t *testing.T) {
-	if order := waitedTurnOrder(t, 0); len(order) != 2 || order[0] != "writer" {
-		t.Fatalf("order %v, want the writer before the call", order)
+	mostlyFirst(t, "writer", func() []string { return waitedTurnOrder(t, 0) })
+}
+
+// orderTrials is how many times a test of the scheduler's order runs its
+// case; orderMisses is how many of them may run in the other order. Once
+// in 61 schedules Go's scheduler takes the global run queue first (its
+// fairness tick), which is where a goroutine that yielded waits: so the
+// order a yield makes holds in all trials but, now and then, one. A
+// regression (no yield, or one too many) misses in every trial.
+const (
+	orderTrials = 10
+	orderMisses = 2
+)
+
+// mostlyFirst fails t unless want ran first in all but orderMisses of
+// orderTrials runs of order.
+func mostlyFirst(t *testing.T, want string, order func() []string) {
+	t.Helper()
+	var missed [][]string
+	for range orderTrials {
+		if o := order(); len(o) != 2 || o[0] != want {
+			missed = append(missed, o)
+		}
+	}
+	if len(missed) > orderMisses {
+		t.Fatalf("%d of %d runs ran in another order (%v), want the %s first in all but %d",
+			len(missed), orderTrials, missed, want, orderMisses)
 	}
 }
 
@@ -44,9 +69,7 @@ func TestShortWaitedTurnDoesNotYield(t *testing.T) {
 		{"long", 4 * shortCall, "writer"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			if order := waitedTurnOrder(t, tc.svc); len(order) != 2 || order[0] != tc.want {
-				t.Fatalf("service time %v: order %v, want the %s first", tc.svc, order, tc.want)
-			}
+			mostlyFirst(t, tc.want, func() []string { return waitedTurnOrder(t, tc.svc) })
 		})
 	}
 }
@@ -129,49 +152,58 @@ func TestShortCallStartsWithoutYielding(t *testing.T) {
 		{"unknown", 0, "transport"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
-			l, err := New(WithBounds(4, 4))
-			if err != nil {
-				t.Fatal(err)
-			}
-			if tc.svc > 0 {
-				teach(t, l.Flow("/svc/M"), tc.svc)
-			}
-			g := NewGuard("run", l).(interface {
-				admission.Guard
-				admission.Starter
-			})
-			c := admission.Call{Ctx: context.Background(), Method: "/svc/M", Now: time.Now()}
-			d := g.Admit(c)
-			if d.Refused {
-				t.Fatalf("Admit = %+v", d)
-			}
-			var (
-				mu    sync.Mutex
-				order []string
-				wg    sync.WaitGroup
-			)
-			record := func(s string) { mu.Lock(); order = append(order, s); mu.Unlock() }
-			ready := make(chan struct{})
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				<-ready
-				record("transport")
-			}()
-			close(ready) // the transport's goroutine is runnable
-			d = g.Start(c, d.Permit)
-			record("call")
-			if d.Refused {
-				t.Fatalf("Start = %+v", d)
-			}
-			wg.Wait()
-			g.Finish(c, d.Permit, admission.Outcome{Duration: time.Microsecond})
-			if len(order) != 2 || order[0] != tc.want {
-				t.Fatalf("service time %v: order %v, want the %s first", tc.svc, order, tc.want)
-			}
+			mostlyFirst(t, tc.want, func() []string { return startOrder(t, tc.svc) })
 		})
 	}
+}
+
+// startOrder runs, on one processor, the guard's Start of a call that
+// takes a free turn of a flow whose calls took svc (0: none finished
+// yet), a goroutine (the transport's) made runnable just before it, and
+// returns the order in which they ran.
+func startOrder(t *testing.T, svc time.Duration) []string {
+	t.Helper()
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
+	l, err := New(WithBounds(4, 4))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if svc > 0 {
+		teach(t, l.Flow("/svc/M"), svc)
+	}
+	g := NewGuard("run", l).(interface {
+		admission.Guard
+		admission.Starter
+	})
+	c := admission.Call{Ctx: context.Background(), Method: "/svc/M", Now: time.Now()}
+	d := g.Admit(c)
+	if d.Refused {
+		t.Fatalf("Admit = %+v", d)
+	}
+	var (
+		mu    sync.Mutex
+		order []string
+		wg    sync.WaitGroup
+	)
+	record := func(s string) { mu.Lock(); order = append(order, s); mu.Unlock() }
+	ready := make(chan struct{})
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		<-ready
+		record("transport")
+	}()
+	close(ready) // the transport's goroutine is runnable
+	d = g.Start(c, d.Permit)
+	record("call")
+	if d.Refused {
+		t.Fatalf("Start = %+v", d)
+	}
+	wg.Wait()
+	g.Finish(c, d.Permit, admission.Outcome{Duration: time.Microsecond})
+	mu.Lock()
+	defer mu.Unlock()
+	return order
 }
 
 // TestOneTurnForHandlersSharingOneProcessor: on one processor, handlers
