@@ -530,18 +530,17 @@ func (s State) closeProbe(now int64, pm Probed, o *Params) (State, Step) {
 	return s, undo
 }
 
-// endCPUProbe ends probe p (undo sets the limit back): shorter than
-// cpuKeep of p.r while serving keepServed of the calls a second served
-// before, the cut is kept; else slower than time-sharing explains with
-// the CPU not saturated, the service changed (rebase); else with the CPU
-// saturated the gate closes; else baselines lowered unless slower
+// endCPUProbe ends probe p: shorter than cpuKeep of p.r while serving
+// keepServed of the calls a second served before, the cut is kept; else
+// it is undone (undo sets the limit back, its calls rebaseTrigger slower
+// than the baselines move them: closeProbe), the gate closing with the
+// CPU saturated, the baselines lowered to shorter calls without
 // (docs/runlimit-learner.md, "How each probe ends"). A cut whose calls
 // ran shorter but that served fewer a second is undone: by Little's law
 // it cut into what the server runs at once (a pool it fell below), not
 // into a queue of the limit's own.
 func (s State) endCPUProbe(now int64, p probeState, pm Probed, undo Step, o *Params) (State, Step) {
 	pr := pm.Stretch
-	shared := max(1, p.r*float64(p.limit)/p.saved) // the stretch time-sharing leaves at p.limit
 	// A cut below one call per processor (cpuCut) asks only whether the
 	// service slowed: kept, it would leave a processor idle.
 	keepable := p.limit >= o.Procs
@@ -552,8 +551,6 @@ func (s State) endCPUProbe(now int64, p probeState, pm Probed, undo Step, o *Par
 		// whatever time-sharing alone explains. A service that slowed
 		// by itself serves fewer at a lower limit.
 		return s.keepCut(now, p, s.keptBaselines(now, p, pm), o)
-	case pr >= rebaseTrigger*shared && pm.HasCPU && !pm.CPUSat:
-		undo.Baselines = Rebase
 	case pm.HasCPU && pm.CPUSat:
 		s.cpuElsewhere, undo.ClosedGate = true, true
 	case pr < rebaseTrigger:
