@@ -162,6 +162,7 @@ func (l *Limiter) measure(flows []*Flow, end int64) learn.Sample {
 	for _, f := range flows {
 		n, sum, nx := f.n.Swap(0), f.sum.Swap(0), f.nx.Swap(0)
 		beside += nx
+		m.Held += float64(f.held.Swap(0))
 		if d := end - l.opened; d > 0 {
 			f.rate += carriedGain * (float64(n+nx)/float64(d) - f.rate)
 		}

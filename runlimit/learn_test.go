@@ -336,3 +336,56 @@ func TestNoDecisionOnCallsAllBesideAnExcess(t *testing.T) {
 		t.Errorf("Overran = %d, Grows = %d, want 1 and 0", st.Overran, st.Grows)
 	}
 }
+
+// TestGrowsWhenCallsThatTaughtNothingFillTheLimit: whether the limit was
+// reached counts every turn held (learn's Sample.ran), not only the
+// turns of calls that taught a service time. Here three calls in four
+// fail by an error of their own (a guard gives their turn back with
+// Release, teaching nothing) and hold their turns as long as the one
+// that succeeds: the limit, full all the time with no stretch, grows.
+// Counting the calls that taught alone read a quarter of the limit at
+// once, under growRan, and left it where it was however full.
+func TestGrowsWhenCallsThatTaughtNothingFillTheLimit(t *testing.T) {
+	const ms = time.Millisecond
+	t0 := time.Unix(1_700_000_000, 0)
+	var now time.Duration
+	at := func() time.Time { return t0.Add(now) }
+	l := mustNew(t, WithBounds(1, 64), WithInitialLimit(8), WithInterval(100*ms), withClock(at))
+	f := l.Flow("/svc/Call")
+	for now < 2*time.Second { // two calls of 10ms at a time, all succeed: the baseline
+		a, okA := f.TryAcquire(at())
+		b, okB := f.TryAcquire(at())
+		if !okA || !okB {
+			t.Fatalf("no two turns free at limit %d", l.Limit())
+		}
+		now += 10 * ms
+		a.Done(at(), false)
+		b.Done(at(), false)
+	}
+	before := l.Limit()
+	if f.Baseline() != 10*ms {
+		t.Fatalf("baseline %v after calls of 10ms, want 10ms", f.Baseline())
+	}
+	for now < 3*time.Second { // every turn taken, for 10ms each; one call in four succeeds
+		var held []Ticket
+		for {
+			tk, ok := f.TryAcquire(at())
+			if !ok {
+				break
+			}
+			held = append(held, tk)
+		}
+		now += 10 * ms
+		for i, tk := range held {
+			if i%4 == 0 {
+				tk.Done(at(), false)
+			} else {
+				tk.Release()
+			}
+		}
+	}
+	if got := l.Limit(); got <= before {
+		t.Errorf("limit %d full for a second, calls at their baseline, three in four failing by their own error: Limit() = %d, want it grown (%+v)",
+			before, got, l.Stats())
+	}
+}

@@ -603,6 +603,7 @@ type Flow struct {
 	_ [cacheLine]byte
 	// Instants are ns since the Limiter's epoch.
 	n, sum atomic.Int64 // calls finished in the interval within the limit (excessAt), and their service time, ns
+	held   atomic.Int64 // how long every turn that ended in the interval was held, ns, whatever its call taught
 	svc    atomic.Int64 // mean service time (EWMA, weight 1/8), ns; 0 until the first
 	calls  atomic.Int64 // calls a guard admitted and has not finished
 	lastOK atomic.Int64 // when the last call that taught svc ended
@@ -1107,6 +1108,7 @@ func (ln *Lane) overrun(w *waiter) Ticket {
 // call that was refused or abandoned before it did its work.
 func (t Ticket) Release() {
 	if t.f != nil {
+		t.f.held.Add(max(t.f.l.nanos(t.f.l.o.now())-t.start, 0))
 		t.noteFinished()
 		t.f.l.release(false, -1)
 	}
@@ -1134,6 +1136,7 @@ func (t Ticket) doneAt(end int64, overload bool) {
 	t.noteFinished()
 	l.release(true, end)
 	svc := max(end-t.start, 1)
+	f.held.Add(svc)
 	ci := admission.Critical.Index()
 	if t.ln != nil {
 		ci = t.ln.class.Index()

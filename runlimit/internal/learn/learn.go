@@ -145,6 +145,7 @@ type Sample struct {
 	Ratios  float64 // their service times over their flows' baselines, summed
 	Bases   float64 // their flows' baselines, summed, ns
 	SvcSum  float64 // their service times, summed, ns
+	Held    float64 // how long every turn that ended in the interval was held, summed, ns, whatever its call taught
 	Asked   float64 // turns asked for in the interval, per ns (runlimit's Limiter.offered)
 	Done    float64 // turns ended per ns, smoothed (runlimit's Limiter.markRates)
 	CPUSat  bool    // the CPU signal is saturated and holds growth off
@@ -161,15 +162,17 @@ func (m *Sample) stretch() float64 {
 	return 1
 }
 
-// ran is how many calls ran at once, on average over the interval
-// (Little's law: the service times of the calls that finished in it over
-// its length), at most the most that ran at once (the service times may
-// have begun before the interval); 0 without calls.
+// ran is how many turns were held at once, on average over the interval
+// (Little's law: how long the turns that ended in it were held, over its
+// length), at most the most held at once (a turn may have been taken
+// before the interval); 0 without turns. Every turn counts, whatever its
+// call taught: one whose call failed by its own error, ran beside calls
+// beyond the limit or was given back held the turn as long.
 func (m *Sample) ran() float64 {
 	if m.Span <= 0 {
 		return 0
 	}
-	return min(m.SvcSum/float64(m.Span), float64(m.Peak))
+	return min(m.Held/float64(m.Span), float64(m.Peak))
 }
 
 // clean reports whether the interval's calls ran at their baselines:

@@ -117,9 +117,9 @@ func TestCPUCutThatServedFewerIsUndone(t *testing.T) {
 }
 
 // TestGrowsOnlyFromCallsThatRanAtTheLimit: a limit reached at one moment
-// of an interval (Peak) grows only if the interval's calls ran at least
-// growRan of it at once on average (Little's law over the calls that
-// finished): at a spike's start the calls that fill the limit have not
+// of an interval (Peak) grows only if the interval's turns were held at
+// least growRan of it at once on average (Little's law over the turns
+// that ended, Sample.Held): at a spike's start the calls that fill the limit have not
 // finished, and those that have ran at the load before, at their
 // baselines; slow start doubled the limit on them, into a queue no
 // stretch had shown yet. With the branch GrowOnRan off it grows.
@@ -142,7 +142,7 @@ func TestGrowsOnlyFromCallsThatRanAtTheLimit(t *testing.T) {
 			}
 			s := State{Est: 32, phase: phaseSlowStart, probed: true}
 			m := &Sample{End: 10 * int64(time.Second), Span: int64(o.Interval), Peak: 32,
-				Weight: tt.calls, Ratios: tt.calls, Bases: tt.calls * 50 * ms, SvcSum: tt.calls * 50 * ms}
+				Weight: tt.calls, Ratios: tt.calls, Bases: tt.calls * 50 * ms, SvcSum: tt.calls * 50 * ms, Held: tt.calls * 50 * ms}
 			_, st := s.Decide(m, &o)
 			if !st.Set || st.Est != tt.want {
 				t.Errorf("limit 32 reached, %v calls of 50ms finished in 100ms (%v at once): step %+v, want the limit at %v",
@@ -259,7 +259,7 @@ func TestCleanIsWhatRanAtTheBaselines(t *testing.T) {
 	// calls of svc ms, n at once for 100ms, stretched r, peak at once.
 	interval := func(end float64, n, svc, r float64, peak int64) Sample {
 		w := n * 100 / svc
-		return Sample{End: at(end), Span: at(0.1), Peak: peak, Weight: w, Ratios: w * r, Bases: w * svc * 1e6 / r, SvcSum: w * svc * 1e6}
+		return Sample{End: at(end), Span: at(0.1), Peak: peak, Weight: w, Ratios: w * r, Bases: w * svc * 1e6 / r, SvcSum: w * svc * 1e6, Held: w * svc * 1e6}
 	}
 	for _, step := range []struct {
 		name  string
@@ -305,7 +305,7 @@ func TestLagReadAgainstTheWork(t *testing.T) {
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			s := State{Est: 2, phase: phaseSteady, probed: true}
-			m := Sample{End: int64(time.Second), Weight: 20, Ratios: 20 * tt.svc / tt.base, Bases: 20 * tt.base, SvcSum: 20 * tt.svc,
+			m := Sample{End: int64(time.Second), Weight: 20, Ratios: 20 * tt.svc / tt.base, Bases: 20 * tt.base, SvcSum: 20 * tt.svc, Held: 20 * tt.svc,
 				LagN: 10, LagSum: int64(10 * 1.1 * ms), CPUSat: true}
 			next, st := s.Decide(&m, &o)
 			if !st.Start || next.probe.kind != LagProbe || next.probe.limit != 1 {
@@ -358,7 +358,7 @@ func TestKeptCutGrowsBackWithTheCPUSaturated(t *testing.T) {
 		// Ten calls finished at their 50ms baselines, the limit reached,
 		// n intervals after the hold.
 		return &Sample{End: s.holdUntil + int64(n)*int64(o.Interval), Span: int64(o.Interval), Peak: int64(s.Est),
-			Weight: 10, Ratios: 10, Bases: 10 * 50 * ms, SvcSum: 10 * 50 * ms, CPUSat: true, CPURoom: room}
+			Weight: 10, Ratios: 10, Bases: 10 * 50 * ms, SvcSum: 10 * 50 * ms, Held: 10 * 50 * ms, CPUSat: true, CPURoom: room}
 	}
 	s := State{Est: 8, phase: phaseSteady}
 	s.probe = probeState{kind: CPUProbe, saved: 8, r: 2.6, limit: 3, started: int64(time.Second), rate: 60 / 1e9}
