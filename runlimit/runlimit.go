@@ -1104,8 +1104,11 @@ func (ln *Lane) overrun(w *waiter) Ticket {
 	return Ticket{f: ln.f, ln: ln, start: start}
 }
 
-// Release returns the turn without teaching the Limiter anything: for a
-// call that was refused or abandoned before it did its work.
+// Release returns the turn without teaching the Limiter a service time:
+// for a call that was refused or abandoned before it did its work, or
+// that failed by an error of its own (a fast failure would lower the
+// baseline). How long the turn was held still counts toward whether the
+// limit was reached (its calls ran at once: docs/runlimit-learner.md).
 func (t Ticket) Release() {
 	if t.f != nil {
 		t.f.held.Add(max(t.f.l.nanos(t.f.l.o.now())-t.start, 0))
