@@ -93,6 +93,40 @@ func TestDeadlineJudgedOnTheInjectedClock(t *testing.T) {
 	ch.Finish(&c, ps, admission.Outcome{Duration: time.Millisecond})
 }
 
+// TestTurnTakenAtOnceReadsNoClock: a unary call with a deadline whose
+// turn is free when it starts is judged at its own instant, c.Now, which
+// the transport read as the handler started: its Start reads the
+// Limiter's clock not once (it read it to judge the deadline, a reading a
+// call the cheap calls of a calm server paid for nothing). A call handed
+// its turn after a wait is judged on the clock
+// (TestDeadlineJudgedOnTheInjectedClock's first call, TestDeadlineAtTurn
+// in TestGuardReservationsBalance).
+func TestTurnTakenAtOnceReadsNoClock(t *testing.T) {
+	clk := clocktest.New(time.Unix(1000, 0))
+	var reads int
+	l := mustNew(t, WithBounds(4, 4), withTimers(clk), withClock(func() time.Time { reads++; return clk.Now() }))
+	tk, _ := l.Flow("/s/M").TryAcquire(clk.Now())
+	tk.Done(clk.Now().Add(time.Millisecond), false) // a 1ms service time
+	ch, err := admission.NewChain("r", []admission.Guard{NewGuard("run", l)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := clk.Now()
+	c := admission.Call{Ctx: context.Background(), Method: "/s/M", Now: now, Deadline: now.Add(time.Second)}
+	ps := new(admission.Permits)
+	if i, d := ch.Admit(&c, ps); i >= 0 {
+		t.Fatalf("Admit = %d %+v, want admitted", i, d)
+	}
+	reads = 0
+	if i, d := ch.Start(&c, ps); i >= 0 {
+		t.Fatalf("Start of a call with 1s left for a 1ms method = %d %+v, want admitted", i, d)
+	}
+	if reads != 0 {
+		t.Errorf("Start of a turn taken at once read the Limiter's clock %d times, want 0", reads)
+	}
+	ch.Finish(&c, ps, admission.Outcome{Duration: time.Millisecond})
+}
+
 // TestStreamHoldOnTheInjectedClock: a server stream gives its turn back
 // when the Limiter's clock passes its hold.
 func TestStreamHoldOnTheInjectedClock(t *testing.T) {

@@ -106,6 +106,12 @@ var protections = []protection{
 		extra: true,
 	},
 	{
+		name: "hooks", label: "a tap and interceptors that decide nothing", short: "hooks",
+		about: "a transport tap that hands each call to the interceptors in its context, and unary and stream interceptors that read it and call the handler (hooks.go): grpc-go's own price of protecting in the tap and the interceptor, the floor under any protection that does (-peak; not in the default run)",
+		build: hooksProtection,
+		extra: true,
+	},
+	{
 		name: "levee", label: "levee preset", short: "levee preset",
 		about: "levee's one-call preset, protect.New(), told no number (levee.go)",
 		build: func(serverSpec) ([]grpc.ServerOption, func(), error) { return leveeProtection() },
