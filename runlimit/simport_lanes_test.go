@@ -175,9 +175,37 @@ func TestSimClassesServedInOrderWhileLearning(t *testing.T) {
 				if served < 0.99 {
 					t.Errorf("the higher class, trickling beside a flood of the lower: %.1f%% of its calls served, want >= 99%%", 100*served)
 				}
+				// From a cold start too: the warm-up's five seconds.
+				warm := r.res.Sources[0][0]
+				servedWarm := float64(warm.Succeeded) / float64(warm.Offered)
+				checkPort(t, warmUpKnown(sv.shape.Name), "warm-up", servedWarm >= 0.99, "the higher class, trickling beside a flood of the lower from a cold start (the warm-up): %.1f%% of its calls served (%d of %d, %d refused), want >= 99%%", 100*servedWarm, warm.Succeeded, warm.Offered, warm.Refused)
 			})
 		}
 	}
+}
+
+// warmUpKnown marks, by shape and seed (portSeed), the warm-up bound of
+// TestSimClassesServedInOrderWhileLearning that a known defect breaks
+// (docs/ablation.md, Open). From a cold start into a flood of the lower
+// class:
+//   - io: the flood's calls whose waits run out without evidence run
+//     beyond the limit, up to ten times it (the overrun rule's bound is
+//     an interval's work: 160 calls at a limit of 16 for 10 ms calls);
+//     the higher class's calls wait behind them for the pool and are
+//     refused once evidence holds (116 of the 120 refused on seeds 1-4
+//     with more than twice the limit running);
+//   - cpu, seeds 1 and 3: the first limit of 4 time-shares the one
+//     processor before it settles at one, and a few of the higher
+//     class's calls, waiting for a turn, are refused on the busy CPU
+//     (5 and 4 calls, about 1.1 s in).
+func warmUpKnown(shape string) map[string]string {
+	switch {
+	case shape == "io":
+		return map[string]string{"warm-up": "the lower class's calls run beyond the limit at a cold start, and the higher class waits behind them"}
+	case shape == "cpu" && (portSeed == 1 || portSeed == 3):
+		return map[string]string{"warm-up": "the first limit time-shares the processor, and the higher class's waits run out on a busy CPU"}
+	}
+	return nil
 }
 
 // TestSimClumpedArrivalsKeepTheServerBusy (was the same name): 1ms
