@@ -99,8 +99,7 @@ func TestDeadlineJudgedOnTheInjectedClock(t *testing.T) {
 // Limiter's clock not once (it read it to judge the deadline, a reading a
 // call the cheap calls of a calm server paid for nothing). A call handed
 // its turn after a wait is judged on the clock
-// (TestDeadlineJudgedOnTheInjectedClock's first call, TestDeadlineAtTurn
-// in TestGuardReservationsBalance).
+// (TestTurnAfterAWaitJudgedOnTheClock).
 func TestTurnTakenAtOnceReadsNoClock(t *testing.T) {
 	clk := clocktest.New(time.Unix(1000, 0))
 	var reads int
@@ -125,6 +124,56 @@ func TestTurnTakenAtOnceReadsNoClock(t *testing.T) {
 		t.Errorf("Start of a turn taken at once read the Limiter's clock %d times, want 0", reads)
 	}
 	ch.Finish(&c, ps, admission.Outcome{Duration: time.Millisecond})
+}
+
+// TestTurnAfterAWaitJudgedOnTheClock: a unary call handed its turn after
+// a wait is judged against its deadline on the Limiter's clock, when the
+// turn came, not at its own instant (c.Now, when it began to wait): with
+// 10ms left when it began and 0.5ms when its turn comes, for a 1ms
+// method, it is refused as too late.
+func TestTurnAfterAWaitJudgedOnTheClock(t *testing.T) {
+	clk := clocktest.New(time.Unix(1000, 0))
+	l := mustNew(t, WithBounds(1, 1), WithQueueTarget(time.Hour), withTimers(clk))
+	tk, _ := l.Flow("/s/M").TryAcquire(clk.Now())
+	tk.Done(clk.Now().Add(time.Millisecond), false) // a 1ms service time
+	ch, err := admission.NewChain("r", []admission.Guard{NewGuard("run", l)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	hold, ok := l.Flow("/s/M").TryAcquire(clk.Now())
+	if !ok {
+		t.Fatal("TryAcquire of the only turn = false")
+	}
+	now := clk.Now()
+	c := admission.Call{Ctx: context.Background(), Method: "/s/M", Now: now, Deadline: now.Add(10 * time.Millisecond)}
+	ps := new(admission.Permits)
+	if i, d := ch.Admit(&c, ps); i >= 0 {
+		t.Fatalf("Admit = %d %+v, want admitted", i, d)
+	}
+	type result struct {
+		i int
+		d admission.Decision
+	}
+	done := make(chan result, 1)
+	go func() {
+		i, d := ch.Start(&c, ps)
+		done <- result{i, d}
+	}()
+	pollUntil(t, "waiting for the turn", func() bool { return l.Waiting() == 1 })
+	clk.Advance(9500 * time.Microsecond)
+	hold.Release()
+	var r result
+	select {
+	case r = <-done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("Start still waiting 10s after the turn was given back")
+	}
+	if r.i != 0 || !r.d.DeadlineTooShort {
+		t.Errorf("Start handed its turn with 0.5ms left for a 1ms method = %d %+v, want a DeadlineTooShort refusal", r.i, r.d)
+	}
+	if l.Running() != 0 || l.Waiting() != 0 {
+		t.Errorf("running %d, waiting %d after the refusal; want 0, 0", l.Running(), l.Waiting())
+	}
 }
 
 // TestStreamHoldOnTheInjectedClock: a server stream gives its turn back
