@@ -338,18 +338,14 @@ func (ln *Lane) grace(now int64) time.Duration {
 }
 
 // turned refuses a unary call that got its turn t, giving it back, if its
-// deadline can no longer be met. A turn taken at once, without the
-// queue's lock, starts at c.Now (Flow.tryAcquire), and its deadline is
-// judged there; any other was taken later, and the clock is read again.
+// deadline can no longer be met. The deadline is judged on the clock,
+// not at c.Now: a Starter earlier in the chain may have made the call
+// wait since (admission.Chain passes every Starter the same Call).
 func (g *guard) turned(c admission.Call, ln *Lane, t Ticket) admission.Decision {
 	f := ln.f
 	cl := call{hasDeadline: !c.Deadline.IsZero()}
 	if cl.hasDeadline {
-		now := c.Now
-		if t.start != g.l.nanos(now) {
-			now = g.l.o.now()
-		}
-		cl.left, cl.serviceTime = c.Deadline.Sub(now), f.ServiceTimeAt(c.Now)
+		cl.left, cl.serviceTime = c.Deadline.Sub(g.l.o.now()), f.ServiceTimeAt(c.Now)
 	}
 	if v, _ := judge(atTurn, cl, nil); v == refuseTooLate {
 		t.Release()

@@ -2,11 +2,16 @@ package main
 
 import (
 	"context"
+	"errors"
+	"net"
 	"testing"
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
+	testgrpc "google.golang.org/grpc/interop/grpc_testing"
+	"google.golang.org/grpc/status"
 	"google.golang.org/grpc/tap"
 
 	"github.com/levee-go/levee/examples/inventory"
@@ -42,7 +47,9 @@ func TestHooksHandTheCallOver(t *testing.T) {
 	}
 }
 
-// A server behind the hooks protection serves the load's calls.
+// A server behind the hooks protection runs its tap and its unary
+// interceptor on every call: the handler finds the tap's call in its
+// context, cleared by the interceptor; and it serves the load's calls.
 func TestHooksServe(t *testing.T) {
 	var hooks protection
 	for _, p := range protections {
@@ -53,17 +60,63 @@ func TestHooksServe(t *testing.T) {
 	if hooks.build == nil {
 		t.Fatal("no protection named hooks")
 	}
-	addr, _ := serveInProcess(t, hooks)
-	cc, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	opts, stop, err := hooks.build(serverSpec{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stop()
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	gs := grpc.NewServer(opts...)
+	testgrpc.RegisterTestServiceServer(gs, hooksCheck{})
+	served := make(chan error, 1)
+	go func() { served <- gs.Serve(lis) }()
+	defer func() {
+		gs.Stop()
+		if err := <-served; err != nil && !errors.Is(err, grpc.ErrServerStopped) {
+			t.Error(err)
+		}
+	}()
+	cc, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer cc.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	if _, err := inventoryv1.NewInventoryServiceClient(cc).Allocate(ctx, &inventoryv1.AllocateRequest{Sku: inventory.DefaultSKUs()[0], Quantity: 1, OrderId: "hooks-1"}); err != nil {
+	for range 3 {
+		if _, err := testgrpc.NewTestServiceClient(cc).EmptyCall(ctx, &testgrpc.Empty{}); err != nil {
+			t.Fatalf("EmptyCall behind hooks = %v, want success", err)
+		}
+	}
+	addr, _ := serveInProcess(t, hooks)
+	inv, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer inv.Close()
+	if _, err := inventoryv1.NewInventoryServiceClient(inv).Allocate(ctx, &inventoryv1.AllocateRequest{Sku: inventory.DefaultSKUs()[0], Quantity: 1, OrderId: "hooks-1"}); err != nil {
 		t.Errorf("Allocate behind hooks = %v, want success", err)
 	}
+}
+
+// hooksCheck's EmptyCall fails unless hooksTap handed its call in the
+// context and hooksUnary found it (and cleared its method).
+type hooksCheck struct {
+	testgrpc.UnimplementedTestServiceServer
+}
+
+func (hooksCheck) EmptyCall(ctx context.Context, _ *testgrpc.Empty) (*testgrpc.Empty, error) {
+	c, _ := ctx.Value(hooksKey{}).(*hooksCall)
+	switch {
+	case c == nil:
+		return nil, status.Error(codes.Internal, "no call from the tap in the handler's context")
+	case c.method != "":
+		return nil, status.Errorf(codes.Internal, "the tap's call for %s was not found by the interceptor", c.method)
+	}
+	return &testgrpc.Empty{}, nil
 }
 
 // ctxStream is a grpc.ServerStream of which only Context is used.
