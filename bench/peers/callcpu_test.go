@@ -192,12 +192,20 @@ func serveInProcess(tb testing.TB, p protection) (addr string, web bool) {
 		tb.Fatal(err)
 	}
 	tb.Cleanup(stop)
+	return serveGRPC(tb, opts, func(gs *grpc.Server) { inventory.Register(gs, srv) }), false
+}
+
+// serveGRPC serves a grpc-go server with opts, its services registered
+// by register, on a loopback port until the test ends, and returns its
+// address.
+func serveGRPC(tb testing.TB, opts []grpc.ServerOption, register func(*grpc.Server)) string {
+	tb.Helper()
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		tb.Fatal(err)
 	}
 	gs := grpc.NewServer(opts...)
-	inventory.Register(gs, srv)
+	register(gs)
 	served := make(chan error, 1)
 	go func() { served <- gs.Serve(lis) }()
 	tb.Cleanup(func() {
@@ -206,7 +214,7 @@ func serveInProcess(tb testing.TB, p protection) (addr string, web bool) {
 			tb.Error(err)
 		}
 	})
-	return lis.Addr().String(), false
+	return lis.Addr().String()
 }
 
 // floors are what a refusal costs a transport at the least, levee

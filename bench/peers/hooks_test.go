@@ -2,8 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
-	"net"
 	"testing"
 	"time"
 
@@ -65,21 +63,8 @@ func TestHooksServe(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer stop()
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	gs := grpc.NewServer(opts...)
-	testgrpc.RegisterTestServiceServer(gs, hooksCheck{})
-	served := make(chan error, 1)
-	go func() { served <- gs.Serve(lis) }()
-	defer func() {
-		gs.Stop()
-		if err := <-served; err != nil && !errors.Is(err, grpc.ErrServerStopped) {
-			t.Error(err)
-		}
-	}()
-	cc, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	addr := serveGRPC(t, opts, func(gs *grpc.Server) { testgrpc.RegisterTestServiceServer(gs, hooksCheck{}) })
+	cc, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -91,8 +76,8 @@ func TestHooksServe(t *testing.T) {
 			t.Fatalf("EmptyCall behind hooks = %v, want success", err)
 		}
 	}
-	addr, _ := serveInProcess(t, hooks)
-	inv, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	invAddr, _ := serveInProcess(t, hooks)
+	inv, err := grpc.NewClient(invAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		t.Fatal(err)
 	}
