@@ -38,14 +38,22 @@ type Call struct {
 	// it opens, and its Outcome carries no Duration: its lifetime is not
 	// a service time. A run limit gives a stream a turn only while it is
 	// likely to work (runlimit.NewGuard). The transport sets it when it
-	// knows (gRPC: from the first stream of a method on, and always by the
-	// time the handler starts).
+	// knows (gRPC: from the first call of a method on, and always by the
+	// time the handler starts; see StreamUnknown).
 	Stream bool
 	// ClientStream is true for a stream on which the client sends a
 	// stream of messages (client-streaming or bidirectional): its handler
 	// waits for them, and may wait for good. The transport sets it, with
 	// Stream, by the time the handler starts.
 	ClientStream bool
+	// StreamUnknown is true when the transport admits the call before it
+	// knows whether the call is a stream: gRPC's tap, and a connect-go
+	// middleware, for a method none of whose calls has reached a handler
+	// yet. Stream and ClientStream are then false; by the time the
+	// handler starts the transport sets them and clears StreamUnknown. A
+	// guard that counts unary calls at admission (runlimit's spike) counts
+	// such a call at its start instead.
+	StreamUnknown bool
 }
 
 // Init sets c to a call of method seen at now under ctx, with ctx's
@@ -54,7 +62,7 @@ type Call struct {
 // than the fields.
 func (c *Call) Init(ctx context.Context, method string, now time.Time) {
 	c.Ctx, c.Method, c.Key, c.Now, c.Queued = ctx, method, "", now, 0
-	c.Tenant, c.Class, c.Stream, c.ClientStream = "", Critical, false, false
+	c.Tenant, c.Class, c.Stream, c.ClientStream, c.StreamUnknown = "", Critical, false, false, false
 	c.Deadline, _ = ctx.Deadline()
 }
 

@@ -417,7 +417,7 @@ func (g *Guard) take(ctx context.Context) *callState {
 func (g *Guard) start(ctx context.Context, st *callState, kind decide.Kind) (admission.Call, error) {
 	c := st.call
 	c.Ctx = ctx
-	c.Stream, c.ClientStream = kind.Stream(), kind.ClientSends()
+	c.Stream, c.ClientStream, c.StreamUnknown = kind.Stream(), kind.ClientSends(), false
 	now := g.clock.Now()
 	c.Queued = now.Sub(c.Now)
 	c.Now = now
@@ -516,7 +516,9 @@ const maxKinds = 4096
 // kinds remembers the stream kind of each procedure the interceptor has
 // seen, for the middleware, which cannot tell it from a request (a gRPC
 // request looks the same for every kind). Until a procedure is seen its
-// calls are admitted as unary, as grpcguard's tap does. Reads take no
+// calls are admitted as of unknown kind (decide.UnknownKind), as
+// grpcguard's tap admits them, and the interceptor tells their kind as
+// their handlers start. Reads take no
 // lock and allocate nothing; a new procedure copies the map.
 type kinds struct {
 	m  atomic.Pointer[map[string]decide.Kind]
@@ -525,9 +527,11 @@ type kinds struct {
 
 func (k *kinds) of(procedure string) decide.Kind {
 	if m := k.m.Load(); m != nil {
-		return (*m)[procedure]
+		if kind, ok := (*m)[procedure]; ok {
+			return kind
+		}
 	}
-	return decide.Unary
+	return decide.UnknownKind
 }
 
 func (k *kinds) note(procedure string, kind decide.Kind) {

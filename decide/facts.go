@@ -27,8 +27,9 @@ type Facts struct {
 	// Deadline is the call's deadline; the zero Time: none.
 	Deadline time.Time
 	// Kind is the call's stream kind, as far as the front-end knows it
-	// when it asks: a gRPC transport that cannot tell yet says Unary, or
-	// ServerStream for a method it has seen stream.
+	// when it asks: a transport that admits calls before it can tell
+	// (gRPC's tap) says UnknownKind for a method none of whose calls has
+	// reached a handler yet, and the kind it saw after that.
 	Kind Kind
 	// Lookup reads the call's headers, peer and verified identity when a
 	// rule asks for them; nil: the call has none of them.
@@ -75,12 +76,19 @@ const (
 	ClientStream
 	// BidiStream: streams both ways.
 	BidiStream
+	// UnknownKind: the front-end cannot tell yet whether the call is a
+	// stream (admission.Call.StreamUnknown). The guards read it as a
+	// unary call until its handler starts, when the front-end gives the
+	// kind.
+	UnknownKind
 )
 
-// String returns "unary", "server_stream", "client_stream" or
-// "bidi_stream".
+// String returns "unary", "server_stream", "client_stream",
+// "bidi_stream" or "unknown".
 func (k Kind) String() string {
 	switch k {
+	case UnknownKind:
+		return "unknown"
 	case ServerStream:
 		return "server_stream"
 	case ClientStream:
@@ -91,8 +99,9 @@ func (k Kind) String() string {
 	return "unary"
 }
 
-// Stream reports whether k is a stream of any kind (admission.Call.Stream).
-func (k Kind) Stream() bool { return k != Unary }
+// Stream reports whether k is a stream of any kind (admission.Call.Stream);
+// false for Unary and UnknownKind.
+func (k Kind) Stream() bool { return k == ServerStream || k == ClientStream || k == BidiStream }
 
 // ClientSends reports whether the client sends a stream of messages on
 // a call of kind k: ClientStream and BidiStream

@@ -90,13 +90,14 @@ func (r *Compiled) Classifies() bool { return r.crit != nil }
 // the KeyFuncs and f's Lookup do not.
 func (r *Compiled) Fill(f Facts, now time.Time, c *admission.Call) {
 	*c = admission.Call{
-		Ctx:          f.Ctx,
-		Method:       f.Method,
-		Now:          now,
-		Deadline:     f.Deadline,
-		Class:        admission.Critical,
-		Stream:       f.Kind.Stream(),
-		ClientStream: f.Kind.ClientSends(),
+		Ctx:           f.Ctx,
+		Method:        f.Method,
+		Now:           now,
+		Deadline:      f.Deadline,
+		Class:         admission.Critical,
+		Stream:        f.Kind.Stream(),
+		ClientStream:  f.Kind.ClientSends(),
+		StreamUnknown: f.Kind == UnknownKind,
 	}
 	r.Describe(f, c)
 }

@@ -69,18 +69,15 @@ func verifiedLeaf(ctx context.Context) *x509.Certificate {
 	return info.State.VerifiedChains[0][0]
 }
 
-// tapFacts are the facts of a call in the tap. Its stream kind is a guess:
-// grpc-go does not say it yet, so a method seen as a stream before is a
-// server stream.
-func tapFacts(ctx context.Context, info *tap.Info, stream bool) decide.Facts {
-	f := decide.Facts{Ctx: ctx, Method: info.FullMethodName, Lookup: tapMD(info.Header)}
+// tapFacts are the facts of a call in the tap, of kind: grpc-go does not
+// say it there, so it is the kind its method's handlers showed before, or
+// decide.UnknownKind.
+func tapFacts(ctx context.Context, info *tap.Info, kind decide.Kind) decide.Facts {
+	f := decide.Facts{Ctx: ctx, Method: info.FullMethodName, Kind: kind, Lookup: tapMD(info.Header)}
 	if info.Header == nil {
 		f.Lookup = incoming{}
 	}
 	f.Deadline, _ = ctx.Deadline()
-	if stream {
-		f.Kind = decide.ServerStream
-	}
 	return f
 }
 

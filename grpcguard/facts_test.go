@@ -25,7 +25,7 @@ func TestMetadataKey(t *testing.T) {
 	}
 	kf := MetadataKey(old)
 	md := metadata.Pairs("x-tenant-id", "acme")
-	if got := kf(tapFacts(context.Background(), &tap.Info{Header: md}, false)); got != "md:acme" {
+	if got := kf(tapFacts(context.Background(), &tap.Info{Header: md}, decide.Unary)); got != "md:acme" {
 		t.Errorf("MetadataKey in the tap = %q, want md:acme", got)
 	}
 	ctx := metadata.NewIncomingContext(context.Background(), md)

@@ -64,7 +64,7 @@ func FuzzHeaderKey(f *testing.F) {
 		ctx := metadata.NewIncomingContext(context.Background(), md)
 		kf := decide.HeaderKey(name)
 
-		tapKey := kf(tapFacts(context.Background(), &tap.Info{Header: md}, false))
+		tapKey := kf(tapFacts(context.Background(), &tap.Info{Header: md}, decide.Unary))
 		ctxKey := kf(callFacts(ctx, "", decide.Unary))
 		if tapKey != ctxKey {
 			t.Fatalf("HeaderKey(%q): key from metadata %q, from the context %q; want the same", name, tapKey, ctxKey)
@@ -82,11 +82,11 @@ func FuzzHeaderKey(f *testing.F) {
 		case len(want) > decide.MaxKeyLen && !strings.HasPrefix(tapKey, want[:decide.MaxKeyLen/2]):
 			t.Fatalf("HeaderKey(%q) = %q for a long value, want it to keep the value's prefix", name, tapKey)
 		}
-		if got := kf(tapFacts(context.Background(), &tap.Info{Header: md}, false)); got != tapKey {
+		if got := kf(tapFacts(context.Background(), &tap.Info{Header: md}, decide.Unary)); got != tapKey {
 			t.Fatalf("HeaderKey(%q) = %q, then %q for the same metadata", name, tapKey, got)
 		}
 		// A call carrying v2 first has v2's key: different values, different keys.
-		other := kf(tapFacts(context.Background(), &tap.Info{Header: metadata.Pairs(header, v2)}, false))
+		other := kf(tapFacts(context.Background(), &tap.Info{Header: metadata.Pairs(header, v2)}, decide.Unary))
 		if strings.ToLower(name) == header && (v1 == v2) != (tapKey == other) {
 			t.Fatalf("HeaderKey(%q): values %q and %q have keys %q and %q; want equal keys exactly for equal values",
 				name, v1, v2, tapKey, other)
@@ -260,7 +260,7 @@ func FuzzFactsOfMetadata(f *testing.F) {
 		ctx := metadata.NewIncomingContext(context.Background(), md)
 		var seen [2]admission.Call
 		for i, fa := range []decide.Facts{
-			tapFacts(context.Background(), &tap.Info{FullMethodName: method, Header: md}, false),
+			tapFacts(context.Background(), &tap.Info{FullMethodName: method, Header: md}, decide.Unary),
 			callFacts(ctx, method, decide.Unary),
 		} {
 			r := e.Match(fa.Method)

@@ -266,7 +266,7 @@ func (s *Server) TapHandle(ctx context.Context, info *tap.Info) (context.Context
 		return ctx, nil
 	}
 	st, gen := newState(r)
-	f := tapFacts(ctx, info, s.streams.isStream(info.FullMethodName))
+	f := tapFacts(ctx, info, s.streams.kindOf(info.FullMethodName))
 	now := s.now()
 	if s.pending.due(int64(now.Sub(s.clock.Epoch()))) {
 		s.pending.sweep() // before the rule admits: what abandoned calls hold is back
@@ -367,7 +367,10 @@ func (s *Server) start(ctx context.Context, tc *tapCtx, kind decide.Kind) (admis
 	s.release(tc)
 	c := st.call
 	c.Ctx = ctx
-	c.Stream, c.ClientStream = kind.Stream(), kind.ClientSends()
+	if c.StreamUnknown {
+		s.streams.noteKind(c.Method, kind) // its method's next calls are admitted as kind
+	}
+	c.Stream, c.ClientStream, c.StreamUnknown = kind.Stream(), kind.ClientSends(), false
 	c.Queued = now.Sub(c.Now)
 	c.Now = now
 	if i, d := st.rule.Start(&c, &st.permits); i >= 0 {
@@ -495,7 +498,7 @@ func (s *Server) StreamServerInterceptor() grpc.StreamServerInterceptor {
 
 func (s *Server) stream(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
 	ctx := ss.Context()
-	s.streams.noteStream(info.FullMethod)
+	s.streams.noteKind(info.FullMethod, streamKind(info))
 	tc, tapped := ctx.Value(stateKey{}).(*tapCtx)
 	ip, ok := s.streams.enter(ctx)
 	if !ok {

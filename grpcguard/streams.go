@@ -13,8 +13,10 @@ import (
 )
 
 // Streams are admitted once, when they open: the rule's guards decide on
-// them as on a unary call, with admission.Call.Stream set. An open stream
-// holds no turn of a run limit (runlimit), and its lifetime is never
+// them as on a unary call, with admission.Call.Stream set (in the tap from
+// the first call of their method on: see admission.Call.StreamUnknown).
+// An open stream holds a turn of a run limit for its first moments at
+// most (runlimit's package doc, "Streams"), and its lifetime is never
 // reported as a duration (admission.Outcome.Duration is 0), so that no
 // guard learns it as a service time. What a stream's messages cost the
 // server shows in the CPU signal, which the run limit follows.
@@ -61,9 +63,9 @@ type StreamStats struct {
 	Refused uint64 // streams refused by the caps
 }
 
-// streams knows which methods are streams and counts the open ones.
+// streams knows each method's stream kind and counts the open streams.
 type streams struct {
-	kinds  atomic.Pointer[map[string]struct{}] // methods seen as streams; replaced, never changed
+	kinds  atomic.Pointer[map[string]decide.Kind] // methods' kinds as seen by a handler; replaced, never changed
 	kindMu sync.Mutex
 
 	max, perPeer int64
@@ -75,42 +77,44 @@ type streams struct {
 
 func newStreams(max, perPeer int) *streams {
 	s := &streams{max: int64(max), perPeer: int64(perPeer), peers: map[string]int64{}}
-	s.kinds.Store(&map[string]struct{}{})
+	s.kinds.Store(&map[string]decide.Kind{})
 	return s
 }
 
-// isStream reports whether method was seen as a stream. It allocates
-// nothing.
-func (s *streams) isStream(method string) bool {
-	_, ok := (*s.kinds.Load())[method]
-	return ok
+// kindOf is method's kind as its handlers saw it, or decide.UnknownKind
+// before one did. It allocates nothing.
+func (s *streams) kindOf(method string) decide.Kind {
+	if k, ok := (*s.kinds.Load())[method]; ok {
+		return k
+	}
+	return decide.UnknownKind
 }
 
-// maxStreamKinds caps the methods a Server remembers as streams. Only
-// registered streaming methods reach the stream interceptor, unless the
-// server has a handler for unknown services (grpc.UnknownServiceHandler),
-// which the stream interceptor runs for every name a client sends: the cap
-// keeps those from growing the set (and its copies) without end. A stream
-// not remembered is still known as one by the time its handler starts
-// (admission.Call.Stream).
-const maxStreamKinds = 1024
+// maxKinds caps the methods a Server remembers the kind of. Only
+// registered methods reach the interceptors, unless the server has a
+// handler for unknown services (grpc.UnknownServiceHandler), which the
+// stream interceptor runs for every name a client sends: the cap keeps
+// those from growing the set (and its copies) without end. The tap admits
+// a call of a method not remembered as of unknown kind, and the
+// interceptor tells its kind by the time its handler starts.
+const maxKinds = 1024
 
-// noteStream records that method is a stream, up to maxStreamKinds.
-func (s *streams) noteStream(method string) {
-	if s.isStream(method) {
+// noteKind records that method's calls are of kind, up to maxKinds.
+func (s *streams) noteKind(method string, kind decide.Kind) {
+	if _, ok := (*s.kinds.Load())[method]; ok {
 		return
 	}
 	s.kindMu.Lock()
 	defer s.kindMu.Unlock()
 	old := *s.kinds.Load()
-	if _, ok := old[method]; ok || len(old) >= maxStreamKinds {
+	if _, ok := old[method]; ok || len(old) >= maxKinds {
 		return
 	}
-	m := make(map[string]struct{}, len(old)+1)
-	for k := range old {
-		m[k] = struct{}{}
+	m := make(map[string]decide.Kind, len(old)+1)
+	for k, v := range old {
+		m[k] = v
 	}
-	m[method] = struct{}{}
+	m[method] = kind
 	s.kinds.Store(&m)
 }
 

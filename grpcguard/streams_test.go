@@ -2,28 +2,40 @@ package grpcguard
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"io"
 	"net"
 	"testing"
+	"time"
 
+	testgrpc "google.golang.org/grpc/interop/grpc_testing"
 	"google.golang.org/grpc/peer"
+
+	"github.com/levee-go/levee/admission"
+	"github.com/levee-go/levee/decide"
+	"github.com/levee-go/levee/internal/guardtest"
 )
 
-// TestStreamKindsBounded: the methods remembered as streams stop at
-// maxStreamKinds, whatever names the stream interceptor sees (with a
-// handler for unknown services it sees every name a client sends); those
-// remembered first stay. Before, each new name copied the whole set: a
-// flood of 50,000 names took minutes of CPU and kept every name.
+// TestStreamKindsBounded: the methods whose kind a Server remembers stop
+// at maxKinds, whatever names the stream interceptor sees (with a handler
+// for unknown services it sees every name a client sends); those
+// remembered first stay, and a name beyond the cap stays of unknown kind.
+// Before, each new name copied the whole set: a flood of 50,000 names
+// took minutes of CPU and kept every name.
 func TestStreamKindsBounded(t *testing.T) {
 	s := newStreams(0, 0)
-	for i := range 5 * maxStreamKinds {
-		s.noteStream(fmt.Sprintf("/junk.Svc/M%d", i))
+	for i := range 5 * maxKinds {
+		s.noteKind(fmt.Sprintf("/junk.Svc/M%d", i), decide.BidiStream)
 	}
-	if n := len(*s.kinds.Load()); n != maxStreamKinds {
-		t.Errorf("%d names seen as streams: %d remembered, want maxStreamKinds (%d)", 5*maxStreamKinds, n, maxStreamKinds)
+	if n := len(*s.kinds.Load()); n != maxKinds {
+		t.Errorf("%d names seen as streams: %d remembered, want maxKinds (%d)", 5*maxKinds, n, maxKinds)
 	}
-	if !s.isStream("/junk.Svc/M0") || s.isStream(fmt.Sprintf("/junk.Svc/M%d", maxStreamKinds)) {
-		t.Error("isStream: want the first names remembered, not those beyond the cap")
+	if k := s.kindOf("/junk.Svc/M0"); k != decide.BidiStream {
+		t.Errorf("kindOf(the first name) = %v, want %v", k, decide.BidiStream)
+	}
+	if k := s.kindOf(fmt.Sprintf("/junk.Svc/M%d", maxKinds)); k != decide.UnknownKind {
+		t.Errorf("kindOf(a name beyond the cap) = %v, want %v", k, decide.UnknownKind)
 	}
 }
 
@@ -66,4 +78,37 @@ func TestStreamCapPerPeerIPv6(t *testing.T) {
 	if st := s.stats(); st.Open != 0 || st.Peers != 0 || st.Refused != 1 {
 		t.Fatalf("stats after every stream left = %+v, want none open, none by peer, 1 refused", st)
 	}
+}
+
+// TestTapTellsTheKindsHandlersShowed: the tap admits the first call of a
+// method as of unknown kind (admission.Call.StreamUnknown), its handler's
+// start gives the kind, and the method's next calls are admitted as that
+// kind. Before, the tap said unary for every method until one of its
+// streams started: runlimit counted a burst of streams to a method not
+// seen yet as a spike of unary calls while their handlers waited for the
+// processor.
+func TestTapTellsTheKindsHandlersShowed(t *testing.T) {
+	fg := &guardtest.Forced{}
+	s := mustServer(t, []decide.Rule{{Guards: []admission.Guard{fg}}})
+	env := startServer(t, &testService{}, false, s.ServerOptions())
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	for range 2 {
+		if _, err := env.client.EmptyCall(ctx, &testgrpc.Empty{}); err != nil {
+			t.Fatalf("EmptyCall() = %v", err)
+		}
+		stream, err := env.client.FullDuplexCall(ctx)
+		if err == nil {
+			err = stream.CloseSend()
+		}
+		if err == nil {
+			_, err = stream.Recv()
+		}
+		if !errors.Is(err, io.EOF) {
+			t.Fatalf("FullDuplexCall: %v, want EOF", err)
+		}
+	}
+	guardtest.CheckKinds(t, fg,
+		[]string{emptyCall + " unknown", duplexCall + " unknown", emptyCall + " unary", duplexCall + " stream"},
+		[]string{emptyCall + " unary", duplexCall + " stream", emptyCall + " unary", duplexCall + " stream"})
 }

@@ -68,7 +68,9 @@ const (
 	unturned  = 1 << 60 // a stream that runs without a turn, since the rest of Value
 	valueOf   = unturned - 1
 	uncounted = 1 << 59 // a reservation counted in no slot of its lane: it never lapses
-	// tapOffered: counted for spiking at admission, as a unary call.
+	// tapOffered: counted for spiking at admission, as a unary call (not
+	// set for a call of admission.Call.StreamUnknown: counted at its
+	// start if it is no stream).
 	tapOffered = 1 << 62
 )
 
@@ -109,10 +111,11 @@ func (g *guard) Admit(c admission.Call) admission.Decision {
 	gen := ln.tapGen(g.l.nanos(c.Now))
 	ln.lapse(gen)
 	why, ok := ln.fits(c.Now, false)
-	if !c.Stream || !ok {
+	unary := !c.Stream && !c.StreamUnknown
+	if unary || !ok {
 		// Counted where the transport reads the call, not paced by the
-		// handlers running; not a stream admitted (docs/runlimit.md, "a
-		// spike").
+		// handlers running; not a stream admitted, nor a call that may be
+		// one (docs/runlimit.md, "a spike").
 		g.l.offered.Add(1)
 	}
 	if !ok {
@@ -121,7 +124,7 @@ func (g *guard) Admit(c admission.Call) admission.Decision {
 	gen, us, counted := ln.tapIn(gen)
 	f.calls.Add(1)
 	v := placeOf(gen, us, counted)
-	if !c.Stream {
+	if unary {
 		v |= tapOffered
 	}
 	return admission.Grant(admission.Permit{Ref: ln, Value: v})
@@ -174,6 +177,9 @@ func (g *guard) beforeTurn(c admission.Call, p admission.Permit) (ln *Lane, cost
 	}
 	if c.Stream {
 		return nil, 0, g.startStream(c, ln, p), true
+	}
+	if p.Value&tapOffered == 0 {
+		g.l.offered.Add(1) // admitted before the transport knew it was no stream
 	}
 	cost, d, ok := g.reserveAt(c, ln, p)
 	if !ok {

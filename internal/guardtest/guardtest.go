@@ -10,6 +10,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -65,17 +66,19 @@ type Forced struct {
 	admits   int
 	starts   int
 	finishes []admission.Outcome
+	admitted []admission.Call // as Admit saw them
 	calls    []admission.Call // as Start saw them
 }
 
 // Name returns "forced".
 func (f *Forced) Name() string { return "forced" }
 
-// Admit answers the decision Set gave for admission.
-func (f *Forced) Admit(admission.Call) admission.Decision {
+// Admit records c and answers the decision Set gave for admission.
+func (f *Forced) Admit(c admission.Call) admission.Decision {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.admits++
+	f.admitted = append(f.admitted, c)
 	f.signal()
 	return f.atAdmit
 }
@@ -153,11 +156,46 @@ func (f *Forced) Outcomes() []admission.Outcome {
 	return append([]admission.Outcome(nil), f.finishes...)
 }
 
+// Admitted returns the calls as Admit saw them.
+func (f *Forced) Admitted() []admission.Call {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return append([]admission.Call(nil), f.admitted...)
+}
+
 // Started returns the calls as Start saw them.
 func (f *Forced) Started() []admission.Call {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return append([]admission.Call(nil), f.calls...)
+}
+
+// CheckKinds fails tb unless f admitted, and then started, calls of the
+// kinds given, one "method kind" each in order: the kind "unknown"
+// (admission.Call.StreamUnknown), "stream" or "unary".
+func CheckKinds(tb testing.TB, f *Forced, admitted, started []string) {
+	tb.Helper()
+	if got := kinds(f.Admitted()); !slices.Equal(got, admitted) {
+		tb.Errorf("admitted as %q, want %q", got, admitted)
+	}
+	if got := kinds(f.Started()); !slices.Equal(got, started) {
+		tb.Errorf("started as %q, want %q", got, started)
+	}
+}
+
+func kinds(calls []admission.Call) []string {
+	k := make([]string, len(calls))
+	for i, c := range calls {
+		switch {
+		case c.StreamUnknown:
+			k[i] = c.Method + " unknown"
+		case c.Stream:
+			k[i] = c.Method + " stream"
+		default:
+			k[i] = c.Method + " unary"
+		}
+	}
+	return k
 }
 
 // Pass is a guard that admits every call, at admission and at its start
