@@ -27,6 +27,7 @@ const (
 	ruleHoldKept                     // a kept cut holds the limit's growth off for a while
 	ruleBesideExcess                 // a call that ran beside calls beyond the limit teaches no service time
 	ruleGrowOnRan                    // a reached limit grows only from calls that ran half of it at once
+	ruleClassOver                    // a turn beyond the limit that ends passes to a higher class waiting
 	rules
 )
 
@@ -38,6 +39,7 @@ var ruleNames = [rules]string{
 	"learner: slow start", "slack", "roomy classes", "learner: hold after a kept cut",
 	"learner: no service time beside calls beyond the limit",
 	"learner: growth needs half the limit run on average",
+	"class order: a turn beyond the limit passes to a higher class",
 }
 
 // on reports whether rule r is on (it is, but in ablation tests).

@@ -173,3 +173,132 @@ func TestStreamHoldOnTheInjectedClock(t *testing.T) {
 	}
 	ch.Finish(&c, ps, admission.Outcome{})
 }
+
+// TestTurnBeyondTheLimitPassesToAHigherClass: a Sheddable call whose wait
+// ran out without evidence of overload runs beyond the limit; when it
+// ends, the turn passes to the Critical call waiting, beyond the limit
+// too, and not to the pool, so that the classes' order holds beyond the
+// limit. With ruleClassOver off the turn goes away and the Critical call
+// waits for the turn within the limit.
+func TestTurnBeyondTheLimitPassesToAHigherClass(t *testing.T) {
+	for _, off := range []bool{false, true} {
+		clk := clocktest.New(time.Unix(1000, 0))
+		opts := []Option{WithBounds(1, 1), WithQueueTarget(time.Second), WithInterval(time.Hour), withTimers(clk)}
+		if off {
+			opts = append(opts, withOff(ruleClassOver))
+		}
+		l := mustNew(t, opts...)
+		f := l.Flow("/s/M")
+		shed, crit := f.Lane("", admission.Sheddable), f.Lane("", admission.Critical)
+		ctx := context.Background()
+		hold, err := shed.Acquire(ctx)
+		if err != nil {
+			t.Fatalf("the free turn: %v", err)
+		}
+		acquire := func(ln *Lane) <-chan Ticket {
+			ch := make(chan Ticket, 1)
+			go func() {
+				tk, err := ln.Acquire(ctx)
+				if err != nil {
+					t.Errorf("Acquire(%v) = %v, want a turn", ln.Class(), err)
+				}
+				ch <- tk
+			}()
+			return ch
+		}
+		got := func(ch <-chan Ticket, what string) Ticket {
+			t.Helper()
+			select {
+			case tk := <-ch:
+				return tk
+			case <-time.After(10 * time.Second):
+				t.Fatalf("off=%v: %s: no turn after 10s", off, what)
+				return Ticket{}
+			}
+		}
+		overCh := acquire(shed)
+		pollUntil(t, "a Sheddable call waiting", func() bool { return l.Waiting() == 1 && clk.Timers() == 1 })
+		clk.Advance(time.Hour) // past its wait, without evidence
+		beyond := got(overCh, "the Sheddable call whose wait ran out")
+		if r := l.Running(); r != 2 {
+			t.Fatalf("off=%v: Running() = %d with a call beyond a limit of 1, want 2", off, r)
+		}
+		critCh := acquire(crit)
+		pollUntil(t, "a Critical call waiting", func() bool { return l.Waiting() == 1 })
+		beyond.Release()
+		if off {
+			if r, w := l.Running(), l.Waiting(); r != 1 || w != 1 {
+				t.Errorf("rule off: Running(), Waiting() = %d, %d after the call beyond the limit ended, want 1, 1", r, w)
+			}
+			hold.Release()
+			got(critCh, "the Critical call, the turn within the limit freed").Release()
+		} else {
+			tk := got(critCh, "the Critical call, a turn beyond the limit ended")
+			if r, w := l.Running(), l.Waiting(); r != 2 || w != 0 {
+				t.Errorf("Running(), Waiting() = %d, %d with the turn passed on, want 2, 0", r, w)
+			}
+			tk.Release() // beyond the limit, nobody of a higher class waiting: it goes away
+			if r := l.Running(); r != 1 {
+				t.Errorf("Running() = %d after the Critical call beyond the limit ended, want 1", r)
+			}
+			hold.Release()
+		}
+		if r, w := l.Running(), l.Waiting(); r != 0 || w != 0 {
+			t.Errorf("off=%v: Running(), Waiting() = %d, %d at the end, want 0, 0", off, r, w)
+		}
+	}
+}
+
+// TestGuardPassesATurnBeyondTheLimitToAHigherClass: through NewGuard too,
+// a Sheddable call's turn beyond the limit, ended by Finish, passes to
+// the Critical call waiting (the permit keeps that the turn is beyond the
+// limit).
+func TestGuardPassesATurnBeyondTheLimitToAHigherClass(t *testing.T) {
+	clk := clocktest.New(time.Unix(1000, 0))
+	l := mustNew(t, WithBounds(1, 1), WithQueueTarget(time.Second), WithInterval(time.Hour), withTimers(clk))
+	g := NewGuard("run", l)
+	st := g.(admission.Starter)
+	hold, ok := l.Flow("/s/M").TryAcquire(clk.Now())
+	if !ok {
+		t.Fatal("TryAcquire of the only turn = false")
+	}
+	start := func(class admission.Criticality) (admission.Call, <-chan admission.Decision) {
+		c := admission.Call{Ctx: context.Background(), Method: "/s/M", Now: clk.Now(), Class: class}
+		d := g.Admit(c)
+		if d.Refused {
+			t.Fatalf("%v refused at admission: %+v", class, d)
+		}
+		ch := make(chan admission.Decision, 1)
+		go func() { ch <- st.Start(c, d.Permit) }()
+		return c, ch
+	}
+	got := func(ch <-chan admission.Decision, what string) admission.Decision {
+		t.Helper()
+		select {
+		case d := <-ch:
+			if d.Refused {
+				t.Fatalf("%s: refused at its start: %+v", what, d)
+			}
+			return d
+		case <-time.After(10 * time.Second):
+			t.Fatalf("%s: no turn after 10s", what)
+			return admission.Decision{}
+		}
+	}
+	shedCall, shedCh := start(admission.Sheddable)
+	pollUntil(t, "a Sheddable call waiting", func() bool { return l.Waiting() == 1 && clk.Timers() == 1 })
+	clk.Advance(time.Hour) // past its wait, without evidence
+	shed := got(shedCh, "the Sheddable call whose wait ran out")
+	critCall, critCh := start(admission.Critical)
+	pollUntil(t, "a Critical call waiting", func() bool { return l.Waiting() == 1 })
+	g.Finish(shedCall, shed.Permit, admission.Outcome{Duration: time.Millisecond})
+	crit := got(critCh, "the Critical call, a turn beyond the limit ended")
+	if r, w := l.Running(), l.Waiting(); r != 2 || w != 0 {
+		t.Errorf("Running(), Waiting() = %d, %d with the turn passed on, want 2, 0", r, w)
+	}
+	g.Finish(critCall, crit.Permit, admission.Outcome{Duration: time.Millisecond})
+	hold.Release()
+	if r, w := l.Running(), l.Waiting(); r != 0 || w != 0 {
+		t.Errorf("Running(), Waiting() = %d, %d at the end, want 0, 0", r, w)
+	}
+}

@@ -31,8 +31,11 @@
 //
 // Calls that find every turn taken wait in their lane: one per flow (a
 // method), tenant and criticality class (Flow.Lane). Turns go to the
-// highest class with calls waiting; within a class, lanes share them by
-// start-time fair queueing (Lane, WithTenantWeights). Tenants and flows
+// highest class with calls waiting, a turn beyond the limit too (that of
+// a lower class's call whose wait ran out without evidence of overload
+// passes, when it ends, to a higher class's call waiting); within a
+// class, lanes share them by start-time fair queueing (Lane,
+// WithTenantWeights). Tenants and flows
 // are bounded in number (WithMaxTenants, WithMaxFlows) and forgotten when
 // idle. A transport admits only the calls that should start within half
 // their flow's queue target (Lane.Admissible, Flow.QueueTarget), and a

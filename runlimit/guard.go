@@ -72,6 +72,8 @@ const (
 	// set for a call of admission.Call.StreamUnknown: counted at its
 	// start if it is no stream).
 	tapOffered = 1 << 62
+	// overTurn: the turn (with turn) is one beyond the limit (Ticket.over).
+	overTurn = 1 << 58
 )
 
 // placeOf is the Value of a permit of a reservation (see tapIn).
@@ -293,7 +295,7 @@ func (g *guard) Finish(c admission.Call, p admission.Permit, o admission.Outcome
 			ln.release(p, g.l.o.now()) // admitted, never started
 		}
 	default:
-		finishTurn(Ticket{f: f, ln: ln, start: int64(p.Value &^ turn)}, c, o)
+		finishTurn(Ticket{f: f, ln: ln, start: int64(p.Value &^ (turn | overTurn)), over: p.Value&overTurn != 0}, c, o)
 	}
 }
 

@@ -352,7 +352,11 @@ func (g *guard) turned(c admission.Call, ln *Lane, t Ticket) admission.Decision 
 		return holding(admission.Decision{Refused: true, Reason: ReasonTooLate, DeadlineTooShort: true, Cause: admission.CauseDeadlineTooShort,
 			Evidence: admission.EvidenceServiceTime, Threshold: float32(cl.serviceTime.Seconds() * 1e3)}, ln)
 	}
-	return admission.Grant(admission.Permit{Ref: ln, Value: turn | uint64(max(t.start, 0))})
+	v := turn | uint64(max(t.start, 0))
+	if t.over {
+		v |= overTurn
+	}
+	return admission.Grant(admission.Permit{Ref: ln, Value: v})
 }
 
 // refusal is the decision for a wait that ended with err, refused on why.

@@ -725,6 +725,7 @@ type Ticket struct {
 	ln     *Lane // the lane whose class the turn counts for; nil: Critical
 	start  int64 // when the turn was taken, ns since the Limiter's epoch
 	stream bool  // a stream's turn: not counted for spike
+	over   bool  // a turn beyond the limit (Lane.overrun), or one passed on from one (Limiter.release)
 }
 
 // Start returns when the turn was taken.
@@ -770,6 +771,7 @@ type waiter struct {
 	done   bool        // handed a turn, under Limiter.mu
 	handed int64       // when, ns since the Limiter's epoch
 	stream bool        // a stream's: its wait runs out without a turn (errNoTurn), not beyond the limit
+	over   bool        // handed a turn beyond the limit (Limiter.release); under Limiter.mu
 }
 
 // Acquire takes a turn for a call of f, of no tenant and class Critical,
@@ -835,6 +837,7 @@ func (l *Limiter) recycle(w *waiter) {
 // started is the ticket of w, handed its turn, noting its lag to run.
 func (ln *Lane) started(w *waiter) Ticket {
 	t := ln.granted()
+	t.over = w.over
 	ln.f.l.noteLag(t.start, t.start-w.handed)
 	return t
 }
@@ -892,7 +895,7 @@ func (ln *Lane) giveUp(w *waiter) {
 	l.mu.Lock()
 	if w.done { // handed a turn as we gave up: pass it on
 		l.mu.Unlock()
-		l.release(false, -1)
+		l.release(false, -1, -1)
 		return
 	}
 	ln.leave(w, ^uint64(oneWaiting-1)) // waiting - 1
@@ -914,10 +917,12 @@ func (ln *Lane) leave(w *waiter, delta uint64) uint64 {
 const pollWait = 20 * time.Microsecond
 
 // release returns a turn at end (ns since epoch; now if negative) to the
-// next waiting call chosen fairly if the limit allows, or to the pool.
-// With poll set, a turn about to go to a class below one served lately
-// first waits for the network poller (docs/runlimit.md, "release").
-func (l *Limiter) release(poll bool, end int64) {
+// next waiting call chosen fairly if the limit allows, or to the pool; a
+// turn beyond the limit (over: its class index, else -1) passes on only
+// to a higher class (passesBeyond). With poll set, a turn about to go to
+// a class below one served lately first waits for the network poller
+// (docs/runlimit.md, "release").
+func (l *Limiter) release(poll bool, end int64, over int) {
 	for {
 		s := l.state.Load()
 		if waiting(s) == 0 {
@@ -935,7 +940,9 @@ func (l *Limiter) release(poll bool, end int64) {
 			l.mu.Unlock()
 			continue
 		}
-		if running(s) > l.limit.Load() { // the limit shrank: this turn goes away
+		beyond := running(s) > l.limit.Load()
+		if beyond && !l.passesBeyond(over) {
+			// The limit shrank, or the turn was beyond it: it goes away.
 			l.state.Add(^uint64(0)) // running - 1
 			l.mu.Unlock()
 			l.noteEnd(s, end)
@@ -951,10 +958,24 @@ func (l *Limiter) release(poll bool, end int64) {
 		}
 		l.noteLeft(l.state.Add(^uint64(oneWaiting - 1))) // waiting - 1; the turn passes on
 		w := l.dequeue()
+		w.over = beyond
 		l.mu.Unlock()
 		l.hand(w)
+		if beyond {
+			l.noteEnd(s, end)
+		}
 		return
 	}
+}
+
+// passesBeyond reports whether a turn beyond the limit, of the class of
+// index over (-1: not beyond), passes to a call waiting: one of a higher
+// class waits. Invariant (the classes' order): no call waits for a turn
+// while a lower class runs beyond the limit. It admits nothing more: the
+// calls running stay as many, and the lower class's calls beyond the
+// limit, admitted while there was no evidence of overload, end. Needs mu.
+func (l *Limiter) passesBeyond(over int) bool {
+	return over >= 0 && l.q.Highest() > over && l.on(ruleClassOver)
 }
 
 // noteEnd notes a turn returned at end (now if negative) from state s
@@ -1089,8 +1110,11 @@ func (ln *Lane) overrun(w *waiter) Ticket {
 	l := ln.f.l
 	l.mu.Lock()
 	if w.done {
+		over := w.over
 		l.mu.Unlock()
-		return ln.granted()
+		t := ln.granted()
+		t.over = over
+		return t
 	}
 	s := ln.leave(w, ^uint64(oneWaiting-2)) // waiting - 1, running + 1
 	l.overruns.Add(1)
@@ -1101,7 +1125,7 @@ func (ln *Lane) overrun(w *waiter) Ticket {
 	if running(s) == 1 {
 		l.turnAfterNone(start)
 	}
-	return Ticket{f: ln.f, ln: ln, start: start}
+	return Ticket{f: ln.f, ln: ln, start: start, over: true}
 }
 
 // Release returns the turn without teaching the Limiter a service time:
@@ -1113,7 +1137,7 @@ func (t Ticket) Release() {
 	if t.f != nil {
 		t.f.held.Add(max(t.f.l.nanos(t.f.l.o.now())-t.start, 0))
 		t.noteFinished()
-		t.f.l.release(false, -1)
+		t.f.l.release(false, -1, t.overClass())
 	}
 }
 
@@ -1122,6 +1146,23 @@ func (t Ticket) noteFinished() {
 	if !t.stream {
 		t.f.l.finished.Add(1)
 	}
+}
+
+// overClass is the class index of t if it is a turn beyond the limit,
+// else -1 (Limiter.release).
+func (t Ticket) overClass() int {
+	if !t.over {
+		return -1
+	}
+	return t.classIndex()
+}
+
+// classIndex is the index of the class t's turn counts for.
+func (t Ticket) classIndex() int {
+	if t.ln == nil {
+		return admission.Critical.Index()
+	}
+	return t.ln.class.Index()
 }
 
 // Done returns the turn of a call that ran, ending at now, and learns its
@@ -1137,14 +1178,10 @@ func (t Ticket) doneAt(end int64, overload bool) {
 	f := t.f
 	l := f.l
 	t.noteFinished()
-	l.release(true, end)
+	l.release(true, end, t.overClass())
 	svc := max(end-t.start, 1)
 	f.held.Add(svc)
-	ci := admission.Critical.Index()
-	if t.ln != nil {
-		ci = t.ln.class.Index()
-	}
-	l.sh.Served(ci)
+	l.sh.Served(t.classIndex())
 	switch {
 	case f.isUnserved, overload: // teaches nothing
 	case t.start < l.excessAt.Load() && f.baseNs.Load() > 0:
