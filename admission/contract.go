@@ -38,8 +38,8 @@ type Call struct {
 	// it opens, and its Outcome carries no Duration: its lifetime is not
 	// a service time. A run limit gives a stream a turn only while it is
 	// likely to work (runlimit.NewGuard). The transport sets it when it
-	// knows (gRPC: from the first call of a method on, and always by the
-	// time the handler starts; see StreamUnknown).
+	// knows (gRPC: once a call of the method reached its handler, and
+	// always by the time the handler starts; see StreamUnknown).
 	Stream bool
 	// ClientStream is true for a stream on which the client sends a
 	// stream of messages (client-streaming or bidirectional): its handler

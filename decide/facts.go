@@ -77,9 +77,8 @@ const (
 	// BidiStream: streams both ways.
 	BidiStream
 	// UnknownKind: the front-end cannot tell yet whether the call is a
-	// stream (admission.Call.StreamUnknown). The guards read it as a
-	// unary call until its handler starts, when the front-end gives the
-	// kind.
+	// stream (admission.Call.StreamUnknown): Stream is false until its
+	// handler starts, when the front-end gives the kind.
 	UnknownKind
 )
 

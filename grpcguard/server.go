@@ -367,8 +367,8 @@ func (s *Server) start(ctx context.Context, tc *tapCtx, kind decide.Kind) (admis
 	s.release(tc)
 	c := st.call
 	c.Ctx = ctx
-	if c.StreamUnknown {
-		s.streams.noteKind(c.Method, kind) // its method's next calls are admitted as kind
+	if c.StreamUnknown && kind == decide.Unary {
+		s.streams.noteKind(c.Method, kind) // its next calls are admitted as unary (stream noted streams)
 	}
 	c.Stream, c.ClientStream, c.StreamUnknown = kind.Stream(), kind.ClientSends(), false
 	c.Queued = now.Sub(c.Now)
@@ -498,7 +498,9 @@ func (s *Server) StreamServerInterceptor() grpc.StreamServerInterceptor {
 
 func (s *Server) stream(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
 	ctx := ss.Context()
-	s.streams.noteKind(info.FullMethod, streamKind(info))
+	if srv != nil { // a registered method, not one for grpc.UnknownServiceHandler
+		s.streams.noteKind(info.FullMethod, streamKind(info))
+	}
 	tc, tapped := ctx.Value(stateKey{}).(*tapCtx)
 	ip, ok := s.streams.enter(ctx)
 	if !ok {

@@ -13,8 +13,9 @@ import (
 )
 
 // Streams are admitted once, when they open: the rule's guards decide on
-// them as on a unary call, with admission.Call.Stream set (in the tap from
-// the first call of their method on: see admission.Call.StreamUnknown).
+// them as on a unary call, with admission.Call.Stream set (in the tap once
+// a call of their method reached its handler: see
+// admission.Call.StreamUnknown).
 // An open stream holds a turn of a run limit for its first moments at
 // most (runlimit's package doc, "Streams"), and its lifetime is never
 // reported as a duration (admission.Outcome.Duration is 0), so that no
@@ -93,15 +94,18 @@ func (s *streams) kindOf(method string) decide.Kind {
 // maxKinds caps the methods a Server remembers the kind of. Only
 // registered methods reach the interceptors, unless the server has a
 // handler for unknown services (grpc.UnknownServiceHandler), which the
-// stream interceptor runs for every name a client sends: the cap keeps
-// those from growing the set (and its copies) without end. The tap admits
-// a call of a method not remembered as of unknown kind, and the
-// interceptor tells its kind by the time its handler starts.
+// stream interceptor runs for every name a client sends; those names are
+// not remembered (the interceptor's srv is nil), and the cap keeps the
+// set (and its copies) bounded whatever else comes. The tap admits a call
+// of a method not remembered as of unknown kind, and the interceptor
+// tells its kind by the time its handler starts.
 const maxKinds = 1024
 
 // noteKind records that method's calls are of kind, up to maxKinds.
 func (s *streams) noteKind(method string, kind decide.Kind) {
-	if _, ok := (*s.kinds.Load())[method]; ok {
+	if m := *s.kinds.Load(); len(m) >= maxKinds {
+		return // full: no lock for a call of a name not remembered
+	} else if _, ok := m[method]; ok {
 		return
 	}
 	s.kindMu.Lock()

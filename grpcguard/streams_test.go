@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/grpc"
 	testgrpc "google.golang.org/grpc/interop/grpc_testing"
 	"google.golang.org/grpc/peer"
 
@@ -111,4 +112,37 @@ func TestTapTellsTheKindsHandlersShowed(t *testing.T) {
 	guardtest.CheckKinds(t, fg,
 		[]string{emptyCall + " unknown", duplexCall + " unknown", emptyCall + " unary", duplexCall + " stream"},
 		[]string{emptyCall + " unary", duplexCall + " stream", emptyCall + " unary", duplexCall + " stream"})
+}
+
+// noStream is the grpc.ServerStream of a stream whose handler sends and
+// receives nothing.
+type noStream struct{ grpc.ServerStream }
+
+func (noStream) Context() context.Context { return context.Background() }
+
+// TestUnknownServiceNamesAreNotRemembered: a name that reaches the stream
+// interceptor through a handler for unknown services
+// (grpc.UnknownServiceHandler, which grpc-go calls with no service: srv
+// nil) is not remembered as a stream, and takes none of maxKinds' places;
+// a registered stream's method is.
+func TestUnknownServiceNamesAreNotRemembered(t *testing.T) {
+	s := mustServer(t, []decide.Rule{{Methods: []string{emptyCall}, Guards: []admission.Guard{&guardtest.Forced{}}}})
+	in := s.StreamServerInterceptor()
+	handler := func(any, grpc.ServerStream) error { return nil }
+	for i := range 2 * maxKinds {
+		info := &grpc.StreamServerInfo{FullMethod: fmt.Sprintf("/junk.Svc/M%d", i), IsClientStream: true, IsServerStream: true}
+		if err := in(nil, noStream{}, info, handler); err != nil {
+			t.Fatalf("stream %d: %v", i, err)
+		}
+	}
+	if n := len(*s.streams.kinds.Load()); n != 0 {
+		t.Errorf("%d names remembered after %d calls for unknown services, want 0", n, 2*maxKinds)
+	}
+	info := &grpc.StreamServerInfo{FullMethod: duplexCall, IsClientStream: true, IsServerStream: true}
+	if err := in(&testService{}, noStream{}, info, handler); err != nil {
+		t.Fatal(err)
+	}
+	if k := s.streams.kindOf(duplexCall); k != decide.BidiStream {
+		t.Errorf("kindOf(%s) = %v after a stream of a registered service, want %v", duplexCall, k, decide.BidiStream)
+	}
 }

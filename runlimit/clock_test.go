@@ -178,8 +178,9 @@ func TestStreamHoldOnTheInjectedClock(t *testing.T) {
 // ran out without evidence of overload runs beyond the limit; when it
 // ends, the turn passes to the Critical call waiting, beyond the limit
 // too, and not to the pool, so that the classes' order holds beyond the
-// limit. With ruleClassOver off the turn goes away and the Critical call
-// waits for the turn within the limit.
+// limit; like any call beyond the limit, it teaches no service time. With
+// ruleClassOver off the turn goes away and the Critical call waits for
+// the turn within the limit.
 func TestTurnBeyondTheLimitPassesToAHigherClass(t *testing.T) {
 	for _, off := range []bool{false, true} {
 		clk := clocktest.New(time.Unix(1000, 0))
@@ -225,7 +226,10 @@ func TestTurnBeyondTheLimitPassesToAHigherClass(t *testing.T) {
 		}
 		critCh := acquire(crit)
 		pollUntil(t, "a Critical call waiting", func() bool { return l.Waiting() == 1 })
-		beyond.Release()
+		// Its end measured a millisecond before its turn is returned, as a
+		// transport's is: the turn passed on starts after it.
+		clk.Advance(time.Millisecond)
+		beyond.Done(clk.Now().Add(-time.Millisecond), false)
 		if off {
 			if r, w := l.Running(), l.Waiting(); r != 1 || w != 1 {
 				t.Errorf("rule off: Running(), Waiting() = %d, %d after the call beyond the limit ended, want 1, 1", r, w)
@@ -237,7 +241,10 @@ func TestTurnBeyondTheLimitPassesToAHigherClass(t *testing.T) {
 			if r, w := l.Running(), l.Waiting(); r != 2 || w != 0 {
 				t.Errorf("Running(), Waiting() = %d, %d with the turn passed on, want 2, 0", r, w)
 			}
-			tk.Release() // beyond the limit, nobody of a higher class waiting: it goes away
+			if ex := l.excessAt.Load(); tk.start >= ex {
+				t.Errorf("the turn passed beyond the limit started at %d ns, not before the excess noted (%d): its call would teach a service time", tk.start, ex)
+			}
+			tk.Done(clk.Now().Add(time.Millisecond), false) // beyond the limit, nobody of a higher class waiting: it goes away
 			if r := l.Running(); r != 1 {
 				t.Errorf("Running() = %d after the Critical call beyond the limit ended, want 1", r)
 			}

@@ -73,6 +73,8 @@ const (
 	// start if it is no stream).
 	tapOffered = 1 << 62
 	// overTurn: the turn (with turn) is one beyond the limit (Ticket.over).
+	// A turn's start, below it, is ns since the Limiter's epoch: 2^58 ns
+	// is nine years of a Limiter's life.
 	overTurn = 1 << 58
 )
 

@@ -771,7 +771,7 @@ type waiter struct {
 	done   bool        // handed a turn, under Limiter.mu
 	handed int64       // when, ns since the Limiter's epoch
 	stream bool        // a stream's: its wait runs out without a turn (errNoTurn), not beyond the limit
-	over   bool        // handed a turn beyond the limit (Limiter.release); under Limiter.mu
+	over   bool        // handed a turn beyond the limit (Limiter.release): written under Limiter.mu before the hand-over, read by the waiter after
 }
 
 // Acquire takes a turn for a call of f, of no tenant and class Critical,
@@ -838,6 +838,9 @@ func (l *Limiter) recycle(w *waiter) {
 func (ln *Lane) started(w *waiter) Ticket {
 	t := ln.granted()
 	t.over = w.over
+	if t.over {
+		ln.f.l.startBeyond(t.start)
+	}
 	ln.f.l.noteLag(t.start, t.start-w.handed)
 	return t
 }
@@ -894,8 +897,12 @@ func (ln *Lane) giveUp(w *waiter) {
 	l := ln.f.l
 	l.mu.Lock()
 	if w.done { // handed a turn as we gave up: pass it on
+		over := -1
+		if w.over {
+			over = ln.class.Index()
+		}
 		l.mu.Unlock()
-		l.release(false, -1, -1)
+		l.release(false, -1, over)
 		return
 	}
 	ln.leave(w, ^uint64(oneWaiting-1)) // waiting - 1
@@ -970,10 +977,11 @@ func (l *Limiter) release(poll bool, end int64, over int) {
 
 // passesBeyond reports whether a turn beyond the limit, of the class of
 // index over (-1: not beyond), passes to a call waiting: one of a higher
-// class waits. Invariant (the classes' order): no call waits for a turn
-// while a lower class runs beyond the limit. It admits nothing more: the
-// calls running stay as many, and the lower class's calls beyond the
-// limit, admitted while there was no evidence of overload, end. Needs mu.
+// class waits. What it keeps is the classes' order beyond the limit: a
+// turn a lower class took beyond it, while there was no evidence of
+// overload, goes to a higher class's call waiting before the pool gets
+// it back. It admits nothing more: the calls running stay as many, and
+// each pass goes up a class. Needs mu.
 func (l *Limiter) passesBeyond(over int) bool {
 	return over >= 0 && l.q.Highest() > over && l.on(ruleClassOver)
 }
@@ -1113,19 +1121,27 @@ func (ln *Lane) overrun(w *waiter) Ticket {
 		over := w.over
 		l.mu.Unlock()
 		t := ln.granted()
-		t.over = over
+		if t.over = over; over {
+			l.startBeyond(t.start)
+		}
 		return t
 	}
 	s := ln.leave(w, ^uint64(oneWaiting-2)) // waiting - 1, running + 1
 	l.overruns.Add(1)
 	start := l.nanos(l.o.now())
-	if l.on(ruleBesideExcess) {
-		storeMax(&l.excessAt, start+1)
-	}
+	l.startBeyond(start)
 	if running(s) == 1 {
 		l.turnAfterNone(start)
 	}
 	return Ticket{f: ln.f, ln: ln, start: start, over: true}
+}
+
+// startBeyond notes a turn beyond the limit taken at start: the calls
+// running then ran beside it (excessAt).
+func (l *Limiter) startBeyond(start int64) {
+	if l.on(ruleBesideExcess) {
+		storeMax(&l.excessAt, start+1)
+	}
 }
 
 // Release returns the turn without teaching the Limiter a service time:
