@@ -297,7 +297,11 @@ func (g *guard) Finish(c admission.Call, p admission.Permit, o admission.Outcome
 			ln.release(p, g.l.o.now()) // admitted, never started
 		}
 	default:
-		finishTurn(Ticket{f: f, ln: ln, start: int64(p.Value &^ (turn | overTurn)), over: p.Value&overTurn != 0}, c, o)
+		t := Ticket{f: f, ln: ln, start: int64(p.Value &^ (turn | overTurn))}
+		if p.Value&overTurn != 0 {
+			t.flags = overFlag
+		}
+		finishTurn(t, c, o)
 	}
 }
 

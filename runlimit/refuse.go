@@ -353,7 +353,7 @@ func (g *guard) turned(c admission.Call, ln *Lane, t Ticket) admission.Decision 
 			Evidence: admission.EvidenceServiceTime, Threshold: float32(cl.serviceTime.Seconds() * 1e3)}, ln)
 	}
 	v := turn | uint64(max(t.start, 0))
-	if t.over {
+	if t.flags&overFlag != 0 {
 		v |= overTurn
 	}
 	return admission.Grant(admission.Permit{Ref: ln, Value: v})

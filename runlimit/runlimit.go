@@ -721,12 +721,23 @@ func (f *Flow) learnMean(svc, end int64) {
 // Ticket holds nothing: Done and Release do nothing, and Start is the
 // zero time.
 type Ticket struct {
-	f      *Flow
-	ln     *Lane // the lane whose class the turn counts for; nil: Critical
-	start  int64 // when the turn was taken, ns since the Limiter's epoch
-	stream bool  // a stream's turn: not counted for spike
-	over   bool  // a turn beyond the limit (Lane.overrun), or one passed on from one (Limiter.release)
+	f     *Flow
+	ln    *Lane // the lane whose class the turn counts for; nil: Critical
+	start int64 // when the turn was taken, ns since the Limiter's epoch
+	flags ticketFlags
 }
+
+// ticketFlags say what kind of turn a Ticket holds, in one field: the
+// compiler keeps a struct of more than four fields in memory, not in
+// registers, in every function that returns or copies it (cmd/compile's
+// ssa.CanSSA), and a Ticket passes through every call's turn
+// (TestTicketFitsInRegisters; docs/cost.md).
+type ticketFlags uint8
+
+const (
+	streamFlag ticketFlags = 1 << iota // a stream's turn: not counted for spike
+	overFlag                           // a turn beyond the limit (Lane.overrun), or one passed on from one (Limiter.release)
+)
 
 // Start returns when the turn was taken.
 func (t Ticket) Start() time.Time {
@@ -837,8 +848,8 @@ func (l *Limiter) recycle(w *waiter) {
 // started is the ticket of w, handed its turn, noting its lag to run.
 func (ln *Lane) started(w *waiter) Ticket {
 	t := ln.granted()
-	t.over = w.over
-	if t.over {
+	if w.over {
+		t.flags |= overFlag
 		ln.f.l.startBeyond(t.start)
 	}
 	ln.f.l.noteLag(t.start, t.start-w.handed)
@@ -1121,7 +1132,8 @@ func (ln *Lane) overrun(w *waiter) Ticket {
 		over := w.over
 		l.mu.Unlock()
 		t := ln.granted()
-		if t.over = over; over {
+		if over {
+			t.flags |= overFlag
 			l.startBeyond(t.start)
 		}
 		return t
@@ -1133,7 +1145,7 @@ func (ln *Lane) overrun(w *waiter) Ticket {
 	if running(s) == 1 {
 		l.turnAfterNone(start)
 	}
-	return Ticket{f: ln.f, ln: ln, start: start, over: true}
+	return Ticket{f: ln.f, ln: ln, start: start, flags: overFlag}
 }
 
 // startBeyond notes a turn beyond the limit taken at start: the calls
@@ -1159,7 +1171,7 @@ func (t Ticket) Release() {
 
 // noteFinished counts the end of t's turn for spiking.
 func (t Ticket) noteFinished() {
-	if !t.stream {
+	if t.flags&streamFlag == 0 {
 		t.f.l.finished.Add(1)
 	}
 }
@@ -1167,7 +1179,7 @@ func (t Ticket) noteFinished() {
 // overClass is the class index of t if it is a turn beyond the limit,
 // else -1 (Limiter.release).
 func (t Ticket) overClass() int {
-	if !t.over {
+	if t.flags&overFlag == 0 {
 		return -1
 	}
 	return t.classIndex()

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"math"
+	"reflect"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -775,5 +776,15 @@ func TestGuardPlacesOfLateBodiesDoNotFillTheLane(t *testing.T) {
 	}
 	if n, w := ln.count.Load(), ln.Waiting(); n != 0 || w != 0 {
 		t.Errorf("after every call: %d places, %d waiting; want 0, 0", n, w)
+	}
+}
+
+// TestTicketFitsInRegisters: a Ticket has at most four fields, the most
+// the compiler keeps in registers (cmd/compile's ssa.CanSSA); a fifth
+// made it live in memory in every function that takes a turn, which
+// slowed every admitted call (docs/cost.md, "A fifth field").
+func TestTicketFitsInRegisters(t *testing.T) {
+	if n := reflect.TypeFor[Ticket]().NumField(); n > 4 {
+		t.Errorf("Ticket has %d fields, want at most 4: put flags in ticketFlags", n)
 	}
 }

@@ -49,7 +49,7 @@ type streamTurn struct {
 
 // holdStream makes t a stream's turn, given back after its hold.
 func holdStream(t Ticket) *streamTurn {
-	t.stream = true
+	t.flags |= streamFlag
 	st := &streamTurn{t: t}
 	st.stop = t.f.l.afterFunc(t.f.streamHold(), st.expire)
 	return st
