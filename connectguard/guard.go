@@ -4,10 +4,8 @@ import (
 	"context"
 	"crypto/x509"
 	"errors"
-	"maps"
 	"net"
 	"net/http"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -17,6 +15,7 @@ import (
 	"github.com/levee-go/levee/decide"
 	"github.com/levee-go/levee/internal/clock"
 	"github.com/levee-go/levee/internal/httpfacts"
+	"github.com/levee-go/levee/internal/methodkind"
 	"github.com/levee-go/levee/internal/rpcstatus"
 )
 
@@ -85,7 +84,7 @@ type Guard struct {
 	engine   *decide.Engine
 	clock    clock.Mono // in-package tests set clock.Fake
 	errw     *connect.ErrorWriter
-	kinds    kinds
+	kinds    methodkind.Set // for the middleware, which cannot tell a stream from a request
 	refusals rpcstatus.Cache[*refusal]
 }
 
@@ -191,7 +190,7 @@ func (m *middleware) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		next.ServeHTTP(w, r)
 		return
 	}
-	f := decide.Facts{Ctx: r.Context(), Method: method, Deadline: deadline, Kind: g.kinds.of(method), Lookup: httpfacts.Of(r)}
+	f := decide.Facts{Ctx: r.Context(), Method: method, Deadline: deadline, Kind: g.kinds.Of(method), Lookup: httpfacts.Of(r)}
 	var call admission.Call
 	var permits admission.Permits
 	rule.Fill(f, now, &call)
@@ -321,7 +320,6 @@ func (i interceptor) WrapUnary(next connect.UnaryFunc) connect.UnaryFunc {
 		if spec.IsClient {
 			return next(ctx, req)
 		}
-		g.kinds.note(spec.Procedure, decide.Unary)
 		if st := g.take(ctx); st != nil {
 			c, err := g.start(ctx, st, decide.Unary)
 			if err != nil {
@@ -366,7 +364,7 @@ func (i interceptor) WrapStreamingHandler(next connect.StreamingHandlerFunc) con
 	return func(ctx context.Context, conn connect.StreamingHandlerConn) error {
 		spec := conn.Spec()
 		kind := kindOf(spec.StreamType)
-		g.kinds.note(spec.Procedure, kind)
+		g.kinds.Note(spec.Procedure, kind)
 		if st := g.take(ctx); st != nil {
 			c, err := g.start(ctx, st, kind)
 			if err != nil {
@@ -417,6 +415,9 @@ func (g *Guard) take(ctx context.Context) *callState {
 func (g *Guard) start(ctx context.Context, st *callState, kind decide.Kind) (admission.Call, error) {
 	c := st.call
 	c.Ctx = ctx
+	if c.StreamUnknown {
+		g.kinds.Note(c.Method, kind) // the procedure's next calls are admitted as kind
+	}
 	c.Stream, c.ClientStream, c.StreamUnknown = kind.Stream(), kind.ClientSends(), false
 	now := g.clock.Now()
 	c.Queued = now.Sub(c.Now)
@@ -506,51 +507,6 @@ func kindOf(t connect.StreamType) decide.Kind {
 		return decide.BidiStream
 	}
 	return decide.Unary
-}
-
-// maxKinds bounds the procedures whose stream kind a Guard remembers.
-// Only procedures a handler served are noted (connect-go answers an
-// unknown one before any interceptor), so a service's own methods fit.
-const maxKinds = 4096
-
-// kinds remembers the stream kind of each procedure the interceptor has
-// seen, for the middleware, which cannot tell it from a request (a gRPC
-// request looks the same for every kind). Until a procedure is seen its
-// calls are admitted as of unknown kind (decide.UnknownKind), as
-// grpcguard's tap admits them, and the interceptor tells their kind as
-// their handlers start. Reads take no
-// lock and allocate nothing; a new procedure copies the map.
-type kinds struct {
-	m  atomic.Pointer[map[string]decide.Kind]
-	mu sync.Mutex // serialises note's copies
-}
-
-func (k *kinds) of(procedure string) decide.Kind {
-	if m := k.m.Load(); m != nil {
-		if kind, ok := (*m)[procedure]; ok {
-			return kind
-		}
-	}
-	return decide.UnknownKind
-}
-
-func (k *kinds) note(procedure string, kind decide.Kind) {
-	if m := k.m.Load(); m != nil {
-		if v, ok := (*m)[procedure]; ok && v == kind {
-			return
-		}
-	}
-	k.mu.Lock()
-	defer k.mu.Unlock()
-	m := map[string]decide.Kind{}
-	if old := k.m.Load(); old != nil {
-		if len(*old) >= maxKinds {
-			return
-		}
-		m = maps.Clone(*old)
-	}
-	m[procedure] = kind
-	k.m.Store(&m)
 }
 
 // unaryLookup reads the facts of a unary call in the interceptor: its

@@ -266,7 +266,7 @@ func (s *Server) TapHandle(ctx context.Context, info *tap.Info) (context.Context
 		return ctx, nil
 	}
 	st, gen := newState(r)
-	f := tapFacts(ctx, info, s.streams.kindOf(info.FullMethodName))
+	f := tapFacts(ctx, info, s.streams.kinds.Of(info.FullMethodName))
 	now := s.now()
 	if s.pending.due(int64(now.Sub(s.clock.Epoch()))) {
 		s.pending.sweep() // before the rule admits: what abandoned calls hold is back
@@ -368,7 +368,7 @@ func (s *Server) start(ctx context.Context, tc *tapCtx, kind decide.Kind) (admis
 	c := st.call
 	c.Ctx = ctx
 	if c.StreamUnknown && kind == decide.Unary {
-		s.streams.noteKind(c.Method, kind) // its next calls are admitted as unary (stream noted streams)
+		s.streams.kinds.Note(c.Method, kind) // its next calls are admitted as unary (stream noted streams)
 	}
 	c.Stream, c.ClientStream, c.StreamUnknown = kind.Stream(), kind.ClientSends(), false
 	c.Queued = now.Sub(c.Now)
@@ -499,7 +499,7 @@ func (s *Server) StreamServerInterceptor() grpc.StreamServerInterceptor {
 func (s *Server) stream(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
 	ctx := ss.Context()
 	if srv != nil { // a registered method, not one for grpc.UnknownServiceHandler
-		s.streams.noteKind(info.FullMethod, streamKind(info))
+		s.streams.kinds.Note(info.FullMethod, streamKind(info))
 	}
 	tc, tapped := ctx.Value(stateKey{}).(*tapCtx)
 	ip, ok := s.streams.enter(ctx)

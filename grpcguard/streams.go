@@ -9,6 +9,7 @@ import (
 
 	"github.com/levee-go/levee/admission"
 	"github.com/levee-go/levee/decide"
+	"github.com/levee-go/levee/internal/methodkind"
 	"github.com/levee-go/levee/internal/peeraddr"
 )
 
@@ -65,9 +66,14 @@ type StreamStats struct {
 }
 
 // streams knows each method's stream kind and counts the open streams.
+// Only registered methods reach the interceptors, unless the server has a
+// handler for unknown services (grpc.UnknownServiceHandler), which the
+// stream interceptor runs for every name a client sends; those names are
+// not noted (the interceptor's srv is nil). The tap admits a call of a
+// method not noted as of unknown kind, and the interceptor tells its kind
+// by the time its handler starts.
 type streams struct {
-	kinds  atomic.Pointer[map[string]decide.Kind] // methods' kinds as seen by a handler; replaced, never changed
-	kindMu sync.Mutex
+	kinds methodkind.Set
 
 	max, perPeer int64
 	open         atomic.Int64
@@ -77,49 +83,7 @@ type streams struct {
 }
 
 func newStreams(max, perPeer int) *streams {
-	s := &streams{max: int64(max), perPeer: int64(perPeer), peers: map[string]int64{}}
-	s.kinds.Store(&map[string]decide.Kind{})
-	return s
-}
-
-// kindOf is method's kind as its handlers saw it, or decide.UnknownKind
-// before one did. It allocates nothing.
-func (s *streams) kindOf(method string) decide.Kind {
-	if k, ok := (*s.kinds.Load())[method]; ok {
-		return k
-	}
-	return decide.UnknownKind
-}
-
-// maxKinds caps the methods a Server remembers the kind of. Only
-// registered methods reach the interceptors, unless the server has a
-// handler for unknown services (grpc.UnknownServiceHandler), which the
-// stream interceptor runs for every name a client sends; those names are
-// not remembered (the interceptor's srv is nil), and the cap keeps the
-// set (and its copies) bounded whatever else comes. The tap admits a call
-// of a method not remembered as of unknown kind, and the interceptor
-// tells its kind by the time its handler starts.
-const maxKinds = 1024
-
-// noteKind records that method's calls are of kind, up to maxKinds.
-func (s *streams) noteKind(method string, kind decide.Kind) {
-	if m := *s.kinds.Load(); len(m) >= maxKinds {
-		return // full: no lock for a call of a name not remembered
-	} else if _, ok := m[method]; ok {
-		return
-	}
-	s.kindMu.Lock()
-	defer s.kindMu.Unlock()
-	old := *s.kinds.Load()
-	if _, ok := old[method]; ok || len(old) >= maxKinds {
-		return
-	}
-	m := make(map[string]decide.Kind, len(old)+1)
-	for k, v := range old {
-		m[k] = v
-	}
-	m[method] = kind
-	s.kinds.Store(&m)
+	return &streams{max: int64(max), perPeer: int64(perPeer), peers: map[string]int64{}}
 }
 
 // enter counts a stream that opens, or refuses it beyond a cap. leave

@@ -16,29 +16,8 @@ import (
 	"github.com/levee-go/levee/admission"
 	"github.com/levee-go/levee/decide"
 	"github.com/levee-go/levee/internal/guardtest"
+	"github.com/levee-go/levee/internal/methodkind"
 )
-
-// TestStreamKindsBounded: the methods whose kind a Server remembers stop
-// at maxKinds, whatever names the stream interceptor sees (with a handler
-// for unknown services it sees every name a client sends); those
-// remembered first stay, and a name beyond the cap stays of unknown kind.
-// Before, each new name copied the whole set: a flood of 50,000 names
-// took minutes of CPU and kept every name.
-func TestStreamKindsBounded(t *testing.T) {
-	s := newStreams(0, 0)
-	for i := range 5 * maxKinds {
-		s.noteKind(fmt.Sprintf("/junk.Svc/M%d", i), decide.BidiStream)
-	}
-	if n := len(*s.kinds.Load()); n != maxKinds {
-		t.Errorf("%d names seen as streams: %d remembered, want maxKinds (%d)", 5*maxKinds, n, maxKinds)
-	}
-	if k := s.kindOf("/junk.Svc/M0"); k != decide.BidiStream {
-		t.Errorf("kindOf(the first name) = %v, want %v", k, decide.BidiStream)
-	}
-	if k := s.kindOf(fmt.Sprintf("/junk.Svc/M%d", maxKinds)); k != decide.UnknownKind {
-		t.Errorf("kindOf(a name beyond the cap) = %v, want %v", k, decide.UnknownKind)
-	}
-}
 
 // TestStreamCapPerPeerIPv6: an IPv6 client counts against its cap per
 // client by its /64 prefix, as one host or site owns the whole prefix and
@@ -123,26 +102,26 @@ func (noStream) Context() context.Context { return context.Background() }
 // TestUnknownServiceNamesAreNotRemembered: a name that reaches the stream
 // interceptor through a handler for unknown services
 // (grpc.UnknownServiceHandler, which grpc-go calls with no service: srv
-// nil) is not remembered as a stream, and takes none of maxKinds' places;
+// nil) is not remembered as a stream, and takes none of methodkind.Max's places;
 // a registered stream's method is.
 func TestUnknownServiceNamesAreNotRemembered(t *testing.T) {
 	s := mustServer(t, []decide.Rule{{Methods: []string{emptyCall}, Guards: []admission.Guard{&guardtest.Forced{}}}})
 	in := s.StreamServerInterceptor()
 	handler := func(any, grpc.ServerStream) error { return nil }
-	for i := range 2 * maxKinds {
+	for i := range 2 * methodkind.Max {
 		info := &grpc.StreamServerInfo{FullMethod: fmt.Sprintf("/junk.Svc/M%d", i), IsClientStream: true, IsServerStream: true}
 		if err := in(nil, noStream{}, info, handler); err != nil {
 			t.Fatalf("stream %d: %v", i, err)
 		}
 	}
-	if n := len(*s.streams.kinds.Load()); n != 0 {
-		t.Errorf("%d names remembered after %d calls for unknown services, want 0", n, 2*maxKinds)
+	if n := s.streams.kinds.Len(); n != 0 {
+		t.Errorf("%d names remembered after %d calls for unknown services, want 0", n, 2*methodkind.Max)
 	}
 	info := &grpc.StreamServerInfo{FullMethod: duplexCall, IsClientStream: true, IsServerStream: true}
 	if err := in(&testService{}, noStream{}, info, handler); err != nil {
 		t.Fatal(err)
 	}
-	if k := s.streams.kindOf(duplexCall); k != decide.BidiStream {
-		t.Errorf("kindOf(%s) = %v after a stream of a registered service, want %v", duplexCall, k, decide.BidiStream)
+	if k := s.streams.kinds.Of(duplexCall); k != decide.BidiStream {
+		t.Errorf("kinds.Of(%s) = %v after a stream of a registered service, want %v", duplexCall, k, decide.BidiStream)
 	}
 }
