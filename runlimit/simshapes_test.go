@@ -370,9 +370,14 @@ func TestSimSustainedOverloadOnAPool(t *testing.T) {
 // (about three intervals), while calls arrived four times as fast as
 // turns ended; a lane's queue of an interval's work at 4 turns (eight
 // calls) is evidence of overload, and 2.9% of the 0.5x phase was
-// refused on it. The probe now waits until half the limit holds what
-// the load needs (sample.needed); what is left is the first limit's
-// own shortfall until slow start doubles it.
+// refused on it. The probe now keeps at least the turns the load needs
+// (Sample.needed), and room beside them: a probe at 15 turns for a load
+// of 15 served as fast as calls came, so the queue the first limit had
+// let build never drained and the lane filled (0.15% refused, on seed 1;
+// none since). What is left is the first limit's own shortfall until
+// slow start doubles it: calls ask twice as fast as the first limit of 8
+// lets turns end, which is the spike rule's evidence (seeds 2-4, 0.6-1.4%
+// of the phase in its first 300ms).
 //
 // A server idle for a while before its load comes closes its first
 // interval on maxOpen at its first call, with almost no arrivals over

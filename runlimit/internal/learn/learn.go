@@ -104,7 +104,14 @@ const (
 	probeSpacing          = 5   // intervals between probes, without a saturated CPU
 	holdIntervals         = 20  // intervals a kept cut holds growth off
 	probeFraction         = 0.5 // share of the limit the baseline probe runs at
-	rebaseTrigger         = 1.2 // a stretch this large at the lower limit moves the baselines
+	// probeBusy is the most of a baseline probe's turns the interval's
+	// load may keep busy (Sample.needed): a probe at the load's need
+	// itself serves as fast as calls arrive (utilisation 1), so a queue
+	// of calls waiting when it starts never drains, and one that grows in
+	// a burst grows for good, a random walk, until the lane's evidence
+	// refuses calls of a load the server carries.
+	probeBusy     = 0.8
+	rebaseTrigger = 1.2 // a stretch this large at the lower limit moves the baselines
 	// CPUProbe: a stretch r above shrinkTrigger, with a Vegas queue at
 	// least timeSharingQueue of limit − 1 or, for a stretch of at least
 	// stretchProbeTrigger, above the Vegas band, tries
@@ -183,15 +190,16 @@ func (m *Sample) clean() bool { return m.Weight > 0 && !m.Fresh && m.stretch() <
 // Base is the calls' mean baseline service time, ns. Needs weight > 0.
 func (m *Sample) Base() float64 { return m.Bases / m.Weight }
 
-// needed is the turns the interval's arrivals keep busy at their
-// baselines (Little's law), rounded up: a probe below it would refuse a
-// load the server carries. 0 without calls, and with the CPU saturated,
-// whose time-sharing stretches the baselines.
+// needed is the turns a probe keeps so that the interval's arrivals,
+// at their baselines (Little's law), keep at most probeBusy of them
+// busy, rounded up: a probe below it would refuse a load the server
+// carries. 0 without calls, and with the CPU saturated, whose
+// time-sharing stretches the baselines.
 func (m *Sample) needed() int {
 	if m.CPUSat || m.Weight == 0 {
 		return 0
 	}
-	return int(math.Ceil(m.Asked * m.Base()))
+	return int(math.Ceil(m.Asked * m.Base() / probeBusy))
 }
 
 // lag is the mean lag of the calls handed a turn, ns. Needs lagN > 0.

@@ -11,21 +11,18 @@ import (
 // load above the capacity) moves no baseline. One the fraction set moves
 // them, as before.
 func TestFlooredBaselineProbeMovesNoBaseline(t *testing.T) {
-	o := Params{Floor: 1, Procs: 2, Interval: 100 * time.Millisecond}
-	base := float64(10 * time.Millisecond)
+	o := firstParams
 	for _, tt := range []struct {
 		name    string
 		asked   float64 // turns asked for, per ns
 		floored bool
 		want    Baselines
 	}{
-		{"held up by the load's need", 1500 / 1e9, true, KeepBaselines}, // needs 15 of 16
+		{"held up by the load's need", 1000 / 1e9, true, KeepBaselines}, // keeps 10 busy: needs 13 of 16
 		{"at half the limit", 200 / 1e9, false, Rebase},                 // needs 2
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			s := State{Est: 16, phase: phaseSteady}
-			m := Sample{End: int64(time.Second), Weight: 20, Ratios: 20, Bases: 20 * base, Asked: tt.asked}
-			s, st := s.Decide(&m, &o)
+			s, st := firstDecision(tt.asked)
 			if !st.Start || s.probe.kind != BaselineProbe {
 				t.Fatalf("decide: step %+v, probe %+v, want a baseline probe started", st, s.probe)
 			}
@@ -38,6 +35,44 @@ func TestFlooredBaselineProbeMovesNoBaseline(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestBaselineProbeLeavesTheLoadRoom: the first-baseline probe keeps
+// turns enough that the interval's load keeps at most probeBusy of them
+// busy. A probe at the load's need itself serves as fast as calls
+// arrive, so the queue that the first limit let build never drains, and
+// a lane that fills refuses a load the server carries (a pool of 32 for
+// 50ms queries at half its capacity, from a cold start).
+func TestBaselineProbeLeavesTheLoadRoom(t *testing.T) {
+	for _, tt := range []struct {
+		name  string
+		asked float64 // turns asked for, per ns
+		start bool
+		limit int
+	}{
+		{"15 busy of 16: no probe", 1500 / 1e9, false, 0},
+		{"10 busy: 13 turns", 1000 / 1e9, true, 13},
+		{"2 busy: half the limit", 200 / 1e9, true, 8},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			s, st := firstDecision(tt.asked)
+			if st.Start != tt.start || tt.start && (s.probe.kind != BaselineProbe || s.probe.limit != tt.limit) {
+				t.Errorf("decide: step %+v, probe %+v; want a baseline probe started %v at %d", st, s.probe, tt.start, tt.limit)
+			}
+		})
+	}
+}
+
+// firstParams are the learner's parameters of firstDecision.
+var firstParams = Params{Floor: 1, Procs: 2, Interval: 100 * time.Millisecond}
+
+// firstDecision is the learner's first decision at a limit of 16 on an
+// interval of 20 calls that ran at their baseline of 10ms, turns asked
+// for at asked per ns.
+func firstDecision(asked float64) (State, Step) {
+	s := State{Est: 16, phase: phaseSteady}
+	m := Sample{End: int64(time.Second), Weight: 20, Ratios: 20, Bases: 20 * float64(10*time.Millisecond), Asked: asked}
+	return s.Decide(&m, &firstParams)
 }
 
 // TestCPUCutKeptWhenItServesAsMany: a cpu probe whose calls ran a fifth
