@@ -209,6 +209,9 @@ func (c *Client) attempt(ctx context.Context, e *clientEntry, target, method str
 	if i, d := e.chain.Enter(&call, &permits); i >= 0 {
 		return false, e.refusal(i, d)
 	}
+	if err := ctx.Err(); err != nil {
+		return false, c.unsent(e, &call, &permits, err)
+	}
 	if count != nil {
 		count.RequestAt(call.Now)
 	}
@@ -246,6 +249,17 @@ func (c *Client) attempt(ctx context.Context, e *clientEntry, target, method str
 		c.boxes.Put(box)
 	}
 	return true, err
+}
+
+// unsent gives back what the guards granted a call whose context ended,
+// with err, before it was sent (after a guard's wait, or before the
+// call), and returns the status grpc-go fails such a call with, without
+// sending it. Its guards judge nothing from it: it says nothing of the
+// downstream, and a breaker or throttle that counted it as a failure
+// would open on a caller's own spent deadlines against a healthy server.
+func (c *Client) unsent(e *clientEntry, call *admission.Call, permits *admission.Permits, err error) error {
+	e.chain.Abandon(call, permits)
+	return status.FromContextError(err).Err()
 }
 
 // userTrailer returns the metadata a caller's own grpc.Trailer option
@@ -330,6 +344,9 @@ func (c *Client) streamCall(ctx context.Context, desc *grpc.StreamDesc, cc *grpc
 	s.call.Key = target
 	if i, d := e.chain.Enter(&s.call, &s.permits); i >= 0 {
 		return nil, e.refusal(i, d)
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, c.unsent(e, &s.call, &s.permits, err)
 	}
 	opened := false
 	defer func() {

@@ -26,7 +26,10 @@ import (
 	"github.com/levee-go/levee/ratelimit"
 )
 
-const cliEmptyCall = "/grpc.testing.TestService/EmptyCall"
+const (
+	cliEmptyCall       = "/grpc.testing.TestService/EmptyCall"
+	cliStreamingOutput = "/grpc.testing.TestService/StreamingOutputCall"
+)
 
 // cliService is the downstream of the client tests. It counts the calls
 // and streams that reach it, and fails them as its plan says.

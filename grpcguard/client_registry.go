@@ -218,8 +218,9 @@ func (c *Client) lookup(target, method string) *clientEntry {
 }
 
 // probedThrottle is the throttle guard of a pair that also has a breaker.
-// The two judge the same downstream, and while the breaker is not closed
-// it is the stricter and the surer of the two, so:
+// The two judge the same downstream, and while the breaker is open,
+// half-open or forced open it is the stricter and the surer of the two,
+// so:
 //
 //   - while the breaker is open or half-open the throttle lets every call
 //     through to it: the breaker refuses all but its probes (those of its
@@ -232,7 +233,8 @@ func (c *Client) lookup(target, method string) *clientEntry {
 //     the incident is over, and its failures must not keep dropping calls
 //     for a window's length while the accepts catch up.
 //
-// While the breaker is closed it is the throttle's own guard. The breaker
+// While the breaker is closed, or disabled (breaker.Breaker.Disable: it
+// admits every call and judges none), it is the throttle's own guard. The breaker
 // runs after the throttle (its cost is higher) and finishes before it, so
 // a probe's Finish here sees the state the probe's outcome left the
 // breaker in.
@@ -242,17 +244,18 @@ type probedThrottle struct {
 	brk             *breaker.Breaker
 }
 
-// probe marks the permit of a call let through while the breaker was not
-// closed.
+// probe marks the permit of a call let through while the breaker judged
+// the downstream.
 const probe = 1
 
 func (g *probedThrottle) Traits() admission.Traits { return admission.TraitsOf(g.Guard) }
 
 func (g *probedThrottle) Admit(c admission.Call) admission.Decision {
-	if g.brk.StateAt(c.Now) != breaker.StateClosed {
-		return admission.Grant(admission.Permit{Value: probe})
+	switch g.brk.StateAt(c.Now) {
+	case breaker.StateClosed, breaker.StateDisabled:
+		return g.Guard.Admit(c)
 	}
-	return g.Guard.Admit(c)
+	return admission.Grant(admission.Permit{Value: probe})
 }
 
 func (g *probedThrottle) Finish(c admission.Call, p admission.Permit, o admission.Outcome) {

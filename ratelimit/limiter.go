@@ -304,7 +304,9 @@ func (l *Limiter) Wait(ctx context.Context) error { return l.WaitN(ctx, 1) }
 // limit is Inf), if ctx is already done, if the wait would outlast ctx's
 // deadline (ErrWouldExceedDeadline), or if the rate is 0 and the bucket
 // lacks the tokens (ErrNeverAvailable). If ctx is done while waiting, the
-// tokens are given back and ctx's error is returned. With n ≤ 0 it returns
+// tokens are given back as RefundAt gives them (n tokens of the
+// configuration in force then, if a Set method changed it meanwhile) and
+// ctx's error is returned. With n ≤ 0 it returns
 // nil at once unless ctx is done.
 func (l *Limiter) WaitN(ctx context.Context, n int) error {
 	if err := ctx.Err(); err != nil {
@@ -344,25 +346,8 @@ func (l *Limiter) WaitN(ctx context.Context, n int) error {
 			return nil
 		case <-ctx.Done():
 			timer.Stop()
-			l.refund(c.gen, int64(n)*c.interval)
+			refundWord(&l.state, l.cfg.Load, l.now(), n)
 			return ctx.Err()
-		}
-	}
-}
-
-// refund gives back cost ns of debt taken under generation gen, unless the
-// configuration changed since (the state was converted and the debt with it).
-// The theoretical arrival time never moves before the present.
-func (l *Limiter) refund(gen, cost int64) {
-	for {
-		s := l.state.Load()
-		tat, g := unpack(s)
-		if g != gen {
-			return
-		}
-		newTat := max(tat-cost, l.now())
-		if newTat >= tat || l.state.CompareAndSwap(s, pack(newTat, gen)) {
-			return
 		}
 	}
 }
