@@ -196,6 +196,7 @@ func (m *middleware) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	rule.Fill(f, now, &call)
 	if i, d := rule.Admit(&call, &permits); i >= 0 {
 		rf := g.engine.Refuse(rule, i, d, &call, now)
+		rpcstatus.AnswerBeforeBody(w, r)
 		_ = g.errw.Write(w, r, g.refusals.Get(rf, newRefusal).err)
 		return
 	}

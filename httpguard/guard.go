@@ -130,6 +130,7 @@ func (g *Guard) Middleware(next http.Handler) http.Handler {
 		var permits admission.Permits
 		rule.Fill(f, now, &c)
 		if i, d := rule.Enter(&c, &permits); i >= 0 {
+			rpcstatus.AnswerBeforeBody(w, r)
 			WriteRefusal(w, g.engine.Refuse(rule, i, d, &c, now))
 			return
 		}
@@ -188,6 +189,11 @@ func OverloadStatus(code int) bool {
 // clients not to retry keeps it), and a google.rpc.Status in JSON
 // (protojson) carrying the same details as on gRPC: RetryInfo, and
 // QuotaFailure for a per-key refusal. Nothing of the request is read.
+// The Guard also lets the refusal of an HTTP/1.x request go out before
+// the request's body has arrived (http.ResponseController's
+// EnableFullDuplex): a handler of its own that refuses with WriteRefusal
+// does the same, or net/http waits for up to 256 KiB of an unread body
+// first.
 func WriteRefusal(w http.ResponseWriter, rf decide.Refusal) {
 	h := w.Header()
 	h.Set("Content-Type", "application/json")
