@@ -235,14 +235,24 @@ func (b *builder) rule(i int, r Rule) {
 	gr := decide.Rule{Name: r.Name, Methods: append([]string(nil), r.Methods...), Key: key, Tenant: b.tenant, Criticality: b.crit, Code: r.Code, Shadow: r.Shadow}
 	runAt, run, runID := b.ruleRun(i, r)
 	runL, _ := run.Value.(*runlimit.Limiter)
+	ids := make([]string, len(r.Guards))
+	// The identity of the rule's chain: the engine keeps a chain, with its
+	// decision counts, while the rule's name, shadow mode and guards (in
+	// order) stay (decide.Engine.Swap); they stay while their identities
+	// and shadow modes do.
+	chainID := fmt.Sprintf("\x00chain\x00%t", r.Shadow)
 	for j, g := range r.Guards {
-		path := fmt.Sprintf("rules[%d].guards[%d]", i, j)
-		id := b.guardID(r.Name, g)
+		ids[j] = b.guardID(r.Name, g)
 		if g.Type == TypeDeadline {
 			// It reads the rule's run limit: a new run limit, a new
 			// deadline guard.
-			id += "\x00" + runID
+			ids[j] += "\x00" + runID
 		}
+		chainID += fmt.Sprintf("\x00%t\x00%s", g.Shadow, ids[j])
+	}
+	for j, g := range r.Guards {
+		path := fmt.Sprintf("rules[%d].guards[%d]", i, j)
+		id := ids[j]
 		in := run
 		if j != runAt {
 			in = b.get(id, func() (preset.Instance, error) { return b.guard(path, g, runL) })
@@ -252,7 +262,9 @@ func (b *builder) rule(i int, r Rule) {
 			continue
 		}
 		if g.Shadow {
-			inner = b.get(id+"\x00shadow", func() (preset.Instance, error) { return preset.Instance{Guard: newShadow(inner)}, nil }).Guard
+			// Its refusals are counted with the chain's decisions (stats):
+			// a new chain, a new count.
+			inner = b.get(id+"\x00shadow"+chainID, func() (preset.Instance, error) { return preset.Instance{Guard: newShadow(inner)}, nil }).Guard
 			if sc, ok := inner.(interface{ shadowed() uint64 }); ok {
 				b.next.shadows[[2]string{r.Name, g.Name}] = sc
 			}

@@ -17,6 +17,8 @@ import (
 
 	"github.com/levee-go/levee/admission"
 	"github.com/levee-go/levee/decide"
+	"github.com/levee-go/levee/internal/preset"
+	"github.com/levee-go/levee/runlimit"
 )
 
 // MaxFileSize is the largest policy file Decode reads.
@@ -489,7 +491,7 @@ func (d *decoder) policy(root *yaml.Node) *Policy {
 		p.Preset = Preset{CPU: true, Memory: true, Code: p.Code}
 	}
 	if rulesN != nil {
-		d.rules(rulesN, "rules", p, taken)
+		d.rules(rulesN, "rules", p, taken, presetRuleNames(p.Preset))
 	}
 	p.Criticality = Criticality{Default: Critical}
 	if critN != nil {
@@ -567,10 +569,32 @@ func (d *decoder) preset(n *yaml.Node, path string, p *Policy, taken claims) {
 	p.Preset = ps
 }
 
+// presetRuleNames returns the names of the rules ps builds, as
+// preset.Build names them: none when it is off, else its rule for every
+// method (preset.RuleDefault) and one for each method given a rate of its
+// own, by the method's name.
+func presetRuleNames(ps Preset) []string {
+	if !ps.Enabled {
+		return nil
+	}
+	names := []string{preset.RuleDefault}
+	for _, m := range ps.Methods {
+		if !m.Exempt && m.MaxRate > 0 {
+			names = append(names, m.Method)
+		}
+	}
+	return names
+}
+
 var ruleFields = []string{"name", "methods", "key", "code", "shadow", "guards"}
 
-func (d *decoder) rules(n *yaml.Node, path string, p *Policy, taken claims) {
-	names := map[string]bool{}
+// rules decodes the rules section; reserved are the names of the preset's
+// rules, which no rule may take.
+func (d *decoder) rules(n *yaml.Node, path string, p *Policy, taken claims, reserved []string) {
+	names := map[string]string{} // by what a name is taken: "" for a rule of the section
+	for _, name := range reserved {
+		names[name] = "the preset's rule"
+	}
 	d.sequence(n, path, func(i int, v *yaml.Node, rp string) {
 		r := Rule{Code: p.Code}
 		var guardsN, nameN *yaml.Node
@@ -630,10 +654,13 @@ func (d *decoder) rules(n *yaml.Node, path string, p *Policy, taken claims) {
 			if at == nil {
 				at = v
 			}
-			if names[r.Name] {
+			if by, ok := names[r.Name]; ok && by == "" {
 				d.errf(at, join(rp, "name"), "rule name %q is already taken: names are unique", r.Name)
+			} else if ok {
+				d.errf(at, join(rp, "name"), "rule name %q is already taken by %s: names are unique", r.Name, by)
+			} else {
+				names[r.Name] = ""
 			}
-			names[r.Name] = true
 		}
 		for j, m := range r.Methods {
 			if j < len(methodsN) {
@@ -768,6 +795,10 @@ func (d *decoder) tenants(n *yaml.Node, path string) *Tenants {
 			d.named(v, fp, func(tenant string, v *yaml.Node, fp string) {
 				if tenant == "" {
 					d.errf(v, fp, "a tenant name must not be empty")
+					return
+				}
+				if len(tenant) > runlimit.MaxTenantLen {
+					d.errf(v, fp, "a tenant name is at most %d bytes, got %d", runlimit.MaxTenantLen, len(tenant))
 					return
 				}
 				if w, ok := d.number(v, fp, 0, 1e6, true); ok {

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/levee-go/levee/decide"
+	"github.com/levee-go/levee/runlimit"
 )
 
 // rule1 wraps guard YAML (indented for a list item under guards:) into a
@@ -415,4 +416,70 @@ func mustDecode(tb testing.TB, s string) *Policy {
 		tb.Fatal(err)
 	}
 	return p
+}
+
+// TestDecodeTenantNameTooLong: a tenant weight whose name is longer than
+// runlimit.MaxTenantLen is reported by Decode at its line and column, as
+// an empty one is; it passed Decode (so `levee policy check` said ok) and
+// failed the build, without a line and blamed on preset.max_concurrency.
+// The longest name a run limit keeps decodes and builds.
+func TestDecodeTenantNameTooLong(t *testing.T) {
+	policy := func(tenant string) string {
+		return "preset: {}\ntenants:\n  header: x-tenant-id\n  weights:\n    " + tenant + ": 2\n"
+	}
+	long := strings.Repeat("t", runlimit.MaxTenantLen+1)
+	p, err := Decode("f.yaml", []byte(policy(long)))
+	if err == nil {
+		_, berr := build(p, p.Hash(), nil, nil, nil)
+		t.Fatalf("Decode accepted a tenant name of %d bytes (> %d); the build then fails without a line: %v",
+			len(long), runlimit.MaxTenantLen, berr)
+	}
+	var es Errors
+	want := fmt.Sprintf(`tenants.weights[%q]`, long)
+	if !errors.As(err, &es) || len(es) != 1 || es[0].Line != 5 || es[0].Path != want ||
+		!strings.Contains(es[0].Msg, fmt.Sprintf("at most %d bytes, got %d", runlimit.MaxTenantLen, len(long))) {
+		t.Fatalf("Decode error %v, want one at line 5, %s, saying the name is too long", err, want)
+	}
+	p = mustDecode(t, policy(long[1:]))
+	b, err := build(p, p.Hash(), nil, nil, nil)
+	if err != nil {
+		t.Fatalf("a tenant name of %d bytes: build: %v", runlimit.MaxTenantLen, err)
+	}
+	b.closeUnused(nil)
+}
+
+// TestDecodeRuleNamedAsAPresetRule: with the preset on, its rules are
+// named "default" and, for each method it gives a max_rate, the method's
+// name; a rule of the file may take neither, since names are unique in a
+// policy. Before, Decode let it, and Stats then showed two default/rate
+// entries, the file's shadow refusals charged to the preset's guard too.
+// With the preset off the names are free.
+func TestDecodeRuleNamedAsAPresetRule(t *testing.T) {
+	const rules = `
+rules:
+  - name: default
+    methods: [/grpc.testing.TestService/*]
+    guards:
+      - {type: ratelimit, name: rate, rate: 1/h, burst: 1, shadow: true}
+  - name: /a.B/C
+    methods: [/a.B/D]
+    guards: [{type: deadline}]
+`
+	_, err := Decode("test.yaml", []byte(`
+preset:
+  max_rate: 1000/s
+  methods:
+    /a.B/C: {max_rate: 10/s}
+    /a.B/E: {exempt: true}
+`+rules))
+	var es Errors
+	if !errors.As(err, &es) || len(es) != 2 ||
+		es[0].Error() != `test.yaml:9:11: rules[0].name: rule name "default" is already taken by the preset's rule: names are unique` ||
+		es[1].Error() != `test.yaml:13:11: rules[1].name: rule name "/a.B/C" is already taken by the preset's rule: names are unique` {
+		t.Fatalf("Decode with the preset on = %v, want rules[0].name and rules[1].name taken by the preset's rules", err)
+	}
+	// An exempt method makes no rule: its name is free.
+	mustDecode(t, "preset:\n  methods:\n    /a.B/E: {exempt: true}\nrules:\n  - {name: /a.B/E, methods: [/a.B/D], guards: [{type: deadline}]}\n")
+	mustDecode(t, "preset: {enabled: false}\n"+rules)
+	mustDecode(t, rules)
 }

@@ -70,11 +70,12 @@
 // field (rules[2].guards[0].rate): YAML syntax, unknown or duplicate
 // fields, values of the wrong type or out of range, and contradictions (a
 // pattern taken by two rules or by a rule and an exemption, a rule "*"
-// beside the preset, an exempt method with a rate, a keyed_ratelimit
-// without a key, min_limit above max_limit, a queuedelay target above its
-// interval, a step policy's factor on an aimd shedder). It never panics
-// (FuzzDecode). For YAML syntax errors the YAML decoder gives a line only;
-// the column is then the first non-blank one of that line.
+// beside the preset, a rule named as one of the preset's rules, an exempt
+// method with a rate, a keyed_ratelimit without a key, min_limit above
+// max_limit, a queuedelay target above its interval, a step policy's
+// factor on an aimd shedder). It never panics (FuzzDecode). For YAML
+// syntax errors the YAML decoder gives a line only; the column is then the
+// first non-blank one of that line.
 //
 // Format writes the effective policy, every default filled in, in a
 // fixed order, so that two policies can be compared with diff (`levee

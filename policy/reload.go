@@ -82,8 +82,10 @@ func WithLogf(logf func(format string, args ...any)) Option {
 // those guards. A guard whose rule, name, type and parameters did not
 // change is the same instance after the reload, with its learned state
 // (tokens, learned limits and service times) and its counters; a rule
-// whose guards and shadow mode did not change keeps its decision counts.
-// Guards no longer used are stopped, and their counts leave Stats.
+// whose guards and shadow mode did not change keeps its decision counts,
+// with the refusals its shadow guards let through, and a rule that changed
+// counts both anew. Guards no longer used are stopped, and their counts
+// leave Stats.
 //
 // The engine's Observer (Engine().SetObserver) outlives reloads: it is
 // told of the refusals of every policy put in force, and of each move of
@@ -217,8 +219,11 @@ func (r *Reloader) Reloads() (ok, failed uint64) { return r.ok.Load(), r.failed.
 
 // Stats returns the decision counts of every guard of the policy in force
 // (a guard in shadow mode on its own counts the calls it let through as
-// ShadowRefused). With HandlerStarts it makes the Reloader a
-// metrics.ServerSource.
+// ShadowRefused). A rule's counts go on across reloads that leave its
+// guards and shadow modes as they were; a reload that changes them (adds,
+// drops, reorders or retunes a guard, or shadows one) starts all of the
+// rule's counts anew, its ShadowRefused too. With HandlerStarts it makes
+// the Reloader a metrics.ServerSource.
 func (r *Reloader) Stats() []admission.GuardStats {
 	b := r.cur.Load()
 	return b.stats(r.server.Stats())
@@ -324,28 +329,31 @@ func (r *Reloader) Watch() error {
 	if err != nil {
 		return fmt.Errorf("policy: watching %s: %w", r.path, err)
 	}
-	watched := map[string]bool{}
-	if err := watchDirs(w, r.path, watched); err != nil {
+	if err := watchDirs(w, r.path); err != nil {
 		_ = w.Close()
 		return fmt.Errorf("policy: watching %s: %w", r.path, err)
 	}
 	r.watcher = w
 	r.done = make(chan struct{})
-	go r.watch(w, watched)
+	go r.watch(w)
 	return nil
 }
 
 // watchDirs adds the directories a change in which may change what path
-// reads (watchedDirs).
-func watchDirs(w *fsnotify.Watcher, path string, watched map[string]bool) error {
+// reads (watchedDirs) that w does not watch. What w watches is its own
+// list (WatchList), not a record of the directories added: the watch of a
+// deleted directory ends (a release removed, a ConfigMap's old timestamped
+// directory), and one re-created under its name (a rollback re-extracting
+// the release the symlink goes back to) must be watched again.
+func watchDirs(w *fsnotify.Watcher, path string) error {
+	have := w.WatchList()
 	for _, d := range watchedDirs(path) {
-		if watched[d] {
+		if slices.Contains(have, d) {
 			continue
 		}
 		if err := w.Add(d); err != nil {
 			return err
 		}
-		watched[d] = true
 	}
 	return nil
 }
@@ -405,7 +413,7 @@ func firstSymlink(p string) (link, rest string, ok bool) {
 	return "", "", false
 }
 
-func (r *Reloader) watch(w *fsnotify.Watcher, watched map[string]bool) {
+func (r *Reloader) watch(w *fsnotify.Watcher) {
 	defer close(r.done)
 	for {
 		select {
@@ -416,7 +424,7 @@ func (r *Reloader) watch(w *fsnotify.Watcher, watched map[string]bool) {
 			// Any change in a watched directory may be the file's: an
 			// edit, a rename over it, a swap of the symlink it goes
 			// through. Reading it again tells.
-			_ = watchDirs(w, r.path, watched)
+			_ = watchDirs(w, r.path)
 			_ = r.reload(false)
 		case err, ok := <-w.Errors:
 			if !ok {

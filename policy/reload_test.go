@@ -209,6 +209,87 @@ rules:
 	}
 }
 
+// TestShadowCountsRestartWithTheirRule: a reload that changes a rule
+// (here, adds a guard) gives it a new chain, whose decision counts start
+// at zero, and its shadow guard's refusal count starts with them. Before,
+// the shadow guard kept its count across the reload and Stats took it off
+// the new chain's admissions: a call admitted after the reload read as
+// Admitted 0, ShadowRefused 1. A reload that leaves the rule as it was
+// keeps both counts.
+func TestShadowCountsRestartWithTheirRule(t *testing.T) {
+	const before = `
+rules:
+  - name: r
+    methods: [/grpc.testing.TestService/*]
+    guards:
+      - {type: bulkhead, name: b, limit: 1, shadow: true}
+`
+	r, path, _ := newTestReloader(t, before, WithoutCPU(), WithoutMemory())
+	call := func(hold, started chan struct{}) error {
+		_, err := r.Server().UnaryServerInterceptor()(context.Background(), nil, &grpc.UnaryServerInfo{FullMethod: emptyCall},
+			func(context.Context, any) (any, error) {
+				if started != nil {
+					close(started)
+				}
+				if hold != nil {
+					<-hold
+				}
+				return nil, nil
+			})
+		return err
+	}
+	// twoAtOnce makes two calls at once: the bulkhead (limit 1) admits the
+	// first, and shadow-refuses the second, which is let through.
+	twoAtOnce := func() {
+		t.Helper()
+		hold, started, done := make(chan struct{}), make(chan struct{}), make(chan error)
+		go func() { done <- call(hold, started) }()
+		<-started
+		if err := call(nil, nil); err != nil {
+			t.Fatal(err)
+		}
+		close(hold)
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+	}
+	twoAtOnce()
+	stats := func() admission.GuardStats {
+		t.Helper()
+		for _, st := range r.Stats() {
+			if st.Rule == "r" && st.Guard == "b" {
+				return st
+			}
+		}
+		t.Fatal("no stats for r/b")
+		return admission.GuardStats{}
+	}
+	if s := stats(); s.Admitted != 1 || s.ShadowRefused != 1 {
+		t.Fatalf("before the reload: %+v, want Admitted 1, ShadowRefused 1", s)
+	}
+	write(t, path, before+"      - {type: ratelimit, name: rl, rate: 1000/s, burst: 100}\n")
+	if err := r.Reload(); err != nil {
+		t.Fatal(err)
+	}
+	if err := call(nil, nil); err != nil { // admitted by the bulkhead
+		t.Fatal(err)
+	}
+	if s := stats(); s.Admitted != 1 || s.ShadowRefused != 0 {
+		t.Errorf("after a reload that changed the rule and one admitted call: Admitted %d, ShadowRefused %d; want 1, 0 (the rule's counts restarted)", s.Admitted, s.ShadowRefused)
+	}
+	// A reload that adds a rule and leaves this one as it was: its counts
+	// go on.
+	write(t, path, before+"      - {type: ratelimit, name: rl, rate: 1000/s, burst: 100}\n"+
+		"  - {name: other, methods: [/a.B/*], guards: [{type: deadline}]}\n")
+	if err := r.Reload(); err != nil {
+		t.Fatal(err)
+	}
+	twoAtOnce()
+	if s := stats(); s.Admitted != 2 || s.ShadowRefused != 1 {
+		t.Errorf("after a reload that kept the rule and two more calls: Admitted %d, ShadowRefused %d; want 2, 1 (the counts went on)", s.Admitted, s.ShadowRefused)
+	}
+}
+
 // TestWatchKubernetesSymlinkSwap: the watch follows a ConfigMap's update,
 // where the file is a symlink through ..data, a symlink to a directory
 // that is replaced whole.

@@ -85,7 +85,9 @@ type MethodOverride struct {
 // not changed while read.
 type Rule struct {
 	// Name labels the rule in metrics; default: its first method pattern.
-	// Names are unique in a policy. YAML: name.
+	// Names are unique in a policy, the preset's rules' included: with the
+	// preset on, "default" and the name of each method it gives a max_rate
+	// are its rules'. YAML: name.
 	Name string
 	// Methods are the patterns the rule governs: "/pkg.Service/Method",
 	// "/pkg.Service/*" or "*". Default ["*"]. YAML: methods.
@@ -225,8 +227,9 @@ type Tenants struct {
 	// DefaultWeight is the weight of tenants not listed, > 0. Default 1.
 	// YAML: default_weight.
 	DefaultWeight float64
-	// Weights are the listed tenants' weights (> 0), sorted by tenant.
-	// YAML: weights, a mapping from tenant to weight.
+	// Weights are the listed tenants' weights (> 0), sorted by tenant,
+	// whose names are 1 to runlimit.MaxTenantLen bytes. YAML: weights, a
+	// mapping from tenant to weight.
 	Weights []TenantWeight
 }
 

@@ -116,32 +116,68 @@ func TestWatchSymlinkToFile(t *testing.T) {
 	wait("a rename over the new target", version(13))
 }
 
-// TestWatchSymlinkedDirectorySwap: the file's directory is reached through
-// a symlink that a deploy swaps to a new release ("current" ->
-// releases/2), as Capistrano-style deploys and some config tools do; the
-// swap happens in a directory above the file's.
-func TestWatchSymlinkedDirectorySwap(t *testing.T) {
-	base := t.TempDir()
-	for _, d := range []string{"releases", "releases/1", "releases/2", "releases/3"} {
+// swappedRelease lays out a deploy of releases under a temporary
+// directory, base: the file is reached through base/current, a symlink to
+// releases/1 that the watch follows, then swapped to releases/2, after
+// which releases/1 is removed. It returns base, the symlink's path and
+// watching's wait, once the policy of releases/2 is in force.
+func swappedRelease(t *testing.T) (base, current string, wait func(what, content string)) {
+	t.Helper()
+	base = t.TempDir()
+	for _, d := range []string{"releases", "releases/1", "releases/2"} {
 		if err := os.Mkdir(filepath.Join(base, d), 0o755); err != nil {
 			t.Fatal(err)
 		}
 	}
 	write(t, filepath.Join(base, "releases/1/policy.yaml"), version(10))
-	current := filepath.Join(base, "current")
+	current = filepath.Join(base, "current")
 	if err := os.Symlink("releases/1", current); err != nil {
 		t.Fatal(err)
 	}
-	_, wait := watching(t, filepath.Join(current, "policy.yaml"))
+	_, wait = watching(t, filepath.Join(current, "policy.yaml"))
 	write(t, filepath.Join(base, "releases/2/policy.yaml"), version(11))
 	symlinkOver(t, "releases/2", current)
 	wait("the directory's symlink swapped", version(11))
 	if err := os.RemoveAll(filepath.Join(base, "releases/1")); err != nil {
 		t.Fatal(err)
 	}
+	return base, current, wait
+}
+
+// TestWatchSymlinkedDirectorySwap: the file's directory is reached through
+// a symlink that a deploy swaps to a new release ("current" ->
+// releases/2), as Capistrano-style deploys and some config tools do; the
+// swap happens in a directory above the file's.
+func TestWatchSymlinkedDirectorySwap(t *testing.T) {
+	base, current, wait := swappedRelease(t)
+	if err := os.Mkdir(filepath.Join(base, "releases/3"), 0o755); err != nil {
+		t.Fatal(err)
+	}
 	write(t, filepath.Join(base, "releases/3/policy.yaml"), version(12))
 	symlinkOver(t, "releases/3", current)
 	wait("the directory's symlink swapped again", version(12))
+}
+
+// TestWatchRecreatedDirectory: a directory the watch followed is removed,
+// then re-created under its name and the symlink swapped back to it (a
+// rollback re-extracting the release); a later rename over the file in
+// it is seen. Before, the Reloader still took the directory for watched
+// after the kernel had ended its watch with it, so no later change there
+// was ever reloaded.
+func TestWatchRecreatedDirectory(t *testing.T) {
+	base, current, wait := swappedRelease(t)
+	if err := os.Mkdir(filepath.Join(base, "releases/1"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	write(t, filepath.Join(base, "releases/1/policy.yaml"), version(12))
+	symlinkOver(t, "releases/1", current)
+	wait("the symlink swapped back to the re-created directory", version(12))
+	// The swap's first event may reload it; let the watch take in the
+	// others, or one of them could read the rename below without a watch
+	// on the directory.
+	time.Sleep(100 * time.Millisecond)
+	renameOver(t, filepath.Join(base, "releases/1/policy.yaml"), version(13))
+	wait("a rename over the file in the re-created directory", version(13))
 }
 
 // TestWatchedDirs lists the directories watched for each layout, without
