@@ -4,6 +4,8 @@ import (
 	"context"
 	"testing"
 	"time"
+
+	"github.com/levee-go/levee/admission"
 )
 
 func TestDeadlinesShared(t *testing.T) {
@@ -56,5 +58,34 @@ func TestDoneContextDecidesLocally(t *testing.T) {
 	}
 	if st := l.Stats(); st.Errors != 0 || st.Breaker.String() != "closed" {
 		t.Fatalf("Stats = %+v, want no error and the breaker closed", st)
+	}
+}
+
+// TestLeasedDoneContextDecidesLocally: with leases, a one-token call whose
+// context is already done and whose lease is dry is decided by the local
+// fallback, as in direct mode, by AllowN and by a guard's Admit (given the
+// Call's context); before, the caller refilled the lease from Redis.
+func TestLeasedDoneContextDecidesLocally(t *testing.T) {
+	s, c := single(t)
+	l := mustNew(t, c, "leasedone", 100, 10, quiet, WithLeases(250*time.Millisecond, time.Second))
+	settle(t, s, l)
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	scripts := func() int { return s.CommandCalls("evalsha") + s.CommandCalls("eval") }
+	if r := l.Allow(ctx, "k"); scripts() != 0 || !r.Local || !r.Allowed {
+		t.Errorf("Allow with a done context and leases = %+v; Redis ran %d scripts, want 0 and allowed locally", r, scripts())
+	}
+	for _, scope := range []Scope{ByKey, ByKey | ByMethod} {
+		s.Do("CONFIG", "RESETSTAT")
+		g := NewGuard("fleet", l, scope)
+		var call admission.Call
+		call.Init(ctx, "/pkg.S/M", time.Now())
+		call.Key = "other"
+		if d := g.Admit(call); d.Refused || scripts() != 0 {
+			t.Errorf("guard (scope %d) Admit with a done Call.Ctx = %+v; Redis ran %d scripts, want 0 (decided locally)", scope, d, scripts())
+		}
+	}
+	if st := l.Stats(); st.LocalAllowed != 3 || st.Refills != 0 || st.Errors != 0 {
+		t.Errorf("Stats = %+v, want LocalAllowed 3, no refill, no error", st)
 	}
 }

@@ -308,6 +308,28 @@ func TestLeasedRedisKilled(t *testing.T) {
 	})
 }
 
+// TestRefillsCountOnlyAnsweredRoundTrips: Stats.Refills counts the round
+// trips that refilled a lease; one that failed (Redis down) refilled
+// nothing and counts in Errors alone. Before, it counted in both.
+func TestRefillsCountOnlyAnsweredRoundTrips(t *testing.T) {
+	s, c := single(t)
+	l := mustNew(t, c, "refillcount", 100, 10, quiet, WithTimeout(50*time.Millisecond), WithLeases(250*time.Millisecond, time.Second))
+	settle(t, s, l)
+	if r := l.Allow(context.Background(), "k"); !r.Allowed || r.Local {
+		t.Fatalf("Allow with Redis up = %+v, want allowed from a lease", r)
+	}
+	if st := l.Stats(); st.Refills != 1 || st.Errors != 0 {
+		t.Fatalf("after one refill: Refills %d, Errors %d; want 1, 0", st.Refills, st.Errors)
+	}
+	s.Stop()
+	if r := l.Allow(context.Background(), "j"); !r.Local {
+		t.Fatalf("Allow with Redis down = %+v, want local", r)
+	}
+	if st := l.Stats(); st.Refills != 1 || st.Errors != 1 {
+		t.Errorf("after a failed refill: Refills %d, Errors %d; want 1, 1 (nothing was refilled)", st.Refills, st.Errors)
+	}
+}
+
 // TestRecoveryInjectedTime drives the breaker on Redis and the probes
 // through an injected clock: Redis killed, the breaker opens and every call
 // is decided locally; Redis restarted, nothing changes until the wait in

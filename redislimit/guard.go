@@ -69,8 +69,11 @@ const (
 // without ByMethod then also offers the chain's fast path
 // (admission.FastAdmitter), whose refusal gives as retry delay the time
 // until Redis will have a token for the lease, or one token's interval.
-// A call whose context (Call.Ctx) is already done is decided locally; see
-// Limiter.AllowN. A method or a key is written in the bucket's name as
+// A call whose context (Call.Ctx) is already done is decided by the local
+// fallback, unless its lease has a token for it; see Limiter.AllowN. The
+// fast path is given no context: through it, such a call that finds its
+// lease dry is decided as any other (by a refill from Redis, say), where
+// Admit, given the Call, decides it locally. A method or a key is written in the bucket's name as
 // Limiter.Key writes a key; with WithMethods, a method the server does not
 // serve as UnservedMethod. It panics if l is nil.
 func NewGuard(name string, l *Limiter, scope Scope, opts ...GuardOption) admission.Guard {
@@ -209,12 +212,11 @@ func (g *fastLeasedGuard) AdmitFast(_ time.Time, key string) (admission.Permit, 
 }
 
 // Admit answers as AdmitFast then Refusal do, as the contract asks of a
-// FastAdmitter.
+// FastAdmitter, but that it has the call's context, which AdmitFast is not
+// given: a call whose context is already done that finds its lease dry is
+// decided by the local fallback (Limiter.AllowN), not by a refill.
 func (g *fastLeasedGuard) Admit(c admission.Call) admission.Decision {
-	if p, ok := g.AdmitFast(c.Now, c.Key); ok {
-		return admission.Grant(p)
-	}
-	return g.Refusal(c)
+	return g.leasedGuard.Admit(c)
 }
 
 // Refusal gives the local fallback's retry delay while the breaker on

@@ -219,7 +219,9 @@ func (l *Limiter) take(lz *lease) (left int64, ok bool) {
 // leased decides one call of id in leased mode: a token from the lease,
 // or, when it is dry, a refill by the caller (the first call of a key, or
 // traffic that outran the refills), a local refusal while Redis has
-// nothing for us, or the local fallback while Redis is sick.
+// nothing for us, or the local fallback while Redis is sick or when ctx
+// is already done (as in direct mode: no round trip for a caller who gave
+// up).
 func (l *Limiter) leased(ctx context.Context, id leaseID, lz *lease) (Result, *lease) {
 	if n, ok := l.take(lz); ok {
 		return Result{Allowed: true, Remaining: int(n)}, lz
@@ -230,7 +232,7 @@ func (l *Limiter) leased(ctx context.Context, id leaseID, lz *lease) (Result, *l
 	}
 	now := l.o.now()
 	mono := l.ls.mono(now)
-	if l.br.StateAt(now) != breaker.StateClosed {
+	if ctx.Err() != nil || l.br.StateAt(now) != breaker.StateClosed {
 		return l.fallback(id.name(), now, 1), nil
 	}
 	if until := lz.until.Load(); mono < until {
@@ -346,11 +348,11 @@ func (l *Limiter) refill(lz *lease) error {
 	start := time.Now()
 	v, err := l.run3(l.dl.get(), lz.name, strconv.FormatInt(want, 10), "1")
 	p.Done(err, time.Since(start))
-	l.ls.refilled.Add(1)
 	if err != nil {
 		l.errors.Add(1)
 		return err
 	}
+	l.ls.refilled.Add(1)
 	got := v[0]
 	lz.tokens.Add(got)
 	l.ls.granted.Add(uint64(got))

@@ -61,7 +61,7 @@ type Stats struct {
 	Burst         int           // the shared burst
 	Heartbeats    uint64        // heartbeats that Redis answered
 	HeartbeatFail uint64        // heartbeats that failed
-	Refills       uint64        // round trips that refilled a lease
+	Refills       uint64        // round trips that refilled a lease (Redis answered, with what tokens it had; a failed one counts in Errors)
 	Dropped       uint64        // leased tokens dropped unspent at their time to live
 	Leases        int           // keys leased now
 }
@@ -249,8 +249,10 @@ func (l *Limiter) Allow(ctx context.Context, key string) Result { return l.Allow
 // rate (see Stats.Share). It never
 // returns an error: Redis's failures show only in Stats. With leases
 // (WithLeases) a call of one token is taken from key's lease, which
-// allocates nothing and waits on nothing while the lease holds tokens;
-// other n are asked of Redis directly.
+// allocates nothing and waits on nothing while the lease holds tokens
+// (whether ctx is done or not); when the lease is dry the call is decided
+// as above, its round trip a refill of the lease. Other n are asked of
+// Redis directly.
 func (l *Limiter) AllowN(ctx context.Context, key string, n int) Result {
 	return l.allowName(ctx, tag(key), n)
 }
