@@ -247,6 +247,7 @@ type Shedder struct {
 	use        float64 // the mean share of the budget the running calls hold
 	lastTick   time.Time
 	gcAvg      float64 // the GC fraction averaged over GCSmoothing
+	gcHave     bool    // gcAvg has taken a reading
 	lastRef    uint64
 	refusedAt  time.Time // the last tick that saw a refusal
 	cuts       uint64
@@ -504,7 +505,7 @@ func (s *Shedder) refusal(r overload.Reading) admission.Decision {
 // overBudget is what a call its class's budget refuses is refused on:
 // the memory the process heads for against the threshold.
 func (s *Shedder) overBudget() overload.Reading {
-	return overload.ProjectedOf(s.sig.Projected(), s.o.threshold)
+	return overload.ProjectedOf(share(s.sig.Projected()), s.o.threshold)
 }
 
 // Admit refuses, while there is a budget, a call whose method's cost does
@@ -569,14 +570,17 @@ func (s *Shedder) Finish(c admission.Call, p admission.Permit, o admission.Outco
 }
 
 // Tick runs the control and the cost fit once, at now: the explicit-time
-// form of what New's goroutine does every interval.
+// form of what New's goroutine does every interval. A reading of the
+// signal out of [0, 1] (a Signal of one's own) counts as the nearest
+// bound, and a NaN one as 0, no evidence; a NaN GCFraction is skipped,
+// and the GC average keeps its value.
 func (s *Shedder) Tick(now time.Time) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if !s.noFit {
 		s.fit.update(now, s.allocs(), s.list)
 	}
-	p, u := s.sig.Projected(), s.sig.HardUtilization()
+	p, u := share(s.sig.Projected()), share(s.sig.HardUtilization())
 	s.tickBrake(now, u, p)
 	s.smoothGC(now)
 	// The evidence: the memory the process heads for, the GC's share of
@@ -610,18 +614,43 @@ func (e pressure) cool() bool {
 
 // cutTo is the share of the budget a cut keeps: it brings the pressure
 // back under the threshold by the margin if memory follows the calls in
-// flight, within [MinCut, MaxCut].
+// flight, within [MinCut, MaxCut]. A NaN reading (Tick's are never NaN:
+// see share) tells nothing of the cut's size: the least, MaxCut, and the
+// next cut HoldTicks later if the pressure stays. Without this guard the
+// budget would be the conversion of NaN to an integer.
 func (e pressure) cutTo() float64 {
-	return min(max(min(e.proj.Headroom(), e.gc.Headroom(), e.hard.Headroom())*(1-Margin), MinCut), MaxCut)
+	h := min(e.proj.Headroom(), e.gc.Headroom(), e.hard.Headroom())
+	if math.IsNaN(h) {
+		return MaxCut
+	}
+	return min(max(h*(1-Margin), MinCut), MaxCut)
+}
+
+// share is a reading of the memory signal as the share in [0, 1] its
+// methods promise: a NaN (a Signal of one's own that divides zero by
+// zero) or negative reading is no evidence, 0; one above 1 is 1.
+// *memory.Monitor's readings are always in [0, 1].
+func share(v float64) float64 {
+	if !(v > 0) {
+		return 0
+	}
+	return min(v, 1)
 }
 
 // smoothGC averages the GC fraction over GCSmoothing up to now; the first
-// tick takes it as it is. s.mu held.
+// reading is taken as it is. A NaN reading is skipped: the average keeps
+// its value, and the next reading covers the time since the tick before
+// it. s.mu held.
 func (s *Shedder) smoothGC(now time.Time) {
-	if dt := now.Sub(s.lastTick); !s.lastTick.IsZero() && dt > 0 {
-		s.gcAvg += (1 - math.Exp(-dt.Seconds()/GCSmoothing.Seconds())) * (s.sig.GCFraction() - s.gcAvg)
-	} else if s.lastTick.IsZero() {
-		s.gcAvg = s.sig.GCFraction()
+	g := s.sig.GCFraction()
+	if math.IsNaN(g) {
+		return
+	}
+	g = share(g)
+	if dt := now.Sub(s.lastTick); s.gcHave && dt > 0 {
+		s.gcAvg += (1 - math.Exp(-dt.Seconds()/GCSmoothing.Seconds())) * (g - s.gcAvg)
+	} else if !s.gcHave {
+		s.gcAvg, s.gcHave = g, true
 	}
 }
 
@@ -761,7 +790,7 @@ func (s *Shedder) tickBrake(now time.Time, u, p float64) {
 		// What the process had, and its heap then, of one instant: the
 		// heap's growth since then is what the sample has not seen.
 		if hu, ho, hm := hs.HardSample(); hu > 0 {
-			u, objects, mapped = hu, ho, hm
+			u, objects, mapped = share(hu), ho, hm
 		}
 	}
 	s.offset.Store(int64(u * float64(l)))
@@ -821,8 +850,8 @@ type Stats struct {
 	// Background is the bytes per second allocated with no call
 	// running, as the fit learned it.
 	Background float64
-	// The signals the last tick weighed (Pressure), read again now:
-	// Projected is the memory signal's projected share of the limit,
+	// The signals the last tick weighed (Pressure), read again now as
+	// a tick reads them (see Shedder.Tick): Projected is the memory signal's projected share of the limit,
 	// against Threshold (WithThreshold); GC the GC's share of CPU,
 	// smoothed, against GCThreshold (WithGCThreshold); Hard the share of
 	// the hard limit in use, against EmergencyAt.
@@ -851,7 +880,7 @@ func (s *Shedder) Stats() Stats {
 	defer s.mu.Unlock()
 	st := Stats{InFlight: s.inflight.Load(), Running: s.running.Load(), Refused: s.refused.Load(), Pressure: s.hot,
 		Engaged: s.engaged, Cuts: s.cuts, Shrinks: s.shrinks, Brakes: s.brakes.Load(), BrakeGCs: s.brakeGCs, Background: s.fit.background,
-		Projected: s.sig.Projected(), Threshold: s.o.threshold, GC: s.gcAvg, GCThreshold: s.o.gcThreshold, Hard: s.sig.HardUtilization()}
+		Projected: share(s.sig.Projected()), Threshold: s.o.threshold, GC: s.gcAvg, GCThreshold: s.o.gcThreshold, Hard: share(s.sig.HardUtilization())}
 	if s.budget != off {
 		st.Budget = s.budget
 	}

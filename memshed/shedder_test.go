@@ -103,6 +103,20 @@ func enter(s *Shedder, c admission.Call) (running, bool) {
 
 func (r running) finish(s *Shedder) { s.Finish(r.c, r.p, admission.Outcome{}) }
 
+// enterCritical enters n critical calls of heavyMethod, all admitted.
+func enterCritical(t *testing.T, s *Shedder, n int) []running {
+	t.Helper()
+	rs := make([]running, 0, n)
+	for range n {
+		r, ok := enter(s, call(heavyMethod, admission.Critical))
+		if !ok {
+			t.Fatal("call refused without pressure")
+		}
+		rs = append(rs, r)
+	}
+	return rs
+}
+
 // setCost fixes a method's cost, as the fit would learn it, and turns the
 // fit off.
 func setCost(s *Shedder, method string, cost int64) {
@@ -383,6 +397,79 @@ func TestEmergencyAndShrink(t *testing.T) {
 	}
 	if st := s.Stats(); !st.Pressure || st.Hard != 0.97 || st.Projected != 0.5 || st.Threshold != DefaultThreshold || st.GCThreshold != DefaultGCThreshold {
 		t.Errorf("utilization at EmergencyAt: Stats() = %+v, want Pressure with Hard 0.97, Projected 0.5 against the default thresholds", st)
+	}
+}
+
+// TestGCFractionNaNDoesNotPoisonCut: a memory.Signal of one's own whose
+// GCFraction reads NaN once (a ratio of two zeros) does not leave the
+// shedder's GC average NaN for good: the reading is skipped. Before, the
+// average stayed NaN forever: the pressure was then never "cool" (NaN < x
+// is false), and the next cut, made on other evidence (Projected just
+// over the threshold), computed its share from NaN headrooms, and
+// int64(NaN) made the budget 1 byte: one call at a time, on a server only
+// 1% over the threshold.
+func TestGCFractionNaNDoesNotPoisonCut(t *testing.T) {
+	s, sig, _ := newTest(t)
+	setCost(s, heavyMethod, MiB)
+	now := t0
+	tick := func() { now = now.Add(DefaultInterval); s.Tick(now) }
+
+	sig.set(0.5, math.NaN()) // one odd reading
+	tick()
+	sig.set(0.5, 0.01) // and healthy readings for ten seconds
+	for range 100 {
+		tick()
+	}
+	if g := s.Stats().GC; math.IsNaN(g) {
+		t.Errorf("Stats().GC = NaN 10 s after a single NaN reading of GCFraction, want about 0.01")
+	}
+
+	rs := enterCritical(t, s, 100)
+	sig.set(0.86, 0.01) // just over the threshold (0.85)
+	tick()
+	if b := s.Budget(); b < 50*MiB {
+		t.Errorf("Budget() = %d bytes after one cut at Projected 0.86 with 100 MiB in flight, want about 94 MiB (a cut keeps at least MinCut)", b)
+	}
+	for _, r := range rs {
+		r.finish(s)
+	}
+}
+
+// TestNaNReadingDuringPressureCutsByTheOthers: a Projected or
+// HardUtilization of one's own that reads NaN (or negative) while the GC
+// is evidence reads 0, no evidence: the cut is sized on the GC's
+// headroom. Before, the cut's share was NaN and the budget 1 byte.
+func TestNaNReadingDuringPressureCutsByTheOthers(t *testing.T) {
+	for _, tc := range []struct {
+		name       string
+		proj, util float64
+	}{
+		{"Projected NaN", math.NaN(), 0.5},
+		{"HardUtilization NaN", 0.5, math.NaN()},
+		{"Projected negative", -1, 0.5},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s, sig, _ := newTest(t)
+			setCost(s, heavyMethod, MiB)
+			rs := enterCritical(t, s, 100)
+			sig.set(tc.proj, 0.5) // the GC over its threshold (0.2)
+			sig.setUtil(tc.util)
+			now := t0
+			for s.Budget() == 0 && now.Before(t0.Add(time.Second)) {
+				now = now.Add(DefaultInterval)
+				s.Tick(now) // until the GC average reaches its threshold
+			}
+			if b := s.Budget(); b < 50*MiB {
+				t.Errorf("Budget() = %d bytes after the first cut on the GC with 100 MiB in flight, want at least 50 MiB (a cut keeps at least MinCut)", b)
+			}
+			st := s.Stats()
+			if math.IsNaN(st.Projected) || math.IsNaN(st.Hard) || st.Projected < 0 {
+				t.Errorf("Stats() Projected %v, Hard %v; want the readings as a tick takes them, in [0, 1]", st.Projected, st.Hard)
+			}
+			for _, r := range rs {
+				r.finish(s)
+			}
+		})
 	}
 }
 
