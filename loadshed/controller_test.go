@@ -327,6 +327,54 @@ func TestAIMDSteps(t *testing.T) {
 	}
 }
 
+// clockStepBack is how far the wall clock steps back in the AIMD tests.
+const clockStepBack = time.Hour
+
+// afterClockStepBack cuts the scale of a default AIMD once at t0 (CPU
+// full), then feeds readings u, saturated sat, every 250 ms for d after
+// the clock stepped back clockStepBack, and returns the last scale.
+func afterClockStepBack(t *testing.T, d time.Duration, u float64, sat bool) float64 {
+	t.Helper()
+	ctl := mustController(t, loadshed.AIMD{}, nil)
+	if got := observe(t, ctl, t0, 1, true); got != 0.75 {
+		t.Fatalf("Observe(t0, 1, true) = %v, want 0.75", got)
+	}
+	var got float64
+	for at := 250 * time.Millisecond; at <= d; at += 250 * time.Millisecond {
+		got = observe(t, ctl, t0.Add(at-clockStepBack), u, sat)
+	}
+	return got
+}
+
+// TestAIMDAfterBackwardClockStep: Observe takes the caller's time, and a
+// wall clock that steps back (an NTP step, a VM restored from a
+// snapshot; times without a monotonic reading) must not freeze the
+// policy: the next observation is timed from the step. Before, AIMD kept
+// the time of its last observation until the clock was back past it:
+// every observation meanwhile had dt < 0, so the scale cut while the CPU
+// was busy never rose again for as long as the clock stepped (an hour
+// here), on an idle CPU. internal/saturation's Level was fixed for the
+// same step (TestLevelAfterBackwardClockStep).
+func TestAIMDAfterBackwardClockStep(t *testing.T) {
+	// Twenty seconds of idle readings, not saturated: at 0.1/s the scale
+	// is back to 1 in under 3 s.
+	if got := afterClockStepBack(t, 20*time.Second, 0.1, false); got != 1 {
+		t.Errorf("scale = %v after 20 s of idle readings past a clock step back of %v, want 1", got, clockStepBack)
+	}
+}
+
+// TestAIMDCutsAfterBackwardClockStep: after the same step the decrease
+// goes on, a Hold after the step. Before, the last decrease was then in
+// the future, and Hold never passed until the clock was back past it, so
+// an overload that started after the step was not shed for an hour.
+func TestAIMDCutsAfterBackwardClockStep(t *testing.T) {
+	// Ten seconds of saturated readings at full utilisation: nine Holds,
+	// each a cut by 0.75, down to 0.056.
+	if got := afterClockStepBack(t, 10*time.Second, 1, true); got > 0.2 {
+		t.Errorf("scale = %v after 10 s of saturated readings at 1 past a clock step back of %v, want at most 0.2", got, clockStepBack)
+	}
+}
+
 // TestFollow runs the follower goroutine against a signal, and Close stops
 // it (goleak in TestMain checks that nothing is left).
 func TestFollow(t *testing.T) {

@@ -79,6 +79,11 @@ func (r *stepRunner) next(_ time.Time, _, _ float64, saturated bool) float64 {
 //     the headroom is full, the increase also stops at 95 % of the scale
 //     at which the CPU was over.
 //
+// An observation timed before the last one (a wall clock that stepped
+// back: times without a monotonic reading) covers no time; the next is
+// timed from it, and a last decrease that the clock now places after it
+// counts as made at it.
+//
 // The scale stays within [Floor, Ceiling]. Under a steady overload it
 // settles where utilisation sits just under the threshold instead of
 // swinging between a low factor and 1: a reversal from decrease to
@@ -200,8 +205,13 @@ func (r *aimdRunner) next(now time.Time, cur, util float64, saturated bool) floa
 	if r.have {
 		dt = now.Sub(r.last)
 	}
-	if !r.have || dt > 0 {
-		r.last, r.have = now, true
+	// An observation earlier than the last (a wall clock that stepped
+	// back) covers no time, but the next is timed from it, and a decrease
+	// after it counts from it: otherwise the scale would hold, and a new
+	// overload go uncut, until the clock is back where it was.
+	r.last, r.have = now, true
+	if r.decreased && r.lastDecrease.After(now) {
+		r.lastDecrease = now
 	}
 	// The increase follows a slower average of the utilisation, so
 	// that noise in the signal does not ratchet the scale upward.
