@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 )
@@ -306,6 +307,100 @@ func TestQuotaChangeBetweenSamples(t *testing.T) {
 			}
 		})
 	}
+}
+
+// hostTwoSamples samples the host source on /proc/stat stat0 with the
+// mask cpus0, then one second later on stat1 with the mask cpus1.
+func hostTwoSamples(t *testing.T, cpus0 []int, stat0 string, cpus1 []int, stat1 string) (prev, cur Sample) {
+	t.Helper()
+	root := fixture(t, "host-only")
+	f := newFakeSys()
+	f.cpus = cpus0
+	write(t, root, procStat, stat0)
+	src, err := newHost(root, f.env())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if prev, err = src.Sample(); err != nil {
+		t.Fatal(err)
+	}
+	f.now = f.now.Add(time.Second)
+	f.cpus = cpus1
+	write(t, root, procStat, stat1)
+	if cur, err = src.Sample(); err != nil {
+		t.Fatal(err)
+	}
+	return prev, cur
+}
+
+// TestHostCPUJoiningMaskIsNotBusy: the host source counts the growth of
+// each CPU's busy time over the CPUs in the affinity mask at both
+// samples. Before, it summed the busy time of the CPUs in the mask: when
+// a CPU joined the mask (taskset, a cpuset resize by a CPU manager) or
+// came back online, the next sample's sum took that CPU's busy time since
+// boot, and the utilisation over that interval read 1 on idle CPUs: a
+// false saturation, held for the cooldown.
+func TestHostCPUJoiningMaskIsNotBusy(t *testing.T) {
+	// One idle second later, CPU 2 joins the mask; no CPU did any work.
+	prev, cur := hostTwoSamples(t,
+		[]int{0, 1}, "cpu  0 0 0 0 0 0 0 0 0 0\n"+
+			"cpu0 100 0 50 1000 10 0 0 0 0 0\n"+
+			"cpu1 100 0 50 1000 10 0 0 0 0 0\n"+
+			"cpu2 900000 0 90000 1000 10 0 0 0 0 0\n"+ // busy for days, not ours yet
+			"cpu3 100 0 50 1000 10 0 0 0 0 0\n",
+		[]int{0, 1, 2}, "cpu  0 0 0 0 0 0 0 0 0 0\n"+
+			"cpu0 100 0 50 1100 10 0 0 0 0 0\n"+
+			"cpu1 100 0 50 1100 10 0 0 0 0 0\n"+
+			"cpu2 900000 0 90000 1100 10 0 0 0 0 0\n"+
+			"cpu3 100 0 50 1100 10 0 0 0 0 0\n")
+	if u := Utilization(prev, cur); u > 0.1 {
+		t.Errorf("Utilization over an idle second in which CPU 2 joined the mask = %v, want 0", u)
+	}
+}
+
+// TestHostCPULeavingMaskCountsTheOthers: when a CPU leaves the mask, the
+// interval counts what the CPUs still in it did. Before, the sum lost
+// the leaving CPU's busy time since boot, went back, and the interval
+// read 0 on CPUs fully busy.
+func TestHostCPULeavingMaskCountsTheOthers(t *testing.T) {
+	// One second later, CPU 2 has left the mask; CPUs 0 and 1 were busy
+	// all that second (100 ticks each).
+	prev, cur := hostTwoSamples(t,
+		[]int{0, 1, 2}, "cpu  0 0 0 0 0 0 0 0 0 0\n"+
+			"cpu0 100 0 50 1000 10 0 0 0 0 0\n"+
+			"cpu1 100 0 50 1000 10 0 0 0 0 0\n"+
+			"cpu2 900000 0 90000 1000 10 0 0 0 0 0\n",
+		[]int{0, 1}, "cpu  0 0 0 0 0 0 0 0 0 0\n"+
+			"cpu0 200 0 50 1000 10 0 0 0 0 0\n"+
+			"cpu1 150 0 100 1000 10 0 0 0 0 0\n"+
+			"cpu2 900000 0 90000 1100 10 0 0 0 0 0\n")
+	if u := Utilization(prev, cur); u != 1 || cur.Allowance != 2 {
+		t.Errorf("Utilization over a second in which CPUs 0 and 1 were busy and CPU 2 left the mask = %v (allowance %v), want 1 (2)", u, cur.Allowance)
+	}
+}
+
+// TestHostConcurrentSamples: the host source keeps its per-CPU counters
+// between samples under its lock: samples taken from several goroutines
+// at once (a Monitor's sampler and a caller of its own) do not race
+// (run with -race).
+func TestHostConcurrentSamples(t *testing.T) {
+	root := fixture(t, "host-only")
+	src, err := newHost(root, newFakeSys().env())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	for range 4 {
+		wg.Go(func() {
+			for range 50 {
+				if _, err := src.Sample(); err != nil {
+					t.Error(err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
 }
 
 // TestLateSample: a sample taken 3 s after the previous one is computed
