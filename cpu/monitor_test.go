@@ -329,6 +329,36 @@ func TestNewErrors(t *testing.T) {
 	}
 }
 
+// TestThresholdOneReachable: WithThreshold accepts 1 ("f must be in
+// (0, 1]"): saturated when the whole allowance is in use, and a monitor
+// that reads its CPU fully used for a minute is. Before, the EWMA
+// approached a reading of 1 from below and, in floating point, stopped
+// one ulp short of it (1 − 2⁻⁵³) when the step 1 − exp(−dt/tau) was
+// under one half, as it is at the default interval and smoothing
+// (0.39): it was never saturated. (Only when the very first observation
+// was 1 did it get there.) The same Level serves package memory's
+// monitor; internal/saturation's TestLevelReachesSteadyReading covers
+// long time constants.
+func TestThresholdOneReachable(t *testing.T) {
+	m, err := NewManual(WithThreshold(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := t0
+	if err := m.Update(now, 0.5); err != nil {
+		t.Fatal(err)
+	}
+	for range 240 { // a minute of readings at 1, every 250 ms
+		now = now.Add(DefaultInterval)
+		if err := m.Update(now, 1); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if !m.Saturated() {
+		t.Errorf("after a minute of readings of 1: Saturated() = false, Utilization() = %.17g, want saturated at threshold 1", m.Utilization())
+	}
+}
+
 // TestUpdateErrors: a NaN or negative observation is an error naming it,
 // and the monitor does not change.
 func TestUpdateErrors(t *testing.T) {

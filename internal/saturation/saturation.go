@@ -19,7 +19,9 @@ import (
 // (the rule is overload.Cooldown's).
 // Smoothing is the time constant tau of an exponentially weighted moving
 // average (an observation covering dt moves the value by the fraction
-// 1 − exp(−dt/tau) of the difference); 0 disables smoothing.
+// 1 − exp(−dt/tau) of the difference, and by at least one rounding step
+// of the value, so that it reaches a steady reading, 1 included); 0
+// disables smoothing.
 //
 // An observation made before the last one seen (a wall clock that stepped
 // back) does not move the smoothed value, and the observations after it
@@ -52,7 +54,15 @@ func (l *Level) Observe(now time.Time, v float64) {
 		l.smoothed = v
 	} else if dt := now.Sub(l.last); dt > 0 {
 		a := 1 - math.Exp(-float64(dt)/float64(l.Smoothing))
-		l.smoothed += a * (v - l.smoothed)
+		next := l.smoothed + a*(v-l.smoothed)
+		if next == l.smoothed && v != l.smoothed {
+			// The step is under half a rounding step of the value:
+			// without a nudge the value would stop short of the reading
+			// for good (from below 1, at 1 − 2⁻⁵³ whenever a < 1/2), and
+			// a threshold at the reading, 1, would never be reached.
+			next = math.Nextafter(l.smoothed, v)
+		}
+		l.smoothed = next
 	}
 	// An observation earlier than the last covers no time, but the next
 	// is timed from it: a clock that stepped back must not keep the value

@@ -53,6 +53,32 @@ func TestLevelSmoothing(t *testing.T) {
 	}
 }
 
+// TestLevelReachesSteadyReading: a steady reading is reached exactly,
+// from below or above, however long the time constant, so that a
+// threshold of 1 saturates. Without the nudge of one rounding step the
+// value stops where a step rounds to nothing: 1 − 2⁻⁵³ at a step under
+// one half, some twenty rounding steps short at this one (0.025).
+func TestLevelReachesSteadyReading(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		from, to float64 // the threshold is to
+	}{
+		{"up to 1", 0.5, 1},
+		{"down to 0.3", 1, 0.3},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			l := Level{Smoothing: 10 * time.Second, Threshold: tc.to, Cooldown: time.Second}
+			l.Observe(at(0), tc.from)
+			for ms := 250; ms <= 15*60_000; ms += 250 { // 90 time constants
+				l.Observe(at(ms), tc.to)
+			}
+			if u := l.Utilization(); u != tc.to || !l.Saturated() {
+				t.Errorf("after 15 min of readings of %v: Utilization() = %.17g, Saturated() = %v; want %v, saturated at that threshold", tc.to, u, l.Saturated(), tc.to)
+			}
+		})
+	}
+}
+
 // TestLoopCloses: Close stops the goroutine (goleak checks) and is
 // idempotent; a loop never started closes at once.
 func TestLoopCloses(t *testing.T) {
