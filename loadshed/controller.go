@@ -88,6 +88,10 @@ type Controller struct {
 	stop     chan struct{}
 	done     chan struct{}
 	closed   bool
+
+	// Test hook, nil in production: runs when a Close is about to wait
+	// for the follower goroutine to exit.
+	onWait func()
 }
 
 // New returns a Controller with policy p (use AIMD{} for the defaults)
@@ -221,15 +225,21 @@ func (c *Controller) follow(sig cpu.Signal, interval time.Duration, stop <-chan 
 // Close stops the goroutine started by Follow, if any, and waits for it
 // to exit (so it must not be called from a WithOnChange callback running
 // on that goroutine). The scale and the targets keep their last values.
-// Close is idempotent; Observe still works after it.
+// Close is idempotent, and safe to call from several goroutines at once:
+// every call waits for the goroutine. Observe still works after it.
 func (c *Controller) Close() {
 	c.followMu.Lock()
-	stop, done, closed := c.stop, c.done, c.closed
+	if !c.closed && c.stop != nil {
+		close(c.stop)
+	}
 	c.closed = true
+	done := c.done
 	c.followMu.Unlock()
-	if closed || stop == nil {
+	if done == nil {
 		return
 	}
-	close(stop)
+	if c.onWait != nil {
+		c.onWait()
+	}
 	<-done
 }

@@ -396,6 +396,62 @@ func TestFollow(t *testing.T) {
 	}
 }
 
+// blockingSignal blocks in Utilization until released.
+type blockingSignal struct {
+	entered chan struct{}
+	release chan struct{}
+	once    sync.Once
+}
+
+func (s *blockingSignal) Utilization() float64 {
+	s.once.Do(func() { close(s.entered) })
+	<-s.release
+	return 0
+}
+func (s *blockingSignal) Saturated() bool { return false }
+
+// TestConcurrentCloseWaits: Close "stops the goroutine started by Follow
+// and waits for it to exit", and is idempotent: a second Close made while
+// the first is still waiting waits too. Before, it returned at once,
+// before the goroutine had exited (it saw closed and returned): a caller
+// that closes from two shutdown paths, then checks for leaked goroutines
+// or frees what the signal reads, raced with the follower. The follower
+// is held inside the signal until the second Close waits (OnCloseWait),
+// so no sleep orders the two.
+func TestConcurrentCloseWaits(t *testing.T) {
+	ctl := mustController(t, loadshed.Step{}, nil)
+	sig := &blockingSignal{entered: make(chan struct{}), release: make(chan struct{})}
+	waiting := make(chan struct{})
+	loadshed.OnCloseWait(ctl, func() { waiting <- struct{}{} })
+	if err := ctl.Follow(sig, time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	<-sig.entered // the follower is inside sig.Utilization
+	first := make(chan struct{})
+	go func() { ctl.Close(); close(first) }()
+	<-waiting // the first Close has stopped the follower and waits for it
+	// The follower goes on once the second Close waits too (or, if it
+	// does not, once it has returned).
+	giveUp, released := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(released)
+		select {
+		case <-waiting:
+		case <-giveUp:
+		}
+		close(sig.release)
+	}()
+	ctl.Close()
+	select {
+	case <-loadshed.FollowerDone(ctl):
+	default:
+		t.Errorf("a second Close returned while the follower goroutine was still running")
+	}
+	close(giveUp)
+	<-released
+	<-first
+}
+
 type fakeSignal struct {
 	mu  sync.Mutex
 	u   float64
