@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"sort"
 	"sync/atomic"
+
+	"github.com/levee-go/levee/internal/nilness"
 )
 
 // MaxGuards is the most guards one Chain may hold.
@@ -106,7 +108,9 @@ type counters struct {
 
 // NewChain compiles guards into a Chain named name (the name labels its
 // Stats). It returns an error naming the chain when
-// there are no guards, more than MaxGuards, a nil guard, or a negative
+// there are no guards, more than MaxGuards, a nil guard (nil, or a nil
+// pointer, map, func or the like in the interface, such as the
+// *deadline.Guard of a New whose error was dropped), or a negative
 // declared cost.
 func NewChain(name string, guards []Guard, opts ...ChainOption) (*Chain, error) {
 	var o chainOptions
@@ -127,7 +131,7 @@ func NewChain(name string, guards []Guard, opts ...ChainOption) (*Chain, error) 
 	}
 	entries := make([]entry, len(guards))
 	for i, g := range guards {
-		if g == nil {
+		if nilness.Is(g) {
 			return nil, fmt.Errorf("admission: chain %q: guard %d is nil", name, i)
 		}
 		t := TraitsOf(g)

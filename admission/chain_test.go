@@ -9,6 +9,7 @@ import (
 	"github.com/levee-go/levee/admission"
 	"github.com/levee-go/levee/breaker"
 	"github.com/levee-go/levee/bulkhead"
+	"github.com/levee-go/levee/deadline"
 	"github.com/levee-go/levee/holdoff"
 	"github.com/levee-go/levee/loadshed"
 	"github.com/levee-go/levee/ratelimit"
@@ -267,6 +268,24 @@ func TestNewChainRejectsBadChains(t *testing.T) {
 				t.Errorf("NewChain() = %v, %v; want nil, %q", ch, err, tt.want)
 			}
 		})
+	}
+}
+
+// A nil *deadline.Guard (a New whose error was dropped) is a nil guard,
+// refused as such. Before, NewChain checked only for a nil interface: the
+// chain was built, and its first call with a deadline panicked on the
+// request path, far from the mistake.
+func TestNewChainRefusesTypedNilGuard(t *testing.T) {
+	var dl *deadline.Guard // as left by `dl, _ := deadline.New(bad)`
+	ch, err := admission.NewChain("r", []admission.Guard{dl})
+	if err == nil {
+		c := admission.Call{Method: "/pkg.Svc/M", Now: t0, Deadline: t0.Add(time.Second)}
+		var ps admission.Permits
+		p := recovered(func() { ch.Enter(&c, &ps) })
+		t.Fatalf("NewChain(r, [(*deadline.Guard)(nil)]) = nil error; the first call then panicked with %v; want an error naming guard 0 as nil", p)
+	}
+	if want := `admission: chain "r": guard 0 is nil`; err.Error() != want {
+		t.Errorf("NewChain(r, [(*deadline.Guard)(nil)]) = %v, want %q", err, want)
 	}
 }
 

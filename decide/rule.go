@@ -175,11 +175,12 @@ func sameGuard(a, b admission.Guard) (same bool) {
 
 // ruleSet selects the rule of a method.
 type ruleSet struct {
-	exact    map[string]*Compiled // nil value: exempt
-	services map[string]*Compiled // by "/pkg.Service"; nil value: exempt
-	def      *Compiled
-	all      []*Compiled
-	exempt   []string // the exempt patterns, as given
+	exact     map[string]*Compiled // nil value: exempt
+	services  map[string]*Compiled // by "/pkg.Service"; nil value: exempt
+	def       *Compiled            // the default rule ("*"); nil: none, or exempt
+	allExempt bool                 // "*" is exempt (def is nil then)
+	all       []*Compiled
+	exempt    []string // the exempt patterns, as given
 }
 
 // same returns the rule of s named name whose guards and shadow mode are
@@ -237,10 +238,10 @@ func (s *ruleSet) add(pattern string, r *Compiled) error {
 	}
 	switch {
 	case pattern == "*":
-		if s.def != nil {
-			return fmt.Errorf("decide: %s: pattern \"*\" is already taken by rule %q", name, s.def.Name())
+		if s.def != nil || s.allExempt {
+			return taken(name, pattern, s.def)
 		}
-		s.def = r
+		s.def, s.allExempt = r, r == nil
 		return nil
 	case !strings.HasPrefix(pattern, "/") || strings.Count(pattern, "/") != 2 || strings.HasSuffix(pattern, "/"):
 		return fmt.Errorf("decide: %s: method pattern %q is not \"/pkg.Service/Method\", \"/pkg.Service/*\" or \"*\"", name, pattern)

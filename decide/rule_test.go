@@ -87,3 +87,31 @@ func TestCodes(t *testing.T) {
 		}
 	}
 }
+
+// An exemption of every method ("*") takes the default pattern: a rule
+// that also claims "*" must be refused, as for any pattern an exemption
+// takes (New's doc), not silently guard the methods the exemption was
+// meant to leave alone.
+func TestExemptAllConflictsWithDefaultRule(t *testing.T) {
+	rules := []Rule{{Name: "all", Guards: []admission.Guard{admitAll{}}}}
+	e, err := New(rules, WithExempt("*"))
+	if err == nil {
+		r := e.Match("/pkg.Svc/M")
+		name := "<nil>"
+		if r != nil {
+			name = r.Name()
+		}
+		t.Fatalf(`New(default rule, WithExempt("*")) = nil error; /pkg.Svc/M governed by %s, want an error: "*" is already taken by an exemption`, name)
+	}
+	if want := `rule "all": method pattern "*" is already taken by an exemption`; !strings.Contains(err.Error(), want) {
+		t.Errorf(`New(default rule, WithExempt("*")) = %v, want an error containing %q`, err, want)
+	}
+	// Without a default rule, "*" exempts every method.
+	e, err = New([]Rule{{Name: "svc", Methods: []string{"/pkg.Svc/*"}, Guards: []admission.Guard{admitAll{}}}}, WithExempt("*"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r := e.Match("/other.Svc/M"); r != nil {
+		t.Errorf(`WithExempt("*"): /other.Svc/M governed by %q, want none`, r.Name())
+	}
+}
