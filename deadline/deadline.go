@@ -87,7 +87,8 @@ func WithMargin(f float64) Option {
 // deadlines that a call run on its turn meets with room to spare. A
 // method with no sample yet is judged by its deadline alone.
 // So is a method whose learned time has gone stale (no successful call
-// for twice its service time, at least StaleAfter): a learned time that
+// for twice its service time, at least StaleAfter, by the calls' clock,
+// admission.Call.Now, whatever instant it reads): a learned time that
 // rose above the callers' deadlines in a stall would otherwise refuse
 // every call for good, and no call would ever succeed to bring it down.
 //
@@ -108,9 +109,16 @@ type Guard struct {
 // two processors do not take each other's line away (false sharing).
 type method struct {
 	svc  atomic.Int64 // service time, ns; 0 until the first sample
-	last atomic.Int64 // when the last sample ended, ns since the Guard's epoch
+	last atomic.Int64 // when the last sample ended, ns from the Guard's epoch; noSample before the first
 	_    [cacheline.Size - 16]byte
 }
+
+// noSample is a method's last before its first sample. An end is measured
+// from the Guard's epoch, time.Now() at New, on the calls' own clock
+// (admission.Call.Now), which may read before the epoch (an injected
+// clock, a simulation's): an end before it is negative, and the first
+// sample must be stored all the same, so "none yet" is not 0.
+const noSample = math.MinInt64
 
 // New returns a Guard, or an error naming every bad option.
 func New(opts ...Option) (*Guard, error) {
@@ -143,8 +151,11 @@ func (g *Guard) Name() string { return "deadline" }
 // Traits declares the guard's cost, admission.CostDeadline.
 func (g *Guard) Traits() admission.Traits { return admission.Traits{Cost: admission.CostDeadline} }
 
-// ServiceTime returns the service time the guard uses for method, or 0 if
-// it has none.
+// ServiceTime returns method's fixed service time (WithServiceTime), or
+// the mean it learned (0 before its first successful call). It is not
+// always what a call is judged against: a shorter baseline
+// (WithBaselines) is used instead, and a stale mean not at all (see
+// Guard).
 func (g *Guard) ServiceTime(name string) time.Duration {
 	if d, ok := g.fixed[name]; ok {
 		return d
@@ -168,7 +179,7 @@ func (g *Guard) serviceTimeAt(name string, now time.Time) time.Duration {
 		return 0
 	}
 	st := time.Duration(v.svc.Load())
-	if now.Sub(g.epoch)-time.Duration(v.last.Load()) > max(StaleAfter, 2*st) {
+	if st == 0 || g.stale(now, v.last.Load(), max(StaleAfter, 2*st)) {
 		return 0
 	}
 	if g.baselines != nil {
@@ -177,6 +188,15 @@ func (g *Guard) serviceTimeAt(name string, now time.Time) time.Duration {
 		}
 	}
 	return st
+}
+
+// stale reports whether more than d has passed from last, the end of a
+// method's last sample (ns from the epoch), to now. The difference is
+// taken unsigned: ends and now on a clock centuries from the epoch would
+// overflow a signed one.
+func (g *Guard) stale(now time.Time, last int64, d time.Duration) bool {
+	since := int64(now.Sub(g.epoch))
+	return since > last && uint64(since)-uint64(last) > uint64(d)
 }
 
 // Admit refuses a call whose deadline cannot be met.
@@ -214,7 +234,9 @@ func (g *Guard) Finish(c admission.Call, _ admission.Permit, o admission.Outcome
 			return
 		}
 	}
-	if end := int64(c.Now.Add(o.Duration).Sub(g.epoch)); end > v.last.Load() {
+	// Sub saturates: an end 292 years before the epoch would read as
+	// noSample, and is stored as the instant after it.
+	if end := max(int64(c.Now.Add(o.Duration).Sub(g.epoch)), noSample+1); end > v.last.Load() {
 		v.last.Store(end)
 	}
 	ewma.Update(&v.svc, int64(o.Duration))
@@ -234,6 +256,7 @@ func (g *Guard) add(name string) *method {
 		return nil
 	}
 	v := new(method)
+	v.last.Store(noSample)
 	nm := make(map[string]*method, len(*m)+1)
 	for k, old := range *m {
 		nm[k] = old

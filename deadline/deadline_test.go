@@ -82,8 +82,22 @@ func TestNewRejectsBadOptions(t *testing.T) {
 // down: after StaleAfter (or twice the service time) without a success
 // the guard judges calls by their deadline alone, until successes teach
 // it again.
-func TestStaleServiceTimeDoesNotLockOut(t *testing.T) {
-	t0 := time.Now()
+func TestStaleServiceTimeDoesNotLockOut(t *testing.T) { stallAndRecover(t, time.Now()) }
+
+// The stale rule (TestStaleServiceTimeDoesNotLockOut) holds on an
+// injected clock too, one that reads before the guard was created (the
+// simulations run from sim.Origin, in 2023). Before, an end before the
+// guard's epoch (time.Now() at New) was never stored, so on such a clock
+// a learned time never went stale and a stall refused the method for
+// good.
+func TestStaleServiceTimeOnInjectedClock(t *testing.T) {
+	stallAndRecover(t, time.Unix(1_700_000_000, 0)) // as internal/sim.Origin
+}
+
+// stallAndRecover runs a stall from t0 (calls of 1.5s against deadlines
+// of 1s), its learned time going stale, and the recovery, on a new Guard.
+func stallAndRecover(t *testing.T, t0 time.Time) {
+	t.Helper()
 	g, err := deadline.New()
 	if err != nil {
 		t.Fatal(err)
@@ -162,5 +176,37 @@ func TestJudgedAgainstTheBaseline(t *testing.T) {
 	}
 	if d := g.Admit(admission.Call{Method: "/pkg.Svc/Unseen", Now: t0, Deadline: t0.Add(time.Microsecond)}); d.Refused {
 		t.Errorf("a method never finished, with a baseline source: Admit = %+v, want admitted (judged by its deadline alone)", d)
+	}
+}
+
+// ServiceTime reports the learned mean (or the fixed time), as its doc
+// says, not what a call is judged against at some instant: the guard
+// judges by a shorter baseline (WithBaselines), and by the deadline alone
+// once the mean is stale, while ServiceTime still reports the mean. Its
+// doc used to say "the service time the guard uses".
+func TestServiceTimeIsTheLearnedMean(t *testing.T) {
+	t0 := time.Now()
+	g, err := deadline.New(deadline.WithBaselines(baselines{method: time.Millisecond}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range 20 {
+		g.Finish(admission.Call{Method: method, Now: t0}, admission.Permit{}, admission.Outcome{Duration: 10 * time.Millisecond})
+	}
+	now := t0.Add(20 * time.Millisecond)
+	// 5ms left: admitted, so the guard uses the 1ms baseline, not the 10ms mean.
+	if d := g.Admit(admission.Call{Method: method, Now: now, Deadline: now.Add(5 * time.Millisecond)}); d.Refused {
+		t.Fatalf("5ms left against a 1ms baseline: %+v, want admitted", d)
+	}
+	if st := g.ServiceTime(method); st != 10*time.Millisecond {
+		t.Errorf("ServiceTime() = %v beside a 1ms baseline, want the 10ms mean", st)
+	}
+	// Stale: a 1µs deadline passes, judged by itself alone.
+	now = now.Add(2 * deadline.StaleAfter)
+	if d := g.Admit(admission.Call{Method: method, Now: now, Deadline: now.Add(time.Microsecond)}); d.Refused {
+		t.Fatalf("1µs left against a stale mean: %+v, want admitted", d)
+	}
+	if st := g.ServiceTime(method); st != 10*time.Millisecond {
+		t.Errorf("ServiceTime() = %v once stale, want the 10ms mean still", st)
 	}
 }
