@@ -260,7 +260,10 @@ type FastAdmitter interface {
 
 // FastFinisher is implemented by guards whose Finish reads only the Permit
 // and the Outcome; a Chain calls FinishFast instead of Finish, for the
-// reason given at FastAdmitter, and it must do what Finish does.
+// reason given at FastAdmitter, and it must do what Finish does. A guard
+// whose Finish reads the call must not implement it: one that learns on
+// the calls' clock (Call.Now, with Outcome.Duration), as an adaptive
+// limit does, would have no instant but the process's clock.
 type FastFinisher interface {
 	FinishFast(p Permit, o Outcome)
 }

@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"go.uber.org/goleak"
+
+	"github.com/levee-go/levee/admission"
 )
 
 func TestMain(m *testing.M) {
@@ -876,6 +878,23 @@ func TestAllocs(t *testing.T) {
 		p.DoneAt(now, 5*time.Millisecond, nil)
 	}); n != 0 {
 		t.Errorf("Adaptive TryAcquire+DoneAt allocs = %v, want 0", n)
+	}
+	// Through a chain: the adaptive guard finishes by Finish (it reads the
+	// call's instant), the fixed one by FinishFast.
+	ch, err := admission.NewChain("r", []admission.Guard{NewGuard("fixed", b, 0), NewAdaptiveGuard("adaptive", mustAdaptive(t), 0)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := testing.AllocsPerRun(1000, func() {
+		now = now.Add(time.Millisecond)
+		c := admission.Call{Method: "/pkg.Svc/M", Now: now}
+		var ps admission.Permits
+		if i, _ := ch.Enter(&c, &ps); i >= 0 {
+			panic("refused")
+		}
+		ch.Finish(&c, &ps, admission.Outcome{Duration: 5 * time.Millisecond})
+	}); n != 0 {
+		t.Errorf("chain of a Bulkhead and an Adaptive, Enter+Finish allocs = %v, want 0", n)
 	}
 }
 

@@ -26,41 +26,41 @@ func NewGuard(name string, b *Bulkhead, retryAfter time.Duration) admission.Guar
 	if b == nil {
 		panic("bulkhead: NewGuard: nil Bulkhead")
 	}
-	return &slotGuard{name: name, c: &b.c, retry: retryAfter}
+	return &slotGuard{slots{name: name, c: &b.c, retry: retryAfter}}
 }
 
 // NewAdaptiveGuard adapts a to the admission contract like NewGuard, and
-// reports each call's latency to it. Only overload outcomes
-// (admission.Outcome.Overload) count as drops: application errors are not
-// the server's capacity speaking. It panics if a is nil.
+// reports each call's latency to it, on the calls' clock: a call ends at
+// its admission.Call.Now plus its Duration (Permit.DoneAt), the clock its
+// refusals end a probe on, so that an injected clock (a simulation's)
+// drives a alone. Only overload outcomes (admission.Outcome.Overload)
+// count as drops: application errors are not the server's capacity
+// speaking. It panics if a is nil.
 func NewAdaptiveGuard(name string, a *Adaptive, retryAfter time.Duration) admission.Guard {
 	if a == nil {
 		panic("bulkhead: NewAdaptiveGuard: nil Adaptive")
 	}
-	return &slotGuard{name: name, c: &a.c, retry: retryAfter, learn: true}
+	return &adaptiveGuard{slots{name: name, c: &a.c, retry: retryAfter}}
 }
 
-type slotGuard struct {
+// slots is what the guards of NewGuard and NewAdaptiveGuard share: their
+// admission.
+type slots struct {
 	name  string
 	c     *core
 	retry time.Duration
-	learn bool
 }
 
-func (g *slotGuard) Name() string { return g.name }
+func (g *slots) Name() string { return g.name }
 
-func (g *slotGuard) Traits() admission.Traits {
-	return admission.Traits{Cost: admission.CostSlot, IgnoresDuration: !g.learn}
-}
-
-func (g *slotGuard) Admit(c admission.Call) admission.Decision {
+func (g *slots) Admit(c admission.Call) admission.Decision {
 	if p, ok := g.AdmitFast(c.Now, c.Key); ok {
 		return admission.Grant(p)
 	}
 	return g.Refusal(c)
 }
 
-func (g *slotGuard) AdmitFast(now time.Time, _ string) (admission.Permit, bool) {
+func (g *slots) AdmitFast(now time.Time, _ string) (admission.Permit, bool) {
 	p, ok := g.c.tryAcquire()
 	if !ok && g.c.ad != nil {
 		g.c.ad.lapse(now)
@@ -68,17 +68,36 @@ func (g *slotGuard) AdmitFast(now time.Time, _ string) (admission.Permit, bool) 
 	return toAdmission(p), ok
 }
 
-func (g *slotGuard) Refusal(admission.Call) admission.Decision {
+func (g *slots) Refusal(admission.Call) admission.Decision {
 	return admission.RefuseFor(admission.CauseConcurrencyLimited, admission.EvidenceLimit, ReasonFull, g.retry)
+}
+
+// slotGuard is NewGuard's: its finish frees the slot and reads nothing
+// else (admission.FastFinisher).
+type slotGuard struct{ slots }
+
+func (g *slotGuard) Traits() admission.Traits {
+	return admission.Traits{Cost: admission.CostSlot, IgnoresDuration: true}
 }
 
 func (g *slotGuard) Finish(_ admission.Call, p admission.Permit, o admission.Outcome) {
 	g.FinishFast(p, o)
 }
 
-func (g *slotGuard) FinishFast(ap admission.Permit, o admission.Outcome) {
+func (g *slotGuard) FinishFast(p admission.Permit, _ admission.Outcome) { fromAdmission(p).Release() }
+
+// adaptiveGuard is NewAdaptiveGuard's. Its finish reads the call's
+// instant, so it has no FinishFast (which is given none): the chain
+// calls Finish.
+type adaptiveGuard struct{ slots }
+
+func (g *adaptiveGuard) Traits() admission.Traits {
+	return admission.Traits{Cost: admission.CostSlot}
+}
+
+func (g *adaptiveGuard) Finish(c admission.Call, ap admission.Permit, o admission.Outcome) {
 	p := fromAdmission(ap)
-	if o.Skipped || !g.learn || o.Duration <= 0 {
+	if o.Skipped || o.Duration <= 0 {
 		// Never ran, or no time measured (a stream): nothing to learn.
 		p.Release()
 		return
@@ -90,7 +109,7 @@ func (g *slotGuard) FinishFast(ap admission.Permit, o admission.Outcome) {
 			err = errOverloadOutcome
 		}
 	}
-	p.Done(o.Duration, err)
+	p.DoneAt(c.Now.Add(o.Duration), o.Duration, err)
 }
 
 // errOverloadOutcome stands for an overload outcome that carries no error.

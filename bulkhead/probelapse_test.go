@@ -116,3 +116,50 @@ func TestProbeEndsOnTheRawPath(t *testing.T) {
 		})
 	}
 }
+
+// TestAdaptiveGuardOnTheCallsClock: an adaptive bulkhead in a chain lives
+// on the calls' clock (admission.Call.Now), as its refusals do (lapse
+// takes c.Now), here one that reads decades before the process's (as
+// internal/sim.Origin does). TestProbeEndsBehindUntimedHolders drives the
+// windows with DoneAt at instants of the test's own; through a chain, the
+// guard used to finish with Permit.Done, at time.Now(): the probe then
+// started on the process's clock, a refusal a whole probe interval later
+// on the calls' clock was taken as the latest instant seen (advance), and
+// the probe and its cut to a quarter never lapsed.
+func TestAdaptiveGuardOnTheCallsClock(t *testing.T) {
+	a := mustAdaptive(t, WithInitialLimit(20), WithProbeInterval(10*time.Second))
+	ch, err := admission.NewChain("r", []admission.Guard{NewAdaptiveGuard("adaptive", a, 0)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	enter := func(now time.Time) (*admission.Call, *admission.Permits, bool) {
+		c := &admission.Call{Method: "/pkg.Svc/M", Now: now}
+		ps := new(admission.Permits)
+		i, _ := ch.Enter(c, ps)
+		return c, ps, i < 0
+	}
+	// The first window (20 calls of 10ms) starts the start-up probe.
+	for range 20 {
+		c, ps, ok := enter(t0)
+		if !ok {
+			t.Fatalf("refused at limit %d", a.Limit())
+		}
+		ch.Finish(c, ps, admission.Outcome{Duration: 10 * time.Millisecond})
+	}
+	cut := a.Limit()
+	if cut >= 20 {
+		t.Fatalf("no probe after the first window: limit %d", cut)
+	}
+	// Streams fill the probe's limit; they finish untimed, much later.
+	for range cut {
+		if _, _, ok := enter(t0.Add(time.Second)); !ok {
+			t.Fatalf("a stream was refused at the probe's limit %d", cut)
+		}
+	}
+	// A probe interval and more passes on the calls' clock: the next
+	// refusal ends the probe, and the limit comes back.
+	enter(t0.Add(30 * time.Second))
+	if a.Limit() <= cut {
+		t.Errorf("30s (three probe intervals) on the calls' clock, the limit is still the probe's %d; want the probe ended by the refusal", a.Limit())
+	}
+}
