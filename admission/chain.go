@@ -72,9 +72,9 @@ type Chain struct {
 
 	_ [64]byte // keep the counters below off the line of the fields above, read by every call
 	// passed counts the calls that passed every guard: their handler
-	// started (server) or they were sent (client). It is the one counter
-	// the admitted path adds to; the calls that reached the chain are
-	// derived from it (see Stats).
+	// started (server) or they were cleared to be sent (client). It is the
+	// one counter the admitted path adds to; the calls that reached the
+	// chain are derived from it (see Stats).
 	passed atomic.Uint64
 	// abandoned counts the calls admitted in two steps that were
 	// abandoned before they started.
@@ -320,6 +320,9 @@ func (ch *Chain) start(c *Call, ps *Permits) (refused int, d Decision) {
 
 // Abandon finishes, as skipped, a call that Admit admitted and that will
 // never start (its caller left, its method is unknown, the server stops).
+// A call that passed (Enter or Start returned -1) is counted already: end
+// it with Finish, with Outcome.Skipped if it never ran after all, not with
+// Abandon, which would count it a second time in Stats.
 func (ch *Chain) Abandon(c *Call, ps *Permits) {
 	ch.abandoned.Add(1)
 	ch.finish(c, ps, Outcome{Skipped: true})

@@ -230,7 +230,7 @@ func (c *Client) attempt(ctx context.Context, e *clientEntry, target, method str
 	invoked := false
 	defer func() {
 		if !invoked {
-			e.chain.Abandon(&call, &permits)
+			e.skip(&call, &permits)
 		}
 	}()
 	err = invoker(ctx, method, req, reply, cc, opts...)
@@ -258,8 +258,18 @@ func (c *Client) attempt(ctx context.Context, e *clientEntry, target, method str
 // downstream, and a breaker or throttle that counted it as a failure
 // would open on a caller's own spent deadlines against a healthy server.
 func (c *Client) unsent(e *clientEntry, call *admission.Call, permits *admission.Permits, err error) error {
-	e.chain.Abandon(call, permits)
+	e.skip(call, permits)
 	return status.FromContextError(err).Err()
+}
+
+// skip finishes, as skipped, a call that passed its guards (Enter) and
+// was then not seen through: its context ended before it was sent, or
+// the invoker or streamer panicked. Its guards give back what they
+// granted and judge nothing. It is Chain.Finish, not Chain.Abandon, which
+// is for a call admitted in two steps that never started: the chain
+// counted this one as passed, and Abandon would count it again.
+func (e *clientEntry) skip(call *admission.Call, permits *admission.Permits) {
+	e.chain.Finish(call, permits, admission.Outcome{Skipped: true})
 }
 
 // userTrailer returns the metadata a caller's own grpc.Trailer option
@@ -351,7 +361,7 @@ func (c *Client) streamCall(ctx context.Context, desc *grpc.StreamDesc, cc *grpc
 	opened := false
 	defer func() {
 		if !opened { // the streamer panicked: as attempt's invoker
-			e.chain.Abandon(&s.call, &s.permits)
+			e.skip(&s.call, &s.permits)
 		}
 	}()
 	cs, err := streamer(ctx, desc, cc, method, opts...)
