@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
+
+	"github.com/levee-go/levee/internal/nilness"
 )
 
 // Defaults of [Server].
@@ -176,10 +178,12 @@ type shard struct {
 // NewServer builds the shards and returns a Server that will serve them
 // on the listener given to Serve. It returns an error naming every bad
 // option value, or if build returns nil or a server it returned before
-// for another shard. It panics if build or overload is nil: those are
-// programming errors, not values.
+// for another shard. It panics if build or overload is nil, overload
+// holding a nil pointer included (a nil *cpu.Monitor): those are
+// programming errors, not values, and a nil signal would panic later, on
+// the goroutine that reads it.
 func NewServer(build func() *grpc.Server, overload Overload, opts ...Option) (*Server, error) {
-	if build == nil || overload == nil {
+	if build == nil || nilness.Is(overload) {
 		panic("goaway: NewServer with nil build or overload")
 	}
 	s := &Server{

@@ -18,6 +18,8 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/stats"
 	"google.golang.org/grpc/status"
+
+	"github.com/levee-go/levee/cpu"
 )
 
 var t0 = time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
@@ -446,6 +448,24 @@ func TestNewServerPanics(t *testing.T) {
 		}
 	}()
 	NewServer(nil, nil)
+}
+
+// TestNewServerPanicsOnANilMonitor: an overload signal holding a nil
+// pointer (a nil *cpu.Monitor, what protect.Server.CPU returns when no
+// CPU source can be read) is a nil overload: NewServer panics at once, as
+// documented. Before, it passed, and the ticker goroutine panicked at
+// the first check, a second after Serve, where no caller could recover.
+func TestNewServerPanicsOnANilMonitor(t *testing.T) {
+	var mon *cpu.Monitor
+	defer func() {
+		if got, want := recover(), "goaway: NewServer with nil build or overload"; got != want {
+			t.Errorf("NewServer(build, nil *cpu.Monitor): panic = %v, want %q", got, want)
+		}
+	}()
+	s, err := NewServer(func() *grpc.Server { return grpc.NewServer() }, mon, WithShards(2))
+	if err == nil {
+		defer s.Stop()
+	}
 }
 
 // TestTicker runs the Server's own ticker (a 1 ms check) under a

@@ -21,6 +21,7 @@ import (
 
 	"github.com/levee-go/levee/cpu"
 	"github.com/levee-go/levee/internal/clock"
+	"github.com/levee-go/levee/internal/nilness"
 )
 
 // Defaults of an ORCA.
@@ -76,7 +77,8 @@ type orcaOptions struct {
 
 // WithORCACPU reports the utilisation of c, a CPU signal (a *cpu.Monitor),
 // as the CPU utilisation (cpu_utilization).
-// Default: none, the field is left out.
+// Default: none, the field is left out. A nil c, or one holding a nil
+// pointer (protect.Server.CPU when no CPU source could be read), is none.
 func WithORCACPU(c cpu.Signal) ORCAOption { return func(o *orcaOptions) { o.cpu = c } }
 
 // WithORCACapacity reports the application utilisation
@@ -85,7 +87,7 @@ func WithORCACPU(c cpu.Signal) ORCAOption { return func(o *orcaOptions) { o.cpu 
 // which should be the concurrency at which the server saturates. A client
 // on weighted_round_robin prefers it to the CPU utilisation and weighs the
 // server by c.Limit() ÷ its mean latency (see ORCA). Default: none, the
-// field is left out.
+// field is left out. A nil c, or one holding a nil pointer, is none.
 func WithORCACapacity(c Capacity) ORCAOption { return func(o *orcaOptions) { o.capacity = c } }
 
 // WithORCAWindow sets the span over which rates and the application
@@ -149,7 +151,8 @@ func WithORCAPerCall() ORCAOption { return func(o *orcaOptions) { o.perCall = tr
 // WithORCAPerCall levee's figures go into each call's recorder, which
 // overrides that provider.
 //
-// Default: none, levee's figures alone. NewORCA fails on a nil app.
+// Default: none, levee's figures alone. NewORCA fails on a nil app, or
+// one holding a nil pointer.
 func WithORCAServerMetrics(app orca.ServerMetricsProvider) ORCAOption {
 	return func(o *orcaOptions) { o.app, o.appSet = app, true }
 }
@@ -162,7 +165,7 @@ func (o *orcaOptions) validate() error {
 	if o.minInterval < DefaultORCAMinInterval {
 		errs = append(errs, fmt.Errorf("grpcguard: WithORCAMinInterval: interval must be >= %v (grpc-go's least), got %v", DefaultORCAMinInterval, o.minInterval))
 	}
-	if o.appSet && o.app == nil {
+	if o.appSet && nilness.Is(o.app) {
 		errs = append(errs, errors.New("grpcguard: WithORCAServerMetrics: nil provider"))
 	}
 	return errors.Join(errs...)
@@ -284,6 +287,14 @@ func NewORCA(s *Server, opts ...ORCAOption) (*ORCA, error) {
 	}
 	if err := o.validate(); err != nil {
 		return nil, err
+	}
+	// A nil pointer in a signal is no source, as the options say: read at
+	// each report, it would panic on grpc-go's goroutine.
+	if nilness.Is(o.cpu) {
+		o.cpu = nil
+	}
+	if nilness.Is(o.capacity) {
+		o.capacity = nil
 	}
 	r := &ORCA{tap: s.TapHandle, nextUnary: s.UnaryServerInterceptor(), nextStream: s.StreamServerInterceptor(), o: o, clock: clock.New()}
 	r.startAt(r.clock.Now())

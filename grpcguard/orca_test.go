@@ -18,6 +18,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/levee-go/levee/admission"
+	"github.com/levee-go/levee/cpu"
 	"github.com/levee-go/levee/decide"
 	"github.com/levee-go/levee/internal/clock/clocktest"
 )
@@ -74,6 +75,7 @@ func TestNewORCARejectsBadOptions(t *testing.T) {
 		{"interval below grpc-go's", []ORCAOption{WithORCAMinInterval(time.Second)}, []string{"WithORCAMinInterval", ">= 30s", "got 1s"}},
 		{"both", []ORCAOption{WithORCAWindow(-1), WithORCAMinInterval(0)}, []string{"WithORCAWindow", "got -1ns", "WithORCAMinInterval", "got 0s"}},
 		{"nil application metrics", []ORCAOption{WithORCAServerMetrics(nil)}, []string{"WithORCAServerMetrics", "nil"}},
+		{"nil pointer application metrics", []ORCAOption{WithORCAServerMetrics((*fixedMetrics)(nil))}, []string{"WithORCAServerMetrics", "nil"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -220,6 +222,29 @@ func TestORCALoadWithoutSources(t *testing.T) {
 	}
 	if sm.Utilization == nil || sm.RequestCost == nil || sm.NamedMetrics == nil {
 		t.Errorf("ORCA.ServerMetrics() has a nil map, which orca's merge would write to: %+v", sm)
+	}
+}
+
+// TestORCANilPointerSourcesAreNone: a CPU signal or capacity holding a
+// nil pointer is no source, as a nil one is: a nil *cpu.Monitor is what
+// protect.Server.CPU returns when no CPU source can be read, so
+// WithORCACPU(p.CPU()) is natural. Before, NewORCA took it, and the first
+// report panicked (out of band, on grpc-go's goroutine: the process
+// died).
+func TestORCANilPointerSourcesAreNone(t *testing.T) {
+	s := mustServer(t, []decide.Rule{{Guards: []admission.Guard{&switchGuard{}}}})
+	var mon *cpu.Monitor // protect.Server.CPU() without a source
+	r := mustORCA(t, s, WithORCACPU(mon), WithORCACapacity((*fixedCap)(nil)))
+	defer func() {
+		if p := recover(); p != nil {
+			t.Fatalf("NewORCA(WithORCACPU(nil *cpu.Monitor), WithORCACapacity(nil *fixedCap)) succeeded, then a report panicked: %v", p)
+		}
+	}()
+	if got := r.Load(); got.CPU != -1 || got.Application != -1 {
+		t.Errorf("ORCA.Load() = %+v, want CPU and Application -1 (no source)", got)
+	}
+	if sm := r.ServerMetrics(); sm.CPUUtilization != -1 || sm.AppUtilization != -1 {
+		t.Errorf("ORCA.ServerMetrics() = %+v, want CPU and application utilisation unset (-1)", sm)
 	}
 }
 
