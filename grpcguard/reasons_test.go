@@ -20,6 +20,7 @@ import (
 	"github.com/levee-go/levee/deadline"
 	"github.com/levee-go/levee/decide"
 	"github.com/levee-go/levee/internal/clock/clocktest"
+	"github.com/levee-go/levee/internal/guardtest"
 	"github.com/levee-go/levee/loadshed"
 	"github.com/levee-go/levee/memshed"
 	"github.com/levee-go/levee/queuedelay"
@@ -247,6 +248,76 @@ func TestStreamCapReasonOnTheWire(t *testing.T) {
 	want := []decide.RefusalCount{{Guard: StreamGuardName, Reason: decide.ReasonTooManyStreams, Evidence: admission.EvidenceLimit, Count: 1}}
 	if counts := s.Engine().RefusalCounts(); len(counts) != 1 || counts[0] != want[0] {
 		t.Errorf("RefusalCounts() = %+v, want %+v", counts, want)
+	}
+}
+
+// TestTapRefusalAtAFullStreamCapIsAnsweredOnce: a stream the tap refuses
+// but lets through for the interceptor to answer (a deadline beyond
+// TapRefusalHorizon; sustained overload, to a client that retries) finds
+// the open-stream cap full: it is answered with the tap's refusal, which
+// the tap recorded, and counted once. Before, the cap refused it again:
+// one call was two refusals in levee_refusals_total, and the client read
+// the cap's refusal and its pushback of 1s (under sustained overload,
+// instead of -1, "do not retry").
+func TestTapRefusalAtAFullStreamCapIsAnsweredOnce(t *testing.T) {
+	for _, tt := range []struct {
+		name      string
+		sustained bool
+	}{
+		{"far deadline", false},
+		{"sustained overload", true},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			fg := &guardtest.Forced{}
+			s := mustServer(t, []decide.Rule{{Guards: []admission.Guard{fg}}}, WithStreamLimits(1, 0))
+			clk := clocktest.New(time.Now())
+			s.clock.Fake = clk.Now
+			env := startServer(t, &testService{}, true, s.ServerOptions())
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			if err := openStream(ctx, env.client); err != nil { // fills the cap
+				t.Fatal(err)
+			}
+			fg.Set(admission.RefuseFor(admission.CauseRateLimited, admission.EvidenceLimit, "no", 300*time.Millisecond), admission.Decision{})
+			refusals := uint64(0)
+			callCtx, cancelCall := context.WithTimeout(context.Background(), TapRefusalHorizon+time.Minute)
+			defer cancelCall()
+			wantPushback, wantReason := "300", decide.ReasonRateLimited
+			if tt.sustained {
+				// A retry attempt, with a deadline within the horizon, after
+				// 1.2s of refusals 100ms apart: sustained.
+				callCtx = metadata.AppendToOutgoingContext(ctx, decide.PreviousAttemptsHeader, "1")
+				for range 12 {
+					_, _ = env.client.EmptyCall(callCtx, &testgrpc.Empty{})
+					refusals++
+					clk.Advance(100 * time.Millisecond)
+				}
+				wantPushback, wantReason = "-1", decide.ReasonSustainedOverload
+			}
+			stream, err := env.client.FullDuplexCall(callCtx)
+			if err == nil {
+				_, err = stream.Recv()
+			}
+			got := readRefusal(err, stream.Trailer())
+			if got.code != codes.ResourceExhausted || got.info.GetReason() != string(wantReason) || got.info.GetMetadata()["guard"] != "forced" ||
+				len(got.pushback) != 1 || got.pushback[0] != wantPushback {
+				t.Errorf("stream refused by the tap, at a full cap: %v, %v, pushback %q; want RESOURCE_EXHAUSTED, %s by forced, pushback [%s]", err, got.info, got.pushback, wantReason, wantPushback)
+			}
+			refusals++
+			var n uint64
+			for _, c := range s.RefusalCounts() {
+				n += c.Count
+				if c.Guard == StreamGuardName {
+					t.Errorf("the cap counted a refusal of its own: %+v", c)
+				}
+			}
+			if n != refusals {
+				t.Errorf("RefusalCounts() = %+v: %d refusals, want %d, each call's once", s.RefusalCounts(), n, refusals)
+			}
+			if st := s.StreamStats(); st.Open != 1 || st.Refused != 0 {
+				t.Errorf("StreamStats() = %+v, want the held stream open and none refused by the cap", st)
+			}
+		})
 	}
 }
 

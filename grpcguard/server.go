@@ -29,6 +29,7 @@ type serverOptions struct {
 
 	maxStreams, maxPeerStreams int
 	streamsSet                 bool
+	streamCode                 decide.Code // WithStreamCode; 0: ResourceExhausted
 }
 
 // WithExempt replaces the exempt method patterns (default
@@ -84,11 +85,12 @@ func engineOptions(opts []Option) []decide.Option {
 // Create one with New; the zero value is not usable. A Server is safe for
 // concurrent use.
 type Server struct {
-	engine  *decide.Engine
-	clock   clock.Mono // in-package tests set clock.Fake
-	streams *streams
-	tapLeft leftovers
-	pending pending // the calls the tap admitted whose handler has not started
+	engine     *decide.Engine
+	clock      clock.Mono // in-package tests set clock.Fake
+	streams    *streams
+	streamCode decide.Code // of a cap's refusal on a method no rule guards
+	tapLeft    leftovers
+	pending    pending // the calls the tap admitted whose handler has not started
 }
 
 // New compiles rules into an engine (decide.New, with WithExempt's
@@ -106,8 +108,8 @@ func New(rules []decide.Rule, opts ...Option) (*Server, error) {
 
 // ForEngine returns a Server on e, an engine other front-ends (connect-go,
 // net/http) may share: one set of rules, guards and counts for every
-// transport of a process. opts are the Server's own (WithStreamLimits);
-// ForEngine fails on WithExempt, since exemptions are e's.
+// transport of a process. opts are the Server's own (WithStreamLimits,
+// WithStreamCode); ForEngine fails on WithExempt, since exemptions are e's.
 func ForEngine(e *decide.Engine, opts ...Option) (*Server, error) {
 	if e == nil {
 		return nil, errors.New("grpcguard: ForEngine: nil engine")
@@ -128,7 +130,10 @@ func newServer(e *decide.Engine, opts []Option) (*Server, error) {
 	if err := validStreamLimits(o); err != nil {
 		return nil, err
 	}
-	return &Server{engine: e, clock: clock.New(), streams: newStreams(o.maxStreams, o.maxPeerStreams)}, nil
+	if o.streamCode == decide.OK {
+		o.streamCode = decide.ResourceExhausted
+	}
+	return &Server{engine: e, clock: clock.New(), streams: newStreams(o.maxStreams, o.maxPeerStreams), streamCode: o.streamCode}, nil
 }
 
 // Engine returns the engine whose rules the Server runs.
@@ -137,9 +142,9 @@ func (s *Server) Engine() *decide.Engine { return s.engine }
 // Swap replaces the rules and exemptions of the Server's engine, as
 // decide.Engine.Swap does, with the exemptions of WithExempt (not given:
 // decide.DefaultExempt), in one atomic step. On error it changes nothing.
-// The open-stream caps stay as New set them (Swap ignores
-// WithStreamLimits). See decide.Engine.Swap for what calls in flight and
-// decision counts do.
+// The open-stream caps and their code stay as New set them (Swap ignores
+// WithStreamLimits and WithStreamCode). See decide.Engine.Swap for what
+// calls in flight and decision counts do.
 func (s *Server) Swap(rules []decide.Rule, opts ...Option) error {
 	return s.engine.Swap(rules, engineOptions(opts)...)
 }
@@ -502,30 +507,20 @@ func (s *Server) stream(srv any, ss grpc.ServerStream, info *grpc.StreamServerIn
 		s.streams.kinds.Note(info.FullMethod, streamKind(info))
 	}
 	tc, tapped := ctx.Value(stateKey{}).(*tapCtx)
-	ip, ok := s.streams.enter(ctx)
-	if !ok {
-		code := decide.ResourceExhausted
-		if r := s.engine.Match(info.FullMethod); r != nil {
-			code = r.Code() // a cap refuses with its rule's code, tap or not
+	switch {
+	case tapped && tc.st.phase.Load() == in(tc.gen, phaseRefused):
+		// Refused in the tap, which recorded it: start answers with that
+		// refusal and its pushback. It takes no place among the open
+		// streams, and a full cap does not refuse it a second time.
+	case isHealthStream(info.FullMethod):
+		// Neither counted nor capped: see WithStreamLimits.
+	default:
+		ip, ok := s.streams.enter(ctx)
+		if !ok {
+			return s.refuseStream(ctx, ss, info.FullMethod, tc, tapped)
 		}
-		c := admission.Call{Method: info.FullMethod, Now: s.now(), Class: admission.Critical}
-		if tapped {
-			c.Class = tc.class
-			if st := tc.st; st.phase.CompareAndSwap(in(tc.gen, phaseAdmitted), in(tc.gen, phaseDone)) {
-				s.release(tc)
-				code, c.Tenant = st.rule.Code(), st.call.Tenant
-				st.rule.Abandon(&st.call, &st.permits)
-				st.free(tc.gen)
-			} else if st.phase.Load() == in(tc.gen, phaseRefused) {
-				code, c.Tenant = st.rule.Code(), st.call.Tenant
-			}
-		}
-		rf := decide.NewRefusal(code, StreamGuardName, streamRefusal, "")
-		s.record(&c, rf)
-		setPushback(ctx, ss, pushback(rf))
-		return refusalStatus(ctx, rf).Err()
+		defer s.streams.leave(ip)
 	}
-	defer s.streams.leave(ip)
 	kind := streamKind(info)
 	if tapped {
 		c, refused, pb := s.start(ctx, tc, kind)
@@ -553,6 +548,30 @@ func (s *Server) stream(srv any, ss grpc.ServerStream, info *grpc.StreamServerIn
 	defer func() { r.Finish(&c, &permits, s.outcome(r, &c, err)) }()
 	err = handler(srv, ss)
 	return err
+}
+
+// refuseStream refuses a stream beyond the open-stream caps, with the
+// code of its rule (WithStreamCode's when none guards its method), and
+// finishes what the tap granted it.
+func (s *Server) refuseStream(ctx context.Context, ss grpc.ServerStream, method string, tc *tapCtx, tapped bool) error {
+	code := s.streamCode
+	if r := s.engine.Match(method); r != nil {
+		code = r.Code() // a cap refuses with its rule's code, tap or not
+	}
+	c := admission.Call{Method: method, Now: s.now(), Class: admission.Critical}
+	if tapped {
+		c.Class = tc.class
+		if st := tc.st; st.phase.CompareAndSwap(in(tc.gen, phaseAdmitted), in(tc.gen, phaseDone)) {
+			s.release(tc)
+			code, c.Tenant = st.rule.Code(), st.call.Tenant
+			st.rule.Abandon(&st.call, &st.permits)
+			st.free(tc.gen)
+		}
+	}
+	rf := decide.NewRefusal(code, StreamGuardName, streamRefusal, "")
+	s.record(&c, rf)
+	setPushback(ctx, ss, pushback(rf))
+	return refusalStatus(ctx, rf).Err()
 }
 
 // StreamStats returns the open-stream counts.

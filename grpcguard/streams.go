@@ -2,7 +2,10 @@ package grpcguard
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"net/netip"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -49,11 +52,29 @@ const streamRetryAfter = time.Second
 
 // WithStreamLimits caps the streams open at once: max on the Server and
 // perPeer for one client, by IP address, an IPv6 client by its /64 (0: no
-// cap). Default
+// cap). A client without an IP address (on a Unix socket) has no cap of
+// its own; its streams count toward max. Default
 // DefaultMaxStreams and DefaultMaxStreamsPerPeer. Streams of exempt
-// methods count too. New fails on a negative number.
+// methods count too, except the standard health service's
+// (grpc.health.v1.Health), which are neither counted nor capped: a
+// client's health checking holds one Watch open on each connection, and
+// grpc-go's client takes a refused Watch for an unhealthy server and
+// sends it no call. New fails on a negative number.
+//
+// A stream beyond a cap is refused with the code of its method's rule,
+// or WithStreamCode's when no rule guards the method.
 func WithStreamLimits(max, perPeer int) Option {
 	return func(o *serverOptions) { o.maxStreams, o.maxPeerStreams, o.streamsSet = max, perPeer, true }
+}
+
+// WithStreamCode sets the code of a stream refused by the caps
+// (WithStreamLimits) on a method no rule guards: an exempt method, or a
+// name served by a handler for unknown services. A guarded method's
+// stream is refused with its rule's code. Default
+// decide.ResourceExhausted, which a zero code also means; New fails on a
+// code other than decide.ResourceExhausted or decide.Unavailable.
+func WithStreamCode(c decide.Code) Option {
+	return func(o *serverOptions) { o.streamCode = c }
 }
 
 // StreamStats are the open-stream counts of a Server, a plain value that
@@ -61,7 +82,7 @@ func WithStreamLimits(max, perPeer int) Option {
 // from several goroutines. The zero value counts no stream.
 type StreamStats struct {
 	Open    int64  // streams open now
-	Peers   int    // clients with a stream open
+	Peers   int    // clients with a stream open, by IP address
 	Refused uint64 // streams refused by the caps
 }
 
@@ -79,45 +100,49 @@ type streams struct {
 	open         atomic.Int64
 	refused      atomic.Uint64
 	mu           sync.Mutex
-	peers        map[string]int64 // open streams by client IP
+	peers        map[netip.Addr]int64 // open streams by client (peeraddr.Client)
 }
 
 func newStreams(max, perPeer int) *streams {
-	return &streams{max: int64(max), perPeer: int64(perPeer), peers: map[string]int64{}}
+	return &streams{max: int64(max), perPeer: int64(perPeer), peers: map[netip.Addr]int64{}}
 }
 
 // enter counts a stream that opens, or refuses it beyond a cap. leave
-// must follow an admitted enter, with the peer it returned.
-func (s *streams) enter(ctx context.Context) (string, bool) {
+// must follow an admitted enter, with the client it returned: the zero
+// Addr when the stream counts toward no cap per client.
+func (s *streams) enter(ctx context.Context) (netip.Addr, bool) {
 	if s.max <= 0 && s.perPeer <= 0 {
 		s.open.Add(1)
-		return "", true
+		return netip.Addr{}, true
 	}
 	if n := s.open.Add(1); s.max > 0 && n > s.max {
 		s.open.Add(-1)
 		s.refused.Add(1)
-		return "", false
+		return netip.Addr{}, false
 	}
 	if s.perPeer <= 0 {
-		return "", true
+		return netip.Addr{}, true
 	}
-	ip := peerIP(ctx)
+	ip := peeraddr.Client(peerAddr(ctx))
+	if !ip.IsValid() {
+		return ip, true // no IP address (a Unix socket): no cap per client
+	}
 	s.mu.Lock()
 	n := s.peers[ip]
 	if n >= s.perPeer {
 		s.mu.Unlock()
 		s.open.Add(-1)
 		s.refused.Add(1)
-		return "", false
+		return netip.Addr{}, false
 	}
 	s.peers[ip] = n + 1
 	s.mu.Unlock()
 	return ip, true
 }
 
-func (s *streams) leave(ip string) {
+func (s *streams) leave(ip netip.Addr) {
 	s.open.Add(-1)
-	if s.perPeer <= 0 {
+	if s.perPeer <= 0 || !ip.IsValid() {
 		return
 	}
 	s.mu.Lock()
@@ -136,24 +161,24 @@ func (s *streams) stats() StreamStats {
 	return StreamStats{Open: s.open.Load(), Peers: peers, Refused: s.refused.Load()}
 }
 
-// peerIP is the client a stream counts against for the cap per client:
-// its IP address, an IPv6 one by its /64 prefix (one host or site owns
-// the whole prefix and may open each stream from another address of it),
-// or "" when unknown.
-func peerIP(ctx context.Context) string {
-	a := peerAddr(ctx)
-	if ip := peeraddr.Client(a); ip.IsValid() {
-		return ip.String()
-	}
-	return decide.PeerHost(a)
-}
-
 // streamRefusal is the decision that refuses a stream beyond the caps.
 var streamRefusal = admission.RefuseFor(admission.CauseTooManyStreams, admission.EvidenceLimit, ReasonTooManyStreams, streamRetryAfter)
 
 func validStreamLimits(o serverOptions) error {
+	var errs []error
 	if o.maxStreams < 0 || o.maxPeerStreams < 0 {
-		return fmt.Errorf("grpcguard: WithStreamLimits: want caps >= 0, got max %d, perPeer %d", o.maxStreams, o.maxPeerStreams)
+		errs = append(errs, fmt.Errorf("grpcguard: WithStreamLimits: want caps >= 0, got max %d, perPeer %d", o.maxStreams, o.maxPeerStreams))
 	}
-	return nil
+	if c := o.streamCode; c != decide.OK && c != decide.ResourceExhausted && c != decide.Unavailable {
+		errs = append(errs, fmt.Errorf("grpcguard: WithStreamCode: want RESOURCE_EXHAUSTED or UNAVAILABLE, got %v", c))
+	}
+	return errors.Join(errs...)
 }
+
+// healthServicePrefix is the standard health service's methods
+// (grpc.health.v1.Health), whose streams the caps leave alone.
+const healthServicePrefix = "/grpc.health.v1.Health/"
+
+// isHealthStream reports whether method is the standard health
+// service's: its Watch streams are neither counted nor capped.
+func isHealthStream(method string) bool { return strings.HasPrefix(method, healthServicePrefix) }

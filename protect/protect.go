@@ -46,7 +46,9 @@
 //
 // Bounds are optional: WithMaxRate, WithMaxConcurrency, WithClientRate;
 // WithMethod overrides them, or exempts a method, per method. Health checks
-// and reflection are never guarded.
+// and reflection are never guarded. The caps on open streams
+// (WithStreamLimits) are no guard: they count an exempt method's streams
+// too, reflection's included, but never the health service's.
 //
 // Memory: when the process has a memory limit (a cgroup limit or
 // GOMEMLIMIT; package memory), the preset follows its memory signal and,
@@ -160,8 +162,11 @@ func WithObserver(o decide.Observer) Option { return func(opts *options) { opts.
 // no turn of the run limit and its lifetime is never learned as a service
 // time; this cap is what keeps a client that opens streams without end
 // from exhausting the server's memory. A stream beyond it is refused with
-// the preset's code (RESOURCE_EXHAUSTED unless WithCode) and
-// grpcguard.ReasonTooManyStreams. Default
+// the preset's code (RESOURCE_EXHAUSTED unless WithCode), on an exempt
+// method too, and grpcguard.ReasonTooManyStreams. A client without an IP
+// address (on a Unix socket) has no cap of its own, and the health
+// service's streams are neither counted nor capped
+// (grpcguard.WithStreamLimits). Default
 // grpcguard.DefaultMaxStreams and grpcguard.DefaultMaxStreamsPerPeer. New
 // fails on a negative number.
 func WithStreamLimits(max, perPeer int) Option {
@@ -444,7 +449,7 @@ func New(opts ...Option) (*Server, error) {
 	if p.engine, err = decide.New(b.Rules, decide.WithExempt(exempt...)); err != nil {
 		return nil, fmt.Errorf("protect: %w", err)
 	}
-	var gopts []grpcguard.Option
+	gopts := []grpcguard.Option{grpcguard.WithStreamCode(o.code)} // for exempt methods' streams too
 	if o.streamsSet {
 		gopts = append(gopts, grpcguard.WithStreamLimits(o.streamMax, o.streamPeer))
 	}

@@ -17,6 +17,7 @@ import (
 	testgrpc "google.golang.org/grpc/interop/grpc_testing"
 	"google.golang.org/grpc/status"
 
+	"github.com/levee-go/levee/decide"
 	"github.com/levee-go/levee/grpcguard"
 	"github.com/levee-go/levee/protect"
 )
@@ -320,6 +321,30 @@ func TestStreamCapPerPeer(t *testing.T) {
 	}
 	if st := p.Guard().StreamStats(); st.Open != 40 || st.Peers != 2 || st.Refused != 50 {
 		t.Errorf("StreamStats() = %+v, want 40 open, 2 peers, 50 refused", st)
+	}
+}
+
+// TestStreamCapCodeOfExemptMethod: a stream beyond the cap is refused
+// with the preset's code (WithStreamLimits), on a method no rule guards
+// too: an exempt one (WithMethod{Exempt}), reflection. Before, grpcguard
+// refused those with RESOURCE_EXHAUSTED whatever WithCode said.
+func TestStreamCapCodeOfExemptMethod(t *testing.T) {
+	_, addr := serveStreams(t, streamService{},
+		protect.WithCode(decide.Unavailable),
+		protect.WithStreamLimits(1, 0),
+		protect.WithMethod(fullDuplex, protect.Method{Exempt: true}))
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	client := dialFrom(t, addr, "127.0.0.1")
+	openStreams(t, ctx, client, 1)
+	s, err := client.FullDuplexCall(ctx)
+	if err == nil {
+		if err = s.Send(&testgrpc.StreamingOutputCallRequest{}); err == nil {
+			_, err = s.Recv()
+		}
+	}
+	if got := status.Code(err); got != codes.Unavailable || !strings.Contains(err.Error(), grpcguard.ReasonTooManyStreams) {
+		t.Errorf("stream beyond the cap on an exempt method: %v (%v), want UNAVAILABLE (WithCode) %q", got, err, grpcguard.ReasonTooManyStreams)
 	}
 }
 
