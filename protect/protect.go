@@ -81,8 +81,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"net/http"
 	"runtime"
+	"slices"
 	"strings"
 	"sync"
 
@@ -194,8 +196,9 @@ func WithGuard(g ...admission.Guard) Option {
 // needed. Memory stays bounded under a flood of tenant names: beyond
 // runlimit.DefaultMaxTenants, and for names longer than
 // runlimit.MaxTenantLen, tenants share one overflow share. Tenant names
-// never become metric labels. New fails if key is nil or a weight is not
-// > 0. Default: no tenants.
+// never become metric labels. New fails if key is nil, if a weight is not
+// > 0 and <= 1e6, or if a weighted name is empty or longer than
+// runlimit.MaxTenantLen. Default: no tenants.
 func WithTenants(key decide.KeyFunc, weights map[string]float64) Option {
 	return func(o *options) {
 		o.tenant = key
@@ -335,6 +338,7 @@ func (o *options) validate() error {
 	if o.weights != nil && o.tenant == nil {
 		errs = append(errs, errors.New("protect: WithTenants: nil key"))
 	}
+	errs = append(errs, checkWeights(o.weights)...)
 	for i, g := range o.guards {
 		if nilness.Is(g) {
 			errs = append(errs, fmt.Errorf("protect: WithGuard: guard %d is nil", i))
@@ -350,6 +354,24 @@ func (o *options) validate() error {
 		errs = append(errs, fmt.Errorf("protect: WithCode: want RESOURCE_EXHAUSTED or UNAVAILABLE, got %v", o.code))
 	}
 	return errors.Join(errs...)
+}
+
+// checkWeights checks WithTenants' weights, in the order of the names, as
+// runlimit.WithTenantWeights does: the run limit would report them as
+// its own option's.
+func checkWeights(w map[string]float64) []error {
+	var errs []error
+	for _, k := range slices.Sorted(maps.Keys(w)) {
+		switch v := w[k]; {
+		case k == "":
+			errs = append(errs, errors.New("protect: WithTenants: empty tenant name"))
+		case len(k) > runlimit.MaxTenantLen:
+			errs = append(errs, fmt.Errorf("protect: WithTenants: tenant name of %d bytes, longer than %d", len(k), runlimit.MaxTenantLen))
+		case !(v > 0) || v > 1e6:
+			errs = append(errs, fmt.Errorf("protect: WithTenants: weight of %q must be > 0 and <= 1e6, got %v", k, v))
+		}
+	}
+	return errs
 }
 
 // Server is a server's protection: its guards, the engine that decides

@@ -2,6 +2,7 @@ package protect_test
 
 import (
 	"context"
+	"math"
 	"net"
 	"os"
 	"slices"
@@ -102,7 +103,9 @@ func TestNewRejectsBadOptions(t *testing.T) {
 		{"nil pointer guard", []protect.Option{protect.WithGuard(&refuseAfter{}, (*refuseAfter)(nil))}, []string{"protect: WithGuard: guard 1 is nil"}},
 		{"all at once", []protect.Option{protect.WithMaxRate(-1), protect.WithClientRate(-1), protect.WithCode(codes.NotFound)}, []string{"WithMaxRate", "WithClientRate", "WithCode"}},
 		{"tenant key", []protect.Option{protect.WithTenants(nil, nil)}, []string{"protect: WithTenants: nil key"}},
-		{"tenant weight", []protect.Option{protect.WithTenants(decide.HeaderKey("x-tenant-id"), map[string]float64{"acme": 0})}, []string{`runlimit: WithTenantWeights: weight of "acme" must be > 0`}},
+		{"tenant weight", []protect.Option{protect.WithTenants(decide.HeaderKey("x-tenant-id"), map[string]float64{"acme": 0})}, []string{`protect: WithTenants: weight of "acme" must be > 0 and <= 1e6, got 0`}},
+		{"tenant weights", []protect.Option{protect.WithTenants(decide.HeaderKey("x-tenant-id"), map[string]float64{"": 1, strings.Repeat("a", 129): 1, "b": math.Inf(1)})}, []string{
+			"protect: WithTenants: empty tenant name", "protect: WithTenants: tenant name of 129 bytes, longer than 128", `protect: WithTenants: weight of "b" must be > 0 and <= 1e6, got +Inf`}},
 		{"criticality", []protect.Option{protect.WithCriticality(decide.Criticality{Default: 5})}, []string{"Criticality: Default: class 5 is not one of the four classes"}},
 	}
 	for _, tt := range tests {
@@ -117,6 +120,21 @@ func TestNewRejectsBadOptions(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestTenantWeightErrorNamesWithTenants: a bad WithTenants weight is
+// reported as WithTenants' (Option: "an error naming every bad option").
+// Before, the run limit refused it as
+// "protect: max_concurrency: runlimit: WithTenantWeights: ...", naming
+// an option the user did not give.
+func TestTenantWeightErrorNamesWithTenants(t *testing.T) {
+	p, err := protect.New(protect.WithoutCPU(), protect.WithoutMemory(), protect.WithTenants(decide.HeaderKey("x-tenant-id"), map[string]float64{"a": 0}))
+	if p != nil {
+		p.Stop()
+	}
+	if err == nil || !strings.Contains(err.Error(), "WithTenants") || strings.Contains(err.Error(), "max_concurrency") {
+		t.Errorf("New(WithTenants(key, {a: 0})) error = %v; want one naming WithTenants, not max_concurrency", err)
 	}
 }
 
