@@ -13,6 +13,7 @@ import (
 
 	"github.com/levee-go/levee/admission"
 	"github.com/levee-go/levee/internal/memruntime"
+	"github.com/levee-go/levee/internal/nilness"
 	"github.com/levee-go/levee/internal/overload"
 	"github.com/levee-go/levee/memory"
 )
@@ -276,7 +277,7 @@ type Shedder struct {
 }
 
 func newShedder(name string, sig memory.Signal, opts []Option) (*Shedder, error) {
-	if sig == nil {
+	if nilness.Is(sig) {
 		return nil, errors.New("memshed: nil memory.Signal (a memory.Monitor, from memory.NewMonitor)")
 	}
 	o := options{threshold: DefaultThreshold, gcThreshold: DefaultGCThreshold, cooldown: DefaultCooldown, interval: DefaultInterval, retry: DefaultRetryAfter}

@@ -930,13 +930,17 @@ func TestOptionErrors(t *testing.T) {
 	}
 }
 
-// TestNilSignalIsAnError: New and NewManual with a nil Signal return an
-// error that names it, and no Shedder (they panicked before).
+// TestNilSignalIsAnError: New and NewManual with a nil Signal, or a nil
+// pointer such as a (*memory.Monitor)(nil), return an error that names
+// it, and no Shedder (they panicked before, the nil pointer at the first
+// tick).
 func TestNilSignalIsAnError(t *testing.T) {
 	for name, newFn := range map[string]func(string, memory.Signal, ...Option) (*Shedder, error){"New": New, "NewManual": NewManual} {
-		s, err := newFn("m", nil)
-		if err == nil || s != nil || !strings.Contains(err.Error(), "nil memory.Signal") {
-			t.Errorf("%s with a nil Signal = %v, %v; want no Shedder and an error naming the nil memory.Signal", name, s, err)
+		for _, sig := range []memory.Signal{nil, (*memory.Monitor)(nil)} {
+			s, err := newFn("m", sig)
+			if err == nil || s != nil || !strings.Contains(err.Error(), "nil memory.Signal") {
+				t.Errorf("%s with the Signal %#v: a Shedder %v, error %v; want no Shedder and an error naming the nil memory.Signal", name, sig, s != nil, err)
+			}
 		}
 	}
 }

@@ -19,6 +19,7 @@ import (
 	"github.com/levee-go/levee/cpu"
 	"github.com/levee-go/levee/decide"
 	"github.com/levee-go/levee/grpcguard"
+	"github.com/levee-go/levee/internal/nilness"
 	"github.com/levee-go/levee/internal/preset"
 	"github.com/levee-go/levee/memory"
 )
@@ -37,26 +38,41 @@ type options struct {
 
 // WithCPU gives the guards that follow the CPU signal (the preset's run
 // limit, runlimit and loadshed guards) a signal of your own, such as a
-// *cpu.Monitor you run for the life of the Reloader; nil is WithoutCPU.
+// *cpu.Monitor you run for the life of the Reloader; nil, or a nil
+// pointer such as a (*cpu.Monitor)(nil), is WithoutCPU.
 // Default: the CPU signal protect.New uses — this process's CPU source
 // (cpu.Detect) sampled with the preset's tuning by a monitor the Reloader
 // starts and stops (Reloader.CPU) — or none if no source can be read.
-func WithCPU(c cpu.Signal) Option { return func(o *options) { o.cpu, o.cpuGiven = c, true } }
+func WithCPU(c cpu.Signal) Option {
+	return func(o *options) {
+		if nilness.Is(c) {
+			c = nil
+		}
+		o.cpu, o.cpuGiven = c, true
+	}
+}
 
 // WithoutCPU turns the CPU signal off: the run limits then follow service
 // times alone, and a policy with a loadshed guard does not build.
 func WithoutCPU() Option { return func(o *options) { o.cpu, o.cpuGiven = nil, true } }
 
 // WithMemory gives the preset a memory signal of your own, such as a
-// *memory.Monitor you run for the life of the Reloader; nil is
-// WithoutMemory. Default: the memory signal protect.New uses — this
+// *memory.Monitor you run for the life of the Reloader; nil, or a nil
+// pointer such as a (*memory.Monitor)(nil), is WithoutMemory. Default: the memory signal protect.New uses — this
 // process's memory source (memory.Detect), sampled by a monitor the
 // Reloader starts and stops (Reloader.Memory), with the soft memory limit
 // protect.New sets (a cgroup limit and no GOMEMLIMIT: 90% of it, put back
 // by Close). The preset adds its memory
 // guard only if the signal is Limited when a policy is built, and the
 // file's preset.memory is true.
-func WithMemory(m memory.Signal) Option { return func(o *options) { o.mem, o.memGiven = m, true } }
+func WithMemory(m memory.Signal) Option {
+	return func(o *options) {
+		if nilness.Is(m) {
+			m = nil
+		}
+		o.mem, o.memGiven = m, true
+	}
+}
 
 // WithoutMemory turns the memory signal off: the preset has no memory
 // guard.

@@ -254,8 +254,16 @@ func WithMethod(name string, m Method) Option {
 func WithoutCPU() Option { return func(o *options) { o.cpuOff = true } }
 
 // WithCPU gives the run limit a CPU signal of your own instead of
-// detecting one (a *cpu.Monitor you run, or a fake in tests).
-func WithCPU(c cpu.Signal) Option { return func(o *options) { o.cpuSignal = c } }
+// detecting one (a *cpu.Monitor you run, or a fake in tests). nil, or a
+// nil pointer such as a (*cpu.Monitor)(nil), leaves the default.
+func WithCPU(c cpu.Signal) Option {
+	return func(o *options) {
+		if nilness.Is(c) {
+			c = nil
+		}
+		o.cpuSignal = c
+	}
+}
 
 // MemorySignal is a memory signal.
 //
@@ -270,8 +278,16 @@ func WithoutMemory() Option { return func(o *options) { o.memOff = true } }
 
 // WithMemory gives the preset a memory signal of your own instead of
 // detecting one (a *memory.Monitor you run, or a fake in tests). It
-// guards memory only if the signal is Limited when New runs.
-func WithMemory(m memory.Signal) Option { return func(o *options) { o.memSignal = m } }
+// guards memory only if the signal is Limited when New runs. nil, or a
+// nil pointer such as a (*memory.Monitor)(nil), leaves the default.
+func WithMemory(m memory.Signal) Option {
+	return func(o *options) {
+		if nilness.Is(m) {
+			m = nil
+		}
+		o.memSignal = m
+	}
+}
 
 // WithCode sets the code of refusals: decide.ResourceExhausted (the
 // default) or decide.Unavailable. A gRPC codes.Code of the same value

@@ -20,8 +20,10 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/levee-go/levee/admission"
+	"github.com/levee-go/levee/cpu"
 	"github.com/levee-go/levee/decide"
 	"github.com/levee-go/levee/grpcguard"
+	"github.com/levee-go/levee/memory"
 	"github.com/levee-go/levee/metrics"
 	"github.com/levee-go/levee/protect"
 )
@@ -174,6 +176,21 @@ func TestLearnsServiceTimeAfterTheTurn(t *testing.T) {
 	}
 	if p.RunLimit().Running() != 0 || p.RunLimit().Waiting() != 0 {
 		t.Errorf("after the calls: running %d, waiting %d; want 0, 0", p.RunLimit().Running(), p.RunLimit().Waiting())
+	}
+}
+
+// TestNilPointerSignalsLeaveTheDefault: a nil pointer given as the CPU or
+// memory signal (a monitor that could not start) is taken as nil, the
+// default, and calls are served; the run limit used to call the nil
+// *cpu.Monitor at a call and panic.
+func TestNilPointerSignalsLeaveTheDefault(t *testing.T) {
+	_, client := serve(t, &service{}, protect.WithCPU((*cpu.Monitor)(nil)), protect.WithMemory((*memory.Monitor)(nil)))
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	for range 3 {
+		if _, err := client.EmptyCall(ctx, &testgrpc.Empty{}); err != nil {
+			t.Fatalf("EmptyCall: %v", err)
+		}
 	}
 }
 

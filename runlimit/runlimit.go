@@ -18,6 +18,7 @@ import (
 	"github.com/levee-go/levee/internal/clock"
 	"github.com/levee-go/levee/internal/ewma"
 	"github.com/levee-go/levee/internal/netpoll"
+	"github.com/levee-go/levee/internal/nilness"
 	"github.com/levee-go/levee/internal/overload"
 	"github.com/levee-go/levee/runlimit/internal/fair"
 	"github.com/levee-go/levee/runlimit/internal/learn"
@@ -106,8 +107,16 @@ func WithQueueTarget(d time.Duration) Option { return func(o *options) { o.targe
 // Saturated. With such a signal saturated by its cooldown alone (its
 // utilisation below the threshold now), a limit that a probe's kept cut
 // lowered may grow back to where it was. Default none (the limit
-// follows service times alone).
-func WithCPU(c cpu.Signal) Option { return func(o *options) { o.cpu = c } }
+// follows service times alone); nil, or a nil pointer such as a
+// (*cpu.Monitor)(nil), is none too.
+func WithCPU(c cpu.Signal) Option {
+	return func(o *options) {
+		if nilness.Is(c) {
+			c = nil
+		}
+		o.cpu = c
+	}
+}
 
 // WithMaxFlows caps the flows tracked separately, so that memory stays
 // bounded whatever names callers send. A new name at the cap takes the

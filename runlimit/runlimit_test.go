@@ -14,6 +14,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/levee-go/levee/admission"
+	"github.com/levee-go/levee/cpu"
 	"github.com/levee-go/levee/runlimit/internal/fair"
 )
 
@@ -26,6 +27,29 @@ func mustNew(t testing.TB, opts ...Option) *Limiter {
 		t.Fatal(err)
 	}
 	return l
+}
+
+// TestNilPointerCPUIsNone: a nil pointer given as the CPU signal, such
+// as a (*cpu.Monitor)(nil) from a monitor that could not start, is no
+// signal, as nil is: the Limiter used to call its methods at its first
+// decision and panic there, on a request path.
+func TestNilPointerCPUIsNone(t *testing.T) {
+	l, err := New(WithCPU((*cpu.Monitor)(nil)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if l.CPU() != nil {
+		t.Errorf("CPU() = %#v, want nil", l.CPU())
+	}
+	if l.Overloaded(time.Now()) {
+		t.Error("Overloaded() = true on an idle Limiter")
+	}
+	f := l.Flow("/svc/M")
+	tk, err := f.Acquire(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	tk.Done(time.Now(), false)
 }
 
 func TestNewRejectsBadOptions(t *testing.T) {
