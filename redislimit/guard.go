@@ -73,9 +73,10 @@ const (
 // fallback, unless its lease has a token for it; see Limiter.AllowN. The
 // fast path is given no context: through it, such a call that finds its
 // lease dry is decided as any other (by a refill from Redis, say), where
-// Admit, given the Call, decides it locally. A method or a key is written in the bucket's name as
-// Limiter.Key writes a key; with WithMethods, a method the server does not
-// serve as UnservedMethod. It panics if l is nil.
+// Admit, given the Call, decides it locally. A method or a key is
+// written in the bucket's name as Limiter.Key writes a key; with
+// WithMethods, a method the server does not serve as UnservedMethod. It
+// panics if l is nil.
 func NewGuard(name string, l *Limiter, scope Scope, opts ...GuardOption) admission.Guard {
 	if l == nil {
 		panic("redislimit: NewGuard: nil Limiter")

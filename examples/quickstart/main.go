@@ -71,7 +71,7 @@ func main() {
 	}
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", reg.Handler())
-	go func() { _ = http.ListenAndServe("127.0.0.1:9090", mux) }()
+	go func() { log.Printf("metrics: %v", http.ListenAndServe("127.0.0.1:9090", mux)) }()
 
 	callCtx, cancel := context.WithTimeout(ctx, time.Second)
 	stock, err := inventoryv1.NewInventoryServiceClient(conn).GetStock(callCtx, &inventoryv1.GetStockRequest{Sku: "SKU-0001"})
