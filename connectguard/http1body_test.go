@@ -1,14 +1,10 @@
 package connectguard
 
 import (
-	"bufio"
 	"bytes"
 	"encoding/binary"
-	"io"
-	"net"
 	"net/http"
 	"strconv"
-	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -59,19 +55,7 @@ func TestRefusalOverHTTP1DoesNotWaitForTheBody(t *testing.T) {
 			g := newGuard(t, 0, fg)
 			var runs atomic.Int64
 			url := serveH2C(t, g.Middleware(echoHandlers(&runs, connect.WithInterceptors(g.Interceptor()))))
-			conn, err := net.Dial("tcp", strings.TrimPrefix(url, "http://"))
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer conn.Close()
-			_, _ = io.WriteString(conn, tt.head)
-			_, _ = conn.Write(tt.sent)
-			_ = conn.SetReadDeadline(time.Now().Add(3 * time.Second))
-			res, err := http.ReadResponse(bufio.NewReader(conn), nil)
-			if err != nil {
-				t.Fatalf("no answer within 3s of the request (the server waits for the rest of the body): %v", err)
-			}
-			res.Body.Close()
+			res := guardtest.HTTP1Head(t, url, append([]byte(tt.head), tt.sent...))
 			if res.StatusCode != tt.status || runs.Load() != 0 {
 				t.Errorf("status %d after %d handler runs, want %d and none", res.StatusCode, runs.Load(), tt.status)
 			}

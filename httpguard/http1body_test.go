@@ -1,16 +1,11 @@
 package httpguard
 
 import (
-	"bufio"
 	"bytes"
-	"io"
-	"net"
 	"net/http"
 	"net/http/httptest"
-	"strings"
 	"sync/atomic"
 	"testing"
-	"time"
 
 	"github.com/levee-go/levee/admission"
 	"github.com/levee-go/levee/internal/guardtest"
@@ -29,19 +24,7 @@ func TestRefusalOverHTTP1DoesNotWaitForTheBody(t *testing.T) {
 	var runs atomic.Int64
 	ts := httptest.NewServer(newGuard(t, 0, fg).Middleware(http.HandlerFunc(func(http.ResponseWriter, *http.Request) { runs.Add(1) })))
 	defer ts.Close()
-	conn, err := net.Dial("tcp", strings.TrimPrefix(ts.URL, "http://"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	_, _ = io.WriteString(conn, "PUT /upload HTTP/1.1\r\nHost: x\r\nContent-Length: 100000\r\n\r\n")
-	_, _ = conn.Write(bytes.Repeat([]byte{'x'}, 1000))
-	_ = conn.SetReadDeadline(time.Now().Add(3 * time.Second))
-	res, err := http.ReadResponse(bufio.NewReader(conn), nil)
-	if err != nil {
-		t.Fatalf("no answer within 3s (the server waits for the 99,000 body bytes not sent): %v", err)
-	}
-	res.Body.Close()
+	res := guardtest.HTTP1Head(t, ts.URL, append([]byte("PUT /upload HTTP/1.1\r\nHost: x\r\nContent-Length: 100000\r\n\r\n"), bytes.Repeat([]byte{'x'}, 1000)...))
 	if res.StatusCode != http.StatusTooManyRequests || runs.Load() != 0 {
 		t.Errorf("status %d after %d handler runs, want 429 and none", res.StatusCode, runs.Load())
 	}

@@ -6,11 +6,13 @@
 package guardtest
 
 import (
+	"bufio"
 	"context"
 	"io"
 	"net"
 	"net/http"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -290,6 +292,29 @@ func H2CTransport(tb testing.TB) *http.Transport {
 	tr.Protocols.SetUnencryptedHTTP2(true)
 	tb.Cleanup(tr.CloseIdleConnections)
 	return tr
+}
+
+// HTTP1Head sends sent, the start of an HTTP/1.1 request (its line,
+// headers and as much of its body as the test sends), to the server at
+// url ("http://host:port") on a connection of its own, and reads the
+// response's head. It fails tb unless the head comes within 3s: a server
+// that waits for the rest of the body never answers. The connection is
+// closed before HTTP1Head returns.
+func HTTP1Head(tb testing.TB, url string, sent []byte) *http.Response {
+	tb.Helper()
+	conn, err := net.Dial("tcp", strings.TrimPrefix(url, "http://"))
+	if err != nil {
+		tb.Fatal(err)
+	}
+	defer conn.Close()
+	_, _ = conn.Write(sent)
+	_ = conn.SetReadDeadline(time.Now().Add(3 * time.Second))
+	res, err := http.ReadResponse(bufio.NewReader(conn), nil)
+	if err != nil {
+		tb.Fatalf("no answer within 3s of the request's start (the server waits for the rest of its body): %v", err)
+	}
+	res.Body.Close()
+	return res
 }
 
 // DiscardWriter is an http.ResponseWriter that keeps the status and
