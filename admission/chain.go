@@ -90,8 +90,9 @@ type (
 		g Rechecker
 	}
 	starter struct {
-		i int
-		g Starter
+		i       int
+		g       Starter
+		reports bool // Traits.ReportsWait
 	}
 )
 
@@ -149,7 +150,7 @@ func NewChain(name string, guards []Guard, opts ...ChainOption) (*Chain, error) 
 			ch.recheck = append(ch.recheck, rechecker{i, r})
 		}
 		if st, ok := g.(Starter); ok {
-			ch.starters = append(ch.starters, starter{i, st})
+			ch.starters = append(ch.starters, starter{i, st, t.ReportsWait})
 		}
 		ch.timed = ch.timed || !t.IgnoresDuration
 		if t.FinishesSkippedOnly {
@@ -251,7 +252,8 @@ func (ch *Chain) admit(c *Call, ps *Permits) (refused int, d Decision) {
 }
 
 // Enter admits c where it runs: Admit, then the Starter guards. When it
-// returns -1 the call has passed and must be finished with Finish.
+// returns -1 the call has passed and must be finished with Finish; c.Now
+// is then when its handler starts, unless c.NowStale (see Call.Now).
 func (ch *Chain) Enter(c *Call, ps *Permits) (refused int, d Decision) {
 	decided := false
 	defer ch.unwind(c, ps, &decided) // as Admit's
@@ -269,7 +271,8 @@ func (ch *Chain) Enter(c *Call, ps *Permits) (refused int, d Decision) {
 // Start runs, for a call that Admit admitted earlier and whose handler is
 // about to start, the Rechecker guards and then the Starter guards; c.Now
 // and c.Queued should say when that is and how long the call waited. When
-// it returns -1 the call has passed and must be finished with Finish.
+// it returns -1 the call has passed and must be finished with Finish; c.Now
+// is then when its handler starts, unless c.NowStale (see Call.Now).
 func (ch *Chain) Start(c *Call, ps *Permits) (refused int, d Decision) {
 	decided := false
 	defer ch.unwind(c, ps, &decided) // as Admit's
@@ -310,6 +313,9 @@ func (ch *Chain) start(c *Call, ps *Permits) (refused int, d Decision) {
 		d = s.g.Start(*c, ps.p[s.i])
 		ps.p[s.i] = d.Permit // what the guard holds now, granted or not
 		if !d.Refused || ch.shadowed(s.i) {
+			if !s.reports || d.Waited || d.Refused { // a refusal in shadow mode may have waited too
+				c.NowStale = true
+			}
 			continue
 		}
 		ch.rollback(s.i, c, ps)

@@ -54,6 +54,13 @@ type Call struct {
 	// guard that counts unary calls at admission (runlimit's spike) counts
 	// such a call at its start instead.
 	StreamUnknown bool
+	// NowStale is true once a Starter guard may have blocked the call (see
+	// Traits.ReportsWait): its Now may then be earlier than the instant. A
+	// guard after it that judges the instant reads the clock, and so does
+	// the transport for the handler's start; while it is false, Now is
+	// the handler's start too, and no clock needs reading. Init clears it.
+	// (With the flags above, it takes no room of its own in a Call.)
+	NowStale bool
 }
 
 // Init sets c to a call of method seen at now under ctx, with ctx's
@@ -61,7 +68,7 @@ type Call struct {
 // by value is copied through memory, which on an admitted path costs more
 // than the fields.
 func (c *Call) Init(ctx context.Context, method string, now time.Time) {
-	c.Ctx, c.Method, c.Key, c.Now, c.Queued = ctx, method, "", now, 0
+	c.Ctx, c.Method, c.Key, c.Now, c.Queued, c.NowStale = ctx, method, "", now, 0, false
 	c.Tenant, c.Class, c.Stream, c.ClientStream, c.StreamUnknown = "", Critical, false, false, false
 	c.Deadline, _ = ctx.Deadline()
 }
@@ -121,6 +128,14 @@ type Decision struct {
 	// Evidence is the evidence of overload the refusal was made on;
 	// EvidenceNone when the guard does not say.
 	Evidence Evidence
+	// Waited is set by a Starter guard that reports its waits
+	// (Traits.ReportsWait) when its Start may have blocked the call before
+	// granting it: a wait for a turn, a yield of the processor. Other
+	// guards leave it false, and a Chain reads it only from such a
+	// Starter. (A bool, not the wait's length: a Decision is returned by
+	// every guard of every call, and a ninth word costs the admitted path
+	// more than a clock reading saves.)
+	Waited bool
 }
 
 // Grant returns an admitting Decision holding p.
@@ -229,6 +244,13 @@ type Traits struct {
 	// AlwaysAdmits says Admit always admits with the zero Permit: the guard
 	// decides only at Recheck or Start. The chain then does not call Admit.
 	AlwaysAdmits bool
+	// ReportsWait says a Starter's Start sets Decision.Waited whenever it
+	// may have blocked the call. The chain then marks Call.Now stale
+	// (Call.NowStale) only after such a Start, and a call that waited for
+	// nothing needs no clock reading at its handler's start. Without it
+	// the chain takes every Start of the guard as one that may have
+	// blocked.
+	ReportsWait bool
 }
 
 // Describer is implemented by guards that declare their Traits. Traits is
@@ -280,11 +302,11 @@ type Rechecker interface {
 // Starter is implemented by guards that act when the handler is about to
 // start, after admission and any rechecks. Start gets the Permit that the
 // guard's Admit granted; it may block (a run limit waits there for its
-// turn) and returns the Permit the call then holds from the guard. Admit,
-// which may run in the transport, must not block. A refusal finishes the
-// call's permits as skipped: the guard's Finish then gets the Permit that
-// Start refused with (Decision.Permit), so that Start can say what it
-// still holds.
+// turn; see Traits.ReportsWait) and returns the Permit the call then
+// holds from the guard. Admit, which may run in the transport, must not
+// block. A refusal finishes the call's permits as skipped: the guard's
+// Finish then gets the Permit that Start refused with (Decision.Permit),
+// so that Start can say what it still holds.
 type Starter interface {
 	Start(c Call, p Permit) Decision
 }

@@ -427,8 +427,8 @@ func (g *Guard) start(ctx context.Context, st *callState, kind decide.Kind) (adm
 		st.phase.Store(phaseDone)
 		return c, g.refusalError(g.engine.Refuse(st.rule, i, d, &c, now))
 	}
-	if st.rule.HasStarters() {
-		c.Now = g.clock.Now() // the handler starts after its turn: see outcome
+	if c.NowStale {
+		c.Now, c.NowStale = g.clock.Now(), false // the handler starts after its turn: see outcome
 	}
 	return c, nil
 }
@@ -447,8 +447,8 @@ func (g *Guard) enter(rule *decide.Compiled, f decide.Facts, c *admission.Call, 
 	if i, d := rule.Enter(c, permits); i >= 0 {
 		return g.refusalError(g.engine.Refuse(rule, i, d, c, now))
 	}
-	if rule.HasStarters() {
-		c.Now = g.clock.Now() // the handler starts after its turn: see outcome
+	if c.NowStale {
+		c.Now, c.NowStale = g.clock.Now(), false // the handler starts after its turn: see outcome
 	}
 	return nil
 }

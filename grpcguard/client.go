@@ -209,6 +209,9 @@ func (c *Client) attempt(ctx context.Context, e *clientEntry, target, method str
 	if i, d := e.chain.Enter(&call, &permits); i >= 0 {
 		return false, e.refusal(i, d)
 	}
+	if call.NowStale {
+		call.Now, call.NowStale = c.now(), false // the call is sent after its guards' waits
+	}
 	if err := ctx.Err(); err != nil {
 		return false, c.unsent(e, &call, &permits, err)
 	}
@@ -354,6 +357,9 @@ func (c *Client) streamCall(ctx context.Context, desc *grpc.StreamDesc, cc *grpc
 	s.call.Key = target
 	if i, d := e.chain.Enter(&s.call, &s.permits); i >= 0 {
 		return nil, e.refusal(i, d)
+	}
+	if s.call.NowStale {
+		s.call.Now, s.call.NowStale = c.now(), false // as attempt's
 	}
 	if err := ctx.Err(); err != nil {
 		return nil, c.unsent(e, &s.call, &s.permits, err)

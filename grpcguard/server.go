@@ -387,8 +387,8 @@ func (s *Server) start(ctx context.Context, tc *tapCtx, kind decide.Kind) (admis
 		st.free(tc.gen)
 		return c, refusalStatus(ctx, rf), pushback(rf)
 	}
-	if st.rule.HasStarters() {
-		c.Now = s.now() // the handler starts after its turn: see outcome
+	if c.NowStale {
+		c.Now, c.NowStale = s.now(), false // the handler starts after its turn: see outcome
 	}
 	return c, nil, ""
 }
@@ -473,8 +473,8 @@ func (s *Server) unary(ctx context.Context, req any, info *grpc.UnaryServerInfo,
 		setPushback(ctx, nil, pushback(rf))
 		return nil, refusalStatus(ctx, rf).Err()
 	}
-	if r.HasStarters() {
-		c.Now = s.now() // the handler starts after its turn: see outcome
+	if c.NowStale {
+		c.Now, c.NowStale = s.now(), false // the handler starts after its turn: see outcome
 	}
 	err := errPanicked
 	defer func() { r.Finish(&c, &permits, s.outcome(r, &c, err)) }()
@@ -490,8 +490,8 @@ func (s *Server) unary(ctx context.Context, req any, info *grpc.UnaryServerInfo,
 func (s *Server) enter(ctx context.Context, r *decide.Compiled, method string, kind decide.Kind, c *admission.Call, permits *admission.Permits) (int, admission.Decision) {
 	r.Fill(callFacts(ctx, method, kind), s.now(), c)
 	i, d := r.Enter(c, permits)
-	if i < 0 && r.HasStarters() {
-		c.Now = s.now() // the handler starts after its turn: see outcome
+	if i < 0 && c.NowStale {
+		c.Now, c.NowStale = s.now(), false // the handler starts after its turn: see outcome
 	}
 	return i, d
 }

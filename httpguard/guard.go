@@ -134,8 +134,8 @@ func (g *Guard) Middleware(next http.Handler) http.Handler {
 			WriteRefusal(w, g.engine.Refuse(rule, i, d, &c, now))
 			return
 		}
-		if rule.HasStarters() {
-			c.Now = g.clock.Now() // the handler starts after its turn: see outcome
+		if c.NowStale {
+			c.Now, c.NowStale = g.clock.Now(), false // the handler starts after its turn: see outcome
 		}
 		rw := wrapWriter(w)
 		finished := false

@@ -455,7 +455,9 @@ func (s *Shedder) Name() string { return s.name }
 // Traits: after the run limit; Finish matters for every call; no
 // duration read.
 func (s *Shedder) Traits() admission.Traits {
-	return admission.Traits{Cost: admission.CostMemory, IgnoresDuration: true}
+	// Start never blocks: it reports no wait, and the chain keeps Call.Now
+	// current past it.
+	return admission.Traits{Cost: admission.CostMemory, IgnoresDuration: true, ReportsWait: true}
 }
 
 // known returns the counters of method name if it has its own, else the

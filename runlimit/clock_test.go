@@ -309,3 +309,127 @@ func TestGuardPassesATurnBeyondTheLimitToAHigherClass(t *testing.T) {
 		t.Errorf("Running(), Waiting() = %d, %d at the end, want 0, 0", r, w)
 	}
 }
+
+// TestStartReadsNoClockForATurnAtOnce: a call of a short method (one
+// that does not yield) that takes its turn at once is judged, deadline
+// included, at its Call.Now, and Start reads no clock: it reports no
+// wait (admission.Traits.ReportsWait), so the chain leaves Now as it was
+// and the transport reads no clock for the handler's start either.
+func TestStartReadsNoClockForATurnAtOnce(t *testing.T) {
+	now := time.Date(2026, 12, 7, 12, 0, 0, 0, time.UTC)
+	var reads int
+	l := mustNew(t, withClock(func() time.Time { reads++; return now }))
+	f := l.Flow("/s/M")
+	for range 3 { // a 50µs service time: short, no yield
+		tk, _ := f.TryAcquire(now)
+		tk.Done(now.Add(50*time.Microsecond), false)
+	}
+	if f.yields() {
+		t.Fatalf("a flow of %v calls yields", f.ServiceTime())
+	}
+	ch, err := admission.NewChain("r", []admission.Guard{NewGuard("run", l)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, enter := range []bool{true, false} {
+		c := admission.Call{Ctx: context.Background(), Method: "/s/M", Now: now, Deadline: now.Add(time.Second)}
+		ps := new(admission.Permits)
+		reads = 0
+		var i int
+		if enter {
+			i, _ = ch.Enter(&c, ps)
+		} else if i, _ = ch.Admit(&c, ps); i < 0 {
+			i, _ = ch.Start(&c, ps)
+		}
+		if i >= 0 {
+			t.Fatalf("enter %t: refused by guard %d", enter, i)
+		}
+		if reads != 0 || c.Now != now || c.NowStale {
+			t.Errorf("enter %t: %d clock readings, Call.Now %v (stale %t) after a turn taken at once; want none, %v, not stale", enter, reads, c.Now, c.NowStale, now)
+		}
+		ch.Finish(&c, ps, admission.Outcome{Duration: 50 * time.Microsecond})
+	}
+}
+
+// TestStartAfterAStaleNowReadsTheClock: when a Starter before the run
+// guard may have blocked (admission.Call.NowStale), the guard takes its
+// instant from the clock, and a deadline that the wait made too short is
+// refused; with Now current, the same call is judged at Now.
+func TestStartAfterAStaleNowReadsTheClock(t *testing.T) {
+	t0 := time.Date(2026, 12, 7, 12, 0, 0, 0, time.UTC)
+	clk := clocktest.New(t0)
+	l := mustNew(t, withTimers(clk))
+	f := l.Flow("/s/M")
+	for range 3 { // a 2ms service time
+		tk, _ := f.TryAcquire(clk.Now())
+		tk.Done(clk.Now().Add(2*time.Millisecond), false)
+	}
+	ch, err := admission.NewChain("r", []admission.Guard{NewGuard("run", l)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	clk.Advance(10 * time.Millisecond) // what a Starter before it waited
+	for _, stale := range []bool{false, true} {
+		c := admission.Call{Ctx: context.Background(), Method: "/s/M", Now: t0, Deadline: t0.Add(11 * time.Millisecond), NowStale: stale}
+		ps := new(admission.Permits)
+		i, d := ch.Enter(&c, ps)
+		switch {
+		case stale && (i != 0 || !d.DeadlineTooShort):
+			t.Errorf("Now stale by 10ms, 1ms left on the clock for a 2ms method: Enter = %d %+v, want a DeadlineTooShort refusal", i, d)
+		case !stale && i >= 0:
+			t.Errorf("Now current, 11ms left at Now for a 2ms method: Enter = %d %+v, want admitted", i, d)
+		}
+		if i < 0 {
+			ch.Finish(&c, ps, admission.Outcome{Duration: 2 * time.Millisecond})
+		}
+	}
+}
+
+// TestStartSaysItWaited: a call handed its turn after a wait says so
+// (Decision.Waited), and the chain marks Call.Now stale for the guards
+// after it and the transport, which read the clock for the handler's
+// start; a turn taken at once by a call that yields says so too.
+func TestStartSaysItWaited(t *testing.T) {
+	t0 := time.Date(2026, 12, 7, 12, 0, 0, 0, time.UTC)
+	clk := clocktest.New(t0)
+	l := mustNew(t, WithBounds(1, 1), WithQueueTarget(time.Hour), withTimers(clk))
+	ch, err := admission.NewChain("r", []admission.Guard{NewGuard("run", l)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	hold, ok := l.Flow("/s/M").TryAcquire(t0)
+	if !ok {
+		t.Fatal("TryAcquire of the only turn = false")
+	}
+	c := admission.Call{Ctx: context.Background(), Method: "/s/M", Now: t0}
+	ps := new(admission.Permits)
+	done := make(chan int, 1)
+	go func() {
+		i, _ := ch.Enter(&c, ps)
+		done <- i
+	}()
+	pollUntil(t, "waiting for the turn", func() bool { return l.Waiting() == 1 })
+	clk.Advance(3 * time.Millisecond)
+	hold.Release()
+	select {
+	case i := <-done:
+		if i >= 0 {
+			t.Fatalf("refused by guard %d", i)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Enter still waiting 10s after the turn was given back")
+	}
+	if !c.NowStale {
+		t.Error("Call.NowStale = false after a 3ms wait for the turn, want true")
+	}
+	c.Now = clk.Now() // as a transport does for a stale Now
+	ch.Finish(&c, ps, admission.Outcome{Duration: time.Millisecond})
+	// The flow's calls now take 1ms: long enough to yield before the
+	// handler, which is a wait too.
+	c = admission.Call{Ctx: context.Background(), Method: "/s/M", Now: clk.Now()}
+	ps = new(admission.Permits)
+	if i, d := ch.Enter(&c, ps); i >= 0 || !c.NowStale {
+		t.Errorf("a turn taken at once, yielding: Enter = %d %+v, NowStale %t; want admitted, stale", i, d, c.NowStale)
+	}
+	ch.Finish(&c, ps, admission.Outcome{Duration: time.Millisecond})
+}

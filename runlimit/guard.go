@@ -56,7 +56,9 @@ func (g *guard) Name() string { return g.name }
 // Limiter returns the Limiter the guard adapts.
 func (g *guard) Limiter() *Limiter { return g.l }
 
-func (g *guard) Traits() admission.Traits { return admission.Traits{Cost: admission.CostRun} }
+func (g *guard) Traits() admission.Traits {
+	return admission.Traits{Cost: admission.CostRun, ReportsWait: true}
+}
 
 // A Permit of the guard holds the call's lane (or a stream's *streamTurn)
 // in Ref, from Admit until Finish, and in Value what the call holds: a
@@ -155,7 +157,13 @@ func holding(d admission.Decision, ln *Lane) admission.Decision {
 	return d
 }
 
+// Start gives the call its turn (see NewGuard) and says whether it
+// blocked for it (admission.Traits.ReportsWait): a turn taken at once by
+// a call that does not yield reads no clock, here or in the transport.
 func (g *guard) Start(c admission.Call, p admission.Permit) admission.Decision {
+	if c.NowStale {
+		c.Now = g.l.o.now() // a Starter before this one may have blocked
+	}
 	ln, cost, d, decided := g.beforeTurn(c, p)
 	if decided {
 		return d
@@ -165,11 +173,22 @@ func (g *guard) Start(c admission.Call, p admission.Permit) admission.Decision {
 	if err != nil {
 		return holding(refusal(err, why, target), ln)
 	}
-	if d = g.turned(c, ln, t); !d.Refused && ln.f.yields() {
-		// Let the transport's goroutines run before the handler.
-		runtime.Gosched()
+	if d = g.turned(c, ln, t); !d.Refused {
+		d.Waited = waited(ln, t)
 	}
 	return d
+}
+
+// waited yields the processor once, unless the flow's calls are short, so
+// that the transport's goroutines run before the handler; it reports
+// whether the call of turn t blocked: for its turn (Lane.take) or the
+// yield.
+func waited(ln *Lane, t Ticket) bool {
+	if !ln.f.yields() {
+		return t.flags&waitedFlag != 0
+	}
+	runtime.Gosched()
+	return true
 }
 
 // beforeTurn is Start up to a unary call's wait: decided, with d, unless
@@ -203,7 +222,9 @@ func (ln *Lane) take(ctx context.Context, now time.Time, cost int64, stream bool
 	if ctx == nil {
 		ctx = context.Background()
 	}
-	return ln.wait(ctx, w)
+	t, why, err := ln.wait(ctx, w)
+	t.flags |= waitedFlag
+	return t, why, err
 }
 
 // takeNow is take without the wait: the turn, or the waiter queued.
@@ -232,8 +253,11 @@ func (g *guard) startStream(c admission.Call, ln *Lane, p admission.Permit) admi
 	target := ln.f.QueueTarget()
 	t, why, err := ln.take(c.Ctx, c.Now, cost, true)
 	d, turned := g.streamTurned(c, ln, t, why, err, target)
-	if turned && ln.f.yields() {
-		runtime.Gosched() // as for a unary call, in Start
+	switch {
+	case turned:
+		d.Waited = waited(ln, t) // as for a unary call, in Start
+	case !d.Refused: // its wait ran out: it runs without a turn
+		d.Waited = true
 	}
 	return d
 }

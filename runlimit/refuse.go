@@ -338,14 +338,15 @@ func (ln *Lane) grace(now int64) time.Duration {
 }
 
 // turned refuses a unary call that got its turn t, giving it back, if its
-// deadline can no longer be met. The deadline is judged on the clock,
-// not at c.Now: a Starter earlier in the chain may have made the call
-// wait since (admission.Chain passes every Starter the same Call).
+// deadline can no longer be met. The deadline is judged at the turn's
+// start: c.Now for a turn taken at once (Start read the clock instead if
+// a Starter before it may have blocked: admission.Call.NowStale), the
+// clock's reading at the hand-over after a wait.
 func (g *guard) turned(c admission.Call, ln *Lane, t Ticket) admission.Decision {
 	f := ln.f
 	cl := call{hasDeadline: !c.Deadline.IsZero()}
 	if cl.hasDeadline {
-		cl.left, cl.serviceTime = c.Deadline.Sub(g.l.o.now()), f.ServiceTimeAt(c.Now)
+		cl.left, cl.serviceTime = c.Deadline.Sub(t.Start()), f.ServiceTimeAt(c.Now)
 	}
 	if v, _ := judge(atTurn, cl, nil); v == refuseTooLate {
 		t.Release()

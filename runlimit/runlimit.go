@@ -746,6 +746,7 @@ type ticketFlags uint8
 const (
 	streamFlag ticketFlags = 1 << iota // a stream's turn: not counted for spike
 	overFlag                           // a turn beyond the limit (Lane.overrun), or one passed on from one (Limiter.release)
+	waitedFlag                         // a turn taken after a wait (Lane.take)
 )
 
 // Start returns when the turn was taken.

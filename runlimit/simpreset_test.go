@@ -262,7 +262,9 @@ func (p *simPreset) turned(c *sim.Call, sc *simCall, t Ticket, why overload.Read
 	if err != nil {
 		return p.after(c, sc, holding(refusal(err, why, sc.ln.f.QueueTarget()), sc.ln), false)
 	}
-	return p.after(c, sc, p.run.turned(sc.c, sc.ln, t), sc.ln.f.yields())
+	d := p.run.turned(sc.c, sc.ln, t)
+	sc.c.Now = c.Now // the chain moves Now past the wait the run guard reports (admission.Traits.ReportsWait)
+	return p.after(c, sc, d, sc.ln.f.yields())
 }
 
 func (p *simPreset) Expire(c *sim.Call) sim.Decision {
