@@ -66,6 +66,7 @@ type Chain struct {
 	timed    bool   // some guard's Finish reads the duration
 	quiet    uint32 // guards whose Finish matters only for skipped calls
 	always   uint32 // guards whose Admit always admits
+	blocks   uint32 // guards whose Admit may block (Traits.AdmitBlocks)
 	counters []counters
 	fast     []FastAdmitter // per guard; nil for guards without the fast path
 	fastFin  []FastFinisher // per guard; nil for guards without the fast path
@@ -159,6 +160,9 @@ func NewChain(name string, guards []Guard, opts ...ChainOption) (*Chain, error) 
 		if t.AlwaysAdmits {
 			ch.always |= 1 << i
 		}
+		if t.AdmitBlocks {
+			ch.blocks |= 1 << i
+		}
 		fa, _ := g.(FastAdmitter)
 		ff, _ := g.(FastFinisher)
 		ch.fast = append(ch.fast, fa)
@@ -247,6 +251,9 @@ func (ch *Chain) admit(c *Call, ps *Permits) (refused int, d Decision) {
 		}
 		ch.rollback(i, c, ps)
 		return i, d
+	}
+	if ch.blocks != 0 {
+		c.NowStale = true // an Admit that may have blocked was asked
 	}
 	return -1, Decision{}
 }

@@ -27,7 +27,8 @@ type Call struct {
 	// first. The zero value is Critical.
 	Class Criticality
 	// Now is the instant of the decision: when the transport or the
-	// interceptor saw the call.
+	// interceptor saw the call. Once a Chain passed the call, it is the
+	// handler's start too, unless NowStale.
 	Now time.Time
 	// Deadline is the call's deadline, or the zero Time if it has none.
 	Deadline time.Time
@@ -54,11 +55,13 @@ type Call struct {
 	// guard that counts unary calls at admission (runlimit's spike) counts
 	// such a call at its start instead.
 	StreamUnknown bool
-	// NowStale is true once a Starter guard may have blocked the call (see
-	// Traits.ReportsWait): its Now may then be earlier than the instant. A
-	// guard after it that judges the instant reads the clock, and so does
-	// the transport for the handler's start; while it is false, Now is
-	// the handler's start too, and no clock needs reading. Init clears it.
+	// NowStale is true once a guard may have blocked the call: a Starter
+	// (see Traits.ReportsWait), or an Admit that may (Traits.AdmitBlocks).
+	// Its Now may then be earlier than the instant: a guard after it that
+	// judges a deadline at the instant reads the clock (runlimit's turn
+	// does), and so does the transport for the handler's start. While it
+	// is false, Now is the handler's start too, and no clock needs
+	// reading. Init clears it; so does a transport that reads the clock.
 	// (With the flags above, it takes no room of its own in a Call.)
 	NowStale bool
 }
@@ -244,6 +247,11 @@ type Traits struct {
 	// AlwaysAdmits says Admit always admits with the zero Permit: the guard
 	// decides only at Recheck or Start. The chain then does not call Admit.
 	AlwaysAdmits bool
+	// AdmitBlocks says Admit (or AdmitFast) may block the call, against
+	// the Guard contract's advice: a round trip to a shared store, as
+	// redislimit's guards make. The chain then marks Call.NowStale once
+	// such a guard was asked, so that what follows reads the clock.
+	AdmitBlocks bool
 	// ReportsWait says a Starter's Start sets Decision.Waited whenever it
 	// may have blocked the call. The chain then marks Call.Now stale
 	// (Call.NowStale) only after such a Start, and a call that waited for

@@ -102,3 +102,43 @@ func TestInitClearsNowStale(t *testing.T) {
 		t.Error("Init left NowStale set")
 	}
 }
+
+// blockingAdmit is a guard whose Admit may block (Traits.AdmitBlocks), as
+// a fleet limit's round trip to Redis does.
+type blockingAdmit struct{}
+
+func (blockingAdmit) Name() string                                               { return "fleet" }
+func (blockingAdmit) Admit(admission.Call) admission.Decision                    { return admission.Decision{} }
+func (blockingAdmit) Finish(admission.Call, admission.Permit, admission.Outcome) {}
+func (blockingAdmit) Traits() admission.Traits {
+	return admission.Traits{Cost: admission.CostRate, AdmitBlocks: true}
+}
+
+// TestChainMarksNowStaleAfterABlockingAdmit: past an Admit that may
+// block, Call.Now is stale for the Starters after it and the transport,
+// on Enter (a call admitted where it runs) and on Admit (in a tap, whose
+// transport reads the clock anew at the handler's start).
+func TestChainMarksNowStaleAfterABlockingAdmit(t *testing.T) {
+	t0 := time.Date(2026, 12, 7, 12, 0, 0, 0, time.UTC)
+	for _, blocking := range []bool{false, true} {
+		var saw []admission.Call
+		guards := []admission.Guard{waitStarter{name: "run", cost: admission.CostRun, reports: true, saw: &saw}}
+		if blocking {
+			guards = append(guards, blockingAdmit{})
+		}
+		ch, err := admission.NewChain("r", guards)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var c admission.Call
+		c.Init(context.Background(), "/s/M", t0)
+		var ps admission.Permits
+		if i, _ := ch.Enter(&c, &ps); i >= 0 {
+			t.Fatalf("blocking %t: refused by guard %d", blocking, i)
+		}
+		if len(saw) != 1 || saw[0].NowStale != blocking || c.NowStale != blocking {
+			t.Errorf("blocking Admit %t: the Starter saw NowStale %v, the caller has %t; want %t", blocking, saw, c.NowStale, blocking)
+		}
+		ch.Finish(&c, &ps, admission.Outcome{})
+	}
+}

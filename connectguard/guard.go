@@ -422,7 +422,7 @@ func (g *Guard) start(ctx context.Context, st *callState, kind decide.Kind) (adm
 	c.Stream, c.ClientStream, c.StreamUnknown = kind.Stream(), kind.ClientSends(), false
 	now := g.clock.Now()
 	c.Queued = now.Sub(c.Now)
-	c.Now = now
+	c.Now, c.NowStale = now, false // read now: whatever the middleware's guards may have blocked is behind it
 	if i, d := st.rule.Start(&c, &st.permits); i >= 0 {
 		st.phase.Store(phaseDone)
 		return c, g.refusalError(g.engine.Refuse(st.rule, i, d, &c, now))

@@ -377,7 +377,7 @@ func (s *Server) start(ctx context.Context, tc *tapCtx, kind decide.Kind) (admis
 	}
 	c.Stream, c.ClientStream, c.StreamUnknown = kind.Stream(), kind.ClientSends(), false
 	c.Queued = now.Sub(c.Now)
-	c.Now = now
+	c.Now, c.NowStale = now, false // read now: whatever the tap's guards may have blocked is behind it
 	if i, d := st.rule.Start(&c, &st.permits); i >= 0 {
 		rf := st.rule.Refusal(i, d, c.Key)
 		if s.engine.NoteRefusal(now, d) {

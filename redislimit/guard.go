@@ -115,8 +115,10 @@ func (g *guard) method(m string) string {
 
 func (g *guard) Name() string { return g.name }
 
+// Traits: Admit makes a round trip to Redis in direct mode, and with
+// leases when one runs dry (AdmitBlocks).
 func (g *guard) Traits() admission.Traits {
-	return admission.Traits{Cost: Cost, IgnoresDuration: true, FinishesSkippedOnly: true}
+	return admission.Traits{Cost: Cost, IgnoresDuration: true, FinishesSkippedOnly: true, AdmitBlocks: true}
 }
 
 // key returns the name of c's bucket: its parts each as tag writes it,

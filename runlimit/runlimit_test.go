@@ -353,15 +353,12 @@ func TestTurnsAllocateNothing(t *testing.T) {
 }
 
 func TestGuardThroughChain(t *testing.T) {
-	// The Limiter's clock stands still at the calls' instant: the yield
-	// before a first call's handler (the chain moves Call.Now past it)
-	// takes no time, and the service time is the outcome's duration.
-	now := time.Now()
-	l := mustNew(t, WithBounds(1, 1), WithQueueTarget(time.Millisecond), WithCPU(&fakeCPU{saturated: true}), withClock(func() time.Time { return now }))
+	l := mustNew(t, WithBounds(1, 1), WithQueueTarget(time.Millisecond), WithCPU(&fakeCPU{saturated: true}))
 	ch, err := admission.NewChain("r", []admission.Guard{NewGuard("run", l)})
 	if err != nil {
 		t.Fatal(err)
 	}
+	now := time.Now()
 	call := func() (admission.Call, *admission.Permits, int, admission.Decision) {
 		c := admission.Call{Ctx: context.Background(), Method: "/s/M", Now: now}
 		ps := new(admission.Permits)
@@ -472,8 +469,7 @@ func TestGuardReservationsBalance(t *testing.T) {
 // refused by the application, teaches the limiter nothing, nor does one
 // that failed by overload.
 func TestGuardLearnsOnlyFromSuccesses(t *testing.T) {
-	now := time.Now() // the Limiter's clock and the calls' instant, standing still: see TestGuardThroughChain
-	l := mustNew(t, WithBounds(1, 1), withClock(func() time.Time { return now }))
+	l := mustNew(t, WithBounds(1, 1))
 	ch, err := admission.NewChain("r", []admission.Guard{NewGuard("run", l)})
 	if err != nil {
 		t.Fatal(err)
@@ -481,7 +477,7 @@ func TestGuardLearnsOnlyFromSuccesses(t *testing.T) {
 	f := l.Flow("/s/M")
 	run := func(o admission.Outcome) {
 		t.Helper()
-		c := admission.Call{Ctx: context.Background(), Method: "/s/M", Now: now}
+		c := admission.Call{Ctx: context.Background(), Method: "/s/M", Now: time.Now()}
 		var ps admission.Permits
 		if i, d := ch.Enter(&c, &ps); i >= 0 {
 			t.Fatalf("Enter = %+v", d)
