@@ -1,4 +1,4 @@
-package httpguard
+package redislimit_test
 
 import (
 	"context"
@@ -12,6 +12,7 @@ import (
 
 	"github.com/levee-go/levee/admission"
 	"github.com/levee-go/levee/decide"
+	"github.com/levee-go/levee/httpguard"
 	"github.com/levee-go/levee/internal/guardtest"
 	"github.com/levee-go/levee/internal/redistest"
 	"github.com/levee-go/levee/redislimit"
@@ -39,7 +40,7 @@ func (g *durations) Finish(_ admission.Call, _ admission.Permit, o admission.Out
 // proxy that makes Redis slow, and a run limit that learned that flow's
 // calls take base; as protect.WithGuard(redislimit.NewGuard(...)) beside
 // the preset.
-func fleetAndRunLimit(t *testing.T, flow string, base time.Duration, extra ...admission.Guard) (*Guard, *redistest.Proxy) {
+func fleetAndRunLimit(t *testing.T, flow string, base time.Duration, extra ...admission.Guard) (*httpguard.Guard, *redistest.Proxy) {
 	t.Helper()
 	s := redistest.Start(t)
 	p := redistest.NewProxy(t, s.Addr())
@@ -70,7 +71,7 @@ func fleetAndRunLimit(t *testing.T, flow string, base time.Duration, extra ...ad
 		tk.Done(now, false)
 	}
 	guards := append([]admission.Guard{redislimit.NewGuard("fleet", fleet, 0), runlimit.NewGuard("run", l)}, extra...)
-	hg, err := New(guardtest.Engine(t, decide.Rule{Name: "r", Guards: guards}), WithFlow(func(*http.Request) string { return flow }))
+	hg, err := httpguard.New(guardtest.Engine(t, decide.Rule{Name: "r", Guards: guards}), httpguard.WithFlow(func(*http.Request) string { return flow }))
 	if err != nil {
 		t.Fatal(err)
 	}
