@@ -202,9 +202,10 @@ func WithPushbackTrailer(read bool) ClientOption {
 //     ReasonUpstreamOverloaded), which levee's clients never retry;
 //   - the wait before the retry ends before the call's deadline: the
 //     server's delay (the pushback trailer, else the
-//     google.rpc.RetryInfo detail) or, without one, the backoff of
-//     WithRetryBackoff, and at least what is left of the target's
-//     hold-off;
+//     google.rpc.RetryInfo detail), at most WithMaxHoldOff's cap
+//     (DefaultMaxHoldOff with holding off disabled), or, without one, the
+//     backoff of WithRetryBackoff; and at least what is left of the
+//     target's hold-off;
 //   - the target's retry budget (WithRetryBudget) grants it, before the
 //     wait.
 //

@@ -63,7 +63,7 @@ func (c *Client) retrying(ctx context.Context, e *clientEntry, target, method st
 			return err
 		}
 		now := c.now()
-		d = max(d, t.hold.Left(now))
+		d = max(min(d, c.retryWaitCap()), t.hold.Left(now))
 		if dl, has := ctx.Deadline(); has && dl.Sub(now) <= d {
 			return err // the retry could not finish in time
 		}
@@ -80,6 +80,16 @@ func (c *Client) retrying(ctx context.Context, e *clientEntry, target, method st
 		err = next
 	}
 	return err
+}
+
+// retryWaitCap is the longest a retry waits for a server's delay: the
+// hold-off's cap (WithMaxHoldOff), DefaultMaxHoldOff with holding off
+// disabled. A server's pushback of a day must not hold a call for a day.
+func (c *Client) retryWaitCap() time.Duration {
+	if c.o.maxHoldOff > 0 {
+		return c.o.maxHoldOff
+	}
+	return DefaultMaxHoldOff
 }
 
 // retryDelay says whether the n-th attempt's error err may be retried,

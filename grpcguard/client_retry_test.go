@@ -164,6 +164,26 @@ func TestClientRetryGuarded(t *testing.T) {
 			t.Fatalf("waits %v and %d attempts, want [30ms] and 2", w.got, inv.calls)
 		}
 	})
+	t.Run("a server delay beyond the hold-off's cap", func(t *testing.T) {
+		// A pushback of a day: the call, which has no deadline, waits the
+		// hold-off's cap, not a day; with holding off disabled, the
+		// default cap.
+		for _, tc := range []struct {
+			maxHoldOff, want time.Duration
+		}{{time.Second, time.Second}, {0, DefaultMaxHoldOff}} {
+			c, w := retryClient(t, WithRetries(2), WithRetryBudget(nil), WithBreaker(nil), WithThrottle(nil), WithMaxHoldOff(tc.maxHoldOff))
+			clk := clocktest.New(time.Now())
+			c.clock.Fake = clk.Now
+			c.wait = func(ctx context.Context, d time.Duration) bool { clk.Advance(d); return w.wait(ctx, d) }
+			inv := &scriptInvoker{errs: []error{status.Error(codes.Unavailable, "overloaded")}, trailers: []string{"86400000"}}
+			if err := c.UnaryClientInterceptor()(context.Background(), cliMethod, nil, nil, cliConn(t, "passthrough:///inventory"), inv.invoke); err != nil {
+				t.Fatalf("WithMaxHoldOff(%v): call = %v, want the retry's success", tc.maxHoldOff, err)
+			}
+			if !equalDurations(w.got, []time.Duration{tc.want}) || inv.calls != 2 {
+				t.Errorf("WithMaxHoldOff(%v): waits %v and %d attempts, want [%v] and 2", tc.maxHoldOff, w.got, inv.calls, tc.want)
+			}
+		}
+	})
 	t.Run("a deadline too near on the client's clock", func(t *testing.T) {
 		// The client's clock is an hour ahead of the wall's: the call's
 		// deadline, 10ms after the client's now, leaves no room for a
