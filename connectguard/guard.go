@@ -425,6 +425,8 @@ func (g *Guard) start(ctx context.Context, st *callState, kind decide.Kind) (adm
 	c.Now, c.NowStale = now, false // read now: whatever the middleware's guards may have blocked is behind it
 	if i, d := st.rule.Start(&c, &st.permits); i >= 0 {
 		st.phase.Store(phaseDone)
+		now = g.clock.Now() // decided now: a Starter may have waited before refusing
+		c.Now = now
 		return c, g.refusalError(g.engine.Refuse(st.rule, i, d, &c, now))
 	}
 	if c.NowStale {
@@ -445,6 +447,8 @@ func (g *Guard) enter(rule *decide.Compiled, f decide.Facts, c *admission.Call, 
 	now := g.clock.Now()
 	rule.Fill(f, now, c)
 	if i, d := rule.Enter(c, permits); i >= 0 {
+		now = g.clock.Now() // decided now: a guard may have waited before refusing
+		c.Now = now
 		return g.refusalError(g.engine.Refuse(rule, i, d, c, now))
 	}
 	if c.NowStale {

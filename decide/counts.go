@@ -62,8 +62,16 @@ func (t *refusalCounts) hash(guard string, reason Reason, ev admission.Evidence)
 	return h ^ h>>31
 }
 
-// add counts one refusal.
+// add counts one refusal. A reason that is none of Reasons counts as
+// ReasonOverloaded, and evidence out of range as none: a Refusal made by
+// hand (Engine.Refused) must not add series beyond the table's bound.
 func (t *refusalCounts) add(guard string, reason Reason, ev admission.Evidence) {
+	if ev >= admission.EvidenceKinds {
+		ev = admission.EvidenceNone
+	}
+	if !knownReason(reason) {
+		reason = ReasonOverloaded
+	}
 	if c := t.find(guard, reason, ev, guard != OtherGuards); c != nil {
 		c.n.Add(1)
 		return

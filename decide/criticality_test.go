@@ -22,7 +22,7 @@ func TestCriticalityServicePatterns(t *testing.T) {
 	r, err := compileRule(Rule{Guards: []admission.Guard{admitAll{}}, Criticality: &Criticality{
 		Default: admission.SheddablePlus,
 		Methods: map[string]admission.Criticality{"/a.S/*": admission.Sheddable, "/a.S/M": admission.CriticalPlus},
-	}}, nil)
+	}}, nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

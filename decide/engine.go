@@ -111,8 +111,9 @@ func compileSet(rules []Rule, opts []Option, old *ruleSet) (*ruleSet, error) {
 		}
 	}
 	set.exempt = append([]string(nil), o.exempt...)
+	reused := map[*admission.Chain]bool{} // an old chain goes on in one rule only
 	for _, r := range rules {
-		cr, err := compileRule(r, old)
+		cr, err := compileRule(r, old, reused)
 		if err != nil {
 			return nil, err
 		}

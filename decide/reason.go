@@ -69,3 +69,13 @@ func ReasonOf(cause admission.Cause) Reason {
 	}
 	return ReasonOverloaded
 }
+
+// knownReason reports whether r is one of Reasons.
+func knownReason(r Reason) bool {
+	for _, k := range Reasons {
+		if r == k {
+			return true
+		}
+	}
+	return false
+}

@@ -58,12 +58,18 @@ func NewRefusal(code Code, guard string, d admission.Decision, key string) Refus
 	if code == OK {
 		code = ResourceExhausted
 	}
-	if d.DeadlineTooShort {
+	// A guard of one's own may name the cause without the flag
+	// (admission.RefuseFor): either says the deadline cannot be met.
+	tooShort := d.DeadlineTooShort || d.Cause == admission.CauseDeadlineTooShort
+	if tooShort {
 		code = DeadlineExceeded
 	}
 	reason := ReasonOf(d.Cause)
-	if d.DeadlineTooShort {
+	if tooShort {
 		reason = ReasonDeadlineTooShort
+	}
+	if d.Evidence >= admission.EvidenceKinds {
+		d.Evidence = admission.EvidenceNone // a guard's own value, out of range: none named
 	}
 	r := Refusal{
 		Code:       code,
@@ -76,7 +82,7 @@ func NewRefusal(code Code, guard string, d admission.Decision, key string) Refus
 		Message:    d.Reason,
 		RetryAfter: d.RetryAfter,
 		PerKey:     d.PerKey,
-		NoRetry:    d.DeadlineTooShort || d.RetryAfter == admission.Never,
+		NoRetry:    tooShort || d.RetryAfter == admission.Never,
 	}
 	if d.PerKey {
 		r.Key = key

@@ -118,7 +118,7 @@ func (r *Compiled) Describe(f Facts, c *admission.Call) {
 
 // compileRule compiles r, reusing the chain of a rule of old (nil: none)
 // with the same name, guards and shadow mode, so that its counts go on.
-func compileRule(r Rule, old *ruleSet) (*Compiled, error) {
+func compileRule(r Rule, old *ruleSet, reused map[*admission.Chain]bool) (*Compiled, error) {
 	name := r.Name
 	if name == "" {
 		name = "*"
@@ -143,8 +143,9 @@ func compileRule(r Rule, old *ruleSet) (*Compiled, error) {
 	}
 	cr := &Compiled{src: r, key: r.Key, tenant: r.Tenant, crit: crit, code: code, guards: append([]admission.Guard(nil), r.Guards...), shadow: r.Shadow}
 	cr.src.Name, cr.src.Methods, cr.src.Guards = name, append([]string(nil), r.Methods...), cr.guards
-	if prev := old.same(name, r); prev != nil {
+	if prev := old.same(name, r, reused); prev != nil {
 		cr.Chain = prev.Chain
+		reused[prev.Chain] = true
 		return cr, nil
 	}
 	ch, err := admission.NewChain(name, r.Guards, admission.WithShadow(r.Shadow))
@@ -184,13 +185,14 @@ type ruleSet struct {
 }
 
 // same returns the rule of s named name whose guards and shadow mode are
-// r's, or nil. s may be nil.
-func (s *ruleSet) same(name string, r Rule) *Compiled {
+// r's and whose chain is not in reused (two rules of one name would share
+// one chain, and its counts twice), or nil. s may be nil.
+func (s *ruleSet) same(name string, r Rule, reused map[*admission.Chain]bool) *Compiled {
 	if s == nil {
 		return nil
 	}
 	for _, old := range s.all {
-		if old.Name() != name || old.shadow != r.Shadow || len(old.guards) != len(r.Guards) {
+		if old.Name() != name || old.shadow != r.Shadow || len(old.guards) != len(r.Guards) || reused[old.Chain] {
 			continue
 		}
 		same := true

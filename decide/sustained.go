@@ -48,7 +48,7 @@ func (s *sustained) refused(now time.Time, d admission.Decision) bool {
 	if d.PerKey {
 		return false
 	}
-	return s.run.Note(now.UnixNano()).Holds && !d.DeadlineTooShort
+	return s.run.Note(now.UnixNano()).Holds && !d.DeadlineTooShort && d.Cause != admission.CauseDeadlineTooShort
 }
 
 // maxRetrying bounds the connections remembered as retrying; beyond it

@@ -379,6 +379,8 @@ func (s *Server) start(ctx context.Context, tc *tapCtx, kind decide.Kind) (admis
 	c.Queued = now.Sub(c.Now)
 	c.Now, c.NowStale = now, false // read now: whatever the tap's guards may have blocked is behind it
 	if i, d := st.rule.Start(&c, &st.permits); i >= 0 {
+		now = s.now() // decided now: a Starter may have waited before refusing
+		c.Now = now
 		rf := st.rule.Refusal(i, d, c.Key)
 		if s.engine.NoteRefusal(now, d) {
 			rf = rf.Sustained()
@@ -469,6 +471,7 @@ func (s *Server) unary(ctx context.Context, req any, info *grpc.UnaryServerInfo,
 	if i, d := r.Enter(&c, &permits); i >= 0 {
 		// No tap refused first: this refusal can carry the trailer that
 		// tells a client not to retry, as a tapped call's does at Start.
+		c.Now = s.now() // decided now: a guard may have waited before refusing
 		rf := s.engine.Refuse(r, i, d, &c, c.Now)
 		setPushback(ctx, nil, pushback(rf))
 		return nil, refusalStatus(ctx, rf).Err()
@@ -540,7 +543,8 @@ func (s *Server) stream(srv any, ss grpc.ServerStream, info *grpc.StreamServerIn
 	var c admission.Call
 	var permits admission.Permits
 	if i, d := s.enter(ctx, r, info.FullMethod, kind, &c, &permits); i >= 0 {
-		rf := s.engine.Refuse(r, i, d, &c, c.Now) // as the unary path's
+		c.Now = s.now() // as the unary path's
+		rf := s.engine.Refuse(r, i, d, &c, c.Now)
 		setPushback(ctx, ss, pushback(rf))
 		return refusalStatus(ctx, rf).Err()
 	}

@@ -131,6 +131,8 @@ func (g *Guard) Middleware(next http.Handler) http.Handler {
 		rule.Fill(f, now, &c)
 		if i, d := rule.Enter(&c, &permits); i >= 0 {
 			rpcstatus.AnswerBeforeBody(w, r)
+			now = g.clock.Now() // decided now: a guard may have waited before refusing
+			c.Now = now
 			WriteRefusal(w, g.engine.Refuse(rule, i, d, &c, now))
 			return
 		}

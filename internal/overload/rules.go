@@ -278,7 +278,10 @@ func (r *Run) Note(t int64) Reading {
 		r.last.Store(t)
 		return Reading{Kind: Sustained, Threshold: float64(SustainedAfter) / ms}
 	}
-	r.last.Store(t)
+	for last := r.last.Load(); t > last && !r.last.CompareAndSwap(last, t); last = r.last.Load() {
+		// Never back: a refusal noted late, at an older instant, would
+		// open a gap the next one reads as a pause.
+	}
 	lasted := t - r.first.Load()
 	return Reading{Kind: Sustained, Value: float64(lasted) / ms, Threshold: float64(SustainedAfter) / ms, Holds: lasted >= int64(SustainedAfter)}
 }

@@ -183,3 +183,27 @@ func TestNoAllocs(t *testing.T) {
 		t.Errorf("allocs per run = %v, want 0", n)
 	}
 }
+
+// TestRunNeverGoesBack: a refusal noted late, at an instant before the
+// run's latest (a call refused after a wait, stamped when it arrived),
+// does not move the latest back: the next refusal, on time, is still in
+// the run. It read the gap to the older instant as a pause and started
+// the run anew, so sustained overload never showed.
+func TestRunNeverGoesBack(t *testing.T) {
+	var r Run
+	t0 := time.Unix(1000, 0).UnixNano()
+	at := func(d time.Duration) int64 { return t0 + int64(d) }
+	for d := time.Duration(0); d <= 400*time.Millisecond; d += 10 * time.Millisecond {
+		r.Note(at(d))
+	}
+	r.Note(at(150 * time.Millisecond)) // late, within the run
+	if got := r.Note(at(410 * time.Millisecond)); got.Value != 410 {
+		t.Errorf("Run.Note on time after a late one = %+v, want the run's 410ms", got)
+	}
+	for d := 420 * time.Millisecond; d < SustainedAfter; d += 10 * time.Millisecond {
+		r.Note(at(d))
+	}
+	if got := r.Note(at(SustainedAfter)); !got.Holds {
+		t.Errorf("Run.Note at SustainedAfter = %+v, want it to hold", got)
+	}
+}
