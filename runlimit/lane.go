@@ -176,6 +176,18 @@ const roomyPatience = 8
 // Acquire takes a turn for a call of the lane, waiting if every turn is
 // taken, as Flow.Acquire does.
 func (ln *Lane) Acquire(ctx context.Context) (Ticket, error) {
+	ln.f.calls.Add(1) // until the turn ends: a flow with a call in it is never forgotten (addFlow)
+	t, err := ln.acquire(ctx)
+	if err != nil {
+		ln.f.calls.Add(-1)
+		return t, err
+	}
+	t.flags |= countedFlag
+	return t, nil
+}
+
+// acquire is Acquire without counting the call in its flow's calls.
+func (ln *Lane) acquire(ctx context.Context) (Ticket, error) {
 	ln.f.touch()
 	l := ln.f.l
 	now := l.o.now()

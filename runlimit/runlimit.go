@@ -34,7 +34,17 @@ const (
 	// (WithInterval, WithQueueTarget), as a policy file's: the waits and
 	// holds made of them stay far from overflowing a time.Duration.
 	MaxDuration = time.Hour
+	// MaxCeiling is the largest ceiling New accepts (WithBounds): the
+	// calls running and waiting are counted in 32 bits each, and a limit
+	// is learned in floating point, exact up to here.
+	MaxCeiling = 1 << 30
 )
+
+// epochLead is how long before New a Limiter's epoch is, so that an
+// instant a transport read just before New (a tap's, before a policy
+// made the Limiter) is after it: a turn's start is kept as ns since the
+// epoch, and one before it would be cut to the epoch.
+const epochLead = time.Hour
 
 // OverflowFlow is the name of the flow that Limiter.Flow returns for a
 // name beyond a Limiter's cap (WithMaxFlows) while every flow it tracks
@@ -80,7 +90,7 @@ type options struct {
 }
 
 // WithBounds keeps the limit within [floor, ceiling]. Default [1,
-// DefaultCeiling]; New fails unless 1 <= floor <= ceiling.
+// DefaultCeiling]; New fails unless 1 <= floor <= ceiling <= MaxCeiling.
 func WithBounds(floor, ceiling int) Option {
 	return func(o *options) { o.floor, o.ceiling = floor, ceiling }
 }
@@ -134,7 +144,7 @@ func WithMaxTenants(n int) Option { return func(o *options) { o.maxTenants = n }
 // WithTenantWeights gives tenants weights in the fair sharing of turns
 // (see Lane): a tenant of weight 2 gets twice the share of one of weight
 // 1, the weight of a tenant not named. New fails on a weight that is not
-// finite and > 0, on an empty name, and on a name longer than
+// finite, > 0 and <= 1e6, on an empty name, and on a name longer than
 // MaxTenantLen. The map is copied.
 func WithTenantWeights(w map[string]float64) Option {
 	return func(o *options) {
@@ -160,7 +170,7 @@ func (o *options) validate() error {
 	check(!(o.defaultWeight > 0) || o.defaultWeight > 1e6, "WithDefaultTenantWeight: weight must be > 0 and <= 1e6, got %v", o.defaultWeight)
 	check(o.maxTenants < 1, "WithMaxTenants: n must be >= 1, got %d", o.maxTenants)
 	errs = append(errs, o.validateWeights()...)
-	check(o.floor < 1 || o.ceiling < o.floor, "WithBounds: want 1 <= floor <= ceiling, got floor %d, ceiling %d", o.floor, o.ceiling)
+	check(o.floor < 1 || o.ceiling < o.floor || o.ceiling > MaxCeiling, "WithBounds: want 1 <= floor <= ceiling <= %d, got floor %d, ceiling %d", MaxCeiling, o.floor, o.ceiling)
 	check(o.interval <= 0 || o.interval > MaxDuration, "WithInterval: interval must be > 0 and <= %v, got %v", MaxDuration, o.interval)
 	check(o.target < 0 || o.target > MaxDuration, "WithQueueTarget: target must be >= 0 and <= %v, got %v", MaxDuration, o.target)
 	check(o.maxFlows < 1, "WithMaxFlows: n must be >= 1, got %d", o.maxFlows)
@@ -307,7 +317,7 @@ func New(opts ...Option) (*Limiter, error) {
 	if o.now == nil {
 		o.now = o.clock.Now
 	}
-	l := &Limiter{o: o, epoch: o.now()}
+	l := &Limiter{o: o, epoch: o.now().Add(-epochLead)}
 	l.cpuNow, _ = o.cpu.(cpu.ThresholdSignal)
 	l.lp = o.learnParams()
 	l.limit.Store(int64(min(max(o.initial, o.floor), o.ceiling)))
@@ -317,6 +327,8 @@ func New(opts ...Option) (*Limiter, error) {
 	l.noVictim.Store(-1)
 	l.opened = l.nanos(l.o.now())
 	l.noneSince.Store(l.opened + 1)
+	l.markedAt[0].Store(l.opened)
+	l.markedAt[1].Store(l.opened)
 	l.next.Store(l.opened + int64(o.interval))
 	l.lr = learn.Start(float64(l.limit.Load()), l.opened)
 	l.lastSweep = l.opened
@@ -744,9 +756,10 @@ type Ticket struct {
 type ticketFlags uint8
 
 const (
-	streamFlag ticketFlags = 1 << iota // a stream's turn: not counted for spike
-	overFlag                           // a turn beyond the limit (Lane.overrun), or one passed on from one (Limiter.release)
-	waitedFlag                         // a turn taken after a wait (Lane.take)
+	streamFlag  ticketFlags = 1 << iota // a stream's turn: not counted for spike
+	overFlag                            // a turn beyond the limit (Lane.overrun), or one passed on from one (Limiter.release)
+	waitedFlag                          // a turn taken after a wait (Lane.take)
+	countedFlag                         // a turn of TryAcquire or Acquire: counted in its flow's calls until it ends
 )
 
 // Start returns when the turn was taken.
@@ -761,11 +774,15 @@ func (t Ticket) Start() time.Time {
 // waits. It never blocks, takes no lock and allocates nothing.
 func (f *Flow) TryAcquire(now time.Time) (Ticket, bool) {
 	f.touch()
+	f.calls.Add(1) // before the turn: a flow with a call in it is never forgotten (addFlow)
 	t, ok := f.tryAcquire(now)
-	if ok {
-		f.l.offered.Add(1)
+	if !ok {
+		f.calls.Add(-1)
+		return t, false
 	}
-	return t, ok
+	f.l.offered.Add(1)
+	t.flags |= countedFlag
+	return t, true
 }
 
 // tryAcquire is TryAcquire without counting the call for spike.
@@ -1173,6 +1190,7 @@ func (l *Limiter) startBeyond(start int64) {
 // limit was reached (its calls ran at once: docs/runlimit-learner.md).
 func (t Ticket) Release() {
 	if t.f != nil {
+		t.uncount()
 		t.f.held.Add(max(t.f.l.nanos(t.f.l.o.now())-t.start, 0))
 		t.noteFinished()
 		t.f.l.release(false, -1, t.overClass())
@@ -1208,6 +1226,7 @@ func (t Ticket) classIndex() int {
 // (a deadline exceeded, a dependency out of capacity).
 func (t Ticket) Done(now time.Time, overload bool) {
 	if t.f != nil {
+		t.uncount()
 		t.doneAt(t.f.l.nanos(now), overload)
 	}
 }
@@ -1243,5 +1262,13 @@ func (t Ticket) doneAt(end int64, overload bool) {
 		if l.moves.told.Load() != l.moves.seq.Load() {
 			l.tellMoves()
 		}
+	}
+}
+
+// uncount ends the count in its flow's calls of a turn of TryAcquire or
+// Acquire.
+func (t Ticket) uncount() {
+	if t.flags&countedFlag != 0 {
+		t.f.calls.Add(-1)
 	}
 }

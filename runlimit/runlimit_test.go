@@ -58,7 +58,7 @@ func TestNewRejectsBadOptions(t *testing.T) {
 		give []Option
 		want []string
 	}{
-		{"zero floor", []Option{WithBounds(0, 10)}, []string{"runlimit: WithBounds: want 1 <= floor <= ceiling, got floor 0, ceiling 10"}},
+		{"zero floor", []Option{WithBounds(0, 10)}, []string{"runlimit: WithBounds: want 1 <= floor <= ceiling <= 1073741824, got floor 0, ceiling 10"}},
 		{"ceiling below floor", []Option{WithBounds(5, 4)}, []string{"got floor 5, ceiling 4"}},
 		{"interval", []Option{WithInterval(0)}, []string{"runlimit: WithInterval: interval must be > 0 and <= 1h0m0s, got 0s"}},
 		{"huge interval", []Option{WithInterval(math.MaxInt64)}, []string{"runlimit: WithInterval: interval must be > 0 and <= 1h0m0s, got 2562047h47m16.854775807s"}},
