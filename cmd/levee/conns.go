@@ -36,8 +36,8 @@ func (f *connFlags) register(fs *flag.FlagSet) {
 }
 
 // check validates the flags; notPreset is a protection other than the
-// preset (-recipe static or -policy).
-func (f *connFlags) check(unprotected, notPreset bool, transport string) error {
+// preset (-recipe static or -policy), given the names of the flags given.
+func (f *connFlags) check(unprotected, notPreset bool, transport string, given map[string]bool) error {
 	if f.maxConns < -1 {
 		return usageError("-max-conns must be >= 0 (or -1: no cap), got %d", f.maxConns)
 	}
@@ -52,6 +52,9 @@ func (f *connFlags) check(unprotected, notPreset bool, transport string) error {
 	}
 	if err := positive("goaway-every", f.every); err != nil {
 		return err
+	}
+	if !f.goaway && (given["goaway-after"] || given["goaway-every"]) {
+		return usageError("-goaway-after and -goaway-every need -goaway")
 	}
 	if f.goaway && (unprotected || notPreset) {
 		return usageError("-goaway works with the preset recipe only (not -unprotected, -recipe %s or -policy): the preset's evidence of overload decides", recipeStatic)

@@ -2,7 +2,5 @@
 
 package main
 
-import "errors"
-
-// setFDLimit is not offered here.
-func setFDLimit(int) error { return errors.New("-fd-limit works on Linux only") }
+// setFDLimit is not offered here: -fd-limit is a usage error.
+func setFDLimit(int) error { return usageError("-fd-limit works on Linux only") }

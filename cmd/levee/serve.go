@@ -19,6 +19,7 @@ import (
 	"github.com/levee-go/levee/examples/inventory"
 	"github.com/levee-go/levee/internal/harness/affinity"
 	"github.com/levee-go/levee/internal/harness/stats"
+	"github.com/levee-go/levee/metrics"
 )
 
 // shutdownGrace bounds a graceful stop: calls still running after it are
@@ -80,8 +81,9 @@ func (c *cli) serve(ctx context.Context, args []string) error {
 			return usageError("-policy and %s exclude each other: the policy file says how the server is protected", strings.Join(conflict, ", "))
 		}
 	}
-	rateGiven := false
-	fs.Visit(func(f *flag.Flag) { rateGiven = rateGiven || f.Name == "fleet-rate" })
+	given := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { given[f.Name] = true })
+	rateGiven := given["fleet-rate"]
 	if err := ff.check(rateGiven); err != nil {
 		return err
 	}
@@ -110,8 +112,11 @@ func (c *cli) serve(ctx context.Context, args []string) error {
 	if *dbLatency < 0 {
 		return usageError("-db-latency must be >= 0, got %v", *dbLatency)
 	}
+	if given["db-latency"] && *dbConns == 0 {
+		return usageError("-db-latency needs -db-conns: without a database Allocate holds no connection")
+	}
 	notPreset := *policyFile != "" || *recipe != recipePreset
-	if err := cf.check(*unprotected, notPreset, *transport); err != nil {
+	if err := cf.check(*unprotected, notPreset, *transport, given); err != nil {
 		return err
 	}
 	if (*unprotected || notPreset) && *tenantHeader != "" {
@@ -213,6 +218,8 @@ func (c *cli) serve(ctx context.Context, args []string) error {
 		if prot, err = build(params); err != nil {
 			return fmt.Errorf("protection policy: %w", err)
 		}
+	} else if mux != nil {
+		mountUnprotected(mux)
 	}
 	defer prot.stop()
 
@@ -265,14 +272,26 @@ func (c *cli) serve(ctx context.Context, args []string) error {
 	// the grace period, then cut off what is left.
 	rs.stop(shutdownGrace)
 	if hsrv != nil {
-		sctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		defer cancel()
-		_ = hsrv.Shutdown(sctx)
+		// A request still running on it (a profile of -pprof) is cut off:
+		// nothing of the server outlives the command.
+		shutdownHTTP(hsrv, time.Second)
 	}
 	if err != nil {
 		return fmt.Errorf("serving: %w", err)
 	}
 	return nil
+}
+
+// mountUnprotected serves on mux what an unprotected server has to show:
+// /metrics, with the Go runtime's and the process's series as a protected
+// server's registry exports them beside its guards'; and at debugPath,
+// where there is no debug page, a 404 that says why (levee status shows
+// it).
+func mountUnprotected(mux *http.ServeMux) {
+	mux.Handle("/metrics", metrics.New(metrics.WithRuntimeMetrics()).Handler())
+	mux.HandleFunc(debugPath, func(w http.ResponseWriter, _ *http.Request) {
+		http.Error(w, "levee serve -unprotected: nothing protects this server, so it has no debug page", http.StatusNotFound)
+	})
 }
 
 // mountPprof serves net/http/pprof's handlers on mux, under /debug/pprof/.

@@ -166,9 +166,15 @@ func (s *httpServer) serve(lis net.Listener) error {
 
 func (s *httpServer) stop(grace time.Duration) {
 	s.notServing()
+	shutdownHTTP(s.hs, grace)
+}
+
+// shutdownHTTP stops hs: it lets the requests running finish within
+// grace, then closes their connections.
+func shutdownHTTP(hs *http.Server, grace time.Duration) {
 	ctx, cancel := context.WithTimeout(context.Background(), grace)
 	defer cancel()
-	if err := s.hs.Shutdown(ctx); err != nil {
-		_ = s.hs.Close()
+	if err := hs.Shutdown(ctx); err != nil {
+		_ = hs.Close()
 	}
 }

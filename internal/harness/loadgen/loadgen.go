@@ -224,7 +224,8 @@ func New(call CallFunc, phases []Phase, opts ...Option) (*Generator, error) {
 // request has finished. Requests start on schedule whatever happens to
 // earlier ones; latencies are measured from each request's scheduled
 // start. If ctx is cancelled Run stops issuing, cancels the requests in
-// flight, waits for them and returns the partial result with ctx's error.
+// flight, waits for them and returns the partial result with ctx's error:
+// its Duration is then how long the schedule ran (see [Result.PhaseRan]).
 func (g *Generator) Run(ctx context.Context) (*Result, error) {
 	r := newRun(g)
 	callCtx, cancel := context.WithCancel(ctx)
@@ -235,7 +236,10 @@ func (g *Generator) Run(ctx context.Context) (*Result, error) {
 		stopProgress = r.startProgress()
 	}
 	err := r.schedule(callCtx)
+	r.ran = r.total
 	if err != nil {
+		// The schedule ran until now: the result's rates are over that.
+		r.ran = min(max(g.clock.Now().Sub(r.start), 0), r.total)
 		cancel()
 	}
 	r.wg.Wait()
@@ -243,7 +247,7 @@ func (g *Generator) Run(ctx context.Context) (*Result, error) {
 	if r.progressOut != nil {
 		r.writeProgress(true)
 	}
-	return r.rec.result(r.start, g), err
+	return r.rec.result(r.start, g, r.ran), err
 }
 
 // run is the state of one Run.
@@ -256,6 +260,7 @@ type run struct {
 	inFlight atomic.Int64
 	nextID   uint64 // last request id issued; only the scheduler touches it
 	total    time.Duration
+	ran      time.Duration // how long the schedule ran: total unless interrupted; set when it ends
 
 	// Running counters for the progress line, by completion time.
 	offered, dropped, succeeded, refused, timedOut, failed atomic.Int64

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"math"
 	"reflect"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -564,6 +565,47 @@ func TestCancelStopsRun(t *testing.T) {
 	}
 	if res.Total.Offered != 11 || res.Total.Failed["Canceled"] != 11 {
 		t.Errorf("Total offered = %d, failed = %v; want 11 offered, 11 Canceled", res.Total.Offered, res.Total.Failed)
+	}
+}
+
+// TestCancelResultCoversWhatRan: a Run interrupted 1.5 s into the first
+// of two phases returns a Result, marked Interrupted, over the 1.5 s that
+// ran: its Duration, PhaseRan (1.5 s of the first phase, none of the
+// second) and its seconds (two, the second cut at 0.5 s); the summary line
+// says so too.
+func TestCancelResultCoversWhatRan(t *testing.T) {
+	var started atomic.Int64
+	call := func(context.Context) error {
+		started.Add(1)
+		return nil
+	}
+	var out syncBuffer
+	g, clk := newTestGen(t, call, []Phase{{Name: "p", Duration: 10 * time.Second, Rate: 10}, {Name: "q", Duration: time.Second, Rate: 10}}, WithProgress(&out))
+	ctx, cancel := context.WithCancel(context.Background())
+	wait := runAsync(ctx, g)
+	// The scheduler and the progress ticker both wait on the clock.
+	waitFor(t, "scheduler to wait", func() bool { return clk.pending() == 2 })
+	clk.Advance(1500 * time.Millisecond)
+	waitFor(t, "16 calls to start", func() bool { return started.Load() == 16 && clk.pending() == 2 })
+	cancel()
+	res, err := wait()
+	if !errors.Is(err, context.Canceled) {
+		t.Fatalf("Run() error = %v, want context.Canceled", err)
+	}
+	if !res.Interrupted || res.Duration != 1500*time.Millisecond || res.PhaseRan(0) != 1500*time.Millisecond || res.PhaseRan(1) != 0 {
+		t.Errorf("Interrupted = %t, Duration = %v, PhaseRan = %v, %v; want true, 1.5s, 1.5s, 0s", res.Interrupted, res.Duration, res.PhaseRan(0), res.PhaseRan(1))
+	}
+	var lengths []time.Duration
+	var offered int64
+	for _, s := range res.Seconds {
+		lengths = append(lengths, s.Length)
+		offered += s.Offered
+	}
+	if !slices.Equal(lengths, []time.Duration{time.Second, 500 * time.Millisecond}) || offered != 16 {
+		t.Errorf("Seconds of lengths %v, offered %d; want two, of 1s and 500ms, with the 16 offered", lengths, offered)
+	}
+	if !strings.Contains(out.String(), "loadgen: interrupted after 1.5s  offered 16") {
+		t.Errorf("progress output has no summary of the 1.5s that ran:\n%s", out.String())
 	}
 }
 

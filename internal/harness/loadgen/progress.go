@@ -43,8 +43,12 @@ func (r *run) writeProgress(final bool) {
 	phase := r.phaseAt(max(elapsed-time.Second/2, 0))
 	elapsed = elapsed.Truncate(time.Second)
 	if final {
-		fmt.Fprintf(r.progressOut, "loadgen: done %v  offered %d  ok %d  refused %d  timed out %d  failed %d  dropped %d\n",
-			r.total, now[0], now[1], now[2], now[3], now[4], now[5])
+		how, ran := "done", r.total
+		if r.ran < r.total {
+			how, ran = "interrupted after", r.ran.Round(time.Millisecond)
+		}
+		fmt.Fprintf(r.progressOut, "loadgen: %s %v  offered %d  ok %d  refused %d  timed out %d  failed %d  dropped %d\n",
+			how, ran, now[0], now[1], now[2], now[3], now[4], now[5])
 		return
 	}
 	fmt.Fprintf(r.progressOut, "loadgen: %4v %-10s offered %5d/s  ok %5d  refused %5d  timed out %5d  failed %4d  dropped %4d  in flight %5d\n",

@@ -15,16 +15,19 @@ import (
 type Result struct {
 	// Start is the wall-clock time at which the schedule began.
 	Start time.Time `json:"start"`
-	// Duration is the length of the schedule (the sum of the phases).
+	// Duration is how long the schedule ran: its length (the sum of the
+	// phases), or less when Interrupted. See PhaseRan.
 	Duration time.Duration `json:"duration_ns"`
+	// Interrupted is whether Run's context ended before the schedule did.
+	Interrupted bool `json:"interrupted,omitempty"`
 	// Arrivals is "constant" or "poisson".
 	Arrivals string `json:"arrivals"`
 	// Deadline is the per-attempt deadline.
 	Deadline time.Duration `json:"deadline_ns"`
 	// Phases holds one entry per phase, in order.
 	Phases []PhaseResult `json:"phases"`
-	// Seconds holds one entry per second of the schedule; the last may
-	// cover a partial second.
+	// Seconds holds one entry per second of the schedule that ran; the
+	// last may cover a partial second.
 	Seconds []Second `json:"seconds"`
 	// Total covers the whole run.
 	Total Stats `json:"total"`
@@ -34,6 +37,16 @@ type Result struct {
 	// lag means the generating machine was saturated and the results
 	// describe it as much as the server.
 	StartLag Latency `json:"start_lag"`
+}
+
+// PhaseRan returns how long phase i ran: its Duration, less if Run was
+// interrupted during it, 0 if it was interrupted before it.
+func (r *Result) PhaseRan(i int) time.Duration {
+	p := r.Phases[i]
+	if !r.Interrupted {
+		return p.Duration
+	}
+	return min(p.Duration, max(r.Duration-p.Offset, 0))
 }
 
 // PhaseResult is the outcome of one phase.
@@ -374,8 +387,9 @@ func (r *recorder) maybeFinish(s *secondTally) {
 	}
 }
 
-// result builds the Result. Every request must have completed.
-func (r *recorder) result(start time.Time, g *Generator) *Result {
+// result builds the Result of a schedule that ran for ran (its length
+// unless interrupted). Every request must have completed.
+func (r *recorder) result(start time.Time, g *Generator, ran time.Duration) *Result {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	res := &Result{
@@ -395,7 +409,7 @@ func (r *recorder) result(start time.Time, g *Generator) *Result {
 		}
 		off += p.Duration
 	}
-	res.Duration = off
+	res.Duration = min(off, ran)
 	for i := range r.seconds {
 		s := &r.seconds[i]
 		st := s.final
@@ -404,5 +418,22 @@ func (r *recorder) result(start time.Time, g *Generator) *Result {
 		}
 		res.Seconds[i] = Second{Offset: time.Duration(i) * time.Second, Length: r.lengths[i], Stats: st}
 	}
+	if ran < off {
+		res.Interrupted = true
+		res.Seconds = secondsRan(res.Seconds, ran)
+	}
 	return res
+}
+
+// secondsRan cuts seconds to those of a schedule interrupted at ran: the
+// seconds after it go, and the one it fell in is cut short. A request
+// offered exactly at ran, where a second starts, keeps that second at
+// length 0.
+func secondsRan(seconds []Second, ran time.Duration) []Second {
+	n := 0
+	for n < len(seconds) && (seconds[n].Offset < ran || seconds[n].Offered > 0) {
+		seconds[n].Length = min(seconds[n].Length, max(ran-seconds[n].Offset, 0))
+		n++
+	}
+	return seconds[:n]
 }

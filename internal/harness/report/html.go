@@ -236,19 +236,27 @@ func chartsOf(c *Comparison, kind string) []chart {
 	return charts
 }
 
+// phaseMarks marks where each phase that ran starts.
 func phaseMarks(res *loadgen.Result) []mark {
 	var ms []mark
-	for _, p := range res.Phases {
+	for i, p := range res.Phases {
+		if res.PhaseRan(i) <= 0 {
+			break // interrupted before it
+		}
 		ms = append(ms, mark{x: p.Offset.Seconds(), label: p.Name})
 	}
 	return ms
 }
 
 // perSecond returns a series of f over the result's seconds as steps: each
-// value is drawn flat across its second.
+// value is drawn flat across its second. A second of no length (one an
+// interrupted run stopped at the start of) is left out.
 func perSecond(res *loadgen.Result, f func(s loadgen.Second) float64) []point {
 	pts := make([]point, 0, 2*len(res.Seconds))
 	for _, s := range res.Seconds {
+		if s.Length <= 0 {
+			continue
+		}
 		y := f(s)
 		pts = append(pts, point{x: s.Offset.Seconds(), y: y}, point{x: (s.Offset + s.Length).Seconds(), y: y})
 	}

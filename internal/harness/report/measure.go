@@ -88,15 +88,17 @@ func measureLabel(c *Comparison, name string) string {
 // increase and rate, or a level's mean and highest sample. Samples are attributed
 // as the server's are (see view): a sample covers the interval since the
 // previous one and counts in the phase where that interval ends; samples
-// after the schedule count in the last phase. It returns "-" when no
-// sample falls in the phase.
+// after the schedule count in the last phase that ran. It returns "-" when
+// no sample falls in the phase.
 func measureCell(m Measure, res *loadgen.Result, i int) string {
 	if res == nil || i >= len(res.Phases) {
 		return "-"
 	}
-	p := res.Phases[i]
-	start, end := p.Offset, p.Offset+p.Duration
-	last := i == len(res.Phases)-1
+	start, ran, last := phaseSpan(res, i)
+	if ran <= 0 {
+		return "-"
+	}
+	end := start + ran
 	var sum float64
 	peak := math.Inf(-1)
 	n := 0
@@ -124,7 +126,7 @@ func measureCell(m Measure, res *loadgen.Result, i int) string {
 	case m.Level:
 		return fmt.Sprintf("%.1f (max %g)", sum/float64(n), peak)
 	}
-	return fmt.Sprintf("%g (%.1f/s)", sum, sum/p.Duration.Seconds())
+	return fmt.Sprintf("%g (%.1f/s)", sum, sum/ran.Seconds())
 }
 
 // measureSeries returns the chart lines of run r's measures: counts as

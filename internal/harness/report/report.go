@@ -172,18 +172,22 @@ type phaseView struct {
 
 func (v phaseView) goodput() float64 { return float64(v.stats.Succeeded) / v.seconds }
 
-// view computes run r's numbers for phase i.
+// view computes run r's numbers for phase i; none (false) for a phase the
+// run was interrupted before.
 func view(r Run, i int) (phaseView, bool) {
 	if r.Result == nil || i >= len(r.Result.Phases) {
 		return phaseView{}, false
 	}
 	p := r.Result.Phases[i]
-	v := phaseView{stats: p.Stats, lag: p.StartLag, seconds: p.Duration.Seconds(), calls: -1, wasted: -1, cpu: math.NaN()}
+	start, ran, last := phaseSpan(r.Result, i)
+	if ran <= 0 {
+		return phaseView{}, false
+	}
+	v := phaseView{stats: p.Stats, lag: p.StartLag, seconds: ran.Seconds(), calls: -1, wasted: -1, cpu: math.NaN()}
 	if len(r.Server) == 0 {
 		return v, true
 	}
-	start, end := p.Offset, p.Offset+p.Duration
-	last := i == len(r.Result.Phases)-1
+	end := start + ran
 	var calls, wasted uint64
 	var cpuSum float64
 	var cpuN int
@@ -194,7 +198,7 @@ func view(r Run, i int) (phaseView, bool) {
 		}
 		// A sample covers (prev.At, s.At]; count it in the phase where its
 		// interval ends. Samples after the schedule (in-flight calls
-		// finishing) belong to the last phase.
+		// finishing) belong to the last phase that ran.
 		in := s.At > start && (s.At <= end || last)
 		if !in || j == 0 {
 			continue
@@ -214,6 +218,16 @@ func view(r Run, i int) (phaseView, bool) {
 		}
 	}
 	return v, true
+}
+
+// phaseSpan is where phase i of res ran: from start for ran (its
+// Duration, less if the run was interrupted during it, 0 if before it).
+// last is whether it is the last phase that ran, to which the samples
+// taken after the schedule belong.
+func phaseSpan(res *loadgen.Result, i int) (start, ran time.Duration, last bool) {
+	ran = res.PhaseRan(i)
+	last = i == len(res.Phases)-1 || res.PhaseRan(i+1) <= 0
+	return res.Phases[i].Offset, ran, last
 }
 
 func check(c *Comparison) error {

@@ -219,6 +219,51 @@ func TestWriteTableWithoutServer(t *testing.T) {
 	}
 }
 
+// TestWriteTableInterrupted: the table of a run interrupted 1 s into its
+// 4 s spike gives the spike's rates over the 1 s that ran (1000 offered/s,
+// not 250) and says it was interrupted; the recovery, never reached, is
+// "-" throughout and said not to have run.
+func TestWriteTableInterrupted(t *testing.T) {
+	res := &loadgen.Result{
+		Duration:    3 * time.Second,
+		Interrupted: true,
+		Phases: []loadgen.PhaseResult{
+			{Phase: loadgen.Phase{Name: "normal", Duration: 2 * time.Second, Rate: 100}, Stats: loadgen.Stats{Offered: 200, Succeeded: 200}},
+			{Phase: loadgen.Phase{Name: "spike", Duration: 4 * time.Second, Rate: 1000}, Offset: 2 * time.Second, Stats: loadgen.Stats{Offered: 1000, Succeeded: 200}},
+			{Phase: loadgen.Phase{Name: "recovery", Duration: 2 * time.Second, Rate: 100}, Offset: 6 * time.Second},
+		},
+	}
+	var b bytes.Buffer
+	if err := WriteTable(&b, &Comparison{Runs: []Run{{Name: "load", Result: res}}}); err != nil {
+		t.Fatalf("WriteTable() error = %v", err)
+	}
+	tables := strings.Split(b.String(), "\n\n")
+	if len(tables) != 3 {
+		t.Fatalf("WriteTable wrote %d tables, want 3 (one per phase):\n%s", len(tables), b.String())
+	}
+	tests := []struct {
+		table int
+		title string
+		label string
+		want  string
+	}{
+		{0, `phase 1/3 "normal": 2s at 100/s` + "\n", "offered/s", "100.0"},
+		{1, `phase 2/3 "spike": 4s at 1000/s, interrupted after 1s` + "\n", "offered/s", "1000.0"},
+		{1, "", "goodput/s", "200.0"},
+		{2, `phase 3/3 "recovery": 2s at 100/s, not run (interrupted before it)` + "\n", "offered/s", "-"},
+		{2, "", "succeeded", "-"},
+	}
+	for _, tt := range tests {
+		if !strings.HasPrefix(tables[tt.table], tt.title) {
+			t.Errorf("table %d does not start with %q:\n%s", tt.table, tt.title, tables[tt.table])
+		}
+		cells := splitCells(strings.TrimSpace(findRow(tables[tt.table], tt.label)))
+		if len(cells) != 2 || cells[1] != tt.want {
+			t.Errorf("table %d row %q = %q, want %q:\n%s", tt.table, tt.label, cells, tt.want, tables[tt.table])
+		}
+	}
+}
+
 func TestWriteErrors(t *testing.T) {
 	tests := []struct {
 		name string

@@ -6,6 +6,7 @@ import (
 	"math"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/levee-go/levee/internal/harness/loadgen"
 )
@@ -136,12 +137,20 @@ func codeNames(views []phaseView, present []bool, get func(loadgen.Stats) map[st
 	return names
 }
 
-// phaseTitle describes phase i of the first run.
+// phaseTitle describes phase i of the first run, and how much of it ran if
+// the run was interrupted.
 func phaseTitle(c *Comparison, i int) string {
-	p := c.Runs[0].Result.Phases[i]
-	s := fmt.Sprintf("phase %d/%d %q: %v at %.0f/s", i+1, len(c.Runs[0].Result.Phases), p.Name, p.Duration, p.Rate)
+	res := c.Runs[0].Result
+	p := res.Phases[i]
+	s := fmt.Sprintf("phase %d/%d %q: %v at %.0f/s", i+1, len(res.Phases), p.Name, p.Duration, p.Rate)
 	if c.Capacity > 0 {
 		s += fmt.Sprintf(" (%.1f× capacity of %.0f/s)", p.Rate/c.Capacity, c.Capacity)
+	}
+	switch ran := res.PhaseRan(i); {
+	case ran <= 0:
+		s += ", not run (interrupted before it)"
+	case ran < p.Duration:
+		s += fmt.Sprintf(", interrupted after %v", ran.Round(time.Millisecond))
 	}
 	return s
 }
