@@ -12,7 +12,9 @@ import (
 
 // RefusalEvent is the name of the span event a refused call adds to its
 // span, when one is recording. Its attributes are levee.guard (the
-// refusing guard's name), levee.reason (the Decision's reason) and, when
+// refusing guard's name), levee.reason (the reason its ErrorInfo
+// carries, RUN_QUEUE_FULL say, as the otelmetrics series' attribute of
+// that name), levee.message (the Decision's reason in words) and, when
 // the refusal carries a retry delay, levee.retry_after (seconds).
 //
 // Which refusals carry it: those decided where the call's context holds
@@ -29,6 +31,7 @@ const RefusalEvent = "levee.refusal"
 const (
 	attrGuard      = attribute.Key("levee.guard")
 	attrReason     = attribute.Key("levee.reason")
+	attrMessage    = attribute.Key("levee.message")
 	attrRetryAfter = attribute.Key("levee.retry_after")
 )
 
@@ -40,7 +43,7 @@ func traceRefusal(ctx context.Context, rf decide.Refusal) {
 	if !span.IsRecording() {
 		return
 	}
-	attrs := []attribute.KeyValue{attrGuard.String(rf.Guard), attrReason.String(rf.Message)}
+	attrs := []attribute.KeyValue{attrGuard.String(rf.Guard), attrReason.String(string(rf.Reason)), attrMessage.String(rf.Message)}
 	if rf.RetryAfter > 0 && rf.RetryAfter != admission.Never {
 		attrs = append(attrs, attrRetryAfter.Float64(rf.RetryAfter.Seconds()))
 	}

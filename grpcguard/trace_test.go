@@ -119,8 +119,11 @@ func TestRefusalEventInterceptors(t *testing.T) {
 		if g := ev[0][attrGuard].AsString(); g != "rate" {
 			t.Errorf("%s: levee.guard = %q, want rate", name, g)
 		}
-		if r := ev[0][attrReason].AsString(); r == "" {
-			t.Errorf("%s: levee.reason is empty", name)
+		if r := ev[0][attrReason].AsString(); r != string(decide.ReasonRateLimited) {
+			t.Errorf("%s: levee.reason = %q, want %s, the reason of its ErrorInfo and of the otelmetrics series", name, r, decide.ReasonRateLimited)
+		}
+		if m := ev[0][attrMessage].AsString(); m == "" {
+			t.Errorf("%s: levee.message is empty", name)
 		}
 		if d := ev[0][attrRetryAfter].AsFloat64(); d <= 0 || d > 1 {
 			t.Errorf("%s: levee.retry_after = %v s, want in (0, 1] for a bucket refilling once a second", name, d)

@@ -41,6 +41,7 @@
 //	AddServer    levee_decisions_total{rule,guard,result}   result: admitted, refused, shadow_refused
 //	             levee_handler_starts_total
 //	             levee_refusals_total{guard,reason,evidence}   reason: decide.Reason; evidence: admission.Evidence
+//	             levee_tap_refusals_total, levee_tap_refusals_pending   (a *grpcguard.Server: calls refused in its tap)
 //	AddClient    levee_client_decisions_total{rule,guard,result}   rule: "target method"
 //	AddCPU       levee_cpu_utilization, levee_cpu_utilization_raw, levee_cpu_saturated (0/1),
 //	             levee_cpu_threshold, levee_cpu_info{source},
@@ -69,6 +70,22 @@
 //	             levee_runlimit_rebases_total{name}, levee_runlimit_refusals_total{name,evidence},
 //	             levee_runlimit_flows{name}, levee_runlimit_flows_forgotten_total{name}, levee_runlimit_tenants{name}
 //	AddORCA      levee_orca_misordered_total
+//	AddPolicy    levee_policy_reload_total{result}, levee_policy_hash
+//	AddFleet     levee_fleet_decisions_total{name,source,result}, levee_fleet_redis_up{name},
+//	             levee_fleet_breaker_state{name,state}, levee_fleet_replicas{name}, levee_fleet_rate{name},
+//	             levee_fleet_local_rate{name}, levee_fleet_redis_errors_total{name}, levee_fleet_leases{name},
+//	             levee_fleet_script_reloads_total{name}, levee_fleet_heartbeats_total{name},
+//	             levee_fleet_lease_refills_total{name}, levee_fleet_lease_dropped_total{name}
+//	AddMemory    levee_memory_utilization, levee_memory_projected, levee_memory_gc_fraction,
+//	             levee_memory_saturated, levee_memory_limited, levee_memory_limit_bytes, levee_memory_info{source},
+//	             levee_memory_heap_live_bytes, levee_memory_heap_goal_bytes, levee_memory_runtime_bytes,
+//	             levee_memory_goroutines, levee_memory_samples_total, levee_memory_sample_errors_total,
+//	             levee_memory_cgroup_working_set_bytes, levee_memory_cgroup_oom_kills_total,
+//	             levee_memory_cgroup_max_events_total                              (cgroup sources)
+//	AddMemShed   levee_memshed_budget_bytes{name}, levee_memshed_inflight_bytes{name},
+//	             levee_memshed_running_calls{name}, levee_memshed_refused_total{name},
+//	             levee_memshed_engaged_total{name}, levee_memshed_pressure{name},
+//	             levee_memshed_method_cost_bytes{name,method}
 //
 // Register adds collectors of the caller's own beside them, and
 // WithRuntimeMetrics the Prometheus client's Go and process collectors.

@@ -6,6 +6,8 @@ import (
 	"net/http/httptest"
 	"strings"
 	"testing"
+
+	"github.com/levee-go/levee/decide"
 )
 
 // TestJSONWithNonFiniteFigure: a CPU signal of one's own that divides by
@@ -27,6 +29,22 @@ func TestJSONWithNonFiniteFigure(t *testing.T) {
 		}
 		if !strings.Contains(rec.Body.String(), "statuspage") {
 			t.Errorf("utilisation %v: JSON page %d %q does not say what failed", v, rec.Code, rec.Body.String())
+		}
+	}
+}
+
+// TestJSONWithARefusalOfNonFiniteFigure: a refusal whose guard of one's
+// own reported a NaN or infinite figure is kept with 0 there, as its
+// ErrorInfo gives it, and the JSON page (what `levee status` reads) is
+// 200. It was a 500 for as long as that refusal was among the last kept.
+func TestJSONWithARefusalOfNonFiniteFigure(t *testing.T) {
+	for _, v := range []float32{float32(math.Inf(1)), float32(math.NaN())} {
+		p := New(Sources{})
+		p.Record(decide.RefusalEvent{Refusal: decide.Refusal{Guard: "mine", Reason: decide.ReasonOverloaded, Value: v, Threshold: v}})
+		rec := httptest.NewRecorder()
+		p.ServeHTTP(rec, httptest.NewRequest("GET", "/debug/levee?format=json", nil))
+		if rec.Code != http.StatusOK || !strings.Contains(rec.Body.String(), `"guard": "mine"`) {
+			t.Errorf("a refusal of value %v: JSON page %d %q, want 200 with the refusal", v, rec.Code, rec.Body.String())
 		}
 	}
 }

@@ -96,7 +96,7 @@ func (p *Page) Record(ev decide.RefusalEvent) {
 	r := Refusal{
 		Time: ev.Time, Method: cut(ev.Method), Class: ev.Class.String(), Tenant: cut(ev.Tenant),
 		Guard: ev.Guard, Reason: string(ev.Reason), Evidence: ev.Evidence.String(),
-		Value: float64(ev.Value), Threshold: float64(ev.Threshold), Code: ev.Code.String(),
+		Value: finiteOr0(ev.Value), Threshold: finiteOr0(ev.Threshold), Code: ev.Code.String(),
 		RetryAfterMS: float64(ev.RetryAfter) / float64(time.Millisecond), NoRetry: ev.NoRetry,
 	}
 	if ev.RetryAfter == admission.Never {
@@ -450,4 +450,13 @@ func (p *Page) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	default:
 		http.Error(w, "statuspage: format must be text or json, got "+quote(format), http.StatusBadRequest)
 	}
+}
+
+// finiteOr0 is v, or 0 if v is NaN or infinite, as a refusal's ErrorInfo
+// gives it: a refusal kept on the page must not take its JSON form away.
+func finiteOr0(v float32) float64 {
+	if f := float64(v); !math.IsNaN(f) && !math.IsInf(f, 0) {
+		return f
+	}
+	return 0
 }
