@@ -3,8 +3,6 @@ package main
 import (
 	"bufio"
 	"context"
-	"crypto/sha256"
-	"encoding/binary"
 	"fmt"
 	"io"
 	"strings"
@@ -77,7 +75,7 @@ var _ feeder = (*shapedServer)(nil)
 // query of the dependency (holding one of its connections).
 func (s *shapedServer) Allocate(ctx context.Context, req *inventoryv1.AllocateRequest) (*inventoryv1.AllocateResponse, error) {
 	if n := int(req.GetQuantity()); s.unitIter > 0 && n > 0 {
-		sum := burn(n*s.unitIter, uint64(len(req.GetOrderId())))
+		sum := inventory.Burn(n*s.unitIter, uint64(len(req.GetOrderId())))
 		s.sink.Add(uint64(sum[0]))
 	}
 	if s.objects > 0 {
@@ -96,7 +94,7 @@ func (s *shapedServer) Allocate(ctx context.Context, req *inventoryv1.AllocateRe
 func (s *shapedServer) feed(req *inventoryv1.AllocateRequest, stream grpc.ServerStream) error {
 	for i := range req.GetQuantity() {
 		if s.unitIter > 0 {
-			sum := burn(s.unitIter, uint64(i))
+			sum := inventory.Burn(s.unitIter, uint64(i))
 			s.sink.Add(uint64(sum[0]))
 		}
 		if err := stream.SendMsg(&inventoryv1.AllocateResponse{OrderId: req.GetOrderId(), Sku: req.GetSku(), Quantity: 1, Remaining: int64(i)}); err != nil {
@@ -104,20 +102,6 @@ func (s *shapedServer) feed(req *inventoryv1.AllocateRequest, stream grpc.Server
 		}
 	}
 	return nil
-}
-
-// burn does n rounds of SHA-256, each over the previous digest, as the
-// inventory's CPU work does: a fixed amount of computation that cannot be
-// dropped.
-func burn(n int, seed uint64) [sha256.Size]byte {
-	var block [64]byte
-	binary.LittleEndian.PutUint64(block[32:], seed)
-	var sum [sha256.Size]byte
-	for range n {
-		copy(block[:sha256.Size], sum[:])
-		sum = sha256.Sum256(block[:])
-	}
-	return sum
 }
 
 // iterationsFor returns the SHA-256 rounds that take about d on this

@@ -128,10 +128,10 @@ func NewServer(opts ...Option) (*Server, error) {
 	return s, nil
 }
 
-// WorkIterations returns the SHA-256 iterations each Allocate burns.
+// WorkIterations returns the rounds of Burn each Allocate does.
 func (s *Server) WorkIterations() int { return s.iterations }
 
-// StockReadIterations returns the SHA-256 iterations each GetStock burns
+// StockReadIterations returns the rounds of Burn each GetStock does
 // (0 without WithStockReadWork).
 func (s *Server) StockReadIterations() int { return s.readIter }
 
