@@ -770,6 +770,29 @@ func TestBurn(t *testing.T) {
 	}
 }
 
+// TestBurnConcurrent: calls of Burn at once, each on a hash state another
+// call left, give what one call alone gives (a state not reset, or shared
+// by two calls, would not).
+func TestBurnConcurrent(t *testing.T) {
+	want := Burn(50, 7)
+	got := make(chan [32]byte, 8*20)
+	var wg sync.WaitGroup
+	for range 8 {
+		wg.Go(func() {
+			for range 20 {
+				got <- Burn(50, 7)
+			}
+		})
+	}
+	wg.Wait()
+	close(got)
+	for g := range got {
+		if g != want {
+			t.Fatalf("Burn(50, 7) from 8 goroutines at once = %x, want %x as alone", g, want)
+		}
+	}
+}
+
 func BenchmarkBurnRound(b *testing.B) {
 	b.ReportAllocs()
 	var sink byte

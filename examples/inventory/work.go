@@ -16,14 +16,14 @@ import (
 // exported for a server that does the same work elsewhere (bench/peers'
 // units of work): WorkIterations counts in its rounds. n < 1 counts as 1.
 //
-// Its speed does not depend on where its caller's stack lies. The rounds
-// read the fixed buffer and the hash's state stays in registers through
-// them; nothing is stored between rounds. Hashing a block on the stack
-// after storing it (sha256.Sum256 chained through a digest on the stack,
-// as Burn did before) made the speed depend on that stack's place against
-// the constants the rounds read: a handler 8 bytes deeper did 7% fewer
-// rounds a second on this repository's benchmark machine
-// (docs/ablation.md).
+// Its speed hardly depends on where its caller's stack lies: the rounds
+// read the fixed buffer, the hash's state stays in registers through them,
+// and nothing is stored between rounds. A work that stored a block on the
+// stack and hashed it back each round (sha256.Sum256 chained through a
+// digest on the stack, as this package's work did before) ran faster or
+// slower by where the handler's stack lay, so that a change to any frame
+// under the handler moved a benchmark's figures (docs/ablation.md, *The
+// yardstick's own layout*).
 //
 // Burn allocates nothing once as many calls have run at once as will; it is
 // safe for concurrent use.
@@ -46,8 +46,8 @@ func Burn(n int, seed uint64) [sha256.Size]byte {
 // burn is Burn, by the name the package's callers use.
 func burn(n int, seed uint64) [sha256.Size]byte { return Burn(n, seed) }
 
-// burnBuffer is what Burn's rounds after the first hash: 64 blocks, read
-// and never written.
+// burnBuffer is what Burn's rounds after the first one hash: 64 blocks,
+// read and never written.
 var burnBuffer [64 * sha256.BlockSize]byte
 
 // burnState is one call's hash and the bytes it writes: on the heap, so
