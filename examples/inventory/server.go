@@ -25,9 +25,9 @@ import (
 type Server struct {
 	inventoryv1.UnimplementedInventoryServiceServer
 
-	iterations int       // burn iterations per Allocate
+	iterations int       // Burn rounds per Allocate
 	allocSize  int64     // bytes each Allocate holds (WithAllocPerCall)
-	readIter   int       // burn iterations per GetStock
+	readIter   int       // Burn rounds per GetStock
 	db         *database // nil without WithDatabase
 
 	// now is the server's clock: time.Now, or a fake set by in-package
@@ -170,7 +170,7 @@ func (s *Server) Allocate(ctx context.Context, req *inventoryv1.AllocateRequest)
 	}
 
 	if s.iterations > 0 {
-		sum := burn(s.iterations, uint64(len(id))<<32|uint64(uint32(qty)))
+		sum := Burn(s.iterations, uint64(len(id))<<32|uint64(uint32(qty)))
 		s.sink.Add(uint64(sum[0]))
 	}
 	if s.afterWork != nil {
@@ -308,7 +308,7 @@ func (s *Server) GetStock(ctx context.Context, req *inventoryv1.GetStockRequest)
 		return nil, s.reject(codes.InvalidArgument, "inventory: sku is required")
 	}
 	if s.readIter > 0 {
-		sum := burn(s.readIter, uint64(len(sku)))
+		sum := Burn(s.readIter, uint64(len(sku)))
 		s.sink.Add(uint64(sum[0]))
 	}
 	lvl, ok := s.Stock(sku)

@@ -750,17 +750,17 @@ func TestNewServerRejectsBadOptions(t *testing.T) {
 }
 
 func TestBurn(t *testing.T) {
-	if a, b := burn(100, 1), burn(100, 1); a != b {
-		t.Errorf("burn(100, 1) not deterministic: %x, %x", a, b)
+	if a, b := Burn(100, 1), Burn(100, 1); a != b {
+		t.Errorf("Burn(100, 1) not deterministic: %x, %x", a, b)
 	}
-	if a, b := burn(100, 1), burn(101, 1); a == b {
-		t.Errorf("burn(100, 1) == burn(101, 1) = %x, want the extra round to change it", a)
+	if a, b := Burn(100, 1), Burn(101, 1); a == b {
+		t.Errorf("Burn(100, 1) == Burn(101, 1) = %x, want the extra round to change it", a)
 	}
-	if a, b := burn(100, 1), burn(100, 2); a == b {
-		t.Errorf("burn(100, 1) == burn(100, 2) = %x, want the seed to change it", a)
+	if a, b := Burn(100, 1), Burn(100, 2); a == b {
+		t.Errorf("Burn(100, 1) == Burn(100, 2) = %x, want the seed to change it", a)
 	}
-	if allocs := testing.AllocsPerRun(100, func() { _ = burn(10, 1) }); allocs != 0 {
-		t.Errorf("burn allocates %v times per run, want 0", allocs)
+	if allocs := testing.AllocsPerRun(100, func() { _ = Burn(10, 1) }); allocs != 0 {
+		t.Errorf("Burn allocates %v times per run, want 0", allocs)
 	}
 	if got := iterationsFor(0); got != 0 {
 		t.Errorf("iterationsFor(0) = %d, want 0", got)
@@ -797,7 +797,7 @@ func BenchmarkBurnRound(b *testing.B) {
 	b.ReportAllocs()
 	var sink byte
 	for i := 0; i < b.N; i++ {
-		sum := burn(1, uint64(i))
+		sum := Burn(1, uint64(i))
 		sink ^= sum[0]
 	}
 	_ = sink

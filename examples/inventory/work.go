@@ -43,9 +43,6 @@ func Burn(n int, seed uint64) [sha256.Size]byte {
 	return sum
 }
 
-// burn is Burn, by the name the package's callers use.
-func burn(n int, seed uint64) [sha256.Size]byte { return Burn(n, seed) }
-
 // burnBuffer is what Burn's rounds after the first one hash: 64 blocks,
 // read and never written.
 var burnBuffer [64 * sha256.BlockSize]byte
@@ -84,15 +81,15 @@ func putBurnState(st *burnState) {
 	burnStates.mu.Unlock()
 }
 
-// calibration is the process-wide measurement of burn's speed, taken once on
+// calibration is the process-wide measurement of Burn's speed, taken once on
 // first use; it is never changed afterwards.
 var calibration struct {
 	once      sync.Once
-	perSecond float64 // burn iterations per second of CPU on an idle core
+	perSecond float64 // Burn rounds per second of CPU on an idle core
 	digest    byte    // folds in the timed rounds' digests, so their work is kept
 }
 
-// iterationsFor returns the burn iterations that take about d on this
+// iterationsFor returns the Burn rounds that take about d on this
 // machine, measuring the speed once per process (about 20 ms).
 func iterationsFor(d time.Duration) int {
 	if d <= 0 {
@@ -106,7 +103,7 @@ func iterationsFor(d time.Duration) int {
 	return n
 }
 
-// measureBurn times burn in a few short rounds and keeps the fastest, which
+// measureBurn times Burn in a few short rounds and keeps the fastest, which
 // is the one least disturbed by other work on the machine. It also returns
 // the rounds' digests folded into one byte, for the caller to keep.
 func measureBurn() (perSecond float64, digest byte) {
@@ -120,7 +117,7 @@ func measureBurn() (perSecond float64, digest byte) {
 		n := 256
 		for {
 			start := time.Now()
-			sum := burn(n, uint64(r))
+			sum := Burn(n, uint64(r))
 			elapsed := time.Since(start)
 			sink ^= sum[0]
 			if elapsed >= minRound {
