@@ -536,7 +536,14 @@ func (s *Shedder) Start(c admission.Call, _ admission.Permit) admission.Decision
 	cost := m.cost.Load()
 	lim := s.limits[c.Class.Index()].Load()
 	if s.inflight.Load() > 0 {
-		if r := s.braking(c.Now, cost); r.Holds {
+		now := c.Now
+		if c.NowStale {
+			// A guard before this one made the call wait (the run
+			// limit's turn): its Now is when it arrived, and the heap
+			// read then may be as old as the wait.
+			now = s.now()
+		}
+		if r := s.braking(now, cost); r.Holds {
 			return s.refusal(r)
 		}
 	}

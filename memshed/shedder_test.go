@@ -571,6 +571,34 @@ func TestBrakeRefusalSaysWhatItBrakedOn(t *testing.T) {
 	}
 }
 
+// TestBrakeAfterAWaitReadsTheClock: a call that a guard before the
+// Shedder made wait (Call.NowStale: the run limit's turn) is braked on
+// the heap read at the instant it starts, not at its stale Now. It
+// failed before: the brake took Now for the instant, found its last
+// read of the heap (20 MiB of objects) within BrakeEvery of it, and let
+// the call start at 91% of the limit after a 5 ms wait.
+func TestBrakeAfterAWaitReadsTheClock(t *testing.T) {
+	s, heap, r := newBrakeTest(t)
+	defer r.finish(s)
+	at := t0.Add(100 * time.Millisecond)
+	s.now = func() time.Time { return at.Add(5 * time.Millisecond) }
+	heap.objects.Store(78 * MiB) // 30 + (58 grown - 5 kept) + 8 = 91 MiB: over the brake
+	c := call(heavyMethod, admission.Critical)
+	c.Now = at.Add(500 * time.Microsecond)
+	d := s.Start(c, admission.Permit{})
+	if d.Refused {
+		t.Fatal("a call with a current Now within BrakeEvery of the last read was refused: the heap was read again")
+	}
+	s.Finish(c, d.Permit, admission.Outcome{})
+	c.NowStale = true
+	if d := s.Start(c, admission.Permit{}); !d.Refused {
+		s.Finish(c, d.Permit, admission.Outcome{})
+		t.Errorf("a call that waited 5 ms started at 91%% of the limit: its stale Now was taken for the instant")
+	} else if d.Evidence != admission.EvidenceMemory || d.Value != float32(91.0/100) {
+		t.Errorf("refused on %+v, want the brake's reading of 91 of 100 MiB", d)
+	}
+}
+
 // heapSignal is a fakeSignal that is a HeapSignal: its HardSample is
 // the sample the test sets, which the heap may have outgrown.
 type heapSignal struct {
