@@ -1,6 +1,7 @@
 package runlimit
 
 import (
+	"fmt"
 	"testing"
 	"time"
 
@@ -53,6 +54,43 @@ func TestSimSettlesNearPoolSizeForIOBound(t *testing.T) {
 	}
 	if rate := r.served("measure", -1); rate < 0.95*800 {
 		t.Errorf("throughput %.0f/s, want >= 95%% of the pool's 800/s", rate)
+	}
+}
+
+// TestSimRestartUnderOverloadOnASmallPool: an I/O-bound server whose
+// pool has fewer connections than the learner's first limit, under twice
+// its capacity from its first call (a restart under overload), serves
+// what its pool serves, but learns neither its baseline nor a limit near
+// its pool: no first-baseline probe runs under that load (its floor at
+// the load's need holds it), so the first baseline is what the first
+// calls took at the first limit, queue for a connection included, and
+// the limit it then holds stretches nothing against it
+// (docs/ablation.md, "A restart under overload on a pool smaller than
+// the first limit"). The marks go when the first baseline leaves the
+// queue out.
+func TestSimRestartUnderOverloadOnASmallPool(t *testing.T) {
+	const q = 10 * time.Millisecond
+	for _, conns := range []int{2, 4} {
+		t.Run(fmt.Sprintf("pool of %d", conns), func(t *testing.T) {
+			sh := sim.IOPool(conns, q)
+			sh.Phases = phases(ph("warm", 5*time.Second, 2), ph("measure", 20*time.Second, 2))
+			r := newPortRun(t, sh)
+			got := r.limits(5*time.Second, 25*time.Second)
+			var base time.Duration
+			r.at(25*time.Second, func() { base = r.p.l.Flow(sh.Method).Baseline() })
+			r.run()
+			known := map[string]string{
+				"baseline": "the first baseline, measured at the first limit, holds the queue for a connection",
+				"limit":    "a limit over the pool stretches nothing against that baseline",
+			}
+			pool := float64(conns) / q.Seconds()
+			if rate := r.served("measure", -1); rate < 0.95*pool {
+				t.Errorf("pool of %d: served %.0f/s, want >= 95%% of the pool's %.0f/s", conns, rate, pool)
+			}
+			checkPort(t, known, "baseline", base <= q*3/2, "pool of %d: Baseline() = %v, want about the %v query", conns, base, q)
+			s := share(got, conns, conns+conns/2+1)
+			checkPort(t, known, "limit", s >= 0.9, "pool of %d: limit in [%d, %d] for %.0f%% of the time (limits %v), want >= 90%%", conns, conns, conns+conns/2+1, 100*s, got)
+		})
 	}
 }
 
