@@ -419,11 +419,16 @@ func readHeap() func() heapReading {
 // Under a soft limit (GOMEMLIMIT) below the brake, the runtime collects
 // to keep its heap under it, and only the memory in flight counts, from
 // the last GC's measure of the live heap (see tickBrake). Without a hard
-// limit it is the zero Reading, which does not hold.
-func (s *Shedder) braking(now time.Time, cost int64) overload.Reading {
+// limit it is the zero Reading, which does not hold. A stale now (a guard
+// before this one made the call wait: Call.NowStale) is read again from
+// the clock, and only when there is a hard limit.
+func (s *Shedder) braking(now time.Time, stale bool, cost int64) overload.Reading {
 	l := s.limitB.Load()
 	if l == 0 {
 		return overload.Reading{}
+	}
+	if stale {
+		now = s.now()
 	}
 	base, at, kept := s.offset.Load(), int64(s.heapTick.Load()), s.keptTick.Load()
 	grew := s.inflight.Load() - s.flightTick.Load()
@@ -523,7 +528,7 @@ func (s *Shedder) Admit(c admission.Call) admission.Decision {
 	if lim != off && cur+cost > lim {
 		return s.refusal(s.overBudget())
 	}
-	if r := s.braking(c.Now, cost); r.Holds {
+	if r := s.braking(c.Now, c.NowStale, cost); r.Holds {
 		return s.refusal(r)
 	}
 	return admission.Decision{}
@@ -536,14 +541,7 @@ func (s *Shedder) Start(c admission.Call, _ admission.Permit) admission.Decision
 	cost := m.cost.Load()
 	lim := s.limits[c.Class.Index()].Load()
 	if s.inflight.Load() > 0 {
-		now := c.Now
-		if c.NowStale {
-			// A guard before this one made the call wait (the run
-			// limit's turn): its Now is when it arrived, and the heap
-			// read then may be as old as the wait.
-			now = s.now()
-		}
-		if r := s.braking(now, cost); r.Holds {
+		if r := s.braking(c.Now, c.NowStale, cost); r.Holds {
 			return s.refusal(r)
 		}
 	}

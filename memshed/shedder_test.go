@@ -736,7 +736,7 @@ func TestBrakeUnderASoftLimitCountsFromTheLiveHeap(t *testing.T) {
 			cost int64
 			want bool
 		}{{cost: 89*MiB - has, want: false}, {cost: 90*MiB - has, want: true}} {
-			if got := s.braking(now, tt.cost).Holds; got != tt.want {
+			if got := s.braking(now, false, tt.cost).Holds; got != tt.want {
 				t.Errorf("%s, %d of 100 MiB: braking(%d MiB) = %v, want %v", when, has/MiB, tt.cost/MiB, got, tt.want)
 			}
 		}
