@@ -165,6 +165,7 @@ func (l *Limiter) measure(flows []*Flow, end int64) learn.Sample {
 		m.Held += float64(f.held.Swap(0))
 		if d := end - l.opened; d > 0 {
 			f.rate += carriedGain * (float64(n+nx)/float64(d) - f.rate)
+			m.Carried += float64(n+nx) / float64(d) * f.base
 		}
 		if n == 0 {
 			continue

@@ -16,7 +16,9 @@ type MoveCause string
 // The causes of the limit's moves.
 const (
 	// MoveGrow: the limit was reached with no queue inside the server
-	// (TCP Vegas): doubled in slow start, then grown by √limit.
+	// (TCP Vegas): doubled in slow start, then grown by √limit; or, after
+	// an interval with calls beyond it, grown to the calls its ended
+	// turns kept running at once at their baselines, at most doubled.
 	MoveGrow MoveCause = "grow"
 	// MoveShrink: service times stretched as by a queue above the Vegas
 	// band: the limit shrank by half the queue above it.

@@ -412,10 +412,14 @@ type Stats struct {
 	// evidence of overload they were refused on.
 	RefusedOn EvidenceStats
 	// Overran counts intervals with calls run beyond the limit, or whose
-	// calls all ran beside such calls: the learner left the limit as it
-	// was.
-	Overran        uint64
-	Grows, Shrinks uint64 // intervals that moved the limit by its queue estimate (TCP Vegas)
+	// calls all ran beside such calls: the learner made no move on their
+	// service times, and grew the limit only to what their ended turns
+	// carried at their baselines (counted in Grows).
+	Overran uint64
+	// Grows and Shrinks count intervals that moved the limit by its queue
+	// estimate (TCP Vegas), and Grows also those that grew it after
+	// overruns.
+	Grows, Shrinks uint64
 	Flows          int    // flows tracked separately (at most WithMaxFlows)
 	Forgotten      uint64 // flows forgotten to make room for a new name
 }

@@ -153,6 +153,7 @@ type Sample struct {
 	Bases   float64 // their flows' baselines, summed, ns
 	SvcSum  float64 // their service times, summed, ns
 	Held    float64 // how long every turn that ended in the interval was held, summed, ns, whatever its call taught
+	Carried float64 // calls every turn that ended kept running at once at its flow's baseline: Σ ended per ns × baseline (Little's law)
 	Asked   float64 // turns asked for in the interval, per ns (runlimit's Limiter.offered)
 	Done    float64 // turns ended per ns, smoothed (runlimit's Limiter.markRates)
 	CPUSat  bool    // the CPU signal is saturated and holds growth off
@@ -326,8 +327,7 @@ func (s State) Decide(m *Sample, o *Params) (State, Step) {
 		return next, st
 	}
 	if m.Overran && o.on(SkipOverran) {
-		// Service times of more calls at once than the limit.
-		return s, Step{Overran: true}
+		return s.overran(m, o)
 	}
 	if !m.CPUSat {
 		s.cpuElsewhere = false // the gate opens
@@ -337,6 +337,33 @@ func (s State) Decide(m *Sample, o *Params) (State, Step) {
 	}
 	return s.move(m, o)
 }
+
+// overran is Decide after an interval with calls beyond the limit, whose
+// service times are of more calls at once than the limit: no move is
+// made on them. But calls ran beyond the limit only because their waits
+// ran out with no evidence of overload, and the turns that ended carried
+// m.Carried calls at once at their baselines: the server served that
+// many a second, so a limit of that many serves them without a queue of
+// its own (Little's law), and no more than the server runs at once at
+// its baselines. The limit grows to it, at most doubling, unless the CPU
+// is saturated (mayGrow). Without the growth, a load that overruns the
+// limit in every interval (a step from a light load to a heavy one
+// within the capacity) holds the limit where the light load left it,
+// while the calls beyond it run unbounded by any limit.
+func (s State) overran(m *Sample, o *Params) (State, Step) {
+	st := Step{Set: true, Est: s.Est, Cause: Other, Overran: true}
+	if s.carries(m) && s.mayGrow(m, o) && s.phase != phaseHolding {
+		st.Est, st.Cause = min(slowStartGrowth*s.Est, math.Ceil(m.Carried)), Grow
+		if s.phase == phaseSlowStart && o.on(SlowStart) {
+			st.Est = slowStartGrowth * s.Est // as a reached limit grows in slow start
+		}
+	}
+	return s, st
+}
+
+// carries reports whether the interval m's finished turns carried more
+// calls at once at their baselines than the limit (Sample.Carried).
+func (s *State) carries(m *Sample) bool { return math.Ceil(m.Carried) > s.Est }
 
 // baselineProbeDue is the limit of the probe that measures the first
 // baseline again with less contention, and whether it is due: no probe

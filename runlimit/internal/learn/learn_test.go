@@ -432,3 +432,49 @@ func TestKeptCutGrowsBackWithTheCPUSaturated(t *testing.T) {
 		}
 	}
 }
+
+// TestOverranGrowsToWhatTheTurnsCarried: after an interval with calls
+// beyond the limit (their waits ran out with no evidence of overload),
+// no move is made on its service times, but a limit below what its
+// ended turns carried at their baselines (Little's law) grows to that,
+// at most doubling (in slow start, doubling, as a reached limit does);
+// not with the CPU saturated, nor while a kept cut holds growth off, nor
+// when the turns carried no more than the limit. With the branch off,
+// Decide reads the interval as any other.
+func TestOverranGrowsToWhatTheTurnsCarried(t *testing.T) {
+	o := Params{Floor: 1, Procs: 2, Interval: 100 * time.Millisecond}
+	// 8 turns a limit of 8, calls of 5ms at their baselines ending 2,560
+	// a second: 13.6 calls at once at the baselines.
+	m := func(carried float64) *Sample {
+		return &Sample{End: 10 * int64(time.Second), Span: int64(o.Interval), Peak: 8, Overran: true, Carried: carried}
+	}
+	for _, tt := range []struct {
+		name    string
+		s       State
+		m       *Sample
+		off     bool
+		set     bool
+		want    float64
+		cause   Cause
+		overran bool
+	}{
+		{"steady, 13.6 carried", State{Est: 8, phase: phaseSteady, probed: true}, m(13.6), false, true, 14, Grow, true},
+		{"steady, 40 carried: at most doubled", State{Est: 8, phase: phaseSteady, probed: true}, m(40), false, true, 16, Grow, true},
+		{"slow start, 9 carried: doubled", State{Est: 8, phase: phaseSlowStart, probed: true}, m(9), false, true, 16, Grow, true},
+		{"no more than the limit carried", State{Est: 8, phase: phaseSteady, probed: true}, m(7.5), false, true, 8, Other, true},
+		{"CPU saturated", State{Est: 8, phase: phaseSteady, probed: true}, func() *Sample { x := m(13.6); x.CPUSat = true; return x }(), false, true, 8, Other, true},
+		{"a kept cut holds", State{Est: 8, phase: phaseHolding, holdUntil: 20 * int64(time.Second), probed: true}, m(13.6), false, true, 8, Other, true},
+		{"branch off: a decision as on any interval", State{Est: 8, phase: phaseSteady, probed: true}, m(13.6), true, true, 8, Other, false},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			o := o
+			if tt.off {
+				o.Off = 1 << SkipOverran
+			}
+			_, st := tt.s.Decide(tt.m, &o)
+			if st.Set != tt.set || st.Est != tt.want || st.Cause != tt.cause || st.Overran != tt.overran || st.Start {
+				t.Errorf("limit %v, %v carried: step %+v, want Set %t, Est %v, Cause %v, Overran %t", tt.s.Est, tt.m.Carried, st, tt.set, tt.want, tt.cause, tt.overran)
+			}
+		})
+	}
+}
