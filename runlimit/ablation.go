@@ -16,11 +16,11 @@ const (
 	ruleEvidenceStanding             // overload.Standing: a queue that stood ten intervals
 	ruleEvidenceLane                 // overload.Lane: a lane's queue holds an interval's work
 	ruleEvidenceSpike                // overload.Spike: calls ask twice as fast as turns end
-	ruleOverranSkip                  // Decide leaves the limit after an interval with overruns
+	ruleOverranSkip                  // no move on the service times of an interval with overruns
 	ruleProbeBaseline                // the first baseline measured at half the limit
 	ruleProbeCPU                     // a stretch probes fewer calls at once
 	ruleProbeLag                     // a lag to run once handed a turn probes fewer turns
-	ruleCPUHoldsGrowth               // a saturated CPU signal holds the limit's growth off
+	ruleCPUHoldsGrowth               // a CPU busy now (as the evidence counts it) holds the limit's growth off
 	ruleSlowStart                    // before a stretch the limit doubles, not √limit
 	ruleSlack                        // lanes queue the slack of the server's idle time
 	ruleRoomy                        // a class that leaves room queues bursts longer

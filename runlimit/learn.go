@@ -4,6 +4,7 @@ import (
 	"math"
 	"time"
 
+	"github.com/levee-go/levee/internal/overload"
 	"github.com/levee-go/levee/runlimit/internal/learn"
 )
 
@@ -56,7 +57,7 @@ func (l *Limiter) update(end int64) {
 		return // the probe decides when it ends
 	}
 	m.CPUSat = l.o.cpu != nil && l.o.cpu.Saturated() && l.on(ruleCPUHoldsGrowth)
-	m.CPURoom = m.CPUSat && l.cpuNow != nil && l.cpuNow.Utilization() < l.cpuNow.Threshold()
+	m.CPUBusy = m.CPUSat && (l.cpuNow == nil || l.cpuNow.Utilization() >= overload.CPUThreshold(l.cpuNow.Threshold()))
 	var st learn.Step
 	l.lr, st = l.lr.Decide(&m, &l.lp)
 	l.applyStep(st, flows)
@@ -181,8 +182,9 @@ func (l *Limiter) measure(flows []*Flow, end int64) learn.Sample {
 		m.Weight += float64(n)
 	}
 	// Every call that finished ran beside calls beyond the limit: the
-	// interval measured nothing of the limit, and no decision is made on
-	// it (as after overruns), not even a growth on no stretch seen.
+	// interval measured nothing of the limit, and no move is made on its
+	// service times (as after overruns), not even a growth on no stretch
+	// seen; the limit grows only to what its turns carried.
 	m.Overran = m.Overran || m.Weight == 0 && beside > 0
 	return m
 }

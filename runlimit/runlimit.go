@@ -416,9 +416,9 @@ type Stats struct {
 	// service times, and grew the limit only to what their ended turns
 	// carried at their baselines (counted in Grows).
 	Overran uint64
-	// Grows and Shrinks count intervals that moved the limit by its queue
-	// estimate (TCP Vegas), and Grows also those that grew it after
-	// overruns.
+	// Grows and Shrinks count the learner's decisions to grow or shrink
+	// the limit by its queue estimate (TCP Vegas), Grows also those to
+	// grow it after overruns, whether or not the bounds let it move.
 	Grows, Shrinks uint64
 	Flows          int    // flows tracked separately (at most WithMaxFlows)
 	Forgotten      uint64 // flows forgotten to make room for a new name

@@ -35,7 +35,7 @@ type Params struct {
 type Branch uint8
 
 const (
-	SkipOverran   Branch = iota // no decision from an interval with overruns
+	SkipOverran   Branch = iota // no move on the service times of an interval with overruns
 	ProbeBaseline               // the first baseline measured at half the limit
 	ProbeCPU                    // a stretch probes fewer calls at once
 	ProbeLag                    // a lag to run once handed a turn probes fewer turns
@@ -156,8 +156,8 @@ type Sample struct {
 	Carried float64 // calls every turn that ended kept running at once at its flow's baseline: Σ ended per ns × baseline (Little's law)
 	Asked   float64 // turns asked for in the interval, per ns (runlimit's Limiter.offered)
 	Done    float64 // turns ended per ns, smoothed (runlimit's Limiter.markRates)
-	CPUSat  bool    // the CPU signal is saturated and holds growth off
-	CPURoom bool    // CPUSat, the utilisation below the signal's threshold now: saturated by its cooldown
+	CPUSat  bool    // the CPU signal is saturated
+	CPUBusy bool    // CPUSat, and busy now as the evidence counts it (or the signal tells no utilisation): holds growth off
 	Overran bool    // calls ran beyond the limit (overrun) in the interval
 }
 
@@ -250,13 +250,9 @@ type State struct {
 	phase        learnPhase
 	cpuElsewhere bool  // the gate (see above) is closed
 	holdUntil    int64 // phaseHolding ends at this instant, ns since epoch
-	// regrow is the limit a probe's kept cut came from, 0 once the limit
-	// is back at it: growth with the CPU saturated may go back there
-	// (mayGrow).
-	regrow    float64
-	lastProbe int64 // when the last probe ended, ns since epoch
-	probed    bool  // a probe ended
-	probe     probeState
+	lastProbe    int64 // when the last probe ended, ns since epoch
+	probed       bool  // a probe ended
+	probe        probeState
 	// clean is the most calls, of all flows, that ran at once on
 	// average over an interval at their baselines (Sample.clean), in the
 	// cleanFresh before cleanAt; 0 after the baselines moved up.
@@ -346,13 +342,13 @@ func (s State) Decide(m *Sample, o *Params) (State, Step) {
 // many a second, so a limit of that many serves them without a queue of
 // its own (Little's law), and no more than the server runs at once at
 // its baselines. The limit grows to it, at most doubling, unless the CPU
-// is saturated (mayGrow). Without the growth, a load that overruns the
+// is busy (mayGrow). Without the growth, a load that overruns the
 // limit in every interval (a step from a light load to a heavy one
 // within the capacity) holds the limit where the light load left it,
 // while the calls beyond it run unbounded by any limit.
 func (s State) overran(m *Sample, o *Params) (State, Step) {
 	st := Step{Set: true, Est: s.Est, Cause: Other, Overran: true}
-	if s.carries(m) && s.mayGrow(m, o) && s.phase != phaseHolding {
+	if s.carries(m) && mayGrow(m) && s.phase != phaseHolding {
 		st.Est, st.Cause = min(slowStartGrowth*s.Est, math.Ceil(m.Carried)), Grow
 		if s.phase == phaseSlowStart && o.on(SlowStart) {
 			st.Est = slowStartGrowth * s.Est // as a reached limit grows in slow start
@@ -388,7 +384,7 @@ func (s State) move(m *Sample, o *Params) (State, Step) {
 
 // vegas shrinks the limit by shrinkGain of the queue above the Vegas
 // band, or grows a reached limit below it, unless the learner holds or
-// the CPU is saturated (mayGrow); a queue above the low edge ends slow
+// the CPU is busy (mayGrow); a queue above the low edge ends slow
 // start.
 func (s State) vegas(m *Sample, est, r float64, o *Params) (State, Step) {
 	queue := vegasQueue(est, r)
@@ -398,18 +394,12 @@ func (s State) vegas(m *Sample, est, r float64, o *Params) (State, Step) {
 	case queue > hi:
 		st.Cause = Shrink
 		est -= max(1, (queue-hi)*shrinkGain)
-	case queue <= lo && s.reached(m, o) && s.mayGrow(m, o) && s.phase != phaseHolding:
+	case queue <= lo && s.reached(m, o) && mayGrow(m) && s.phase != phaseHolding:
 		st.Cause = Grow
 		if s.phase == phaseSlowStart && o.on(SlowStart) {
 			est *= slowStartGrowth
 		} else {
 			est += max(1, math.Sqrt(est))
-		}
-		if m.CPUSat {
-			est = min(est, s.regrow)
-		}
-		if est >= s.regrow {
-			s.regrow = 0
 		}
 	}
 	if queue > lo {
@@ -430,25 +420,19 @@ func (s State) reached(m *Sample, o *Params) bool {
 	return m.Peak >= int64(s.Est) && (!o.on(GrowOnRan) || m.ran() >= growRan*s.Est)
 }
 
-// mayGrow reports whether Vegas may grow the limit: the CPU is not
-// saturated; or it is by its signal's cooldown alone (CPURoom), and the
-// limit is above one call per processor and below the one a kept cut
-// came from (regrow), growth stopping there.
-//
-// On processors the limit's own calls saturate, more calls at once only
-// share them: throughput is already processors/service time, and at one
-// call per processor Vegas sees no queue to stop it. But a kept cut is a
-// judgement of one probe against the interval before it, which the
-// processors' contention at a spike's start (the flood's refusals
-// beside the calls) may have stretched and the cut relieved: an
-// I/O-bound server's cut then sits below what its pool runs at once,
-// with the processors no longer busy, while the signal stays saturated
-// for its cooldown. The limit the cut came from ran on these processors
-// before, so going back to it adds no load they did not carry; if the
-// calls then stretch, Vegas or the next probe cuts again. With the
-// processors busy now, the cut holds.
-func (s *State) mayGrow(m *Sample, o *Params) bool {
-	return !m.CPUSat || m.CPURoom && int(s.Est) > o.Procs && s.Est < s.regrow
+// mayGrow reports whether the limit may grow: not with the CPU busy now
+// (Sample.CPUBusy). On processors the limit's own calls keep busy, more
+// calls at once only share them: throughput is already processors over
+// service time, and at one call per processor Vegas sees no queue to
+// stop it. Busy is what the evidence of overload counts as busy
+// (overload.CPUThreshold: the signal's threshold, and at least 95%), not
+// the signal's saturation alone: a signal saturated at 80% or by its
+// cooldown leaves a fifth of the processors idle, which more calls at
+// once may use (an I/O-bound server at 0.8x its capacity, a kept cut
+// below its pool after a spike); if they only share the processors,
+// their service times stretch and Vegas stops the growth.
+func mayGrow(m *Sample) bool {
+	return !m.CPUBusy
 }
 
 // cpuCut is the limit a CPUProbe tries from est for stretch r, within
@@ -632,6 +616,5 @@ func (s State) keepCut(now int64, p probeState, b Baselines, o *Params) (State, 
 		s.phase = phaseHolding
 	}
 	s.holdUntil = now + holdIntervals*int64(o.Interval)
-	s.regrow = p.saved
 	return s, st
 }

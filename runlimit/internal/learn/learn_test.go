@@ -379,21 +379,21 @@ func TestLagProbeUndoneOnASaturatedCPUMovesTheBaselines(t *testing.T) {
 	}
 }
 
-// TestKeptCutGrowsBackWithTheCPUSaturated: a CPU cut kept from 8 to 3
-// (a probe judged against an interval whose contention it relieved),
-// its hold over, calls at their baselines at the limit, the CPU signal
-// saturated by its cooldown alone (utilisation below its threshold):
-// Vegas grows the limit back to 8 and no further while the signal stays
-// saturated. It does not grow with the processors busy now, at one call
-// per processor, or without a kept cut.
-func TestKeptCutGrowsBackWithTheCPUSaturated(t *testing.T) {
+// TestGrowthHeldOnlyWithTheCPUBusy: a reached limit whose calls ran at
+// their baselines grows unless the CPU is busy now as the evidence
+// counts it (Sample.CPUBusy), whatever the signal's saturation says. A
+// CPU probe's cut, kept on a saturated CPU (8 to 3), grows back past
+// where it came from once the processors have room, though the signal
+// stays saturated (its cooldown, or a threshold below 95%); with them
+// busy, neither a kept cut nor one call per processor grows.
+func TestGrowthHeldOnlyWithTheCPUBusy(t *testing.T) {
 	o := Params{Floor: 1, Procs: 1, Interval: 100 * time.Millisecond}
 	ms := float64(time.Millisecond)
-	at := func(s State, n int, room bool) *Sample {
+	at := func(s State, n int, busy bool) *Sample {
 		// Ten calls finished at their 50ms baselines, the limit reached,
 		// n intervals after the hold.
 		return &Sample{End: s.holdUntil + int64(n)*int64(o.Interval), Span: int64(o.Interval), Peak: int64(s.Est),
-			Weight: 10, Ratios: 10, Bases: 10 * 50 * ms, SvcSum: 10 * 50 * ms, Held: 10 * 50 * ms, CPUSat: true, CPURoom: room}
+			Weight: 10, Ratios: 10, Bases: 10 * 50 * ms, SvcSum: 10 * 50 * ms, Held: s.Est * 100 * ms, CPUSat: true, CPUBusy: busy}
 	}
 	s := State{Est: 8, phase: phaseSteady}
 	s.probe = probeState{kind: CPUProbe, saved: 8, r: 2.6, limit: 3, started: int64(time.Second), rate: 60 / 1e9}
@@ -403,32 +403,30 @@ func TestKeptCutGrowsBackWithTheCPUSaturated(t *testing.T) {
 	}
 	s.Est = st.Est
 	var grew []float64
-	for i := 1; i <= 6; i++ {
-		s, st = s.Decide(at(s, i, true), &o)
+	for i := 1; i <= 4; i++ {
+		s, st = s.Decide(at(s, i, false), &o)
 		if st.Set {
 			s.Est = st.Est
 		}
 		grew = append(grew, s.Est)
 	}
-	if s.Est != 8 {
-		t.Errorf("CPU saturated, calls at their baselines at a kept cut of 3 from 8: limits %v, want back at 8 and no higher", grew)
+	if s.Est <= 8 {
+		t.Errorf("CPU saturated but not busy, calls at their baselines at a kept cut of 3 from 8: limits %v, want past 8", grew)
 	}
 
 	for _, tt := range []struct {
 		name string
 		s    State
-		room bool
 	}{
-		{"no cut kept", State{Est: 3, phase: phaseSteady, probed: true}, true},
-		{"one call per processor", State{Est: 1, phase: phaseSteady, probed: true, regrow: 8}, true},
-		{"processors busy now", State{Est: 3, phase: phaseSteady, probed: true, regrow: 8}, false},
+		{"a limit above the processors", State{Est: 3, phase: phaseSteady, probed: true}},
+		{"one call per processor", State{Est: 1, phase: phaseSteady, probed: true}},
 	} {
-		s, st := tt.s.Decide(at(tt.s, 1, tt.room), &o)
+		s, st := tt.s.Decide(at(tt.s, 1, true), &o)
 		if !st.Set {
 			t.Fatalf("%s: step %+v, want a Vegas decision", tt.name, st)
 		}
 		if st.Est > tt.s.Est || s.Est > tt.s.Est {
-			t.Errorf("%s, CPU saturated: limit %v grew to %v, want no growth", tt.name, tt.s.Est, st.Est)
+			t.Errorf("%s, CPU busy: limit %v grew to %v, want no growth", tt.name, tt.s.Est, st.Est)
 		}
 	}
 }
@@ -438,7 +436,7 @@ func TestKeptCutGrowsBackWithTheCPUSaturated(t *testing.T) {
 // no move is made on its service times, but a limit below what its
 // ended turns carried at their baselines (Little's law) grows to that,
 // at most doubling (in slow start, doubling, as a reached limit does);
-// not with the CPU saturated, nor while a kept cut holds growth off, nor
+// not with the CPU busy, nor while a kept cut holds growth off, nor
 // when the turns carried no more than the limit. With the branch off,
 // Decide reads the interval as any other.
 func TestOverranGrowsToWhatTheTurnsCarried(t *testing.T) {
@@ -462,7 +460,8 @@ func TestOverranGrowsToWhatTheTurnsCarried(t *testing.T) {
 		{"steady, 40 carried: at most doubled", State{Est: 8, phase: phaseSteady, probed: true}, m(40), false, true, 16, Grow, true},
 		{"slow start, 9 carried: doubled", State{Est: 8, phase: phaseSlowStart, probed: true}, m(9), false, true, 16, Grow, true},
 		{"no more than the limit carried", State{Est: 8, phase: phaseSteady, probed: true}, m(7.5), false, true, 8, Other, true},
-		{"CPU saturated", State{Est: 8, phase: phaseSteady, probed: true}, func() *Sample { x := m(13.6); x.CPUSat = true; return x }(), false, true, 8, Other, true},
+		{"CPU busy", State{Est: 8, phase: phaseSteady, probed: true}, func() *Sample { x := m(13.6); x.CPUSat, x.CPUBusy = true, true; return x }(), false, true, 8, Other, true},
+		{"CPU saturated, not busy", State{Est: 8, phase: phaseSteady, probed: true}, func() *Sample { x := m(13.6); x.CPUSat = true; return x }(), false, true, 14, Grow, true},
 		{"a kept cut holds", State{Est: 8, phase: phaseHolding, holdUntil: 20 * int64(time.Second), probed: true}, m(13.6), false, true, 8, Other, true},
 		{"branch off: a decision as on any interval", State{Est: 8, phase: phaseSteady, probed: true}, m(13.6), true, true, 8, Other, false},
 	} {
